@@ -1,0 +1,1 @@
+"""Storage back-ends behind one small interface (:class:`~.base.Store`)."""

@@ -1,0 +1,48 @@
+"""The wire contract's generated types, re-exported under short names.
+
+Everything that speaks the protocol imports from here, never from the generated
+modules directly, so a regeneration touches one import site.
+"""
+
+from __future__ import annotations
+
+from wattline.v1 import telemetry_pb2 as pb
+from wattline.v1 import telemetry_pb2_grpc as pb_grpc
+
+Ack = pb.Ack
+Batch = pb.Batch
+Host = pb.Host
+JobEvent = pb.JobEvent
+Sample = pb.Sample
+
+QUALITY_COUNTER = pb.QUALITY_COUNTER
+QUALITY_INTEGRATED = pb.QUALITY_INTEGRATED
+QUALITY_MODEL = pb.QUALITY_MODEL
+
+#: The names used in storage, reports and Prometheus labels for each quality.
+QUALITY_NAMES: dict[int, str] = {
+    pb.QUALITY_UNSPECIFIED: "unspecified",
+    pb.QUALITY_COUNTER: "counter",
+    pb.QUALITY_INTEGRATED: "integrated",
+    pb.QUALITY_MODEL: "model",
+}
+QUALITY_BY_NAME: dict[str, int] = {v: k for k, v in QUALITY_NAMES.items()}
+
+#: gRPC service name, for the health service and logs.
+SERVICE_NAME = "wattline.v1.Telemetry"
+
+__all__ = [
+    "Ack",
+    "Batch",
+    "Host",
+    "JobEvent",
+    "QUALITY_BY_NAME",
+    "QUALITY_COUNTER",
+    "QUALITY_INTEGRATED",
+    "QUALITY_MODEL",
+    "QUALITY_NAMES",
+    "SERVICE_NAME",
+    "Sample",
+    "pb",
+    "pb_grpc",
+]

@@ -1,0 +1,1 @@
+"""Workload wrappers, saturation, attribution and reports (floor 3)."""

@@ -15,7 +15,7 @@ class Quality(enum.StrEnum):
     MODEL = "model"  #: model estimate (TDP x utilization, J/byte, % of max power)
 
     @property
-    def wire(self) -> int:
+    def wire(self) -> pb.Quality:
         """The ``wattline.v1.Quality`` enum value."""
         return _TO_WIRE[self]
 
@@ -33,7 +33,7 @@ class Quality(enum.StrEnum):
         return self is not Quality.MODEL
 
 
-_TO_WIRE = {
+_TO_WIRE: dict[Quality, pb.Quality] = {
     Quality.COUNTER: pb.QUALITY_COUNTER,
     Quality.INTEGRATED: pb.QUALITY_INTEGRATED,
     Quality.MODEL: pb.QUALITY_MODEL,

@@ -6,6 +6,8 @@ modules directly, so a regeneration touches one import site.
 
 from __future__ import annotations
 
+from typing import Any
+
 from wattline.v1 import telemetry_pb2 as pb
 from wattline.v1 import telemetry_pb2_grpc as pb_grpc
 
@@ -46,3 +48,13 @@ __all__ = [
     "pb",
     "pb_grpc",
 ]
+
+
+def telemetry_stub(channel: object) -> Any:
+    """A client stub of the Telemetry service on ``channel`` (the generated code is untyped)."""
+    return pb_grpc.TelemetryStub(channel)  # type: ignore[no-untyped-call]
+
+
+def add_telemetry_servicer(servicer: object, server: object) -> None:
+    """Register ``servicer`` (with a ``Push`` method) on a grpc server."""
+    pb_grpc.add_TelemetryServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]

@@ -1,0 +1,80 @@
+"""The agent's Prometheus endpoint: computed at scrape time from the sampler's state.
+
+Series (Prometheus naming: base units, ``_total`` for counters, no kWh):
+``wattline_energy_joules_total`` and ``wattline_power_watts`` per
+{source, component, device, quality}; ``wattline_utilization_ratio``;
+``wattline_channel_healthy``; ``wattline_source_up{source}``; and the agent's own
+delivery counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from wattline.agent.sampler import Sampler
+from wattline.agent.spool import Spool
+
+LABELS = ["source", "component", "device", "quality"]
+
+
+class AgentCollector(Collector):
+    """Prometheus collector over a live :class:`Sampler` (and optionally its spool)."""
+
+    def __init__(
+        self,
+        sampler: Sampler,
+        spool: Spool | None = None,
+        source_up: Callable[[], dict[str, bool]] | None = None,
+    ) -> None:
+        self.sampler = sampler
+        self.spool = spool
+        self.source_up = source_up
+
+    def collect(self) -> Iterator[Metric]:
+        energy = CounterMetricFamily(
+            "wattline_energy_joules", "Energy since the agent started, by channel.", labels=LABELS
+        )
+        power = GaugeMetricFamily("wattline_power_watts", "Mean power over the last interval.", labels=LABELS)
+        util = GaugeMetricFamily("wattline_utilization_ratio", "Utilization over the last interval (0-1).", labels=LABELS)
+        healthy = GaugeMetricFamily("wattline_channel_healthy", "1 when the channel read fine last time.", labels=LABELS)
+        for state in self.sampler.snapshot():
+            ch = state.channel
+            labels = [ch.source, ch.component, ch.device, ch.quality.value]
+            energy.add_metric(labels, state.counter.cumulative_j)
+            healthy.add_metric(labels, 1.0 if state.healthy else 0.0)
+            if state.last is not None:
+                power.add_metric(labels, state.last.power_w)
+            if state.utilization is not None:
+                util.add_metric(labels, state.utilization)
+        yield from (energy, power, util, healthy)
+        if self.source_up is not None:
+            up = GaugeMetricFamily("wattline_source_up", "1 when the source is present and reading.", labels=["source"])
+            for name, ok in self.source_up().items():
+                up.add_metric([name], 1.0 if ok else 0.0)
+            yield up
+        yield CounterMetricFamily("wattline_agent_samples", "Samples produced.", value=self.sampler.samples_emitted)
+        yield GaugeMetricFamily(
+            "wattline_agent_clock_offset_seconds",
+            "Wall clock minus sample timestamps (non-zero after a backward clock step).",
+            value=self.sampler.clock.offset_ns / 1e9,
+        )
+        if self.spool is not None:
+            yield GaugeMetricFamily("wattline_agent_spool_batches", "Unacknowledged batches.", value=self.spool.backlog())
+            yield CounterMetricFamily(
+                "wattline_agent_dropped_samples", "Samples dropped because the spool was full.", value=self.spool.dropped_samples
+            )
+            yield CounterMetricFamily(
+                "wattline_agent_acked_samples", "Samples acknowledged by a collector.", value=self.spool.acked_samples
+            )
+
+
+def serve(collector: Collector, port: int, addr: str = "127.0.0.1") -> int:
+    """Serve ``collector`` on http://addr:port/metrics in a daemon thread; returns the port."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    server, _thread = start_http_server(port, addr=addr, registry=registry)
+    return int(server.server_address[1])

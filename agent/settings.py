@@ -1,0 +1,48 @@
+"""The agent's settings (``[agent]`` table, ``WATTLINE_AGENT_*``, flags)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from wattline.config import ConfigError, option
+
+DEFAULT_SOURCES = ["rapl", "nvml", "neuron", "nic", "cpu_model"]
+
+
+@dataclass
+class AgentSettings:
+    """Everything ``wattline agent`` needs besides the per-source tables."""
+
+    host_id: str = option("", "Stable host identity (default: the hostname).")
+    labels: dict[str, str] = option({}, "Host labels KEY=VALUE (instance_type, region, cluster); low cardinality.")
+    interval: float = option(1.0, "Sampling interval in seconds (0.1 for 10 Hz; RAPL needs < the wrap period).")
+    sysfs_root: Path = option(Path("/"), "Root under which /sys and /proc are read (a recorded tree in tests).")
+    sources: list[str] = option(list(DEFAULT_SOURCES), "Sources to try, in order (rapl,nvml,neuron,nic,cpu_model).")
+    collectors: list[str] = option(
+        ["127.0.0.1:50051"], "Collector addresses HOST:PORT, in preference order (fail over and back)."
+    )
+    batch_interval: float = option(1.0, "Seconds between batches sent to the collector.")
+    batch_max_samples: int = option(5000, "Most samples in one batch.")
+    spool_max_batches: int = option(
+        3600, "Unacknowledged batches kept while the collector is unreachable; beyond it the oldest are dropped."
+    )
+    prometheus_port: int | None = option(None, "Serve Prometheus metrics on this port (off when unset).")
+    prometheus_addr: str = option("127.0.0.1", "Address for the Prometheus endpoint (0.0.0.0 to expose).")
+    push_timeout: float = option(10.0, "Seconds to wait for a collector acknowledgement.")
+
+    def validate(self) -> AgentSettings:
+        """Range checks; raises ConfigError naming the option."""
+        if not 0.001 <= self.interval <= 3600:
+            raise ConfigError(f"option agent.interval: {self.interval} s out of range (0.001..3600)")
+        if self.batch_interval <= 0:
+            raise ConfigError("option agent.batch_interval: must be positive")
+        if self.batch_max_samples < 1 or self.spool_max_batches < 1:
+            raise ConfigError("option agent.batch_max_samples/spool_max_batches: must be at least 1")
+        if self.prometheus_port is not None and not 0 <= self.prometheus_port <= 65535:
+            raise ConfigError(f"option agent.prometheus_port: {self.prometheus_port} is not a port")
+        for address in self.collectors:
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ConfigError(f"option agent.collectors: {address!r} is not HOST:PORT")
+        return self

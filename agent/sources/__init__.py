@@ -1,0 +1,1 @@
+"""Energy sources, one module each, behind :class:`~.base.Source`."""

@@ -1,0 +1,62 @@
+"""The collector process: open the store, serve gRPC (+ metrics), stop gracefully."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from prometheus_client import start_http_server
+
+from wattline.collector.server import CollectorServer
+from wattline.collector.settings import CollectorSettings
+from wattline.collector.stores.base import Store
+from wattline.collector.stores.factory import open_store
+from wattline.config import read_secret
+
+log = logging.getLogger(__name__)
+
+
+def store_from_settings(settings: CollectorSettings) -> Store:
+    """Open the configured store; secrets come from a file or the environment only."""
+    token = read_secret(settings.influx_token_file, "WATTLINE_INFLUX_TOKEN", "InfluxDB token")
+    return open_store(
+        settings.store,
+        api=settings.influx_api,
+        database=settings.influx_database,
+        org=settings.influx_org,
+        bucket=settings.influx_bucket,
+        token=token,
+        username=settings.influx_username or None,
+        password=read_secret(None, "WATTLINE_INFLUX_PASSWORD", "InfluxDB password"),
+    )
+
+
+def run_collector(
+    settings: CollectorSettings,
+    stop: threading.Event,
+    on_ready: Callable[[int], None] | None = None,
+    on_tick: Callable[[], None] | None = None,
+) -> None:
+    """Serve until ``stop`` is set; in-flight batches are written and acknowledged first."""
+    store = store_from_settings(settings)
+    server = CollectorServer(
+        store,
+        settings.listen,
+        workers=settings.workers,
+        max_message_bytes=settings.max_message_mb << 20,
+    )
+    if settings.prometheus_port is not None:
+        start_http_server(settings.prometheus_port, addr=settings.prometheus_addr, registry=server.registry)
+    server.start()
+    log.info("collector listening on %s (port %d), writing to %s", settings.listen, server.port, store.kind)
+    if on_ready is not None:
+        on_ready(server.port)
+    try:
+        while not stop.wait(1.0):
+            if on_tick is not None:
+                on_tick()
+    finally:
+        log.info("collector stopping: finishing in-flight batches")
+        server.stop()
+        store.close()

@@ -1,0 +1,98 @@
+"""The counter module: wrap, reset, plausibility, power integration, never negative."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from wattline.agent.counter import EnergyCounter
+from wattline.agent.sources.base import Channel, Reading
+from wattline.quality import Quality
+
+RAPL = Channel("rapl", "cpu_package", "package-0", Quality.COUNTER, 1e-6, 262143328850, 95.0)
+
+
+def feed(counter: EnergyCounter, values: list[tuple[float, Reading]]) -> list[float | None]:
+    out: list[float | None] = []
+    for t, reading in values:
+        delta = counter.update(reading, t)
+        out.append(None if delta is None else delta.energy_j)
+    return out
+
+
+def test_counter_difference_scaled_to_joules() -> None:
+    c = EnergyCounter(RAPL)
+    got = feed(c, [(0.0, Reading(RAPL, energy_raw=1_000_000)), (1.0, Reading(RAPL, energy_raw=51_000_000))])
+    assert got == [None, 50.0]
+    assert c.cumulative_j == 50.0
+
+
+def test_wrap_uses_max_energy_range() -> None:
+    c = EnergyCounter(RAPL)
+    top = RAPL.counter_max
+    assert top is not None
+    got = feed(c, [(0.0, Reading(RAPL, energy_raw=top - 10_000_000)), (1.0, Reading(RAPL, energy_raw=30_000_000))])
+    assert got[1] == pytest.approx(40.0, abs=1e-9)
+
+
+def test_implausible_wrap_is_a_reset_and_counts_nothing() -> None:
+    c = EnergyCounter(RAPL)
+    got = feed(c, [(0.0, Reading(RAPL, energy_raw=200_000_000_000)), (1.0, Reading(RAPL, energy_raw=5_000_000))])
+    delta = c.update(Reading(RAPL, energy_raw=15_000_000), 2.0)
+    assert got[1] == 0.0
+    assert delta is not None and delta.energy_j == pytest.approx(10.0)
+    assert c.cumulative_j == pytest.approx(10.0)
+
+
+def test_reset_without_wrap_range_is_never_negative() -> None:
+    gpu = Channel("nvml", "gpu", "GPU-1", Quality.COUNTER, 1e-3, None, 700.0)
+    c = EnergyCounter(gpu)
+    got = feed(c, [(0.0, Reading(gpu, energy_raw=5_000_000)), (1.0, Reading(gpu, energy_raw=1000))])
+    assert got == [None, 0.0]
+    assert c.update(Reading(gpu, energy_raw=2000), 2.0).energy_j == pytest.approx(1.0)  # type: ignore[union-attr]
+
+
+def test_absurd_jump_is_flagged_not_counted() -> None:
+    c = EnergyCounter(RAPL)
+    c.update(Reading(RAPL, energy_raw=0), 0.0)
+    delta = c.update(Reading(RAPL, energy_raw=50_000_000_000), 1.0)  # 50 kJ in 1 s
+    assert delta is not None and delta.energy_j == 0.0 and not delta.healthy
+    assert "implausible" in delta.status
+
+
+def test_error_reading_counts_zero_and_drops_baseline() -> None:
+    c = EnergyCounter(RAPL)
+    c.update(Reading(RAPL, energy_raw=0), 0.0)
+    bad = c.update(Reading(RAPL, error="bad value"), 1.0)
+    assert bad is not None and bad.energy_j == 0.0 and not bad.healthy and bad.status == "bad value"
+    assert c.update(Reading(RAPL, energy_raw=90_000_000), 2.0) is None  # new baseline
+    assert c.update(Reading(RAPL, energy_raw=100_000_000), 3.0).energy_j == pytest.approx(10.0)  # type: ignore[union-attr]
+
+
+def test_power_trapezoid_and_bounds() -> None:
+    ch = Channel("neuron", "accelerator", "neuron0", Quality.MODEL, max_power_w=500.0)
+    c = EnergyCounter(ch)
+    c.update(Reading(ch, power_w=100.0), 0.0)
+    d = c.update(Reading(ch, power_w=200.0, power_bounds_w=(150.0, 250.0)), 2.0)
+    assert d is not None
+    assert d.energy_j == pytest.approx(300.0)
+    assert d.energy_error_j == pytest.approx(200.0)  # max(|250-150|, |150-150|) x 2 s
+
+
+@pytest.mark.parametrize("bad", [math.nan, -5.0, 50_000.0])
+def test_bad_power_never_counts(bad: float) -> None:
+    ch = Channel("nvml", "gpu", "GPU-0", Quality.INTEGRATED, max_power_w=700.0)
+    c = EnergyCounter(ch)
+    c.update(Reading(ch, power_w=100.0), 0.0)
+    d = c.update(Reading(ch, power_w=bad), 1.0)
+    assert d is not None and d.energy_j == 0.0 and not d.healthy
+    assert c.cumulative_j == 0.0
+
+
+def test_model_energy_per_interval() -> None:
+    ch = Channel("nic", "nic", "eth0", Quality.MODEL, max_power_w=50.0)
+    c = EnergyCounter(ch)
+    assert c.update(Reading(ch, energy_j=0.0), 0.0) is None
+    d = c.update(Reading(ch, energy_j=3.5), 1.0)
+    assert d is not None and d.energy_j == 3.5 and d.power_w == 3.5

@@ -1,0 +1,1 @@
+"""The ``wattline`` command (floor 4): each command parses, then calls one function."""

@@ -1,0 +1,192 @@
+"""``wattline agent``, ``wattline collector`` and ``wattline sources``."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from wattline.agent import registry
+from wattline.agent.daemon import Agent
+from wattline.agent.sampler import Sampler
+from wattline.agent.settings import AgentSettings
+from wattline.collector.daemon import run_collector
+from wattline.collector.settings import CollectorSettings
+from wattline.config import build, help_of, parse_pairs, read_toml
+
+CONFIG_HELP = "TOML config file ([agent], [collector], [sources.NAME] tables); env WATTLINE_* and flags override it."
+
+
+def _a(key: str) -> str:
+    return help_of(AgentSettings, key)
+
+
+def _c(key: str) -> str:
+    return help_of(CollectorSettings, key)
+
+
+def stop_event() -> threading.Event:
+    """An event set by SIGTERM or SIGINT."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def agent_settings(config: Path | None, **flags: Any) -> tuple[AgentSettings, dict[str, Any]]:
+    """Merge file, environment and flags into AgentSettings (+ the parsed file)."""
+    doc = read_toml(config)
+    if flags.get("labels"):
+        flags["labels"] = parse_pairs(flags["labels"], "--label")
+    for key in ("sources", "collectors"):
+        if not flags.get(key):
+            flags[key] = None
+    return build(AgentSettings, "agent", doc, flags=flags).validate(), doc
+
+
+def agent(
+    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    host_id: str | None = typer.Option(None, help=_a("host_id")),
+    labels: list[str] | None = typer.Option(None, "--label", "-l", help=_a("labels")),
+    interval: float | None = typer.Option(None, "--interval", "-i", help=_a("interval")),
+    sysfs_root: Path | None = typer.Option(None, help=_a("sysfs_root")),
+    sources: list[str] | None = typer.Option(None, "--source", help=_a("sources") + " Repeat the flag."),
+    collectors: list[str] | None = typer.Option(None, "--collector", help=_a("collectors") + " Repeat the flag."),
+    batch_interval: float | None = typer.Option(None, help=_a("batch_interval")),
+    prometheus_port: int | None = typer.Option(None, help=_a("prometheus_port")),
+    prometheus_addr: str | None = typer.Option(None, help=_a("prometheus_addr")),
+) -> None:
+    """Run the per-host agent: sample every source and stream to the collector."""
+    settings, doc = agent_settings(
+        config,
+        host_id=host_id,
+        labels=labels,
+        interval=interval,
+        sysfs_root=sysfs_root,
+        sources=sources,
+        collectors=collectors,
+        batch_interval=batch_interval,
+        prometheus_port=prometheus_port,
+        prometheus_addr=prometheus_addr,
+    )
+    stop = stop_event()
+    daemon = Agent(settings, doc)
+    daemon.start()
+    daemon.wait(stop)
+    daemon.stop()
+
+
+def collector(
+    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    listen: str | None = typer.Option(None, help=_c("listen")),
+    store: str | None = typer.Option(None, help=_c("store")),
+    influx_api: str | None = typer.Option(None, help=_c("influx_api")),
+    influx_database: str | None = typer.Option(None, help=_c("influx_database")),
+    influx_org: str | None = typer.Option(None, help=_c("influx_org")),
+    influx_bucket: str | None = typer.Option(None, help=_c("influx_bucket")),
+    influx_token_file: Path | None = typer.Option(None, help=_c("influx_token_file")),
+    prometheus_port: int | None = typer.Option(None, help=_c("prometheus_port")),
+    prometheus_addr: str | None = typer.Option(None, help=_c("prometheus_addr")),
+    workers: int | None = typer.Option(None, help=_c("workers")),
+) -> None:
+    """Run the collector: receive agents' batches over gRPC and write them to storage."""
+    flags = dict(
+        listen=listen,
+        store=store,
+        influx_api=influx_api,
+        influx_database=influx_database,
+        influx_org=influx_org,
+        influx_bucket=influx_bucket,
+        influx_token_file=influx_token_file,
+        prometheus_port=prometheus_port,
+        prometheus_addr=prometheus_addr,
+        workers=workers,
+    )
+    settings = build(CollectorSettings, "collector", read_toml(config), flags=flags).validate()
+    run_collector(settings, stop_event())
+
+
+def sources(
+    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    sysfs_root: Path | None = typer.Option(None, help=_a("sysfs_root")),
+    source_names: list[str] | None = typer.Option(None, "--source", help=_a("sources")),
+    sample: float = typer.Option(1.0, help="Seconds to sample before printing power (0: discovery only)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """List each energy source on this host: measured or estimated, and why any is missing."""
+    settings, doc = agent_settings(config, sysfs_root=sysfs_root, sources=source_names)
+    statuses = registry.discover(settings.sources, settings.sysfs_root, doc)
+    found = [s.source for s in statuses if s.source is not None]
+    sampler = Sampler(found, lambda _samples: None)
+    power: dict[tuple[str, str, str], float] = {}
+    if sample > 0 and found:
+        sampler.tick()
+        time.sleep(sample)
+        sampler.tick()
+        power = {k: s.last.power_w for k, s in sampler.channels.items() if s.last is not None}
+    report = sources_report(statuses, sampler, power)
+    for source in found:
+        source.close()
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    for entry in report:
+        if not entry["available"]:
+            typer.echo(f"{entry['source']:<10} absent    {entry['reason']}")
+        for ch in entry["channels"]:
+            watts = "" if ch["power_w"] is None else f"{ch['power_w']:10.2f} W"
+            state = "ok" if ch["healthy"] else f"UNHEALTHY: {ch['status']}"
+            label = "measured" if ch["quality"] != "model" else "ESTIMATE"
+            typer.echo(
+                f"{entry['source']:<10} {ch['quality']:<10} {label:<9} {ch['component']:<12} "
+                f"{ch['device']:<24}{watts}  {state}"
+            )
+        for note in entry["notes"]:
+            typer.echo(f"{entry['source']:<10} note      {note}")
+
+
+def sources_report(
+    statuses: list[registry.SourceStatus], sampler: Sampler, power: dict[tuple[str, str, str], float]
+) -> list[dict[str, Any]]:
+    """The JSON shape of ``wattline sources --json``."""
+    report: list[dict[str, Any]] = []
+    for status in statuses:
+        channels = []
+        for ch in status.channels:
+            key = (ch.source, ch.component, ch.device)
+            state = sampler.channels.get(key)
+            channels.append(
+                {
+                    "component": ch.component,
+                    "device": ch.device,
+                    "quality": ch.quality.value,
+                    "measured": ch.quality.measured,
+                    "power_w": power.get(key),
+                    "healthy": state.healthy if state else True,
+                    "status": state.status if state else "",
+                    "info": dict(ch.info),
+                }
+            )
+        report.append(
+            {
+                "source": status.name,
+                "available": status.available,
+                "reason": status.reason,
+                "error": sampler.source_errors.get(status.name, ""),
+                "channels": channels,
+                "notes": [n.text for n in status.notes],
+            }
+        )
+    return report
+
+
+def register(app: typer.Typer) -> None:
+    """Add these commands to ``app``."""
+    app.command()(agent)
+    app.command()(collector)
+    app.command()(sources)

@@ -1,0 +1,190 @@
+"""Configuration: a TOML file, ``WATTLINE_*`` environment variables, then flags (flags win).
+
+Each daemon's settings are a dataclass whose fields carry their help text. One TOML
+table per dataclass (``[agent]``, ``[collector]``, ``[sources.rapl]``...), and one
+environment variable per field: ``WATTLINE_<TABLE>_<FIELD>`` upper-cased with dots as
+underscores (``WATTLINE_AGENT_INTERVAL=0.1``, ``WATTLINE_SOURCES_NIC_IDLE_W=2``).
+
+Every bad value raises :class:`ConfigError` naming the option, so the CLI can print one
+line and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, malformed or out of range (one-line message)."""
+
+
+def option(default: Any, help: str, **kwargs: Any) -> Any:
+    """A dataclass field with help text (``default`` may be a factory via ``default_factory``)."""
+    if isinstance(default, list | dict):
+        return dataclasses.field(default_factory=functools.partial(copy.copy, default), metadata={"help": help}, **kwargs)
+    return dataclasses.field(default=default, metadata={"help": help}, **kwargs)
+
+
+def read_toml(path: Path | None) -> dict[str, Any]:
+    """Parse a TOML config file; a missing or malformed file is a :class:`ConfigError`."""
+    if path is None:
+        return {}
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}: not found") from None
+    except PermissionError:
+        raise ConfigError(f"config file {path}: permission denied") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: invalid TOML: {exc}") from None
+
+
+def table(doc: Mapping[str, Any], dotted: str) -> dict[str, Any]:
+    """The sub-table at ``dotted`` ("sources.rapl"), or {} when absent."""
+    node: Any = doc
+    for part in dotted.split("."):
+        node = node.get(part, {}) if isinstance(node, Mapping) else {}
+    if not isinstance(node, Mapping):
+        raise ConfigError(f"config [{dotted}]: expected a table")
+    return dict(node)
+
+
+def build(
+    cls: type[T],
+    name: str,
+    doc: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> T:
+    """Build dataclass ``cls`` for table ``name`` from file, environment and flags.
+
+    ``flags`` holds only options the user gave (None values are ignored).
+    """
+    values: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    file_values = table(doc or {}, name)
+    for key in file_values:
+        if key not in fields:
+            raise ConfigError(f"config [{name}]: unknown option {key!r}")
+    env = os.environ if env is None else env
+    prefix = "WATTLINE_" + name.upper().replace(".", "_") + "_"
+    for key in fields:
+        label = f"{name}.{key}"
+        if flags and flags.get(key) is not None:
+            values[key] = coerce(flags[key], hints[key], f"--{key.replace('_', '-')}")
+        elif prefix + key.upper() in env:
+            values[key] = coerce(env[prefix + key.upper()], hints[key], prefix + key.upper())
+        elif key in file_values:
+            values[key] = coerce(file_values[key], hints[key], label)
+    return cls(**values)
+
+
+def coerce(value: Any, hint: Any, label: str) -> Any:
+    """Convert ``value`` (TOML value or string) to the annotated type, or raise ConfigError."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    try:
+        if origin in (typing.Union, types.UnionType):
+            inner = [a for a in args if a is not type(None)]
+            if value is None or value == "":
+                return None
+            return coerce(value, inner[0], label)
+        if hint is bool:
+            return _to_bool(value)
+        if hint in (int, float):
+            if isinstance(value, bool):
+                raise ValueError
+            number = hint(value)
+            return number
+        if hint is str:
+            if not isinstance(value, str | int | float):
+                raise ValueError
+            return str(value)
+        if hint is Path:
+            return Path(str(value)).expanduser()
+        if origin is list:
+            items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else list(value)
+            return [coerce(v, args[0], label) for v in items]
+        if origin is dict:
+            if isinstance(value, str):
+                value = parse_pairs(value.split(","), label)
+            if not isinstance(value, Mapping):
+                raise ValueError
+            return {str(k): coerce(v, args[1], label) for k, v in value.items()}
+    except (TypeError, ValueError):
+        raise ConfigError(f"option {label}: invalid value {value!r} (expected {_type_name(hint)})") from None
+    raise ConfigError(f"option {label}: unsupported type {hint!r}")
+
+
+def parse_pairs(items: list[str] | tuple[str, ...], label: str) -> dict[str, str]:
+    """Parse ``k=v`` strings (labels) into a dict; a malformed item is a ConfigError."""
+    out: dict[str, str] = {}
+    for item in items:
+        if not item.strip():
+            continue
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"option {label}: expected KEY=VALUE, got {item!r}")
+        out[key.strip()] = val.strip()
+    return out
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(text)
+
+
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(hint) if a is not type(None))
+    if origin is list:
+        return "a list"
+    if origin is dict:
+        return "a table of KEY=VALUE"
+    return {int: "an integer", float: "a number", bool: "true/false", str: "a string", Path: "a path"}.get(
+        hint, str(hint)
+    )
+
+
+def help_of(cls: type[Any], key: str) -> str:
+    """The help text of field ``key`` of dataclass ``cls``."""
+    for f in dataclasses.fields(cls):
+        if f.name == key:
+            return str(f.metadata.get("help", ""))
+    raise KeyError(key)
+
+
+def read_secret(path: Path | None, env_var: str, what: str) -> str | None:
+    """A secret from ``path`` (refused when group/world readable) or the environment.
+
+    Secrets never come from argv (visible in ``ps``) and are never logged.
+    """
+    if path is not None:
+        try:
+            mode = path.stat().st_mode
+        except OSError as exc:
+            raise ConfigError(f"{what} file {path}: {exc.strerror}") from None
+        if mode & 0o077:
+            raise ConfigError(f"{what} file {path}: permissions {oct(mode & 0o777)} too open; chmod 600 {path}")
+        return path.read_text().strip()
+    return os.environ.get(env_var) or None

@@ -1,0 +1,470 @@
+"""Which joules belong to which job: window energy, host sharing, idle, coverage.
+
+Pure arithmetic on samples already read from a store. Conventions:
+
+* A sample is an interval ``(start_ns, end_ns]`` with ``energy_j`` drawn at uniform
+  power inside it, so a window takes ``energy_j x overlap / length`` of a sample it
+  only partly covers. A zero-length sample counts in full in a window
+  ``[t0, t1]`` when ``t0 < end_ns <= t1`` (points are keyed by interval end).
+* Job windows are ``[start_ns, end_ns)`` on one host (a multi-host job has one
+  :class:`JobWindow` per host).
+
+Sharing a host between concurrent jobs (:func:`split_shared`): each sample is cut
+at every job start and end inside it, so the set of active jobs is constant on each
+piece; each piece then goes
+
+* for an **accelerator channel** (one with claim keys, :attr:`ChannelEnergy.keys`):
+  in full to the active jobs that claim it (a device claimed by several active jobs,
+  e.g. NeuronCores of one Neuron device, is split by the number of its keys each
+  claims); unclaimed: unattributed;
+* for a **host-wide channel** (cpu, dram, nic, psys...), by :class:`ShareRule`:
+  ``"equal"`` among the active jobs; ``"device-share"`` in proportion to the number
+  of devices each active job claims on the host, with the jobs that claim none
+  sharing ``deviceless_share`` of it equally (all of it when no active job claims a
+  device, none when every active job does); ``"exclusive"`` all to the one active
+  job, unattributed when several are active; no active job: unattributed.
+
+Every piece is handed out in full (the last share is the remainder), so for each
+host ``node energy == sum over jobs + unattributed`` to float rounding, and no
+joule goes to two jobs. Which channels make up "node energy" is the caller's
+choice: do not pass both a RAPL package and its core/uncore sub-domains.
+
+Idle (:class:`IdlePolicy`): a channel's idle baseline in watts makes each sample's
+idle part ``min(energy_j, baseline_w x length)`` and its dynamic part the rest
+(never below 0); both are split with the same shares, so the dynamic and the idle
+parts are each conserved, and reports can show both totals.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from wattline.quality import Quality
+
+__all__ = [
+    "ACCELERATOR_COMPONENTS",
+    "Attribution",
+    "ChannelEnergy",
+    "Coverage",
+    "EdgeSample",
+    "IdleMode",
+    "IdlePolicy",
+    "Interval",
+    "JobWindow",
+    "Share",
+    "ShareKind",
+    "ShareRule",
+    "coverage",
+    "cumulative_window_energy",
+    "find_edges",
+    "split_shared",
+    "window_energy",
+]
+
+_NS = 1_000_000_000
+
+ShareKind = Literal["equal", "device-share", "exclusive"]
+IdleMode = Literal["none", "subtract"]
+
+#: Components that are devices a job claims ("gpu:<device>", "accelerator:<device>").
+ACCELERATOR_COMPONENTS = frozenset({"gpu", "accelerator"})
+
+
+# --------------------------------------------------------------------------- windows
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """One sample of one channel: energy over ``(start_ns, end_ns]``."""
+
+    start_ns: int
+    end_ns: int
+    energy_j: float
+
+    def __post_init__(self) -> None:
+        if self.end_ns < self.start_ns:
+            raise ValueError(f"interval ends before it starts: {self.start_ns} > {self.end_ns}")
+
+
+def _overlap_energy(start_ns: int, end_ns: int, energy_j: float, t0_ns: int, t1_ns: int) -> float:
+    if end_ns < start_ns:
+        raise ValueError(f"sample ends before it starts: {start_ns} > {end_ns}")
+    if end_ns == start_ns:
+        return energy_j if t0_ns < end_ns <= t1_ns else 0.0
+    lo, hi = max(start_ns, t0_ns), min(end_ns, t1_ns)
+    if hi <= lo:
+        return 0.0
+    if lo == start_ns and hi == end_ns:
+        return energy_j
+    return energy_j * (hi - lo) / (end_ns - start_ns)
+
+
+def window_energy(samples: Iterable[tuple[int, int, float] | Interval], t0_ns: int, t1_ns: int) -> float:
+    """Energy in ``[t0_ns, t1_ns]`` of samples ``(start_ns, end_ns, energy_j)``, pro rata by overlap."""
+    if t1_ns < t0_ns:
+        raise ValueError(f"window ends before it starts: {t0_ns} > {t1_ns}")
+    total = 0.0
+    for s in samples:
+        start, end, energy = (s.start_ns, s.end_ns, s.energy_j) if isinstance(s, Interval) else s
+        total += _overlap_energy(start, end, energy, t0_ns, t1_ns)
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeSample:
+    """A sample with its running total in one agent stream (``Sample.cumulative_j``)."""
+
+    start_ns: int
+    end_ns: int
+    energy_j: float
+    cumulative_j: float  #: energy since the stream started, at end_ns
+    stream: str  #: agent stream id; cumulative_j restarts with each stream
+
+
+def find_edges(samples: Sequence[EdgeSample], t_ns: int) -> tuple[EdgeSample | None, EdgeSample | None]:
+    """``(last sample ending at or before t, first sample ending after t)`` of samples sorted by end."""
+    i = bisect.bisect_right([s.end_ns for s in samples], t_ns)
+    return (samples[i - 1] if i > 0 else None), (samples[i] if i < len(samples) else None)
+
+
+def _cum_candidates(before: EdgeSample | None, after: EdgeSample | None, t_ns: int) -> list[tuple[float, str]]:
+    """Cumulative energy at ``t`` as (value, stream) pairs; two when ``t`` lies between streams.
+
+    The cumulative is piecewise linear: inside a sample from ``cumulative_j - energy_j``
+    at its start to ``cumulative_j`` at its end; across a gap within one stream from
+    the previous end to the next start (energy of samples missing from the store is
+    spread over the gap); flat before the first and after the last sample.
+    """
+    if after is None:
+        return [] if before is None else [(before.cumulative_j, before.stream)]
+    at_start = after.cumulative_j - after.energy_j
+    if after.start_ns <= t_ns:  # t inside `after` (t < after.end_ns by construction)
+        frac = (after.end_ns - t_ns) / (after.end_ns - after.start_ns)
+        return [(after.cumulative_j - after.energy_j * frac, after.stream)]
+    if before is None:
+        return [(at_start, after.stream)]
+    if before.stream != after.stream:
+        return [(before.cumulative_j, before.stream), (at_start, after.stream)]
+    gap = after.start_ns - before.end_ns
+    lost = at_start - before.cumulative_j
+    return [(before.cumulative_j + lost * (t_ns - before.end_ns) / gap, after.stream)]
+
+
+def cumulative_window_energy(
+    edge_before_t0: EdgeSample | None,
+    edge_after_t0: EdgeSample | None,
+    edge_before_t1: EdgeSample | None,
+    edge_after_t1: EdgeSample | None,
+    t0_ns: int,
+    t1_ns: int,
+) -> float | None:
+    """Energy in ``[t0_ns, t1_ns]`` from four samples (O(1)), or None across an agent restart.
+
+    ``edge_before_t`` is the last sample with ``end_ns <= t``, ``edge_after_t`` the first
+    with ``end_ns > t`` (:func:`find_edges`). The result is the cumulative at ``t1``
+    minus the cumulative at ``t0``, interpolated linearly in time inside the sample
+    straddling an edge. None when the two edges lie in different streams: the caller
+    then sums the samples (:func:`window_energy`). Unlike that sum, this counts the
+    energy of samples of the stream missing from the store.
+    """
+    if t1_ns < t0_ns:
+        raise ValueError(f"window ends before it starts: {t0_ns} > {t1_ns}")
+    lo = _cum_candidates(edge_before_t0, edge_after_t0, t0_ns)
+    hi = _cum_candidates(edge_before_t1, edge_after_t1, t1_ns)
+    if not lo or not hi:
+        return 0.0  # no sample at all
+    for c1, s1 in hi:
+        for c0, s0 in lo:
+            if s0 == s1:
+                return max(c1 - c0, 0.0)
+    return None
+
+
+# --------------------------------------------------------------------------- sharing
+
+
+@dataclass(frozen=True, slots=True)
+class JobWindow:
+    """A job on one host: its window and the devices it claims ("gpu:0", "neuroncore:3")."""
+
+    job_id: str
+    host: str
+    start_ns: int
+    end_ns: int
+    devices: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.end_ns < self.start_ns:
+            raise ValueError(f"job {self.job_id} ends before it starts")
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelEnergy:
+    """The samples of one channel (component + device) of one host.
+
+    ``keys`` are the device claims that map to this channel; empty means the
+    default: ``{"<component>:<device>"}`` for accelerator components, none (a
+    host-wide channel) otherwise. A Neuron device lists its cores
+    (``{"neuroncore:0", "neuroncore:1"}``), a GPU its index and UUID claims.
+    """
+
+    host: str
+    component: str
+    device: str
+    quality: Quality
+    intervals: Sequence[Interval]
+    keys: frozenset[str] = frozenset()
+
+    @property
+    def claim_keys(self) -> frozenset[str]:
+        """Claims that charge this channel to a job; empty for host-wide channels."""
+        if self.keys:
+            return self.keys
+        if self.component in ACCELERATOR_COMPONENTS:
+            return frozenset({f"{self.component}:{self.device}"})
+        return frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class ShareRule:
+    """How host-wide energy is split among concurrent jobs (see the module doc)."""
+
+    kind: ShareKind = "equal"
+    deviceless_share: float = 0.1  #: device-share: part of the energy for jobs without devices
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("equal", "device-share", "exclusive"):
+            raise ValueError(f"unknown share rule {self.kind!r}")
+        if not 0 <= self.deviceless_share <= 1:
+            raise ValueError("deviceless_share must be in [0, 1]")
+
+
+@dataclass(frozen=True, slots=True)
+class IdlePolicy:
+    """``"none"``: jobs are charged total energy; ``"subtract"``: only energy above idle.
+
+    ``baseline_w`` maps ``(host, component, device)`` to the channel's idle power;
+    channels not listed idle at 0 W. The split always computes both parts.
+    """
+
+    mode: IdleMode = "none"
+    baseline_w: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("none", "subtract"):
+            raise ValueError(f"unknown idle policy {self.mode!r}")
+        if any(w < 0 for w in self.baseline_w.values()):
+            raise ValueError("idle baselines must be >= 0 W")
+
+    def idle_w(self, host: str, component: str, device: str) -> float:
+        """Idle baseline of one channel, watts."""
+        return self.baseline_w.get((host, component, device), 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """Energy of one channel given to one job (``job_id`` None: unattributed)."""
+
+    job_id: str | None
+    host: str
+    component: str
+    device: str
+    quality: Quality
+    energy_j: float  #: total
+    dynamic_j: float  #: above the idle baseline; energy_j - dynamic_j is the idle part
+
+    @property
+    def idle_j(self) -> float:
+        """The idle part of energy_j."""
+        return self.energy_j - self.dynamic_j
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """Result of :func:`split_shared`: one :class:`Share` per (job or None, channel)."""
+
+    shares: tuple[Share, ...]
+    idle: IdlePolicy
+
+    def charged_j(self, share: Share) -> float:
+        """What the idle policy charges for a share: total, or dynamic only."""
+        return share.dynamic_j if self.idle.mode == "subtract" else share.energy_j
+
+    def job_total_j(self, job_id: str, *, host: str | None = None) -> float:
+        """Energy charged to a job (total or dynamic per the idle policy), all hosts or one."""
+        return math.fsum(
+            self.charged_j(s) for s in self.shares if s.job_id == job_id and (host is None or s.host == host)
+        )
+
+    def by_job(self, host: str | None = None) -> dict[str, float]:
+        """Charged energy per job id, all hosts or one."""
+        out: dict[str, list[float]] = defaultdict(list)
+        for s in self.shares:
+            if s.job_id is not None and (host is None or s.host == host):
+                out[s.job_id].append(self.charged_j(s))
+        return {k: math.fsum(v) for k, v in out.items()}
+
+    def unattributed_j(self, host: str | None = None) -> float:
+        """Energy of no job (total or dynamic per the idle policy), one host or all."""
+        return math.fsum(
+            self.charged_j(s) for s in self.shares if s.job_id is None and (host is None or s.host == host)
+        )
+
+    def excluded_idle_j(self, host: str | None = None) -> float:
+        """Idle energy left out of every charge: the idle part under "subtract", else 0.
+
+        ``node_total_j == sum(by_job) + unattributed_j + excluded_idle_j`` per host.
+        """
+        return self.node_idle_j(host) if self.idle.mode == "subtract" else 0.0
+
+    def node_total_j(self, host: str | None = None) -> float:
+        """All energy of the channels passed in, one host or all."""
+        return math.fsum(s.energy_j for s in self.shares if host is None or s.host == host)
+
+    def node_idle_j(self, host: str | None = None) -> float:
+        """The idle part of all energy, one host or all."""
+        return math.fsum(s.idle_j for s in self.shares if host is None or s.host == host)
+
+    def job_by_quality(self, job_id: str) -> dict[Quality, float]:
+        """Charged energy of a job per quality (input of :func:`coverage`)."""
+        out: dict[Quality, list[float]] = defaultdict(list)
+        for s in self.shares:
+            if s.job_id == job_id:
+                out[s.quality].append(self.charged_j(s))
+        return {q: math.fsum(v) for q, v in out.items()}
+
+
+def _active(jobs: Sequence[JobWindow], a: int, b: int) -> list[JobWindow]:
+    """Jobs covering the piece (a, b]; for a point (a == b) jobs with start < b <= end."""
+    if a == b:
+        return [j for j in jobs if j.start_ns < b <= j.end_ns]
+    return [j for j in jobs if j.start_ns <= a and b <= j.end_ns]
+
+
+def _weights(channel_keys: frozenset[str], active: Sequence[JobWindow], rule: ShareRule) -> list[tuple[str, float]]:
+    """(job_id, weight) of the jobs that get part of a piece; empty: unattributed."""
+    if channel_keys:
+        return [(j.job_id, float(n)) for j in active if (n := len(channel_keys & j.devices))]
+    if not active:
+        return []
+    if rule.kind == "exclusive":
+        return [(active[0].job_id, 1.0)] if len(active) == 1 else []
+    if rule.kind == "equal":
+        return [(j.job_id, 1.0) for j in active]
+    with_dev = [j for j in active if j.devices]
+    without = [j for j in active if not j.devices]
+    if not with_dev or not without:
+        return [(j.job_id, float(len(j.devices)) if with_dev else 1.0) for j in active]
+    total_dev = sum(len(j.devices) for j in with_dev)
+    rest = 1.0 - rule.deviceless_share
+    return [(j.job_id, rest * len(j.devices) / total_dev) for j in with_dev] + [
+        (j.job_id, rule.deviceless_share / len(without)) for j in without
+    ]
+
+
+def _hand_out(amount: float, weights: Sequence[tuple[str, float]]) -> list[tuple[str | None, float]]:
+    """Split ``amount`` by weights; the last share is the remainder, so the parts sum exactly."""
+    weights = [(k, w) for k, w in weights if w > 0]
+    if not weights:
+        return [(None, amount)]
+    total = math.fsum(w for _, w in weights)
+    out: list[tuple[str | None, float]] = []
+    given = 0.0
+    for k, w in weights[:-1]:
+        part = amount * w / total
+        out.append((k, part))
+        given += part
+    out.append((weights[-1][0], amount - given))
+    return out
+
+
+def split_shared(
+    channels: Sequence[ChannelEnergy],
+    jobs: Sequence[JobWindow],
+    rule: ShareRule | ShareKind = "equal",
+    *,
+    idle: IdlePolicy | None = None,
+) -> Attribution:
+    """Charge each channel's energy to the jobs active on its host (see the module doc).
+
+    ``rule`` is a :class:`ShareRule` or its kind. Conservation per host:
+    ``node_total_j == sum of all shares`` (jobs and unattributed), for the total and,
+    with the idle part added, for the dynamic energy.
+    """
+    share_rule = ShareRule(rule) if isinstance(rule, str) else rule
+    policy = idle or IdlePolicy()
+    by_host: dict[str, list[JobWindow]] = defaultdict(list)
+    for j in jobs:
+        by_host[j.host].append(j)
+    shares: list[Share] = []
+    for ch in channels:
+        host_jobs = by_host.get(ch.host, [])
+        keys = ch.claim_keys
+        idle_w = policy.idle_w(ch.host, ch.component, ch.device)
+        energy: dict[str | None, list[float]] = defaultdict(list)
+        dynamic: dict[str | None, list[float]] = defaultdict(list)
+        for iv in ch.intervals:
+            length = iv.end_ns - iv.start_ns
+            idle_part = min(iv.energy_j, idle_w * length / _NS)
+            dyn = iv.energy_j - idle_part
+            cuts = sorted(
+                {iv.start_ns, iv.end_ns}
+                | {t for j in host_jobs for t in (j.start_ns, j.end_ns) if iv.start_ns < t < iv.end_ns}
+            )
+            pieces = [(iv.start_ns, iv.end_ns)] if length == 0 else list(itertools.pairwise(cuts))
+            left_e, left_d = iv.energy_j, dyn
+            for n, (a, b) in enumerate(pieces):
+                if n == len(pieces) - 1:
+                    pe, pd = left_e, left_d
+                else:
+                    frac = (b - a) / length
+                    pe, pd = iv.energy_j * frac, dyn * frac
+                    left_e -= pe
+                    left_d -= pd
+                w = _weights(keys, _active(host_jobs, a, b), share_rule)
+                for k, part in _hand_out(pe, w):
+                    energy[k].append(part)
+                for k, part in _hand_out(pd, w):
+                    dynamic[k].append(part)
+        for k in sorted(energy, key=lambda x: (x is None, x or "")):
+            shares.append(
+                Share(k, ch.host, ch.component, ch.device, ch.quality, math.fsum(energy[k]), math.fsum(dynamic[k]))
+            )
+    return Attribution(tuple(shares), policy)
+
+
+# --------------------------------------------------------------------------- coverage
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """Share of energy per quality (summing to 1 when any energy) and the missing sources."""
+
+    shares: dict[Quality, float]
+    total_j: float
+    missing: tuple[str, ...] = ()
+
+    @property
+    def measured_share(self) -> float:
+        """Share from measurements (counter + integrated), 0 when no energy."""
+        return math.fsum(v for q, v in self.shares.items() if q.measured)
+
+
+def coverage(energy_by_quality: Mapping[Quality, float], missing: Iterable[str] = ()) -> Coverage:
+    """Shares of energy by quality; ``missing`` (e.g. "nic on host-3: no counters") passes through."""
+    if any(v < 0 for v in energy_by_quality.values()):
+        raise ValueError("energy must be >= 0")
+    total = math.fsum(energy_by_quality.values())
+    shares: dict[Quality, float] = {}
+    if total > 0:
+        nonzero = [(q, v) for q, v in energy_by_quality.items() if v > 0]
+        for q, v in nonzero[:-1]:
+            shares[q] = v / total
+        shares[nonzero[-1][0]] = 1.0 - math.fsum(shares.values())
+    return Coverage(shares, total, tuple(missing))

@@ -1,0 +1,408 @@
+"""NVIDIA GPUs through NVML (the ``nvidia-ml-py`` bindings): one energy channel per GPU.
+
+Energy comes from the driver's total-energy counter (``nvmlDeviceGetTotalEnergyConsumption``,
+mJ since the driver was loaded, Volta and newer) as a COUNTER channel. GPUs without it
+report power to integrate (``NVML_FI_DEV_POWER_INSTANT``, else ``nvmlDeviceGetPowerUsage``,
+a 1 s average on Ampere and newer) as INTEGRATED. With MIG enabled the physical GPU's
+energy is reported once, on the parent's channel: NVML has no per-instance energy, and
+repeating the parent's figure per instance would count it several times. Instances are
+listed by :meth:`NvmlSource.mig_devices` instead.
+
+Cost: a read makes three NVML calls per GPU (energy or power, utilization, memory). The
+power limit is re-read, and queries found NotSupported are retried, every
+``limit_refresh_reads`` reads. Per-process use (:meth:`NvmlSource.processes`) is separate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wattline.agent.sources.base import Channel, Note, Reading, Source, SourceUnavailable
+from wattline.quality import Quality
+
+#: The one-line reason when there is no usable NVML library or driver.
+LIBRARY_MISSING = "NVML library not found (no NVIDIA driver): libnvidia-ml.so.1"
+#: nvmlProcessInfo_t.gpuInstanceId outside MIG.
+_NO_INSTANCE = 0xFFFFFFFF
+_ENERGY, _FIELD, _USAGE = "total_energy_consumption", "power_instant", "power_usage"
+#: NVML_FI_DEV_POWER_INSTANT (mW), not named by older nvidia-ml-py releases.
+_FI_DEV_POWER_INSTANT = 186
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlOptions:
+    """Settings of :class:`NvmlSource`."""
+
+    #: Plausibility bound (W) for a GPU that reports no power limit.
+    default_max_power_w: float = 1500.0
+    #: ``max_power_w`` = enforced power limit x this (transients exceed the limit).
+    power_limit_margin: float = 1.5
+    #: Re-read power limits, and retry NotSupported queries, every this many reads.
+    limit_refresh_reads: int = 60
+    #: False integrates power even where the energy counter exists (for cross-checks).
+    use_energy_counter: bool = True
+
+    def __post_init__(self) -> None:
+        if self.default_max_power_w <= 0:
+            raise ValueError("default_max_power_w must be > 0")
+        if self.power_limit_margin < 1.0:
+            raise ValueError("power_limit_margin must be >= 1")
+        if self.limit_refresh_reads < 1:
+            raise ValueError("limit_refresh_reads must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUse:
+    """One compute process on one GPU (or MIG instance)."""
+
+    pid: int
+    #: GPU memory of the process; None where the driver cannot tell (Windows WDDM).
+    used_memory_bytes: int | None
+    #: Percent of SM time in the driver's samples since the previous call; None: no sample.
+    sm_util: int | None = None
+    #: The MIG GPU instance running the process; None outside MIG.
+    gpu_instance_id: int | None = None
+
+
+@dataclass(slots=True)
+class _Gpu:
+    index: int
+    handle: Any
+    uuid: str
+    channel: Channel | None = None
+    mode: str = ""
+    mig: bool = False
+    limit_w: float | None = None
+    #: Optional queries that answered NotSupported; not retried until the next refresh.
+    unsupported: set[str] = field(default_factory=set)
+    health: str = "ok"
+    last_sample_us: int = 0
+
+
+class NvmlSource(Source):
+    """Energy, utilization and memory of every NVIDIA GPU that NVML sees."""
+
+    name = "nvml"
+
+    def __init__(self, root: Path = Path("/"), options: NvmlOptions | None = None) -> None:
+        super().__init__(root)  # NVML reads no files; root is kept for uniformity.
+        self.options = options or NvmlOptions()
+        self._nv: Any = None  # the pynvml module once nvmlInit succeeded
+        self._gpus: list[_Gpu] = []
+        self._unidentified: dict[str, str] = {}
+        self._reads = 0
+        self._lock = threading.Lock()
+
+    # -- Source ----------------------------------------------------------------------
+
+    def discover(self) -> list[Channel]:
+        with self._lock:
+            nv = self._init()
+            try:
+                return self._discover(nv)
+            except BaseException:
+                self._shutdown()
+                raise
+
+    def read(self) -> list[Reading]:
+        with self._lock:
+            if self._nv is None:
+                return []
+            self._reads += 1
+            refresh = self._reads % self.options.limit_refresh_reads == 0
+            readings = []
+            for gpu in self._gpus:
+                if gpu.channel is None:
+                    continue
+                if refresh and gpu.health == "ok":
+                    gpu.unsupported.clear()
+                    gpu.limit_w = self._power_limit_w(gpu) or gpu.limit_w
+                readings.append(self._read_gpu(gpu, gpu.channel))
+            return readings
+
+    def close(self) -> None:
+        with self._lock:
+            self._shutdown()
+
+    # -- views beyond read() -----------------------------------------------------------
+
+    def device_health(self) -> dict[str, str]:
+        """GPU UUID -> "ok" or the last error of its energy/power read."""
+        with self._lock:
+            return {**self._unidentified, **{g.uuid: g.health for g in self._gpus}}
+
+    def processes(self) -> dict[str, list[ProcessUse]]:
+        """GPU UUID -> its compute processes.
+
+        A MIG parent lists all its instances' processes where the driver allows it (root);
+        :meth:`mig_devices` lists them per instance.
+        """
+        with self._lock:
+            if self._nv is None:
+                return {}
+            return {g.uuid: self._process_list(g.handle, None if g.mig else g) for g in self._gpus}
+
+    def mig_devices(self) -> list[dict[str, Any]]:
+        """Every MIG instance of every MIG-enabled GPU, as JSON-ready dicts.
+
+        Keys: parent_uuid, mig_uuid, gpu_instance_id, memory_used_bytes,
+        memory_total_bytes, processes (ProcessUse fields). Instances carry no energy.
+        """
+        with self._lock:
+            if self._nv is None:
+                return []
+            nv = self._nv
+            out: list[dict[str, Any]] = []
+            for gpu in self._gpus:
+                gpu.mig = self._mig_enabled(gpu.handle)
+                count = self._call(nv.nvmlDeviceGetMaxMigDeviceCount, gpu.handle) if gpu.mig else None
+                for slot in range(count or 0):
+                    try:
+                        handle = nv.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, slot)
+                    except (nv.NVMLError_NotFound, nv.NVMLError_InvalidArgument):
+                        continue  # empty slot
+                    except nv.NVMLError:
+                        break  # the parent itself failed
+                    memory = self._call(nv.nvmlDeviceGetMemoryInfo, handle)
+                    out.append(
+                        {
+                            "parent_uuid": gpu.uuid,
+                            "mig_uuid": _text(self._call(nv.nvmlDeviceGetUUID, handle)),
+                            "gpu_instance_id": self._call(nv.nvmlDeviceGetGpuInstanceId, handle),
+                            "memory_used_bytes": None if memory is None else int(memory.used),
+                            "memory_total_bytes": None if memory is None else int(memory.total),
+                            "processes": [asdict(p) for p in self._process_list(handle, None)],
+                        }
+                    )
+            return out
+
+    # -- discovery -----------------------------------------------------------------------
+
+    def _init(self) -> Any:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # the deprecated "pynvml" shim
+                import pynvml as nv
+        except ImportError:
+            raise SourceUnavailable("nvidia-ml-py is not installed (module pynvml)") from None
+        if self._nv is None:
+            try:
+                nv.nvmlInit()
+            except (nv.NVMLError_LibraryNotFound, nv.NVMLError_DriverNotLoaded):
+                raise SourceUnavailable(LIBRARY_MISSING) from None
+            except nv.NVMLError as exc:
+                raise SourceUnavailable(f"NVML initialisation failed: {exc}") from None
+            self._nv = nv
+        return nv
+
+    def _discover(self, nv: Any) -> list[Channel]:
+        self.notes = []
+        self._gpus, self._unidentified, self._reads = [], {}, 0
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+        except nv.NVMLError as exc:
+            raise SourceUnavailable(f"NVML cannot count GPUs: {exc}") from None
+        if count == 0:
+            raise SourceUnavailable("NVML found no GPUs")
+        version = self._call(nv.nvmlSystemGetDriverVersion)
+        self.notes.append(Note("info", f"NVIDIA driver {_text(version) or 'unknown'}, {count} GPU(s)"))
+        for index in range(count):
+            try:
+                handle = nv.nvmlDeviceGetHandleByIndex(index)
+                uuid = _text(nv.nvmlDeviceGetUUID(handle))
+            except nv.NVMLError as exc:
+                self._unidentified[f"gpu{index}"] = str(exc)
+                self.notes.append(Note("warning", f"GPU {index}: {exc}; skipped"))
+                continue
+            gpu = _Gpu(index, handle, uuid)
+            self._gpus.append(gpu)
+            self._open(nv, gpu)
+        channels = [g.channel for g in self._gpus if g.channel is not None]
+        if not channels:
+            errors = sorted({*self._unidentified.values(), *(g.health for g in self._gpus)} - {"ok"})
+            raise SourceUnavailable(f"none of {count} GPU(s) reports energy or power ({'; '.join(errors)})")
+        return channels
+
+    def _open(self, nv: Any, gpu: _Gpu) -> None:
+        """Probe one GPU and give it a channel, or record why it has none."""
+        name = _text(self._call(nv.nvmlDeviceGetName, gpu.handle)) or "unknown"
+        label = f"GPU {gpu.index} {gpu.uuid} ({name})"
+        try:
+            gpu.mode = self._probe_mode(nv, gpu.handle)
+        except nv.NVMLError as exc:
+            gpu.health = str(exc)
+            self.notes.append(Note("warning", f"{label}: {exc}; no energy"))
+            return
+        if not gpu.mode:
+            gpu.health = "no energy counter or power reading"
+            self.notes.append(Note("warning", f"{label}: NVML reports neither energy nor power"))
+            return
+        gpu.mig = self._mig_enabled(gpu.handle)
+        gpu.limit_w = self._power_limit_w(gpu)
+        memory = self._call(nv.nvmlDeviceGetMemoryInfo, gpu.handle)
+        info = [("name", name), ("uuid", gpu.uuid), ("index", str(gpu.index)), ("energy_source", gpu.mode)]
+        info.append(("mig", "enabled" if gpu.mig else "disabled"))
+        if memory is not None:
+            info.append(("memory_total_bytes", str(int(memory.total))))
+        counter = gpu.mode == _ENERGY
+        if not counter:
+            why = "no energy counter" if self.options.use_energy_counter else "energy counter off by option"
+            what = "instantaneous power" if gpu.mode == _FIELD else "nvmlDeviceGetPowerUsage (1 s average)"
+            self.notes.append(Note("info", f"{label}: {why}; integrating {what}"))
+        if gpu.mig:
+            self.notes.append(Note("info", f"{label}: MIG enabled; energy is the whole GPU's, counted once"))
+        limit = gpu.limit_w
+        gpu.channel = Channel(
+            source=self.name,
+            component="gpu",
+            device=gpu.uuid,
+            quality=Quality.COUNTER if counter else Quality.INTEGRATED,
+            counter_scale_j=1e-3 if counter else 1.0,
+            counter_max=None,
+            max_power_w=limit * self.options.power_limit_margin if limit else self.options.default_max_power_w,
+            info=tuple(info),
+        )
+
+    def _probe_mode(self, nv: Any, handle: Any) -> str:
+        """Which energy read works: "" when none does; other NVML errors propagate."""
+        unsupported = (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound)
+        if self.options.use_energy_counter:
+            try:
+                nv.nvmlDeviceGetTotalEnergyConsumption(handle)
+                return _ENERGY
+            except unsupported:
+                pass
+        try:
+            self._field_power_w(handle)
+            return _FIELD
+        except nv.NVMLError:
+            pass  # drivers that predate the field answer variously; the plain query decides
+        try:
+            nv.nvmlDeviceGetPowerUsage(handle)
+            return _USAGE
+        except unsupported:
+            return ""
+
+    def _mig_enabled(self, handle: Any) -> bool:
+        modes = self._call(self._nv.nvmlDeviceGetMigMode, handle)
+        return modes is not None and modes[0] == self._nv.NVML_DEVICE_MIG_ENABLE
+
+    def _power_limit_w(self, gpu: _Gpu) -> float | None:
+        nv = self._nv
+        for fn in (nv.nvmlDeviceGetEnforcedPowerLimit, nv.nvmlDeviceGetPowerManagementLimit):
+            milliwatts = self._optional(gpu, fn.__name__, fn)
+            if milliwatts:
+                return float(milliwatts) / 1000.0
+        return None
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _read_gpu(self, gpu: _Gpu, channel: Channel) -> Reading:
+        nv = self._nv
+        reading = Reading(channel)
+        try:
+            if gpu.mode == _ENERGY:
+                reading.energy_raw = int(nv.nvmlDeviceGetTotalEnergyConsumption(gpu.handle))
+            elif gpu.mode == _FIELD:
+                reading.power_w = self._field_power_w(gpu.handle)
+            else:
+                reading.power_w = float(nv.nvmlDeviceGetPowerUsage(gpu.handle)) / 1000.0
+        except nv.NVMLError as exc:
+            gpu.health = reading.error = str(exc)
+            return reading  # a failed GPU is not asked for the rest
+        gpu.health = "ok"
+        util = self._optional(gpu, "utilization", nv.nvmlDeviceGetUtilizationRates)
+        if util is not None:
+            reading.utilization = util.gpu / 100.0
+            reading.gauges["memory_utilization"] = util.memory / 100.0
+        memory = self._optional(gpu, "memory", nv.nvmlDeviceGetMemoryInfo)
+        if memory is not None:
+            reading.gauges["memory_used_bytes"] = float(memory.used)
+        if gpu.limit_w is not None:
+            reading.gauges["power_limit_w"] = gpu.limit_w
+        return reading
+
+    def _field_power_w(self, handle: Any) -> float:
+        nv = self._nv
+        value = nv.nvmlDeviceGetFieldValues(handle, [_FI_DEV_POWER_INSTANT])[0]
+        if value.nvmlReturn != nv.NVML_SUCCESS:
+            raise nv.NVMLError(value.nvmlReturn)
+        member = _VALUE_MEMBERS.get(int(value.valueType), "uiVal")
+        return float(getattr(value.value, member)) / 1000.0
+
+    def _process_list(self, handle: Any, sampled: _Gpu | None) -> list[ProcessUse]:
+        """Compute processes on ``handle``; SM use from ``sampled``'s samples when given."""
+        nv = self._nv
+        try:
+            infos = nv.nvmlDeviceGetComputeRunningProcesses(handle)
+        except (nv.NVMLError, getattr(nv, "NVMLLibraryMismatchError", nv.NVMLError)):
+            return []
+        sm = self._sm_samples(sampled) if sampled is not None else {}
+        out = []
+        for info in infos:
+            pid = int(info.pid)
+            memory = getattr(info, "usedGpuMemory", None)
+            instance = getattr(info, "gpuInstanceId", _NO_INSTANCE)
+            gi = None if instance is None or instance == _NO_INSTANCE else int(instance)
+            out.append(ProcessUse(pid, None if memory is None else int(memory), sm.get(pid), gi))
+        return out
+
+    def _sm_samples(self, gpu: _Gpu) -> dict[int, int]:
+        """pid -> SM percent of the newest sample since the previous call."""
+        nv = self._nv
+        samples = self._optional(
+            gpu, "process_utilization", lambda h: nv.nvmlDeviceGetProcessUtilization(h, gpu.last_sample_us)
+        )
+        newest: dict[int, tuple[int, int]] = {}
+        for sample in samples or ():  # NotFound (no samples since then) -> none
+            stamp, pid = int(sample.timeStamp), int(sample.pid)
+            if stamp >= newest.get(pid, (-1, 0))[0]:
+                newest[pid] = (stamp, int(sample.smUtil))
+            gpu.last_sample_us = max(gpu.last_sample_us, stamp)
+        return {pid: sm for pid, (_, sm) in newest.items()}
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _optional(self, gpu: _Gpu, key: str, fn: Callable[[Any], Any]) -> Any:
+        """``fn(handle)``, or None when it fails; NotSupported is remembered until refresh."""
+        nv = self._nv
+        if key in gpu.unsupported:
+            return None
+        try:
+            return fn(gpu.handle)
+        except (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound):
+            gpu.unsupported.add(key)
+        except nv.NVMLError:
+            pass
+        return None
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, or None on any NVML error."""
+        try:
+            return fn(*args)
+        except self._nv.NVMLError:
+            return None
+
+    def _shutdown(self) -> None:
+        nv, self._nv = self._nv, None
+        self._gpus = []
+        if nv is not None:
+            with contextlib.suppress(nv.NVMLError):
+                nv.nvmlShutdown()
+
+
+#: nvmlValueType_t -> the c_nvmlValue_t member holding it.
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def _text(value: Any) -> str:
+    """NVML strings arrive as str (convertStrBytes) or, in older bindings, bytes."""
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,548 @@
+/*
+ * A stand-in libnvidia-ml.so.1 for wattline's NVML tests: exports only the NVML entry
+ * points that the real nvidia-ml-py bindings resolve for wattline.agent.sources.nvml, and
+ * answers from a scenario file named by WATTLINE_NVML_SCENARIO (read at the first
+ * nvmlInitWithFlags).
+ *
+ * Scenario format: one statement a line, '#' starts a comment.
+ *
+ *   driver 550.54.15          nvmlSystemGetDriverVersion
+ *   init_error 9              nvmlInitWithFlags returns this code (9: DriverNotLoaded)
+ *   gpu <uuid> <name...>      starts a GPU; the statements below apply to it
+ *   handle_error 4            nvmlDeviceGetHandleByIndex_v2 returns this code
+ *   energy   v0 v1 ...        nvmlDeviceGetTotalEnergyConsumption, mJ
+ *   power    v0 v1 ...        nvmlDeviceGetPowerUsage, mW
+ *   instant  v0 v1 ...        nvmlDeviceGetFieldValues NVML_FI_DEV_POWER_INSTANT (186), mW
+ *   util     g:m ...          nvmlDeviceGetUtilizationRates, gpu:memory percent
+ *   memory   total:used ...   nvmlDeviceGetMemoryInfo (v1), bytes
+ *   limit    v0 ...           nvmlDeviceGetEnforcedPowerLimit, mW
+ *   mgmt_limit v0 ...         nvmlDeviceGetPowerManagementLimit, mW
+ *   mig <current> <max>       nvmlDeviceGetMigMode current (=pending) and MaxMigDeviceCount
+ *   mig_device <slot> <uuid> <gpu instance id> <total> <used>
+ *   mig_process <slot> <pid> <used bytes>
+ *   process <pid> <used bytes> <sm percent | ->
+ *
+ * Series: each call of that function on that GPU takes the next value (call k gets value
+ * k; after the last one the last repeats). "ns" answers NotSupported (3), "eN" answers
+ * error N (e15: GpuIsLost). A query with no statement answers NotSupported, as does
+ * nvmlDeviceGetMigMode without "mig". Calls are counted per function for the tests:
+ * stub_call_count(name), stub_reset_counts().
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_GPUS 16
+#define MAX_MIG 8
+#define MAX_STEPS 256
+#define MAX_PROCS 16
+#define NO_ID 0xFFFFFFFFu
+
+enum {
+    OK = 0, E_UNINIT = 1, E_INVALID = 2, E_NOT_SUPPORTED = 3, E_NOT_FOUND = 6,
+    E_INSUFFICIENT_SIZE = 7, E_UNKNOWN = 999
+};
+
+typedef struct nvmlDevice_st *nvmlDevice_t;
+
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    long long sllVal;
+    int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;
+    long long latencyUsec;
+    unsigned int valueType;
+    unsigned int nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
+/* ---- scenario state ---------------------------------------------------------------- */
+
+enum { S_ENERGY, S_POWER, S_INSTANT, S_UTIL, S_MEMORY, S_LIMIT, S_MGMT_LIMIT, S_COUNT };
+static const char *series_names[S_COUNT] = {
+    "energy", "power", "instant", "util", "memory", "limit", "mgmt_limit"};
+
+typedef struct {
+    int present, n;
+    long long a[MAX_STEPS], b[MAX_STEPS];
+    int err[MAX_STEPS];
+} series_t;
+
+typedef struct { unsigned int pid; unsigned long long mem; int sm; } proc_t;
+
+typedef struct {
+    int present;
+    char uuid[96];
+    unsigned int gi;
+    unsigned long long total, used;
+    int nprocs;
+    proc_t procs[MAX_PROCS];
+} mig_t;
+
+typedef struct {
+    char uuid[96], name[96];
+    int handle_error;
+    series_t s[S_COUNT];
+    int calls[S_COUNT];
+    int mig_mode; /* -1: MIG not supported */
+    unsigned int mig_max;
+    mig_t migs[MAX_MIG];
+    int nprocs;
+    proc_t procs[MAX_PROCS];
+    unsigned long long sample_epoch;
+} gpu_t;
+
+static gpu_t gpus[MAX_GPUS];
+static int ngpus;
+static int loaded;
+static int init_error;
+static int refcount;
+static char driver[80] = "999.99.99";
+
+/* ---- call counting ------------------------------------------------------------------ */
+
+#define MAX_FUNCS 32
+static const char *func_names[MAX_FUNCS];
+static unsigned long long func_calls[MAX_FUNCS];
+
+static void count_call(const char *name) {
+    for (int i = 0; i < MAX_FUNCS; i++) {
+        if (func_names[i] == NULL) func_names[i] = name;
+        if (strcmp(func_names[i], name) == 0) { func_calls[i]++; return; }
+    }
+}
+
+unsigned long long stub_call_count(const char *name) {
+    for (int i = 0; i < MAX_FUNCS && func_names[i] != NULL; i++)
+        if (strcmp(func_names[i], name) == 0) return func_calls[i];
+    return 0;
+}
+
+void stub_reset_counts(void) { memset(func_calls, 0, sizeof func_calls); }
+
+#define ENTER() count_call(__func__); if (refcount <= 0) return E_UNINIT
+
+/* ---- parsing ----------------------------------------------------------------------- */
+
+static int fail(int lineno, const char *why) {
+    fprintf(stderr, "libnvml_stub: scenario line %d: %s\n", lineno, why);
+    return -1;
+}
+
+static int parse_series(series_t *s, char *save) {
+    char *tok;
+    s->present = 1;
+    while ((tok = strtok_r(NULL, " \t\r\n", &save)) != NULL) {
+        if (s->n >= MAX_STEPS) return -1;
+        int k = s->n++;
+        if (strcmp(tok, "ns") == 0) s->err[k] = E_NOT_SUPPORTED;
+        else if (tok[0] == 'e') s->err[k] = atoi(tok + 1);
+        else {
+            char *colon = strchr(tok, ':');
+            s->a[k] = strtoll(tok, NULL, 10);
+            s->b[k] = colon ? strtoll(colon + 1, NULL, 10) : 0;
+        }
+    }
+    return s->n > 0 ? 0 : -1;
+}
+
+static int parse_line(char *line, int lineno) {
+    char *save = NULL, *key = strtok_r(line, " \t\r\n", &save);
+    gpu_t *g = ngpus > 0 ? &gpus[ngpus - 1] : NULL;
+    if (key == NULL) return 0;
+    if (strcmp(key, "driver") == 0) {
+        char *v = strtok_r(NULL, " \t\r\n", &save);
+        if (v == NULL) return fail(lineno, "driver needs a version");
+        snprintf(driver, sizeof driver, "%s", v);
+        return 0;
+    }
+    if (strcmp(key, "init_error") == 0) {
+        char *v = strtok_r(NULL, " \t\r\n", &save);
+        init_error = v ? atoi(v) : E_UNKNOWN;
+        return 0;
+    }
+    if (strcmp(key, "gpu") == 0) {
+        if (ngpus >= MAX_GPUS) return fail(lineno, "too many GPUs");
+        g = &gpus[ngpus++];
+        memset(g, 0, sizeof *g);
+        g->mig_mode = -1;
+        char *uuid = strtok_r(NULL, " \t\r\n", &save);
+        char *name = strtok_r(NULL, "\r\n", &save);
+        if (uuid == NULL) return fail(lineno, "gpu needs a uuid");
+        snprintf(g->uuid, sizeof g->uuid, "%s", uuid);
+        snprintf(g->name, sizeof g->name, "%s", name ? name : "NVIDIA Stub GPU");
+        return 0;
+    }
+    if (g == NULL) return fail(lineno, "statement before the first gpu");
+    for (int i = 0; i < S_COUNT; i++)
+        if (strcmp(key, series_names[i]) == 0)
+            return parse_series(&g->s[i], save) == 0 ? 0 : fail(lineno, "bad series");
+    if (strcmp(key, "handle_error") == 0) {
+        char *v = strtok_r(NULL, " \t\r\n", &save);
+        g->handle_error = v ? atoi(v) : E_UNKNOWN;
+        return 0;
+    }
+    if (strcmp(key, "mig") == 0) {
+        char *mode = strtok_r(NULL, " \t\r\n", &save), *max = strtok_r(NULL, " \t\r\n", &save);
+        if (mode == NULL || max == NULL) return fail(lineno, "mig <current> <max>");
+        g->mig_mode = atoi(mode);
+        g->mig_max = (unsigned int)atoi(max);
+        return 0;
+    }
+    if (strcmp(key, "mig_device") == 0) {
+        char *f[5];
+        for (int i = 0; i < 5; i++)
+            if ((f[i] = strtok_r(NULL, " \t\r\n", &save)) == NULL)
+                return fail(lineno, "mig_device <slot> <uuid> <gi> <total> <used>");
+        int slot = atoi(f[0]);
+        if (slot < 0 || slot >= MAX_MIG) return fail(lineno, "bad MIG slot");
+        mig_t *m = &g->migs[slot];
+        m->present = 1;
+        snprintf(m->uuid, sizeof m->uuid, "%s", f[1]);
+        m->gi = (unsigned int)atoi(f[2]);
+        m->total = strtoull(f[3], NULL, 10);
+        m->used = strtoull(f[4], NULL, 10);
+        return 0;
+    }
+    if (strcmp(key, "mig_process") == 0 || strcmp(key, "process") == 0) {
+        int is_mig = key[0] == 'm';
+        char *f[3];
+        for (int i = 0; i < 3; i++) f[i] = strtok_r(NULL, " \t\r\n", &save);
+        if (f[0] == NULL || f[1] == NULL || f[2] == NULL) return fail(lineno, "bad process");
+        int *n = &g->nprocs;
+        proc_t *procs = g->procs;
+        if (is_mig) {
+            int slot = atoi(f[0]);
+            if (slot < 0 || slot >= MAX_MIG || !g->migs[slot].present)
+                return fail(lineno, "mig_process before its mig_device");
+            n = &g->migs[slot].nprocs;
+            procs = g->migs[slot].procs;
+            f[0] = f[1];
+            f[1] = f[2];
+            f[2] = "-";
+        }
+        if (*n >= MAX_PROCS) return fail(lineno, "too many processes");
+        proc_t *p = &procs[(*n)++];
+        p->pid = (unsigned int)atoi(f[0]);
+        p->mem = strtoull(f[1], NULL, 10);
+        p->sm = strcmp(f[2], "-") == 0 ? -1 : atoi(f[2]);
+        return 0;
+    }
+    return fail(lineno, "unknown statement");
+}
+
+static int load_scenario(void) {
+    const char *path = getenv("WATTLINE_NVML_SCENARIO");
+    if (path == NULL) {
+        fprintf(stderr, "libnvml_stub: WATTLINE_NVML_SCENARIO is not set\n");
+        return -1;
+    }
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        fprintf(stderr, "libnvml_stub: cannot open %s\n", path);
+        return -1;
+    }
+    char line[2048];
+    int lineno = 0, rc = 0;
+    while (rc == 0 && fgets(line, sizeof line, f) != NULL) {
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        rc = parse_line(line, ++lineno);
+    }
+    fclose(f);
+    return rc;
+}
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static gpu_t *as_gpu(nvmlDevice_t h) {
+    for (int i = 0; i < ngpus; i++)
+        if ((void *)h == (void *)&gpus[i]) return &gpus[i];
+    return NULL;
+}
+
+static mig_t *as_mig(nvmlDevice_t h, gpu_t **parent) {
+    for (int i = 0; i < ngpus; i++)
+        for (int j = 0; j < MAX_MIG; j++)
+            if ((void *)h == (void *)&gpus[i].migs[j]) {
+                if (parent) *parent = &gpus[i];
+                return &gpus[i].migs[j];
+            }
+    return NULL;
+}
+
+/* Next value of a series: 0 with a (and b) set, or the error code of that step. */
+static int next(gpu_t *g, int which, long long *a, long long *b) {
+    series_t *s = &g->s[which];
+    if (!s->present) return E_NOT_SUPPORTED;
+    int k = g->calls[which]++;
+    if (k >= s->n) k = s->n - 1;
+    if (s->err[k]) return s->err[k];
+    *a = s->a[k];
+    if (b) *b = s->b[k];
+    return OK;
+}
+
+static int copy_str(char *dst, unsigned int len, const char *src) {
+    if (dst == NULL || strlen(src) + 1 > len) return E_INSUFFICIENT_SIZE;
+    memcpy(dst, src, strlen(src) + 1);
+    return OK;
+}
+
+/* ---- NVML entry points ------------------------------------------------------------- */
+
+int nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    count_call(__func__);
+    if (!loaded) {
+        if (load_scenario() != 0) return E_UNKNOWN;
+        loaded = 1;
+    }
+    if (init_error) return init_error;
+    refcount++;
+    return OK;
+}
+
+int nvmlShutdown(void) {
+    ENTER();
+    refcount--;
+    return OK;
+}
+
+const char *nvmlErrorString(int result) {
+    switch (result) {
+    case OK: return "Success";
+    case E_NOT_SUPPORTED: return "Not Supported";
+    case 15: return "GPU is lost";
+    case 28: return "GPU not found";
+    default: return "Unknown Error";
+    }
+}
+
+int nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    ENTER();
+    return copy_str(version, length, driver);
+}
+
+int nvmlDeviceGetCount_v2(unsigned int *count) {
+    ENTER();
+    *count = (unsigned int)ngpus;
+    return OK;
+}
+
+int nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    ENTER();
+    if (index >= (unsigned int)ngpus) return E_INVALID;
+    if (gpus[index].handle_error) return gpus[index].handle_error;
+    *device = (nvmlDevice_t)(void *)&gpus[index];
+    return OK;
+}
+
+int nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    ENTER();
+    gpu_t *g = as_gpu(device);
+    if (g == NULL) as_mig(device, &g); /* a MIG device answers with its parent's name */
+    if (g == NULL) return E_INVALID;
+    return copy_str(name, length, g->name);
+}
+
+int nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    ENTER();
+    gpu_t *g = as_gpu(device);
+    mig_t *m = as_mig(device, NULL);
+    if (g) return copy_str(uuid, length, g->uuid);
+    if (m) return copy_str(uuid, length, m->uuid);
+    return E_INVALID;
+}
+
+int nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
+    ENTER();
+    gpu_t *g = as_gpu(device);
+    long long v;
+    if (g == NULL) return as_mig(device, NULL) ? E_NOT_SUPPORTED : E_INVALID;
+    int rc = next(g, S_ENERGY, &v, NULL);
+    if (rc == OK) *energy = (unsigned long long)v;
+    return rc;
+}
+
+int nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
+    ENTER();
+    gpu_t *g = as_gpu(device);
+    long long v;
+    if (g == NULL) return as_mig(device, NULL) ? E_NOT_SUPPORTED : E_INVALID;
+    int rc = next(g, S_POWER, &v, NULL);
+    if (rc == OK) *power = (unsigned int)v;
+    return rc;
+}
+
+int nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *values) {
+    ENTER();
+    gpu_t *g = as_gpu(device);
+    if (g == NULL) return as_mig(device, NULL) ? E_NOT_SUPPORTED : E_INVALID;
+    for (int i = 0; i < count; i++) {
+        nvmlFieldValue_t *fv = &values[i];
+        long long v = 0;
+        fv->nvmlReturn = fv->fieldId == 186 && fv->scopeId == 0 ? (unsigned int)next(g, S_INSTANT, &v, NULL)
+                                                                 : E_NOT_SUPPORTED;
+        fv->timestamp = 1700000000000000LL + g->calls[S_INSTANT];
+        fv->latencyUsec = 0;
+        fv->valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
+        fv->value.uiVal = (unsigned int)v;
+    }
+    return OK;
+}
+
+int nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *util) {
+    ENTER();
+    gpu_t *g = as_gpu(device);
+    long long a, b;
+    if (g == NULL) return as_mig(device, NULL) ? E_NOT_SUPPORTED : E_INVALID;
+    int rc = next(g, S_UTIL, &a, &b);
+    if (rc == OK) { util->gpu = (unsigned int)a; util->memory = (unsigned int)b; }
+    return rc;
+}
+
+int nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    ENTER();
+    gpu_t *g = as_gpu(device);
+    mig_t *m = as_mig(device, NULL);
+    long long total, used;
+    if (m) { total = (long long)m->total; used = (long long)m->used; }
+    else if (g == NULL) return E_INVALID;
+    else {
+        int rc = next(g, S_MEMORY, &total, &used);
+        if (rc != OK) return rc;
+    }
+    memory->total = (unsigned long long)total;
+    memory->used = (unsigned long long)used;
+    memory->free = memory->total - memory->used;
+    return OK;
+}
+
+static int limit(nvmlDevice_t device, int which, unsigned int *out) {
+    gpu_t *g = as_gpu(device);
+    long long v;
+    if (g == NULL) return as_mig(device, NULL) ? E_NOT_SUPPORTED : E_INVALID;
+    int rc = next(g, which, &v, NULL);
+    if (rc == OK) *out = (unsigned int)v;
+    return rc;
+}
+
+int nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *lim) {
+    ENTER();
+    return limit(device, S_LIMIT, lim);
+}
+
+int nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *lim) {
+    ENTER();
+    return limit(device, S_MGMT_LIMIT, lim);
+}
+
+int nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current, unsigned int *pending) {
+    ENTER();
+    gpu_t *g = as_gpu(device);
+    if (g == NULL) return as_mig(device, NULL) ? E_NOT_SUPPORTED : E_INVALID;
+    if (g->mig_mode < 0) return E_NOT_SUPPORTED;
+    *current = *pending = (unsigned int)g->mig_mode;
+    return OK;
+}
+
+int nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    ENTER();
+    gpu_t *g = as_gpu(device);
+    if (g == NULL) return E_INVALID;
+    if (g->mig_mode < 0) return E_NOT_SUPPORTED;
+    *count = g->mig_max;
+    return OK;
+}
+
+int nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *mig) {
+    ENTER();
+    gpu_t *g = as_gpu(device);
+    if (g == NULL || index >= g->mig_max || index >= MAX_MIG) return E_INVALID;
+    if (g->mig_mode != 1 || !g->migs[index].present) return E_NOT_FOUND;
+    *mig = (nvmlDevice_t)(void *)&g->migs[index];
+    return OK;
+}
+
+int nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+    ENTER();
+    mig_t *m = as_mig(device, NULL);
+    if (m == NULL) return E_INVALID;
+    *id = m->gi;
+    return OK;
+}
+
+int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_t *infos) {
+    ENTER();
+    gpu_t *g = as_gpu(device);
+    mig_t *m = as_mig(device, NULL);
+    nvmlProcessInfo_t all[MAX_PROCS * (MAX_MIG + 1)];
+    unsigned int n = 0;
+    if (m) {
+        for (int i = 0; i < m->nprocs; i++)
+            all[n++] = (nvmlProcessInfo_t){m->procs[i].pid, m->procs[i].mem, m->gi, 0};
+    } else if (g && g->mig_mode == 1) { /* MIG parent: aggregate over instances */
+        for (int j = 0; j < MAX_MIG; j++)
+            for (int i = 0; g->migs[j].present && i < g->migs[j].nprocs; i++)
+                all[n++] = (nvmlProcessInfo_t){g->migs[j].procs[i].pid, g->migs[j].procs[i].mem, g->migs[j].gi, 0};
+    } else if (g) {
+        for (int i = 0; i < g->nprocs; i++)
+            all[n++] = (nvmlProcessInfo_t){g->procs[i].pid, g->procs[i].mem, NO_ID, NO_ID};
+    } else {
+        return E_INVALID;
+    }
+    if (infos == NULL || *count < n) {
+        *count = n;
+        return n == 0 ? OK : E_INSUFFICIENT_SIZE;
+    }
+    memcpy(infos, all, n * sizeof *all);
+    *count = n;
+    return OK;
+}
+
+int nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *samples,
+                                    unsigned int *count, unsigned long long lastSeen) {
+    ENTER();
+    gpu_t *g = as_gpu(device);
+    if (g == NULL) return as_mig(device, NULL) ? E_NOT_SUPPORTED : E_INVALID;
+    if (g->mig_mode == 1) return E_NOT_SUPPORTED;
+    /* One fresh sample per process with an sm figure, newer at each filled call. */
+    unsigned long long ts = (g->sample_epoch + 1) * 1000000ULL;
+    unsigned int n = 0;
+    for (int i = 0; i < g->nprocs; i++) n += g->procs[i].sm >= 0;
+    if (n == 0 || ts <= lastSeen) return E_NOT_FOUND;
+    if (samples == NULL || *count < n) {
+        *count = n;
+        return E_INSUFFICIENT_SIZE;
+    }
+    unsigned int k = 0;
+    for (int i = 0; i < g->nprocs; i++)
+        if (g->procs[i].sm >= 0)
+            samples[k++] = (nvmlProcessUtilizationSample_t){g->procs[i].pid, ts, (unsigned int)g->procs[i].sm, 0, 0, 0};
+    *count = n;
+    g->sample_epoch++;
+    return OK;
+}

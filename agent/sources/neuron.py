@@ -1,0 +1,728 @@
+"""AWS Neuron (Inferentia / Trainium) source: ``neuron-monitor`` + driver power sysfs.
+
+Two inputs, both optional, at least one required:
+
+- **neuron-monitor** runs as a child process with a config file the agent writes. A
+  background thread reads its stdout (one JSON report per line, parsed by
+  :mod:`.neuron_report`) and keeps only the latest report, so :meth:`NeuronSource.read`
+  never blocks. If the child exits it is restarted with exponential back-off
+  (``backoff_initial_s`` doubling to ``backoff_max_s``, back to the start after a child
+  lived ``backoff_reset_s``). Its stderr is drained continuously; the last line is kept
+  for error messages. :meth:`NeuronSource.close` terminates, waits, kills, and reaps it.
+- **Driver power file** ``/sys/devices/virtual/neuron_device/neuronN/stats/power/utilization``
+  (driver 2.21.37+), ``<status>,<epoch_s>,<min>,<max>,<avg>``: the minimum, maximum and
+  average power of the last completed wall-clock minute, in percent of the device's
+  maximum power *with background power backed out* (driver ``neuron_power.c``). Status is
+  ``POWER_STATUS_VALID``, ``POWER_STATUS_NO_DATA`` (fewer than 60 samples in the minute;
+  then all values are 0.00) or ``POWER_STATUS_INVALID`` (``POWER_STATUS_MAX`` is the
+  driver's clamp for an out-of-range status). Driver 2.31 moved sysfs nodes, so the file
+  is searched for under each device directory and the layout found is reported as a note.
+
+Power (every figure is quality MODEL: a percentage of a nominal maximum is not a meter)::
+
+    sysfs:  P = idle + avg% x max      bounds = idle + (min%, max%) x max
+    model:  P = idle + u x (max - idle)  u = mean NeuronCore utilization (no bounds)
+
+``idle`` is added to the sysfs figure because the driver backs background power out;
+with ``add_background_power=False`` the figure is dynamic power only (channel info says
+which). Whether the percentage is of ``max`` or of ``max - idle`` is not documented;
+``avg% x max`` is used. The bounds are the union of the last two published minutes (a
+reading interval can straddle a minute boundary); they cover the within-minute variation
+only, not the uncertainty of the nominal max/idle figures. The value describes the last
+completed minute, so it lags by about a minute. A non-VALID status, a malformed line, or
+an epoch more than ``power_stale_s`` away from the wall clock is a reading error
+("neuron0 power: NO_DATA"), never zero watts; a VALID 0.00 is a legitimate idle reading
+(all-smi read exactly that on an idle trn1).
+
+Device power table (watts per device; every value overridable in :class:`NeuronOptions`).
+AWS publishes no per-chip power figure for any Neuron device, and the driver does not
+say what its "maximum power" reference is.
+
+================  ======  ======  ===========================================================
+device type        max W   idle W  where the max figure comes from
+================  ======  ======  ===========================================================
+inferentia (inf1)    75      15    ASSUMPTION: a 2019 inference chip (64 FP16 TFLOPS, 8 GiB
+                                   DRAM: AWS Inferentia docs) put in the class of the
+                                   NVIDIA T4 (70 W). No public figure.
+inferentia2 (inf2)  200      40    ASSUMPTION: same two NeuronCore-v2 and 32 GiB HBM as
+                                   Trainium (AWS Inferentia2 docs), fewer device links.
+trainium (trn1)     300      60    ASSUMPTION: 190 BF16 TFLOPS, 32 GiB HBM (AWS Trainium
+                                   docs); no public power figure.
+trainium2 (trn2)    500     100    SemiAnalysis, "Amazon's AI Self Sufficiency | Trainium2
+                                   Architecture & Networking", as summarised in a news
+                                   digest: "~500W chip". Third-party estimate, not AWS.
+trainium3 (trn3)   1000     200    DatacenterDynamics report of AWS VP P. Kalyanaraman: the
+                                   next Trainium "will require liquid cooling", needed
+                                   "when a chip goes above 1,000 watts". Implied, not a spec.
+================  ======  ======  ===========================================================
+
+Every idle figure is an ASSUMPTION: 20 % of the max figure. NeuronCores per device
+(fallback when the report does not say): inferentia 4, inferentia2 2, trainium 2 (AWS
+architecture docs); trn2/trn3 numbering depends on the logical-core config, so only the
+report's ``neuroncore_per_device_count`` is used there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Final
+
+from wattline.agent.sources.base import Channel, Note, Reading, Source, SourceUnavailable
+from wattline.agent.sources.neuron_report import (
+    DeviceStats,
+    HardwareInfo,
+    InstanceInfo,
+    NeuronReport,
+    ReportError,
+    parse_report,
+)
+from wattline.quality import Quality
+
+__all__ = [
+    "CORES_PER_DEVICE",
+    "DEVICE_IDLE_POWER_W",
+    "DEVICE_MAX_POWER_W",
+    "MonitorStatus",
+    "NeuronOptions",
+    "NeuronSource",
+    "PowerStats",
+    "monitor_config",
+    "normalize_device_type",
+    "parse_power_line",
+]
+
+log = logging.getLogger(__name__)
+
+#: Nominal maximum power per device type, W (sources and assumptions: module docstring).
+DEVICE_MAX_POWER_W: Final[Mapping[str, float]] = {
+    "inferentia": 75.0,
+    "inferentia2": 200.0,
+    "trainium": 300.0,
+    "trainium2": 500.0,
+    "trainium3": 1000.0,
+}
+#: Background (idle) power per device type, W: all assumptions (20 % of max).
+DEVICE_IDLE_POWER_W: Final[Mapping[str, float]] = {k: v * 0.2 for k, v in DEVICE_MAX_POWER_W.items()}
+#: NeuronCores per device where fixed (AWS architecture docs).
+CORES_PER_DEVICE: Final[Mapping[str, int]] = {"inferentia": 4, "inferentia2": 2, "trainium": 2}
+
+SYSFS_DIR: Final = "/sys/devices/virtual/neuron_device"
+_CLASS_DIR: Final = "/sys/class/neuron_device"
+_DMI_PRODUCT: Final = "/sys/devices/virtual/dmi/id/product_name"
+_POWER_REL: Final = "stats/power/utilization"
+_DEFAULT_BIN_DIR: Final = "/opt/aws/neuron/bin"  # not on PATH under systemd/sudo
+_RUNTIME_METRICS: Final = ("neuroncore_counters", "memory_used", "neuron_runtime_vcpu_usage", "execution_stats")
+_SYSTEM_METRICS: Final = ("vcpu_usage", "memory_info", "neuron_hw_counters")
+_MAX_LINE: Final = 8 << 20
+_BAD_LINE_LOG_S: Final = 60.0
+_MAX_REPORT_NOTES: Final = 20
+_FAMILIES: Final = {"inf1": "inferentia", "inf2": "inferentia2", "trn1": "trainium", "trn2": "trainium2"}
+
+
+@dataclass(frozen=True, slots=True)
+class NeuronOptions:
+    """Configuration of :class:`NeuronSource`."""
+
+    #: neuron-monitor executable: a name looked up on PATH (then /opt/aws/neuron/bin) or a
+    #: path; None disables the child (sysfs power only).
+    monitor_path: str | None = "neuron-monitor"
+    #: Extra arguments after ``-c CONFIG``, and extra environment for the child.
+    monitor_args: tuple[str, ...] = ()
+    monitor_env: Mapping[str, str] = field(default_factory=dict)
+    #: Where the agent writes the monitor config; None: a private temp dir removed on close.
+    config_path: Path | None = None
+    period_s: float = 1.0  #: neuron-monitor report period
+    tag_filter: str = ".*"  #: neuron_runtimes[].tag_filter (regex on runtime tags)
+    #: discover() waits this long for a first report (device count, type, core layout).
+    startup_timeout_s: float = 5.0
+    backoff_initial_s: float = 1.0
+    backoff_max_s: float = 60.0
+    backoff_reset_s: float = 60.0  #: a child that lived this long resets the back-off
+    terminate_timeout_s: float = 2.0  #: SIGTERM grace before SIGKILL on close()
+    #: A report older than this is stale (utilization unknown); None: max(5 periods, 5 s).
+    report_stale_s: float | None = None
+    power_stale_s: float = 120.0  #: sysfs epoch older than this is a reading error
+    #: Force the device type ("trainium2", "trn1", "inf2"); None: from report/sysfs/DMI.
+    device_type: str | None = None
+    #: Overrides merged over DEVICE_MAX_POWER_W / DEVICE_IDLE_POWER_W (keys as device_type).
+    device_max_power_w: Mapping[str, float] = field(default_factory=dict)
+    device_idle_power_w: Mapping[str, float] = field(default_factory=dict)
+    cores_per_device: int | None = None  #: override of the report's count
+    #: Add the idle figure to the sysfs power (which has background backed out).
+    add_background_power: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PowerStats:
+    """One parsed line of the driver's ``stats/power/utilization`` file."""
+
+    status: str  #: "VALID", "NO_DATA", "INVALID", ... (``POWER_STATUS_`` prefix removed)
+    epoch_s: int
+    min_pct: float
+    max_pct: float
+    avg_pct: float
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorStatus:
+    """State of the neuron-monitor child, for ``wattline sources`` and tests."""
+
+    running: bool
+    pid: int | None
+    starts: int
+    restarts: int
+    last_exit: str  #: "exited with status 3: <last stderr line>", "" while none
+    stderr_last_line: str
+    reports: int  #: reports parsed since discover()
+    bad_lines: int  #: malformed / truncated lines skipped
+    report_errors: int  #: reports that carried an error field
+    last_report_age_s: float | None
+
+
+def normalize_device_type(name: str) -> str | None:
+    """Canonical device type ("trainium2") from a type, family, device or instance name."""
+    s = re.sub(r"[\s_-]", "", name.strip().lower()).removeprefix("aws").removeprefix("neuron")
+    if m := re.match(r"(inf|trn)(\d)", s):
+        family = m.group(1) + m.group(2)
+        return _FAMILIES.get(family, f"trainium{m.group(2)}" if m.group(1) == "trn" else None)
+    s = {"inferentia1": "inferentia", "trainium1": "trainium"}.get(s, s)
+    return s if re.fullmatch(r"(inferentia|trainium)\d*", s) else None
+
+
+def parse_power_line(text: str) -> PowerStats:
+    """Parse ``<status>,<epoch_s>,<min>,<max>,<avg>``; ValueError when malformed."""
+    parts = [p.strip() for p in text.strip().split(",")]
+    if len(parts) != 5 or not parts[0]:
+        raise ValueError(f"expected 5 fields, got {text.strip()[:80]!r}")
+    status = parts[0].removeprefix("POWER_STATUS_")
+    epoch = int(parts[1])
+    lo, hi, avg = (float(p) for p in parts[2:])
+    if not all(0.0 <= v <= 100.0 for v in (lo, hi, avg)):
+        raise ValueError(f"percent out of range in {text.strip()[:80]!r}")
+    return PowerStats(status, epoch, lo, hi, avg)
+
+
+def _duration(seconds: float) -> str:
+    return f"{int(seconds)}s" if seconds >= 1 and float(seconds).is_integer() else f"{max(round(seconds * 1000), 1)}ms"
+
+
+def monitor_config(options: NeuronOptions) -> dict[str, object]:
+    """The neuron-monitor config (shape of the documented example) the agent writes."""
+    return {
+        "period": _duration(options.period_s),
+        "neuron_runtimes": [{"tag_filter": options.tag_filter, "metrics": [{"type": t} for t in _RUNTIME_METRICS]}],
+        "system_metrics": [{"type": t} for t in _SYSTEM_METRICS],
+    }
+
+
+class _Monitor:
+    """Runs neuron-monitor, feeds each stdout line to ``on_line``, restarts with back-off."""
+
+    def __init__(self, argv: list[str], env: Mapping[str, str], on_line: Callable[[bytes], None], opts: NeuronOptions):
+        self._argv = argv
+        self._env = {**os.environ, **env}
+        self._on_line = on_line
+        self._opts = opts
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._thread = threading.Thread(target=self._run, name="neuron-monitor", daemon=True)
+        self.starts = 0
+        self.last_exit = ""
+        self.stderr_last = ""
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc is not None and proc.returncode is None else None
+
+    def _run(self) -> None:
+        delay = self._opts.backoff_initial_s
+        while not self._stop.is_set():
+            began = time.monotonic()
+            proc, error = self._spawn()
+            if proc is None and error is None:
+                return  # stopped before spawning
+            if proc is not None:
+                self._pump(proc)
+                if self._stop.is_set():
+                    return
+                if time.monotonic() - began >= self._opts.backoff_reset_s:
+                    delay = self._opts.backoff_initial_s
+                tail = f": {self.stderr_last}" if self.stderr_last else ""
+                self.last_exit = f"exited with status {proc.returncode}{tail}"
+            else:
+                self.last_exit = f"could not start: {error}"
+            log.warning("neuron-monitor %s; restarting in %.2f s", self.last_exit, delay)
+            if self._stop.wait(delay):
+                return
+            delay = min(delay * 2.0, self._opts.backoff_max_s)
+
+    def _spawn(self) -> tuple[subprocess.Popen[bytes] | None, str | None]:
+        with self._lock:
+            if self._stop.is_set():
+                return None, None
+            try:
+                proc = subprocess.Popen(
+                    self._argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=self._env,
+                    start_new_session=True,  # a terminal's Ctrl-C reaches the agent, not the child
+                )
+            except OSError as exc:
+                return None, str(exc)
+            self._proc = proc
+            self.starts += 1
+            self.stderr_last = ""  # exit messages quote this child's stderr only
+            return proc, None
+
+    def _pump(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None and proc.stderr is not None
+        drain = threading.Thread(target=self._drain, args=(proc.stderr,), name="neuron-monitor-stderr", daemon=True)
+        drain.start()
+        with proc.stdout:
+            while line := proc.stdout.readline(_MAX_LINE):
+                try:
+                    self._on_line(line)
+                except Exception:  # a bug in one line's handling must not stop the reader
+                    log.exception("neuron-monitor: failed to handle a report line")
+        proc.wait()
+        drain.join(timeout=1.0)
+
+    def _drain(self, stream: IO[bytes]) -> None:
+        with stream:
+            for raw in iter(stream.readline, b""):
+                if text := raw.decode(errors="replace").strip():
+                    self.stderr_last = text[:300]
+                    log.debug("neuron-monitor stderr: %s", text)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            try:
+                proc.wait(timeout=self._opts.terminate_timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self._opts.terminate_timeout_s + 2.0)
+
+
+class NeuronSource(Source):
+    """One channel per Neuron device: power (MODEL), utilization and gauges."""
+
+    name = "neuron"
+
+    def __init__(
+        self,
+        root: Path = Path("/"),
+        options: NeuronOptions | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(root)
+        self.options = options or NeuronOptions()
+        self._clock = clock  # wall clock, compared with the sysfs epoch
+        self._lock = threading.Lock()
+        self._first_report = threading.Event()
+        self._monitor: _Monitor | None = None
+        self._tmpdir: Path | None = None
+        self._latest: NeuronReport | None = None
+        self._latest_t = 0.0
+        self._instance: InstanceInfo | None = None
+        self._hardware: HardwareInfo | None = None
+        self._reports = self._bad_lines = self._report_errors = 0
+        self._bad_logged_t = -_BAD_LINE_LOG_S
+        self._bad_suppressed = 0
+        self._pending_errors: list[str] = []
+        self._noted_errors: set[str] = set()
+        self._devices: list[int] = []
+        self._channels: list[Channel] = []
+        self._power_files: dict[int, Path | None] = {}
+        self._power_hist: dict[int, tuple[PowerStats | None, PowerStats]] = {}
+        self._sysfs_type: str | None = None
+        self._dmi_instance_type = ""
+
+    # -- discovery -------------------------------------------------------------------
+
+    def discover(self) -> list[Channel]:
+        if self._monitor is not None:
+            self.close()
+        self._first_report.clear()
+        sys_dir = self.path(SYSFS_DIR)
+        sys_devices = sorted(
+            int(m.group(1)) for p in _listdir(sys_dir) if (m := re.fullmatch(r"neuron(\d+)", p.name)) and p.is_dir()
+        )
+        binary = self._find_monitor()
+        if not sys_devices and binary is None:
+            raise SourceUnavailable(
+                "no Neuron devices (no /sys/devices/virtual/neuron_device) and neuron-monitor not found"
+            )
+        self._read_static_sysfs(sys_dir, sys_devices)
+        if binary is None:
+            if self.options.monitor_path:
+                self._note("warning", f"{self.options.monitor_path} not found: no utilization, memory or ECC figures")
+        else:
+            self._start_monitor(binary)
+            if not self._wait_first_report(self.options.startup_timeout_s):
+                why = f"neuron-monitor gave no report within {self.options.startup_timeout_s:g} s"
+                if self._monitor is not None and self._monitor.last_exit:
+                    why += f" ({self._monitor.last_exit})"
+                elif self._monitor is not None and self._monitor.stderr_last:
+                    why += f" ({self._monitor.stderr_last})"
+                if not sys_devices:
+                    self.close()
+                    raise SourceUnavailable(why)
+                self._note("warning", why)
+        devices = sys_devices
+        count = self._hardware.device_count if self._hardware else None
+        if not devices:
+            if not count:
+                self.close()
+                raise SourceUnavailable("neuron-monitor reports no Neuron devices")
+            devices = list(range(count))
+        elif count is not None and count != len(devices):
+            self._note("warning", f"neuron-monitor reports {count} devices, sysfs has {len(devices)}")
+        self._devices = devices
+        self._channels = [self._channel(d, sys_dir) for d in devices]
+        return list(self._channels)
+
+    def _wait_first_report(self, timeout: float) -> bool:
+        """Wait for a first report; give up early once the child exited without one."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if self._first_report.wait(min(left, 0.05)):
+                return True
+            if self._monitor is not None and self._monitor.last_exit:
+                return self._first_report.is_set()
+        return self._first_report.is_set()
+
+    def _find_monitor(self) -> str | None:
+        name = self.options.monitor_path
+        if not name:
+            return None
+        found = shutil.which(name)
+        if found is None and os.sep not in name:
+            found = shutil.which(name, path=_DEFAULT_BIN_DIR)
+        return found
+
+    def _read_static_sysfs(self, sys_dir: Path, devices: list[int]) -> None:
+        self._dmi_instance_type = _read_text(self.path(_DMI_PRODUCT)) or ""
+        for dev in devices[:1]:
+            arch = sys_dir / f"neuron{dev}" / "info" / "architecture"
+            for name in ("device_name", "instance_type", "arch_type"):
+                if (text := _read_text(arch / name)) and (t := normalize_device_type(text)):
+                    self._sysfs_type = t
+                    return
+
+    def _start_monitor(self, binary: str) -> None:
+        opts = self.options
+        if opts.config_path is not None:
+            config = opts.config_path
+            config.parent.mkdir(parents=True, exist_ok=True)
+        else:
+            self._tmpdir = Path(tempfile.mkdtemp(prefix="wattline-neuron-"))
+            config = self._tmpdir / "monitor.conf.json"
+        tmp = config.with_name(config.name + ".tmp")
+        tmp.write_text(json.dumps(monitor_config(opts), indent=2) + "\n")
+        tmp.replace(config)
+        argv = [binary, "-c", str(config), *opts.monitor_args]
+        self._monitor = _Monitor(argv, opts.monitor_env, self._on_line, opts)
+        self._monitor.start()
+
+    def _channel(self, dev: int, sys_dir: Path) -> Channel:
+        power_file, layout = self._find_power_file(sys_dir / f"neuron{dev}", dev)
+        self._power_files[dev] = power_file
+        dtype = self._device_type()
+        max_w = self._max_w(dtype)
+        if max_w is None:
+            max_w = max({**DEVICE_MAX_POWER_W, **self._overrides(self.options.device_max_power_w)}.values())
+        if dev == self._devices[0]:
+            kind = dtype or "unknown (plausibility bound from the largest table value)"
+            self._note("info", f"neuron power: {layout}; device type {kind}")
+        info: list[tuple[str, str]] = [("device_type", dtype or "unknown"), ("power_source", layout)]
+        if power_file is not None:
+            info.append(
+                ("power_scope", "total (idle assumed)" if self.options.add_background_power else "dynamic only")
+            )
+        return Channel(
+            source=self.name,
+            component="accelerator",
+            device=f"neuron{dev}",
+            quality=Quality.MODEL,
+            max_power_w=max_w * 1.2,
+            info=tuple(info),
+        )
+
+    def _find_power_file(self, dev_dir: Path, dev: int) -> tuple[Path | None, str]:
+        for base in (dev_dir, self.path(_CLASS_DIR) / f"neuron{dev}"):
+            if (base / _POWER_REL).is_file():
+                return base / _POWER_REL, f"sysfs {_POWER_REL}"
+            for parent, dirs, files in os.walk(base):
+                depth = len(Path(parent).relative_to(base).parts)
+                if depth >= 4:
+                    dirs.clear()
+                if Path(parent).name == "power" and "utilization" in files:
+                    found = Path(parent) / "utilization"
+                    return found, f"sysfs {found.relative_to(base)} (moved layout)"
+        return None, "utilization model (no stats/power/utilization)"
+
+    # -- background reader -----------------------------------------------------------
+
+    def _on_line(self, raw: bytes) -> None:
+        text = raw.strip()
+        if not text:
+            return
+        try:
+            report = parse_report(text)
+        except ReportError as exc:
+            self._bad_line(exc, text)
+            return
+        with self._lock:
+            self._latest = report
+            self._latest_t = time.monotonic()
+            self._reports += 1
+            self._instance = report.instance or self._instance
+            self._hardware = report.hardware or self._hardware
+            if report.errors:
+                self._report_errors += 1
+                self._pending_errors.extend(report.errors)
+        self._first_report.set()
+
+    def _bad_line(self, exc: ReportError, text: bytes) -> None:
+        with self._lock:
+            self._bad_lines += 1
+            now = time.monotonic()
+            if now - self._bad_logged_t < _BAD_LINE_LOG_S:
+                self._bad_suppressed += 1
+                return
+            suppressed, self._bad_suppressed, self._bad_logged_t = self._bad_suppressed, 0, now
+        more = f" ({suppressed} more since the last message)" if suppressed else ""
+        log.warning("neuron-monitor: skipped a bad line, %s: %.80r%s", exc, text, more)
+
+    # -- reading ---------------------------------------------------------------------
+
+    def read(self) -> list[Reading]:
+        with self._lock:
+            report, age = self._latest, time.monotonic() - self._latest_t
+            errors, self._pending_errors = self._pending_errors, []
+        for err in errors:
+            if err not in self._noted_errors and len(self._noted_errors) < _MAX_REPORT_NOTES:
+                self._noted_errors.add(err)
+                self._note("warning", f"neuron-monitor report error: {err}")
+                log.warning("neuron-monitor report error: %s", err)
+        stale = self.options.report_stale_s or max(5.0 * self.options.period_s, 5.0)
+        fresh = report if report is not None and age <= stale else None
+        why = self._no_report_reason(report, age)
+        dtype = self._device_type()
+        cores = self._cores_per_device(dtype)
+        count = (self._hardware.device_count if self._hardware else None) or len(self._devices)
+        now = self._clock()
+        out: list[Reading] = []
+        mem_total = self._hardware.device_memory_bytes if self._hardware else None
+        for ch, dev in zip(self._channels, self._devices, strict=True):
+            stats = fresh.device_stats(dev, cores, count) if fresh is not None else None
+            reading = Reading(channel=ch, utilization=stats.utilization if stats else None)
+            if stats is not None:
+                reading.gauges.update(_gauges(stats))
+                if mem_total is not None:
+                    reading.gauges["memory_total_bytes"] = float(mem_total)
+            if stats is not None and stats.utilization is None and why is None:
+                why = "core-to-device map unknown" if not cores else "a runtime's NeuronCore counters are missing"
+            self._power(reading, dev, dtype, now, why)
+            out.append(reading)
+        return out
+
+    def _power(self, reading: Reading, dev: int, dtype: str | None, now: float, why: str | None) -> None:
+        name = f"neuron{dev}"
+        max_w, idle_w = self._max_w(dtype), self._idle_w(dtype)
+        path = self._power_files.get(dev)
+        if path is not None:
+            try:
+                stats = parse_power_line(path.read_text())
+            except (OSError, ValueError) as exc:
+                reading.error = f"{name} power: unreadable ({exc})"
+                return
+            age = now - stats.epoch_s
+            if stats.epoch_s > 0:
+                reading.gauges["power_age_s"] = age
+            if stats.status != "VALID":
+                reading.error = f"{name} power: {stats.status}"
+                return
+            if abs(age) > self.options.power_stale_s:
+                reading.error = f"{name} power: stale ({age:.0f} s old)"
+                return
+            reading.gauges.update(
+                power_avg_percent=stats.avg_pct, power_min_percent=stats.min_pct, power_max_percent=stats.max_pct
+            )
+            if max_w is None or idle_w is None:
+                reading.error = f"{name} power: device type unknown (set NeuronOptions.device_type)"
+                return
+            prev, last = self._power_hist.get(dev, (None, stats))
+            if last.epoch_s != stats.epoch_s:
+                prev = last
+            self._power_hist[dev] = (prev, stats)
+            base = idle_w if self.options.add_background_power else 0.0
+            lo, hi = stats.min_pct, stats.max_pct
+            if prev is not None and prev.status == "VALID" and 0 < stats.epoch_s - prev.epoch_s <= 120:
+                lo, hi = min(lo, prev.min_pct), max(hi, prev.max_pct)
+            reading.power_w = base + stats.avg_pct / 100.0 * max_w
+            reading.power_bounds_w = (base + lo / 100.0 * max_w, base + hi / 100.0 * max_w)
+            return
+        if reading.utilization is None:
+            reading.error = f"{name} power: no NeuronCore utilization ({why or 'neuron-monitor not running'})"
+        elif max_w is None or idle_w is None:
+            reading.error = f"{name} power: device type unknown (set NeuronOptions.device_type)"
+        else:
+            reading.power_w = idle_w + reading.utilization * max(max_w - idle_w, 0.0)
+
+    def _no_report_reason(self, report: NeuronReport | None, age: float) -> str | None:
+        mon = self._monitor
+        if mon is None:
+            return "neuron-monitor not running"
+        if report is None:
+            return f"no report yet{f'; {mon.last_exit}' if mon.last_exit else ''}"
+        stale = self.options.report_stale_s or max(5.0 * self.options.period_s, 5.0)
+        if age > stale:
+            return f"last report {age:.1f} s old{f'; {mon.last_exit}' if mon.last_exit else ''}"
+        return None
+
+    # -- device facts ----------------------------------------------------------------
+
+    def _device_type(self) -> str | None:
+        candidates = [self.options.device_type]
+        hw, inst = self._hardware, self._instance
+        candidates += [hw.device_type if hw else None, inst.instance_type if inst else None]
+        candidates += [self._sysfs_type, self._dmi_instance_type]
+        for c in candidates:
+            if c and (t := normalize_device_type(c)):
+                return t
+        return None
+
+    @staticmethod
+    def _overrides(table: Mapping[str, float]) -> dict[str, float]:
+        return {normalize_device_type(k) or k: v for k, v in table.items()}
+
+    def _max_w(self, dtype: str | None) -> float | None:
+        return {**DEVICE_MAX_POWER_W, **self._overrides(self.options.device_max_power_w)}.get(dtype or "")
+
+    def _idle_w(self, dtype: str | None) -> float | None:
+        return {**DEVICE_IDLE_POWER_W, **self._overrides(self.options.device_idle_power_w)}.get(dtype or "")
+
+    def _cores_per_device(self, dtype: str | None) -> int | None:
+        if self.options.cores_per_device:
+            return self.options.cores_per_device
+        if self._hardware and self._hardware.cores_per_device:
+            return self._hardware.cores_per_device
+        return CORES_PER_DEVICE.get(dtype or "")
+
+    # -- public extras ---------------------------------------------------------------
+
+    def host_labels(self) -> dict[str, str]:
+        """Labels for the host: instance type, zone, region, Neuron device type."""
+        with self._lock:
+            inst = self._instance
+        labels: dict[str, str] = {}
+        if inst is not None:
+            labels = {
+                "instance_type": inst.instance_type,
+                "availability_zone": inst.availability_zone,
+                "region": inst.region,
+            }
+        elif self._dmi_instance_type:
+            labels["instance_type"] = self._dmi_instance_type
+        if dtype := self._device_type():
+            labels["neuron_device_type"] = dtype
+        return {k: v for k, v in labels.items() if v}
+
+    def latest_report(self) -> NeuronReport | None:
+        """The last report parsed (whatever its age), for system-wide figures."""
+        with self._lock:
+            return self._latest
+
+    def monitor_status(self) -> MonitorStatus:
+        """Where the neuron-monitor child stands."""
+        mon = self._monitor
+        with self._lock:
+            age = time.monotonic() - self._latest_t if self._latest is not None else None
+            reports, bad, errs = self._reports, self._bad_lines, self._report_errors
+        return MonitorStatus(
+            running=mon is not None and mon.pid is not None,
+            pid=mon.pid if mon else None,
+            starts=mon.starts if mon else 0,
+            restarts=max((mon.starts if mon else 0) - 1, 0),
+            last_exit=mon.last_exit if mon else "",
+            stderr_last_line=mon.stderr_last if mon else "",
+            reports=reports,
+            bad_lines=bad,
+            report_errors=errs,
+            last_report_age_s=age,
+        )
+
+    def close(self) -> None:
+        if self._monitor is not None:
+            self._monitor.stop()
+            self._monitor = None
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    def _note(self, level: str, text: str) -> None:
+        self.notes.append(Note(level, text))
+
+
+def _gauges(stats: DeviceStats) -> dict[str, float]:
+    g: dict[str, float] = {}
+    pairs = (
+        ("memory_used_bytes", stats.memory_used_bytes),
+        ("host_memory_used_bytes", stats.host_memory_used_bytes),
+        ("flops_per_s", stats.flops_per_s),
+        ("executions_completed", stats.executions_completed),
+        ("execution_errors", stats.execution_errors),
+        ("execution_latency_p50_s", stats.latency_p50_s),
+        ("execution_latency_p99_s", stats.latency_p99_s),
+        ("runtimes", stats.runtimes),
+    )
+    for name, value in pairs:
+        if value is not None:
+            g[name] = float(value)
+    for key, n in stats.ecc.items():
+        # "mem_ecc_corrected" -> "ecc_mem_corrected_count"
+        m = re.fullmatch(r"(\w+?)_ecc_(\w+)", key)
+        g[f"ecc_{m.group(1)}_{m.group(2)}_count" if m else f"{key}_count"] = float(n)
+    return g
+
+
+def _listdir(path: Path) -> list[Path]:
+    try:
+        return list(path.iterdir())
+    except OSError:
+        return []
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None

@@ -21,8 +21,8 @@ and measurement ``job_events`` (tags host, job_id, event; fields per event kind)
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Self
 
 from wattline import wire
 
@@ -60,7 +60,7 @@ class Store(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Flush and release connections."""
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -91,6 +91,25 @@ def sample_tags(sample: wire.pb.Sample) -> dict[str, str]:
     }
 
 
+#: Fixed field names of an ``energy`` point; a gauge of such a name (or of a tag's name) is
+#: dropped, else it would shadow an absent optional field with another type (a float
+#: ``status`` conflicts with the string ones) or clash with a tag.
+SAMPLE_FIELD_NAMES = frozenset(
+    {
+        "energy_j",
+        "power_w",
+        "cumulative_j",
+        "interval_s",
+        "start_ns",
+        "healthy",
+        "stream",
+        "status",
+        "utilization",
+        "energy_error_j",
+    }
+)
+
+
 def sample_fields(sample: wire.pb.Sample, stream_id: str) -> dict[str, float | int | str | bool]:
     """Field values of a sample's point. ``gauges`` become fields of their own name."""
     fields: dict[str, float | int | str | bool] = {
@@ -109,7 +128,7 @@ def sample_fields(sample: wire.pb.Sample, stream_id: str) -> dict[str, float | i
     if sample.HasField("energy_error_j"):
         fields["energy_error_j"] = sample.energy_error_j
     for name, value in sample.gauges.items():
-        if name not in fields:
+        if name not in SAMPLE_FIELD_NAMES and name not in RESERVED_TAGS:
             fields[name] = value
     return fields
 

@@ -1,0 +1,266 @@
+"""InfluxDB line protocol: the ONE encoder (all escaping lives here).
+
+``measurement,tag=value,... field=value,... time_ns`` per point, one point per line.
+
+What a point may carry (checked against the real ``influxd`` 1.6, see
+``tests/test_lineprotocol.py``); a point that breaks a rule raises
+:class:`LineProtocolError` and the stores count it as *rejected* with the reason, so
+every back-end (SQLite included, via :meth:`LineEncoder.check`) stores the same points:
+
+- Measurement, tag keys, tag values, field keys: ``,`` ``=`` and space are
+  backslash-escaped (the measurement needs only ``,`` and space). Any other character,
+  backslashes included, is written as is: InfluxDB 1.x/2.x keep backslashes in tags
+  literally, so a tag ``a\\b`` is stored as ``a\\b``. (VictoriaMetrics unescapes ``\\\\`` to
+  ``\\``: tag values with two adjacent backslashes differ there.)
+- **Line feed in a tag key/value, field key or measurement: refused.** The line
+  protocol has no escape for it (``influxd`` keeps the backslash of ``\\<LF>`` in the
+  stored value; VictoriaMetrics splits the line), and replacing it (by ``\\n``, a space)
+  would silently merge distinct values. **Carriage return and NUL** are refused there
+  too: ``influxd`` stores them, but no InfluxQL string literal can hold them, so
+  ``WHERE job_id = '...'`` could never select the point. A tag key/value ending in a
+  backslash is refused (the backslash would escape the separator after it). Field keys
+  may not contain a backslash at all nor start with a tab (``influxd`` drops or mangles
+  them). Tabs, quotes, other control characters and any Unicode are fine, and string
+  field *values* may hold anything (LF, CR and NUL included).
+- **Empty tag values are omitted**, key and all (InfluxDB refuses ``k=``); InfluxQL
+  treats a missing tag as the empty string (``WHERE device = ''`` matches), so nothing
+  is lost. Empty tag keys (with a value) and empty field keys are refused, and so are
+  the names InfluxDB reserves (tag keys ``time``, ``_field``, ``_measurement``; field
+  key ``time``).
+- Field values: ``float`` as ``repr`` (shortest exact round-trip form; NaN and
+  infinities refused), ``int`` with the ``i`` suffix (int64 range, else refused),
+  ``bool`` as ``true``/``false``, ``str`` double-quoted with ``\\`` and ``"`` escaped
+  (line feeds inside a string field are fine). A point needs at least one field.
+
+Speed: each series' escaped ``measurement,tags`` prefix is cached in a bounded dict
+keyed by its tag values, and escaped field keys are cached too, so the steady state
+costs one dict lookup per point plus the field values.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+
+from wattline import wire
+from wattline.collector.stores.base import (
+    ENERGY,
+    JOB_EVENTS,
+    host_tags,
+    job_event_fields,
+    job_event_tags,
+    sample_fields,
+    sample_tags,
+)
+
+FieldValue = float | int | str | bool
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+#: Names InfluxDB refuses as tag keys / field keys.
+RESERVED_TAG_KEYS = frozenset({"time", "_field", "_measurement"})
+RESERVED_FIELD_KEYS = frozenset({"time"})
+_CONTROL = re.compile("[\n\r\x00]")
+_CONTROL_NAMES = {"\n": "line feed", "\r": "carriage return", "\x00": "NUL"}
+
+
+class LineProtocolError(ValueError):
+    """A point that line protocol cannot carry faithfully (the message says why)."""
+
+
+def _escape(text: str, specials: str) -> str:
+    for ch in specials:
+        if ch in text:
+            text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def _control(text: str) -> str | None:
+    """The name of the first line feed, carriage return or NUL in ``text``, if any."""
+    match = _CONTROL.search(text)
+    return _CONTROL_NAMES[match.group()] if match else None
+
+
+def escape_measurement(name: str) -> str:
+    """Escaped measurement name; refuses names InfluxDB would misread."""
+    if not name or _control(name) or "\\" in name or name[0] == "#":
+        raise LineProtocolError(f"invalid measurement name {name!r}")
+    return _escape(name, ", ")
+
+
+def escape_tag(text: str, what: str = "tag") -> str:
+    """Escaped tag key or value (non-empty); refuses LF, CR, NUL and a trailing backslash."""
+    control = _control(text)
+    if control:
+        raise LineProtocolError(f"{what} {text!r} contains a {control}")
+    if text.endswith("\\"):
+        raise LineProtocolError(f"{what} {text!r} ends with a backslash")
+    return _escape(text, ", =")
+
+
+def escape_field_key(key: str) -> str:
+    """Escaped field key; refuses empty/reserved keys, LF, CR, NUL, backslashes, a leading tab."""
+    if not key or key in RESERVED_FIELD_KEYS:
+        raise LineProtocolError(f"invalid field key {key!r}")
+    control = _control(key)
+    if control:
+        raise LineProtocolError(f"field key {key!r} contains a {control}")
+    if "\\" in key or key[0] == "\t":
+        raise LineProtocolError(f"field key {key!r} contains a backslash or starts with a tab")
+    return _escape(key, ", =")
+
+
+def quote_string(value: str) -> str:
+    """A string field value: double-quoted, ``\\`` and ``"`` escaped."""
+    if "\\" in value:
+        value = value.replace("\\", "\\\\")
+    if '"' in value:
+        value = value.replace('"', '\\"')
+    return '"' + value + '"'
+
+
+def format_value(key: str, value: FieldValue) -> str:
+    """One field value in line protocol; raises :class:`LineProtocolError` if it has none."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if value - value != 0.0:  # NaN or +-inf
+            raise LineProtocolError(f"field {key!r} is {value}")
+        return float.__repr__(value)
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise LineProtocolError(f"field {key!r} = {value} is outside the int64 range")
+        return f"{int(value)}i"
+    if isinstance(value, str):
+        return quote_string(value)
+    raise LineProtocolError(f"field {key!r} has unsupported type {type(value).__name__}")
+
+
+@dataclass(slots=True)
+class EncodedBatch:
+    """The lines of one batch, and one reason per point refused."""
+
+    lines: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+
+
+class LineEncoder:
+    """Encodes points and batches; thread-safe (caches are only mutated under a lock)."""
+
+    def __init__(self, max_series: int = 100_000, max_field_keys: int = 10_000) -> None:
+        self.max_series = max_series
+        self.max_field_keys = max_field_keys
+        self._prefixes: dict[Hashable, str] = {}
+        self._field_keys: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    # -- points -------------------------------------------------------------------------
+
+    def line(self, measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int) -> str:
+        """One point as a line (without the trailing newline)."""
+        key = (measurement, *tags.items())
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            prefix = self._new_prefix(key, measurement, tags)
+        return f"{prefix}{self._fields(fields)} {int(time_ns)}"
+
+    def check(self, measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue]) -> None:
+        """Raise :class:`LineProtocolError` exactly when :meth:`line` would."""
+        key = (measurement, *tags.items())
+        if key not in self._prefixes:
+            self._new_prefix(key, measurement, tags)
+        if not fields:
+            raise LineProtocolError("a point needs at least one field")
+        for name, value in fields.items():
+            if name not in self._field_keys:
+                self._new_field_key(name)
+            kind = type(value)
+            if kind is float:
+                if value - value != 0.0:  # type: ignore[operator]
+                    raise LineProtocolError(f"field {name!r} is {value}")
+            elif kind is not str and kind is not bool:
+                format_value(name, value)
+
+    def _new_prefix(self, key: Hashable, measurement: str, tags: Mapping[str, str]) -> str:
+        parts = [escape_measurement(measurement)]
+        for name in sorted(tags):
+            value = tags[name]
+            if not value:
+                continue  # InfluxDB refuses empty tag values; a missing tag reads as ""
+            if not name or name in RESERVED_TAG_KEYS:
+                raise LineProtocolError(f"invalid tag key {name!r}")
+            parts.append(f"{escape_tag(name, 'tag key')}={escape_tag(value, f'tag {name!r} value')}")
+        prefix = ",".join(parts) + " "
+        with self._lock:
+            if len(self._prefixes) >= self.max_series:
+                self._prefixes.pop(next(iter(self._prefixes)))
+            self._prefixes[key] = prefix
+        return prefix
+
+    def _new_field_key(self, name: str) -> str:
+        escaped = escape_field_key(name) + "="
+        with self._lock:
+            if len(self._field_keys) >= self.max_field_keys:
+                self._field_keys.clear()
+            self._field_keys[name] = escaped
+        return escaped
+
+    def _fields(self, fields: Mapping[str, FieldValue]) -> str:
+        keys = self._field_keys
+        out = []
+        for name, value in fields.items():
+            prefix = keys.get(name)
+            if prefix is None:
+                prefix = self._new_field_key(name)
+            kind = type(value)
+            if kind is float:
+                if value - value != 0.0:  # type: ignore[operator]  # NaN or +-inf
+                    raise LineProtocolError(f"field {name!r} is {value}")
+                out.append(f"{prefix}{value!r}")
+            elif kind is str:
+                out.append(prefix + quote_string(value))  # type: ignore[arg-type]
+            elif kind is bool:
+                out.append(prefix + ("true" if value else "false"))
+            else:
+                out.append(prefix + format_value(name, value))
+        if not out:
+            raise LineProtocolError("a point needs at least one field")
+        return ",".join(out)
+
+    # -- batches ------------------------------------------------------------------------
+
+    def batch(self, batch: wire.pb.Batch) -> EncodedBatch:
+        """Every sample and job event of ``batch``, with the points refused and why."""
+        result = EncodedBatch()
+        lines, rejected = result.lines, result.rejected
+        host = host_tags(batch)
+        host_key = tuple(host.items())
+        stream = batch.stream_id
+        local: dict[tuple[str, str, str, int], str] = {}
+        for sample in batch.samples:
+            series = (sample.source, sample.component, sample.device, sample.quality)
+            try:
+                prefix = local.get(series)
+                if prefix is None:
+                    key = (ENERGY, host_key, *series)
+                    prefix = self._prefixes.get(key)
+                    if prefix is None:
+                        prefix = self._new_prefix(key, ENERGY, {**host, **sample_tags(sample)})
+                    local[series] = prefix
+                lines.append(f"{prefix}{self._fields(sample_fields(sample, stream))} {sample.end_ns}")
+            except LineProtocolError as exc:
+                rejected.append(f"{ENERGY} {describe(host, sample_tags(sample))} at {sample.end_ns}: {exc}")
+        for event in batch.job_events:
+            tags = {**host, **job_event_tags(event)}
+            try:
+                lines.append(self.line(JOB_EVENTS, tags, job_event_fields(event), event.time_ns))
+            except LineProtocolError as exc:
+                rejected.append(f"{JOB_EVENTS} {describe(tags)} at {event.time_ns}: {exc}")
+        return result
+
+
+def describe(*tag_sets: Mapping[str, str]) -> str:
+    """A point's tags for log lines: ``host='a' job_id='b'`` (values ``repr``-quoted)."""
+    return " ".join(f"{k}={v!r}" for tags in tag_sets for k, v in tags.items())

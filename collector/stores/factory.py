@@ -1,0 +1,88 @@
+"""Choose and open a storage back-end from one URL.
+
+- ``sqlite:///var/lib/wattline/energy.db`` (the path is the URL's path, as in ``file:``
+  URLs; ``sqlite:relative.db`` is relative) or a plain path -> :class:`SqliteStore`;
+- ``http(s)://host:port`` -> InfluxDB: ``GET /ping`` and its ``X-Influxdb-Version``
+  header (``1.x`` -> :class:`InfluxV1Store`, ``2.x``/``3.x`` -> :class:`InfluxV2Store`),
+  unless ``api="v1"`` or ``api="v2"`` forces one. VictoriaMetrics answers ``/ping``
+  without that header, so it needs ``api="v2"`` (or ``"v1"``); so does any server that
+  does not say it is InfluxDB.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Literal
+
+from wattline.collector.stores.base import Store
+from wattline.collector.stores.influx_v1 import HttpClient, InfluxV1Store
+from wattline.collector.stores.sqlite import SqliteStore
+
+Api = Literal["v1", "v2"]
+
+
+def api_for_version(version: str) -> Api:
+    """``v1`` or ``v2`` for an ``X-Influxdb-Version`` value ("1.8.10", "v2.7.4", "3.0.1")."""
+    major = version.strip().lstrip("vV").split(".")[0]
+    if major == "1":
+        return "v1"
+    if major in ("2", "3"):
+        return "v2"
+    raise ValueError(f"unsupported InfluxDB version {version!r}; set the API explicitly: v1 or v2")
+
+
+def detect_api(url: str, timeout_s: float = 10.0) -> Api:
+    """The API of the server at ``url``, from its ``/ping``.
+
+    Raises :class:`StoreUnavailable` if it is unreachable, ValueError if it does not say
+    it is InfluxDB (VictoriaMetrics does not).
+    """
+    client = HttpClient(url, timeout_s)
+    try:
+        status, headers, _ = client.request("GET", "/ping")
+    finally:
+        client.close()
+    version = headers.get("X-Influxdb-Version", "")
+    if not 200 <= status < 300 or not version:
+        raise ValueError(
+            f"{url} does not say which InfluxDB it is (/ping answered {status}, "
+            f"X-Influxdb-Version {version or 'absent'}); set the API explicitly: v1 or v2"
+        )
+    return api_for_version(version)
+
+
+def open_store(
+    url: str,
+    *,
+    database: str = "wattline",
+    org: str = "",
+    bucket: str = "wattline",
+    token: str = "",
+    username: str | None = None,
+    password: str | None = None,
+    retention_policy: str | None = None,
+    api: Api | None = None,
+    timeout_s: float = 10.0,
+) -> Store:
+    """The store ``url`` names. 1.x uses ``database`` (+ credentials, retention policy),
+    2.x/3.x ``org``/``bucket``/``token``. Raises ValueError for a URL or API it cannot use.
+    """
+    scheme = urllib.parse.urlsplit(url).scheme.lower() if "://" in url or url.startswith("sqlite:") else ""
+    if scheme == "sqlite":
+        path = urllib.parse.unquote(url[len("sqlite:") :].removeprefix("//"))
+        if not path:
+            raise ValueError(f"no path in {url!r}")
+        return SqliteStore(path)
+    if scheme == "":
+        return SqliteStore(url)
+    if scheme not in ("http", "https"):
+        raise ValueError(f"unsupported store URL {url!r}: use sqlite:///path, a path, or http(s)://")
+    if api is None:
+        api = detect_api(url, timeout_s)
+    if api == "v1":
+        return InfluxV1Store(url, database, username, password, retention_policy, timeout_s)
+    if api == "v2":
+        from wattline.collector.stores.influx_v2 import InfluxV2Store  # influxdb_client is slow to import
+
+        return InfluxV2Store(url, org, bucket, token, timeout_s)
+    raise ValueError(f"unknown InfluxDB API {api!r}: use v1 or v2")

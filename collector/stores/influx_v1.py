@@ -1,0 +1,278 @@
+"""InfluxDB 1.x back-end: ``POST /write`` of our line protocol, InfluxQL ``/query``.
+
+Kept-alive ``http.client`` connections (a small pool, so the collector's threads write
+in parallel), no extra dependency. The database is created (``CREATE DATABASE``,
+idempotent) before the first write, and again if a write answers "database not found".
+
+Credentials (arguments, or ``http://user:password@host`` in the URL) go in a Basic
+``Authorization`` header and never into messages.
+
+Errors: connection failures, timeouts, 5xx, 401/403/404 and unexpected answers raise
+:class:`StoreUnavailable`; a 400 naming unparsable or refused points (``partial write:
+... dropped=N``, field type conflicts) counts those points as rejected, with InfluxDB's
+message as the reason; the other points of the batch are written.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import logging
+import re
+import threading
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any
+
+from wattline import wire
+from wattline.collector.lineprotocol import LineEncoder
+from wattline.collector.stores.base import Store, StoreUnavailable, WriteResult
+
+log = logging.getLogger(__name__)
+
+#: Largest request body; a bigger batch goes out in several requests (InfluxDB's
+#: default ``max-body-size`` is 25 MB).
+MAX_BODY_BYTES = 4 << 20
+
+
+class QueryError(Exception):
+    """InfluxDB refused a query (syntax, unknown database...); retrying cannot help."""
+
+
+class HttpClient:
+    """Kept-alive HTTP/1.1 connections to one server, thread-safe."""
+
+    def __init__(
+        self, url: str, timeout_s: float = 10.0, username: str | None = None, password: str | None = None
+    ) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        if parts.username is not None and username is None:
+            username, password = urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
+        #: The URL without credentials, for messages.
+        self.url = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._base = parts.path.rstrip("/")
+        self._timeout_s = timeout_s
+        self._headers: dict[str, str] = {}
+        if username is not None:
+            token = base64.b64encode(f"{username}:{password or ''}".encode()).decode()
+            self._headers["Authorization"] = f"Basic {token}"
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def _connect(self) -> http.client.HTTPConnection:
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout_s)
+        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout_s)
+
+    def request(
+        self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, http.client.HTTPMessage, bytes]:
+        """Status, headers and body; raises :class:`StoreUnavailable` when the server is unreachable.
+
+        A kept-alive connection the server has closed meanwhile is retried once on a fresh
+        one (safe: every write is idempotent).
+        """
+        all_headers = {**self._headers, **(headers or {})}
+        for attempt in (0, 1):
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            reused = conn is not None
+            if conn is None:
+                conn = self._connect()
+            try:
+                conn.request(method, self._base + path, body=body, headers=all_headers)
+                resp = conn.getresponse()
+                data = resp.read()
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                if reused and attempt == 0:
+                    continue
+                raise StoreUnavailable(f"{method} {self.url}{path.split('?')[0]}: {exc or type(exc).__name__}") from exc
+            if resp.will_close:
+                conn.close()
+            else:
+                with self._lock:
+                    self._idle.append(conn)
+            return resp.status, resp.headers, data
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def error_message(body: bytes, headers: http.client.HTTPMessage | None = None) -> str:
+    """InfluxDB's error text from a JSON ``{"error": ...}`` or ``{"message": ...}`` body."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        for key in ("error", "message"):
+            if isinstance(doc.get(key), str):
+                return str(doc[key])
+    if not text and headers is not None:
+        text = headers.get("X-Influxdb-Error", "")
+    return text[:2000]
+
+
+def rejected_points(message: str, sent: int) -> int | None:
+    """How many of ``sent`` points a 4xx ``message`` refused; None if it names no point.
+
+    InfluxDB 1.x writes the points it could and says ``partial write: <reason> dropped=N``
+    (type conflicts, retention, limits) or lists one ``unable to parse`` per bad line.
+    """
+    match = re.search(r"dropped=(\d+)", message)
+    dropped = int(match.group(1)) if match else 0
+    unparsable = message.count("unable to parse")
+    if dropped or unparsable:
+        return min(sent, dropped + unparsable)
+    return None
+
+
+def quote_ident(name: str) -> str:
+    """An InfluxQL identifier in double quotes."""
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def quote_literal(value: str) -> str:
+    """An InfluxQL string literal in single quotes (for ``WHERE tag = '...'``)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+
+
+class InfluxV1Store(Store):
+    """Writes batches to one InfluxDB 1.x database (timestamps in ns)."""
+
+    kind = "influxdb1"
+
+    def __init__(
+        self,
+        url: str,
+        database: str,
+        username: str | None = None,
+        password: str | None = None,
+        retention_policy: str | None = None,
+        timeout_s: float = 10.0,
+        encoder: LineEncoder | None = None,
+    ) -> None:
+        if not database:
+            raise ValueError("InfluxDB database name is empty")
+        self.database = database
+        self.retention_policy = retention_policy
+        self.encoder = encoder or LineEncoder()
+        self._http = HttpClient(url, timeout_s, username, password)
+        self.url = self._http.url
+        params = {"db": database, "precision": "ns"}
+        if retention_policy:
+            params["rp"] = retention_policy
+        self._write_path = "/write?" + urllib.parse.urlencode(params)
+        self._created = False
+
+    def __repr__(self) -> str:
+        return f"InfluxV1Store({self.url!r}, database={self.database!r})"
+
+    def write(self, batch: wire.pb.Batch) -> WriteResult:
+        encoded = self.encoder.batch(batch)
+        result = self.write_lines(encoded.lines)
+        result.rejected += len(encoded.rejected)
+        result.reasons[:0] = encoded.rejected
+        return result
+
+    def write_lines(self, lines: Sequence[str]) -> WriteResult:
+        """Write already-encoded points (several requests if the body would be too large)."""
+        result = WriteResult()
+        if not lines:
+            return result
+        if not self._created:
+            self.create_database()
+        chunk: list[str] = []
+        size = 0
+        for line in lines:
+            if chunk and size + len(line) >= MAX_BODY_BYTES:
+                self._post(chunk, result)
+                chunk, size = [], 0
+            chunk.append(line)
+            size += len(line) + 1
+        self._post(chunk, result)
+        return result
+
+    def _post(self, lines: list[str], result: WriteResult) -> None:
+        body = "\n".join(lines).encode()
+        for attempt in (0, 1):
+            status, headers, data = self._http.request("POST", self._write_path, body)
+            if 200 <= status < 300:
+                result.written += len(lines)
+                return
+            message = error_message(data, headers)
+            if status == 404 and "database not found" in message and attempt == 0:
+                self.create_database()
+                continue
+            rejected = rejected_points(message, len(lines)) if status == 400 else None
+            if rejected is None:
+                raise StoreUnavailable(f"InfluxDB {self.url} write answered {status}: {message}")
+            log.warning("InfluxDB %s refused %d of %d points: %s", self.url, rejected, len(lines), message)
+            result.written += len(lines) - rejected
+            result.rejected += rejected
+            result.reasons.append(message)
+            return
+
+    def create_database(self) -> None:
+        """``CREATE DATABASE`` (a no-op when it exists).
+
+        A refusal (a user without admin rights) is only logged: the database may exist.
+        """
+        try:
+            self._query(f"CREATE DATABASE {quote_ident(self.database)}", None)
+        except QueryError as exc:
+            log.warning("InfluxDB %s: cannot create database %r: %s", self.url, self.database, exc)
+        self._created = True
+
+    def query(self, influxql: str) -> list[dict[str, Any]]:
+        """Run InfluxQL on this database; every row of every series as a dict (series tags merged in).
+
+        Times are integer ns (``epoch=ns``); numbers are as InfluxDB's JSON gives them (a
+        float field holding 3.0 comes back as ``3``). Raises :class:`QueryError` for a
+        refused query, :class:`StoreUnavailable` when the server is unreachable or failing.
+        """
+        return self._query(influxql, self.database)
+
+    def _query(self, influxql: str, database: str | None) -> list[dict[str, Any]]:
+        params = {"q": influxql, "epoch": "ns"}
+        if database is not None:
+            params["db"] = database
+        body = urllib.parse.urlencode(params).encode()
+        status, headers, data = self._http.request(
+            "POST", "/query", body, {"Content-Type": "application/x-www-form-urlencoded"}
+        )
+        if status >= 500 or status == 401:
+            raise StoreUnavailable(f"InfluxDB {self.url} query answered {status}: {error_message(data, headers)}")
+        if status != 200:
+            raise QueryError(f"{influxql!r}: {error_message(data, headers)}")
+        rows: list[dict[str, Any]] = []
+        for result in json.loads(data).get("results", []):
+            if "error" in result:
+                raise QueryError(f"{influxql!r}: {result['error']}")
+            for series in result.get("series", []):
+                tags = series.get("tags", {})
+                columns = series["columns"]
+                rows.extend({**tags, **dict(zip(columns, values, strict=True))} for values in series.get("values", []))
+        return rows
+
+    def ping(self) -> str:
+        """The server's ``X-Influxdb-Version`` header ("" when it sends none)."""
+        status, headers, data = self._http.request("GET", "/ping")
+        if status >= 300:
+            raise StoreUnavailable(f"InfluxDB {self.url} /ping answered {status}: {error_message(data, headers)}")
+        return headers.get("X-Influxdb-Version", "")
+
+    def close(self) -> None:
+        self._http.close()

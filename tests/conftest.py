@@ -1,0 +1,1 @@
+from servers import influxd, victoria_metrics  # noqa: F401

@@ -1,0 +1,73 @@
+"""open_store: the back-end from a URL, InfluxDB's API from its /ping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from servers import Influxd, VictoriaMetrics, free_port, make_batch
+
+from wattline.collector.stores.base import StoreUnavailable
+from wattline.collector.stores.factory import api_for_version, detect_api, open_store
+from wattline.collector.stores.influx_v1 import InfluxV1Store
+from wattline.collector.stores.influx_v2 import InfluxV2Store
+from wattline.collector.stores.sqlite import SqliteStore
+
+
+@pytest.mark.parametrize(
+    ("url", "relative"),
+    [("sqlite://{tmp}/a.db", "a.db"), ("sqlite:////{tmp}/b.db", "b.db"), ("{tmp}/c.db", "c.db")],
+)
+def test_sqlite_urls_and_paths(tmp_path: Path, url: str, relative: str) -> None:
+    with open_store(url.format(tmp=tmp_path)) as store:
+        assert isinstance(store, SqliteStore) and store.kind == "sqlite"
+        assert store.write(make_batch(samples=1)).written == 1
+    assert (tmp_path / relative).exists()
+
+
+def test_relative_sqlite_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with open_store("sqlite:data/w.db") as store:
+        assert isinstance(store, SqliteStore)
+    assert (tmp_path / "data" / "w.db").exists()
+    with open_store(":memory:") as store:
+        assert isinstance(store, SqliteStore) and store.path == ":memory:"
+
+
+def test_influxdb_1_is_detected(influxd: Influxd) -> None:
+    assert detect_api(influxd.url) == "v1"
+    with open_store(influxd.url, database=influxd.new_database()) as store:
+        assert isinstance(store, InfluxV1Store) and store.kind == "influxdb1"
+        assert store.write(make_batch(samples=2)).written == 2
+        assert len(store.query("SELECT energy_j FROM energy")) == 2
+
+
+def test_victoria_metrics_needs_the_api_forced(victoria_metrics: VictoriaMetrics) -> None:
+    with pytest.raises(ValueError, match="set the API explicitly"):
+        open_store(victoria_metrics.url)
+    with open_store(victoria_metrics.url, api="v2", org="o", bucket="b", token="t") as store:
+        assert isinstance(store, InfluxV2Store) and store.kind == "influxdb2"
+        assert store.write(make_batch(host="factory-v2", samples=2)).written == 2
+    series = victoria_metrics.export('{__name__="energy_energy_j", host="factory-v2"}', expect=2)
+    assert sorted(v for s in series for v in s["values"]) == [250.125, 251.125]
+
+
+@pytest.mark.parametrize(
+    ("version", "api"), [("1.6.7~rc0", "v1"), ("1.8.10", "v1"), ("v2.7.4", "v2"), ("2.0.0", "v2"), ("3.0.1", "v2")]
+)
+def test_api_for_version(version: str, api: str) -> None:
+    assert api_for_version(version) == api
+
+
+def test_bad_urls() -> None:
+    with pytest.raises(ValueError, match="unsupported store URL"):
+        open_store("ftp://example.invalid/x")
+    with pytest.raises(ValueError, match="v1 or v2"):
+        api_for_version("0.13")
+    with pytest.raises(ValueError, match="no path"):
+        open_store("sqlite://")
+
+
+def test_unreachable_influxdb_is_unavailable() -> None:
+    with pytest.raises(StoreUnavailable):
+        open_store(f"http://127.0.0.1:{free_port()}", timeout_s=2)

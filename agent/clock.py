@@ -52,9 +52,7 @@ class StampClock:
             stamp, offset = wall, 0
             self.steps += 1
         elif offset < -self.step_ns and self.offset_ns >= -self.step_ns:
-            log.warning(
-                "wall clock stepped backward by %.3f s; timestamps keep running ahead of it", -offset / 1e9
-            )
+            log.warning("wall clock stepped backward by %.3f s; timestamps keep running ahead of it", -offset / 1e9)
             self.steps += 1
         self.offset_ns = offset
         stamp = max(stamp, self._last_stamp)

@@ -52,7 +52,7 @@ class Delta:
 class EnergyCounter:
     """Monotonic joules for one channel."""
 
-    __slots__ = ("channel", "cumulative_j", "_prev_raw", "_prev_power", "_prev_t")
+    __slots__ = ("_prev_power", "_prev_raw", "_prev_t", "channel", "cumulative_j")
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel

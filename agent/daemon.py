@@ -40,7 +40,9 @@ def log_statuses(statuses: list[registry.SourceStatus]) -> None:
         else:
             log.info("source %s: absent: %s", status.name, status.reason)
         for note in status.notes:
-            log.log(logging.WARNING if note.level == "warning" else logging.INFO, "source %s: %s", status.name, note.text)
+            log.log(
+                logging.WARNING if note.level == "warning" else logging.INFO, "source %s: %s", status.name, note.text
+            )
 
 
 @dataclass

@@ -39,8 +39,12 @@ class AgentCollector(Collector):
             "wattline_energy_joules", "Energy since the agent started, by channel.", labels=LABELS
         )
         power = GaugeMetricFamily("wattline_power_watts", "Mean power over the last interval.", labels=LABELS)
-        util = GaugeMetricFamily("wattline_utilization_ratio", "Utilization over the last interval (0-1).", labels=LABELS)
-        healthy = GaugeMetricFamily("wattline_channel_healthy", "1 when the channel read fine last time.", labels=LABELS)
+        util = GaugeMetricFamily(
+            "wattline_utilization_ratio", "Utilization over the last interval (0-1).", labels=LABELS
+        )
+        healthy = GaugeMetricFamily(
+            "wattline_channel_healthy", "1 when the channel read fine last time.", labels=LABELS
+        )
         for state in self.sampler.snapshot():
             ch = state.channel
             labels = [ch.source, ch.component, ch.device, ch.quality.value]
@@ -63,9 +67,13 @@ class AgentCollector(Collector):
             value=self.sampler.clock.offset_ns / 1e9,
         )
         if self.spool is not None:
-            yield GaugeMetricFamily("wattline_agent_spool_batches", "Unacknowledged batches.", value=self.spool.backlog())
+            yield GaugeMetricFamily(
+                "wattline_agent_spool_batches", "Unacknowledged batches.", value=self.spool.backlog()
+            )
             yield CounterMetricFamily(
-                "wattline_agent_dropped_samples", "Samples dropped because the spool was full.", value=self.spool.dropped_samples
+                "wattline_agent_dropped_samples",
+                "Samples dropped because the spool was full.",
+                value=self.spool.dropped_samples,
             )
             yield CounterMetricFamily(
                 "wattline_agent_acked_samples", "Samples acknowledged by a collector.", value=self.spool.acked_samples

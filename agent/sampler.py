@@ -121,7 +121,9 @@ class Sampler:
         """A consistent copy of every channel's state."""
         with self._lock:
             return [
-                ChannelState(s.channel, s.counter, s.last_end_ns, s.last, s.utilization, dict(s.gauges), s.healthy, s.status)
+                ChannelState(
+                    s.channel, s.counter, s.last_end_ns, s.last, s.utilization, dict(s.gauges), s.healthy, s.status
+                )
                 for s in self.channels.values()
             ]
 

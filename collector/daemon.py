@@ -22,11 +22,11 @@ def store_from_settings(settings: CollectorSettings) -> Store:
     token = read_secret(settings.influx_token_file, "WATTLINE_INFLUX_TOKEN", "InfluxDB token")
     return open_store(
         settings.store,
-        api=settings.influx_api,
+        api=None if settings.influx_api == "auto" else settings.influx_api,  # type: ignore[arg-type]
         database=settings.influx_database,
         org=settings.influx_org,
         bucket=settings.influx_bucket,
-        token=token,
+        token=token or "",
         username=settings.influx_username or None,
         password=read_secret(None, "WATTLINE_INFLUX_PASSWORD", "InfluxDB password"),
     )

@@ -69,7 +69,7 @@ class TelemetryService:
         self._streams: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def Push(self, batch: wire.pb.Batch, context: grpc.ServicerContext) -> wire.pb.Ack:  # noqa: N802 - gRPC name
+    def Push(self, batch: wire.pb.Batch, context: grpc.ServicerContext) -> wire.pb.Ack:
         problem = validate(batch)
         if problem:
             log.warning("refused batch from %r: %s", batch.host.host_id, problem)

@@ -17,9 +17,7 @@ class CollectorSettings:
     listen: str = option(
         "127.0.0.1:50051", "gRPC listen address HOST:PORT (non-loopback needs TLS, see README Security)."
     )
-    store: str = option(
-        DEFAULT_STORE, "Where to write: sqlite:///PATH (embedded default) or http(s)://influxdb:8086."
-    )
+    store: str = option(DEFAULT_STORE, "Where to write: sqlite:///PATH (embedded default) or http(s)://influxdb:8086.")
     influx_api: str = option("auto", "InfluxDB write API: auto (from /ping), v1 (/write) or v2 (/api/v2/write).")
     influx_database: str = option("wattline", "InfluxDB 1.x database (created if missing).")
     influx_org: str = option("wattline", "InfluxDB 2.x/3.x organization.")

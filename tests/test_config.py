@@ -45,11 +45,11 @@ def test_bad_config_names_the_option(tmp_path: Path, text: str, message: str) ->
 
 
 def test_range_checks() -> None:
-    with pytest.raises(ConfigError, match="agent.interval"):
+    with pytest.raises(ConfigError, match=r"agent\.interval"):
         AgentSettings(interval=0).validate()
     with pytest.raises(ConfigError, match="not HOST:PORT"):
         AgentSettings(collectors=["nohost"]).validate()
-    with pytest.raises(ConfigError, match="collector.influx_api"):
+    with pytest.raises(ConfigError, match=r"collector\.influx_api"):
         CollectorSettings(influx_api="v3").validate()
 
 

@@ -32,7 +32,9 @@ class ConfigError(ValueError):
 def option(default: Any, help: str, **kwargs: Any) -> Any:
     """A dataclass field with help text (``default`` may be a factory via ``default_factory``)."""
     if isinstance(default, list | dict):
-        return dataclasses.field(default_factory=functools.partial(copy.copy, default), metadata={"help": help}, **kwargs)
+        return dataclasses.field(
+            default_factory=functools.partial(copy.copy, default), metadata={"help": help}, **kwargs
+        )
     return dataclasses.field(default=default, metadata={"help": help}, **kwargs)
 
 

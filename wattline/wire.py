@@ -34,16 +34,16 @@ QUALITY_BY_NAME: dict[str, int] = {v: k for k, v in QUALITY_NAMES.items()}
 SERVICE_NAME = "wattline.v1.Telemetry"
 
 __all__ = [
-    "Ack",
-    "Batch",
-    "Host",
-    "JobEvent",
     "QUALITY_BY_NAME",
     "QUALITY_COUNTER",
     "QUALITY_INTEGRATED",
     "QUALITY_MODEL",
     "QUALITY_NAMES",
     "SERVICE_NAME",
+    "Ack",
+    "Batch",
+    "Host",
+    "JobEvent",
     "Sample",
     "pb",
     "pb_grpc",

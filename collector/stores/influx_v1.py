@@ -28,6 +28,7 @@ from typing import Any
 from wattline import wire
 from wattline.collector.lineprotocol import LineEncoder
 from wattline.collector.stores.base import Store, StoreUnavailable, WriteResult
+from wattline.collector.stores.reader import MAX_INTERVAL_NS, StoredJobEvent, StoredSample
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,10 @@ def rejected_points(message: str, sent: int) -> int | None:
     if dropped or unparsable:
         return min(sent, dropped + unparsable)
     return None
+
+
+#: Fields a report reads back (reader.StoredSample).
+_READ_FIELDS = "energy_j, cumulative_j, start_ns, stream, healthy, utilization, energy_error_j"
 
 
 def quote_ident(name: str) -> str:
@@ -266,6 +271,53 @@ class InfluxV1Store(Store):
                 columns = series["columns"]
                 rows.extend({**tags, **dict(zip(columns, values, strict=True))} for values in series.get("values", []))
         return rows
+
+    # -- Reader (what reports need; see reader.py) -----------------------------------
+
+    def job_events(self, job_id: str | None = None) -> list[StoredJobEvent]:
+        where = f" WHERE job_id = {quote_literal(job_id)}" if job_id is not None else ""
+        tags = {row["tagKey"] for row in self.query("SHOW TAG KEYS FROM job_events")}
+        events = []
+        for row in self.query(f"SELECT * FROM job_events{where}"):
+            fields = {k: v for k, v in row.items() if k not in tags and k != "time" and v is not None}
+            seq = int(fields.pop("event_seq", 0))
+            events.append(StoredJobEvent(row["host"], row["job_id"], row["event"], int(row["time"]), seq, fields))
+        return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def samples(self, host: str, start_ns: int, end_ns: int) -> list[StoredSample]:
+        condition = f"time > {start_ns} AND time < {end_ns + MAX_INTERVAL_NS} AND start_ns < {end_ns}"
+        return sorted(self._read(host, condition, ""), key=lambda s: s.end_ns)
+
+    def first_after(self, host: str, t_ns: int) -> list[StoredSample]:
+        return self._read(host, f"time >= {t_ns}", " ORDER BY time ASC LIMIT 1")
+
+    def last_before(self, host: str, t_ns: int) -> list[StoredSample]:
+        return self._read(host, f"time <= {t_ns}", " ORDER BY time DESC LIMIT 1")
+
+    def _read(self, host: str, condition: str, tail: str) -> list[StoredSample]:
+        rows = self.query(
+            f"SELECT {_READ_FIELDS} FROM energy WHERE host = {quote_literal(host)} AND {condition} "
+            f"GROUP BY source, component, device, quality{tail}"
+        )
+        return [
+            StoredSample(
+                host,
+                r["source"],
+                r["component"],
+                r["device"],
+                r["quality"],
+                int(r["start_ns"]),
+                int(r["time"]),
+                float(r["energy_j"]),
+                float(r["cumulative_j"]),
+                r["stream"] or "",
+                r["healthy"] is not False,
+                None if r["utilization"] is None else float(r["utilization"]),
+                None if r["energy_error_j"] is None else float(r["energy_error_j"]),
+            )
+            for r in rows
+            if r.get("energy_j") is not None
+        ]
 
     def ping(self) -> str:
         """The server's ``X-Influxdb-Version`` header ("" when it sends none)."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from wattline import wire
 from wattline.collector.lineprotocol import LineEncoder, LineProtocolError, describe
+from wattline.collector.stores.reader import StoredJobEvent, StoredSample
 from wattline.collector.stores.base import (
     ENERGY,
     JOB_EVENTS,
@@ -38,7 +39,7 @@ from wattline.collector.stores.base import (
     sample_tags,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA_V1 = """
 CREATE TABLE energy (
@@ -58,18 +59,41 @@ CREATE TABLE job_events (
 CREATE INDEX job_events_job ON job_events (job_id, time_ns);
 """
 
+#: v2: the series of each host, so edge queries are one index lookup per series.
+_SCHEMA_V2 = """
+CREATE TABLE series (
+    host TEXT NOT NULL, source TEXT NOT NULL, component TEXT NOT NULL, device TEXT NOT NULL,
+    quality TEXT NOT NULL, PRIMARY KEY (host, source, component, device, quality)
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO series SELECT DISTINCT host, source, component, device, quality FROM energy;
+"""
+
 #: Schema version -> script that upgrades the version before it.
-_MIGRATIONS = {1: _SCHEMA_V1}
+_MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2}
 
 _ENERGY_COLUMNS = (
     "host, source, component, device, quality, labels, time_ns, start_ns, energy_j, power_w, cumulative_j, "
     "interval_s, utilization, healthy, status, energy_error_j, stream, gauges"
 )
 _INSERT_ENERGY = f"INSERT OR REPLACE INTO energy ({_ENERGY_COLUMNS}) VALUES ({', '.join('?' * 18)})"
+_INSERT_SERIES = "INSERT OR IGNORE INTO series VALUES (?, ?, ?, ?, ?)"
+_SERIES_KEY = "host = ? AND source = ? AND component = ? AND device = ? AND quality = ?"
+_READ_COLUMNS = (
+    "host, source, component, device, quality, start_ns, time_ns, energy_j, cumulative_j, stream, healthy, "
+    "utilization, energy_error_j"
+)
 _JOB_COLUMNS = "host, labels, job_id, event, time_ns, event_seq, fields"
 _INSERT_JOB = f"INSERT OR REPLACE INTO job_events ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 #: Sample fields that have a column of their own; every other field is a gauge.
 _SAMPLE_COLUMNS = SAMPLE_FIELD_NAMES
+
+
+def _stored(row: tuple[Any, ...]) -> StoredSample:
+    """A row of ``_READ_COLUMNS`` as a StoredSample."""
+    host, source, component, device, quality, start, end, energy, cumulative, stream, healthy, util, err = row
+    return StoredSample(
+        host, source, component, device, quality, start, end, energy, cumulative, stream, bool(healthy), util, err
+    )
 
 
 def _json(value: dict[str, Any]) -> str:
@@ -175,6 +199,7 @@ class SqliteStore(Store):
                 self._db.execute("BEGIN")
                 try:
                     self._db.executemany(_INSERT_ENERGY, energy_rows)
+                    self._db.executemany(_INSERT_SERIES, sorted({row[:5] for row in energy_rows}))
                     self._db.executemany(_INSERT_JOB, job_rows)
                 except BaseException:
                     self._db.execute("ROLLBACK")
@@ -210,6 +235,40 @@ class SqliteStore(Store):
             row["labels"] = json.loads(row["labels"])
             row["fields"] = json.loads(row["fields"])
         return rows
+
+    # -- Reader (what reports need; see reader.py) -----------------------------------
+
+    def job_events(self, job_id: str | None = None) -> list[StoredJobEvent]:
+        return [
+            StoredJobEvent(r["host"], r["job_id"], r["event"], r["time_ns"], r["event_seq"], r["fields"])
+            for r in self.query_job_events(job_id)
+        ]
+
+    def samples(self, host: str, start_ns: int, end_ns: int) -> list[StoredSample]:
+        sql = f"SELECT {_READ_COLUMNS} FROM energy WHERE host = ? AND time_ns > ? AND start_ns < ? ORDER BY time_ns"
+        return [_stored(row) for row in self._rows(sql, [host, start_ns, end_ns])]
+
+    def first_after(self, host: str, t_ns: int) -> list[StoredSample]:
+        return self._edges(host, f"time_ns >= ? ORDER BY time_ns LIMIT 1", t_ns)
+
+    def last_before(self, host: str, t_ns: int) -> list[StoredSample]:
+        return self._edges(host, f"time_ns <= ? ORDER BY time_ns DESC LIMIT 1", t_ns)
+
+    def _edges(self, host: str, condition: str, t_ns: int) -> list[StoredSample]:
+        """One index lookup per series of ``host``: cost independent of the data's length."""
+        series = self._rows("SELECT host, source, component, device, quality FROM series WHERE host = ?", [host])
+        sql = f"SELECT {_READ_COLUMNS} FROM energy WHERE {_SERIES_KEY} AND {condition}"
+        out: list[StoredSample] = []
+        for key in series:
+            out += [_stored(row) for row in self._rows(sql, [*key, t_ns])]
+        return out
+
+    def _rows(self, sql: str, args: list[object]) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"SQLite {self.path}: {exc}") from exc
 
     @staticmethod
     def _where(*conditions: tuple[str, object]) -> tuple[str, list[object]]:

@@ -13,7 +13,7 @@ import sys
 import typer
 
 from wattline import __version__
-from wattline.cli import daemons
+from wattline.cli import daemons, jobs
 from wattline.config import ConfigError
 
 app = typer.Typer(
@@ -25,6 +25,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 daemons.register(app)
+jobs.register(app)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,165 @@
+"""Jobs end to end: two synthetic hosts, known power and a known ramp, through a real
+collector into InfluxDB 1.x and into the SQLite default; reports within 0.1 % of the
+truth with the warm-up apart, conservation, and the study-style comparison.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pipeline import T0_NS, SyntheticHost, ZoneSpec
+from servers import Influxd
+from typer.testing import CliRunner
+
+from wattline.cli.main import app
+from wattline.collector.server import CollectorServer
+from wattline.collector.stores.base import Store
+from wattline.collector.stores.factory import open_store
+from wattline.workloads import economics
+from wattline.workloads.events import EventBuilder, JobSpec
+from wattline.workloads.report import build_report
+
+TICK_S = 0.5
+RAMP_S, RUN_S = 20.0, 90.0  # units ramp linearly for 20 s, then a plateau until 90 s
+
+
+@dataclass
+class Truth:
+    """What really happened on the synthetic hosts."""
+
+    energy: dict[str, list[tuple[int, int, float]]]  # host -> (start_ns, end_ns, J) per tick
+    units: list[tuple[int, int, float]]  # (start_ns, end_ns, units) per tick, all hosts
+
+    def energy_between(self, t0: int, t1: int) -> float:
+        return sum(_overlap(s, e, j, t0, t1) for ticks in self.energy.values() for s, e, j in ticks)
+
+    def units_between(self, t0: int, t1: int) -> float:
+        return sum(_overlap(s, e, u, t0, t1) for s, e, u in self.units)
+
+
+def _overlap(s: int, e: int, v: float, t0: int, t1: int) -> float:
+    return v * max(0, min(e, t1) - max(s, t0)) / (e - s)
+
+
+def run_job(tmp: Path, collector: str, job_id: str, hosts: list[str], power_w: float, rate: float) -> Truth:
+    """Hosts draw ``power_w`` each on package-0 (plus 10 % on dram) while units ramp to ``rate``/s per host."""
+    truth = Truth({}, [])
+    synthetic = [
+        SyntheticHost(
+            tmp / h,
+            h,
+            [ZoneSpec("intel-rapl:0", "package-0", power_w), ZoneSpec("intel-rapl:0:1", "dram", power_w / 10)],
+            collector,
+            labels={"instance_type": "synthetic"},
+        )
+        for h in hosts
+    ]
+    spec = JobSpec(job_id, f"job-{job_id}", "inference", "inferences", {"suite": "e2e"})
+    builders = [EventBuilder(spec) for _ in synthetic]
+    for host, builder in zip(synthetic, builders, strict=True):
+        host.spool.add_job_events([builder.open(host.t_ns)])
+    ticks = int(RUN_S / TICK_S)
+    for i in range(ticks):
+        for host, builder in zip(synthetic, builders, strict=True):
+            start = host.t_ns
+            before = dict(host.energy_j)
+            host.advance(TICK_S)
+            joules = sum(host.energy_j[z] - before[z] for z in before)
+            truth.energy.setdefault(host.host_id, []).append((start, host.t_ns, joules))
+            t_mid = (i + 0.5) * TICK_S
+            units = rate * TICK_S * min(1.0, t_mid / RAMP_S)
+            truth.units.append((start, host.t_ns, units))
+            host.spool.add_job_events([builder.units(units, host.t_ns)])
+    for host, builder in zip(synthetic, builders, strict=True):
+        host.spool.add_job_events([builder.close(0, host.t_ns)])
+        host.ship()
+        host.close()
+    return truth
+
+
+@pytest.fixture
+def collector_into(tmp_path: Path) -> Iterator[object]:
+    servers: list[CollectorServer] = []
+
+    def start(store: Store) -> str:
+        server = CollectorServer(store, "127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        return f"127.0.0.1:{server.port}"
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def check_report(store: Store, job_id: str, truth: Truth) -> economics.Figures:
+    report = build_report(store, job_id)  # type: ignore[arg-type]
+    assert report.saturated, report.saturation.reason
+    sat = report.measured_from_ns
+    end = T0_NS + int(RUN_S * 1e9)
+    assert T0_NS + RAMP_S * 1e9 * 0.85 <= sat <= T0_NS + RAMP_S * 1e9 * 1.1, (sat - T0_NS) / 1e9
+    assert report.measured.energy_j == pytest.approx(truth.energy_between(sat, end), rel=1e-3)
+    assert report.warmup.energy_j == pytest.approx(truth.energy_between(T0_NS, sat), rel=1e-3)
+    assert report.units_measured == pytest.approx(truth.units_between(sat, end), rel=1e-3)
+    j_per_unit = truth.energy_between(sat, end) / truth.units_between(sat, end)
+    assert report.figures.j_per_unit == pytest.approx(j_per_unit, rel=1e-3)
+    # conservation: the node energy over the job = warm-up + measured (no other job ran)
+    assert report.warmup.energy_j + report.measured.energy_j == pytest.approx(
+        truth.energy_between(T0_NS, end), rel=1e-9
+    )
+    assert set(report.measured.components) == {"cpu_package", "dram"}
+    assert sorted(report.job.hosts) == sorted(truth.energy)
+    return report.figures
+
+
+def test_two_hosts_through_collector_and_influxdb(tmp_path: Path, influxd: Influxd, collector_into: object) -> None:
+    db = influxd.new_database()
+    with open_store(influxd.url, database=db) as store:
+        address = collector_into(store)  # type: ignore[operator]
+        truth_a = run_job(tmp_path / "a", address, "job-a", ["a1", "a2"], power_w=300.0, rate=100.0)
+        truth_b = run_job(tmp_path / "b", address, "job-b", ["b1", "b2"], power_w=150.0, rate=630.0)
+        fa = check_report(store, "job-a", truth_a)
+        fb = check_report(store, "job-b", truth_b)
+    cmp = economics.compare(fa.measured, fb.measured, sla_units_per_hour=1_000_000)
+    assert cmp.throughput_ratio == pytest.approx(6.3, rel=1e-3)
+    assert cmp.sla is not None and (cmp.sla.instances.a, cmp.sla.instances.b) == (3, 1)
+    runner = CliRunner()
+    out = runner.invoke(
+        app,
+        ["compare", "job-a", "job-b", "--sla", "1000000", "--store", influxd.url, "--json"],
+        env={"WATTLINE_COLLECTOR_INFLUX_DATABASE": db},
+    )
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["throughput_ratio"] == pytest.approx(6.3, rel=1e-3)
+    assert data["sla"]["instances"]["change_pct"] == pytest.approx(-200 / 3, rel=1e-6)
+    table = runner.invoke(
+        app,
+        ["compare", "job-a", "job-b", "--sla", "1000000", "--store", influxd.url],
+        env={"WATTLINE_COLLECTOR_INFLUX_DATABASE": db, "COLUMNS": "200"},
+    )
+    assert table.exit_code == 0, table.output
+    assert "6.3x" in table.output and "-67 %" in table.output
+
+
+def test_same_job_in_the_embedded_sqlite_store_gives_the_same_figures(
+    tmp_path: Path, influxd: Influxd, collector_into: object
+) -> None:
+    db = influxd.new_database()
+    with open_store(influxd.url, database=db) as influx, open_store(f"sqlite:///{tmp_path / 'w.db'}") as sqlite:
+        truth_i = run_job(tmp_path / "i", collector_into(influx), "job", ["h1", "h2"], 200.0, 50.0)  # type: ignore[operator]
+        truth_s = run_job(tmp_path / "s", collector_into(sqlite), "job", ["h1", "h2"], 200.0, 50.0)  # type: ignore[operator]
+        assert truth_i == truth_s
+        fi = check_report(influx, "job", truth_i)
+        fs = check_report(sqlite, "job", truth_s)
+    assert fi.j_per_unit == pytest.approx(fs.j_per_unit, rel=1e-12)
+    assert (fi.measured.units, fi.measured.seconds, fi.measured.instances) == (
+        fs.measured.units,
+        fs.measured.seconds,
+        2,
+    )
+    assert fi.measured.energy_j == pytest.approx(fs.measured.energy_j, rel=1e-12)

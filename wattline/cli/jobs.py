@@ -1,0 +1,299 @@
+"""``wattline run``, ``report``, ``jobs`` and ``compare``."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from wattline.agent.settings import AgentSettings
+from wattline.cli.daemons import agent_settings
+from wattline.collector.daemon import store_from_settings
+from wattline.collector.settings import CollectorSettings
+from wattline.collector.stores.reader import Reader
+from wattline.config import ConfigError, build, parse_pairs, read_toml
+from wattline.units import parse_duration
+from wattline.workloads import economics
+from wattline.workloads.embedded import default_store_url, embedded_session
+from wattline.workloads.events import JobSpec
+from wattline.workloads.job import default_job_id
+from wattline.workloads.jobs_view import JobNotFound, all_views
+from wattline.workloads.render import comparison_json, print_comparison, print_report, report_json
+from wattline.workloads.report import Report, ReportSettings, build_report
+from wattline.workloads.run import JobRunner, RunRequest, devices_from_env, parse_devices
+from wattline.workloads.session import CollectorSink, EventSink
+
+STORE_HELP = (
+    "Store to read/write: sqlite:///PATH or http://influxdb:8086 (default: $WATTLINE_STORE or the local SQLite file)."
+)
+CONFIG_HELP = "TOML config file ([agent], [collector], [sources.NAME] tables)."
+
+
+def open_reader(store: str | None, config: Path | None) -> Any:
+    """Open the store a report reads (InfluxDB options come from the [collector] table)."""
+    doc = read_toml(config)
+    settings = build(CollectorSettings, "collector", doc, flags={"store": store or default_store_url()})
+    opened = store_from_settings(settings)
+    if not all(hasattr(opened, m) for m in ("job_events", "samples", "first_after", "last_before")):
+        raise ConfigError(
+            f"store {settings.store}: reports cannot read from a {opened.kind} store (use InfluxDB 1.x API or SQLite)"
+        )
+    return opened
+
+
+def report_settings(
+    price: float | None, carbon_intensity: float | None, pue: float, idle: str, share_rule: str
+) -> ReportSettings:
+    if idle not in {"none", "subtract"}:
+        raise ConfigError(f"option --idle: {idle!r} is not none or subtract")
+    if share_rule not in {"equal", "device-share", "exclusive"}:
+        raise ConfigError(f"option --share-rule: {share_rule!r} is not equal, device-share or exclusive")
+    if pue < 1.0:
+        raise ConfigError(f"option --pue: {pue} is below 1")
+    for name, value in (("--price", price), ("--carbon-intensity", carbon_intensity)):
+        if value is not None and value < 0:
+            raise ConfigError(f"option {name}: {value} is negative")
+    return ReportSettings(price, carbon_intensity, pue, idle, share_rule=share_rule)
+
+
+PRICE = typer.Option(None, "--price", help="Instance price, USD per instance-hour (cost figures).")
+CARBON = typer.Option(None, "--carbon-intensity", help="Grid carbon intensity, gCO2 per kWh (CO2 figures).")
+PUE = typer.Option(1.0, "--pue", help="Power usage effectiveness applied to CO2 (>= 1).")
+IDLE = typer.Option("none", "--idle", help="Idle policy: none (total energy) or subtract (above the pre-job baseline).")
+SHARE = typer.Option(
+    "equal", "--share-rule", help="Split of host-wide energy between concurrent jobs: equal, device-share, exclusive."
+)
+
+
+def _emit_report(report: Report, as_json: bool, report_json_path: Path | None) -> None:
+    data = report_json(report)
+    if report_json_path is not None:
+        report_json_path.write_text(json.dumps(data, indent=2) + "\n")
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+    else:
+        print_report(report, Console(file=sys.stdout))
+
+
+def run(
+    command: list[str] = typer.Argument(..., help="The command to run, after --."),
+    job: str | None = typer.Option(None, "--job", help="Job name (default: the command's name)."),
+    job_id: str | None = typer.Option(
+        None, "--job-id", help="Job id shared by every host (default: $SLURM_JOB_ID, $TORCHELASTIC_RUN_ID, or new)."
+    ),
+    kind: str = typer.Option("other", "--kind", help="inference, training or other."),
+    units: str = typer.Option("units", "--units", help="Name of the work unit (inferences, sequences, tokens)."),
+    labels: list[str] | None = typer.Option(None, "--label", "-l", help="Job label KEY=VALUE (repeat)."),
+    devices: str | None = typer.Option(
+        None,
+        "--devices",
+        help="Devices charged in full: 0,1 or gpu:UUID or neuroncore:0-3 "
+        "(default: CUDA_VISIBLE_DEVICES / NEURON_RT_VISIBLE_CORES).",
+    ),
+    collectors: list[str] | None = typer.Option(
+        None,
+        "--collector",
+        help="Send job events to this collector (a host agent samples); repeat for fail-over. "
+        "Default: embedded sampling into the local store.",
+    ),
+    saturated_after: str | None = typer.Option(
+        None,
+        "--saturated-after",
+        help="Treat the job as saturated this long after start (e.g. 30s), overriding detection.",
+    ),
+    units_from_stdout: str | None = typer.Option(
+        None,
+        "--units-from-stdout",
+        help="Regex on the command's stdout lines; group 1 is the unit count (else 1 per match).",
+    ),
+    report_json_path: Path | None = typer.Option(
+        None, "--report-json", help="Also write the report as JSON to this file."
+    ),
+    store: str | None = typer.Option(None, "--store", help=STORE_HELP),
+    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    interval: float | None = typer.Option(None, "--interval", "-i", help="Embedded sampling interval, seconds."),
+    sysfs_root: Path | None = typer.Option(None, "--sysfs-root", help="Root for /sys and /proc (embedded sampling)."),
+    host_id: str | None = typer.Option(
+        None, "--host-id", help="Host identity (must match the host agent's; default hostname)."
+    ),
+    no_report: bool = typer.Option(False, "--no-report", help="Do not print the report at the end."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    price: float | None = PRICE,
+    carbon_intensity: float | None = CARBON,
+    pue: float = PUE,
+    idle: str = IDLE,
+    share_rule: str = SHARE,
+) -> None:
+    """Run COMMAND inside a job window: count its units, attribute energy, print the report.
+
+    Exits with COMMAND's exit status.
+    """
+    if kind not in {"inference", "training", "other"}:
+        raise ConfigError(f"option --kind: {kind!r} is not inference, training or other")
+    rsettings = report_settings(price, carbon_intensity, pue, idle, share_rule)
+    after = parse_duration(saturated_after, "--saturated-after") if saturated_after else None
+    name = job or Path(command[0]).name
+    claims = parse_devices(devices) if devices else devices_from_env(os.environ)
+    spec = JobSpec(job_id or default_job_id(name), name, kind, units, parse_pairs(labels or [], "--label"), claims)
+    settings, doc = agent_settings(config, interval=interval, sysfs_root=sysfs_root, host_id=host_id)
+    sink: EventSink
+    store_url = store or default_store_url()
+    if collectors:
+        sink = CollectorSink(collectors, settings.host_id or socket.gethostname(), settings.labels)
+    else:
+        sink = embedded_session(store_url, settings, doc)
+    try:
+        status = JobRunner(RunRequest(list(command), spec, after, units_from_stdout), sink).run()
+    finally:
+        sink.close()
+    if collectors and store is None:
+        typer.echo(
+            f"job {spec.job_id} recorded; report: wattline report {spec.job_id} --store <the collector's store>",
+            err=True,
+        )
+    elif not no_report or report_json_path:
+        with open_reader(store_url, config) as reader:
+            report = build_report(reader, spec.job_id, rsettings)
+        if no_report:
+            report_json_path.write_text(json.dumps(report_json(report), indent=2) + "\n")  # type: ignore[union-attr]
+        else:
+            _emit_report(report, as_json, report_json_path)
+    raise typer.Exit(status)
+
+
+def report(
+    job_id: str = typer.Argument(..., help="Job id (see `wattline jobs`)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (documented, stable shape)."),
+    store: str | None = typer.Option(None, "--store", help=STORE_HELP),
+    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    price: float | None = PRICE,
+    carbon_intensity: float | None = CARBON,
+    pue: float = PUE,
+    idle: str = IDLE,
+    share_rule: str = SHARE,
+) -> None:
+    """Energy, throughput, J per unit, cost and CO2 of one job, from saturation to end."""
+    rsettings = report_settings(price, carbon_intensity, pue, idle, share_rule)
+    with open_reader(store, config) as reader:
+        result = _report_or_exit(reader, job_id, rsettings)
+    _emit_report(result, as_json, None)
+
+
+def _report_or_exit(reader: Reader, job_id: str, settings: ReportSettings) -> Report:
+    try:
+        return build_report(reader, job_id, settings)
+    except JobNotFound as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def jobs(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    store: str | None = typer.Option(None, "--store", help=STORE_HELP),
+    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    energy: bool = typer.Option(True, "--energy/--no-energy", help="Compute each job's energy (a report per job)."),
+) -> None:
+    """List jobs: name, id, hosts, start, duration, saturated, units, energy."""
+    rows: list[dict[str, Any]] = []
+    with open_reader(store, config) as reader:
+        for view in all_views(reader):
+            row: dict[str, Any] = {
+                "id": view.job_id,
+                "name": view.name,
+                "kind": view.kind,
+                "hosts": sorted(view.hosts),
+                "start_ns": view.start_ns,
+                "closed": view.closed,
+                "exit_code": view.exit_code,
+                "units": view.units_total,
+                "unit": view.unit_name,
+            }
+            if energy:
+                r = build_report(reader, view.job_id)
+                row.update(
+                    duration_s=(r.end_ns - view.start_ns) / 1e9,
+                    saturated=r.saturated,
+                    measured_energy_j=r.measured.energy_j,
+                    total_energy_j=r.measured.energy_j + r.warmup.energy_j,
+                    j_per_unit=r.figures.j_per_unit,
+                )
+            rows.append(row)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title="wattline jobs")
+    for col in ("name", "id", "hosts", "start (UTC)", "duration", "saturated", "units", "energy", "J/unit"):
+        table.add_column(col)
+    from wattline.workloads.render import _iso
+
+    for row in rows:
+        table.add_row(
+            row["name"],
+            row["id"],
+            str(len(row["hosts"])),
+            _iso(row["start_ns"])[:19],
+            f"{row.get('duration_s', 0):.1f} s",
+            {True: "yes", False: "no"}.get(row.get("saturated"), "?"),  # type: ignore[arg-type]
+            f"{row['units']:,.0f} {row['unit']}",
+            f"{row.get('total_energy_j', 0):,.1f} J",
+            "n/a" if row.get("j_per_unit") is None else f"{row['j_per_unit']:.4f}",
+        )
+    Console(file=sys.stdout).print(table)
+
+
+def compare(
+    job_a: str = typer.Argument(..., help="Baseline job id (A)."),
+    job_b: str = typer.Argument(..., help="Candidate job id (B)."),
+    sla: float | None = typer.Option(
+        None, "--sla", help="Target throughput, units per hour: instances needed each way."
+    ),
+    work: float | None = typer.Option(None, "--work", help="Units of work to process (time, energy, cost each way)."),
+    instances: int | None = typer.Option(
+        None, "--instances", help="Instances each way for --work (default: the job's host count)."
+    ),
+    price_a: float | None = typer.Option(None, "--price-a", help="A's price, USD per instance-hour."),
+    price_b: float | None = typer.Option(None, "--price-b", help="B's price, USD per instance-hour."),
+    carbon_intensity: float | None = CARBON,
+    pue: float = PUE,
+    idle: str = IDLE,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    store: str | None = typer.Option(None, "--store", help=STORE_HELP),
+    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+) -> None:
+    """The study's table for two measured jobs: throughput, instances for an SLA, energy, cost, CO2."""
+    rsettings = report_settings(None, carbon_intensity, pue, idle, "equal")
+    with open_reader(store, config) as reader:
+        a = _report_or_exit(reader, job_a, rsettings)
+        b = _report_or_exit(reader, job_b, rsettings)
+    cmp = economics.compare(
+        a.figures.measured,
+        b.figures.measured,
+        sla_units_per_hour=sla,
+        work_units=work,
+        instances=instances,
+        price_a=price_a,
+        price_b=price_b,
+        carbon_intensity=carbon_intensity,
+        pue=pue,
+    )
+    if as_json:
+        typer.echo(json.dumps(comparison_json(a, b, cmp), indent=2))
+    else:
+        print_comparison(a, b, cmp, Console(file=sys.stdout))
+
+
+def register(app: typer.Typer) -> None:
+    """Add these commands to ``app``."""
+    app.command(context_settings={"allow_interspersed_args": False})(run)
+    app.command()(report)
+    app.command()(jobs)
+    app.command()(compare)
+
+
+__all__ = ["AgentSettings", "register"]

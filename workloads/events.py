@@ -1,0 +1,187 @@
+"""Job events: building them, batching unit counts, and the language-neutral events file.
+
+Any workload started by ``wattline run`` may report progress by appending lines to the
+file named in ``$WATTLINE_EVENTS`` (open in append mode, one line per write)::
+
+    units 32              # 32 more work units done (now)
+    units 32 1733150000.5 # ... at this Unix time (seconds, float)
+    phase saturated       # the workload knows it saturates the hardware from now on
+    phase NAME            # any other phase marker
+
+Unknown or malformed lines are reported once and ignored; they never stop the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wattline import wire
+
+log = logging.getLogger(__name__)
+
+ENV_JOB_ID = "WATTLINE_JOB_ID"
+ENV_EVENTS = "WATTLINE_EVENTS"
+SATURATED = "saturated"
+
+Kind = wire.pb.JobEvent.Kind
+
+
+@dataclass
+class JobSpec:
+    """What a job is: identity and how its energy is scoped."""
+
+    job_id: str
+    name: str
+    kind: str = "other"  #: inference | training | other
+    unit_name: str = "units"
+    labels: dict[str, str] = field(default_factory=dict)
+    devices: list[str] = field(default_factory=list)
+
+
+class EventBuilder:
+    """Numbered job events of one job on one host."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.spec = spec
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def make(self, kind: Kind, time_ns: int | None = None, **fields: Any) -> wire.pb.JobEvent:
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+        return wire.JobEvent(
+            job_id=self.spec.job_id, kind=kind, time_ns=time_ns or time.time_ns(), event_seq=seq, **fields
+        )
+
+    def open(self, time_ns: int | None = None) -> wire.pb.JobEvent:
+        s = self.spec
+        return self.make(
+            wire.pb.JobEvent.KIND_OPEN,
+            time_ns,
+            name=s.name,
+            job_kind=s.kind,
+            unit_name=s.unit_name,
+            labels=s.labels,
+            devices=s.devices,
+        )
+
+    def units(self, count: float, time_ns: int | None = None) -> wire.pb.JobEvent:
+        return self.make(wire.pb.JobEvent.KIND_UNITS, time_ns, units=count)
+
+    def phase(self, name: str, time_ns: int | None = None) -> wire.pb.JobEvent:
+        return self.make(wire.pb.JobEvent.KIND_PHASE, time_ns, phase=name)
+
+    def close(self, exit_code: int, time_ns: int | None = None) -> wire.pb.JobEvent:
+        return self.make(wire.pb.JobEvent.KIND_CLOSE, time_ns, exit_code=exit_code)
+
+
+class UnitAccumulator:
+    """Sums unit counts and emits at most one UNITS event per ``period_s``.
+
+    A training loop may count every step at hundreds of Hz; the saturation detector
+    needs about one point per second, and storage should not get one row per step.
+    """
+
+    def __init__(self, builder: EventBuilder, emit: Callable[[list[wire.pb.JobEvent]], None], period_s: float = 0.5):
+        self.builder = builder
+        self.emit = emit
+        self.period_s = period_s
+        self.total = 0.0
+        self._pending = 0.0
+        self._last_emit = time.monotonic()
+        self._lock = threading.Lock()
+
+    def add(self, count: float, time_ns: int | None = None) -> None:
+        if count < 0:
+            raise ValueError(f"units must be non-negative, got {count}")
+        with self._lock:
+            self.total += count
+            self._pending += count
+            due = time.monotonic() - self._last_emit >= self.period_s
+        if due or time_ns is not None:
+            self.flush(time_ns)
+
+    def flush(self, time_ns: int | None = None) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, 0.0
+            self._last_emit = time.monotonic()
+        if pending:
+            self.emit([self.builder.units(pending, time_ns)])
+
+
+def parse_event_line(line: str) -> tuple[str, str, int | None] | None:
+    """Parse one events-file line into (verb, argument, time_ns); None for blanks.
+
+    Raises ValueError with a short reason for a malformed line.
+    """
+    parts = line.split()
+    if not parts or parts[0].startswith("#"):
+        return None
+    if parts[0] not in {"units", "phase"} or len(parts) not in (2, 3):
+        raise ValueError(f"expected 'units N [UNIX_TIME]' or 'phase NAME [UNIX_TIME]', got {line.strip()!r}")
+    if parts[0] == "units":
+        value = float(parts[1])
+        if not value >= 0:
+            raise ValueError(f"units must be a non-negative number, got {parts[1]!r}")
+    stamp = int(float(parts[2]) * 1e9) if len(parts) == 3 else None
+    return parts[0], parts[1], stamp
+
+
+class EventsFileReader:
+    """Follows an events file written by the workload and feeds the job."""
+
+    def __init__(
+        self, path: Path, on_units: Callable[[float, int | None], None], on_phase: Callable[[str, int | None], None]
+    ):
+        self.path = path
+        self.on_units = on_units
+        self.on_phase = on_phase
+        self._offset = 0
+        self._partial = ""
+        self.bad_lines = 0
+
+    def poll(self) -> None:
+        """Consume complete lines appended since the last poll."""
+        try:
+            with self.path.open("r", encoding="utf-8", errors="replace") as fh:
+                fh.seek(self._offset)
+                chunk = fh.read()
+                self._offset = fh.tell()
+        except FileNotFoundError:
+            return
+        text = self._partial + chunk
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        for line in lines:
+            try:
+                parsed = parse_event_line(line)
+            except ValueError as exc:
+                self.bad_lines += 1
+                if self.bad_lines <= 3:
+                    log.warning("%s: ignored line: %s", self.path, exc)
+                continue
+            if parsed is None:
+                continue
+            verb, arg, stamp = parsed
+            if verb == "units":
+                self.on_units(float(arg), stamp)
+            else:
+                self.on_phase(arg, stamp)
+
+
+def append_event_line(line: str, path: str | None = None) -> None:
+    """Append one line to the events file (used by the Python API inside ``wattline run``)."""
+    target = path or os.environ[ENV_EVENTS]
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (line.rstrip("\n") + "\n").encode())
+    finally:
+        os.close(fd)

@@ -1,0 +1,150 @@
+"""The Python job API: tag a job window, count its work units, mark saturation.
+
+::
+
+    from wattline.workloads import Job
+
+    with Job("bert-large", kind="training", units="sequences") as job:
+        for batch in loader:
+            train_step(batch)
+            job.add_units(len(batch))
+
+    @job_window("layoutlm", kind="inference", units="inferences")
+    def serve(job): ...
+
+Inside a process started by ``wattline run`` the API joins that job (through
+``$WATTLINE_JOB_ID`` / ``$WATTLINE_EVENTS``) instead of opening a second one. Otherwise
+it opens its own job: through ``collector=`` when a host agent runs, or embedded (in-
+process sampling into the local SQLite store) when none is given.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from wattline.workloads.events import (
+    ENV_EVENTS,
+    ENV_JOB_ID,
+    SATURATED,
+    EventBuilder,
+    JobSpec,
+    UnitAccumulator,
+)
+from wattline.workloads.session import CollectorSink, EventSink, ParentSink
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Environment variables from which a multi-host job id is taken when none is given.
+JOB_ID_ENV = ("WATTLINE_JOB_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")
+
+
+def default_job_id(name: str, env: Mapping[str, str] | None = None) -> str:
+    """The job id shared by every host of a launcher's job, else a fresh one."""
+    env = os.environ if env is None else env
+    for var in JOB_ID_ENV:
+        value = env.get(var)
+        if value and value != "none":
+            return value if var == "WATTLINE_JOB_ID" else f"{var.split('_')[0].lower()}-{value}"
+    return f"{name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+class Job:
+    """A job window on this host; use as a context manager."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        job_id: str | None = None,
+        kind: str = "other",
+        units: str = "units",
+        labels: Mapping[str, str] | None = None,
+        devices: list[str] | None = None,
+        collector: list[str] | str | None = None,
+        sink: EventSink | None = None,
+    ) -> None:
+        if kind not in {"inference", "training", "other"}:
+            raise ValueError(f"kind must be inference, training or other, not {kind!r}")
+        self.joined = bool(os.environ.get(ENV_EVENTS) and os.environ.get(ENV_JOB_ID))
+        resolved_id = os.environ[ENV_JOB_ID] if self.joined else (job_id or default_job_id(name))
+        self.spec = JobSpec(resolved_id, name, kind, units, dict(labels or {}), list(devices or []))
+        self._collector = [collector] if isinstance(collector, str) else collector
+        self._sink = sink
+        self._builder = EventBuilder(self.spec)
+        self._units: UnitAccumulator | None = None
+        self.exit_code: int | None = None
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    @property
+    def units_total(self) -> float:
+        return self._units.total if self._units else 0.0
+
+    def __enter__(self) -> Job:
+        if self._sink is None:
+            if self.joined:
+                self._sink = ParentSink(Path(os.environ[ENV_EVENTS]))
+            elif self._collector:
+                self._sink = CollectorSink(
+                    self._collector, os.environ.get("WATTLINE_AGENT_HOST_ID", socket.gethostname())
+                )
+            else:
+                from wattline.workloads.embedded import embedded_session
+
+                self._sink = embedded_session()
+        self._units = UnitAccumulator(self._builder, self._sink.send)
+        if not self.joined:
+            self._sink.send([self._builder.open()])
+        return self
+
+    def add_units(self, count: float = 1) -> None:
+        """Count ``count`` more completed work units (inferences, sequences, tokens)."""
+        if self._units is None:
+            raise RuntimeError("add_units() outside the job's with-block")
+        self._units.add(count)
+
+    def mark_saturated(self) -> None:
+        """Declare that the hardware is saturated from now on (overrides detection)."""
+        self.phase(SATURATED)
+
+    def phase(self, name: str) -> None:
+        """Mark the start of a named phase."""
+        if self._sink is None or self._units is None:
+            raise RuntimeError("phase() outside the job's with-block")
+        self._units.flush()
+        self._sink.send([self._builder.phase(name)])
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._sink is not None and self._units is not None
+        self._units.flush()
+        self.exit_code = 0 if exc_type is None else (130 if exc_type is KeyboardInterrupt else 1)
+        if not self.joined:
+            self._sink.send([self._builder.close(self.exit_code)])
+        self._sink.close()
+
+
+def job_window(name: str, **kwargs: Any) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Decorator form: the function runs inside ``Job(name, **kwargs)`` and receives it as ``job=``."""
+
+    def wrap(fn: Callable[..., R]) -> Callable[..., R]:
+        @functools.wraps(fn)
+        def inner(*args: Any, **kw: Any) -> R:
+            with Job(name, **kwargs) as job:
+                return fn(*args, job=job, **kw)
+
+        return inner
+
+    return wrap

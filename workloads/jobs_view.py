@@ -1,0 +1,121 @@
+"""A job as the store remembers it: rebuilt from its events alone.
+
+Everything a report or ``wattline jobs`` needs (hosts, windows, units timeline,
+phases, devices, exit codes) is derived from the ``job_events`` points, so reports work
+after the fact and after a collector restart.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from wattline.collector.stores.reader import Reader, StoredJobEvent
+from wattline.workloads.events import SATURATED
+
+
+class JobNotFound(LookupError):
+    """No events for that job id."""
+
+
+@dataclass
+class HostWindow:
+    """One host's part of a job."""
+
+    host: str
+    open_ns: int
+    close_ns: int | None = None
+    exit_code: int | None = None
+    devices: list[str] = field(default_factory=list)
+
+
+@dataclass
+class JobView:
+    """A job rebuilt from its stored events."""
+
+    job_id: str
+    name: str = ""
+    kind: str = "other"
+    unit_name: str = "units"
+    labels: dict[str, str] = field(default_factory=dict)
+    hosts: dict[str, HostWindow] = field(default_factory=dict)
+    unit_events: list[tuple[int, float]] = field(default_factory=list)  #: (time_ns, units) all hosts
+    #: (start_ns, end_ns, units) per UNITS event: each covers the time since the same
+    #: host's previous UNITS event (or its open), so units apportion like energy.
+    unit_intervals: list[tuple[int, int, float]] = field(default_factory=list)
+    phases: list[tuple[int, str, str]] = field(default_factory=list)  #: (time_ns, host, phase)
+
+    @property
+    def start_ns(self) -> int:
+        return min(w.open_ns for w in self.hosts.values())
+
+    @property
+    def closed(self) -> bool:
+        return all(w.close_ns is not None for w in self.hosts.values())
+
+    def end_ns(self, now_ns: int) -> int:
+        """Last close, or ``now_ns`` while a host is still running."""
+        return max(w.close_ns if w.close_ns is not None else now_ns for w in self.hosts.values())
+
+    @property
+    def units_total(self) -> float:
+        return sum(u for _, u in self.unit_events)
+
+    @property
+    def saturation_mark_ns(self) -> int | None:
+        """When the workload (or ``--saturated-after``) declared saturation: the latest
+        host's mark, so every host is saturated from then on."""
+        marks = [t for t, _, phase in self.phases if phase == SATURATED]
+        return max(marks) if marks else None
+
+    @property
+    def exit_code(self) -> int | None:
+        codes = [w.exit_code for w in self.hosts.values() if w.exit_code is not None]
+        return max(codes, key=abs) if codes else None
+
+
+def build_view(job_id: str, events: list[StoredJobEvent]) -> JobView:
+    """Fold events (any order) into a :class:`JobView`; JobNotFound when there are none."""
+    mine = sorted((e for e in events if e.job_id == job_id), key=lambda e: (e.time_ns, e.event_seq))
+    if not mine:
+        raise JobNotFound(f"no job {job_id!r} in the store")
+    view = JobView(job_id)
+    last_units: dict[str, int] = {}
+    for e in mine:
+        f = e.fields
+        if e.event == "open":
+            view.name = str(f.get("name") or view.name or job_id)
+            view.kind = str(f.get("job_kind") or view.kind)
+            view.unit_name = str(f.get("unit_name") or view.unit_name)
+            view.labels.update({k[6:]: str(v) for k, v in f.items() if k.startswith("label_")})
+            devices = [d for d in str(f.get("devices") or "").split(",") if d]
+            window = view.hosts.get(e.host)
+            if window is None:
+                view.hosts[e.host] = HostWindow(e.host, e.time_ns, devices=devices)
+            else:
+                window.open_ns = min(window.open_ns, e.time_ns)
+        elif e.event == "units":
+            count = float(f.get("units", 0.0))
+            opened = view.hosts[e.host].open_ns if e.host in view.hosts else e.time_ns
+            view.unit_events.append((e.time_ns, count))
+            view.unit_intervals.append((min(last_units.get(e.host, opened), e.time_ns), e.time_ns, count))
+            last_units[e.host] = e.time_ns
+        elif e.event == "phase":
+            view.phases.append((e.time_ns, e.host, str(f.get("phase", ""))))
+        elif e.event == "close":
+            window = view.hosts.setdefault(e.host, HostWindow(e.host, e.time_ns))
+            window.close_ns = max(window.close_ns or e.time_ns, e.time_ns)
+            window.exit_code = int(f.get("exit_code", 0))
+    if not view.hosts:
+        first = mine[0]
+        view.hosts[first.host] = HostWindow(first.host, first.time_ns)
+    return view
+
+
+def all_views(reader: Reader) -> list[JobView]:
+    """Every job in the store, oldest first."""
+    grouped: dict[str, list[StoredJobEvent]] = defaultdict(list)
+    for e in reader.job_events():
+        grouped[e.job_id].append(e)
+    views = [build_view(job_id, events) for job_id, events in grouped.items()]
+    return sorted(views, key=lambda v: v.start_ns)

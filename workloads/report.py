@@ -1,0 +1,351 @@
+"""A job's report: saturation, energy of every host and component, per-unit figures.
+
+Steps (each documented where it lives):
+
+1. The job is rebuilt from its stored events (:mod:`.jobs_view`).
+2. Saturation is detected from the units timeline, the workload's own mark or
+   ``--saturated-after`` (:mod:`.saturation`); without units, from accelerator
+   utilization.
+3. Per host, each channel's energy in the warm-up ``[open, saturation)`` and the
+   measured window ``[saturation, close)`` is the difference of its cumulative counter
+   at the window edges (O(1) in the job's length); across an agent restart, or when
+   other jobs shared the host, the samples themselves are split (:mod:`.attribution`).
+4. Figures per unit, cost and CO2 come from :mod:`.economics`.
+
+Component totals never add RAPL sub-domains to their parent: ``cpu_core`` and
+``cpu_uncore`` are inside ``cpu_package``, and ``psys`` (the whole platform) overlaps
+everything, so those three are left out of the host's energy.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from wattline.collector.stores.reader import Reader, StoredSample
+from wattline.quality import Quality
+from wattline.workloads import economics
+from wattline.workloads.attribution import (
+    ACCELERATOR_COMPONENTS,
+    Attribution,
+    ChannelEnergy,
+    EdgeSample,
+    IdlePolicy,
+    Interval,
+    JobWindow,
+    ShareRule,
+    coverage,
+    cumulative_window_energy,
+    split_shared,
+    window_energy,
+)
+from wattline.workloads.jobs_view import JobView, all_views, build_view
+from wattline.workloads.saturation import Saturation, SaturationParams, detect_saturation
+
+#: Sub-domains and supersets left out of a host's total (see the module docstring).
+EXCLUDED_COMPONENTS = frozenset({"cpu_core", "cpu_uncore", "psys"})
+#: The components a complete measurement of a host has, for coverage's "missing" list.
+EXPECTED = {"cpu": ("cpu_package", "cpu"), "memory": ("dram",), "network": ("nic",)}
+
+Series = tuple[str, str, str, str, str]  # host, source, component, device, quality
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """Knobs of a report (prices, carbon, idle and sharing policy)."""
+
+    price_per_instance_hour: float | None = None
+    carbon_intensity: float | None = None
+    pue: float = 1.0
+    idle: str = "none"  #: none | subtract
+    idle_lookback_s: float = 60.0  #: idle baseline measured over this long before the job
+    share_rule: str = "equal"  #: equal | device-share | exclusive
+    deviceless_share: float = 0.1
+    cores_per_neuron_device: int = 2
+    saturation: SaturationParams = field(default_factory=SaturationParams)
+
+
+@dataclass
+class ComponentEnergy:
+    """Energy of one component (summed over hosts and devices) in one window."""
+
+    component: str
+    energy_j: float = 0.0
+    dynamic_j: float = 0.0
+    by_quality: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class WindowEnergy:
+    """Energy of the job in one window, by component and by host."""
+
+    seconds: float
+    components: dict[str, ComponentEnergy] = field(default_factory=dict)
+    hosts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def energy_j(self) -> float:
+        return math.fsum(c.energy_j for c in self.components.values())
+
+    @property
+    def dynamic_j(self) -> float:
+        return math.fsum(c.dynamic_j for c in self.components.values())
+
+    def by_quality(self) -> dict[Quality, float]:
+        out: dict[Quality, float] = defaultdict(float)
+        for comp in self.components.values():
+            for q, j in comp.by_quality.items():
+                out[Quality(q)] += j
+        return dict(out)
+
+
+@dataclass
+class Report:
+    """Everything ``wattline report`` prints."""
+
+    job: JobView
+    end_ns: int
+    saturation: Saturation
+    measured_from_ns: int
+    units_warmup: float
+    units_measured: float
+    warmup: WindowEnergy
+    measured: WindowEnergy
+    figures: economics.Figures
+    settings: ReportSettings
+    missing: list[str]
+    notes: list[str]
+
+    @property
+    def saturated(self) -> bool:
+        return self.saturation.saturated
+
+
+def build_report(
+    reader: Reader, job_id: str, settings: ReportSettings | None = None, now_ns: int | None = None
+) -> Report:
+    """Compute the report of ``job_id`` from the store behind ``reader``."""
+    settings = settings or ReportSettings()
+    now_ns = now_ns or time.time_ns()
+    events = reader.job_events(job_id)
+    job = build_view(job_id, events)
+    end_ns = job.end_ns(now_ns)
+    notes: list[str] = []
+    if not job.closed:
+        notes.append("job still running: figures up to now")
+    saturation = _saturation(reader, job, end_ns, settings)
+    start = saturation.at_ns if saturation.saturated and saturation.at_ns is not None else job.start_ns
+    if not saturation.saturated:
+        notes.append(f"not saturated ({saturation.reason}): whole-run figures")
+    others = [v for v in all_views(reader) if v.job_id != job_id] if len(job.hosts) else []
+    warm = WindowEnergy(seconds=(start - job.start_ns) / 1e9)
+    meas = WindowEnergy(seconds=(end_ns - start) / 1e9)
+    missing: set[str] = set()
+    for host, window in job.hosts.items():
+        close = window.close_ns if window.close_ns is not None else end_ns
+        split = min(max(start, window.open_ns), close)
+        attribution, host_missing, host_notes = _host_attribution(
+            reader, job, host, window.open_ns, split, close, others, settings, end_ns
+        )
+        missing |= host_missing
+        notes += host_notes
+        _accumulate(warm, attribution, f"{job_id}#warmup", host)
+        _accumulate(meas, attribution, f"{job_id}#measured", host)
+    units_warm = window_energy(job.unit_intervals, job.start_ns, start)  # apportioned like energy
+    units_meas = job.units_total - units_warm
+    energy = meas.dynamic_j if settings.idle == "subtract" else meas.energy_j
+    measured = economics.Measured(units_meas, meas.seconds, energy, max(len(job.hosts), 1))
+    figures = economics.figures(measured, settings.price_per_instance_hour, settings.carbon_intensity, settings.pue)
+    return Report(
+        job, end_ns, saturation, start, units_warm, units_meas, warm, meas, figures, settings, sorted(missing), notes
+    )
+
+
+def _saturation(reader: Reader, job: JobView, end_ns: int, settings: ReportSettings) -> Saturation:
+    utilization = None
+    if not job.unit_events and job.saturation_mark_ns is None:
+        utilization = _accelerator_utilization(reader, job, end_ns)
+    return detect_saturation(
+        job.start_ns,
+        end_ns,
+        unit_events=job.unit_events or None,
+        utilization=utilization,
+        mark_ns=job.saturation_mark_ns,
+        params=settings.saturation,
+    )
+
+
+def _accelerator_utilization(reader: Reader, job: JobView, end_ns: int) -> list[tuple[int, float]] | None:
+    points: dict[int, list[float]] = defaultdict(list)
+    for host, window in job.hosts.items():
+        for s in reader.samples(host, window.open_ns, window.close_ns or end_ns):
+            if s.component in ACCELERATOR_COMPONENTS and s.utilization is not None:
+                points[s.end_ns // 10**9 * 10**9].append(s.utilization)
+    return [(t, sum(v) / len(v)) for t, v in sorted(points.items())] or None
+
+
+def _host_attribution(
+    reader: Reader,
+    job: JobView,
+    host: str,
+    open_ns: int,
+    split_ns: int,
+    close_ns: int,
+    others: Sequence[JobView],
+    settings: ReportSettings,
+    now_ns: int,
+) -> tuple[Attribution, set[str], list[str]]:
+    """Split one host's energy over [open, close) between this job's two windows and others."""
+    notes: list[str] = []
+    concurrent = [
+        JobWindow(
+            v.job_id, host, v.hosts[host].open_ns, v.hosts[host].close_ns or now_ns, frozenset(v.hosts[host].devices)
+        )
+        for v in others
+        if host in v.hosts and v.hosts[host].open_ns < close_ns and (v.hosts[host].close_ns or now_ns) > open_ns
+    ]
+    if concurrent:
+        lo = min([open_ns] + [w.start_ns for w in concurrent])
+        hi = max([close_ns] + [w.end_ns for w in concurrent])
+        channels = _channels_from_samples(reader.samples(host, lo, hi), settings)
+        notes.append(f"{host}: shared with {len(concurrent)} other job(s); split by rule {settings.share_rule!r}")
+    else:
+        channels = _channels_from_edges(reader, host, (open_ns, split_ns, close_ns), settings, notes)
+    devices = frozenset(job.hosts[host].devices) or frozenset().union(*(c.claim_keys for c in channels))
+    windows = [
+        JobWindow(f"{job.job_id}#warmup", host, open_ns, split_ns, devices),
+        JobWindow(f"{job.job_id}#measured", host, split_ns, close_ns, devices),
+        *(
+            JobWindow(
+                w.job_id, host, w.start_ns, w.end_ns, w.devices or frozenset().union(*(c.claim_keys for c in channels))
+            )
+            for w in concurrent
+        ),
+    ]
+    idle = IdlePolicy(settings.idle, _idle_baselines(reader, host, open_ns, channels, settings, notes))  # type: ignore[arg-type]
+    rule = ShareRule(settings.share_rule, settings.deviceless_share)  # type: ignore[arg-type]
+    missing = {name for name, comps in EXPECTED.items() if not any(c.component in comps for c in channels)}
+    if not channels:
+        notes.append(f"{host}: no energy samples in the job's window (is an agent running there?)")
+    return split_shared(channels, windows, rule, idle=idle), missing, notes
+
+
+def _claim_keys(component: str, device: str, settings: ReportSettings) -> frozenset[str]:
+    """Device claims that charge a channel: GPU by UUID, Neuron device by its cores."""
+    if component == "gpu":
+        return frozenset({f"gpu:{device}"})
+    if component == "accelerator" and device.startswith("neuron") and device[6:].isdigit():
+        n, per = int(device[6:]), settings.cores_per_neuron_device
+        return frozenset({f"neuron:{n}", *(f"neuroncore:{c}" for c in range(n * per, (n + 1) * per))})
+    return frozenset()
+
+
+def _channel(series: Series, intervals: list[Interval], settings: ReportSettings) -> ChannelEnergy:
+    host, _source, component, device, quality = series
+    return ChannelEnergy(host, component, device, Quality(quality), intervals, _claim_keys(component, device, settings))
+
+
+def _channels_from_samples(samples: Iterable[StoredSample], settings: ReportSettings) -> list[ChannelEnergy]:
+    grouped: dict[Series, list[Interval]] = defaultdict(list)
+    for s in samples:
+        if s.component not in EXCLUDED_COMPONENTS:
+            grouped[s.series].append(Interval(s.start_ns, s.end_ns, s.energy_j))
+    return [_channel(k, v, settings) for k, v in sorted(grouped.items())]
+
+
+def _edge(s: StoredSample | None) -> EdgeSample | None:
+    return None if s is None else EdgeSample(s.start_ns, s.end_ns, s.energy_j, s.cumulative_j, s.stream)
+
+
+def _channels_from_edges(
+    reader: Reader, host: str, edges: tuple[int, ...], settings: ReportSettings, notes: list[str]
+) -> list[ChannelEnergy]:
+    """One Interval per window per series, from the cumulative counter at the edges."""
+    before = [{s.series: s for s in reader.last_before(host, t)} for t in edges]
+    after = [{s.series: s for s in reader.first_after(host, t)} for t in edges]
+    series = sorted({k for d in before[1:] + after[:-1] for k in d if k[2] not in EXCLUDED_COMPONENTS})
+    channels: list[ChannelEnergy] = []
+    fallback: list[StoredSample] | None = None
+    for key in series:
+        intervals: list[Interval] = []
+        for i in range(len(edges) - 1):
+            t0, t1 = edges[i], edges[i + 1]
+            if t1 <= t0:
+                continue
+            energy = cumulative_window_energy(
+                _edge(before[i].get(key)),
+                _edge(after[i].get(key)),
+                _edge(before[i + 1].get(key)),
+                _edge(after[i + 1].get(key)),
+                t0,
+                t1,
+            )
+            if energy is None:  # the agent restarted inside the window: sum its samples
+                if fallback is None:
+                    fallback = reader.samples(host, edges[0], edges[-1])
+                    notes.append(f"{host}: agent restarted during the job; summed its samples")
+                energy = window_energy(
+                    ((s.start_ns, s.end_ns, s.energy_j) for s in fallback if s.series == key), t0, t1
+                )
+            intervals.append(Interval(t0, t1, energy))
+        channels.append(_channel(key, intervals, settings))
+    return channels
+
+
+def _idle_baselines(
+    reader: Reader,
+    host: str,
+    open_ns: int,
+    channels: Sequence[ChannelEnergy],
+    settings: ReportSettings,
+    notes: list[str],
+) -> dict[tuple[str, str, str], float]:
+    """Idle power per channel: its mean power over ``idle_lookback_s`` before the job."""
+    if settings.idle != "subtract":
+        return {}
+    t0 = open_ns - int(settings.idle_lookback_s * 1e9)
+    before0 = {s.series: s for s in reader.last_before(host, t0)}
+    after0 = {s.series: s for s in reader.first_after(host, t0)}
+    before1 = {s.series: s for s in reader.last_before(host, open_ns)}
+    after1 = {s.series: s for s in reader.first_after(host, open_ns)}
+    baselines: dict[tuple[str, str, str], float] = {}
+    for key in before1:
+        first = after0.get(key)
+        if first is None or first.start_ns > t0:
+            continue  # no samples covering the whole look-back: no honest baseline
+        energy = cumulative_window_energy(
+            _edge(before0.get(key)), _edge(first), _edge(before1.get(key)), _edge(after1.get(key)), t0, open_ns
+        )
+        if energy is not None:
+            baselines[(key[0], key[2], key[3])] = energy / settings.idle_lookback_s
+    if not baselines and channels:
+        notes.append(
+            f"{host}: no idle baseline (no samples {settings.idle_lookback_s:.0f} s before the job): "
+            "idle counted as 0 W"
+        )
+    return baselines
+
+
+def _accumulate(window: WindowEnergy, attribution: Attribution, job_key: str, host: str) -> None:
+    for share in attribution.shares:
+        if share.job_id != job_key or share.host != host:
+            continue
+        comp = window.components.setdefault(share.component, ComponentEnergy(share.component))
+        comp.energy_j += share.energy_j
+        comp.dynamic_j += share.dynamic_j
+        comp.by_quality[share.quality.value] = comp.by_quality.get(share.quality.value, 0.0) + share.energy_j
+        window.hosts[host] = window.hosts.get(host, 0.0) + share.energy_j
+
+
+def report_coverage(report: Report) -> dict[str, Any]:
+    """Share of the measured window's energy by quality, and what was not measured at all."""
+    cov = coverage(report.measured.by_quality(), report.missing)
+    return {
+        "shares": {q.value: v for q, v in cov.shares.items()},
+        "measured_share": cov.measured_share,
+        "missing": list(cov.missing),
+    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +75,11 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self.prometheus_port: int | None = None
 
+    def alive(self) -> bool:
+        """True while the sampler keeps ticking (feeds the systemd watchdog only then)."""
+        stale_after = max(5 * self.settings.interval, 10.0)
+        return time.monotonic() - self.sampler.last_tick_monotonic < stale_after
+
     def source_up(self) -> dict[str, bool]:
         """Per source: present and its last read did not fail."""
         return {s.name: s.available and s.name not in self.sampler.source_errors for s in self.statuses}
@@ -113,7 +119,7 @@ class Agent:
             source.close()
         return delivered
 
-    def wait(self, stop: threading.Event, on_tick: Callable[[], None] | None = None, every_s: float = 1.0) -> None:
+    def wait(self, stop: threading.Event, on_tick: Callable[[], object] | None = None, every_s: float = 1.0) -> None:
         """Block until ``stop`` is set, calling ``on_tick`` (e.g. the systemd watchdog)."""
         while not stop.wait(every_s):
             if on_tick is not None:

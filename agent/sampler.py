@@ -52,7 +52,8 @@ class Sampler:
         self.source_errors: dict[str, str] = {}
         self.ticks = 0
         self.samples_emitted = 0
-        self.tick_seconds = 0.0  #: CPU-free measure: wall time spent inside tick()
+        self.tick_seconds = 0.0  #: wall time spent inside tick()
+        self.last_tick_monotonic = time.monotonic()
         self._lock = threading.Lock()
 
     def tick(self) -> list[wire.pb.Sample]:
@@ -75,6 +76,7 @@ class Sampler:
                     if sample is not None:
                         samples.append(sample)
         self.ticks += 1
+        self.last_tick_monotonic = time.monotonic()
         self.samples_emitted += len(samples)
         if samples:
             self.sink(samples)

@@ -35,8 +35,9 @@ def store_from_settings(settings: CollectorSettings) -> Store:
 def run_collector(
     settings: CollectorSettings,
     stop: threading.Event,
-    on_ready: Callable[[int], None] | None = None,
-    on_tick: Callable[[], None] | None = None,
+    on_ready: Callable[[int], object] | None = None,
+    on_tick: Callable[[], object] | None = None,
+    on_stop: Callable[[], object] | None = None,
 ) -> None:
     """Serve until ``stop`` is set; in-flight batches are written and acknowledged first."""
     store = store_from_settings(settings)
@@ -57,6 +58,8 @@ def run_collector(
             if on_tick is not None:
                 on_tick()
     finally:
+        if on_stop is not None:
+            on_stop()
         log.info("collector stopping: finishing in-flight batches")
         server.stop()
         store.close()

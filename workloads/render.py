@@ -164,7 +164,7 @@ def print_report(r: Report, console: Console | None = None) -> None:
         t.add_row(name, value)
     console.print(t)
     c = Table(title="Energy by component", show_header=True)
-    for col in ("component", "measured J", "W", "warm-up J", "how obtained"):
+    for col in ("component", "energy J", "W", "warm-up J", "how obtained"):
         c.add_column(col, justify="left" if col in ("component", "how obtained") else "right")
     for name in sorted(set(r.measured.components) | set(r.warmup.components)):
         m = r.measured.components.get(name)

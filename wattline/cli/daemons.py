@@ -17,6 +17,7 @@ from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
 from wattline.collector.daemon import run_collector
 from wattline.collector.settings import CollectorSettings
+from wattline import systemd
 from wattline.config import build, help_of, parse_pairs, read_toml
 
 CONFIG_HELP = "TOML config file ([agent], [collector], [sources.NAME] tables); env WATTLINE_* and flags override it."
@@ -77,7 +78,10 @@ def agent(
     stop = stop_event()
     daemon = Agent(settings, doc)
     daemon.start()
-    daemon.wait(stop)
+    found = sum(1 for s in daemon.statuses if s.available)
+    systemd.ready(f"sampling {found} sources every {settings.interval:g} s")
+    daemon.wait(stop, on_tick=lambda: daemon.alive() and systemd.watchdog(), every_s=systemd.watchdog_interval() or 1.0)
+    systemd.stopping()
     daemon.stop()
 
 
@@ -108,7 +112,13 @@ def collector(
         workers=workers,
     )
     settings = build(CollectorSettings, "collector", read_toml(config), flags=flags).validate()
-    run_collector(settings, stop_event())
+    run_collector(
+        settings,
+        stop_event(),
+        on_ready=lambda port: systemd.ready(f"listening on port {port}"),
+        on_tick=systemd.watchdog,
+        on_stop=systemd.stopping,
+    )
 
 
 def sources(

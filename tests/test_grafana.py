@@ -1,0 +1,836 @@
+"""The Grafana dashboards (grafana/dashboards/*.json) and their provisioning files.
+
+1. Every dashboard validates against a JSON Schema of Grafana's own ``Dashboard`` type,
+   generated from the pinned ``@grafana/schema`` npm package by tests/grafana_schema (``npm
+   ci`` + ts-json-schema-generator, cached under tests/_build/grafana_schema; a missing
+   node/npm FAILS the test).
+2. Every panel query, variable query and annotation query runs on a real ``influxd`` 1.x
+   filled with realistic data (real ``wire.Batch`` objects written by ``InfluxV1Store``: two
+   hosts, RAPL with subzones and psys, GPUs, a Neuron device, modelled CPU and NICs, 1 Hz for
+   10 min, an unhealthy GPU interval, two jobs), after substituting the template variables
+   the way Grafana does (``$timeFilter``, ``$__interval``..., and multi-value variables as
+   escaped regex alternations in ``=~ /^$var$/``). Each must return values; key panels must
+   return the known figures of the fixture. The Jobs dashboard is run the way its job table's
+   data link opens it: time range = the job's window as read from the table's own queries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from jsonschema.exceptions import best_match
+from servers import Influxd
+
+from wattline import wire
+from wattline.collector.stores.influx_v1 import InfluxV1Store
+
+ROOT = Path(__file__).resolve().parents[1]
+DASHBOARD_DIR = ROOT / "grafana" / "dashboards"
+PROVISIONING = ROOT / "grafana" / "provisioning"
+DASHBOARDS = {path.stem: path for path in sorted(DASHBOARD_DIR.glob("*.json"))}
+SCHEMA_PROJECT = ROOT / "tests" / "grafana_schema"
+SCHEMA_BUILD = ROOT / "tests" / "_build" / "grafana_schema"
+SCHEMA_INPUTS = ("package.json", "package-lock.json", "generate.mjs")
+DATASOURCE_UID = "wattline-influxdb"
+SUBZONE_FILTER = '"component" !~ /^(cpu_core|cpu_uncore|psys)$/'
+#: Grafana template variables the dashboards define; a query must use them as /^$name$/ (regex
+#: context: Grafana escapes the value and joins a multi-value selection as (a|b)).
+DASHBOARD_VARIABLES = ("host", "component", "job")
+
+
+def test_there_are_three_dashboards() -> None:
+    assert sorted(DASHBOARDS) == ["fleet", "host", "jobs"]
+
+
+# -- 1. Grafana's Dashboard schema ---------------------------------------------------------
+
+
+def run_tool(argv: list[str], cwd: Path, timeout_s: float) -> None:
+    try:
+        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(argv)} (in {cwd}) took over {timeout_s:.0f} s", pytrace=False)
+    if proc.returncode != 0:
+        pytest.fail(
+            f"{' '.join(argv)} (in {cwd}) exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-4000:]}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="module")
+def dashboard_schema() -> dict[str, Any]:
+    """JSON Schema of @grafana/schema's Dashboard, built once per input change (npm ci + generate.mjs)."""
+    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+    if missing:
+        pytest.fail(
+            f"{' and '.join(missing)} not found: validating the dashboards needs Node.js >= 20 and npm "
+            "(e.g. apt-get install nodejs npm), which install @grafana/schema from tests/grafana_schema",
+            pytrace=False,
+        )
+    inputs = {name: (SCHEMA_PROJECT / name).read_bytes() for name in SCHEMA_INPUTS}
+    key = hashlib.sha256(b"".join(hashlib.sha256(inputs[name]).digest() for name in SCHEMA_INPUTS)).hexdigest()
+    schema_path = SCHEMA_BUILD / f"dashboard-schema-{key[:16]}.json"
+    if not schema_path.exists():
+        SCHEMA_BUILD.mkdir(parents=True, exist_ok=True)
+        for name, data in inputs.items():
+            (SCHEMA_BUILD / name).write_bytes(data)
+        lock_hash = hashlib.sha256(inputs["package-lock.json"]).hexdigest()
+        stamp = SCHEMA_BUILD / "node_modules" / ".wattline-lock-sha256"
+        if not stamp.exists() or stamp.read_text() != lock_hash:
+            run_tool(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], SCHEMA_BUILD, 600)
+            stamp.write_text(lock_hash)
+        partial = schema_path.with_suffix(".partial")
+        run_tool(["node", "generate.mjs", str(partial)], SCHEMA_BUILD, 300)
+        partial.replace(schema_path)
+        for stale in SCHEMA_BUILD.glob("dashboard-schema-*.json"):
+            if stale != schema_path:
+                stale.unlink()
+    schema: dict[str, Any] = json.loads(schema_path.read_text())
+    return schema
+
+
+def load(name: str) -> dict[str, Any]:
+    dashboard: dict[str, Any] = json.loads(DASHBOARDS[name].read_text())
+    return dashboard
+
+
+def schema_errors(schema: dict[str, Any], document: dict[str, Any]) -> list[str]:
+    validator = jsonschema.Draft7Validator(schema)
+    out = []
+    for error in sorted(validator.iter_errors(document), key=lambda e: [str(p) for p in e.absolute_path]):
+        where = "/".join(str(p) for p in error.absolute_path) or "(top)"
+        # An anyOf (Panel | RowPanel) error says only "not valid under any": name the likeliest cause.
+        cause = best_match(error.context) if error.context else error
+        out.append(f"{where}: {cause.message[:300]}")
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_dashboard_matches_grafana_schema(dashboard_schema: dict[str, Any], name: str) -> None:
+    assert "@grafana/schema" in dashboard_schema.get("$comment", "")
+    errors = schema_errors(dashboard_schema, load(name))
+    assert not errors, f"{name}.json does not match Grafana's Dashboard schema:\n" + "\n".join(errors)
+
+
+def test_schema_is_strict(dashboard_schema: dict[str, Any]) -> None:
+    """The generated schema refuses misspelt keys and missing required ones (it is not a no-op)."""
+    misspelt = load("fleet")
+    misspelt["panels"][0]["titel"] = "Power"
+    assert schema_errors(dashboard_schema, misspelt)
+    no_version = load("fleet")
+    del no_version["schemaVersion"]
+    assert schema_errors(dashboard_schema, no_version)
+    bad_grid = load("host")
+    bad_grid["panels"][0]["gridPos"]["w"] = "wide"
+    assert schema_errors(dashboard_schema, bad_grid)
+
+
+# -- conventions the schema cannot express ---------------------------------------------------
+
+
+def all_panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for panel in dashboard.get("panels", []):
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def query_text(variable: dict[str, Any]) -> str:
+    query = variable.get("query", "")
+    return str(query.get("query", "")) if isinstance(query, dict) else str(query)
+
+
+def all_queries(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(where, InfluxQL) of every panel target, annotation and query variable."""
+    for panel in all_panels(dashboard):
+        for target in panel.get("targets", []):
+            yield f"panel {panel['title']!r} {target['refId']}", target["query"]
+    for annotation in dashboard["annotations"]["list"]:
+        if annotation["datasource"].get("uid") == DATASOURCE_UID:
+            yield f"annotation {annotation['name']!r}", annotation["target"]["query"]
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            yield f"variable ${variable['name']}", query_text(variable)
+
+
+def convention_problems(dashboard: dict[str, Any]) -> list[str]:
+    """What breaks the rules the schema cannot express (empty when all is well)."""
+    problems = []
+    ids = [panel["id"] for panel in all_panels(dashboard)]
+    if len(ids) != len(set(ids)):
+        problems.append("duplicate panel ids")
+    for panel in all_panels(dashboard):
+        if panel["datasource"] != {"type": "influxdb", "uid": DATASOURCE_UID}:
+            problems.append(f"panel {panel['title']!r}: data source is not {DATASOURCE_UID}")
+        if not panel.get("description"):
+            problems.append(f"panel {panel['title']!r}: no description")
+        for target in panel["targets"]:
+            if target["datasource"].get("uid") != DATASOURCE_UID or target.get("rawQuery") is not True:
+                problems.append(
+                    f"panel {panel['title']!r} {target['refId']}: not a raw InfluxQL query on {DATASOURCE_UID}"
+                )
+    for variable in dashboard["templating"]["list"]:
+        if variable.get("datasource", {}).get("uid") != DATASOURCE_UID:
+            problems.append(f"variable ${variable['name']}: data source is not {DATASOURCE_UID}")
+    for where, query in all_queries(dashboard):
+        for var in DASHBOARD_VARIABLES:
+            for match in re.finditer(rf"(.)\${var}\b(.)", query):
+                if (match.group(1), match.group(2)) != ("^", "$"):
+                    problems.append(f"{where}: ${var} must be used as /^${var}$/ (Grafana formats it as a regex)")
+        # Totals must not count the RAPL subzones (inside cpu_package) nor psys (the whole platform).
+        if 'FROM "energy"' in query and 'sum("' in query and "(SELECT" not in query:
+            per_channel = re.search(r'GROUP BY "component", "device"', query)
+            if not per_channel and SUBZONE_FILTER not in query:
+                problems.append(f"{where}: a total without {SUBZONE_FILTER}")
+    return problems
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_dashboard_conventions(name: str) -> None:
+    dashboard = load(name)
+    assert dashboard["uid"] == f"wattline-{name}"
+    assert convention_problems(dashboard) == []
+
+
+def test_conventions_catch_mistakes() -> None:
+    """The rules above are live: a quoted '$job', a total over all components, a missing description."""
+    dashboard = load("jobs")
+    panel = next(p for p in all_panels(dashboard) if p["title"] == "Units: $job_name")
+    panel["targets"][0]["query"] = 'SELECT sum("units") FROM "job_events" WHERE "job_id" = \'$job\''
+    panel = next(p for p in all_panels(dashboard) if p["title"] == "Energy: $job_name")
+    panel["targets"][0]["query"] = 'SELECT sum("energy_j") FROM "energy" WHERE "host" =~ /^$host$/ AND $timeFilter'
+    del panel["description"]
+    problems = convention_problems(dashboard)
+    assert any("$job must be used as" in p for p in problems), problems
+    assert any("a total without" in p for p in problems), problems
+    assert any("no description" in p for p in problems), problems
+
+
+def test_provisioning_files_match_the_dashboards() -> None:
+    datasource = (PROVISIONING / "datasources" / "wattline.yaml").read_text()
+    assert re.search(rf"^\s+uid: {DATASOURCE_UID}$", datasource, re.M)
+    assert re.search(r"^\s+type: influxdb$", datasource, re.M)
+    assert "url: ${WATTLINE_INFLUX_URL}" in datasource
+    assert "dbName: ${WATTLINE_INFLUX_DATABASE}" in datasource
+    assert re.search(r"^\s+version: InfluxQL$", datasource, re.M)
+    provider = (PROVISIONING / "dashboards" / "wattline.yaml").read_text()
+    assert re.search(r"^\s+path: /var/lib/grafana/dashboards/wattline$", provider, re.M)
+    assert re.search(r"^\s+type: file$", provider, re.M)
+    assert "\t" not in datasource + provider
+
+
+# -- 2. every query on a real influxd ---------------------------------------------------------
+
+S = 1_000_000_000
+HOST_A = "gpu-node-01.dc1"  # '-' and '.' exercise Grafana's regex escaping
+HOST_B = "inf-node-02.dc1"
+LLAMA = "job-7f3a-llama"
+RESNET = "job-91c2-resnet"
+DURATION_S = 600
+INTERVAL_S = 10
+SUBZONES = {"cpu_core", "cpu_uncore", "psys"}
+
+
+@dataclass(frozen=True)
+class Channel:
+    host: str
+    source: str
+    component: str
+    device: str
+    quality: str
+    utilization: float | None = None
+    gauges: tuple[str, ...] = ()
+
+
+CHANNELS = [
+    Channel(HOST_A, "rapl", "cpu_package", "package-0", "counter"),
+    Channel(HOST_A, "rapl", "cpu_core", "package-0", "counter"),
+    Channel(HOST_A, "rapl", "cpu_uncore", "package-0", "counter"),
+    Channel(HOST_A, "rapl", "dram", "package-0", "counter"),
+    Channel(HOST_A, "rapl", "psys", "psys", "counter"),
+    Channel(HOST_A, "nvml", "gpu", "GPU-0a1b", "counter", 0.9, ("memory_used_bytes", "power_limit_w")),
+    Channel(HOST_A, "nvml", "gpu", "GPU-2c3d", "integrated", 0.8, ("memory_used_bytes", "power_limit_w")),
+    Channel(HOST_A, "nic", "nic", "eth0", "model", None, ("rx_bytes",)),
+    Channel(HOST_B, "cpu_model", "cpu", "cpu", "model", 0.5),
+    Channel(HOST_B, "neuron", "accelerator", "neuron0", "integrated", 0.7, ("memory_used_bytes",)),
+    Channel(HOST_B, "nic", "nic", "eth0", "model", None, ("rx_bytes",)),
+]
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    job_id: str
+    name: str
+    kind: str
+    unit_name: str
+    hosts: dict[str, tuple[int, int | None, int]]  #: host -> (open s, saturated s or None, close s)
+    units_per_10s: dict[str, float]
+
+
+JOBS = [
+    JobPlan(
+        LLAMA,
+        "llama-bench",
+        "inference",
+        "tokens",
+        {HOST_A: (60, 180, 540), HOST_B: (61, 185, 541)},
+        {HOST_A: 128.0, HOST_B: 64.0},
+    ),
+    JobPlan(RESNET, "resnet-train", "training", "images", {HOST_B: (300, None, 420)}, {HOST_B: 32.0}),
+]
+UNHEALTHY = ("GPU-2c3d", range(300, 305), "GPU is lost")
+
+
+def channel_power(ch: Channel, t: int) -> float:
+    """Mean power of ``ch`` over the second ending at offset ``t`` (deterministic, job-shaped)."""
+    load = 0.0
+    for job in JOBS:
+        if ch.host in job.hosts:
+            open_s, sat_s, close_s = job.hosts[ch.host]
+            if open_s < t <= close_s:
+                sat = sat_s if sat_s is not None else close_s
+                load = max(load, min(1.0, 0.4 + 0.6 * (t - open_s) / (sat - open_s)) if t < sat else 1.0)
+    wobble = 0.03 * math.sin(t / 7.0 + len(ch.device))
+    peak = {
+        "cpu_package": 160.0,
+        "cpu_core": 110.0,
+        "cpu_uncore": 20.0,
+        "dram": 18.0,
+        "psys": 950.0,
+        "gpu": 310.0,
+        "nic": 6.0,
+        "cpu": 90.0,
+        "accelerator": 120.0,
+    }[ch.component]
+    return round(peak * (0.25 + 0.75 * load) * (1 + wobble), 6)
+
+
+@dataclass
+class Fixture:
+    """The data written, and what the dashboards should show for it."""
+
+    start_ns: int
+    end_ns: int
+    points: list[dict[str, Any]] = field(default_factory=list)  #: one per sample
+    events: list[dict[str, Any]] = field(default_factory=list)  #: one per job event
+
+    @property
+    def start_ms(self) -> int:
+        return self.start_ns // 1_000_000
+
+    @property
+    def end_ms(self) -> int:
+        return self.end_ns // 1_000_000
+
+    def at(self, offset_s: float) -> int:
+        return self.start_ns + int(offset_s * S)
+
+
+def build_batches(fx: Fixture) -> list[wire.pb.Batch]:
+    batches: list[wire.pb.Batch] = []
+    labels = {
+        HOST_A: {"instance_type": "p4d.24xlarge", "cluster": "train-a"},
+        HOST_B: {"instance_type": "inf2.xlarge", "cluster": "infer-b"},
+    }
+    cumulative: dict[Channel, float] = defaultdict(float)
+    seqs: dict[tuple[str, str], int] = defaultdict(int)
+    for minute in range(DURATION_S // 60):
+        for host in (HOST_A, HOST_B):
+            batch = wire.Batch(stream_id=f"stream-{host}", seq=minute + 1, sent_ns=fx.at(60 * (minute + 1)))
+            batch.host.host_id = host
+            batch.host.agent_version = "0.1.0"
+            batch.host.labels.update(labels[host])
+            for t in range(60 * minute + 1, 60 * (minute + 1) + 1):
+                for ch in (c for c in CHANNELS if c.host == host):
+                    unhealthy = ch.device == UNHEALTHY[0] and t in UNHEALTHY[1]
+                    power = 0.0 if unhealthy else channel_power(ch, t)
+                    cumulative[ch] += power
+                    sample = batch.samples.add(
+                        source=ch.source,
+                        component=ch.component,
+                        device=ch.device,
+                        start_ns=fx.at(t - 1),
+                        end_ns=fx.at(t),
+                        energy_j=power,
+                        power_w=power,
+                        cumulative_j=cumulative[ch],
+                        quality=wire.QUALITY_BY_NAME[ch.quality],
+                        healthy=not unhealthy,
+                    )
+                    if unhealthy:
+                        sample.status = UNHEALTHY[2]
+                    if ch.utilization is not None and not unhealthy:
+                        sample.utilization = ch.utilization
+                    if ch.component == "accelerator":
+                        sample.energy_error_j = 2.0
+                    for gauge in ch.gauges:
+                        sample.gauges[gauge] = {"memory_used_bytes": 4.0e10, "power_limit_w": 400.0}.get(gauge, 1e6 * t)
+                    fx.points.append(
+                        {
+                            "ch": ch,
+                            "t": t,
+                            "time_ms": fx.at(t) // 1_000_000,
+                            "energy_j": power,
+                            "power_w": power,
+                            "healthy": not unhealthy,
+                        }
+                    )
+                for job in JOBS:
+                    if host not in job.hosts:
+                        continue
+                    open_s, sat_s, close_s = job.hosts[host]
+                    kinds: list[tuple[str, dict[str, Any]]] = []
+                    if t == open_s:
+                        kinds.append(("open", {}))
+                    if open_s < t <= close_s and (t - open_s) % 10 == 0:
+                        kinds.append(("units", {"units": job.units_per_10s[host]}))
+                    if t == sat_s:
+                        kinds.append(("phase", {"phase": "saturated"}))
+                    if t == close_s:
+                        kinds.append(("close", {"exit_code": 0}))
+                    for kind, fields in kinds:
+                        seqs[job.job_id, host] += 1
+                        event = batch.job_events.add(
+                            job_id=job.job_id,
+                            time_ns=fx.at(t),
+                            event_seq=seqs[job.job_id, host],
+                            kind=getattr(wire.pb.JobEvent, f"KIND_{kind.upper()}"),
+                            **fields,
+                        )
+                        if kind == "open":
+                            event.name, event.job_kind, event.unit_name = job.name, job.kind, job.unit_name
+                            event.devices.extend(["gpu:0", "gpu:1"] if host == HOST_A else ["neuroncore:0"])
+                            event.labels["team"] = "ml-platform"
+                        fx.events.append(
+                            {
+                                "job_id": job.job_id,
+                                "host": host,
+                                "event": kind,
+                                "t": t,
+                                "time_ms": fx.at(t) // 1_000_000,
+                                **fields,
+                            }
+                        )
+            batches.append(batch)
+    return batches
+
+
+@dataclass
+class Filled:
+    url: str
+    database: str
+    fx: Fixture
+
+
+@pytest.fixture(scope="module")
+def filled(influxd: Influxd) -> Filled:
+    end_ns = time.time_ns() // (INTERVAL_S * S) * (INTERVAL_S * S)
+    fx = Fixture(start_ns=end_ns - DURATION_S * S, end_ns=end_ns)
+    store = InfluxV1Store(influxd.url, influxd.new_database())
+    try:
+        for batch in build_batches(fx):
+            result = store.write(batch)
+            assert result.rejected == 0, result.reasons
+    finally:
+        store.close()
+    return Filled(influxd.url, store.database, fx)
+
+
+def influxql(filled: Filled, query: str) -> list[dict[str, Any]]:
+    """Series of the query's (single) result, times in ms as Grafana asks for them."""
+    body = urllib.parse.urlencode({"q": query, "db": filled.database, "epoch": "ms"}).encode()
+    request = urllib.request.Request(filled.url + "/query", data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        results = json.loads(resp.read())["results"]
+    assert len(results) == 1, query
+    assert "error" not in results[0], f"InfluxDB refused {query!r}: {results[0]['error']}"
+    series: list[dict[str, Any]] = results[0].get("series", [])
+    return series
+
+
+def rows(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**s.get("tags", {}), **dict(zip(s["columns"], v, strict=True))} for s in series for v in s["values"]]
+
+
+def has_values(series: list[dict[str, Any]]) -> bool:
+    return any(value is not None for s in series for row in s["values"] for value in row[1:])
+
+
+# -- Grafana's variable substitution ----------------------------------------------------------
+
+
+def regex_escape(value: str) -> str:
+    """Grafana's kbn.regexEscape."""
+    return re.sub(r"[\\^$*+?.()|\[\]{}/]", lambda m: "\\" + m.group(0), value)
+
+
+def regex_format(values: list[str]) -> str:
+    """Grafana's 'regex' variable format: one escaped value, or an (a|b) alternation."""
+    escaped = [regex_escape(v) for v in values]
+    return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
+
+
+@dataclass
+class Scope:
+    """A dashboard state: time range, interval and the selected variable values."""
+
+    from_ms: int
+    to_ms: int
+    interval_s: int = INTERVAL_S
+    values: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def range_s(self) -> int:
+        return round((self.to_ms - self.from_ms) / 1000)
+
+    def interpolate(self, query: str) -> str:
+        time_filter = f"time >= {self.from_ms}ms and time <= {self.to_ms}ms"
+        builtins = {
+            "timeFilter": time_filter,
+            "__timeFilter": time_filter,
+            "__interval": f"{self.interval_s}s",
+            "interval": f"{self.interval_s}s",
+            "__interval_ms": str(self.interval_s * 1000),
+            "__range_s": str(self.range_s),
+            "__range_ms": str(self.to_ms - self.from_ms),
+            "__from": str(self.from_ms),
+            "__to": str(self.to_ms),
+        }
+
+        def substitute(match: re.Match[str]) -> str:
+            name = match.group(1) or match.group(2)
+            if name in builtins:
+                return builtins[name]
+            assert name in self.values, f"${name} is not defined (yet) when running {query!r}"
+            return regex_format(self.values[name])
+
+        return re.sub(r"\$(?:\{(\w+)\}|(\w+))", substitute, query)
+
+
+def resolve_variables(
+    filled: Filled, dashboard: dict[str, Any], scope: Scope, select: dict[str, str]
+) -> dict[str, list[str]]:
+    """Run the query variables in order (as Grafana does on load); returns each one's options.
+
+    The selection: "All" (every option) where the variable allows it, else ``select[name]``,
+    else the first option.
+    """
+    options: dict[str, list[str]] = {}
+    for variable in dashboard["templating"]["list"]:
+        name = variable["name"]
+        series = influxql(filled, scope.interpolate(query_text(variable)))
+        found: list[str] = []
+        for s in series:
+            for row in s["values"]:
+                value = row[1] if len(row) > 1 else row[0]  # Grafana's ResponseParser: value[1], else value[0]
+                if value is not None and str(value) not in found:
+                    found.append(str(value))
+        assert found, f"variable ${name} has no options: {query_text(variable)!r}"
+        options[name] = found
+        if variable.get("includeAll"):
+            scope.values[name] = found
+        elif name in select:
+            assert select[name] in found, (name, found)
+            scope.values[name] = [select[name]]
+        else:
+            scope.values[name] = found[:1]
+    return options
+
+
+def find_panel(dashboard: dict[str, Any], title: str) -> dict[str, Any]:
+    matches = [p for p in all_panels(dashboard) if p["title"] == title]
+    assert len(matches) == 1, f"no (single) panel titled {title!r}"
+    return matches[0]
+
+
+def run_panel(filled: Filled, scope: Scope, panel: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    return {t["refId"]: influxql(filled, scope.interpolate(t["query"])) for t in panel["targets"]}
+
+
+def run_dashboard(
+    filled: Filled, dashboard: dict[str, Any], scope: Scope, except_titles: tuple[str, ...] = ()
+) -> list[str]:
+    """Run every panel (but those titled in ``except_titles``) and annotation query; those that came back empty."""
+    empty = []
+    for panel in all_panels(dashboard):
+        if panel["title"] in except_titles:
+            continue
+        for ref, series in run_panel(filled, scope, panel).items():
+            if not has_values(series):
+                empty.append(f"panel {panel['title']!r} {ref}")
+    for annotation in dashboard["annotations"]["list"]:
+        target = annotation.get("target", {})
+        if annotation["datasource"].get("uid") != DATASOURCE_UID:
+            continue
+        series = influxql(filled, scope.interpolate(target["query"]))
+        if not has_values(series):
+            empty.append(f"annotation {annotation['name']!r}")
+            continue
+        columns = series[0]["columns"]
+        for key in ("textColumn", "titleColumn"):
+            assert target[key] in columns, f"annotation {annotation['name']!r}: no column {target[key]!r} in {columns}"
+        for tag in target["tagsColumn"].split(","):
+            assert tag.strip() in columns, f"annotation {annotation['name']!r}: no tags column {tag!r} in {columns}"
+    return empty
+
+
+# -- expected figures, computed from the fixture ---------------------------------------------
+
+
+def in_totals(ch: Channel) -> bool:
+    return ch.component not in SUBZONES
+
+
+def expected_power_by(fx: Fixture, key: str, interval_s: int = INTERVAL_S) -> dict[tuple[str, int], float]:
+    """{(tag value, bucket start ms): sum over channels of the channel's mean power in the bucket}."""
+    per_channel: dict[tuple[Channel, int], list[float]] = defaultdict(list)
+    for p in fx.points:
+        if in_totals(p["ch"]):
+            bucket = p["time_ms"] // (interval_s * 1000) * interval_s * 1000
+            per_channel[p["ch"], bucket].append(p["power_w"])
+    out: dict[tuple[str, int], float] = defaultdict(float)
+    for (ch, bucket), values in per_channel.items():
+        out[getattr(ch, key), bucket] += sum(values) / len(values)
+    return out
+
+
+def expected_energy(fx: Fixture, key: str, from_ms: int, to_ms: int, hosts: set[str]) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for p in fx.points:
+        if in_totals(p["ch"]) and p["ch"].host in hosts and from_ms <= p["time_ms"] <= to_ms:
+            out[getattr(p["ch"], key)] += p["energy_j"]
+    return out
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
+
+
+# -- the tests --------------------------------------------------------------------------------
+
+
+@pytest.mark.servers
+def test_fleet_queries_on_influxd(filled: Filled) -> None:
+    fx = filled.fx
+    dashboard = load("fleet")
+    scope = Scope(fx.start_ms, fx.end_ms)
+    options = resolve_variables(filled, dashboard, scope, {})
+    assert sorted(options["host"]) == [HOST_A, HOST_B]
+    assert sorted(options["component"]) == sorted({c.component for c in CHANNELS} - SUBZONES)
+    assert run_dashboard(filled, dashboard, scope) == []
+
+    got = rows(run_panel(filled, scope, find_panel(dashboard, "Power by host"))["A"])
+    expected = expected_power_by(fx, "host")
+    assert len(got) == len(expected) >= 2 * DURATION_S // INTERVAL_S
+    for row in got:
+        assert close(row["power_w"], expected[row["host"], row["time"]]), row
+
+    got = rows(run_panel(filled, scope, find_panel(dashboard, "Power by component"))["A"])
+    expected = expected_power_by(fx, "component")
+    assert {r["component"] for r in got} == {k for k, _ in expected}
+    assert all(close(r["power_w"], expected[r["component"], r["time"]]) for r in got)
+
+    last = {p["ch"]: p["power_w"] for p in fx.points}
+    (now,) = rows(run_panel(filled, scope, find_panel(dashboard, "Power now"))["A"])
+    assert close(now["power_w"], sum(v for ch, v in last.items() if in_totals(ch)))
+
+    everything = {HOST_A, HOST_B}
+    for title, key in (
+        ("Energy by host", "host"),
+        ("Energy by component", "component"),
+        ("Measured vs estimated energy", "quality"),
+    ):
+        got = {r[key]: r["energy_wh"] for r in rows(run_panel(filled, scope, find_panel(dashboard, title))["A"])}
+        want = expected_energy(fx, key, fx.start_ms, fx.end_ms, everything)
+        assert got.keys() == want.keys(), title
+        assert all(close(got[k], want[k] / 3600) for k in want), (title, got, want)
+    assert {"counter", "integrated", "model"} <= set(got)
+
+    (total,) = rows(run_panel(filled, scope, find_panel(dashboard, "Energy over the range"))["A"])
+    assert close(
+        total["energy_wh"], sum(expected_energy(fx, "host", fx.start_ms, fx.end_ms, everything).values()) / 3600
+    )
+    (hosts,) = rows(run_panel(filled, scope, find_panel(dashboard, "Hosts reporting"))["A"])
+    assert hosts["hosts"] == 2
+    (unhealthy,) = rows(run_panel(filled, scope, find_panel(dashboard, "Unhealthy channel-intervals"))["A"])
+    assert unhealthy["unhealthy"] == len(UNHEALTHY[1])
+
+
+@pytest.mark.servers
+def test_fleet_host_selection_narrows_the_totals(filled: Filled) -> None:
+    """A single host and component selected: the regex forms match exactly those (escaped) values."""
+    fx = filled.fx
+    dashboard = load("fleet")
+    scope = Scope(fx.start_ms, fx.end_ms, values={"host": [HOST_B], "component": ["accelerator", "nic"]})
+    got = rows(run_panel(filled, scope, find_panel(dashboard, "Energy by component"))["A"])
+    want = expected_energy(fx, "component", fx.start_ms, fx.end_ms, {HOST_B})
+    assert {r["component"]: r["energy_wh"] for r in got} == pytest.approx(
+        {k: want[k] / 3600 for k in ("accelerator", "nic")}
+    )
+
+
+@pytest.mark.servers
+def test_host_queries_on_influxd(filled: Filled) -> None:
+    fx = filled.fx
+    dashboard = load("host")
+    scope = Scope(fx.start_ms, fx.end_ms)
+    options = resolve_variables(filled, dashboard, scope, {"host": HOST_A})
+    assert sorted(options["host"]) == [HOST_A, HOST_B]
+    assert sorted(options["component"]) == sorted({c.component for c in CHANNELS if c.host == HOST_A})
+    assert run_dashboard(filled, dashboard, scope) == []
+
+    failures = run_panel(filled, scope, find_panel(dashboard, "Failures: count and last status"))
+    (last_status,) = rows(failures["A"])
+    (count,) = rows(failures["B"])
+    assert last_status["device"] == count["device"] == UNHEALTHY[0]
+    assert last_status["last_status"] == UNHEALTHY[2]
+    assert last_status["time"] == fx.at(UNHEALTHY[1][-1]) // 1_000_000
+    assert count["unhealthy_intervals"] == len(UNHEALTHY[1])
+
+    health = rows(run_panel(filled, scope, find_panel(dashboard, "Source health"))["A"])
+    assert {r["device"] for r in health} == {c.device for c in CHANNELS if c.host == HOST_A}
+    failing = {(r["device"], r["time"]) for r in health if r["failed"] == 1}
+    bucket_ms = INTERVAL_S * 1000
+    assert failing == {(UNHEALTHY[0], fx.at(t) // 1_000_000 // bucket_ms * bucket_ms) for t in UNHEALTHY[1]}
+    assert {r["failed"] for r in health} == {0, 1}
+
+    table_rows = rows(run_panel(filled, scope, find_panel(dashboard, "Energy by component and device"))["A"])
+    assert len(table_rows) == sum(1 for c in CHANNELS if c.host == HOST_A)
+    per_channel: dict[tuple[str, str, str], float] = defaultdict(float)
+    for p in fx.points:
+        if p["ch"].host == HOST_A:
+            per_channel[p["ch"].component, p["ch"].device, p["ch"].source] += p["energy_j"]
+    for r in table_rows:
+        assert close(r["energy_j"], per_channel[r["component"], r["device"], r["source"]]), r
+
+    (model,) = rows(run_panel(filled, scope, find_panel(dashboard, "Estimated (model) energy"))["A"])
+    want = sum(p["energy_j"] for p in fx.points if p["ch"].host == HOST_A and p["ch"].quality == "model")
+    assert close(model["energy_wh"], want / 3600)
+
+
+def job_table(filled: Filled, dashboard: dict[str, Any], scope: Scope) -> dict[str, dict[str, Any]]:
+    """The job table as Grafana's transformations build it: each query's rows joined by job_id,
+    Time renamed per query (A: start, C: end, D: saturated_at), throughput = units / duration_s.
+    """
+    renames = {"A": "start", "C": "end", "D": "saturated_at"}
+    table: dict[str, dict[str, Any]] = defaultdict(dict)
+    for ref, series in run_panel(filled, scope, find_panel(dashboard, "Jobs in the time range")).items():
+        for row in rows(series):
+            row = dict(row)
+            when = row.pop("time")
+            if ref in renames:
+                row[renames[ref]] = when
+            table[row["job_id"]].update(row)
+    for row in table.values():
+        if row.get("units") is not None and row.get("duration_s"):
+            row["throughput"] = row["units"] / row["duration_s"]
+    return table
+
+
+@pytest.mark.servers
+def test_jobs_queries_on_influxd(filled: Filled) -> None:
+    fx = filled.fx
+    dashboard = load("jobs")
+
+    # The job table over the whole range.
+    overview = Scope(fx.start_ms, fx.end_ms)
+    options = resolve_variables(filled, dashboard, overview, {"job": LLAMA})
+    assert sorted(options["job"]) == sorted([LLAMA, RESNET])
+    assert options["job_name"] == ["llama-bench"]
+    assert sorted(options["host"]) == [HOST_A, HOST_B]
+    table = job_table(filled, dashboard, overview)
+    assert sorted(table) == sorted([LLAMA, RESNET])
+    for job in JOBS:
+        row = table[job.job_id]
+        opens = [o for o, _, _ in job.hosts.values()]
+        closes = [c for _, _, c in job.hosts.values()]
+        sats = [s for _, s, _ in job.hosts.values() if s is not None]
+        units = sum(e.get("units", 0.0) for e in fx.events if e["job_id"] == job.job_id)
+        duration = max(c - o for o, _, c in job.hosts.values())
+        assert row["name"] == job.name and row["kind"] == job.kind and row["unit"] == job.unit_name
+        assert row["hosts"] == len(job.hosts)
+        assert row["start"] == fx.at(min(opens)) // 1_000_000
+        assert row["end"] == fx.at(max(closes)) // 1_000_000
+        assert row["exit_code"] == 0
+        assert row["units"] == units
+        assert row["duration_s"] == duration
+        assert close(row["throughput"], units / duration)
+        if sats:
+            assert row["saturated"] == "saturated"
+            assert row["saturated_at"] == fx.at(min(sats)) // 1_000_000
+        else:
+            assert "saturated" not in row and "saturated_at" not in row
+
+    # The table's link: the job window (from = start, to = end) and var-job.
+    llama = table[LLAMA]
+    scope = Scope(llama["start"], llama["end"])
+    resolve_variables(filled, dashboard, scope, {"job": LLAMA})
+    assert scope.values["job"] == [LLAMA] and sorted(scope.values["host"]) == [HOST_A, HOST_B]
+    assert run_dashboard(filled, dashboard, scope) == []
+
+    hosts = {HOST_A, HOST_B}
+    energy = sum(expected_energy(fx, "host", scope.from_ms, scope.to_ms, hosts).values())
+    units = sum(
+        e.get("units", 0.0) for e in fx.events if e["job_id"] == LLAMA and scope.from_ms <= e["time_ms"] <= scope.to_ms
+    )
+    (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Energy: $job_name"))["A"])
+    assert close(got["energy_j"], energy)
+    (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Units: $job_name"))["A"])
+    assert got["units"] == units
+    per_unit = run_panel(filled, scope, find_panel(dashboard, "Energy per unit: $job_name"))
+    (a,), (b,) = rows(per_unit["A"]), rows(per_unit["B"])
+    assert a["time"] == b["time"] == scope.from_ms  # one row each at the range start: Grafana's merge joins them
+    assert close(a["energy_j"] / b["units"], energy / units)
+    (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Throughput: $job_name"))["A"])
+    assert close(got["units_per_s"], units / scope.range_s)
+    (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Mean power: $job_name"))["A"])
+    assert close(got["power_w"], energy / scope.range_s)
+
+    # Warm-up band: 1 from each host's open to its saturation point, 0 after.
+    power = run_panel(filled, scope, find_panel(dashboard, "Power of $job_name's hosts, warm-up shaded"))
+    assert {r["host"] for r in rows(power["A"])} == hosts
+    band = rows(power["B"])
+    bucket_ms = INTERVAL_S * 1000
+    for host, (open_s, sat_s, _) in next(j for j in JOBS if j.job_id == LLAMA).hosts.items():
+        assert sat_s is not None
+        values = {r["time"]: r["warmup"] for r in band if r["host"] == host}
+        open_bucket = fx.at(open_s) // 1_000_000 // bucket_ms * bucket_ms
+        sat_bucket = fx.at(sat_s) // 1_000_000 // bucket_ms * bucket_ms
+        assert {v for t, v in values.items() if open_bucket <= t < sat_bucket} == {1}, host
+        assert {v for t, v in values.items() if t >= sat_bucket} == {0}, host
+
+    # The measured window (second link): from the saturation point. The job table lists the
+    # jobs opened in the range, so there it has no row for this job; everything else has data.
+    measured = Scope(llama["saturated_at"], llama["end"])
+    resolve_variables(filled, dashboard, measured, {"job": LLAMA})
+    assert run_dashboard(filled, dashboard, measured, except_titles=("Jobs in the time range",)) == []
+    (got,) = rows(run_panel(filled, measured, find_panel(dashboard, "Units: $job_name"))["A"])
+    assert got["units"] == sum(
+        e.get("units", 0.0)
+        for e in fx.events
+        if e["job_id"] == LLAMA and measured.from_ms <= e["time_ms"] <= measured.to_ms
+    )
+
+
+@pytest.mark.servers
+def test_jobs_variables_follow_the_job(filled: Filled) -> None:
+    fx = filled.fx
+    scope = Scope(fx.start_ms, fx.end_ms)
+    options = resolve_variables(filled, load("jobs"), scope, {"job": RESNET})
+    assert options["job_name"] == ["resnet-train"]
+    assert options["host"] == [HOST_B]
+    assert sorted(options["component"]) == sorted({c.component for c in CHANNELS if c.host == HOST_B})

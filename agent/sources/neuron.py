@@ -139,8 +139,8 @@ class NeuronOptions:
     #: path; None disables the child (sysfs power only).
     monitor_path: str | None = "neuron-monitor"
     #: Extra arguments after ``-c CONFIG``, and extra environment for the child.
-    monitor_args: tuple[str, ...] = ()
-    monitor_env: Mapping[str, str] = field(default_factory=dict)
+    monitor_args: list[str] = field(default_factory=list)
+    monitor_env: dict[str, str] = field(default_factory=dict)
     #: Where the agent writes the monitor config; None: a private temp dir removed on close.
     config_path: Path | None = None
     period_s: float = 1.0  #: neuron-monitor report period
@@ -157,8 +157,8 @@ class NeuronOptions:
     #: Force the device type ("trainium2", "trn1", "inf2"); None: from report/sysfs/DMI.
     device_type: str | None = None
     #: Overrides merged over DEVICE_MAX_POWER_W / DEVICE_IDLE_POWER_W (keys as device_type).
-    device_max_power_w: Mapping[str, float] = field(default_factory=dict)
-    device_idle_power_w: Mapping[str, float] = field(default_factory=dict)
+    device_max_power_w: dict[str, float] = field(default_factory=dict)
+    device_idle_power_w: dict[str, float] = field(default_factory=dict)
     cores_per_device: int | None = None  #: override of the report's count
     #: Add the idle figure to the sysfs power (which has background backed out).
     add_background_power: bool = True

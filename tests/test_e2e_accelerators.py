@@ -133,3 +133,20 @@ def test_agent_to_influxdb_with_a_lost_gpu_mig_and_neuron(tmp_path: Path, influx
     assert neuron["err"] == pytest.approx(30.0 * seconds, rel=1e-6)  # +- 30 W from the minute's min/max
     labels = influxd.query("SHOW TAG VALUES FROM energy WITH KEY = instance_type", db)
     assert [r["value"] for r in labels] == ["trn1.2xlarge"]  # from neuron-monitor's instance_info
+
+
+def test_run_maps_gpu_indexes_to_uuids_and_charges_only_those(tmp_path: Path) -> None:
+    env = {**env_for(tmp_path), "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}"}
+    wattline = [sys.executable, "-m", "wattline.cli.main"]
+    run = [*wattline, "run", "--job-id", "gpu-job", "--devices", "0", "--source", "nvml", "--interval", "0.1",
+           "--report-json", str(tmp_path / "r.json"), "--", "sleep", "1.5"]  # fmt: skip
+    out = subprocess.run(run, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    (devices,) = report["job"]["devices"].values()
+    assert devices == [f"gpu:{GPU_A}"]
+    gpu = {c["component"]: c for c in report["measured"]["by_component"] + report["warmup"]["by_component"]}
+    assert gpu["gpu"]["energy_j_by_quality"].keys() == {"counter"}
+    total = report["measured"]["energy_j"] + report["warmup"]["energy_j"]
+    # GPU A alone: 1 J per read at 10 Hz (the two other GPUs are not charged)
+    assert 5.0 <= total <= 25.0, total

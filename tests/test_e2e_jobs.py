@@ -163,3 +163,38 @@ def test_same_job_in_the_embedded_sqlite_store_gives_the_same_figures(
         2,
     )
     assert fi.measured.energy_j == pytest.approx(fs.measured.energy_j, rel=1e-12)
+
+
+def test_concurrent_jobs_on_one_host_never_share_a_joule(tmp_path: Path) -> None:
+    """X runs 0-60 s, Y 20-80 s on one host at 110 W: each is charged its own time plus
+    half of the overlap (rule "equal"), and X + Y = the node's energy exactly."""
+    host = SyntheticHost(
+        tmp_path / "h", "h1", [ZoneSpec("intel-rapl:0", "package-0", 100.0), ZoneSpec("intel-rapl:0:1", "dram", 10.0)]
+    )
+    x = EventBuilder(JobSpec("x", "x", "training", "steps"))
+    y = EventBuilder(JobSpec("y", "y", "training", "steps"))
+    host.spool.add_job_events([x.open(host.t_ns)])
+    for second in range(80):
+        if second == 20:
+            host.spool.add_job_events([y.open(host.t_ns)])
+        host.advance(1.0, 2)
+        active = [b for b, (lo, hi) in ((x, (0, 60)), (y, (20, 80))) if lo <= second < hi]
+        host.spool.add_job_events([b.units(10.0, host.t_ns) for b in active])
+        if second == 59:
+            host.spool.add_job_events([x.close(0, host.t_ns)])
+    host.spool.add_job_events([y.close(0, host.t_ns)])
+    host.spool.seal()
+    with open_store(f"sqlite:///{tmp_path / 'w.db'}") as store:
+        while (batch := host.spool.peek()) is not None:
+            store.write(batch)
+            host.spool.ack(batch.seq)
+        totals = {}
+        for job in ("x", "y"):
+            r = build_report(store, job)  # type: ignore[arg-type]
+            totals[job] = r.warmup.energy_j + r.measured.energy_j
+            assert r.units_warmup + r.units_measured == pytest.approx(600.0)
+            assert any("shared with 1 other job" in n for n in r.notes)
+    host.close()
+    assert totals["x"] == pytest.approx(110.0 * (20 + 40 / 2), rel=1e-9)
+    assert totals["y"] == pytest.approx(110.0 * (40 / 2 + 20), rel=1e-9)
+    assert totals["x"] + totals["y"] == pytest.approx(110.0 * 80, rel=1e-12)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 from pipeline import SyntheticHost, ZoneSpec
 from servers import Influxd, VictoriaMetrics
 from sysfs_trees import INTEL_RANGE_UJ
@@ -47,6 +48,12 @@ def run_pipeline(tmp_path: Path, store: Store) -> SyntheticHost:
     try:
         host.advance(SECONDS, TICKS)
         host.ship()
+        metrics = generate_latest(server.registry).decode()
+        assert f"wattline_collector_points_written_total {float(TICKS * len(DEVICES))}" in metrics
+        assert "wattline_collector_connected_agents 1.0" in metrics
+        assert "wattline_collector_unacked_batches 0.0" in metrics
+        assert "wattline_collector_write_errors_total 0.0" in metrics
+        assert "wattline_collector_write_seconds_count" in metrics
     finally:
         host.close()
         server.stop()

@@ -84,6 +84,29 @@ def parse_devices(text: str) -> list[str]:
     return devices
 
 
+def resolve_gpu_claims(claims: list[str], root: Path = Path("/")) -> list[str]:
+    """Turn ``gpu:<index>`` claims into ``gpu:<UUID>``, the device id samples carry.
+
+    Indexes are NVML's (PCI bus order, as ``nvidia-smi`` shows them; set
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA agrees). Without NVML the claims stay as given
+    and the report charges no GPU to them.
+    """
+    if not any(c.startswith("gpu:") and c[4:].isdigit() for c in claims):
+        return claims
+    from wattline.agent.sources.base import SourceUnavailable
+    from wattline.agent.sources.nvml import NvmlSource
+
+    source = NvmlSource(root)
+    try:
+        by_index = {dict(ch.info).get("index", ""): ch.device for ch in source.discover()}
+    except SourceUnavailable as exc:
+        log.warning("cannot map GPU indexes to UUIDs (%s): job devices stay %s", exc, ",".join(claims))
+        return claims
+    finally:
+        source.close()
+    return [f"gpu:{by_index[c[4:]]}" if c.startswith("gpu:") and c[4:] in by_index else c for c in claims]
+
+
 def exit_status(returncode: int) -> int:
     """Shell convention: 128+N for a child killed by signal N."""
     return 128 - returncode if returncode < 0 else returncode

@@ -27,7 +27,7 @@ from wattline.workloads.job import default_job_id
 from wattline.workloads.jobs_view import JobNotFound, all_views
 from wattline.workloads.render import comparison_json, print_comparison, print_report, report_json
 from wattline.workloads.report import Report, ReportSettings, build_report
-from wattline.workloads.run import JobRunner, RunRequest, devices_from_env, parse_devices
+from wattline.workloads.run import JobRunner, RunRequest, devices_from_env, parse_devices, resolve_gpu_claims
 from wattline.workloads.session import CollectorSink, EventSink
 
 STORE_HELP = (
@@ -120,6 +120,9 @@ def run(
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     interval: float | None = typer.Option(None, "--interval", "-i", help="Embedded sampling interval, seconds."),
     sysfs_root: Path | None = typer.Option(None, "--sysfs-root", help="Root for /sys and /proc (embedded sampling)."),
+    sources: list[str] | None = typer.Option(
+        None, "--source", help="Sources for embedded sampling (repeat; default all)."
+    ),
     host_id: str | None = typer.Option(
         None, "--host-id", help="Host identity (must match the host agent's; default hostname)."
     ),
@@ -140,9 +143,9 @@ def run(
     rsettings = report_settings(price, carbon_intensity, pue, idle, share_rule)
     after = parse_duration(saturated_after, "--saturated-after") if saturated_after else None
     name = job or Path(command[0]).name
-    claims = parse_devices(devices) if devices else devices_from_env(os.environ)
+    claims = resolve_gpu_claims(parse_devices(devices) if devices else devices_from_env(os.environ))
     spec = JobSpec(job_id or default_job_id(name), name, kind, units, parse_pairs(labels or [], "--label"), claims)
-    settings, doc = agent_settings(config, interval=interval, sysfs_root=sysfs_root, host_id=host_id)
+    settings, doc = agent_settings(config, interval=interval, sysfs_root=sysfs_root, host_id=host_id, sources=sources)
     sink: EventSink
     store_url = store or default_store_url()
     if collectors:

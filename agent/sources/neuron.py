@@ -64,22 +64,21 @@ report's ``neuroncore_per_device_count`` is used there.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Final
+from typing import Final
 
 from wattline.agent.sources.base import Channel, Note, Reading, Source, SourceUnavailable
+from wattline.agent.sources.neuron_monitor import Supervisor
 from wattline.agent.sources.neuron_report import (
     DeviceStats,
     HardwareInfo,
@@ -125,7 +124,6 @@ _POWER_REL: Final = "stats/power/utilization"
 _DEFAULT_BIN_DIR: Final = "/opt/aws/neuron/bin"  # not on PATH under systemd/sudo
 _RUNTIME_METRICS: Final = ("neuroncore_counters", "memory_used", "neuron_runtime_vcpu_usage", "execution_stats")
 _SYSTEM_METRICS: Final = ("vcpu_usage", "memory_info", "neuron_hw_counters")
-_MAX_LINE: Final = 8 << 20
 _BAD_LINE_LOG_S: Final = 60.0
 _MAX_REPORT_NOTES: Final = 20
 _FAMILIES: Final = {"inf1": "inferentia", "inf2": "inferentia2", "trn1": "trainium", "trn2": "trainium2"}
@@ -227,108 +225,6 @@ def monitor_config(options: NeuronOptions) -> dict[str, object]:
     }
 
 
-class _Monitor:
-    """Runs neuron-monitor, feeds each stdout line to ``on_line``, restarts with back-off."""
-
-    def __init__(self, argv: list[str], env: Mapping[str, str], on_line: Callable[[bytes], None], opts: NeuronOptions):
-        self._argv = argv
-        self._env = {**os.environ, **env}
-        self._on_line = on_line
-        self._opts = opts
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._thread = threading.Thread(target=self._run, name="neuron-monitor", daemon=True)
-        self.starts = 0
-        self.last_exit = ""
-        self.stderr_last = ""
-
-    def start(self) -> None:
-        self._thread.start()
-
-    @property
-    def pid(self) -> int | None:
-        proc = self._proc
-        return proc.pid if proc is not None and proc.returncode is None else None
-
-    def _run(self) -> None:
-        delay = self._opts.backoff_initial_s
-        while not self._stop.is_set():
-            began = time.monotonic()
-            proc, error = self._spawn()
-            if proc is None and error is None:
-                return  # stopped before spawning
-            if proc is not None:
-                self._pump(proc)
-                if self._stop.is_set():
-                    return
-                if time.monotonic() - began >= self._opts.backoff_reset_s:
-                    delay = self._opts.backoff_initial_s
-                tail = f": {self.stderr_last}" if self.stderr_last else ""
-                self.last_exit = f"exited with status {proc.returncode}{tail}"
-            else:
-                self.last_exit = f"could not start: {error}"
-            log.warning("neuron-monitor %s; restarting in %.2f s", self.last_exit, delay)
-            if self._stop.wait(delay):
-                return
-            delay = min(delay * 2.0, self._opts.backoff_max_s)
-
-    def _spawn(self) -> tuple[subprocess.Popen[bytes] | None, str | None]:
-        with self._lock:
-            if self._stop.is_set():
-                return None, None
-            try:
-                proc = subprocess.Popen(
-                    self._argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    env=self._env,
-                    start_new_session=True,  # a terminal's Ctrl-C reaches the agent, not the child
-                )
-            except OSError as exc:
-                return None, str(exc)
-            self._proc = proc
-            self.starts += 1
-            self.stderr_last = ""  # exit messages quote this child's stderr only
-            return proc, None
-
-    def _pump(self, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stdout is not None and proc.stderr is not None
-        drain = threading.Thread(target=self._drain, args=(proc.stderr,), name="neuron-monitor-stderr", daemon=True)
-        drain.start()
-        with proc.stdout:
-            while line := proc.stdout.readline(_MAX_LINE):
-                try:
-                    self._on_line(line)
-                except Exception:  # a bug in one line's handling must not stop the reader
-                    log.exception("neuron-monitor: failed to handle a report line")
-        proc.wait()
-        drain.join(timeout=1.0)
-
-    def _drain(self, stream: IO[bytes]) -> None:
-        with stream:
-            for raw in iter(stream.readline, b""):
-                if text := raw.decode(errors="replace").strip():
-                    self.stderr_last = text[:300]
-                    log.debug("neuron-monitor stderr: %s", text)
-
-    def stop(self) -> None:
-        self._stop.set()
-        with self._lock:
-            proc = self._proc
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
-            try:
-                proc.wait(timeout=self._opts.terminate_timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self._opts.terminate_timeout_s + 2.0)
-
-
 class NeuronSource(Source):
     """One channel per Neuron device: power (MODEL), utilization and gauges."""
 
@@ -346,7 +242,7 @@ class NeuronSource(Source):
         self._clock = clock  # wall clock, compared with the sysfs epoch
         self._lock = threading.Lock()
         self._first_report = threading.Event()
-        self._monitor: _Monitor | None = None
+        self._monitor: Supervisor | None = None
         self._tmpdir: Path | None = None
         self._latest: NeuronReport | None = None
         self._latest_t = 0.0
@@ -448,7 +344,7 @@ class NeuronSource(Source):
         tmp.write_text(json.dumps(monitor_config(opts), indent=2) + "\n")
         tmp.replace(config)
         argv = [binary, "-c", str(config), *opts.monitor_args]
-        self._monitor = _Monitor(argv, opts.monitor_env, self._on_line, opts)
+        self._monitor = Supervisor(argv, opts.monitor_env, self._on_line, opts)
         self._monitor.start()
 
     def _channel(self, dev: int, sys_dir: Path) -> Channel:

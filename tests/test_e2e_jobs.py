@@ -21,7 +21,8 @@ from wattline.collector.stores.base import Store
 from wattline.collector.stores.factory import open_store
 from wattline.workloads import economics
 from wattline.workloads.events import EventBuilder, JobSpec
-from wattline.workloads.report import build_report
+from wattline.workloads.report import ReportSettings, build_report
+from wattline.workloads.saturation import SaturationParams
 
 TICK_S = 0.5
 RAMP_S, RUN_S = 20.0, 90.0  # units ramp linearly for 20 s, then a plateau until 90 s
@@ -198,3 +199,30 @@ def test_concurrent_jobs_on_one_host_never_share_a_joule(tmp_path: Path) -> None
     assert totals["x"] == pytest.approx(110.0 * (20 + 40 / 2), rel=1e-9)
     assert totals["y"] == pytest.approx(110.0 * (40 / 2 + 20), rel=1e-9)
     assert totals["x"] + totals["y"] == pytest.approx(110.0 * 80, rel=1e-12)
+
+
+def test_idle_policy_subtract_charges_energy_above_the_pre_job_baseline(tmp_path: Path) -> None:
+    """60 s idle at 40 W before the job, then 100 W: "subtract" charges 60 W x the window,
+    "none" the full 100 W; both totals are in the report."""
+    host = SyntheticHost(tmp_path / "h", "h1", [ZoneSpec("intel-rapl:0", "package-0", 40.0)])
+    host.advance(60.0, 60)
+    host.zones[0].power_w = 100.0
+    job = EventBuilder(JobSpec("j", "j", "inference", "items"))
+    host.spool.add_job_events([job.open(host.t_ns)])
+    for _ in range(40):
+        host.advance(1.0)
+        host.spool.add_job_events([job.units(5.0, host.t_ns)])
+    host.spool.add_job_events([job.close(0, host.t_ns)])
+    host.spool.seal()
+    with open_store(f"sqlite:///{tmp_path / 'w.db'}") as store:
+        while (batch := host.spool.peek()) is not None:
+            store.write(batch)
+            host.spool.ack(batch.seq)
+        whole = build_report(store, "j", ReportSettings(saturation=SaturationParams(min_bins=5)))  # type: ignore[arg-type]
+        dynamic = build_report(store, "j", ReportSettings(idle="subtract", saturation=SaturationParams(min_bins=5)))  # type: ignore[arg-type]
+    host.close()
+    seconds = dynamic.measured.seconds
+    assert whole.measured.energy_j == dynamic.measured.energy_j == pytest.approx(100.0 * seconds, rel=1e-9)
+    assert dynamic.measured.dynamic_j == pytest.approx(60.0 * seconds, rel=1e-9)
+    assert dynamic.figures.measured.energy_j == pytest.approx(60.0 * seconds, rel=1e-9)  # what J/unit uses
+    assert whole.figures.measured.energy_j == pytest.approx(100.0 * seconds, rel=1e-9)

@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import grpc
 
 from wattline import __version__, wire
 from wattline.agent import registry
+from wattline.agent.disk_spool import DiskSpool
 from wattline.agent.exporter import AgentCollector, serve
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
 from wattline.agent.spool import Spool
 from wattline.agent.uplink import Uplink
+from wattline.config import ConfigError
+from wattline.security import channel_credentials, is_loopback, read_token
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +53,56 @@ def log_statuses(statuses: list[registry.SourceStatus]) -> None:
             )
 
 
+def spool_directory(settings: AgentSettings, env: Mapping[str, str] | None = None) -> Path | None:
+    """Where the disk spool lives: ``spool_dir``, else ``$STATE_DIRECTORY/spool`` (systemd); None: memory."""
+    if settings.spool_dir == "memory":
+        return None
+    if settings.spool_dir:
+        return Path(settings.spool_dir).expanduser()
+    state = (os.environ if env is None else env).get("STATE_DIRECTORY", "")
+    first = state.split(":")[0]
+    return Path(first) / "spool" if first else None
+
+
+def open_spool(settings: AgentSettings, host: wire.pb.Host, env: Mapping[str, str] | None = None) -> Spool:
+    """The disk spool when a directory is configured (or given by systemd), else the in-memory one."""
+    directory = spool_directory(settings, env)
+    if directory is None:
+        return Spool(host, max_batch_samples=settings.batch_max_samples, max_batches=settings.spool_max_batches)
+    return DiskSpool(
+        host,
+        directory,
+        max_batch_samples=settings.batch_max_samples,
+        max_bytes=max(1, int(settings.spool_max_mb * 2**20)),
+        max_age_s=settings.spool_max_age,
+    )
+
+
+@dataclass
+class UplinkSecurity:
+    """What the uplink needs to authenticate the collector and itself."""
+
+    credentials: grpc.ChannelCredentials | None = None
+    token: str | None = None
+    server_name: str | None = None
+
+
+def uplink_security(settings: AgentSettings) -> UplinkSecurity:
+    """TLS credentials and token from the settings' files; refuses a token in clear text beyond loopback."""
+    token = read_token(settings.token_file, "agent.token_file")
+    credentials = None
+    if settings.uses_tls:
+        credentials = channel_credentials(settings.tls_ca, settings.tls_cert, settings.tls_key)
+    elif token is not None:
+        remote = [a for a in settings.collectors if not is_loopback(a)]
+        if remote:
+            raise ConfigError(
+                f"option agent.token_file: the token would cross the network in clear text to {remote[0]}; "
+                "enable TLS (agent.tls_ca, or agent.tls = true)"
+            )
+    return UplinkSecurity(credentials, token, settings.tls_server_name or None)
+
+
 @dataclass
 class Agent:
     """A running agent; :meth:`start` then :meth:`stop` (or :func:`run_agent`)."""
@@ -55,21 +112,26 @@ class Agent:
     env: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
+        security = uplink_security(self.settings)  # bad credentials fail before anything starts
         self.statuses = registry.discover(self.settings.sources, self.settings.sysfs_root, self.doc, self.env)
         log_statuses(self.statuses)
         self.sources = [s.source for s in self.statuses if s.source is not None]
         self.host = host_identity(self.settings, self.statuses)
-        self.spool = Spool(
-            self.host,
-            max_batch_samples=self.settings.batch_max_samples,
-            max_batches=self.settings.spool_max_batches,
-        )
+        try:
+            self.spool = open_spool(self.settings, self.host, self.env)
+        except BaseException:
+            self._close_sources()
+            raise
         self.sampler = Sampler(self.sources, self.spool.add_samples)
         self.uplink = Uplink(
             self.spool,
             self.settings.collectors,
             timeout_s=self.settings.push_timeout,
             batch_interval_s=self.settings.batch_interval,
+            failback_s=self.settings.failback,
+            credentials=security.credentials,
+            token=security.token,
+            server_name=security.server_name,
         )
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -99,10 +161,13 @@ class Agent:
             thread.start()
             self._threads.append(thread)
         log.info(
-            "agent %s sampling every %.3g s, shipping to %s",
+            "agent %s (stream %s) sampling every %.3g s, shipping to %s%s; spool: %s",
             self.host.host_id,
+            self.spool.stream_id,
             self.settings.interval,
             ", ".join(self.settings.collectors),
+            " over TLS" if self.settings.uses_tls else "",
+            self.spool.where,
         )
 
     def stop(self, flush_s: float = 5.0) -> bool:
@@ -112,12 +177,25 @@ class Agent:
             thread.join(timeout=10)
         self.sampler.tick()  # the last partial interval
         delivered = self.uplink.flush(flush_s)
+        left = self.spool.backlog()
         if not delivered:
-            log.warning("%d batches not acknowledged at shutdown", self.spool.backlog())
+            fate = "lost (in-memory spool)" if self.spool.where == "memory" else f"kept in {self.spool.where}"
+            log.warning("%d batches not acknowledged at shutdown: %s", left, fate)
+        log.info(
+            "agent stopped: %d samples produced, %d acknowledged, %d dropped, %d batches left",
+            self.sampler.samples_emitted,
+            self.spool.acked_samples,
+            self.spool.dropped_samples,
+            left,
+        )
         self.uplink.close()
+        self.spool.close()
+        self._close_sources()
+        return delivered
+
+    def _close_sources(self) -> None:
         for source in self.sources:
             source.close()
-        return delivered
 
     def wait(self, stop: threading.Event, on_tick: Callable[[], object] | None = None, every_s: float = 1.0) -> None:
         """Block until ``stop`` is set, calling ``on_tick`` (e.g. the systemd watchdog)."""

@@ -25,11 +25,31 @@ class AgentSettings:
     batch_interval: float = option(1.0, "Seconds between batches sent to the collector.")
     batch_max_samples: int = option(5000, "Most samples in one batch.")
     spool_max_batches: int = option(
-        3600, "Unacknowledged batches kept while the collector is unreachable; beyond it the oldest are dropped."
+        3600, "In-memory spool: unacknowledged batches kept while no collector answers; beyond, the oldest are dropped."
     )
+    spool_dir: str = option(
+        "",
+        "Directory of the crash-safe disk spool; empty: $STATE_DIRECTORY/spool under systemd, else in memory; "
+        "'memory' forces the in-memory spool.",
+    )
+    spool_max_mb: float = option(512.0, "Disk spool size bound in MiB; beyond, the oldest data is dropped.")
+    spool_max_age: float = option(86400.0, "Disk spool age bound in seconds; older data is dropped.")
     prometheus_port: int | None = option(None, "Serve Prometheus metrics on this port (off when unset).")
     prometheus_addr: str = option("127.0.0.1", "Address for the Prometheus endpoint (0.0.0.0 to expose).")
     push_timeout: float = option(10.0, "Seconds to wait for a collector acknowledgement.")
+    failback: float = option(30.0, "Seconds on a fallback collector before the preferred one is tried again.")
+    tls: bool = option(False, "Connect over TLS (implied by tls_ca or tls_cert); system CA roots unless tls_ca is set.")
+    tls_ca: Path | None = option(None, "CA certificate (PEM) that signed the collector's certificate; enables TLS.")
+    tls_cert: Path | None = option(None, "Client certificate (PEM) for mutual TLS; its CN or a DNS SAN is the host_id.")
+    tls_key: Path | None = option(None, "Private key (PEM) of tls_cert; a file of mode 0600.")
+    tls_server_name: str = option("", "Name expected in the collector's certificate (default: the address's host).")
+    token_file: Path | None = option(
+        None, "File holding the bearer token (mode 0600); else env WATTLINE_TOKEN. Never a flag value."
+    )
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls or self.tls_ca is not None or self.tls_cert is not None
 
     def validate(self) -> AgentSettings:
         """Range checks; raises ConfigError naming the option."""
@@ -41,8 +61,14 @@ class AgentSettings:
             raise ConfigError("option agent.batch_max_samples/spool_max_batches: must be at least 1")
         if self.prometheus_port is not None and not 0 <= self.prometheus_port <= 65535:
             raise ConfigError(f"option agent.prometheus_port: {self.prometheus_port} is not a port")
+        if not self.collectors:
+            raise ConfigError("option agent.collectors: at least one collector HOST:PORT is needed")
         for address in self.collectors:
             host, sep, port = address.rpartition(":")
-            if not sep or not host or not port.isdigit():
+            if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
                 raise ConfigError(f"option agent.collectors: {address!r} is not HOST:PORT")
+        if self.spool_max_mb <= 0 or self.spool_max_age <= 0:
+            raise ConfigError("option agent.spool_max_mb/spool_max_age: must be positive")
+        if self.push_timeout <= 0 or self.failback <= 0:
+            raise ConfigError("option agent.push_timeout/failback: must be positive")
         return self

@@ -1,10 +1,20 @@
 """Batches waiting for the collector's acknowledgement.
 
-The sampler appends samples (cheap, never blocks on I/O); the uplink seals them into
-numbered batches and removes a batch only when the collector acknowledged it. When
-``max_batches`` unacknowledged batches are held, the **oldest** is dropped to make room
-(the newest data is the most useful for live dashboards; the drop is counted and
-logged, never silent).
+The sampler appends samples (cheap, never blocks on the network); the uplink seals them
+into numbered batches and removes a batch only when a collector acknowledged it, always
+the oldest first (delivery is in order).
+
+Two implementations with one interface:
+
+- :class:`Spool` (this module): in memory. Lost when the agent process dies.
+- :class:`wattline.agent.disk_spool.DiskSpool`: append-only segment files that survive
+  ``kill -9`` and power cuts, bounded by size and age (``agent.spool_dir``).
+
+When the bound is reached (``max_batches`` unacknowledged batches here), the **oldest**
+batch is dropped to make room: the newest data is the most useful for live dashboards
+and alerting, and an outage long enough to fill the spool has usually been noticed by
+then. Every drop is counted (``dropped_batches``, ``dropped_samples``, exported to
+Prometheus) and logged, never silent.
 """
 
 from __future__ import annotations
@@ -22,6 +32,9 @@ log = logging.getLogger(__name__)
 
 class Spool:
     """In-memory spool of one agent stream."""
+
+    #: Where batches are kept, for logs ("memory" or the spool directory).
+    where = "memory"
 
     def __init__(self, host: wire.pb.Host, *, max_batch_samples: int = 5000, max_batches: int = 3600) -> None:
         self.host = host
@@ -63,16 +76,22 @@ class Spool:
                 sealed += 1
             while len(self._sealed) > self.max_batches:
                 old = self._sealed.popleft()
-                self.dropped_batches += 1
-                self.dropped_samples += len(old.samples)
-                log.warning(
-                    "spool full (%d batches): dropped batch %d with %d samples (%d batches dropped so far)",
-                    self.max_batches,
-                    old.seq,
-                    len(old.samples),
-                    self.dropped_batches,
+                self._count_drop(
+                    1, len(old.samples), f"spool full ({self.max_batches} batches): dropped batch {old.seq}"
                 )
             return sealed
+
+    def _count_drop(self, batches: int, samples: int, why: str) -> None:
+        """Count and log a drop (called with the lock held)."""
+        self.dropped_batches += batches
+        self.dropped_samples += samples
+        log.warning(
+            "%s with %d samples (%d batches, %d samples dropped so far)",
+            why,
+            samples,
+            self.dropped_batches,
+            self.dropped_samples,
+        )
 
     def peek(self) -> wire.pb.Batch | None:
         """The oldest unacknowledged batch, stamped with the current send time."""
@@ -83,15 +102,53 @@ class Spool:
             batch.sent_ns = time.time_ns()
             return batch
 
-    def ack(self, seq: int) -> None:
-        """Forget batch ``seq`` (and anything older) once the collector stored it."""
+    def ack(self, seq: int, stream_id: str | None = None) -> None:
+        """Forget batch ``seq`` (and anything older) once the collector stored it.
+
+        With ``stream_id``, only batches of that stream are acknowledged (an
+        acknowledgement for a batch dropped meanwhile changes nothing).
+        """
         with self._lock:
             while self._sealed and self._sealed[0].seq <= seq:
+                if stream_id is not None and self._sealed[0].stream_id != stream_id:
+                    break
                 done = self._sealed.popleft()
                 self.acked_batches += 1
                 self.acked_samples += len(done.samples)
+
+    def split_head(self) -> bool:
+        """Cut the oldest batch in two (a collector found it too large); False if it cannot be cut.
+
+        The batches behind it are renumbered; none of them has been sent yet, since
+        delivery is strictly in order.
+        """
+        with self._lock:
+            if not self._sealed:
+                return False
+            head = self._sealed[0]
+            if len(head.samples) < 2:
+                return False
+            half = len(head.samples) // 2
+            second = wire.Batch(stream_id=head.stream_id, seq=head.seq + 1, samples=head.samples[half:])
+            second.host.CopyFrom(head.host)
+            del head.samples[half:]
+            for batch in self._sealed:
+                if batch is not head:
+                    batch.seq += 1
+            self._sealed.insert(1, second)
+            self._seq += 1
+            self.max_batch_samples = max(1, min(self.max_batch_samples, half))
+            log.warning(
+                "batch %d was too large for the collector: split in two; batches now hold at most %d samples",
+                head.seq,
+                self.max_batch_samples,
+            )
+            return True
 
     def backlog(self) -> int:
         """Unacknowledged batches (sealed) plus one if samples are pending."""
         with self._lock:
             return len(self._sealed) + (1 if self._pending_samples or self._pending_events else 0)
+
+    def close(self) -> None:
+        """Release files (nothing to do in memory)."""

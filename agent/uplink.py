@@ -1,15 +1,21 @@
 """Ship sealed batches to the collector over gRPC; fail over between addresses.
 
-A batch leaves the spool only when the collector acknowledged it (after its write to
-storage). Errors that a retry may fix (UNAVAILABLE, DEADLINE_EXCEEDED,
-RESOURCE_EXHAUSTED...) keep the batch and move to the next address with back-off;
-INVALID_ARGUMENT means the batch can never be stored: it is dropped and counted.
-After ``failback_s`` on a secondary collector, the preferred one is tried again.
+A batch leaves the spool only when a collector acknowledged it (after its write to
+storage), oldest first. Errors a retry may fix (UNAVAILABLE: collector or storage down;
+DEADLINE_EXCEEDED; RESOURCE_EXHAUSTED: busy or over the host's rate; UNAUTHENTICATED /
+PERMISSION_DENIED: credentials being rotated) keep the batch, move to the next address
+and back off (exponential with jitter, up to ``max_backoff_s``). A batch the collector
+finds too large is split in two and retried. INVALID_ARGUMENT means the batch can never
+be stored: it is dropped, counted and logged. After ``failback_s`` on a secondary
+collector, the preferred one is tried again.
+
+The uplink runs in its own thread: the sampler never waits for the network.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from typing import Any
@@ -18,10 +24,28 @@ import grpc
 
 from wattline import wire
 from wattline.agent.spool import Spool
+from wattline.security import bearer_metadata
 
 log = logging.getLogger(__name__)
 
 _FATAL = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION}
+_CREDENTIALS = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
+#: Words of a RESOURCE_EXHAUSTED that mean "this batch is too large" (gRPC's, or the collector's).
+_TOO_LARGE = ("larger than max",)
+
+
+def channel_options(server_name: str | None = None) -> list[tuple[str, Any]]:
+    """Channel settings: no transparent retries (the uplink retries), keepalive pings."""
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_send_message_length", 64 << 20),
+        ("grpc.enable_retries", 0),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+    if server_name:
+        options.append(("grpc.ssl_target_name_override", server_name))
+    return options
 
 
 class Uplink:
@@ -38,6 +62,8 @@ class Uplink:
         max_backoff_s: float = 10.0,
         credentials: grpc.ChannelCredentials | None = None,
         call_credentials: grpc.CallCredentials | None = None,
+        token: str | None = None,
+        server_name: str | None = None,
     ) -> None:
         if not addresses:
             raise ValueError("no collector address")
@@ -50,6 +76,8 @@ class Uplink:
         self._credentials = credentials
         if credentials is not None and call_credentials is not None:
             self._credentials = grpc.composite_channel_credentials(credentials, call_credentials)
+        self._metadata = bearer_metadata(token)
+        self._options = channel_options(server_name)
         self._index = 0
         self._since_failover = 0.0
         self._channel: grpc.Channel | None = None
@@ -58,6 +86,8 @@ class Uplink:
         self.sent_batches = 0
         self.failed_pushes = 0
         self.rejected_batches = 0
+        self.rejected_points = 0
+        self.failovers = 0
         self.last_error = ""
 
     @property
@@ -66,11 +96,10 @@ class Uplink:
 
     def _connect(self) -> Any:
         if self._stub is None:
-            options = [("grpc.max_send_message_length", 64 << 20), ("grpc.enable_retries", 0)]
             if self._credentials is None:
-                self._channel = grpc.insecure_channel(self.address, options=options)
+                self._channel = grpc.insecure_channel(self.address, options=self._options)
             else:
-                self._channel = grpc.secure_channel(self.address, self._credentials, options=options)
+                self._channel = grpc.secure_channel(self.address, self._credentials, options=self._options)
             self._stub = wire.telemetry_stub(self._channel)
         return self._stub
 
@@ -78,11 +107,13 @@ class Uplink:
         if self._channel is not None:
             self._channel.close()
         self._channel, self._stub = None, None
+        if index != self._index:
+            self.failovers += 1
         self._index = index
         self._since_failover = time.monotonic()
 
     def push_once(self) -> bool:
-        """Send the oldest pending batch; True when it was acknowledged (or dropped as invalid)."""
+        """Send the oldest pending batch; True when it was acknowledged (or dropped as invalid, or split)."""
         batch = self.spool.peek()
         if batch is None:
             return False
@@ -90,28 +121,48 @@ class Uplink:
             log.info("trying preferred collector %s again", self.addresses[0])
             self._switch(0)
         try:
-            ack = self._connect().Push(batch, timeout=self.timeout_s, wait_for_ready=False)
+            ack = self._connect().Push(batch, timeout=self.timeout_s, wait_for_ready=False, metadata=self._metadata)
         except grpc.RpcError as exc:
             code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
-            details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
-            if code in _FATAL:
-                log.error("collector refused batch %d for good (%s: %s); dropped", batch.seq, code.name, details)
-                self.rejected_batches += 1
-                self.spool.ack(batch.seq)
-                return True
-            self.failed_pushes += 1
-            self.connected = False
-            message = f"{self.address}: {code.name}: {details}"
-            if message != self.last_error:
-                log.warning("collector %s", message)
-            self.last_error = message
-            self._switch((self._index + 1) % len(self.addresses))
-            raise ConnectionError(message) from None
+            details = (exc.details() if isinstance(exc, grpc.Call) else str(exc)) or ""
+            return self._failed(batch, code, details)
         self.connected = True
         self.last_error = ""
-        self.spool.ack(ack.seq)
+        self.spool.ack(ack.seq, ack.stream_id or batch.stream_id)
         self.sent_batches += 1
+        if ack.rejected:
+            self.rejected_points += ack.rejected
+            log.warning("collector refused %d points of batch %d: %s", ack.rejected, batch.seq, ack.message)
         return True
+
+    def _failed(self, batch: wire.pb.Batch, code: grpc.StatusCode, details: str) -> bool:
+        if code in _FATAL:
+            log.error("collector refused batch %d for good (%s: %s); dropped", batch.seq, code.name, details)
+            self.rejected_batches += 1
+            self.spool.ack(batch.seq, batch.stream_id)
+            return True
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and any(w in details for w in _TOO_LARGE):
+            if self.spool.split_head():
+                return True
+            log.error(
+                "collector %s refused batch %d as too large and it cannot be split (%s); dropped; "
+                "raise collector.max_message_mb / max_batch_points",
+                self.address,
+                batch.seq,
+                details,
+            )
+            self.rejected_batches += 1
+            self.spool.ack(batch.seq, batch.stream_id)
+            return True
+        self.failed_pushes += 1
+        self.connected = False
+        message = f"{self.address}: {code.name}: {details}"
+        if message != self.last_error:
+            level = logging.ERROR if code in _CREDENTIALS else logging.WARNING
+            log.log(level, "collector %s", message)
+        self.last_error = message
+        self._switch((self._index + 1) % len(self.addresses))
+        raise ConnectionError(message)
 
     def drain(self) -> None:
         """Send everything sealed so far; raises ConnectionError on the first failure."""
@@ -129,7 +180,7 @@ class Uplink:
                 stop.wait(self.batch_interval_s)
             except ConnectionError:
                 backoff = min(max(backoff * 2, 0.2), self.max_backoff_s)
-                stop.wait(backoff)
+                stop.wait(backoff * random.uniform(0.5, 1.0))
 
     def flush(self, deadline_s: float) -> bool:
         """Final delivery on shutdown; True when nothing is left unacknowledged."""
@@ -139,7 +190,7 @@ class Uplink:
             try:
                 self.drain()
             except ConnectionError:
-                time.sleep(0.2)
+                time.sleep(min(0.2, max(0.0, end - time.monotonic())))
         return self.spool.backlog() == 0
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.factory import open_store
 from wattline.config import read_secret
+from wattline.security import read_token, server_credentials
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +41,41 @@ def run_collector(
     on_stop: Callable[[], object] | None = None,
 ) -> None:
     """Serve until ``stop`` is set; in-flight batches are written and acknowledged first."""
+    # Credentials first: a bad key or a loose token file fails before anything is opened.
+    settings.check_tls()
+    credentials = None
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        credentials = server_credentials(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+    token = read_token(settings.token_file, "collector.token_file")
     store = store_from_settings(settings)
-    server = CollectorServer(
-        store,
-        settings.listen,
-        workers=settings.workers,
-        max_message_bytes=settings.max_message_mb << 20,
-    )
+    try:
+        server = CollectorServer(
+            store,
+            settings.listen,
+            workers=settings.workers,
+            max_message_bytes=settings.max_message_mb << 20,
+            max_batch_points=settings.max_batch_points,
+            host_rate=settings.host_rate,
+            host_burst=settings.host_burst,
+            server_credentials=credentials,
+            token=token,
+            require_identity=settings.tls_client_ca is not None,
+        )
+    except BaseException:
+        store.close()
+        raise
     if settings.prometheus_port is not None:
         start_http_server(settings.prometheus_port, addr=settings.prometheus_addr, registry=server.registry)
     server.start()
-    log.info("collector listening on %s (port %d), writing to %s", settings.listen, server.port, store.kind)
+    security = "plaintext" if credentials is None else "mutual TLS" if settings.tls_client_ca else "TLS"
+    log.info(
+        "collector listening on %s (port %d, %s%s), writing to %s",
+        settings.listen,
+        server.port,
+        security,
+        ", bearer token" if token else "",
+        store.kind,
+    )
     if on_ready is not None:
         on_ready(server.port)
     try:

@@ -1,9 +1,34 @@
-"""gRPC ingest: decode, validate, write, THEN acknowledge.
+"""gRPC ingest: authenticate, admit, decode, validate, write, THEN acknowledge.
 
-Each Push is handled on one of ``workers`` threads and returns only after the store
-wrote the batch; when every worker is busy, further calls queue in gRPC and agents slow
-down (back-pressure) instead of the collector buffering without bound. The collector
-keeps no state beyond in-flight batches, so several can run behind one name.
+Delivery: a Push returns an Ack only after the store wrote the batch. A failed write
+(InfluxDB down, 5xx, timeout) answers UNAVAILABLE and nothing is acknowledged: the agent
+keeps the batch and resends it with back-off (the retry lives in the agent, which holds
+the data anyway; the collector never buffers). Writes are idempotent, so a batch written
+but not acknowledged (collector killed between the two) leaves one copy when resent.
+
+Back-pressure, not unbounded memory: at most ``workers`` store writes run at once; a
+batch that finds no free writer within ``BUSY_WAIT_S`` is answered RESOURCE_EXHAUSTED
+("busy") so its agent backs off or fails over, and gRPC admits at most
+``POOL_PER_WORKER * workers`` calls in all (beyond: RESOURCE_EXHAUSTED at once, no
+thread, no message read). Per host, a token bucket (``host_rate`` batches/s, bursts of
+``host_burst``) answers RESOURCE_EXHAUSTED too, so one host replaying a long outage, or
+misbehaving, cannot starve the others; batches beyond ``max_batch_points`` points or
+``max_message_bytes`` are refused the same way (the agent splits them). Memory is thus
+bounded by ``POOL_PER_WORKER * workers`` messages.
+
+Bad input: a batch without host id, stream id or seq is INVALID_ARGUMENT (the agent drops
+it); a malformed sample or job event (bad interval, negative or non-finite energy, a
+quality or event kind this version does not know) is refused alone, counted in
+``Ack.rejected`` with the reason, and the rest of the batch is written. Unknown fields
+of a newer agent are ignored. Undecodable bytes are INVALID_ARGUMENT.
+
+Security (see :mod:`wattline.security`): the bearer token is checked on gRPC's polling
+thread before anything is read; with mutual TLS a batch's ``host.host_id`` must be a
+name of the client certificate (PERMISSION_DENIED otherwise). The health service stays
+open (probes carry no credentials).
+
+The collector keeps no state beyond in-flight batches (and the per-host buckets, which
+only limit), so several can run behind one name.
 """
 
 from __future__ import annotations
@@ -12,20 +37,43 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from wattline import wire
 from wattline.collector.stores.base import Store, StoreUnavailable
+from wattline.security import TokenCheck, peer_identities
 
 log = logging.getLogger(__name__)
 
 #: A stream not heard from for this long no longer counts as a connected agent.
 AGENT_TIMEOUT_S = 120.0
+#: How long a batch waits for a free writer before the answer is "busy".
+BUSY_WAIT_S = 1.0
+#: gRPC threads (and most calls admitted at once) per store writer. Memory bound: each
+#: admitted call holds at most one message of max_message_bytes (+ slack), read and decoded.
+POOL_PER_WORKER = 2
+#: Messages up to this much beyond max_message_bytes are read, logged and refused by name.
+SIZE_SLACK_BYTES = 1 << 20
+#: Clock skew beyond which a host is named in the log (at most every SKEW_LOG_EVERY_S).
+SKEW_WARN_S = 5.0
+SKEW_LOG_EVERY_S = 600.0
+#: Refusal reasons, the label values of ``wattline_collector_refused``.
+REASONS = (
+    "invalid",
+    "too_large",
+    "unauthenticated",
+    "permission_denied",
+    "rate_limited",
+    "busy",
+    "store_unavailable",
+)
 
 
 class Metrics:
@@ -40,6 +88,14 @@ class Metrics:
         self.errors = Counter(
             "wattline_collector_write_errors", "Batch writes that failed (not acknowledged).", registry=registry
         )
+        self.refused = Counter(
+            "wattline_collector_refused_calls",
+            "Push calls answered with an error status, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in REASONS:
+            self.refused.labels(reason)
         self.latency = Histogram(
             "wattline_collector_write_seconds",
             "Time to write one batch to storage.",
@@ -60,22 +116,124 @@ class Metrics:
         )
 
 
+class HostLimiter:
+    """Token bucket per host: ``rate`` batches/s, bursts of ``burst``; rate 0 is no limit."""
+
+    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = max(burst, 1.0)
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+        self._swept = clock()
+
+    def allow(self, host: str) -> bool:
+        if self.rate <= 0:
+            return True
+        now = self._clock()
+        with self._lock:
+            tokens, last = self._buckets.get(host, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - last) * self.rate)
+            allowed = tokens >= 1.0
+            self._buckets[host] = (tokens - 1.0 if allowed else tokens, now)
+            if now - self._swept > 60.0:  # forget hosts whose bucket is full again
+                self._swept = now
+                full_after = self.burst / self.rate
+                self._buckets = {h: v for h, v in self._buckets.items() if now - v[1] < full_after}
+            return allowed
+
+
 class TelemetryService:
     """The Telemetry servicer: one Push = one idempotent store write."""
 
-    def __init__(self, store: Store, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        store: Store,
+        metrics: Metrics,
+        *,
+        workers: int = 8,
+        max_message_bytes: int = 16 << 20,
+        max_batch_points: int = 20000,
+        host_rate: float = 0.0,
+        host_burst: float = 60.0,
+        require_identity: bool = False,
+    ) -> None:
         self.store = store
         self.metrics = metrics
+        self.max_message_bytes = max_message_bytes
+        self.max_batch_points = max_batch_points
+        self.require_identity = require_identity
+        self.limiter = HostLimiter(host_rate, host_burst)
+        self._writers = threading.BoundedSemaphore(workers)
         self._streams: dict[str, float] = {}
+        self._skew_logged: dict[str, float] = {}
         self._lock = threading.Lock()
+
+    def _refuse(self, context: grpc.ServicerContext, reason: str, code: grpc.StatusCode, details: str) -> NoReturn:
+        self.metrics.refused.labels(reason).inc()
+        context.abort(code, details)
+
+    def push_bytes(self, request: bytes, context: grpc.ServicerContext) -> wire.pb.Ack:
+        """The wire entry point: size check and decoding are ours, so both are logged clearly."""
+        if len(request) > self.max_message_bytes:
+            log.warning(
+                "refused a batch of %d bytes from %s: larger than collector.max_message_mb (%d bytes)",
+                len(request),
+                context.peer(),
+                self.max_message_bytes,
+            )
+            self._refuse(
+                context,
+                "too_large",
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"batch of {len(request)} bytes is larger than max {self.max_message_bytes} bytes; split it",
+            )
+        try:
+            batch = wire.Batch.FromString(request)
+        except DecodeError as exc:
+            log.warning("refused undecodable bytes (%d) from %s: %s", len(request), context.peer(), exc)
+            self._refuse(context, "invalid", grpc.StatusCode.INVALID_ARGUMENT, f"not a wattline.v1.Batch: {exc}")
+        return self.Push(batch, context)
 
     def Push(self, batch: wire.pb.Batch, context: grpc.ServicerContext) -> wire.pb.Ack:
         problem = validate(batch)
         if problem:
             log.warning("refused batch from %r: %s", batch.host.host_id, problem)
             self.metrics.rejected.inc(len(batch.samples) + len(batch.job_events))
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+            self._refuse(context, "invalid", grpc.StatusCode.INVALID_ARGUMENT, problem)
+        host = batch.host.host_id
+        points = len(batch.samples) + len(batch.job_events)
+        if points > self.max_batch_points:
+            log.warning(
+                "refused batch %d of %r: %d points, more than %d", batch.seq, host, points, self.max_batch_points
+            )
+            self._refuse(
+                context,
+                "too_large",
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"batch of {points} points is larger than max {self.max_batch_points} points; split it",
+            )
+        if self.require_identity:
+            names = peer_identities(context.auth_context())
+            if host not in names:
+                log.warning("refused batch for host %r from a certificate of %s", host, sorted(names))
+                self._refuse(
+                    context,
+                    "permission_denied",
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"the client certificate does not name host {host!r}",
+                )
+        if not self.limiter.allow(host):
+            self._refuse(
+                context,
+                "rate_limited",
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"host {host!r} is over {self.limiter.rate:g} batches/s; back off",
+            )
+        reasons = drop_invalid_points(batch)
         self._seen(batch)
+        if not self._writers.acquire(timeout=BUSY_WAIT_S):
+            self._refuse(context, "busy", grpc.StatusCode.RESOURCE_EXHAUSTED, "collector busy; back off")
         self.metrics.in_flight.inc()
         started = time.perf_counter()
         try:
@@ -83,61 +241,145 @@ class TelemetryService:
         except StoreUnavailable as exc:
             self.metrics.errors.inc()
             log.warning("store unavailable, batch %s/%d not acknowledged: %s", batch.stream_id, batch.seq, exc)
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"storage unavailable: {exc}")
+            self._refuse(context, "store_unavailable", grpc.StatusCode.UNAVAILABLE, f"storage unavailable: {exc}")
         finally:
             self.metrics.in_flight.dec()
+            self._writers.release()
         self.metrics.latency.observe(time.perf_counter() - started)
         self.metrics.points.inc(result.written)
         self.metrics.batches.inc()
-        if result.rejected:
-            self.metrics.rejected.inc(result.rejected)
-            log.warning(
-                "storage rejected %d points of %s batch %d: %s",
-                result.rejected,
-                batch.host.host_id,
-                batch.seq,
-                "; ".join(result.reasons[:3]),
-            )
+        reasons += result.reasons
+        rejected = result.rejected + len(reasons) - len(result.reasons)
+        if rejected:
+            self.metrics.rejected.inc(rejected)
+            log.warning("refused %d points of %s batch %d: %s", rejected, host, batch.seq, "; ".join(reasons[:3]))
         return wire.Ack(
             stream_id=batch.stream_id,
             seq=batch.seq,
             written=result.written,
-            rejected=result.rejected,
-            message="; ".join(result.reasons[:3]),
+            rejected=rejected,
+            message="; ".join(reasons[:3]),
         )
 
     def _seen(self, batch: wire.pb.Batch) -> None:
         now = time.monotonic()
+        skew = (time.time_ns() - batch.sent_ns) / 1e9 if batch.sent_ns else 0.0
         if batch.sent_ns:
-            self.metrics.skew.observe((time.time_ns() - batch.sent_ns) / 1e9)
+            self.metrics.skew.observe(skew)
         with self._lock:
             self._streams[batch.stream_id] = now
             for stream, seen in list(self._streams.items()):
                 if now - seen > AGENT_TIMEOUT_S:
                     del self._streams[stream]
             self.metrics.agents.set(len(self._streams))
+            host = batch.host.host_id
+            warn = abs(skew) > SKEW_WARN_S and now - self._skew_logged.get(host, -math.inf) > SKEW_LOG_EVERY_S
+            if warn:
+                self._skew_logged[host] = now
+        if warn:
+            log.warning(
+                "host %r: agent clock %+.1f s from the collector's (sample times are the agent's; check NTP)",
+                host,
+                -skew,
+            )
 
 
 def validate(batch: wire.pb.Batch) -> str:
-    """Why ``batch`` can never be stored, or "" when it is acceptable."""
+    """Why ``batch`` as a whole can never be stored, or "" when it is acceptable."""
     if not batch.host.host_id:
         return "host.host_id is empty"
     if not batch.stream_id or batch.seq == 0:
         return "stream_id and seq are required"
-    for i, s in enumerate(batch.samples):
-        if not (s.source and s.component and s.device):
-            return f"sample {i}: source, component and device are required"
-        if s.end_ns <= 0 or s.start_ns > s.end_ns:
-            return f"sample {i}: bad interval {s.start_ns}..{s.end_ns}"
-        for name, value in (("energy_j", s.energy_j), ("power_w", s.power_w), ("cumulative_j", s.cumulative_j)):
-            if not math.isfinite(value) or value < 0:
-                return f"sample {i}: {name} {value} is negative or not finite"
-        if s.quality not in wire.QUALITY_NAMES:
-            return f"sample {i}: unknown quality {s.quality}"
-    for i, e in enumerate(batch.job_events):
-        if not e.job_id or e.time_ns <= 0:
-            return f"job event {i}: job_id and time_ns are required"
     return ""
+
+
+def sample_problem(s: wire.pb.Sample) -> str:
+    """Why one sample can never be stored, or ""."""
+    if not (s.source and s.component and s.device):
+        return "source, component and device are required"
+    if s.end_ns <= 0 or s.start_ns > s.end_ns:
+        return f"bad interval {s.start_ns}..{s.end_ns}"
+    for name, value in (("energy_j", s.energy_j), ("power_w", s.power_w), ("cumulative_j", s.cumulative_j)):
+        if not math.isfinite(value) or value < 0:
+            return f"{name} {value} is negative or not finite"
+    if s.quality not in wire.QUALITY_NAMES:
+        return f"unknown quality {s.quality} (a newer agent? upgrade the collector)"
+    return ""
+
+
+def event_problem(e: wire.pb.JobEvent) -> str:
+    """Why one job event can never be stored, or ""."""
+    if not e.job_id or e.time_ns <= 0:
+        return "job_id and time_ns are required"
+    if e.kind not in wire.pb.JobEvent.Kind.values():
+        return f"unknown job event kind {e.kind} (a newer agent? upgrade the collector)"
+    return ""
+
+
+def drop_invalid_points(batch: wire.pb.Batch) -> list[str]:
+    """Remove the samples and job events that can never be stored; the reasons, one per point."""
+    reasons: list[str] = []
+    bad_samples = [(i, p) for i, sample in enumerate(batch.samples) if (p := sample_problem(sample))]
+    for i, _problem in reversed(bad_samples):
+        del batch.samples[i]
+    bad_events = [(i, p) for i, event in enumerate(batch.job_events) if (p := event_problem(event))]
+    for i, _problem in reversed(bad_events):
+        del batch.job_events[i]
+    reasons += [f"sample {i}: {problem}" for i, problem in bad_samples]
+    reasons += [f"job event {i}: {problem}" for i, problem in bad_events]
+    return reasons
+
+
+def _refuse_handler(code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler[Any, Any]:
+    """A handler that answers ``code`` at once, without reading the request."""
+
+    def refuse(_requests: Any, context: grpc.ServicerContext) -> Any:
+        context.abort(code, details)
+
+    return grpc.stream_unary_rpc_method_handler(refuse)
+
+
+class Gate(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Bearer-token check, run on gRPC's polling thread before a call gets a worker."""
+
+    def __init__(self, token: TokenCheck, metrics: Metrics) -> None:
+        self.token = token
+        self.metrics = metrics
+        self._logged = -math.inf
+
+    def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        if details.method.startswith("/grpc.health.v1.Health/") or self.token.check(details.invocation_metadata):
+            return continuation(details)
+        self.metrics.refused.labels("unauthenticated").inc()
+        if time.monotonic() - self._logged > 60.0:
+            self._logged = time.monotonic()
+            log.warning("refused a %s call: missing or wrong bearer token", details.method)
+        return _refuse_handler(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+
+
+def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    """Limits and timeouts of the gRPC server (each one a defence against a bad client)."""
+    return [
+        # Messages a little over the limit reach push_bytes, which logs and refuses them by
+        # name; beyond, gRPC refuses them (RESOURCE_EXHAUSTED) without reading them.
+        ("grpc.max_receive_message_length", max_message_bytes + min(max_message_bytes, SIZE_SLACK_BYTES)),
+        ("grpc.max_send_message_length", 1 << 20),
+        ("grpc.max_concurrent_streams", 64),  # per connection
+        # A port in use is an error, not silently shared with another process.
+        ("grpc.so_reuseport", 0),
+        # A connection that never completes its (TLS/HTTP2) handshake is closed.
+        ("grpc.server_handshake_timeout_ms", 10_000),
+        # Dead peers are found by pings; agents may ping every 30 s.
+        ("grpc.keepalive_time_ms", 60_000),
+        ("grpc.keepalive_timeout_ms", 20_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+        # Idle connections are closed; every connection is recycled after 30 min (a
+        # stalled call on it ends 60 s later), which also rebalances agents over replicas.
+        ("grpc.max_connection_idle_ms", 300_000),
+        ("grpc.max_connection_age_ms", 1_800_000),
+        ("grpc.max_connection_age_grace_ms", 60_000),
+    ]
 
 
 class CollectorServer:
@@ -150,23 +392,41 @@ class CollectorServer:
         *,
         workers: int = 8,
         max_message_bytes: int = 16 << 20,
+        max_batch_points: int = 20000,
+        host_rate: float = 0.0,
+        host_burst: float = 60.0,
         registry: CollectorRegistry | None = None,
         server_credentials: grpc.ServerCredentials | None = None,
+        token: str | None = None,
+        require_identity: bool = False,
         interceptors: list[Any] | None = None,
     ) -> None:
+        if require_identity and server_credentials is None:
+            raise ValueError("client identities need TLS (server_credentials with a client CA)")
         self.registry = registry or CollectorRegistry()
         self.metrics = Metrics(self.registry)
-        self.service = TelemetryService(store, self.metrics)
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ingest"),
-            interceptors=interceptors or [],
-            options=[
-                ("grpc.max_receive_message_length", max_message_bytes),
-                ("grpc.max_concurrent_streams", 1000),
-            ],
-            maximum_concurrent_rpcs=workers * 64,
+        self.service = TelemetryService(
+            store,
+            self.metrics,
+            workers=workers,
+            max_message_bytes=max_message_bytes,
+            max_batch_points=max_batch_points,
+            host_rate=host_rate,
+            host_burst=host_burst,
+            require_identity=require_identity,
         )
-        wire.add_telemetry_servicer(self.service, self.server)
+        gates: list[Any] = [Gate(TokenCheck(token), self.metrics)] if token else []
+        pool = POOL_PER_WORKER * workers
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=pool, thread_name_prefix="ingest"),
+            interceptors=gates + (interceptors or []),
+            options=server_options(max_message_bytes),
+            maximum_concurrent_rpcs=pool,
+        )
+        push = grpc.unary_unary_rpc_method_handler(
+            self.service.push_bytes, request_deserializer=None, response_serializer=wire.pb.Ack.SerializeToString
+        )
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(wire.SERVICE_NAME, {"Push": push}),))
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         if server_credentials is None:

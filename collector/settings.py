@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wattline.config import ConfigError, option
+from wattline.security import is_loopback
 
 DEFAULT_STORE = "sqlite:///var/lib/wattline/wattline.db"
 
@@ -28,16 +29,44 @@ class CollectorSettings:
     influx_username: str = option("", "InfluxDB 1.x user (password from env WATTLINE_INFLUX_PASSWORD).")
     prometheus_port: int | None = option(None, "Serve the collector's own Prometheus metrics on this port.")
     prometheus_addr: str = option("127.0.0.1", "Address for the Prometheus endpoint.")
-    workers: int = option(8, "Concurrent batch writes (gRPC worker threads); more agents wait (back-pressure).")
+    workers: int = option(8, "Concurrent batch writes; a batch finding none free for 1 s is answered 'busy'.")
     max_message_mb: int = option(16, "Largest accepted batch, MiB.")
+    max_batch_points: int = option(20000, "Most samples + job events in one batch (agents split larger ones).")
+    host_rate: float = option(20.0, "Batches per second one host may push (token bucket); 0: no limit.")
+    host_burst: float = option(60.0, "Batches one host may push at once before host_rate applies.")
+    tls_cert: Path | None = option(None, "Server certificate (PEM); with tls_key, gRPC is served over TLS.")
+    tls_key: Path | None = option(None, "Private key (PEM) of tls_cert; a file of mode 0600.")
+    tls_client_ca: Path | None = option(
+        None, "CA (PEM) of the agents' certificates: mutual TLS, and each host writes only as its certificate's name."
+    )
+    token_file: Path | None = option(
+        None, "File holding the bearer token agents must send (mode 0600); else env WATTLINE_TOKEN."
+    )
+    insecure_listen: bool = option(
+        False, "Allow plaintext gRPC on a non-loopback listen address (a network protected otherwise)."
+    )
 
     def validate(self) -> CollectorSettings:
-        """Range checks; raises ConfigError naming the option."""
+        """Range checks; raises ConfigError naming the option (pairs of TLS files: :meth:`check_tls`)."""
         host, sep, port = self.listen.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ConfigError(f"option collector.listen: {self.listen!r} is not HOST:PORT")
         if self.influx_api not in {"auto", "v1", "v2"}:
             raise ConfigError(f"option collector.influx_api: {self.influx_api!r} is not auto, v1 or v2")
-        if self.workers < 1 or self.max_message_mb < 1:
-            raise ConfigError("option collector.workers/max_message_mb: must be at least 1")
+        if self.workers < 1 or self.max_message_mb < 1 or self.max_batch_points < 1:
+            raise ConfigError("option collector.workers/max_message_mb/max_batch_points: must be at least 1")
+        if self.host_rate < 0 or self.host_burst < 1:
+            raise ConfigError("option collector.host_rate/host_burst: rate >= 0 and burst >= 1")
+        if self.tls_cert is None and not self.insecure_listen and not is_loopback(self.listen):
+            raise ConfigError(
+                f"option collector.listen: plaintext gRPC on {self.listen}, beyond loopback: set tls_cert and "
+                "tls_key, or insecure_listen = true (--insecure-listen) on a network protected otherwise"
+            )
         return self
+
+    def check_tls(self) -> None:
+        """The TLS options go together: cert with key, a client CA only with both."""
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("option collector.tls_cert/tls_key: set both (the certificate and its key) or neither")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigError("option collector.tls_client_ca: mutual TLS needs tls_cert and tls_key")

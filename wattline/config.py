@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import functools
 import os
+import stat
 import tomllib
 import types
 import typing
@@ -176,17 +177,47 @@ def help_of(cls: type[Any], key: str) -> str:
     raise KeyError(key)
 
 
+def _check_private(path: Path, what: str) -> None:
+    """Refuse a secret file that is missing, not a regular file, or group/world accessible."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise ConfigError(f"{what} file {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{what} file {path}: not a regular file")
+    if st.st_mode & 0o077:
+        raise ConfigError(f"{what} file {path}: permissions {oct(st.st_mode & 0o777)} too open; chmod 600 {path}")
+
+
 def read_secret(path: Path | None, env_var: str, what: str) -> str | None:
     """A secret from ``path`` (refused when group/world readable) or the environment.
 
     Secrets never come from argv (visible in ``ps``) and are never logged.
     """
     if path is not None:
+        _check_private(path, what)
         try:
-            mode = path.stat().st_mode
-        except OSError as exc:
-            raise ConfigError(f"{what} file {path}: {exc.strerror}") from None
-        if mode & 0o077:
-            raise ConfigError(f"{what} file {path}: permissions {oct(mode & 0o777)} too open; chmod 600 {path}")
-        return path.read_text().strip()
+            return path.read_text().strip()
+        except (OSError, UnicodeError) as exc:
+            raise ConfigError(f"{what} file {path}: {getattr(exc, 'strerror', None) or exc}") from None
     return os.environ.get(env_var) or None
+
+
+def read_secret_bytes(path: Path, what: str) -> bytes:
+    """The raw bytes of a secret file (a TLS private key), refused when group/world readable."""
+    _check_private(path, what)
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{what} file {path}: {exc.strerror}") from None
+
+
+def read_public_file(path: Path, what: str) -> bytes:
+    """The bytes of a non-secret file (a certificate), or a ConfigError naming it."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{what} file {path}: {exc.strerror}") from None
+    if not data.strip():
+        raise ConfigError(f"{what} file {path}: empty")
+    return data

@@ -11,13 +11,14 @@ from typing import Any
 
 import typer
 
+from wattline import systemd
 from wattline.agent import registry
 from wattline.agent.daemon import Agent
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
 from wattline.collector.daemon import run_collector
 from wattline.collector.settings import CollectorSettings
-from wattline import systemd
+from wattline.collector.stores.base import StoreUnavailable
 from wattline.config import build, help_of, parse_pairs, read_toml
 
 CONFIG_HELP = "TOML config file ([agent], [collector], [sources.NAME] tables); env WATTLINE_* and flags override it."
@@ -61,6 +62,17 @@ def agent(
     batch_interval: float | None = typer.Option(None, help=_a("batch_interval")),
     prometheus_port: int | None = typer.Option(None, help=_a("prometheus_port")),
     prometheus_addr: str | None = typer.Option(None, help=_a("prometheus_addr")),
+    push_timeout: float | None = typer.Option(None, help=_a("push_timeout")),
+    failback: float | None = typer.Option(None, help=_a("failback")),
+    spool_dir: str | None = typer.Option(None, help=_a("spool_dir")),
+    spool_max_mb: float | None = typer.Option(None, help=_a("spool_max_mb")),
+    spool_max_age: float | None = typer.Option(None, help=_a("spool_max_age")),
+    tls: bool | None = typer.Option(None, "--tls", help=_a("tls"), show_default=False),
+    tls_ca: Path | None = typer.Option(None, help=_a("tls_ca")),
+    tls_cert: Path | None = typer.Option(None, help=_a("tls_cert")),
+    tls_key: Path | None = typer.Option(None, help=_a("tls_key")),
+    tls_server_name: str | None = typer.Option(None, help=_a("tls_server_name")),
+    token_file: Path | None = typer.Option(None, help=_a("token_file")),
 ) -> None:
     """Run the per-host agent: sample every source and stream to the collector."""
     settings, doc = agent_settings(
@@ -74,6 +86,17 @@ def agent(
         batch_interval=batch_interval,
         prometheus_port=prometheus_port,
         prometheus_addr=prometheus_addr,
+        push_timeout=push_timeout,
+        failback=failback,
+        spool_dir=spool_dir,
+        spool_max_mb=spool_max_mb,
+        spool_max_age=spool_max_age,
+        tls=tls,
+        tls_ca=tls_ca,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_server_name=tls_server_name,
+        token_file=token_file,
     )
     stop = stop_event()
     daemon = Agent(settings, doc)
@@ -97,6 +120,17 @@ def collector(
     prometheus_port: int | None = typer.Option(None, help=_c("prometheus_port")),
     prometheus_addr: str | None = typer.Option(None, help=_c("prometheus_addr")),
     workers: int | None = typer.Option(None, help=_c("workers")),
+    max_message_mb: int | None = typer.Option(None, help=_c("max_message_mb")),
+    max_batch_points: int | None = typer.Option(None, help=_c("max_batch_points")),
+    host_rate: float | None = typer.Option(None, help=_c("host_rate")),
+    host_burst: float | None = typer.Option(None, help=_c("host_burst")),
+    tls_cert: Path | None = typer.Option(None, help=_c("tls_cert")),
+    tls_key: Path | None = typer.Option(None, help=_c("tls_key")),
+    tls_client_ca: Path | None = typer.Option(None, help=_c("tls_client_ca")),
+    token_file: Path | None = typer.Option(None, help=_c("token_file")),
+    insecure_listen: bool | None = typer.Option(
+        None, "--insecure-listen", help=_c("insecure_listen"), show_default=False
+    ),
 ) -> None:
     """Run the collector: receive agents' batches over gRPC and write them to storage."""
     flags = dict(
@@ -110,15 +144,27 @@ def collector(
         prometheus_port=prometheus_port,
         prometheus_addr=prometheus_addr,
         workers=workers,
+        max_message_mb=max_message_mb,
+        max_batch_points=max_batch_points,
+        host_rate=host_rate,
+        host_burst=host_burst,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_client_ca=tls_client_ca,
+        token_file=token_file,
+        insecure_listen=insecure_listen,
     )
     settings = build(CollectorSettings, "collector", read_toml(config), flags=flags).validate()
-    run_collector(
-        settings,
-        stop_event(),
-        on_ready=lambda port: systemd.ready(f"listening on port {port}"),
-        on_tick=systemd.watchdog,
-        on_stop=systemd.stopping,
-    )
+    try:
+        run_collector(
+            settings,
+            stop_event(),
+            on_ready=lambda port: systemd.ready(f"listening on port {port}"),
+            on_tick=systemd.watchdog,
+            on_stop=systemd.stopping,
+        )
+    except StoreUnavailable as exc:
+        raise RuntimeError(f"store {settings.store}: {exc}") from None
 
 
 def sources(

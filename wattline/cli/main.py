@@ -6,6 +6,7 @@ on stderr and a non-zero exit, never a traceback. ``WATTLINE_DEBUG=1`` shows tra
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -13,7 +14,7 @@ import sys
 import typer
 
 from wattline import __version__
-from wattline.cli import daemons, jobs
+from wattline.cli import daemons, jobs, workload
 from wattline.config import ConfigError
 
 app = typer.Typer(
@@ -26,6 +27,7 @@ app = typer.Typer(
 )
 daemons.register(app)
 jobs.register(app)
+workload.register(app)
 
 
 def _version(value: bool) -> None:
@@ -46,20 +48,55 @@ def root(
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _usage_errors() -> tuple[tuple[type[Exception], ...], tuple[type[BaseException], ...]]:
+    """(usage error classes, abort classes): typer's own click copy (typer >= 0.20), and click's."""
+    usage: list[type[Exception]] = []
+    abort: list[type[BaseException]] = [typer.Abort]
+    vendored = getattr(typer, "TyperException", None)
+    if isinstance(vendored, type):
+        usage.append(vendored)
+    try:
+        click = importlib.import_module("click")
+    except ImportError:
+        pass
+    else:
+        usage.append(click.ClickException)
+        abort.append(click.exceptions.Abort)
+    return tuple(usage), tuple(abort)
+
+
+USAGE_ERRORS, ABORTS = _usage_errors()
+
+
 def main() -> None:
     """Console-script entry: run the app, turning expected errors into one line."""
     try:
-        app()
+        code = app(prog_name="wattline", standalone_mode=False)
+    except USAGE_ERRORS as exc:  # a bad flag, a bad value, a missing argument
+        if type(exc).__name__ == "NoArgsIsHelpError":  # "wattline" alone: the help
+            exc.show()  # type: ignore[attr-defined]
+        else:
+            ctx = getattr(exc, "ctx", None)
+            where = f"{ctx.command_path}: " if ctx is not None else ""
+            typer.echo(f"wattline: error: {where}{_one_line(exc.format_message())}", err=True)  # type: ignore[attr-defined]
+        sys.exit(getattr(exc, "exit_code", 2))
+    except ABORTS:
+        sys.exit(130)
     except ConfigError as exc:
-        typer.echo(f"wattline: error: {exc}", err=True)
+        typer.echo(f"wattline: error: {_one_line(str(exc))}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
     except (OSError, RuntimeError, ValueError) as exc:
         if os.environ.get("WATTLINE_DEBUG"):
             raise
-        typer.echo(f"wattline: error: {exc}", err=True)
+        typer.echo(f"wattline: error: {_one_line(str(exc)) or type(exc).__name__}", err=True)
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -30,6 +29,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
+from wattline.agent.settings import AgentSettings
+from wattline.config import build
 from wattline.workloads.events import (
     ENV_EVENTS,
     ENV_JOB_ID,
@@ -96,9 +97,8 @@ class Job:
             if self.joined:
                 self._sink = ParentSink(Path(os.environ[ENV_EVENTS]))
             elif self._collector:
-                self._sink = CollectorSink(
-                    self._collector, os.environ.get("WATTLINE_AGENT_HOST_ID", socket.gethostname())
-                )
+                settings = build(AgentSettings, "agent", {}, flags={"collectors": self._collector})
+                self._sink = CollectorSink(settings.validate())
             else:
                 from wattline.workloads.embedded import embedded_session
 

@@ -22,8 +22,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO
+from typing import IO, Any
 
+from wattline.agent.settings import AgentSettings
+from wattline.workloads.embedded import embedded_session
 from wattline.workloads.events import (
     ENV_EVENTS,
     ENV_JOB_ID,
@@ -33,7 +35,7 @@ from wattline.workloads.events import (
     JobSpec,
     UnitAccumulator,
 )
-from wattline.workloads.session import EventSink
+from wattline.workloads.session import CollectorSink, EventSink
 
 log = logging.getLogger(__name__)
 
@@ -218,3 +220,28 @@ def _terminal_delivered() -> bool:
         return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def run_job(
+    request: RunRequest,
+    settings: AgentSettings,
+    doc: Mapping[str, Any] | None = None,
+    collectors: list[str] | None = None,
+    store_url: str | None = None,
+) -> int:
+    """Run ``request`` under a job window; returns the command's exit status.
+
+    With ``collectors``, job events go there (a host agent samples, with the same TLS /
+    token settings as the agent); otherwise this process samples the host itself into
+    the local store ``store_url``.
+    """
+    sink: EventSink
+    if collectors:
+        settings.collectors = list(collectors)
+        sink = CollectorSink(settings.validate())
+    else:
+        sink = embedded_session(store_url, settings, doc)
+    try:
+        return JobRunner(request, sink).run()
+    finally:
+        sink.close()

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from wattline import __version__, wire
 from wattline.agent import registry
-from wattline.agent.daemon import host_identity, log_statuses
+from wattline.agent.daemon import host_identity, log_statuses, uplink_security
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
 from wattline.agent.spool import Spool
@@ -99,13 +99,25 @@ class EmbeddedSession:
 
 
 class CollectorSink:
-    """Job events to a collector (the host's agent sends the samples)."""
+    """Job events to a collector (the host's agent sends the samples).
 
-    def __init__(self, addresses: list[str], host_id: str = "", labels: Mapping[str, str] | None = None) -> None:
-        self.host_id = host_id or socket.gethostname()
-        host = wire.Host(host_id=self.host_id, labels=dict(labels or {}), agent_version=__version__)
+    ``settings`` gives the collector addresses, the host identity (it must match the
+    host agent's) and the same TLS / token settings as the agent.
+    """
+
+    def __init__(self, settings: AgentSettings) -> None:
+        security = uplink_security(settings)
+        self.host_id = settings.host_id or socket.gethostname()
+        host = wire.Host(host_id=self.host_id, labels=dict(settings.labels), agent_version=__version__)
         self.spool = Spool(host)
-        self.uplink = Uplink(self.spool, addresses, batch_interval_s=0.5)
+        self.uplink = Uplink(
+            self.spool,
+            settings.collectors,
+            batch_interval_s=0.5,
+            credentials=security.credentials,
+            token=security.token,
+            server_name=security.server_name,
+        )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.uplink.run, args=(self._stop,), daemon=True)
         self._thread.start()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,14 +20,13 @@ from wattline.collector.stores.reader import Reader
 from wattline.config import ConfigError, build, parse_pairs, read_toml
 from wattline.units import parse_duration
 from wattline.workloads import economics
-from wattline.workloads.embedded import default_store_url, embedded_session
+from wattline.workloads.embedded import default_store_url
 from wattline.workloads.events import JobSpec
 from wattline.workloads.job import default_job_id
 from wattline.workloads.jobs_view import JobNotFound, all_views
 from wattline.workloads.render import comparison_json, print_comparison, print_report, report_json
 from wattline.workloads.report import Report, ReportSettings, build_report
-from wattline.workloads.run import JobRunner, RunRequest, devices_from_env, parse_devices, resolve_gpu_claims
-from wattline.workloads.session import CollectorSink, EventSink
+from wattline.workloads.run import RunRequest, devices_from_env, parse_devices, resolve_gpu_claims, run_job
 
 STORE_HELP = (
     "Store to read/write: sqlite:///PATH or http://influxdb:8086 (default: $WATTLINE_STORE or the local SQLite file)."
@@ -146,16 +144,9 @@ def run(
     claims = resolve_gpu_claims(parse_devices(devices) if devices else devices_from_env(os.environ))
     spec = JobSpec(job_id or default_job_id(name), name, kind, units, parse_pairs(labels or [], "--label"), claims)
     settings, doc = agent_settings(config, interval=interval, sysfs_root=sysfs_root, host_id=host_id, sources=sources)
-    sink: EventSink
     store_url = store or default_store_url()
-    if collectors:
-        sink = CollectorSink(collectors, settings.host_id or socket.gethostname(), settings.labels)
-    else:
-        sink = embedded_session(store_url, settings, doc)
-    try:
-        status = JobRunner(RunRequest(list(command), spec, after, units_from_stdout), sink).run()
-    finally:
-        sink.close()
+    request = RunRequest(list(command), spec, after, units_from_stdout)
+    status = run_job(request, settings, doc, collectors, store_url)
     if collectors and store is None:
         typer.echo(
             f"job {spec.job_id} recorded; report: wattline report {spec.job_id} --store <the collector's store>",

@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
-import socket
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from wattline.cli.jobs import (
     report_settings,
 )
 from wattline.config import ConfigError
-from wattline.workloads.embedded import default_store_url, embedded_session
+from wattline.workloads.embedded import default_store_url
 from wattline.workloads.events import JobSpec
 from wattline.workloads.job import default_job_id
 from wattline.workloads.reference.common import (
@@ -56,9 +55,8 @@ from wattline.workloads.reference.common import (
 )
 from wattline.workloads.render import print_report, report_json
 from wattline.workloads.report import Report, ReportSettings, build_report
-from wattline.workloads.run import JobRunner, RunRequest, devices_from_env, parse_devices
+from wattline.workloads.run import RunRequest, devices_from_env, parse_devices, resolve_gpu_claims, run_job
 from wattline.workloads.saturation import detect_saturation
-from wattline.workloads.session import CollectorSink, EventSink
 
 #: Version of the ``--json`` shape below (the report inside keeps its own schema).
 WORKLOAD_SCHEMA = "wattline.workload/1"
@@ -172,7 +170,7 @@ def _version(package: str) -> str:
 
 def execute(launch: Launch, where: Where) -> None:
     """Run the workload under a job, then print its figures and the report; exits with its status."""
-    claims = parse_devices(where.devices) if where.devices else devices_from_env(os.environ)
+    claims = resolve_gpu_claims(parse_devices(where.devices) if where.devices else devices_from_env(os.environ))
     spec = JobSpec(
         where.job_id or default_job_id(launch.name), launch.name, launch.kind, launch.units, launch.labels, claims
     )
@@ -182,15 +180,7 @@ def execute(launch: Launch, where: Where) -> None:
         result_path = Path(tmp) / "result.json"
         command = [*(launch.launcher or [sys.executable, "-m"]), f"{MODULE}.{launch.module}", *launch.args]
         command += ["--result-json", str(result_path)]
-        sink: EventSink
-        if where.collectors:
-            sink = CollectorSink(where.collectors, settings.host_id or socket.gethostname(), settings.labels)
-        else:
-            sink = embedded_session(store_url, settings, doc)
-        try:
-            status = JobRunner(RunRequest(command, spec, env=launch.env), sink).run()
-        finally:
-            sink.close()
+        status = run_job(RunRequest(command, spec, env=launch.env), settings, doc, where.collectors, store_url)
         result = json.loads(result_path.read_text()) if result_path.exists() else None
     if where.collectors and where.store is None:
         typer.echo(

@@ -33,9 +33,13 @@ from wattline.agent.sources.base import Channel, Reading
 PLAUSIBILITY_FACTOR = 1.5
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Delta:
-    """Energy of one channel over one interval, as the sampler ships it."""
+    """Energy of one channel over one interval, as the sampler ships it.
+
+    Treat it as immutable. (Not ``frozen``: built once per channel per tick, a frozen
+    dataclass costs about ten times as much to construct.)
+    """
 
     energy_j: float
     power_w: float
@@ -98,9 +102,11 @@ class EnergyCounter:
         else:
             return self._emit(0.0, dt, status="counter reset")
         energy = ticks * ch.counter_scale_j
-        if not self._plausible(energy, dt):
+        bound = ch.max_power_w
+        if bound is not None and energy > bound * PLAUSIBILITY_FACTOR * max(dt, 1e-3):  # _plausible, inlined
             return self._emit(0.0, dt, status=f"implausible {energy / dt if dt else math.inf:.0f} W", healthy=False)
-        return self._emit(energy, dt)
+        self.cumulative_j += energy
+        return Delta(energy, energy / dt if dt > 0 else 0.0, self.cumulative_j, dt)
 
     def _from_power(self, reading: Reading, dt: float, first: bool) -> Delta | None:
         power = reading.power_w

@@ -34,20 +34,27 @@ every back-end (SQLite included, via :meth:`LineEncoder.check`) stores the same 
 
 Speed: each series' escaped ``measurement,tags`` prefix is cached in a bounded dict
 keyed by its tag values, and escaped field keys are cached too, so the steady state
-costs one dict lookup per point plus the field values.
+costs one dict lookup per point plus the field values. Samples take a fused path
+compiled from the field table (:data:`~wattline.collector.stores.base.SAMPLE_FIELDS`):
+one f-string per point, read straight from the protobuf message, with no per-point dict.
+Any point it is not sure of (a non-finite or unusual value, a field key not yet checked)
+goes through the general path, which writes the same line or refuses it with the reason.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
 from wattline import wire
 from wattline.collector.stores.base import (
     ENERGY,
     JOB_EVENTS,
+    NOT_GAUGES,
+    SAMPLE_FIELDS,
+    compile_function,
     host_tags,
     job_event_fields,
     job_event_tags,
@@ -138,6 +145,52 @@ def format_value(key: str, value: FieldValue) -> str:
     raise LineProtocolError(f"field {key!r} has unsupported type {type(value).__name__}")
 
 
+_BOOLS = ("false", "true")
+
+
+def _compile_sample_line() -> Callable[[wire.pb.Sample, str, str, dict[str, str]], str | None]:
+    """``sample_line(s, prefix, stream, field_keys)``: the whole line of sample ``s`` after its
+    series ``prefix``, or None where the general path must decide: a non-finite float (or
+    finite ones whose sum overflows), a gauge whose key is not in ``field_keys`` yet.
+    """
+    fmt = {float: "{%s!r}", int: "{%s}i", bool: "{_BOOLS[%s]}", str: "{quote_string(%s)}"}
+    lines = ["def sample_line(s, prefix, stream, field_keys):"]
+    parts, floats = [], []
+    for i, f in enumerate(f for f in SAMPLE_FIELDS if not f.when):
+        lines.append(f"    v{i} = {f.value}")
+        parts.append(escape_field_key(f.name).replace("{", "{{").replace("}", "}}") + "=" + fmt[f.kind] % f"v{i}")
+        if f.kind is float:
+            floats.append(f"v{i}")
+    if floats:  # NaN or an infinity makes the sum non-finite
+        lines += [f"    t = {' + '.join(floats)}", "    if t - t != 0.0:", "        return None"]
+    lines.append(f"    line = f{'{prefix}' + ','.join(parts)!r}")
+    for f in SAMPLE_FIELDS:
+        if f.when:
+            key = escape_field_key(f.name).replace("{", "{{").replace("}", "}}")
+            lines += [f"    if {f.when}:", f"        v = {f.value}"]
+            if f.kind is float:
+                lines += ["        if v - v != 0.0:", "            return None"]
+            lines.append(f"        line += f{',' + key + '=' + fmt[f.kind] % 'v'!r}")
+    lines += [
+        "    gauges = s.gauges",
+        "    if gauges:",
+        "        for name in gauges:  # (a upb map's items() is a Python-level generator)",
+        "            if name not in NOT_GAUGES:",
+        "                value = gauges[name]",
+        "                key = field_keys.get(name)",
+        "                if key is None or value - value != 0.0:",
+        "                    return None",
+        "                line += f',{key}{value!r}'",
+        "    return f'{line} {s.end_ns}'",
+    ]
+    namespace = {"_BOOLS": _BOOLS, "quote_string": quote_string, "NOT_GAUGES": NOT_GAUGES}
+    return compile_function("sample_line", lines, namespace)
+
+
+#: The fused per-sample encoder (its generated source: ``_sample_line.__source__``).
+_sample_line = _compile_sample_line()
+
+
 @dataclass(slots=True)
 class EncodedBatch:
     """The lines of one batch, and one reason per point refused."""
@@ -173,13 +226,17 @@ class LineEncoder:
             self._new_prefix(key, measurement, tags)
         if not fields:
             raise LineProtocolError("a point needs at least one field")
+        field_keys = self._field_keys
         for name, value in fields.items():
-            if name not in self._field_keys:
+            if name not in field_keys:
                 self._new_field_key(name)
             kind = type(value)
             if kind is float:
                 if value - value != 0.0:  # type: ignore[operator]
                     raise LineProtocolError(f"field {name!r} is {value}")
+            elif kind is int:
+                if not INT64_MIN <= value <= INT64_MAX:  # type: ignore[operator]
+                    format_value(name, value)  # raises, with the reason
             elif kind is not str and kind is not bool:
                 format_value(name, value)
 
@@ -239,6 +296,7 @@ class LineEncoder:
         host_key = tuple(host.items())
         stream = batch.stream_id
         local: dict[tuple[str, str, str, int], str] = {}
+        sample_line, field_keys = _sample_line, self._field_keys
         for sample in batch.samples:
             series = (sample.source, sample.component, sample.device, sample.quality)
             try:
@@ -249,7 +307,10 @@ class LineEncoder:
                     if prefix is None:
                         prefix = self._new_prefix(key, ENERGY, {**host, **sample_tags(sample)})
                     local[series] = prefix
-                lines.append(f"{prefix}{self._fields(sample_fields(sample, stream))} {sample.end_ns}")
+                line = sample_line(sample, prefix, stream, field_keys)
+                if line is None:
+                    line = f"{prefix}{self._fields(sample_fields(sample, stream))} {sample.end_ns}"
+                lines.append(line)
             except LineProtocolError as exc:
                 rejected.append(f"{ENERGY} {describe(host, sample_tags(sample))} at {sample.end_ns}: {exc}")
         for event in batch.job_events:

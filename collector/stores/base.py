@@ -21,8 +21,9 @@ and measurement ``job_events`` (tags host, job_id, event; fields per event kind)
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Self
+from typing import Any, Self
 
 from wattline import wire
 
@@ -91,45 +92,76 @@ def sample_tags(sample: wire.pb.Sample) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class SampleField:
+    """One fixed field of an ``energy`` point."""
+
+    name: str
+    kind: type[float] | type[int] | type[bool] | type[str]
+    #: The value: a Python expression over the Sample ``s`` and the batch's ``stream`` id.
+    #: Integers come from int64 proto fields, so they always fit line protocol's int64.
+    value: str
+    #: When the field is written: "" for every point, else a condition over ``s``.
+    when: str = ""
+
+
+#: The fixed fields of an ``energy`` point, in the order they are written. This table is the
+#: ONE definition of them: :func:`sample_fields` and the line encoder's fused per-sample path
+#: (:mod:`wattline.collector.lineprotocol`) are both compiled from it.
+SAMPLE_FIELDS: tuple[SampleField, ...] = (
+    SampleField("energy_j", float, "s.energy_j"),
+    SampleField("power_w", float, "s.power_w"),
+    SampleField("cumulative_j", float, "s.cumulative_j"),
+    SampleField("interval_s", float, "(s.end_ns - s.start_ns) / 1e9"),
+    SampleField("start_ns", int, "s.start_ns"),
+    SampleField("healthy", bool, "s.healthy"),
+    SampleField("stream", str, "stream"),
+    SampleField("status", str, "s.status", when="s.status"),
+    SampleField("utilization", float, "s.utilization", when="s.HasField('utilization')"),
+    SampleField("energy_error_j", float, "s.energy_error_j", when="s.HasField('energy_error_j')"),
+)
+
 #: Fixed field names of an ``energy`` point; a gauge of such a name (or of a tag's name) is
 #: dropped, else it would shadow an absent optional field with another type (a float
 #: ``status`` conflicts with the string ones) or clash with a tag.
-SAMPLE_FIELD_NAMES = frozenset(
-    {
-        "energy_j",
-        "power_w",
-        "cumulative_j",
-        "interval_s",
-        "start_ns",
-        "healthy",
-        "stream",
-        "status",
-        "utilization",
-        "energy_error_j",
-    }
-)
+SAMPLE_FIELD_NAMES = frozenset(f.name for f in SAMPLE_FIELDS)
+#: Gauge names that never become fields (see SAMPLE_FIELD_NAMES).
+NOT_GAUGES = SAMPLE_FIELD_NAMES | RESERVED_TAGS
+
+
+def compile_function(name: str, lines: list[str], namespace: dict[str, Any]) -> Callable[..., Any]:
+    """Compile the function ``name`` from source ``lines`` (generated from :data:`SAMPLE_FIELDS`).
+
+    The source stays readable as the function's ``__source__`` attribute.
+    """
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, f"<wattline generated {name}>", "exec"), namespace)
+    function: Callable[..., Any] = namespace[name]
+    function.__source__ = source  # type: ignore[attr-defined]
+    return function
+
+
+def _compile_fixed_fields() -> Callable[[wire.pb.Sample, str], dict[str, float | int | str | bool]]:
+    required = ", ".join(f"{f.name!r}: {f.value}" for f in SAMPLE_FIELDS if not f.when)
+    lines = ["def fixed_fields(s, stream):", f"    fields = {{{required}}}"]
+    for f in SAMPLE_FIELDS:
+        if f.when:
+            lines += [f"    if {f.when}:", f"        fields[{f.name!r}] = {f.value}"]
+    lines.append("    return fields")
+    return compile_function("fixed_fields", lines, {})
+
+
+_fixed_fields = _compile_fixed_fields()
 
 
 def sample_fields(sample: wire.pb.Sample, stream_id: str) -> dict[str, float | int | str | bool]:
     """Field values of a sample's point. ``gauges`` become fields of their own name."""
-    fields: dict[str, float | int | str | bool] = {
-        "energy_j": sample.energy_j,
-        "power_w": sample.power_w,
-        "cumulative_j": sample.cumulative_j,
-        "interval_s": (sample.end_ns - sample.start_ns) / 1e9,
-        "start_ns": sample.start_ns,
-        "healthy": sample.healthy,
-        "stream": stream_id,
-    }
-    if sample.status:
-        fields["status"] = sample.status
-    if sample.HasField("utilization"):
-        fields["utilization"] = sample.utilization
-    if sample.HasField("energy_error_j"):
-        fields["energy_error_j"] = sample.energy_error_j
-    for name, value in sample.gauges.items():
-        if name not in SAMPLE_FIELD_NAMES and name not in RESERVED_TAGS:
-            fields[name] = value
+    fields = _fixed_fields(sample, stream_id)
+    gauges = sample.gauges
+    if gauges:
+        for name in gauges:  # (a upb map's items() is a Python-level generator)
+            if name not in NOT_GAUGES:
+                fields[name] = gauges[name]
     return fields
 
 

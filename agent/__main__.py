@@ -1,0 +1,66 @@
+"""``python -m wattline.agent``: the agent's lean entry point, for hosts where memory counts.
+
+It runs the same :class:`~wattline.agent.daemon.Agent` as ``wattline agent`` without loading
+the command-line interface (typer, click, rich, the job and report commands): about 6 MiB
+less resident memory. Settings come, as everywhere, from ``--config FILE``, then
+``WATTLINE_AGENT_*`` / ``WATTLINE_SOURCES_*`` environment variables, then flags: one
+``--OPTION VALUE`` per ``[agent]`` option (``--sysfs-root /``, ``--interval 0.1``; lists and
+labels comma-separated: ``--sources rapl,nic``, ``--labels cluster=a,rack=3``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from wattline import systemd
+from wattline.agent.daemon import Agent
+from wattline.agent.settings import AgentSettings
+from wattline.config import ConfigError, build, help_of, read_toml
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m wattline.agent", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", "-c", type=Path, help="TOML config file ([agent], [sources.NAME] tables)")
+    ap.add_argument("--log-level", default="info", help="debug, info, warning or error")
+    for f in dataclasses.fields(AgentSettings):
+        ap.add_argument(
+            "--" + f.name.replace("_", "-"), dest=f.name, metavar="VALUE", help=help_of(AgentSettings, f.name)
+        )
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    level = getattr(logging, args.log_level.upper(), None)
+    if not isinstance(level, int):
+        print(f"wattline: error: --log-level {args.log_level!r} is not debug, info, warning or error", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        doc = read_toml(args.config)
+        flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(AgentSettings)}
+        settings = build(AgentSettings, "agent", doc, flags=flags).validate()
+        agent = Agent(settings, doc)
+    except (ConfigError, OSError, ValueError) as exc:
+        print(f"wattline: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    agent.start()
+    found = sum(1 for s in agent.statuses if s.available)
+    systemd.ready(f"sampling {found} sources every {settings.interval:g} s")
+    agent.wait(stop, on_tick=lambda: agent.alive() and systemd.watchdog(), every_s=systemd.watchdog_interval() or 1.0)
+    systemd.stopping()
+    agent.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Part "report": ``build_report`` latency against job length, InfluxDB 1.x and SQLite.
+
+Per job length (full: 1 h and 24 h; quick: 10 min and 1 h), a fresh database holds 16
+hosts sampled at 1 Hz (package and DRAM of socket 0: 2 series per host, constant 100 W and
+20 W, so the truth is known) from 2 minutes before the job to 1 minute after, and the job's
+events: open, a ``saturated`` phase mark at 5 % of the job, close; then again with one UNITS
+event per host per minute added (a report reads every event of the store: O(events)). Data
+is written fast: line protocol straight to ``/write`` for InfluxDB, the store's own INSERT
+in large transactions for SQLite (job events through the store). Each job length has its
+own database so a report never reads the other job's events. After each bulk write the
+run waits for influxd to go idle (its compactions would slow whatever runs next). Latency:
+first call (cold) and the median of 3 more; the report's energy is checked against the truth.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from wattline import wire
+from wattline.collector.stores.influx_v1 import InfluxV1Store
+from wattline.collector.stores.sqlite import _INSERT_ENERGY, _INSERT_SERIES, SqliteStore
+from wattline.workloads.events import EventBuilder, JobSpec
+from wattline.workloads.report import build_report
+from wlbench.common import Influxd, Proc, http, running, start_influxd, wait_idle
+from wlbench.data import T0_NS
+
+HOSTS = 16
+NS = 10**9
+SERIES = (("cpu_package", "package-0", 100.0), ("dram", "package-0/dram", 20.0))
+BEFORE_S, AFTER_S = 120, 60
+UNITS_EVERY_S = 60
+
+
+def run(work: Path, quick: bool) -> dict[str, Any]:
+    work.mkdir(parents=True, exist_ok=True)
+    lengths = {"10min": 600, "1h": 3600} if quick else {"1h": 3600, "24h": 86400}
+    shortest, longest = min(lengths, key=lengths.__getitem__), max(lengths, key=lengths.__getitem__)
+    result: dict[str, Any] = {"hosts": HOSTS, "series_per_host": len(SERIES), "lengths_s": lengths, "stores": {}}
+    procs: list[Proc] = []
+    with running(procs):
+        influxd = start_influxd(work / "influxd")
+        procs.append(influxd.proc)
+        for store_name in ("influxdb1", "sqlite"):
+            latency: dict[str, dict[str, float]] = {"marks only": {}, "units every 60 s": {}}
+            detail: dict[str, Any] = {}
+            for label, seconds in lengths.items():
+                job_id = f"bench-{label}"
+                t = time.monotonic()
+                store = fill(store_name, influxd, work, job_id, seconds)
+                detail[label] = {"load_s": time.monotonic() - t, "settle_s": wait_idle(influxd.proc)}
+                detail[label]["points"] = HOSTS * len(SERIES) * (seconds + BEFORE_S + AFTER_S)
+                for variant, units in (("marks only", False), ("units every 60 s", True)):
+                    if units:
+                        for batch in job_events(job_id, seconds, units_only=True):
+                            store.write(batch)
+                        wait_idle(influxd.proc)
+                    timings, error = timed_reports(store, job_id, seconds)
+                    latency[variant][label] = statistics.median(timings[1:])
+                    detail[label][variant] = {"cold_s": timings[0], "runs_s": timings[1:], "energy_error": error}
+                store.close()
+            result["stores"][store_name] = {
+                "latency_s": latency,
+                # latency of the longest job over that of the shortest
+                "flatness": {v: d[longest] / d[shortest] for v, d in latency.items()},
+                "detail": detail,
+            }
+    return result
+
+
+def timed_reports(store: Any, job_id: str, seconds: int) -> tuple[list[float], float]:
+    timings = []
+    report = None
+    for _ in range(4):
+        t = time.perf_counter()
+        report = build_report(store, job_id)
+        timings.append(time.perf_counter() - t)
+    assert report is not None
+    truth = HOSTS * sum(w for _, _, w in SERIES) * seconds
+    total = report.warmup.energy_j + report.measured.energy_j
+    return timings, abs(total - truth) / truth
+
+
+def job_events(job_id: str, seconds: int, units_only: bool = False) -> list[wire.pb.Batch]:
+    """Per host: open, the saturation mark and close; or (``units_only``) the UNITS events."""
+    open_ns = T0_NS + BEFORE_S * NS
+    batches = []
+    for h in range(HOSTS):
+        builder = EventBuilder(JobSpec(job_id, job_id, "training", "sequences", {"suite": "bench"}))
+        batch = wire.Batch(stream_id=f"events-{h}", seq=2 if units_only else 1)
+        batch.host.host_id = f"host-{h:02d}"
+        marks = [builder.open(open_ns), builder.phase("saturated", open_ns + seconds * NS // 20)]
+        marks.append(builder.close(0, open_ns + seconds * NS))
+        units = [builder.units(600.0, open_ns + k * NS) for k in range(UNITS_EVERY_S, seconds, UNITS_EVERY_S)]
+        batch.job_events.extend(units if units_only else marks)
+        batches.append(batch)
+    return batches
+
+
+def fill(store_name: str, influxd: Influxd, work: Path, job_id: str, seconds: int) -> Any:
+    total_s = BEFORE_S + seconds + AFTER_S
+    store: InfluxV1Store | SqliteStore
+    if store_name == "influxdb1":
+        db = job_id.replace("-", "_")
+        store = InfluxV1Store(influxd.url, db)
+        store.create_database()
+        for h in range(HOSTS):
+            lines: list[str] = []
+            for component, device, watts in SERIES:
+                prefix = f"energy,component={component},device={device},host=host-{h:02d},quality=counter,source=rapl "
+                for k in range(1, total_s + 1):
+                    end = T0_NS + k * NS
+                    lines.append(
+                        f"{prefix}energy_j={watts},power_w={watts},cumulative_j={watts * k},interval_s=1.0,"
+                        f'start_ns={end - NS}i,healthy=true,stream="s-{h}" {end}'
+                    )
+            for i in range(0, len(lines), 50_000):
+                status, body = http(
+                    "POST", f"{influxd.url}/write?db={db}&precision=ns", "\n".join(lines[i : i + 50_000]).encode(), 120
+                )
+                if status != 204:
+                    raise RuntimeError(f"/write answered {status}: {body[:200]!r}")
+    else:
+        store = SqliteStore(work / f"{job_id}.db")
+        conn = store._db
+        for h in range(HOSTS):
+            host = f"host-{h:02d}"
+            rows = [
+                (
+                    *(host, "rapl", component, device, "counter", "{}", T0_NS + k * NS, T0_NS + (k - 1) * NS),
+                    *(watts, watts, watts * k, 1.0, None, 1, "", None, f"s-{h}", "{}"),
+                )
+                for component, device, watts in SERIES
+                for k in range(1, total_s + 1)
+            ]
+            conn.execute("BEGIN")
+            conn.executemany(_INSERT_ENERGY, rows)
+            conn.executemany(_INSERT_SERIES, sorted({r[:5] for r in rows}))
+            conn.execute("COMMIT")
+    for batch in job_events(job_id, seconds):
+        store.write(batch)
+    return store

@@ -1,0 +1,118 @@
+"""Part "scale": 100 and 1,000 concurrent agents at 1 Hz into one collector.
+
+The agents are simulated by asyncio gRPC clients in a few processes (:mod:`wlbench.fleet`),
+each agent with its own channel and real batches (12 RAPL + NIC samples a second, sealed and
+pushed once a second on its own phase, kept until acknowledged, retried for up to 60 s after
+the run). The collector is the real gRPC server over the real store (SQLite, the default;
+also InfluxDB 1.x at 1,000 agents in full mode), wrapped to record for every sample the delay
+from its timestamp (interval end) to the commit of its batch: visible in storage.
+
+Reported: samples sent and stored per second during the run, samples lost (acknowledged
+but not stored), samples still unacknowledged 60 s after the run (real agents keep them in
+their spool and retry), delay p50/p99, the collector's CPU and peak RSS, the fleet
+simulator's CPU (it shares the 2 cores). Yardstick in the same run: the SQLite store's own
+rate for one-batch transactions of 12 samples (in process): at 1 Hz, each agent needs one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from wattline.collector.stores.sqlite import SqliteStore
+from wlbench.common import PYTHON, Proc, RusagePopen, free_port, running, start_influxd, wait_port
+from wlbench.data import HostStream
+
+
+def run(work: Path, quick: bool) -> dict[str, Any]:
+    work.mkdir(parents=True, exist_ok=True)
+    duration = 10.0 if quick else 30.0
+    plan = [(100, "sqlite")] if quick else [(100, "sqlite"), (1000, "sqlite"), (1000, "influxdb1")]
+    result: dict[str, Any] = {"duration_s": duration, "sqlite_tx_per_s": sqlite_tx_rate(work / "tx.db")}
+    procs: list[Proc] = []
+    with running(procs):
+        influx_url = ""
+        if any(store == "influxdb1" for _, store in plan):
+            influxd = start_influxd(work / "influxd")
+            procs.append(influxd.proc)
+            influx_url = influxd.url
+        sizes = {}
+        for agents, store in plan:
+            url = influx_url if store == "influxdb1" else f"sqlite:{work / f'fleet-{agents}.db'}"
+            sizes[f"{agents} ({store})"] = size(agents, store, url, duration, work / f"n{agents}-{store}")
+    result["sizes"] = sizes
+    return result
+
+
+def sqlite_tx_rate(path: Path, batches: int = 300) -> float:
+    """One 12-sample batch per transaction, as the store commits each agent's batch."""
+    store = SqliteStore(path)
+    data = [HostStream(f"tx-{i}", "rapl+nic", seed=i).batch(1) for i in range(batches)]
+    t = time.perf_counter()
+    for b in data:
+        store.write(b)
+    rate = batches / (time.perf_counter() - t)
+    store.close()
+    return rate
+
+
+def size(agents: int, store: str, url: str, duration: float, work: Path) -> dict[str, Any]:
+    work.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    stats_file = work / "collector.json"
+    argv = [PYTHON, "-m", "wlbench.sink", "--listen", f"127.0.0.1:{port}", "--stats", str(stats_file)]
+    sink = Proc([*argv, "--store", url], work / "collector.log")
+    processes = 1 if agents <= 100 else 4
+    procs: list[Proc] = [sink]
+    fleets: list[Proc] = []
+    with running(procs):
+        wait_port(port, sink)
+        c0 = sink.cpu_s()
+        per = agents // processes
+        outs = []
+        for p in range(processes):
+            out = work / f"fleet-{p}.json"
+            outs.append(out)
+            fleet_argv = [PYTHON, "-m", "wlbench.fleet", "--target", f"127.0.0.1:{port}", "--first", str(p * per)]
+            fleet_argv += ["--agents", str(per), "--duration", str(duration), "--out", str(out)]
+            fleets.append(Proc(fleet_argv, work / f"fleet-{p}.log", popen=RusagePopen))
+        procs += fleets
+        for proc in fleets:
+            if proc.popen.wait(timeout=duration + 180) != 0:
+                raise RuntimeError(f"fleet process failed:\n{proc.tail()}")
+        collector_cpu = sink.cpu_s() - c0
+        hwm = sink.hwm_mib()
+        sink.stop()
+    collector = json.loads(stats_file.read_text())
+    runs = [json.loads(o.read_text()) for o in outs]
+    start, end = min(r["start"] for r in runs), max(r["end"] for r in runs)
+    wall = max(r["finished"] for r in runs) - start
+    sent = sum(r["sent"] for r in runs)
+    stored = sum(collector["by_host"].values())
+    steady = range(int(start) + 2, int(end))  # whole seconds after the first pushes, before the end
+    in_window = sum(n for sec, n in collector["per_second"].items() if int(sec) in steady)
+    delay = collector["delay_ms"]
+    fleet_cpu = sum(p.popen.cpu_s() or 0.0 for p in fleets if isinstance(p.popen, RusagePopen))
+    return {
+        "agents": agents,
+        "store": store,
+        "simulator_processes": processes,
+        "sent": sent,
+        "stored": stored,
+        # acknowledged to an agent but not stored: lost for good (an agent keeps the rest)
+        "lost": sent - stored - sum(r["unacked_samples"] for r in runs),
+        "unacked_at_end": sum(r["unacked_samples"] for r in runs),
+        "failed_pushes": sum(r["failed_pushes"] for r in runs),
+        "sent_per_s": agents * 12.0,  # every agent ticks its 12 channels once a second
+        "stored_per_s": in_window / max(1, len(steady)),
+        "delay_p50_s": delay["p50"] / 1e3 if delay["p50"] is not None else None,
+        "delay_p99_s": delay["p99"] / 1e3 if delay["p99"] is not None else None,
+        "delay_max_s": delay["max"] / 1e3 if delay["max"] is not None else None,
+        "collector_core_pct": collector_cpu / wall * 100,
+        "simulator_core_pct": fleet_cpu / wall * 100,
+        "collector_hwm_mib": hwm,
+        "cores": os.cpu_count(),
+    }

@@ -1,0 +1,109 @@
+"""A collector process for the benchmarks: the real gRPC server over a null or timed store.
+
+Usage: ``python -m wlbench.sink --listen 127.0.0.1:PORT --stats FILE [--store null|encode|URL]``
+
+- ``null``: counts samples per host and discards them (agent-overhead runs: the collector
+  should cost the machine as little as possible).
+- ``encode``: encodes every batch with the real :class:`LineEncoder`, then discards the lines
+  (decode + encode through gRPC, per core).
+- ``sqlite:PATH`` or ``http://influxd:8086``: the real store; after each write, the delay
+  from every sample's interval end to the end of the write is recorded (visible in storage:
+  committed for SQLite, acknowledged by ``/write`` for InfluxDB).
+
+On SIGTERM the server stops (in-flight batches finish) and FILE gets JSON: samples per host,
+points written, and delay percentiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from wattline import wire
+from wattline.collector.lineprotocol import LineEncoder
+from wattline.collector.server import CollectorServer
+from wattline.collector.stores.base import Store, WriteResult
+from wattline.collector.stores.factory import open_store
+
+
+class BenchStore(Store):
+    """Wraps a store (or none): counts samples per host, records sample-to-commit delays."""
+
+    kind = "bench"
+
+    def __init__(self, inner: Store | None, encode: bool) -> None:
+        self.inner = inner
+        self.encoder = LineEncoder() if encode else None
+        self.by_host: Counter[str] = Counter()
+        self.points = 0
+        self.rejected = 0
+        self.delays_ms: list[float] = []
+        self.per_second: Counter[int] = Counter()  #: samples committed per wall-clock second
+        self._lock = threading.Lock()
+
+    def write(self, batch: wire.pb.Batch) -> WriteResult:
+        if self.inner is not None:
+            result = self.inner.write(batch)
+        elif self.encoder is not None:
+            encoded = self.encoder.batch(batch)
+            result = WriteResult(len(encoded.lines), len(encoded.rejected), encoded.rejected)
+        else:
+            result = WriteResult(len(batch.samples) + len(batch.job_events))
+        done_ns = time.time_ns()
+        delays = [(done_ns - s.end_ns) / 1e6 for s in batch.samples] if self.inner is not None else []
+        with self._lock:
+            self.by_host[batch.host.host_id] += len(batch.samples)
+            self.points += result.written
+            self.rejected += result.rejected
+            self.delays_ms += delays
+            self.per_second[done_ns // 10**9] += len(batch.samples)
+        return result
+
+    def stats(self) -> dict[str, object]:
+        with self._lock:
+            delays = sorted(self.delays_ms)
+
+        def pct(p: float) -> float | None:
+            return delays[min(len(delays) - 1, int(p / 100 * len(delays)))] if delays else None
+
+        return {
+            "by_host": dict(self.by_host),
+            "points": self.points,
+            "rejected": self.rejected,
+            "delay_ms": {"count": len(delays), "p50": pct(50), "p99": pct(99), "max": delays[-1] if delays else None},
+            "per_second": {str(k): v for k, v in sorted(self.per_second.items())},
+        }
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--listen", required=True)
+    ap.add_argument("--stats", required=True, type=Path)
+    ap.add_argument("--store", default="null")
+    ap.add_argument("--workers", type=int, default=8)
+    args = ap.parse_args()
+    if args.store in ("null", "encode"):
+        store = BenchStore(None, encode=args.store == "encode")
+    else:  # a real store: sqlite:PATH or an InfluxDB URL
+        store = BenchStore(open_store(args.store, api="v1" if args.store.startswith("http") else None), encode=False)
+    server = CollectorServer(store, args.listen, workers=args.workers, max_message_bytes=64 << 20)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    server.start()
+    stop.wait()
+    server.stop(5.0)
+    args.stats.write_text(json.dumps(store.stats()))
+    store.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,363 @@
+"""The table: each part's figures against their yardsticks and the issue's targets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Row:
+    part: str
+    figure: str
+    value: str
+    yardstick: str = ""
+    ratio: float | None = None
+    target: str = ""
+    met: bool | None = None
+
+    def cells(self) -> list[str]:
+        met = "" if self.met is None else ("yes" if self.met else "NO")
+        return [self.part, self.figure, self.value, self.yardstick, fmt_ratio(self.ratio), self.target, met]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "part": self.part,
+            "figure": self.figure,
+            "value": self.value,
+            "yardstick": self.yardstick,
+            "ratio": self.ratio,
+            "target": self.target,
+            "met": self.met,
+        }
+
+
+def fmt_ratio(value: float | None) -> str:
+    return "" if value is None else f"{value:.3g}x"
+
+
+def num(value: float | None, unit: str = "", digits: int = 3) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.{digits}g}{(' ' + unit) if unit else ''}"
+
+
+def at_most(value: float | None, limit: float) -> bool | None:
+    return None if value is None else value <= limit
+
+
+def at_least(value: float | None, limit: float) -> bool | None:
+    return None if value is None else value >= limit
+
+
+def agent_rows(r: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    for rate, d in r["rates"].items():
+        hz = f"{rate} Hz"
+        a, al, ne, sc = d["rapl+nic"], d["all"], d["node_exporter"], d["scraped"]
+        ratios = d["ratios"]
+        rows.append(
+            Row(
+                "agent",
+                f"CPU per tick, RAPL+NIC, {hz}",
+                num(a["cpu_ms_per_tick"], "ms"),
+                f"node_exporter {num(ne['cpu_ms_per_scrape'], 'ms')}/scrape",
+                ratios["agent_tick_vs_node_exporter_scrape"],
+                "<= 0.25x",
+                at_most(ratios["agent_tick_vs_node_exporter_scrape"], 0.25),
+            )
+        )
+        cc = d.get("codecarbon")
+        if cc and "error" not in cc:
+            rows.append(
+                Row(
+                    "agent",
+                    f"CPU per tick vs CodeCarbon, {hz}",
+                    num(a["cpu_ms_per_tick"], "ms"),
+                    f"CodeCarbon {num(cc['steady_ms_per_measurement'], 'ms')} steady, "
+                    f"{num(cc['whole_run_ms_per_measurement'], 'ms')} whole run",
+                    ratios["agent_tick_vs_codecarbon_steady"],
+                    "<= 0.1x (steady)",
+                    at_most(ratios["agent_tick_vs_codecarbon_steady"], 0.1),
+                )
+            )
+        rows.append(
+            Row(
+                "agent",
+                f"CPU per tick, RAPL+NIC, {hz}, vs plain pread loop",
+                num(a["cpu_ms_per_tick"], "ms"),
+                f"floor {num(d['floor']['cpu_ms_per_tick'], 'ms')}",
+                ratios.get("agent_tick_vs_floor"),
+            )
+        )
+        if "batch10" in d:
+            b10 = d["batch10"]["cpu_ms_per_tick"]
+            rows.append(
+                Row(
+                    "agent",
+                    f"CPU per tick, RAPL+NIC, --batch-interval 10, {hz}",
+                    num(b10, "ms"),
+                    f"node_exporter {num(ne['cpu_ms_per_scrape'], 'ms')}/scrape",
+                    ratio_of(b10, ne["cpu_ms_per_scrape"]),
+                    "<= 0.25x",
+                    at_most(ratio_of(b10, ne["cpu_ms_per_scrape"]), 0.25),
+                )
+            )
+        rows.append(Row("agent", f"CPU per 1000 samples, RAPL+NIC, {hz}", num(a["cpu_s_per_1000_samples"], "s")))
+        rows.append(Row("agent", f"CPU per 1000 samples, all sources, {hz}", num(al["cpu_s_per_1000_samples"], "s")))
+        limit = {"10": (0.5, 1.0)}.get(rate)
+        rows.append(
+            Row(
+                "agent",
+                f"% of one core, RAPL+NIC, {hz}",
+                num(a["core_pct"], "%"),
+                target=f"< {limit[0]} %" if limit else "",
+                met=at_most(a["core_pct"], limit[0]) if limit else None,
+            )
+        )
+        rows.append(
+            Row(
+                "agent",
+                f"% of one core, all sources, {hz}",
+                num(al["core_pct"], "%"),
+                target=f"< {limit[1]} %" if limit else "",
+                met=at_most(al["core_pct"], limit[1]) if limit else None,
+            )
+        )
+        rows.append(
+            Row(
+                "agent",
+                f"/metrics scrape, gzip, {hz}",
+                num(sc["scrape_cpu_ms"], "ms"),
+                f"node_exporter {num(ne['cpu_ms_per_scrape'], 'ms')}",
+                ratios["wattline_scrape_vs_node_exporter_scrape"],
+            )
+        )
+        lean = d.get("lean", {})
+        rows.append(
+            Row(
+                "agent",
+                f"CPU per tick, RAPL+NIC, lean entry, {hz}",
+                num(lean.get("cpu_ms_per_tick"), "ms"),
+                f"node_exporter {num(ne['cpu_ms_per_scrape'], 'ms')}/scrape",
+                ratio_of(lean.get("cpu_ms_per_tick"), ne["cpu_ms_per_scrape"]),
+                "<= 0.25x",
+                at_most(ratio_of(lean.get("cpu_ms_per_tick"), ne["cpu_ms_per_scrape"]), 0.25),
+            )
+        )
+        peers = f"node_exporter {num(ne['hwm_mib'], 'MiB')}"
+        if cc and "hwm_mib" in cc:
+            peers += f", CodeCarbon {num(cc['hwm_mib'], 'MiB')}"
+        for label, entry in (("wattline agent", a), ("python -m wattline.agent", lean), ("all sources", al)):
+            rows.append(
+                Row(
+                    "agent",
+                    f"peak RSS (VmHWM), {label}, {hz}",
+                    num(entry.get("hwm_mib"), "MiB"),
+                    peers,
+                    target="<= 40 MiB",
+                    met=at_most(entry.get("hwm_mib"), 40.0),
+                )
+            )
+    b2b = r.get("back_to_back")
+    if b2b:
+        rows.append(
+            Row(
+                "agent",
+                "/metrics scrape, gzip, back to back",
+                num(b2b["wattline"]["cpu_ms_per_scrape"], "ms"),
+                f"node_exporter {num(b2b['node_exporter']['cpu_ms_per_scrape'], 'ms')}",
+                b2b["wattline_vs_node_exporter"],
+            )
+        )
+    return rows
+
+
+def ingest_rows(r: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    inf = r.get("influx")
+    if inf:
+        rows.append(
+            Row(
+                "ingest",
+                "agents -> gRPC -> collector -> influxd",
+                num(inf["grpc_points_per_s"], "points/s"),
+                f"direct /write {num(inf['ceiling_points_per_s'], 'points/s')}",
+                inf["ratio"],
+                ">= 0.9x",
+                at_least(inf["ratio"], 0.9),
+            )
+        )
+    null = r.get("null_sink")
+    if null:
+        rows.append(
+            Row(
+                "ingest",
+                "decode + encode via gRPC, per core",
+                num(null["points_per_cpu_s"], "points/s"),
+                f"repr() floor {num(null.get('repr_floor_per_s'), '/s')}",
+                null.get("vs_repr_floor"),
+                ">= 400k/s",
+                at_least(null["points_per_cpu_s"], 400_000),
+            )
+        )
+    enc = r.get("encoder")
+    if enc:
+        rows.append(
+            Row(
+                "ingest",
+                "LineEncoder.batch, in process",
+                num(enc["samples_per_s"], "samples/s"),
+                f"before this change {num(enc.get('baseline_samples_per_s'), '/s')}"
+                if enc.get("baseline_samples_per_s")
+                else "",
+                enc.get("vs_baseline"),
+            )
+        )
+    sq = r.get("sqlite")
+    if sq:
+        rows.append(
+            Row(
+                "ingest",
+                "SQLite store rows/s",
+                num(sq["store_rows_per_s"], "rows/s"),
+                f"bare executemany {num(sq['bare_rows_per_s'], 'rows/s')}",
+                sq["ratio"],
+                ">= 0.7x",
+                at_least(sq["ratio"], 0.7),
+            )
+        )
+    return rows
+
+
+def scale_rows(r: dict[str, Any]) -> list[Row]:
+    tx = r.get("sqlite_tx_per_s")
+    rows: list[Row] = []
+    for size, d in r["sizes"].items():
+        yard = f"sent {num(d['sent_per_s'], '/s')}"
+        if d["store"] == "sqlite" and tx:
+            yard += f"; SQLite alone: {num(tx, 'batches/s')}"
+        rows.append(
+            Row(
+                "scale",
+                f"{size} agents at 1 Hz: samples/s stored",
+                num(d["stored_per_s"], "/s"),
+                yard,
+                ratio_of(d["stored_per_s"], d["sent_per_s"]),
+                "keeps up (1x)",
+                at_least(ratio_of(d["stored_per_s"], d["sent_per_s"]), 0.98),
+            )
+        )
+        rows.append(Row("scale", f"{size}: samples lost", str(d["lost"]), target="0", met=d["lost"] == 0))
+        rows.append(
+            Row(
+                "scale",
+                f"{size}: samples not yet delivered 60 s after the run",
+                str(d["unacked_at_end"]),
+                "still in the agents' spools, retried",
+                target="0",
+                met=d["unacked_at_end"] == 0,
+            )
+        )
+        rows.append(
+            Row(
+                "scale",
+                f"{size}: sample -> stored, p50 / p99",
+                f"{num(d['delay_p50_s'], 's')} / {num(d['delay_p99_s'], 's')}",
+                target="p99 < 2 s",
+                met=at_most(d["delay_p99_s"], 2.0),
+            )
+        )
+        rows.append(
+            Row(
+                "scale",
+                f"{size}: collector peak RSS, CPU",
+                f"{num(d['collector_hwm_mib'], 'MiB')}, {num(d['collector_core_pct'], '% core')}",
+                f"simulated agents {num(d['simulator_core_pct'], '% core')} (same 2 cores)",
+            )
+        )
+    return rows
+
+
+def report_rows(r: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    for store, d in r["stores"].items():
+        for variant, by_length in d["latency_s"].items():
+            for length, t in by_length.items():
+                rows.append(
+                    Row(
+                        "report",
+                        f"build_report, {store}, {length} job, {r['hosts']} hosts, {variant}",
+                        num(t, "s"),
+                        target="< 1 s",
+                        met=at_most(t, 1.0),
+                    )
+                )
+            flat = d["flatness"].get(variant)
+            rows.append(
+                Row(
+                    "report",
+                    f"{store}, {variant}: longest / shortest job",
+                    num(flat, "x"),
+                    target="flat (<= 1.5x)",
+                    met=at_most(flat, 1.5),
+                )
+            )
+    return rows
+
+
+def accuracy_rows(r: dict[str, Any]) -> list[Row]:
+    rows = [
+        Row(
+            "accuracy",
+            f"window energy error ({store}), worst of {r['cases']} cases",
+            f"{num(err * 100, '%')}",
+            target="<= 0.1 %",
+            met=at_most(err, 0.001),
+        )
+        for store, err in r["worst_error"].items()
+    ]
+    ne = r.get("node_exporter")
+    if ne:
+        rows.append(
+            Row(
+                "accuracy",
+                "RAPL joules vs node_exporter, by zone path",
+                f"worst {num(ne['worst_rel_diff'] * 100, '%')} over {ne['zones']} zones",
+                target="agree",
+                met=ne["worst_rel_diff"] < 1e-6,
+            )
+        )
+        if ne.get("wrap"):
+            w = ne["wrap"]
+            rows.append(
+                Row(
+                    "accuracy",
+                    "across a counter wrap",
+                    f"wattline {num(w['wattline_j'], 'J')}",
+                    f"node_exporter raw delta {num(w['node_exporter_delta_j'], 'J')}; truth {num(w['truth_j'], 'J')}",
+                    ratio_of(w["wattline_j"], w["truth_j"]),
+                )
+            )
+    return rows
+
+
+def ratio_of(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+_ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
+    "accuracy": accuracy_rows,
+    "report": report_rows,
+    "ingest": ingest_rows,
+    "scale": scale_rows,
+    "agent": agent_rows,
+}
+
+
+def rows_for(parts: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
+    rows: list[Row] = []
+    for name, result in parts.items():
+        rows += _ROWS[name](result)
+    return rows

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import generate_latest
 from pipeline import SyntheticHost, ZoneSpec
+from prometheus_client import generate_latest
 from servers import Influxd, VictoriaMetrics
 from sysfs_trees import INTEL_RANGE_UJ
 

@@ -89,9 +89,11 @@ def test_prometheus_rate_of_energy_counter_is_the_known_power(tmp_path: Path) ->
         assert rates.get("package-0") == pytest.approx(50.0, rel=0.05), rates
         assert rates.get("package-0/dram") == pytest.approx(5.0, rel=0.05), rates
         labels = prom_query(url, "wattline_energy_joules_total")[0]["metric"]
-        assert {labels["source"], labels["quality"], labels["component"]} == {"rapl", "counter", "cpu_package"} or labels[
-            "component"
-        ] == "dram"
+        assert {labels["source"], labels["quality"], labels["component"]} == {
+            "rapl",
+            "counter",
+            "cpu_package",
+        } or labels["component"] == "dram"
         power = prom_query(url, 'wattline_power_watts{device="package-0"}')
         assert float(power[0]["value"][1]) == pytest.approx(50.0, rel=0.1)
     finally:

@@ -61,9 +61,7 @@ class Options:
         800.0,
         "fastest link speed in Gb/s, per direction; bounds the modeled power (plausibility check)",
     )
-    interfaces: list[str] = option(  # noqa: RUF009 - option() turns a list into a default_factory
-        [], "only these interfaces (empty: all); the skip rules still apply"
-    )
+    interfaces: list[str] = option([], "only these interfaces (empty: all); the skip rules still apply")
     include_loopback: bool = option(False, "also model loopback (lo)")
     include_down: bool = option(False, "also model interfaces whose operstate is down/lowerlayerdown/notpresent")
     include_virtual: bool = option(False, "also model virtual interfaces (veth, bridges, tun); counts bytes twice")

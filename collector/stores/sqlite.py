@@ -24,7 +24,6 @@ from typing import Any
 
 from wattline import wire
 from wattline.collector.lineprotocol import LineEncoder, LineProtocolError, describe
-from wattline.collector.stores.reader import StoredJobEvent, StoredSample
 from wattline.collector.stores.base import (
     ENERGY,
     JOB_EVENTS,
@@ -38,6 +37,7 @@ from wattline.collector.stores.base import (
     sample_fields,
     sample_tags,
 )
+from wattline.collector.stores.reader import StoredJobEvent, StoredSample
 
 SCHEMA_VERSION = 2
 
@@ -249,10 +249,10 @@ class SqliteStore(Store):
         return [_stored(row) for row in self._rows(sql, [host, start_ns, end_ns])]
 
     def first_after(self, host: str, t_ns: int) -> list[StoredSample]:
-        return self._edges(host, f"time_ns >= ? ORDER BY time_ns LIMIT 1", t_ns)
+        return self._edges(host, "time_ns >= ? ORDER BY time_ns LIMIT 1", t_ns)
 
     def last_before(self, host: str, t_ns: int) -> list[StoredSample]:
-        return self._edges(host, f"time_ns <= ? ORDER BY time_ns DESC LIMIT 1", t_ns)
+        return self._edges(host, "time_ns <= ? ORDER BY time_ns DESC LIMIT 1", t_ns)
 
     def _edges(self, host: str, condition: str, t_ns: int) -> list[StoredSample]:
         """One index lookup per series of ``host``: cost independent of the data's length."""

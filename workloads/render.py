@@ -148,7 +148,7 @@ def print_report(r: Report, console: Console | None = None) -> None:
         ),
         ("mean power", _num(f.mean_power_w, ",.2f", "W")),
         (f"energy per {unit.rstrip('s') or 'unit'}", _num(f.j_per_unit, ",.4f", "J")),
-        (f"per million {unit}", _num(f.kwh_per_million_units, ",.3f", "kWh")),
+        (f"per million {unit}", _num(f.kwh_per_million_units, ",.4g", "kWh")),
     ]
     if f.cost_per_run is not None:
         rows += [
@@ -236,14 +236,14 @@ def print_comparison(a: Report, b: Report, cmp: economics.Comparison, console: C
     t.add_row("throughput ratio (per instance)", "1x", economics.format_ratio(cmp.throughput_ratio), "")
     row("throughput per instance", cmp.throughput_per_instance_hour, ",.0f", f"{unit}/h")
     row(f"energy per {unit.rstrip('s') or 'unit'}", cmp.j_per_unit, ",.4f", "J")
-    row(f"energy per million {unit}", cmp.kwh_per_million_units, ",.3f", "kWh")
+    row(f"energy per million {unit}", cmp.kwh_per_million_units, ",.4g", "kWh")
     row(f"cost per million {unit}", cmp.cost_per_million_units, ",.2f", "USD")
     row(f"CO2 per million {unit}", cmp.co2_per_million_units_g, ",.1f", "gCO2")
     if cmp.sla is not None:
         s = cmp.sla
         row(f"instances for {s.sla_units_per_hour:,.0f} {unit}/h", s.instances, ",.0f")
         row("fleet power at the SLA", s.fleet_power_w, ",.1f", "W")
-        row(f"energy per million {unit} at the SLA", s.energy_kwh_per_million, ",.3f", "kWh")
+        row(f"energy per million {unit} at the SLA", s.energy_kwh_per_million, ",.4g", "kWh")
         row(f"cost per million {unit} at the SLA", s.cost_per_million, ",.2f", "USD")
         row(f"CO2 per million {unit} at the SLA", s.co2_g_per_million, ",.1f", "gCO2")
     if cmp.work is not None:

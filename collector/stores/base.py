@@ -21,11 +21,14 @@ and measurement ``job_events`` (tags host, job_id, event; fields per event kind)
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from wattline import wire
+
+if TYPE_CHECKING:  # lineprotocol imports this module
+    from wattline.collector.lineprotocol import LineEncoder
 
 #: Measurement names, shared by every back-end.
 ENERGY = "energy"
@@ -194,3 +197,21 @@ def job_event_fields(event: wire.pb.JobEvent) -> dict[str, float | int | str | b
     elif event.kind == wire.pb.JobEvent.KIND_CLOSE:
         fields["exit_code"] = int(event.exit_code)
     return fields
+
+
+class LineProtocolStore(Store):
+    """A store fed InfluxDB line protocol: encodes with its :attr:`encoder` (points it
+    cannot encode are rejected with the reason), then :meth:`write_lines`."""
+
+    encoder: LineEncoder
+
+    def write(self, batch: wire.pb.Batch) -> WriteResult:
+        encoded = self.encoder.batch(batch)
+        result = self.write_lines(encoded.lines)
+        result.rejected += len(encoded.rejected)
+        result.reasons[:0] = encoded.rejected
+        return result
+
+    @abc.abstractmethod
+    def write_lines(self, lines: Sequence[str]) -> WriteResult:
+        """Write already-encoded points; raises StoreUnavailable when they must be retried."""

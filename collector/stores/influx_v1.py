@@ -25,9 +25,8 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
-from wattline import wire
 from wattline.collector.lineprotocol import LineEncoder
-from wattline.collector.stores.base import Store, StoreUnavailable, WriteResult
+from wattline.collector.stores.base import LineProtocolStore, StoreUnavailable, WriteResult
 from wattline.collector.stores.reader import MAX_INTERVAL_NS, StoredJobEvent, StoredSample
 
 log = logging.getLogger(__name__)
@@ -154,7 +153,7 @@ def quote_literal(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
 
 
-class InfluxV1Store(Store):
+class InfluxV1Store(LineProtocolStore):
     """Writes batches to one InfluxDB 1.x database (timestamps in ns)."""
 
     kind = "influxdb1"
@@ -184,13 +183,6 @@ class InfluxV1Store(Store):
 
     def __repr__(self) -> str:
         return f"InfluxV1Store({self.url!r}, database={self.database!r})"
-
-    def write(self, batch: wire.pb.Batch) -> WriteResult:
-        encoded = self.encoder.batch(batch)
-        result = self.write_lines(encoded.lines)
-        result.rejected += len(encoded.rejected)
-        result.reasons[:0] = encoded.rejected
-        return result
 
     def write_lines(self, lines: Sequence[str]) -> WriteResult:
         """Write already-encoded points (several requests if the body would be too large)."""

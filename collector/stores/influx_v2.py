@@ -19,9 +19,8 @@ from influxdb_client.client.write_api import SYNCHRONOUS
 from influxdb_client.domain.write_precision import WritePrecision
 from influxdb_client.rest import ApiException
 
-from wattline import wire
 from wattline.collector.lineprotocol import LineEncoder
-from wattline.collector.stores.base import Store, StoreUnavailable, WriteResult
+from wattline.collector.stores.base import LineProtocolStore, StoreUnavailable, WriteResult
 from wattline.collector.stores.influx_v1 import error_message, rejected_points
 
 log = logging.getLogger(__name__)
@@ -44,7 +43,7 @@ def map_api_error(exc: ApiException, sent: int, url: str) -> WriteResult:
     return WriteResult(written=sent - rejected, rejected=rejected, reasons=[message])
 
 
-class InfluxV2Store(Store):
+class InfluxV2Store(LineProtocolStore):
     """Writes batches to one InfluxDB 2.x/3.x bucket (or any ``/api/v2/write`` server)."""
 
     kind = "influxdb2"
@@ -69,13 +68,6 @@ class InfluxV2Store(Store):
 
     def __repr__(self) -> str:
         return f"InfluxV2Store({self.url!r}, org={self.org!r}, bucket={self.bucket!r})"
-
-    def write(self, batch: wire.pb.Batch) -> WriteResult:
-        encoded = self.encoder.batch(batch)
-        result = self.write_lines(encoded.lines)
-        result.rejected += len(encoded.rejected)
-        result.reasons[:0] = encoded.rejected
-        return result
 
     def write_lines(self, lines: Sequence[str]) -> WriteResult:
         """Write already-encoded points in one request."""

@@ -22,6 +22,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from wattline import wire
@@ -38,6 +39,7 @@ class BenchStore(Store):
 
     def __init__(self, inner: Store | None, encode: bool) -> None:
         self.inner = inner
+        self.max_concurrent_writes = inner.max_concurrent_writes if inner is not None else 0
         self.encoder = LineEncoder() if encode else None
         self.by_host: Counter[str] = Counter()
         self.points = 0
@@ -47,22 +49,26 @@ class BenchStore(Store):
         self._lock = threading.Lock()
 
     def write(self, batch: wire.pb.Batch) -> WriteResult:
+        return self.write_group([batch])[0]
+
+    def write_group(self, batches: Sequence[wire.pb.Batch]) -> list[WriteResult]:
         if self.inner is not None:
-            result = self.inner.write(batch)
+            results = self.inner.write_group(batches)
         elif self.encoder is not None:
-            encoded = self.encoder.batch(batch)
-            result = WriteResult(len(encoded.lines), len(encoded.rejected), encoded.rejected)
+            encoded = [self.encoder.batch(b) for b in batches]
+            results = [WriteResult(len(e.lines), len(e.rejected), e.rejected) for e in encoded]
         else:
-            result = WriteResult(len(batch.samples) + len(batch.job_events))
+            results = [WriteResult(len(b.samples) + len(b.job_events)) for b in batches]
         done_ns = time.time_ns()
-        delays = [(done_ns - s.end_ns) / 1e6 for s in batch.samples] if self.inner is not None else []
+        delays = [(done_ns - s.end_ns) / 1e6 for b in batches for s in b.samples] if self.inner is not None else []
         with self._lock:
-            self.by_host[batch.host.host_id] += len(batch.samples)
-            self.points += result.written
-            self.rejected += result.rejected
+            for batch, result in zip(batches, results, strict=True):
+                self.by_host[batch.host.host_id] += len(batch.samples)
+                self.points += result.written
+                self.rejected += result.rejected
+                self.per_second[done_ns // 10**9] += len(batch.samples)
             self.delays_ms += delays
-            self.per_second[done_ns // 10**9] += len(batch.samples)
-        return result
+        return results
 
     def stats(self) -> dict[str, object]:
         with self._lock:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Self
 from wattline import wire
 
 if TYPE_CHECKING:  # lineprotocol imports this module
-    from wattline.collector.lineprotocol import LineEncoder
+    from wattline.collector.lineprotocol import EncodedBatch, LineEncoder
 
 #: Measurement names, shared by every back-end.
 ENERGY = "energy"
@@ -53,6 +53,9 @@ class Store(abc.ABC):
 
     #: Short name for logs and metrics: "sqlite", "influxdb1", "influxdb2".
     kind: str = ""
+    #: Most group commits run at once; 0: as many as the collector's ``workers``. A back-end
+    #: that serialises writers anyway (SQLite) says 1, so waiting batches group up instead.
+    max_concurrent_writes: int = 0
 
     @abc.abstractmethod
     def write(self, batch: wire.pb.Batch) -> WriteResult:
@@ -60,6 +63,16 @@ class Store(abc.ABC):
 
         Raises :class:`StoreUnavailable` when the batch must be retried.
         """
+
+    def write_group(self, batches: Sequence[wire.pb.Batch]) -> list[WriteResult]:
+        """Write several batches in one commit (group commit); one result per batch, in order.
+
+        All or nothing as far as the caller knows: :class:`StoreUnavailable` means none of
+        them is acknowledged (some may be written; writes are idempotent). Back-ends that
+        can commit many batches at once (one transaction, one HTTP request) override this;
+        the default writes them one by one.
+        """
+        return [self.write(batch) for batch in batches]
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Flush and release connections."""
@@ -207,11 +220,27 @@ class LineProtocolStore(Store):
 
     def write(self, batch: wire.pb.Batch) -> WriteResult:
         encoded = self.encoder.batch(batch)
-        result = self.write_lines(encoded.lines)
-        result.rejected += len(encoded.rejected)
-        result.reasons[:0] = encoded.rejected
-        return result
+        return _with_encoder_refusals(self.write_lines(encoded.lines), encoded)
+
+    def write_group(self, batches: Sequence[wire.pb.Batch]) -> list[WriteResult]:
+        """All batches' lines in one write (one request per MAX_BODY_BYTES)."""
+        if len(batches) == 1:
+            return [self.write(batches[0])]
+        encoded = [self.encoder.batch(batch) for batch in batches]
+        together = self.write_lines([line for e in encoded for line in e.lines])
+        if together.rejected:
+            # The server refused some points without saying whose: write each batch again
+            # alone (idempotent) so that every Ack counts its own refusals.
+            return [_with_encoder_refusals(self.write_lines(e.lines), e) for e in encoded]
+        return [_with_encoder_refusals(WriteResult(written=len(e.lines)), e) for e in encoded]
 
     @abc.abstractmethod
     def write_lines(self, lines: Sequence[str]) -> WriteResult:
         """Write already-encoded points; raises StoreUnavailable when they must be retried."""
+
+
+def _with_encoder_refusals(result: WriteResult, encoded: EncodedBatch) -> WriteResult:
+    """``result`` of writing ``encoded.lines``, plus the points the encoder refused."""
+    result.rejected += len(encoded.rejected)
+    result.reasons[:0] = encoded.rejected
+    return result

@@ -61,9 +61,11 @@ log = logging.getLogger(__name__)
 AGENT_TIMEOUT_S = 120.0
 #: How long a batch waits for a free writer before the answer is "busy".
 BUSY_WAIT_S = 1.0
-#: gRPC threads (and most calls admitted at once) per store writer. Memory bound: each
-#: admitted call holds at most one message of max_message_bytes (+ slack), read and decoded.
-POOL_PER_WORKER = 2
+#: gRPC threads (and most calls admitted at once) per store writer. A call waits for its
+#: group commit, so the calls in flight are about batches/s x commit time (1000 agents at
+#: 1 Hz x 30 ms: 30); calls beyond the bound are refused at once, so it must not be lower.
+#: Memory bound: each admitted call holds at most one message of max_message_bytes (+ slack).
+POOL_PER_WORKER = 16
 #: Messages up to this much beyond max_message_bytes are read, logged and refused by name.
 SIZE_SLACK_BYTES = 1 << 20
 #: Clock skew beyond which a host is named in the log (at most every SKEW_LOG_EVERY_S).

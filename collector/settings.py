@@ -29,7 +29,11 @@ class CollectorSettings:
     influx_username: str = option("", "InfluxDB 1.x user (password from env WATTLINE_INFLUX_PASSWORD).")
     prometheus_port: int | None = option(None, "Serve the collector's own Prometheus metrics on this port.")
     prometheus_addr: str = option("127.0.0.1", "Address for the Prometheus endpoint.")
-    workers: int = option(8, "Concurrent batch writes; a batch finding none free for 1 s is answered 'busy'.")
+    workers: int = option(
+        8,
+        "Concurrent group commits (SQLite: 1); 16 calls per worker may wait for them; "
+        "a batch no writer takes within 1 s is answered 'busy'.",
+    )
     max_message_mb: int = option(16, "Largest accepted batch, MiB.")
     max_batch_points: int = option(20000, "Most samples + job events in one batch (agents split larger ones).")
     host_rate: float = option(20.0, "Batches per second one host may push (token bucket); 0: no limit.")

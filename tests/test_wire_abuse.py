@@ -20,7 +20,7 @@ from servers import make_batch
 from wattline import wire
 from wattline.agent.spool import Spool
 from wattline.agent.uplink import Uplink
-from wattline.collector.server import CollectorServer, HostLimiter
+from wattline.collector.server import POOL_PER_WORKER, CollectorServer, HostLimiter
 from wattline.collector.stores.base import Store, StoreUnavailable, WriteResult
 from wattline.collector.stores.sqlite import SqliteStore
 
@@ -202,7 +202,7 @@ def test_garbage_bytes_on_the_port(serve: Serve) -> None:
 
 
 def test_silent_clients_do_not_block_the_others(serve: Serve) -> None:
-    _server, address = serve(workers=2)  # 4 threads, 4 calls admitted at most
+    _server, address = serve(workers=1)  # POOL_PER_WORKER threads and calls admitted at most
     host, port = address.rsplit(":", 1)
     silent = [socket.create_connection((host, int(port)), timeout=5) for _ in range(30)]
     preface_only = [socket.create_connection((host, int(port)), timeout=5) for _ in range(30)]
@@ -223,7 +223,7 @@ def test_silent_clients_do_not_block_the_others(serve: Serve) -> None:
         started = time.monotonic()
         assert stub(address).Push(make_batch(), timeout=10).written == 4
         assert time.monotonic() - started < 2.0
-        more = [stalled_call.future(never_sends(), timeout=30) for _ in range(3)]  # 6 stalled > 4 admitted
+        more = [stalled_call.future(never_sends(), timeout=30) for _ in range(POOL_PER_WORKER)]  # > admitted
         time.sleep(0.3)
         code, _details = status_of(lambda: stub(address).Push(make_batch(seq=2), timeout=10))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED  # at once, not queued behind the stalled ones

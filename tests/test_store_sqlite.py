@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -10,8 +11,9 @@ from pathlib import Path
 import pytest
 from servers import T0, make_batch
 
-from wattline.collector.stores.base import StoreUnavailable
-from wattline.collector.stores.sqlite import SCHEMA_VERSION, SqliteStore
+from wattline import wire
+from wattline.collector.stores.base import SAMPLE_FIELDS, StoreUnavailable, WriteResult, host_tags
+from wattline.collector.stores.sqlite import _ENERGY_COLUMNS, SCHEMA_VERSION, SqliteStore, _json
 
 
 @pytest.fixture
@@ -173,3 +175,144 @@ def test_in_memory() -> None:
     with SqliteStore(":memory:") as store:
         assert store.write(make_batch(samples=1)).written == 1
         assert len(store.query_energy()) == 1
+
+
+# -- group commit --------------------------------------------------------------------------
+
+
+def test_a_group_is_written_at_once_with_a_result_per_batch(store: SqliteStore) -> None:
+    good_a = make_batch(host="a", samples=3)
+    bad_b = make_batch(host="b", samples=3, job_id="job-b")
+    bad_b.samples[1].gauges["bad"] = float("nan")
+    good_c = make_batch(host="c", samples=2, job_id="job-c")
+    results = store.write_group([good_a, bad_b, good_c])
+    assert [(r.written, r.rejected) for r in results] == [(3, 0), (6, 1), (6, 0)]
+    assert results[0].reasons == [] and results[2].reasons == []
+    (reason,) = results[1].reasons
+    assert "host='b'" in reason and "'bad' is nan" in reason
+    rows = store.query_energy()
+    assert sorted({r["host"] for r in rows}) == ["a", "b", "c"] and len(rows) == 7
+    assert len(store.query_job_events()) == 8
+    # resending the whole group (its acknowledgement was lost) leaves one copy
+    again = store.write_group([good_a, bad_b, good_c])
+    assert [(r.written, r.rejected) for r in again] == [(3, 0), (6, 1), (6, 0)]
+    assert len(store.query_energy()) == 7 and len(store.query_job_events()) == 8
+    assert store.write_group([]) == []
+
+
+def test_write_is_a_group_of_one(store: SqliteStore) -> None:
+    batch = make_batch(samples=3, job_id="job\n1")
+    (grouped,) = store.write_group([batch])
+    with SqliteStore(":memory:") as other:
+        single = other.write(batch)
+    assert (grouped.written, grouped.rejected, grouped.reasons) == (single.written, single.rejected, single.reasons)
+    assert (single.written, single.rejected) == (3, 4)
+
+
+def _series_rows(path: Path) -> list[tuple[str, ...]]:
+    db = sqlite3.connect(path)
+    try:
+        return db.execute("SELECT * FROM series ORDER BY 1, 2, 3, 4, 5").fetchall()
+    finally:
+        db.close()
+
+
+def test_a_failed_group_writes_none_of_its_batches(tmp_path: Path) -> None:
+    path = tmp_path / "w.db"
+    with SqliteStore(path) as store:
+        store._db.execute(
+            "CREATE TRIGGER boom BEFORE INSERT ON job_events WHEN NEW.job_id = 'boom' "
+            "BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+        )
+        group = [make_batch(host="a", samples=4), make_batch(host="b", samples=2, job_id="boom")]
+        with pytest.raises(StoreUnavailable, match="injected failure"):
+            store.write_group(group)
+        assert store.query_energy() == [] and store.query_job_events() == []
+        assert _series_rows(path) == []
+        store._db.execute("DROP TRIGGER boom")
+        # the retry writes everything, series included (a rolled-back series is not taken as known)
+        assert [r.written for r in store.write_group(group)] == [4, 6]
+        assert len(store.query_energy()) == 6 and len(store.query_job_events()) == 4
+    assert _series_rows(path) == [
+        ("a", "nvml", "gpu", "GPU-0", "counter"),
+        ("a", "nvml", "gpu", "GPU-1", "counter"),
+        ("b", "nvml", "gpu", "GPU-0", "counter"),
+        ("b", "nvml", "gpu", "GPU-1", "counter"),
+    ]
+
+
+def test_a_locked_database_is_unavailable_and_the_store_recovers(tmp_path: Path) -> None:
+    path = tmp_path / "w.db"
+    with SqliteStore(path, timeout_s=0.05) as store:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+        with pytest.raises(StoreUnavailable, match="locked"):
+            store.write_group([make_batch(samples=2), make_batch(host="b", samples=2)])
+        other.execute("ROLLBACK")
+        other.close()
+        assert not store._db.in_transaction
+        assert [r.written for r in store.write_group([make_batch(samples=2)])] == [2]
+
+
+def test_known_series_are_read_at_open_and_only_new_ones_inserted(tmp_path: Path) -> None:
+    path = tmp_path / "w.db"
+    with SqliteStore(path) as store:
+        store.write(make_batch(samples=2))
+    with SqliteStore(path) as store:
+        assert store._series == {("node-1", "nvml", "gpu", f"GPU-{i}", "counter") for i in range(2)}
+        statements: list[str] = []
+        store._db.set_trace_callback(statements.append)
+        store.write(make_batch(samples=2, t0=T0 + 10**10))
+        assert not any("INTO series" in s for s in statements)
+        store.write(make_batch(samples=3, t0=T0 + 10**11))  # GPU-0, GPU-1 again: still known
+        assert not any("INTO series" in s for s in statements)
+        store.write(make_batch(host="new", samples=1))
+        assert any("INTO series" in s for s in statements)
+    assert len(_series_rows(path)) == 3
+
+
+# -- the fast per-sample path stores exactly what the checked path does ---------------------
+
+
+def _odd_batch() -> wire.pb.Batch:
+    """Samples that exercise every branch: gauges of reserved names, non-finite values,
+    a bad gauge key, an unknown quality number, a host label InfluxDB refuses elsewhere."""
+    batch = make_batch(samples=6)
+    s = batch.samples
+    s[0].gauges.update({"status": 1.0, "host": 2.0, "b": 3.0, "a%d": 4.0, 'é"q': 5.0})
+    s[1].gauges["bad\\key"] = 1.0
+    s[2].energy_j = float("inf")
+    s[3].utilization = float("-inf")
+    s[4].quality = 17  # type: ignore[assignment]  # an unknown quality number: stored as "unspecified"
+    s[5].energy_error_j = 1e308
+    s[5].cumulative_j = 1e308  # finite values whose sum overflows
+    extra = batch.samples.add()
+    extra.CopyFrom(s[0])
+    extra.device = "ends with a backslash\\"
+    extra.end_ns += 10**9
+    return batch
+
+
+def test_fast_path_rows_equal_checked_rows() -> None:
+    with SqliteStore(":memory:") as store:
+        for batch in (_odd_batch(), make_batch(samples=5), _odd_batch()):  # second time: caches warm
+            prepared = store._prepare(batch)
+            reference = WriteResult()
+            host = host_tags(batch)
+            labels = _json({k: v for k, v in host.items() if k != "host"})
+            expected = [store._checked_row(host, labels, batch.stream_id, s, reference) for s in batch.samples]
+            assert prepared.energy == [row for row in expected if row is not None]
+            assert (prepared.result.rejected, prepared.result.reasons) == (reference.rejected, reference.reasons)
+            assert [type(v) for row in prepared.energy for v in row] == [
+                type(v) for row in expected if row is not None for v in row
+            ]
+        odd = store._prepare(_odd_batch())
+        assert odd.result.rejected == 4  # bad key, inf, -inf, tag ending in a backslash; not the 1e308s
+        assert odd.energy[2][8:11] == (255.125, 255.125, 1e308) and odd.energy[2][15] == 1e308
+        assert json.loads(odd.energy[0][-1]) == {"memory_used_bytes": 1.5e10, "b": 3.0, "a%d": 4.0, 'é"q': 5.0}
+        assert odd.energy[1][4] == "unspecified"
+
+
+def test_every_sample_field_has_a_column() -> None:
+    """A field added to SAMPLE_FIELDS needs a column (and the fast path reading it)."""
+    assert {f.name for f in SAMPLE_FIELDS} <= set(_ENERGY_COLUMNS.split(", "))

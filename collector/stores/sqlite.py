@@ -8,25 +8,31 @@ point identity (measurement + tags + timestamp; host labels are metadata here):
 - ``job_events``: one row per JobEvent, UNIQUE (host, job_id, event, time_ns).
 
 Rows are written with ``INSERT OR REPLACE``: as in InfluxDB, the last write of a point
-wins and a resent batch leaves one copy. Each batch is one transaction
-(``synchronous=FULL``: committed means on disk). The points InfluxDB would refuse
+wins and a resent batch leaves one copy. Each :meth:`SqliteStore.write_group` (a group of
+batches; :meth:`~SqliteStore.write` is a group of one) is one transaction
+(``synchronous=FULL``: committed means on disk): all of its batches or none. The points InfluxDB would refuse
 (see :mod:`wattline.collector.lineprotocol`) are refused here too, so every back-end
 stores the same points. ``PRAGMA user_version`` holds the schema version.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import sqlite3
 import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from wattline import wire
-from wattline.collector.lineprotocol import LineEncoder, LineProtocolError, describe
+from wattline.collector.lineprotocol import LineEncoder, LineProtocolError, describe, escape_field_key
 from wattline.collector.stores.base import (
     ENERGY,
     JOB_EVENTS,
+    NOT_GAUGES,
     SAMPLE_FIELD_NAMES,
     Store,
     StoreUnavailable,
@@ -96,8 +102,66 @@ def _stored(row: tuple[Any, ...]) -> StoredSample:
     )
 
 
+#: One encoder for every JSON column (``json.dumps`` with options builds a new one per call).
+_encode_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")).encode
+
+
 def _json(value: dict[str, Any]) -> str:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"))
+    """A JSON column: keys sorted, compact, NaN and infinities refused (ValueError)."""
+    return _encode_json(value) if value else "{}"
+
+
+#: Entries kept in each per-store cache (hosts seen, gauge-name tuples seen) before it is emptied.
+_MAX_CACHED = 100_000
+
+
+#: A gauges JSON %-template and the function that picks its values from the gauges map.
+GaugesTemplate = tuple[str, Callable[[Any], tuple[float, ...]]]
+
+
+def _gauges_template(names: tuple[str, ...]) -> GaugesTemplate | None:
+    """For a sample whose gauges are ``names`` (in the map's order): a %-template of the
+    ``gauges`` JSON column and a function giving the values in its order (names sorted,
+    fixed-field and tag names left out, as :func:`sample_fields` does); None when a name is
+    not a valid field key, so the sample goes the checked way and is refused with the reason.
+    """
+    order = sorted(n for n in names if n not in NOT_GAUGES)
+    try:
+        for name in order:
+            escape_field_key(name)
+    except LineProtocolError:
+        return None
+    items = ",".join(_encode_json(name).replace("%", "%%") + ":%r" for name in order)
+    values: Callable[[Any], tuple[float, ...]]
+    if len(order) > 1:
+        values = operator.itemgetter(*order)
+    elif order:
+        values = functools.partial(_one_value, order[0])
+    else:
+        values = _no_values
+    return "{" + items + "}", values
+
+
+def _one_value(name: str, gauges: Any) -> tuple[float]:
+    return (gauges[name],)
+
+
+def _no_values(gauges: Any) -> tuple[()]:
+    return ()
+
+
+#: ``Sample.HasField`` unbound: calling it costs half of calling the bound method.
+_has_field = wire.pb.Sample.HasField
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """One batch, checked and turned into rows (outside the lock)."""
+
+    result: WriteResult
+    energy: list[tuple[Any, ...]]
+    jobs: list[tuple[Any, ...]]
+    series: list[tuple[str, str, str, str, str]]
 
 
 class SqliteStore(Store):
@@ -109,6 +173,13 @@ class SqliteStore(Store):
         self.path = str(path)
         self._lock = threading.Lock()
         self._checker = LineEncoder()
+        #: host tag set -> (labels JSON, {(source, component, device, quality number): quality
+        #: name} of the series whose tags passed the line-protocol check).
+        self._hosts: dict[tuple[tuple[str, str], ...], tuple[str, dict[tuple[str, str, str, int], str]]] = {}
+        #: gauge names in map order -> _gauges_template() of them.
+        self._gauge_templates: dict[tuple[str, ...], GaugesTemplate | None] = {}
+        #: Rows of the ``series`` table (only ever added to): new series are the only ones inserted.
+        self._series: set[tuple[str, str, str, str, str]] = set()
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -117,6 +188,7 @@ class SqliteStore(Store):
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")
                 self._migrate()
+                self._series.update(self._db.execute("SELECT host, source, component, device, quality FROM series"))
             except BaseException:
                 self._db.close()
                 raise
@@ -144,45 +216,129 @@ class SqliteStore(Store):
         self._db.execute("COMMIT")
 
     def write(self, batch: wire.pb.Batch) -> WriteResult:
+        return self.write_group([batch])[0]
+
+    def write_group(self, batches: Sequence[wire.pb.Batch]) -> list[WriteResult]:
+        """Every batch in ONE transaction (one fsync); one result per batch, in order.
+
+        Raises :class:`StoreUnavailable` (and rolls back: none of them is written) on any
+        SQLite error.
+        """
+        prepared = [self._prepare(batch) for batch in batches]
+        if len(prepared) == 1:
+            energy, jobs, series = prepared[0].energy, prepared[0].jobs, prepared[0].series
+        else:
+            energy = [row for p in prepared for row in p.energy]
+            jobs = [row for p in prepared for row in p.jobs]
+            series = [key for p in prepared for key in p.series]
+        db = self._db
+        with self._lock:
+            new_series = sorted({key for key in series if key not in self._series})
+            try:
+                db.execute("BEGIN")
+                try:
+                    db.executemany(_INSERT_ENERGY, energy)
+                    if new_series:
+                        db.executemany(_INSERT_SERIES, new_series)
+                    if jobs:
+                        db.executemany(_INSERT_JOB, jobs)
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"SQLite {self.path}: {exc}") from exc
+            self._series.update(new_series)
+        for p in prepared:
+            p.result.written = len(p.energy) + len(p.jobs)
+        return [p.result for p in prepared]
+
+    def _prepare(self, batch: wire.pb.Batch) -> _Prepared:
+        """Check a batch's points as InfluxDB would (refused ones get a reason) and build its rows.
+
+        Per sample, the common case costs attribute reads and one dict lookup: the series'
+        tags are checked once per host and series (cached), its float fields in one sum (a
+        NaN or infinity makes it non-finite), its gauges through a cached JSON template.
+        Anything else (a new series, a non-finite value, an unseen gauge name) goes through
+        :meth:`_checked_row`, which stores the same row or refuses the point with the reason.
+        """
         result = WriteResult()
         host = host_tags(batch)
+        host_key = tuple(host.items())
+        cached = self._hosts.get(host_key)
+        if cached is None:
+            if len(self._hosts) >= _MAX_CACHED:
+                self._hosts.clear()
+            cached = self._hosts[host_key] = (_json({k: v for k, v in host.items() if k != "host"}), {})
+        labels, checked = cached
         host_id = host["host"]
-        labels = _json({k: v for k, v in host.items() if k != "host"})
         stream = batch.stream_id
-        energy_rows = []
-        for sample in batch.samples:
-            tags = sample_tags(sample)
-            fields = sample_fields(sample, stream)
-            try:
-                self._checker.check(ENERGY, {**host, **tags}, fields)
-                gauges = _json({k: v for k, v in fields.items() if k not in _SAMPLE_COLUMNS})
-            except (LineProtocolError, ValueError) as exc:
-                result.rejected += 1
-                result.reasons.append(f"{ENERGY} {describe(host, tags)} at {sample.end_ns}: {exc}")
+        templates = self._gauge_templates
+        seen: dict[tuple[str, str, str, int], str] = {}
+        rows: list[tuple[Any, ...]] = []
+        append = rows.append
+        has_field = _has_field
+        for s in batch.samples:
+            source, component, device, _ = key = (s.source, s.component, s.device, s.quality)
+            energy, power, cumulative, start, end = s.energy_j, s.power_w, s.cumulative_j, s.start_ns, s.end_ns
+            total = energy + power + cumulative
+            utilization = energy_error = None
+            if has_field(s, "utilization"):
+                utilization = s.utilization
+                total += utilization
+            if has_field(s, "energy_error_j"):
+                energy_error = s.energy_error_j
+                total += energy_error
+            gauges = s.gauges
+            gauges_json: str | None = "{}"
+            if gauges:
+                names = tuple(gauges)
+                template = templates.get(names)
+                if template is None and names not in templates:
+                    if len(templates) >= _MAX_CACHED:
+                        templates.clear()
+                    template = templates[names] = _gauges_template(names)
+                if template is None:
+                    gauges_json = None
+                else:
+                    values = template[1](gauges)
+                    total += sum(values)
+                    gauges_json = template[0] % values
+            quality = seen.get(key)
+            if quality is None:
+                quality = checked.get(key)
+                if quality is not None:
+                    seen[key] = quality
+            if quality is None or gauges_json is None or total - total != 0.0:  # NaN or +-inf somewhere
+                row = self._checked_row(host, labels, stream, s, result)
+                if row is not None:
+                    append(row)
+                    checked[key] = seen[key] = row[4]
                 continue
-            energy_rows.append(
+            append(  # the columns of _INSERT_ENERGY, in order
                 (
                     host_id,
-                    tags["source"],
-                    tags["component"],
-                    tags["device"],
-                    tags["quality"],
+                    source,
+                    component,
+                    device,
+                    quality,
                     labels,
-                    sample.end_ns,
-                    sample.start_ns,
-                    sample.energy_j,
-                    sample.power_w,
-                    sample.cumulative_j,
-                    fields["interval_s"],
-                    fields.get("utilization"),
-                    int(sample.healthy),
-                    sample.status,
-                    fields.get("energy_error_j"),
+                    end,
+                    start,
+                    energy,
+                    power,
+                    cumulative,
+                    (end - start) / 1e9,
+                    utilization,
+                    1 if s.healthy else 0,  # (an int binds faster than a bool)
+                    s.status,
+                    energy_error,
                     stream,
-                    gauges,
+                    gauges_json,
                 )
             )
-        job_rows = []
+        jobs = []
         for event in batch.job_events:
             tags = job_event_tags(event)
             fields = job_event_fields(event)
@@ -193,22 +349,32 @@ class SqliteStore(Store):
                 result.rejected += 1
                 result.reasons.append(f"{JOB_EVENTS} {describe(host, tags)} at {event.time_ns}: {exc}")
                 continue
-            job_rows.append((host_id, labels, tags["job_id"], tags["event"], event.time_ns, fields["event_seq"], extra))
-        with self._lock:
-            try:
-                self._db.execute("BEGIN")
-                try:
-                    self._db.executemany(_INSERT_ENERGY, energy_rows)
-                    self._db.executemany(_INSERT_SERIES, sorted({row[:5] for row in energy_rows}))
-                    self._db.executemany(_INSERT_JOB, job_rows)
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-                self._db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                raise StoreUnavailable(f"SQLite {self.path}: {exc}") from exc
-        result.written = len(energy_rows) + len(job_rows)
-        return result
+            jobs.append((host_id, labels, tags["job_id"], tags["event"], event.time_ns, fields["event_seq"], extra))
+        series = [
+            (host_id, source, component, device, quality) for (source, component, device, _), quality in seen.items()
+        ]
+        return _Prepared(result, rows, jobs, series)
+
+    def _checked_row(
+        self, host: dict[str, str], labels: str, stream: str, sample: wire.pb.Sample, result: WriteResult
+    ) -> tuple[Any, ...] | None:
+        """A sample's row after the full line-protocol check; None (and the reason in
+        ``result``) when InfluxDB would refuse the point."""
+        tags = sample_tags(sample)
+        fields = sample_fields(sample, stream)
+        try:
+            self._checker.check(ENERGY, {**host, **tags}, fields)
+            gauges = _json({k: v for k, v in fields.items() if k not in _SAMPLE_COLUMNS})
+        except (LineProtocolError, ValueError) as exc:
+            result.rejected += 1
+            result.reasons.append(f"{ENERGY} {describe(host, tags)} at {sample.end_ns}: {exc}")
+            return None
+        return (
+            *(host["host"], tags["source"], tags["component"], tags["device"], tags["quality"], labels),
+            *(sample.end_ns, sample.start_ns, sample.energy_j, sample.power_w, sample.cumulative_j),
+            *(fields["interval_s"], fields.get("utilization"), int(sample.healthy), sample.status),
+            *(fields.get("energy_error_j"), stream, gauges),
+        )
 
     def query_energy(
         self, host: str | None = None, start_ns: int | None = None, end_ns: int | None = None

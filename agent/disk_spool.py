@@ -60,13 +60,14 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
 from wattline import wire
+from wattline.agent.encoding import EncodedSamples
 from wattline.agent.spool import Spool
 
 log = logging.getLogger(__name__)
@@ -290,7 +291,8 @@ class DiskSpool(Spool):
                     )
                     self.corrupt_bytes += rec_end - offset
                     continue
-                run = self._extend(number, offset, rec_end, written_ns, fragment.stream_id, fragment)
+                samples, events = len(fragment.samples), len(fragment.job_events)
+                run = self._extend(number, offset, rec_end, written_ns, fragment.stream_id, samples, events)
                 if run is not None:
                     seqs[run.stream_id] = run.seq = seqs.get(run.stream_id, 0) + 1
                     self._runs.append(run)
@@ -313,10 +315,9 @@ class DiskSpool(Spool):
             )
 
     def _extend(
-        self, segment: int, offset: int, end: int, written_ns: int, stream_id: str, fragment: wire.pb.Batch
+        self, segment: int, offset: int, end: int, written_ns: int, stream_id: str, samples: int, events: int
     ) -> _Run | None:
-        """Add one record to the open run; returns the run it closed, if any."""
-        samples, events = len(fragment.samples), len(fragment.job_events)
+        """Add one record (``samples`` samples, ``events`` job events) to the open run; the run it closed, if any."""
         run, closed = self._open, None
         if (
             run is None
@@ -336,25 +337,29 @@ class DiskSpool(Spool):
 
     # -- the sampler's side ----------------------------------------------------------
 
-    def add_samples(self, samples: list[wire.pb.Sample]) -> None:
+    def add_samples(self, samples: Sequence[wire.pb.Sample]) -> None:
+        if isinstance(samples, EncodedSamples) and samples.total <= self.max_batch_samples:
+            self._append(samples.data, samples.total, 0)  # the sampler's bytes, written as they are
+            return
         for i in range(0, len(samples), self.max_batch_samples):
             fragment = wire.Batch()
             fragment.samples.extend(samples[i : i + self.max_batch_samples])
-            self._append(fragment)
+            self._append(fragment.SerializeToString(), len(fragment.samples), 0)
 
     def add_job_events(self, events: list[wire.pb.JobEvent]) -> None:
         if events:
             fragment = wire.Batch()
             fragment.job_events.extend(events)
-            self._append(fragment)
+            self._append(fragment.SerializeToString(), 0, len(events))
 
-    def _append(self, fragment: wire.pb.Batch) -> None:
-        """Write one record (never raises: a failed write is counted and logged)."""
+    def _append(self, body: bytes, samples: int, events: int) -> None:
+        """Write one record: the stream's prefix then ``body``, serialized fragment fields (never raises:
+        a failed write is counted and logged)."""
         written_ns = time.time_ns()
-        record = encode_record(self._prefix + fragment.SerializeToString(), written_ns)
+        record = encode_record(self._prefix + body, written_ns)
         with self._lock:
             if self._lock_fd < 0:  # closed: the directory may belong to another agent now
-                self._count_drop(1, len(fragment.samples), f"spool {self.directory}: add after close")
+                self._count_drop(1, samples, f"spool {self.directory}: add after close")
                 return
             try:
                 if self._fd < 0 or self._segments[self._active] >= self.segment_bytes:
@@ -364,7 +369,7 @@ class DiskSpool(Spool):
             except (OSError, SpoolError) as exc:
                 self.write_errors += 1
                 self.dropped_batches += 1
-                self.dropped_samples += len(fragment.samples)
+                self.dropped_samples += samples
                 if time.monotonic() - self._write_error_logged > 10.0:
                     self._write_error_logged = time.monotonic()
                     log.error(
@@ -376,7 +381,8 @@ class DiskSpool(Spool):
                 return
             self._segments[self._active] = offset + len(record)
             self._dirty = True
-            closed = self._extend(self._active, offset, offset + len(record), written_ns, self.stream_id, fragment)
+            end = offset + len(record)
+            closed = self._extend(self._active, offset, end, written_ns, self.stream_id, samples, events)
             if closed is not None:
                 self._ready.append(closed)
             self._enforce_size()

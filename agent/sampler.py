@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from wattline import wire
 from wattline.agent.clock import StampClock
 from wattline.agent.counter import Delta, EnergyCounter
+from wattline.agent.encoding import EncodedSamples, SampleHead, encode_sample, energy_fields, stamp_fields
 from wattline.agent.sources.base import Channel, Reading, Source
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,10 @@ class ChannelState:
     healthy: bool = True
     status: str = ""
     wire_quality: wire.pb.Quality = wire.pb.QUALITY_UNSPECIFIED  #: channel.quality.wire, looked up once
+    #: The channel's constant sample bytes (source, component, device, quality), encoded once.
+    head: SampleHead | None = None
+    #: ``start_ns`` field of the next sample: last_end_ns, encoded when it was the end.
+    start_field: bytes = b""
 
 
 class Sampler:
@@ -48,7 +53,7 @@ class Sampler:
     def __init__(
         self,
         sources: Sequence[Source],
-        sink: Callable[[list[wire.pb.Sample]], None],
+        sink: Callable[[Sequence[wire.pb.Sample]], None],
         clock: StampClock | None = None,
     ) -> None:
         self.sources = list(sources)
@@ -64,10 +69,14 @@ class Sampler:
         self.last_tick_monotonic = time.monotonic()
         self._lock = threading.Lock()
 
-    def tick(self) -> list[wire.pb.Sample]:
-        """Read every source once and emit the samples of the intervals that closed."""
+    def tick(self) -> EncodedSamples:
+        """Read every source once and emit the samples of the intervals that closed.
+
+        The samples go to the sink (and are returned) already encoded (:mod:`.encoding`):
+        a sink that is not a spool sees a sequence of ``wire.Sample``.
+        """
         started = time.perf_counter()
-        samples: list[wire.pb.Sample] = []
+        parts: list[bytes] = []
         for source in self.sources:
             try:
                 readings = source.read()
@@ -76,18 +85,23 @@ class Sampler:
                     log.error("source %s failed: %s", source.name, exc)
                 self.source_errors[source.name] = str(exc) or type(exc).__name__
                 continue
-            self.source_errors.pop(source.name, None)
+            if self.source_errors:
+                self.source_errors.pop(source.name, None)
             mono_ns, stamp_ns = self.clock.now()
             mono_s = mono_ns / 1e9
+            # The stamp is this interval's end and the channels' next start: encoded once per source.
+            end, start = stamp_fields(stamp_ns)
+            fold = self._fold
             with self._lock:
                 for reading in readings:
-                    sample = self._fold(reading, mono_s, stamp_ns)
-                    if sample is not None:
-                        samples.append(sample)
+                    data = fold(reading, mono_s, stamp_ns, end, start)
+                    if data is not None:
+                        parts.append(data)
         self.ticks += 1
         self.last_tick_monotonic = time.monotonic()
-        self.samples_emitted += len(samples)
-        if samples:
+        samples = EncodedSamples(b"".join(parts), len(parts))
+        if parts:
+            self.samples_emitted += len(parts)
             self.sink(samples)
         self.tick_seconds += time.perf_counter() - started
         return samples
@@ -99,16 +113,20 @@ class Sampler:
         key = (ch.source, ch.component, ch.device)
         state = self.channels.get(key)
         if state is None:
-            state = self.channels[key] = ChannelState(ch, EnergyCounter(ch), wire_quality=ch.quality.wire)
+            quality = ch.quality.wire
+            head = SampleHead(ch.source, ch.component, ch.device, quality)
+            state = self.channels[key] = ChannelState(ch, EnergyCounter(ch), wire_quality=quality, head=head)
         self._by_channel[id(ch)] = (ch, state)  # holds ch, so its id is not reused meanwhile
         return state
 
-    def _fold(self, reading: Reading, mono_s: float, stamp_ns: int) -> wire.pb.Sample | None:
-        ch = reading.channel
-        state = self._state(ch)
+    def _fold(self, reading: Reading, mono_s: float, stamp_ns: int, end: bytes, start: bytes) -> bytes | None:
+        """Fold one reading into its channel's state; the encoded sample of the interval it closed."""
+        entry = self._by_channel.get(id(reading.channel))
+        state = entry[1] if entry is not None and entry[0] is reading.channel else self._state(reading.channel)
         delta = state.counter.update(reading, mono_s)
         start_ns, state.last_end_ns = state.last_end_ns, stamp_ns
-        state.utilization = reading.utilization
+        start_field, state.start_field = state.start_field, start
+        utilization = state.utilization = reading.utilization
         gauges = reading.gauges
         if gauges:
             state.gauges = gauges
@@ -121,30 +139,19 @@ class Sampler:
         if delta is None or start_ns is None:
             return None
         state.last = delta
-        # Only fields off their default are passed: each one costs (protobuf skips nothing).
-        sample = wire.Sample(
-            source=ch.source,
-            component=ch.component,
-            device=ch.device,
-            start_ns=start_ns,
-            end_ns=stamp_ns,
-            energy_j=delta.energy_j,
-            power_w=delta.power_w,
-            cumulative_j=delta.cumulative_j,
-            quality=state.wire_quality,
-            healthy=delta.healthy,
+        head = state.head
+        assert head is not None
+        return encode_sample(
+            head,
+            start_field,
+            end,
+            energy_fields(delta.energy_j, delta.power_w, delta.cumulative_j),
+            delta.healthy,
+            delta.status,
+            utilization,
+            delta.energy_error_j,
+            gauges,
         )
-        if delta.status:
-            sample.status = delta.status
-        if gauges:
-            fields = sample.gauges
-            for name, value in gauges.items():  # (the map's update() is a Python-level loop too)
-                fields[name] = value
-        if reading.utilization is not None:
-            sample.utilization = reading.utilization
-        if delta.energy_error_j is not None:
-            sample.energy_error_j = delta.energy_error_j
-        return sample
 
     def snapshot(self) -> list[ChannelState]:
         """A consistent copy of every channel's state."""
@@ -160,6 +167,8 @@ class Sampler:
                     s.healthy,
                     s.status,
                     s.wire_quality,
+                    s.head,
+                    s.start_field,
                 )
                 for s in self.channels.values()
             ]

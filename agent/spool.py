@@ -24,8 +24,10 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 
 from wattline import wire
+from wattline.agent.encoding import encode
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,9 @@ class Spool:
         self.stream_id = uuid.uuid4().hex
         self.max_batch_samples = max_batch_samples
         self.max_batches = max_batches
-        self._pending_samples: list[wire.pb.Sample] = []
+        #: Serialized ``Batch.samples`` entries, one bytes per add (a sampler tick), and their count.
+        self._pending_samples: list[bytes] = []
+        self._pending_count = 0
         self._pending_events: list[wire.pb.JobEvent] = []
         self._sealed: collections.deque[wire.pb.Batch] = collections.deque()
         self._seq = 0
@@ -51,10 +55,12 @@ class Spool:
         self.acked_batches = 0
         self.acked_samples = 0
 
-    def add_samples(self, samples: list[wire.pb.Sample]) -> None:
-        """Queue samples for the next batch (called by the sampler)."""
+    def add_samples(self, samples: Sequence[wire.pb.Sample]) -> None:
+        """Queue samples for the next batch (called by the sampler; its encoded samples are kept as bytes)."""
+        data, count = encode(samples)
         with self._lock:
-            self._pending_samples.extend(samples)
+            self._pending_samples.append(data)
+            self._pending_count += count
 
     def add_job_events(self, events: list[wire.pb.JobEvent]) -> None:
         """Queue job events for the next batch."""
@@ -65,21 +71,36 @@ class Spool:
         """Turn pending samples/events into numbered batches; returns how many were sealed."""
         with self._lock:
             sealed = 0
-            while self._pending_samples or self._pending_events:
-                chunk = self._pending_samples[: self.max_batch_samples]
-                del self._pending_samples[: self.max_batch_samples]
-                events, self._pending_events = self._pending_events, []
-                self._seq += 1
-                batch = wire.Batch(stream_id=self.stream_id, seq=self._seq, samples=chunk, job_events=events)
-                batch.host.CopyFrom(self.host)
-                self._sealed.append(batch)
-                sealed += 1
+            data, count = b"".join(self._pending_samples), self._pending_count
+            self._pending_samples, self._pending_count = [], 0
+            events, self._pending_events = self._pending_events, []
+            if count <= self.max_batch_samples:
+                if count or events:
+                    # The usual case: one batch, parsed once from the sampler's bytes.
+                    self._sealed.append(self._batch(wire.Batch.FromString(data), events))
+                    sealed = 1
+            else:
+                samples = wire.Batch.FromString(data).samples
+                for i in range(0, count, self.max_batch_samples):
+                    batch = wire.Batch(samples=samples[i : i + self.max_batch_samples])
+                    self._sealed.append(self._batch(batch, events if i == 0 else []))
+                    sealed += 1
             while len(self._sealed) > self.max_batches:
                 old = self._sealed.popleft()
                 self._count_drop(
                     1, len(old.samples), f"spool full ({self.max_batches} batches): dropped batch {old.seq}"
                 )
             return sealed
+
+    def _batch(self, batch: wire.pb.Batch, events: list[wire.pb.JobEvent]) -> wire.pb.Batch:
+        """Number ``batch`` and give it the stream's identity (called with the lock held)."""
+        self._seq += 1
+        batch.stream_id = self.stream_id
+        batch.seq = self._seq
+        batch.host.CopyFrom(self.host)
+        if events:
+            batch.job_events.extend(events)
+        return batch
 
     def _count_drop(self, batches: int, samples: int, why: str) -> None:
         """Count and log a drop (called with the lock held)."""
@@ -148,7 +169,7 @@ class Spool:
     def backlog(self) -> int:
         """Unacknowledged batches (sealed) plus one if samples are pending."""
         with self._lock:
-            return len(self._sealed) + (1 if self._pending_samples or self._pending_events else 0)
+            return len(self._sealed) + (1 if self._pending_count or self._pending_events else 0)
 
     def close(self) -> None:
         """Release files (nothing to do in memory)."""

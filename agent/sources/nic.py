@@ -40,6 +40,8 @@ _NET_FILES = (
     ("rx_packets", "rx_packets"),
     ("tx_packets", "tx_packets"),
 )
+#: The gauges whose sum is the bytes moved.
+_MOVED = frozenset({"rx_bytes", "tx_bytes"})
 _EFA_FILES = (("rx_bytes", "rx_bytes"), ("tx_bytes", "tx_bytes"), ("rx_packets", "rx_pkts"), ("tx_packets", "tx_pkts"))
 
 
@@ -78,7 +80,8 @@ class _Port:
     """One modeled channel: its counter files and the baseline of the previous read."""
 
     channel: Channel
-    files: list[tuple[str, CounterFile]]  #: (gauge name, file); rx_bytes and tx_bytes first
+    #: (gauge name, file, counts toward bytes moved); rx_bytes and tx_bytes first.
+    files: list[tuple[str, CounterFile, bool]]
     prev_bytes: int | None = None
     prev_t: float = 0.0
 
@@ -121,27 +124,29 @@ class NicSource(Source):
 
     def close(self) -> None:
         for port in self._ports:
-            for _, file in port.files:
+            for _, file, _ in port.files:
                 file.close()
         self._ports = []
 
     # -- reading -------------------------------------------------------------------
 
     def _read(self, port: _Port, now: float) -> Reading:
-        values: dict[str, int] = {}
-        for gauge, file in port.files:
+        gauges: dict[str, float] = {}
+        moved = 0  # rx + tx bytes, exact ints: floats lose bytes past 2**53
+        for gauge, file, is_bytes in port.files:
             value = file.read()
             if isinstance(value, str):
                 port.prev_bytes = None
                 return Reading(port.channel, error=value)
-            values[gauge] = value
-        moved = values["rx_bytes"] + values["tx_bytes"]  # exact ints: floats lose bytes past 2**53
+            gauges[gauge] = float(value)
+            if is_bytes:
+                moved += value
         energy = 0.0
         if port.prev_bytes is not None:
             opts = self.options
             energy = opts.idle_w * max(now - port.prev_t, 0.0) + opts.j_per_byte * _delta(port.prev_bytes, moved)
         port.prev_bytes, port.prev_t = moved, now
-        return Reading(port.channel, energy_j=energy, gauges={k: float(v) for k, v in values.items()})
+        return Reading(port.channel, energy_j=energy, gauges=gauges)
 
     # -- discovery -----------------------------------------------------------------
 
@@ -179,16 +184,16 @@ class NicSource(Source):
         return found
 
     def _add(self, device: str, directory: str, names: tuple[tuple[str, str], ...]) -> None:
-        files: list[tuple[str, CounterFile]] = []
+        files: list[tuple[str, CounterFile, bool]] = []
         for gauge, name in names:
             try:
-                files.append((gauge, CounterFile.open(str(self.path(f"{directory}/{name}")))))
+                files.append((gauge, CounterFile.open(str(self.path(f"{directory}/{name}"))), gauge in _MOVED))
             except OSError as exc:
                 if gauge.endswith("_bytes"):
                     self.notes.append(
                         Note("warning", f"{device}: cannot open {directory}/{name}: {exc.strerror}; skipped")
                     )
-                    for _, file in files:
+                    for _, file, _ in files:
                         file.close()
                     return
         self._ports.append(_Port(self._channel(device), files))

@@ -114,8 +114,13 @@ def build_view(job_id: str, events: list[StoredJobEvent]) -> JobView:
 
 def all_views(reader: Reader) -> list[JobView]:
     """Every job in the store, oldest first."""
+    return views_of(reader.job_events())
+
+
+def views_of(events: list[StoredJobEvent]) -> list[JobView]:
+    """The jobs ``events`` belong to, oldest first."""
     grouped: dict[str, list[StoredJobEvent]] = defaultdict(list)
-    for e in reader.job_events():
+    for e in events:
         grouped[e.job_id].append(e)
-    views = [build_view(job_id, events) for job_id, events in grouped.items()]
+    views = [build_view(job_id, job_events) for job_id, job_events in grouped.items()]
     return sorted(views, key=lambda v: v.start_ns)

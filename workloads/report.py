@@ -43,7 +43,7 @@ from wattline.workloads.attribution import (
     split_shared,
     window_energy,
 )
-from wattline.workloads.jobs_view import JobView, all_views, build_view
+from wattline.workloads.jobs_view import JobView, build_view, views_of
 from wattline.workloads.saturation import Saturation, SaturationParams, detect_saturation
 
 #: Sub-domains and supersets left out of a host's total (see the module docstring).
@@ -141,7 +141,7 @@ def build_report(
     start = saturation.at_ns if saturation.saturated and saturation.at_ns is not None else job.start_ns
     if not saturation.saturated:
         notes.append(f"not saturated ({saturation.reason}): whole-run figures")
-    others = [v for v in all_views(reader) if v.job_id != job_id] if len(job.hosts) else []
+    others = _concurrent_jobs(reader, job, end_ns)
     warm = WindowEnergy(seconds=(start - job.start_ns) / 1e9)
     meas = WindowEnergy(seconds=(end_ns - start) / 1e9)
     missing: set[str] = set()
@@ -163,6 +163,16 @@ def build_report(
     return Report(
         job, end_ns, saturation, start, units_warm, units_meas, warm, meas, figures, settings, sorted(missing), notes
     )
+
+
+def _concurrent_jobs(reader: Reader, job: JobView, end_ns: int) -> list[JobView]:
+    """The other jobs that may have shared the job's hosts during its window (the overlap per
+    host is checked in :func:`_host_attribution`), from the open and close events near the
+    window only: the cost does not grow with the rest of the store."""
+    if not job.hosts:
+        return []
+    events = reader.job_events_between(job.start_ns, end_ns, sorted(job.hosts))
+    return [v for v in views_of(events) if v.job_id != job.job_id]
 
 
 def _saturation(reader: Reader, job: JobView, end_ns: int, settings: ReportSettings) -> Saturation:

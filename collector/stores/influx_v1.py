@@ -22,12 +22,12 @@ import logging
 import re
 import threading
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from wattline.collector.lineprotocol import LineEncoder
 from wattline.collector.stores.base import LineProtocolStore, StoreUnavailable, WriteResult
-from wattline.collector.stores.reader import MAX_INTERVAL_NS, StoredJobEvent, StoredSample
+from wattline.collector.stores.reader import MAX_INTERVAL_NS, StoredJobEvent, StoredSample, jobs_near
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,30 @@ def rejected_points(message: str, sent: int) -> int | None:
 _READ_FIELDS = "energy_j, cumulative_j, start_ns, stream, healthy, utilization, energy_error_j"
 
 
+def _indexes(series: dict[str, Any], *names: str) -> tuple[int, ...]:
+    """Positions of ``time`` and of ``names`` in a series' columns."""
+    columns = series["columns"]
+    return (columns.index("time"), *(columns.index(name) for name in names))
+
+
+def _events(series_list: list[dict[str, Any]]) -> list[StoredJobEvent]:
+    """Job events from ``SELECT * FROM job_events ... GROUP BY *`` (tags apart from fields)."""
+    events = []
+    for series in series_list:
+        tags = series["tags"]
+        columns = series["columns"]
+        for values in series.get("values", []):
+            fields = {k: v for k, v in zip(columns, values, strict=True) if v is not None and k != "time"}
+            seq = int(fields.pop("event_seq", 0))
+            time_ns = int(values[columns.index("time")])
+            events.append(
+                StoredJobEvent(
+                    tags.get("host", ""), tags.get("job_id", ""), tags.get("event", ""), time_ns, seq, fields
+                )
+            )
+    return events
+
+
 def quote_ident(name: str) -> str:
     """An InfluxQL identifier in double quotes."""
     return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -243,6 +267,17 @@ class InfluxV1Store(LineProtocolStore):
         return self._query(influxql, self.database)
 
     def _query(self, influxql: str, database: str | None) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for statement in self._statements(influxql, database):
+            for series in statement:
+                tags = series.get("tags", {})
+                columns = series["columns"]
+                rows.extend({**tags, **dict(zip(columns, values, strict=True))} for values in series.get("values", []))
+        return rows
+
+    def _statements(self, influxql: str, database: str | None) -> list[list[dict[str, Any]]]:
+        """Per statement of ``influxql`` (several may be sent at once, ``;``-separated): its
+        series as InfluxDB's JSON gives them (``tags``, ``columns``, ``values``)."""
         params = {"q": influxql, "epoch": "ns"}
         if database is not None:
             params["db"] = database
@@ -254,27 +289,62 @@ class InfluxV1Store(LineProtocolStore):
             raise StoreUnavailable(f"InfluxDB {self.url} query answered {status}: {error_message(data, headers)}")
         if status != 200:
             raise QueryError(f"{influxql!r}: {error_message(data, headers)}")
-        rows: list[dict[str, Any]] = []
+        out: list[list[dict[str, Any]]] = []
         for result in json.loads(data).get("results", []):
             if "error" in result:
                 raise QueryError(f"{influxql!r}: {result['error']}")
-            for series in result.get("series", []):
-                tags = series.get("tags", {})
-                columns = series["columns"]
-                rows.extend({**tags, **dict(zip(columns, values, strict=True))} for values in series.get("values", []))
-        return rows
+            out.append(result.get("series", []))
+        return out
 
     # -- Reader (what reports need; see reader.py) -----------------------------------
 
     def job_events(self, job_id: str | None = None) -> list[StoredJobEvent]:
-        where = f" WHERE job_id = {quote_literal(job_id)}" if job_id is not None else ""
-        tags = {row["tagKey"] for row in self.query("SHOW TAG KEYS FROM job_events")}
-        events = []
-        for row in self.query(f"SELECT * FROM job_events{where}"):
-            fields = {k: v for k, v in row.items() if k not in tags and k != "time" and v is not None}
-            seq = int(fields.pop("event_seq", 0))
-            events.append(StoredJobEvent(row["host"], row["job_id"], row["event"], int(row["time"]), seq, fields))
+        where = f"job_id = {quote_literal(job_id)} AND " if job_id is not None else ""
+        # UNITS events (most of a long job's events) with only their two fields; the others
+        # with every field. GROUP BY keeps the tags out of each row.
+        units, others = self._statements(
+            f"SELECT units, event_seq FROM job_events WHERE {where}event = 'units' GROUP BY host, job_id; "
+            f"SELECT * FROM job_events WHERE {where}event != 'units' GROUP BY *",
+            self.database,
+        )
+        events = _events(others)
+        for series in units:
+            tags = series["tags"]
+            host, job = tags.get("host", ""), tags.get("job_id", "")
+            i_time, i_units, i_seq = _indexes(series, "units", "event_seq")
+            events += [
+                StoredJobEvent(
+                    host,
+                    job,
+                    "units",
+                    v[i_time],
+                    int(v[i_seq] or 0),
+                    {} if v[i_units] is None else {"units": v[i_units]},
+                )
+                for v in series.get("values", [])
+            ]
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def job_events_between(self, start_ns: int, end_ns: int, hosts: Collection[str]) -> list[StoredJobEvent]:
+        ids = sorted(jobs_near(self._job_ids, start_ns, end_ns, hosts))
+        events: list[StoredJobEvent] = []
+        for i in range(0, len(ids), 100):
+            which = " OR ".join(f"job_id = {quote_literal(job_id)}" for job_id in ids[i : i + 100])
+            (series,) = self._statements(
+                f"SELECT * FROM job_events WHERE ({which}) AND (event = 'open' OR event = 'close') GROUP BY *",
+                self.database,
+            )
+            events += _events(series)
+        return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _job_ids(self, event: str, hosts: Collection[str], since_ns: int, until_ns: int) -> set[str]:
+        """Jobs with an ``event`` on one of ``hosts`` in [since_ns, until_ns]: one row per job."""
+        which = " OR ".join(f"host = {quote_literal(host)}" for host in sorted(hosts))
+        rows = self.query(
+            f"SELECT last(event_seq) FROM job_events WHERE event = {quote_literal(event)} AND ({which}) "
+            f"AND time >= {since_ns} AND time <= {until_ns} GROUP BY job_id"
+        )
+        return {row["job_id"] for row in rows}
 
     def samples(self, host: str, start_ns: int, end_ns: int) -> list[StoredSample]:
         condition = f"time > {start_ns} AND time < {end_ns + MAX_INTERVAL_NS} AND start_ns < {end_ns}"

@@ -22,7 +22,7 @@ import json
 import operator
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,9 +43,9 @@ from wattline.collector.stores.base import (
     sample_fields,
     sample_tags,
 )
-from wattline.collector.stores.reader import StoredJobEvent, StoredSample
+from wattline.collector.stores.reader import StoredJobEvent, StoredSample, jobs_near
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA_V1 = """
 CREATE TABLE energy (
@@ -74,8 +74,14 @@ CREATE TABLE series (
 INSERT OR IGNORE INTO series SELECT DISTINCT host, source, component, device, quality FROM energy;
 """
 
+#: v3: job events by host, kind and time, so a report finds the jobs near its window
+#: without reading every job's events.
+_SCHEMA_V3 = """
+CREATE INDEX job_events_host ON job_events (host, event, time_ns);
+"""
+
 #: Schema version -> script that upgrades the version before it.
-_MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2}
+_MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3}
 
 _ENERGY_COLUMNS = (
     "host, source, component, device, quality, labels, time_ns, start_ns, energy_j, power_w, cumulative_j, "
@@ -89,6 +95,8 @@ _READ_COLUMNS = (
     "utilization, energy_error_j"
 )
 _JOB_COLUMNS = "host, labels, job_id, event, time_ns, event_seq, fields"
+#: What a StoredJobEvent is made of.
+_EVENT_COLUMNS = "host, job_id, event, time_ns, event_seq, fields"
 _INSERT_JOB = f"INSERT OR REPLACE INTO job_events ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 #: Sample fields that have a column of their own; every other field is a gauge.
 _SAMPLE_COLUMNS = SAMPLE_FIELD_NAMES
@@ -405,10 +413,36 @@ class SqliteStore(Store):
     # -- Reader (what reports need; see reader.py) -----------------------------------
 
     def job_events(self, job_id: str | None = None) -> list[StoredJobEvent]:
+        where, args = self._where(("job_id = ?", job_id))
+        sql = f"SELECT {_EVENT_COLUMNS} FROM job_events{where} ORDER BY time_ns, host, event_seq"
+        loads = json.loads
         return [
-            StoredJobEvent(r["host"], r["job_id"], r["event"], r["time_ns"], r["event_seq"], r["fields"])
-            for r in self.query_job_events(job_id)
+            StoredJobEvent(host, job, event, t, seq, {} if fields == "{}" else loads(fields))
+            for host, job, event, t, seq, fields in self._rows(sql, args)
         ]
+
+    def job_events_between(self, start_ns: int, end_ns: int, hosts: Collection[str]) -> list[StoredJobEvent]:
+        ids = sorted(jobs_near(self._job_ids, start_ns, end_ns, hosts))
+        events: list[StoredJobEvent] = []
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            sql = (
+                f"SELECT {_EVENT_COLUMNS} FROM job_events "
+                f"WHERE job_id IN ({', '.join('?' * len(chunk))}) AND event IN ('open', 'close')"
+            )
+            events += [
+                StoredJobEvent(host, job, event, t, seq, json.loads(fields))
+                for host, job, event, t, seq, fields in self._rows(sql, list(chunk))
+            ]
+        return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _job_ids(self, event: str, hosts: Collection[str], since_ns: int, until_ns: int) -> set[str]:
+        """Jobs with an ``event`` on one of ``hosts`` in [since_ns, until_ns] (index job_events_host)."""
+        out: set[str] = set()
+        sql = "SELECT DISTINCT job_id FROM job_events WHERE host = ? AND event = ? AND time_ns BETWEEN ? AND ?"
+        for host in hosts:
+            out.update(job_id for (job_id,) in self._rows(sql, [host, event, since_ns, until_ns]))
+        return out
 
     def samples(self, host: str, start_ns: int, end_ns: int) -> list[StoredSample]:
         sql = f"SELECT {_READ_COLUMNS} FROM energy WHERE host = ? AND time_ns > ? AND start_ns < ? ORDER BY time_ns"

@@ -1,0 +1,110 @@
+"""What reports read: a job's own events, and only the jobs near its window (InfluxDB 1.x and SQLite)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from servers import T0, Influxd
+
+from wattline import wire
+from wattline.collector.stores.influx_v1 import InfluxV1Store
+from wattline.collector.stores.reader import JOB_LOOKBACK_NS, StoredJobEvent
+from wattline.collector.stores.sqlite import SqliteStore
+from wattline.workloads.events import EventBuilder, JobSpec
+from wattline.workloads.jobs_view import all_views
+
+S = 10**9
+DAY = 86400 * S
+WINDOW = (T0 + 100 * S, T0 + 200 * S)  # the job being reported: on h1 and h2
+
+
+@pytest.fixture(params=["sqlite", "influxdb1"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqliteStore | InfluxV1Store]:
+    if request.param == "sqlite":
+        with SqliteStore(tmp_path / "w.db") as sqlite:
+            yield sqlite
+    else:
+        influxd: Influxd = request.getfixturevalue("influxd")
+        with InfluxV1Store(influxd.url, influxd.new_database()) as influx:
+            yield influx
+
+
+def job(store: SqliteStore | InfluxV1Store, job_id: str, hosts: list[str], open_ns: int, close_ns: int | None) -> None:
+    """``job_id`` on ``hosts``: open, a UNITS event and a phase mark, and close unless None."""
+    for host in hosts:
+        b = EventBuilder(JobSpec(job_id, f"name of {job_id}", "training", "steps", {"team": "t"}))
+        batch = wire.Batch(stream_id=f"{job_id}-{host}", seq=1)
+        batch.host.host_id = host
+        batch.host.labels["cluster"] = "c1"
+        events = [b.open(open_ns), b.units(5.0, open_ns + S), b.phase("saturated", open_ns + 2 * S)]
+        if close_ns is not None:
+            events.append(b.close(3, close_ns))
+        batch.job_events.extend(events)
+        assert store.write(batch).rejected == 0
+
+
+def fill(store: SqliteStore | InfluxV1Store) -> None:
+    job(store, "target", ["h1", "h2"], *WINDOW)
+    job(store, "before", ["h1"], T0, T0 + 50 * S)  # near, not overlapping: the caller decides
+    job(store, "spanning", ["h2"], T0 + 50 * S, T0 + 300 * S)
+    job(store, "long", ["h1"], T0 - 40 * DAY, T0 + 150 * S)  # opened long ago: found by its close
+    job(store, "running", ["h2"], T0 + 150 * S, None)
+    job(store, "multi", ["h1", "h3"], T0 + 120 * S, T0 + 130 * S)  # its h3 part comes too
+    job(store, "abandoned", ["h1"], T0 - 40 * DAY, None)  # never closed, opened beyond the look-back
+    job(store, "elsewhere", ["h3"], *WINDOW)
+    job(store, "ancient", ["h1"], T0 - 60 * DAY, T0 - 59 * DAY)
+    job(store, "future", ["h2"], T0 + 40 * DAY, T0 + 41 * DAY)
+
+
+def test_job_events_between_reads_only_open_and_close_of_jobs_near_the_window(
+    store: SqliteStore | InfluxV1Store,
+) -> None:
+    fill(store)
+    events = store.job_events_between(*WINDOW, ["h1", "h2"])
+    by_job: dict[str, list[StoredJobEvent]] = {}
+    for e in events:
+        by_job.setdefault(e.job_id, []).append(e)
+    assert sorted(by_job) == ["before", "long", "multi", "running", "spanning", "target"]
+    assert {e.event for e in events} == {"open", "close"}
+    assert [(e.host, e.event) for e in by_job["multi"]] == [
+        ("h1", "open"),
+        ("h3", "open"),
+        ("h1", "close"),
+        ("h3", "close"),
+    ]
+    assert [(e.event, e.time_ns) for e in by_job["long"]] == [("open", T0 - 40 * DAY), ("close", T0 + 150 * S)]
+    opened = by_job["spanning"][0]
+    assert opened.fields == {
+        "name": "name of spanning",
+        "job_kind": "training",
+        "unit_name": "steps",
+        "devices": "",
+        "label_team": "t",
+    }
+    assert opened.event_seq == 1 and by_job["spanning"][1].fields == {"exit_code": 3}
+    assert events == sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+    assert store.job_events_between(*WINDOW, []) == []
+    assert JOB_LOOKBACK_NS < 40 * DAY
+
+
+def test_job_events_of_one_job_and_of_all(store: SqliteStore | InfluxV1Store) -> None:
+    fill(store)
+    events = store.job_events("multi")
+    assert [(e.host, e.event, e.event_seq) for e in events] == [
+        ("h1", "open", 1),
+        ("h3", "open", 1),
+        ("h1", "units", 2),
+        ("h3", "units", 2),
+        ("h1", "phase", 3),
+        ("h3", "phase", 3),
+        ("h1", "close", 4),
+        ("h3", "close", 4),
+    ]
+    assert [e.fields for e in events[2:6:2]] == [{"units": 5.0}, {"phase": "saturated"}]
+    assert events[0].fields["label_team"] == "t" and "cluster" not in events[0].fields
+    assert all(e.job_id == "multi" for e in events)
+    assert len(store.job_events()) == 12 * 4 - 2  # 12 host parts of jobs, two never closed
+    views = [v.job_id for v in all_views(store)]
+    assert views[0] == "ancient" and set(views[1:3]) == {"abandoned", "long"} and views[-1] == "future"

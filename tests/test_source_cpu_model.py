@@ -129,3 +129,18 @@ def test_registry_sets_rapl_present_after_rapl_found_packages(tmp_path: Path) ->
     rapl_status.source.close()
     (model_only,) = discover(["cpu_model"], tmp_path, env={})
     assert model_only.available
+
+
+def test_psutil_is_not_imported_where_rapl_measures_the_cpu(tmp_path: Path) -> None:
+    """The agent's resident memory: psutil (~2.7 MiB) loads only when the model actually runs."""
+    import subprocess
+    import sys
+
+    powercap_tree(tmp_path, [Zone("intel-rapl:0", "package-0", 1000)])
+    code = (
+        "import sys; from pathlib import Path; from wattline.agent.registry import discover; "
+        f"s = discover(['rapl', 'cpu_model'], Path({str(tmp_path)!r}), env={{}}); "
+        "assert [x.available for x in s] == [True, False], s; print('psutil' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr

@@ -22,7 +22,7 @@ sent to the collector is a run of consecutive fragments of one stream (at most
 Durability
     Every ``add_samples`` is one ``write(2)`` of one record, done before it returns, so
     everything the sampler produced survives ``kill -9`` of the agent (the kernel holds
-    the page). ``fsync`` runs once per :meth:`seal` (every ``agent.batch_interval``, 1 s
+    the page). ``fsync`` runs once per :meth:`seal` (every ``agent.batch_interval``, 1.5 s
     by default), from the uplink's thread, never the sampler's, and only when something
     was written; so a power cut loses at most the last interval. Measured on the CI
     disk: 5 us per record write, 1.6 ms per fsync (0.2 % of one core at 1 fsync/s; an

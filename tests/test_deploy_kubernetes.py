@@ -126,8 +126,10 @@ def test_agent_pod() -> None:
         assert pod.get("hostNetwork", False) is False  # NIC counters come from the host's /sys, see the manifest
         assert {"operator": "Exists"} in pod["tolerations"]
         (container,) = pod["containers"]
-        assert container["args"][:1] == ["agent"]
+        # The lean entry point, python -m wattline.agent (the image's venv), not the CLI.
+        assert container["command"] == ["/opt/wattline/venv/bin/python", "-m", "wattline.agent"]
         args = container["args"]
+        assert args[args.index("--config") + 1] == "/etc/wattline/wattline.toml"
         assert args[args.index("--sysfs-root") + 1] == "/host"
         assert env_of(container)["WATTLINE_AGENT_HOST_ID"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
         assert container["resources"] == {

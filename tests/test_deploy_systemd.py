@@ -27,6 +27,8 @@ AGENT = "wattline-agent.service"
 COLLECTOR = "wattline-collector.service"
 UNITS = (AGENT, COLLECTOR)
 INSTALLED = "/opt/wattline/venv/bin/wattline"
+#: The agent runs the lean entry point with the venv's python.
+INSTALLED_PYTHON = "/opt/wattline/venv/bin/python"
 CONFIG = "/etc/wattline/wattline.toml"
 
 #: Highest accepted `systemd-analyze security` exposure (0 = locked down, 10 = unsafe).
@@ -133,8 +135,8 @@ def stand_in_binary() -> str:
 def staged(tmp_path: Path, name: str, extra: str = "") -> Path:
     """A copy of unit ``name`` whose ExecStart= points at an executable that exists here."""
     text = (SYSTEMD_DIR / name).read_text()
-    assert INSTALLED in text
-    text = text.replace(INSTALLED, stand_in_binary())
+    assert INSTALLED in text or INSTALLED_PYTHON in text
+    text = text.replace(INSTALLED, stand_in_binary()).replace(INSTALLED_PYTHON, sys.executable)
     if extra:
         text = text.replace("[Service]\n", "[Service]\n" + extra, 1)
     path = tmp_path / name
@@ -147,7 +149,7 @@ def test_verify_is_silent(tmp_path: Path, name: str) -> None:
     for key in ("ExecStartPre", "ExecStart"):
         for command in service(name).get(key, []):
             binary = shlex.split(command.lstrip("@-:+!"))[0]
-            if binary != INSTALLED:
+            if binary not in (INSTALLED, INSTALLED_PYTHON):
                 assert os.access(binary, os.X_OK), f"{name}: {key} runs {binary}, not executable here"
     result = run(tool("systemd-analyze"), "verify", "--man=no", str(staged(tmp_path, name)), cwd=tmp_path)
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
@@ -181,10 +183,12 @@ def test_hardening_checks_pass(tmp_path: Path, name: str) -> None:
     assert failing == []
 
 
-@pytest.mark.parametrize(("name", "command"), [(AGENT, "agent"), (COLLECTOR, "collector")])
+@pytest.mark.parametrize(
+    ("name", "command"), [(AGENT, f"{INSTALLED_PYTHON} -m wattline.agent"), (COLLECTOR, f"{INSTALLED} collector")]
+)
 def test_notify_restart_and_paths(name: str, command: str) -> None:
     s = service(name)
-    assert one(s, "ExecStart") == f"{INSTALLED} {command} --config {CONFIG}"
+    assert one(s, "ExecStart") == f"{command} --config {CONFIG}"
     assert one(s, "Type") == "notify"
     assert one(s, "NotifyAccess") == "main"
     assert one(s, "WatchdogSec").endswith("s")

@@ -172,6 +172,17 @@ class _Prepared:
     series: list[tuple[str, str, str, str, str]]
 
 
+def _event_fields(text: str) -> dict[str, Any]:
+    """A job event's ``fields`` column; a UNITS event's (most of a long job's events) without
+    the JSON parser: ``{"units":X}`` with X as ``float.__repr__`` wrote it, which float() reads back exactly."""
+    if text.startswith('{"units":') and "," not in text:
+        try:
+            return {"units": float(text[9:-1])}
+        except ValueError:
+            pass
+    return {} if text == "{}" else dict(json.loads(text))
+
+
 class SqliteStore(Store):
     """A SQLite file; one connection shared by the collector's threads behind a lock."""
 
@@ -415,9 +426,8 @@ class SqliteStore(Store):
     def job_events(self, job_id: str | None = None) -> list[StoredJobEvent]:
         where, args = self._where(("job_id = ?", job_id))
         sql = f"SELECT {_EVENT_COLUMNS} FROM job_events{where} ORDER BY time_ns, host, event_seq"
-        loads = json.loads
         return [
-            StoredJobEvent(host, job, event, t, seq, {} if fields == "{}" else loads(fields))
+            StoredJobEvent(host, job, event, t, seq, _event_fields(fields))
             for host, job, event, t, seq, fields in self._rows(sql, args)
         ]
 

@@ -1,15 +1,17 @@
 """Part "report": ``build_report`` latency against job length, InfluxDB 1.x and SQLite.
 
-Per job length (full: 1 h and 24 h; quick: 10 min and 1 h), a fresh database holds 16
-hosts sampled at 1 Hz (package and DRAM of socket 0: 2 series per host, constant 100 W and
-20 W, so the truth is known) from 2 minutes before the job to 1 minute after, and the job's
-events: open, a ``saturated`` phase mark at 5 % of the job, close; then again with one UNITS
-event per host per minute added (a report reads every event of the store: O(events)). Data
-is written fast: line protocol straight to ``/write`` for InfluxDB, the store's own INSERT
-in large transactions for SQLite (job events through the store). Each job length has its
-own database so a report never reads the other job's events. After each bulk write the
-run waits for influxd to go idle (its compactions would slow whatever runs next). Latency:
-first call (cold) and the median of 3 more; the report's energy is checked against the truth.
+Per store, ONE database holds every job, so a report shares the store with everything else
+(as in production) and flatness is honest: the jobs measured (full: 1 h and 24 h; quick:
+10 min and 1 h, one after the other) on 16 hosts sampled at 1 Hz (package and DRAM of
+socket 0: 2 series per host, constant 100 W and 20 W, so the truth is known) from 2 minutes
+before each job to 1 minute after, each with its events: open, a ``saturated`` phase mark at
+5 % of the job, close; plus unrelated jobs (``OTHER_JOBS`` of 10 min on the same hosts, before
+the measured ones, and as many on other hosts) with one UNITS event per host per minute.
+Then again with one UNITS event per host per minute added to the measured jobs. Data is
+written fast: line protocol straight to ``/write`` for InfluxDB, the store's own INSERT in
+large transactions for SQLite (job events through the store). After each bulk write the run
+waits for influxd to go idle (its compactions would slow whatever runs next). Latency: first
+call (cold) and the median of 3 more; the report's energy is checked against the truth.
 """
 
 from __future__ import annotations
@@ -32,35 +34,60 @@ NS = 10**9
 SERIES = (("cpu_package", "package-0", 100.0), ("dram", "package-0/dram", 20.0))
 BEFORE_S, AFTER_S = 120, 60
 UNITS_EVERY_S = 60
+#: Unrelated jobs in the same store: this many on the measured jobs' hosts (before them) and
+#: as many on other hosts; 10 minutes each, with their UNITS events.
+OTHER_JOBS, OTHER_S = 20, 600
+DATABASE = "report"
 
 
 def run(work: Path, quick: bool) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     lengths = {"10min": 600, "1h": 3600} if quick else {"1h": 3600, "24h": 86400}
     shortest, longest = min(lengths, key=lengths.__getitem__), max(lengths, key=lengths.__getitem__)
-    result: dict[str, Any] = {"hosts": HOSTS, "series_per_host": len(SERIES), "lengths_s": lengths, "stores": {}}
+    # the unrelated jobs first, then each measured job after the previous one (2 min apart)
+    others_s = OTHER_JOBS * (OTHER_S + 60)
+    starts, t = {}, T0_NS + others_s * NS
+    for label, seconds in lengths.items():
+        starts[label] = t
+        t += (BEFORE_S + seconds + AFTER_S) * NS
+    result: dict[str, Any] = {
+        "hosts": HOSTS,
+        "series_per_host": len(SERIES),
+        "lengths_s": lengths,
+        "other_jobs": 2 * OTHER_JOBS,
+        "one_database": True,
+        "stores": {},
+    }
     procs: list[Proc] = []
     with running(procs):
         influxd = start_influxd(work / "influxd")
         procs.append(influxd.proc)
         for store_name in ("influxdb1", "sqlite"):
             latency: dict[str, dict[str, float]] = {"marks only": {}, "units every 60 s": {}}
-            detail: dict[str, Any] = {}
+            detail: dict[str, Any] = {label: {} for label in lengths}
+            store = open_store(store_name, influxd, work)
+            t0 = time.monotonic()
+            for batch in other_jobs():
+                store.write(batch)
             for label, seconds in lengths.items():
-                job_id = f"bench-{label}"
                 t = time.monotonic()
-                store = fill(store_name, influxd, work, job_id, seconds)
-                detail[label] = {"load_s": time.monotonic() - t, "settle_s": wait_idle(influxd.proc)}
+                fill(store, influxd, starts[label], seconds)
+                for batch in job_events(f"bench-{label}", starts[label], seconds):
+                    store.write(batch)
+                detail[label]["load_s"] = time.monotonic() - t
                 detail[label]["points"] = HOSTS * len(SERIES) * (seconds + BEFORE_S + AFTER_S)
-                for variant, units in (("marks only", False), ("units every 60 s", True)):
-                    if units:
-                        for batch in job_events(job_id, seconds, units_only=True):
+            result.setdefault("load_s", {})[store_name] = time.monotonic() - t0
+            for variant, units in (("marks only", False), ("units every 60 s", True)):
+                if units:
+                    for label, seconds in lengths.items():
+                        for batch in job_events(f"bench-{label}", starts[label], seconds, units_only=True):
                             store.write(batch)
-                        wait_idle(influxd.proc)
-                    timings, error = timed_reports(store, job_id, seconds)
+                detail["settle_s"] = wait_idle(influxd.proc)
+                for label, seconds in lengths.items():
+                    timings, error = timed_reports(store, f"bench-{label}", seconds)
                     latency[variant][label] = statistics.median(timings[1:])
                     detail[label][variant] = {"cold_s": timings[0], "runs_s": timings[1:], "energy_error": error}
-                store.close()
+            store.close()
             result["stores"][store_name] = {
                 "latency_s": latency,
                 # latency of the longest job over that of the shortest
@@ -83,14 +110,15 @@ def timed_reports(store: Any, job_id: str, seconds: int) -> tuple[list[float], f
     return timings, abs(total - truth) / truth
 
 
-def job_events(job_id: str, seconds: int, units_only: bool = False) -> list[wire.pb.Batch]:
+def job_events(
+    job_id: str, open_ns: int, seconds: int, units_only: bool = False, hosts: int = HOSTS, host_prefix: str = "host"
+) -> list[wire.pb.Batch]:
     """Per host: open, the saturation mark and close; or (``units_only``) the UNITS events."""
-    open_ns = T0_NS + BEFORE_S * NS
     batches = []
-    for h in range(HOSTS):
+    for h in range(hosts):
         builder = EventBuilder(JobSpec(job_id, job_id, "training", "sequences", {"suite": "bench"}))
-        batch = wire.Batch(stream_id=f"events-{h}", seq=2 if units_only else 1)
-        batch.host.host_id = f"host-{h:02d}"
+        batch = wire.Batch(stream_id=f"events-{job_id}-{h}", seq=2 if units_only else 1)
+        batch.host.host_id = f"{host_prefix}-{h:02d}"
         marks = [builder.open(open_ns), builder.phase("saturated", open_ns + seconds * NS // 20)]
         marks.append(builder.close(0, open_ns + seconds * NS))
         units = [builder.units(600.0, open_ns + k * NS) for k in range(UNITS_EVERY_S, seconds, UNITS_EVERY_S)]
@@ -99,46 +127,64 @@ def job_events(job_id: str, seconds: int, units_only: bool = False) -> list[wire
     return batches
 
 
-def fill(store_name: str, influxd: Influxd, work: Path, job_id: str, seconds: int) -> Any:
-    total_s = BEFORE_S + seconds + AFTER_S
-    store: InfluxV1Store | SqliteStore
+def other_jobs() -> list[wire.pb.Batch]:
+    """The unrelated jobs: OTHER_JOBS on the measured hosts (before the measured jobs) and as many
+    at the same times on other hosts, with their UNITS events."""
+    batches = []
+    for k in range(OTHER_JOBS):
+        open_ns = T0_NS + k * (OTHER_S + 60) * NS
+        for prefix in ("host", "other"):
+            job_id = f"other-{prefix}-{k}"
+            batches += job_events(job_id, open_ns, OTHER_S, host_prefix=prefix)
+            batches += job_events(job_id, open_ns, OTHER_S, units_only=True, host_prefix=prefix)
+    return batches
+
+
+def open_store(store_name: str, influxd: Influxd, work: Path) -> InfluxV1Store | SqliteStore:
     if store_name == "influxdb1":
-        db = job_id.replace("-", "_")
-        store = InfluxV1Store(influxd.url, db)
+        store = InfluxV1Store(influxd.url, DATABASE)
         store.create_database()
+        return store
+    return SqliteStore(work / f"{DATABASE}.db")
+
+
+def fill(store: InfluxV1Store | SqliteStore, influxd: Influxd, open_ns: int, seconds: int) -> None:
+    """Energy samples of every host from BEFORE_S before ``open_ns`` to AFTER_S after the job's end."""
+    t0 = open_ns - BEFORE_S * NS
+    total_s = BEFORE_S + seconds + AFTER_S
+    if isinstance(store, InfluxV1Store):
         for h in range(HOSTS):
             lines: list[str] = []
             for component, device, watts in SERIES:
                 prefix = f"energy,component={component},device={device},host=host-{h:02d},quality=counter,source=rapl "
                 for k in range(1, total_s + 1):
-                    end = T0_NS + k * NS
+                    end = t0 + k * NS
                     lines.append(
                         f"{prefix}energy_j={watts},power_w={watts},cumulative_j={watts * k},interval_s=1.0,"
-                        f'start_ns={end - NS}i,healthy=true,stream="s-{h}" {end}'
+                        f'start_ns={end - NS}i,healthy=true,stream="s-{h}-{t0}" {end}'
                     )
             for i in range(0, len(lines), 50_000):
                 status, body = http(
-                    "POST", f"{influxd.url}/write?db={db}&precision=ns", "\n".join(lines[i : i + 50_000]).encode(), 120
+                    "POST",
+                    f"{influxd.url}/write?db={DATABASE}&precision=ns",
+                    "\n".join(lines[i : i + 50_000]).encode(),
+                    120,
                 )
                 if status != 204:
                     raise RuntimeError(f"/write answered {status}: {body[:200]!r}")
-    else:
-        store = SqliteStore(work / f"{job_id}.db")
-        conn = store._db
-        for h in range(HOSTS):
-            host = f"host-{h:02d}"
-            rows = [
-                (
-                    *(host, "rapl", component, device, "counter", "{}", T0_NS + k * NS, T0_NS + (k - 1) * NS),
-                    *(watts, watts, watts * k, 1.0, None, 1, "", None, f"s-{h}", "{}"),
-                )
-                for component, device, watts in SERIES
-                for k in range(1, total_s + 1)
-            ]
-            conn.execute("BEGIN")
-            conn.executemany(_INSERT_ENERGY, rows)
-            conn.executemany(_INSERT_SERIES, sorted({r[:5] for r in rows}))
-            conn.execute("COMMIT")
-    for batch in job_events(job_id, seconds):
-        store.write(batch)
-    return store
+        return
+    conn = store._db
+    for h in range(HOSTS):
+        host = f"host-{h:02d}"
+        rows = [
+            (
+                *(host, "rapl", component, device, "counter", "{}", t0 + k * NS, t0 + (k - 1) * NS),
+                *(watts, watts, watts * k, 1.0, None, 1, "", None, f"s-{h}-{t0}", "{}"),
+            )
+            for component, device, watts in SERIES
+            for k in range(1, total_s + 1)
+        ]
+        conn.execute("BEGIN")
+        conn.executemany(_INSERT_ENERGY, rows)
+        conn.executemany(_INSERT_SERIES, sorted({r[:5] for r in rows}))
+        conn.execute("COMMIT")

@@ -187,6 +187,8 @@ class SqliteStore(Store):
     """A SQLite file; one connection shared by the collector's threads behind a lock."""
 
     kind = "sqlite"
+    #: One writer at a time (the connection's lock), so batches waiting for it group up.
+    max_concurrent_writes = 1
 
     def __init__(self, path: str | Path, timeout_s: float = 10.0) -> None:
         self.path = str(path)

@@ -39,7 +39,8 @@ def open_reader(store: str | None, config: Path | None) -> Any:
     doc = read_toml(config)
     settings = build(CollectorSettings, "collector", doc, flags={"store": store or default_store_url()})
     opened = store_from_settings(settings)
-    if not all(hasattr(opened, m) for m in ("job_events", "samples", "first_after", "last_before")):
+    needed = ("job_events", "job_events_between", "samples", "first_after", "last_before")
+    if not all(hasattr(opened, m) for m in needed):
         raise ConfigError(
             f"store {settings.store}: reports cannot read from a {opened.kind} store (use InfluxDB 1.x API or SQLite)"
         )

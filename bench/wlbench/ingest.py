@@ -208,33 +208,49 @@ def energy_rows(batch: wire.pb.Batch) -> list[tuple[Any, ...]]:
     return rows
 
 
+GROUP = 4  # batches per group commit in the grouped figure (what a busy collector merges)
+
+
 def sqlite(batches: list[wire.pb.Batch], work: Path, rounds: int) -> dict[str, Any]:
+    """Rows/s of SqliteStore against bare ``executemany`` with the same commits: one
+    transaction per batch (``write``), then one per group of ``GROUP`` (``write_group``)."""
     rows = [energy_rows(b) for b in batches]
     n = sum(len(r) for r in rows)
-    store_rates: list[float] = []
-    bare_rates: list[float] = []
+    groups = [batches[i : i + GROUP] for i in range(0, len(batches), GROUP)]
+    row_groups = [[r for b in rows[i : i + GROUP] for r in b] for i in range(0, len(rows), GROUP)]
+    rates: dict[str, list[float]] = {"store": [], "bare": [], "store_grouped": [], "bare_grouped": []}
     for i in range(rounds):
-        store = SqliteStore(work / f"store-{i}.db")
-        t = time.perf_counter()
-        for b in batches:
-            store.write(b)
-        store_rates.append(n / (time.perf_counter() - t))
-        store.close()
-        bare = SqliteStore(work / f"bare-{i}.db")  # the same schema and pragmas
-        db = bare._db
-        t = time.perf_counter()
-        for batch_rows in rows:
-            db.execute("BEGIN")
-            db.executemany(_INSERT_ENERGY, batch_rows)
-            db.executemany(_INSERT_SERIES, sorted({r[:5] for r in batch_rows}))
-            db.execute("COMMIT")
-        bare_rates.append(n / (time.perf_counter() - t))
-        bare.close()
-    store_rate, bare_rate = median(store_rates), median(bare_rates)
+        for grouped in (False, True):
+            suffix = "_grouped" if grouped else ""
+            store = SqliteStore(work / f"store{suffix}-{i}.db")
+            t = time.perf_counter()
+            if grouped:
+                for g in groups:
+                    store.write_group(g)
+            else:
+                for b in batches:
+                    store.write(b)
+            rates["store" + suffix].append(n / (time.perf_counter() - t))
+            store.close()
+            bare = SqliteStore(work / f"bare{suffix}-{i}.db")  # the same schema and pragmas
+            db = bare._db
+            t = time.perf_counter()
+            for commit_rows in row_groups if grouped else rows:
+                db.execute("BEGIN")
+                db.executemany(_INSERT_ENERGY, commit_rows)
+                db.executemany(_INSERT_SERIES, sorted({r[:5] for r in commit_rows}))
+                db.execute("COMMIT")
+            rates["bare" + suffix].append(n / (time.perf_counter() - t))
+            bare.close()
+    m = {k: median(v) for k, v in rates.items()}
     return {
         "rows": n,
         "batches": len(batches),
-        "store_rows_per_s": store_rate,
-        "bare_rows_per_s": bare_rate,
-        "ratio": ratio(store_rate, bare_rate),
+        "group_size": GROUP,
+        "store_rows_per_s": m["store"],
+        "bare_rows_per_s": m["bare"],
+        "ratio": ratio(m["store"], m["bare"]),
+        "grouped_store_rows_per_s": m["store_grouped"],
+        "grouped_bare_rows_per_s": m["bare_grouped"],
+        "grouped_ratio": ratio(m["store_grouped"], m["bare_grouped"]),
     }

@@ -228,6 +228,18 @@ def ingest_rows(r: dict[str, Any]) -> list[Row]:
                 at_least(sq["ratio"], 0.7),
             )
         )
+        if sq.get("grouped_ratio") is not None:
+            rows.append(
+                Row(
+                    "ingest",
+                    f"SQLite store rows/s, group commits of {sq['group_size']} batches",
+                    num(sq["grouped_store_rows_per_s"], "rows/s"),
+                    f"bare executemany, same commits {num(sq['grouped_bare_rows_per_s'], 'rows/s')}",
+                    sq["grouped_ratio"],
+                    ">= 0.7x",
+                    at_least(sq["grouped_ratio"], 0.7),
+                )
+            )
     return rows
 
 

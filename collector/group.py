@@ -9,7 +9,10 @@ store one :meth:`Store.write_group`. Under light load a group is one batch and n
 waits; under heavy load the commit rate stays the same and each commit carries more.
 
 No thread of its own: the waiting calls' own threads take turns as writers (leader and
-followers). At most ``writers`` groups are written at once. A batch that no writer has
+followers). At most ``writers`` groups are written at once. Each waiting call sleeps on its
+own condition and is woken only when its batch is done or it should lead the next group
+(never every waiting call after each commit: that is O(waiting calls) thread wake-ups per
+commit, each one a GIL hand-off). A batch that no writer has
 taken within ``busy_wait_s`` leaves the queue and its call gets :class:`Busy` (the agent
 backs off), so the wait is bounded; memory is bounded by the calls gRPC admits.
 """
@@ -34,6 +37,8 @@ class Busy(Exception):
 class _Pending:
     batch: wire.pb.Batch
     points: int
+    #: Its call's own wake-up, on the committer's lock.
+    wake: threading.Condition
     taken: bool = False
     done: bool = False
     result: WriteResult | None = None
@@ -60,32 +65,32 @@ class GroupCommitter:
         self.busy_wait_s = busy_wait_s
         #: Called after each successful commit with (batches, seconds).
         self.on_commit = on_commit
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._queue: deque[_Pending] = deque()
         self._active = 0
 
     def write(self, batch: wire.pb.Batch) -> WriteResult:
         """Commit ``batch`` (with whatever else is waiting); raises Busy or StoreUnavailable."""
-        item = _Pending(batch, len(batch.samples) + len(batch.job_events))
+        item = _Pending(batch, len(batch.samples) + len(batch.job_events), threading.Condition(self._lock))
         deadline = time.monotonic() + self.busy_wait_s
-        with self._cond:
+        with self._lock:
             self._queue.append(item)
         while True:
             group: list[_Pending] = []
-            with self._cond:
+            with self._lock:
                 while not item.done:
                     if self._queue and self._active < self.writers:
                         group = self._take()
                         self._active += 1
                         break
                     if item.taken:
-                        self._cond.wait()
+                        item.wake.wait()
                         continue
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         self._queue.remove(item)
                         raise Busy(f"no writer free within {self.busy_wait_s:g} s")
-                    self._cond.wait(remaining)
+                    item.wake.wait(remaining)
             if not group:
                 if item.error is not None:
                     raise item.error
@@ -94,11 +99,13 @@ class GroupCommitter:
             try:
                 self._commit(group)
             finally:
-                with self._cond:
+                with self._lock:
                     self._active -= 1
                     for pending in group:
                         pending.done = True
-                    self._cond.notify_all()
+                        pending.wake.notify()
+                    if self._queue:  # a writer is free: the oldest waiting call leads next
+                        self._queue[0].wake.notify()
 
     def _take(self) -> list[_Pending]:
         """The oldest waiting batches, at least one, up to max_group_points points."""

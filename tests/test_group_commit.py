@@ -7,12 +7,14 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import grpc
 import pytest
 
 from tests.servers import T0, Influxd, make_batch
 from wattline import wire
+from wattline.collector import group
 from wattline.collector.group import Busy, GroupCommitter
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.base import Store, StoreUnavailable, WriteResult
@@ -130,6 +132,56 @@ def test_a_store_bug_does_not_leave_the_group_waiting(tmp_path: Path) -> None:
     with pytest.raises(KeyError):
         committer.write(batch(0))
     store.close()
+
+
+def test_many_calls_over_several_writers_each_get_their_result_and_wake_only_when_needed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Counting(Store):
+        """Commits in memory after a short sleep; records concurrency and commits."""
+
+        kind = "counting"
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+            self.running = self.most = self.commits = 0
+            self.written: list[str] = []
+
+        def write(self, batch: wire.pb.Batch) -> WriteResult:
+            return self.write_group([batch])[0]
+
+        def write_group(self, batches: Sequence[wire.pb.Batch]) -> list[WriteResult]:
+            with self.lock:
+                self.running += 1
+                self.most = max(self.most, self.running)
+            time.sleep(0.002)
+            with self.lock:
+                self.running -= 1
+                self.commits += 1
+                self.written += [b.stream_id for b in batches]
+            return [WriteResult(written=len(b.samples)) for b in batches]
+
+    wakes = 0
+
+    class CountedCondition(threading.Condition):
+        def notify(self, n: int = 1) -> None:
+            nonlocal wakes
+            wakes += 1
+            super().notify(n)
+
+        def notify_all(self) -> None:
+            raise AssertionError("a commit must not wake every waiting call")
+
+    monkeypatch.setattr(group, "threading", SimpleNamespace(Lock=threading.Lock, Condition=CountedCondition))
+    store = Counting()
+    committer = GroupCommitter(store, writers=3, busy_wait_s=30)
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        results = list(pool.map(lambda i: (i, committer.write(batch(i, samples=1 + i % 5))), range(400)))
+    assert all(r.written == 1 + i % 5 for i, r in results)
+    assert sorted(store.written) == sorted(f"s-{i}" for i in range(400))  # each batch once
+    assert store.most <= 3 and store.commits < 400  # calls waited and were grouped
+    # Each commit wakes its own batches' calls and at most one next leader.
+    assert wakes <= 400 + store.commits
 
 
 def test_line_protocol_group_attributes_refused_points_to_their_own_batch(influxd: Influxd) -> None:

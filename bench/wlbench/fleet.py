@@ -2,8 +2,9 @@
 
 Usage: ``python -m wlbench.fleet --target HOST:PORT --first N --agents K --duration S --out FILE``.
 Each agent has its own channel, samples the 12 RAPL + NIC channels once a second on its
-own phase, and, like the real uplink, seals and pushes what it has once a second on another
-phase, keeping a batch until it is acknowledged. Sample timestamps are the wall clock of the
+own phase, and, like the real uplink, seals and pushes what it has every ``--push-every``
+seconds (default: the agent's own ``batch_interval`` default) on another phase, keeping a
+batch until it is acknowledged. Sample timestamps are the wall clock of the
 tick, so the collector can measure sample-to-commit delay. After the run, unacknowledged
 batches are retried for ``--drain`` seconds. FILE gets JSON: samples sent (ticked),
 acknowledged, failed pushes, still unacknowledged at the end; the run's wall-clock window.
@@ -21,13 +22,16 @@ from pathlib import Path
 import grpc
 
 from wattline import wire
+from wattline.agent.settings import AgentSettings
 from wlbench.data import HostStream
 
 METHOD = "/wattline.v1.Telemetry/Push"
 NS = 10**9
+#: How often a real agent pushes by default (``agent.batch_interval``).
+AGENT_PUSH_EVERY_S: float = AgentSettings.batch_interval  # type: ignore[assignment]
 
 
-async def agent(index: int, target: str, end: float, drain_s: float, stats: dict[str, int]) -> None:
+async def agent(index: int, target: str, end: float, drain_s: float, push_every: float, stats: dict[str, int]) -> None:
     rng = random.Random(index)
     tick_phase, up_phase = rng.random(), rng.random()
     now = time.time()
@@ -38,7 +42,7 @@ async def agent(index: int, target: str, end: float, drain_s: float, stats: dict
         push = channel.unary_unary(
             METHOD, request_serializer=wire.Batch.SerializeToString, response_deserializer=wire.Ack.FromString
         )
-        next_up = int(now) + 1 + up_phase
+        next_up = int(now) + 1 + up_phase * push_every
         while True:
             await asyncio.sleep(max(0.0, next_up - time.time()))
             last = next_up >= end
@@ -59,8 +63,10 @@ async def agent(index: int, target: str, end: float, drain_s: float, stats: dict
                 pending[0].sent_ns = time.time_ns()
                 try:
                     ack = await push(pending[0], timeout=10)
-                except grpc.RpcError:
+                except grpc.RpcError as exc:
                     stats["failed_pushes"] += 1
+                    code = exc.code().name if callable(getattr(exc, "code", None)) else "UNKNOWN"
+                    stats[f"failed_{code}"] = stats.get(f"failed_{code}", 0) + 1
                     if last and time.time() < end + drain_s:
                         await asyncio.sleep(1.0)  # after the run: keep delivering, as an agent would
                         continue
@@ -69,16 +75,18 @@ async def agent(index: int, target: str, end: float, drain_s: float, stats: dict
                 pending.pop(0)
             if last:
                 break
-            next_up += 1.0
+            next_up += push_every
     stats["unacked_batches"] += len(pending)
     stats["unacked_samples"] += sum(len(b.samples) for b in pending)
 
 
-async def fleet(first: int, count: int, target: str, duration: float, drain_s: float) -> dict[str, float]:
+async def fleet(
+    first: int, count: int, target: str, duration: float, drain_s: float, push_every: float
+) -> dict[str, float]:
     stats = {"sent": 0, "acked": 0, "failed_pushes": 0, "unacked_batches": 0, "unacked_samples": 0}
     start = time.time()
     end = start + duration
-    await asyncio.gather(*(agent(first + i, target, end, drain_s, stats) for i in range(count)))
+    await asyncio.gather(*(agent(first + i, target, end, drain_s, push_every, stats) for i in range(count)))
     return {**stats, "start": start, "end": end, "finished": time.time()}
 
 
@@ -89,9 +97,10 @@ def main() -> None:
     ap.add_argument("--agents", type=int, required=True)
     ap.add_argument("--duration", type=float, required=True)
     ap.add_argument("--drain", type=float, default=60.0, help="seconds to keep delivering after the run")
+    ap.add_argument("--push-every", type=float, default=AGENT_PUSH_EVERY_S, help="seconds between pushes")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    stats = asyncio.run(fleet(args.first, args.agents, args.target, args.duration, args.drain))
+    stats = asyncio.run(fleet(args.first, args.agents, args.target, args.duration, args.drain, args.push_every))
     args.out.write_text(json.dumps(stats))
 
 

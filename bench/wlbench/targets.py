@@ -248,6 +248,8 @@ def scale_rows(r: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     for size, d in r["sizes"].items():
         yard = f"sent {num(d['sent_per_s'], '/s')}"
+        if r.get("push_every_s"):
+            yard += f", one push per {r['push_every_s']:g} s"
         if d["store"] == "sqlite" and tx:
             yard += f"; SQLite alone: {num(tx, 'batches/s')}"
         rows.append(

@@ -12,9 +12,9 @@ No thread of its own: the waiting calls' own threads take turns as writers (lead
 followers). At most ``writers`` groups are written at once. Each waiting call sleeps on its
 own condition and is woken only when its batch is done or it should lead the next group
 (never every waiting call after each commit: that is O(waiting calls) thread wake-ups per
-commit, each one a GIL hand-off). A batch that no writer has
-taken within ``busy_wait_s`` leaves the queue and its call gets :class:`Busy` (the agent
-backs off), so the wait is bounded; memory is bounded by the calls gRPC admits.
+commit, each one a GIL hand-off). A batch that no writer has taken within ``busy_wait_s``
+leaves the queue and its call gets :class:`Busy` (the agent backs off), so the wait is
+bounded; memory is bounded by the calls gRPC admits.
 """
 
 from __future__ import annotations

@@ -17,20 +17,62 @@ Rules, in order, for a raw counter value ``v`` after ``prev``:
 4. A delta implying more than ``max_power_w`` x 1.5 is absurd: 0 J, status
    "implausible ... W", and the baseline moves to ``v``.
 
+A failed read (``Reading.error``) of a counter channel keeps the last good value and its
+time: the hardware counter kept counting, so the next good read's delta covers the whole
+gap and is counted, with status "gap: N s without a reading". Rules 1-4 apply to that
+longer interval (the plausibility bound scales with it). A gap longer than the counter's
+shortest wrap period (:func:`wrap_period_s`) may hide whole wraps: the status says so.
+
 Power readings (``power_w``) are integrated with the trapezoid rule between successive
 reads; a missing or failed previous reading means the first interval uses the current
 power alone (rectangle). Negative, NaN or absurd power values count 0 J with a status.
+Power (and per-interval energy) channels cannot recover a gap: nothing measured the
+power meanwhile, so each failed read's interval counts 0 J, unhealthy, nothing invented.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from wattline.agent.sources.base import Channel, Reading
+from wattline.config import ConfigError
 
 #: Headroom over a channel's max_power_w before a reading is called implausible.
 PLAUSIBILITY_FACTOR = 1.5
+
+
+def wrap_period_s(channel: Channel) -> float | None:
+    """Shortest time in which ``channel``'s counter can wrap: its range at its plausible
+    maximum power (``max_power_w`` x PLAUSIBILITY_FACTOR). None: no wrap range or no bound."""
+    if channel.counter_max is None or not channel.max_power_w or channel.max_power_w <= 0:
+        return None
+    return channel.counter_max * channel.counter_scale_j / (channel.max_power_w * PLAUSIBILITY_FACTOR)
+
+
+def wrap_limit(channels: Iterable[Channel]) -> tuple[float, Channel] | None:
+    """The shortest wrap period among ``channels`` and its channel; None when none wraps."""
+    periods = [(p, ch) for ch in channels if (p := wrap_period_s(ch)) is not None]
+    return min(periods, key=lambda pc: pc[0]) if periods else None
+
+
+def check_interval(interval_s: float, channels: Iterable[Channel], option: str = "agent.interval") -> None:
+    """Refuse a sampling interval not shorter than a counter's shortest wrap period.
+
+    Two wraps within one interval are indistinguishable from one: energy would be lost.
+    Raises ConfigError with one line naming the limit and the channel that sets it.
+    """
+    limit = wrap_limit(channels)
+    if limit is None or interval_s < limit[0]:
+        return
+    period, ch = limit
+    assert ch.counter_max is not None and ch.max_power_w is not None
+    raise ConfigError(
+        f"option {option}: {interval_s:g} s is not shorter than the shortest counter wrap period, {period:.1f} s "
+        f"({ch.source} {ch.device}: {ch.counter_max * ch.counter_scale_j:.0f} J range at up to "
+        f"{ch.max_power_w * PLAUSIBILITY_FACTOR:.0f} W); sample more often"
+    )
 
 
 @dataclass(slots=True)
@@ -56,7 +98,7 @@ class Delta:
 class EnergyCounter:
     """Monotonic joules for one channel."""
 
-    __slots__ = ("_prev_power", "_prev_raw", "_prev_t", "channel", "cumulative_j")
+    __slots__ = ("_prev_power", "_prev_raw", "_prev_t", "channel", "cumulative_j", "gap_reads")
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
@@ -64,18 +106,25 @@ class EnergyCounter:
         self._prev_raw: int | None = None
         self._prev_power: float | None = None
         self._prev_t: float | None = None
+        #: Failed reads since the last good one while a counter baseline is held (a gap):
+        #: the sampler then emits nothing and the next good read's interval spans the gap.
+        self.gap_reads = 0
 
     def update(self, reading: Reading, t_mono_s: float) -> Delta | None:
         """Fold one reading taken at monotonic time ``t_mono_s`` (seconds).
 
         Returns None for the very first reading of a counter channel (it only sets the
-        baseline); otherwise the interval since the previous call.
+        baseline) and for a failed read while a counter baseline is held (:attr:`gap_reads`
+        counts them); otherwise the interval since the previous call (since the last good
+        read, after a gap).
         """
+        if reading.error is not None and self._prev_raw is not None:
+            self.gap_reads += 1  # keep the baseline and its time: the counter keeps counting
+            return None
         prev_t, self._prev_t = self._prev_t, t_mono_s
         dt = 0.0 if prev_t is None else max(t_mono_s - prev_t, 0.0)
         if reading.error is not None:
-            # Drop the baselines: energy during a failure is unknown, never invented.
-            self._prev_raw = None
+            # No counter to recover from: energy during a failure is unknown, never invented.
             self._prev_power = None
             return None if prev_t is None else self._emit(0.0, dt, status=reading.error, healthy=False)
         if reading.energy_raw is not None:
@@ -88,12 +137,23 @@ class EnergyCounter:
             return None
         return self._emit(0.0, dt, status="no value", healthy=False)
 
+    def forget(self) -> None:
+        """Drop the baselines (the channel vanished); :attr:`cumulative_j` goes on from here."""
+        self._prev_raw = self._prev_power = self._prev_t = None
+        self.gap_reads = 0
+
     # -- the three kinds of reading ------------------------------------------------
 
     def _from_counter(self, raw: int, dt: float, first: bool) -> Delta | None:
         prev, self._prev_raw = self._prev_raw, raw
         if prev is None or first:
             return None
+        delta = self._count(raw, prev, dt)
+        if self.gap_reads:
+            self._mark_gap(delta, dt)
+        return delta
+
+    def _count(self, raw: int, prev: int, dt: float) -> Delta:
         ch = self.channel
         if raw >= prev:
             ticks = raw - prev
@@ -107,6 +167,15 @@ class EnergyCounter:
             return self._emit(0.0, dt, status=f"implausible {energy / dt if dt else math.inf:.0f} W", healthy=False)
         self.cumulative_j += energy
         return Delta(energy, energy / dt if dt > 0 else 0.0, self.cumulative_j, dt)
+
+    def _mark_gap(self, delta: Delta, dt: float) -> None:
+        """Say that ``delta`` (the first good read after failed ones) spans a gap."""
+        self.gap_reads = 0
+        gap = f"gap: {dt:.1f} s without a reading"
+        period = wrap_period_s(self.channel)
+        if period is not None and dt >= period:
+            gap += f", longer than the counter's wrap period ({period:.0f} s): whole wraps may be missing"
+        delta.status = f"{delta.status}; {gap}" if delta.status else gap
 
     def _from_power(self, reading: Reading, dt: float, first: bool) -> Delta | None:
         power = reading.power_w

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -20,6 +21,7 @@ from wattline.agent.disk_spool import DiskSpool
 from wattline.agent.exporter import AgentCollector, serve
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
+from wattline.agent.sources.base import Source
 from wattline.agent.spool import Spool
 from wattline.agent.uplink import Uplink
 from wattline.config import ConfigError
@@ -37,20 +39,6 @@ def host_identity(settings: AgentSettings, statuses: list[registry.SourceStatus]
             labels.update(host_labels())
     labels.update(settings.labels)
     return wire.Host(host_id=settings.host_id or socket.gethostname(), labels=labels, agent_version=__version__)
-
-
-def log_statuses(statuses: list[registry.SourceStatus]) -> None:
-    """One line per source: what it measures, or why it is absent."""
-    for status in statuses:
-        if status.available:
-            qualities = sorted({ch.quality.value for ch in status.channels})
-            log.info("source %s: %d channels (%s)", status.name, len(status.channels), ", ".join(qualities))
-        else:
-            log.info("source %s: absent: %s", status.name, status.reason)
-        for note in status.notes:
-            log.log(
-                logging.WARNING if note.level == "warning" else logging.INFO, "source %s: %s", status.name, note.text
-            )
 
 
 def spool_directory(settings: AgentSettings, env: Mapping[str, str] | None = None) -> Path | None:
@@ -113,9 +101,14 @@ class Agent:
 
     def __post_init__(self) -> None:
         security = uplink_security(self.settings)  # bad credentials fail before anything starts
-        self.statuses = registry.discover(self.settings.sources, self.settings.sysfs_root, self.doc, self.env)
-        log_statuses(self.statuses)
-        self.sources = [s.source for s in self.statuses if s.source is not None]
+        self.discovery = registry.Discovery(
+            self.settings.sources,
+            self.settings.sysfs_root,
+            self.doc,
+            self.env,
+            interval_s=self.settings.interval,
+            every_s=self.settings.rediscover_interval,
+        )
         self.host = host_identity(self.settings, self.statuses)
         try:
             self.spool = open_spool(self.settings, self.host, self.env)
@@ -136,6 +129,16 @@ class Agent:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.prometheus_port: int | None = None
+        self._previous_sighup: Any = None
+
+    @property
+    def statuses(self) -> list[registry.SourceStatus]:
+        """Each source's outcome of the latest discovery."""
+        return self.discovery.statuses
+
+    @property
+    def sources(self) -> list[Source]:
+        return self.discovery.sources
 
     def alive(self) -> bool:
         """True while the sampler keeps ticking (feeds the systemd watchdog only then)."""
@@ -153,8 +156,10 @@ class Agent:
             self.prometheus_port = serve(collector, self.settings.prometheus_port, self.settings.prometheus_addr)
             log.info("prometheus metrics on http://%s:%d/metrics", self.settings.prometheus_addr, self.prometheus_port)
         self.sampler.tick()  # baseline readings before the first interval
+        if threading.current_thread() is threading.main_thread():  # SIGHUP: rediscover the sources now
+            self._previous_sighup = signal.signal(signal.SIGHUP, lambda *_: self.discovery.request())
         for name, target in (
-            ("sampler", lambda: self.sampler.run(self.settings.interval, self._stop)),
+            ("sampler", lambda: self.sampler.run(self.settings.interval, self._stop, self.discovery)),
             ("uplink", lambda: self.uplink.run(self._stop)),
         ):
             thread = threading.Thread(target=target, name=f"wattline-{name}", daemon=True)
@@ -173,6 +178,9 @@ class Agent:
     def stop(self, flush_s: float = 5.0) -> bool:
         """Stop sampling, deliver what is left (up to ``flush_s``), close sources."""
         self._stop.set()
+        if self._previous_sighup is not None:
+            signal.signal(signal.SIGHUP, self._previous_sighup)
+            self._previous_sighup = None
         for thread in self._threads:
             thread.join(timeout=10)
         self.sampler.tick()  # the last partial interval
@@ -194,8 +202,7 @@ class Agent:
         return delivered
 
     def _close_sources(self) -> None:
-        for source in self.sources:
-            source.close()
+        self.discovery.close()
 
     def wait(self, stop: threading.Event, on_tick: Callable[[], object] | None = None, every_s: float = 1.0) -> None:
         """Block until ``stop`` is set, calling ``on_tick`` (e.g. the systemd watchdog)."""

@@ -1,17 +1,24 @@
-"""Which sources exist, how to build them, and what ``wattline sources`` tells the user."""
+"""Which sources exist, how to build them, and what ``wattline sources`` tells the user.
+
+:func:`discover` is the one discovery path; :class:`Discovery` runs it at start and again
+later (periodically, or on request) so devices that appear are sampled and devices that
+vanish are reported.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
 import logging
+import time
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wattline.agent.counter import check_interval, wrap_period_s
 from wattline.agent.sources.base import Channel, Note, Source, SourceUnavailable
 from wattline.config import ConfigError, build
 
@@ -68,16 +75,25 @@ def discover(
     root: Path,
     doc: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
+    current: Sequence[SourceStatus] = (),
 ) -> list[SourceStatus]:
-    """Build and discover each enabled source; an absent or broken one is reported, not fatal."""
+    """Build and discover each enabled source; an absent or broken one is reported, not fatal.
+
+    ``current`` (a previous discovery's outcome): a source present there is discovered again
+    in place (it keeps what it holds, e.g. a running neuron-monitor), an absent one is built
+    anew.
+    """
     statuses: list[SourceStatus] = []
+    present = {s.name: s.source for s in current if s.source is not None}
     rapl_cpu = False
     for name in names:
         cls, options_cls = source_class(name)
-        options = build(options_cls, f"sources.{name}", doc, env)
+        source = present.get(name)
+        if source is None:
+            source = typing.cast(Any, cls)(root, build(options_cls, f"sources.{name}", doc, env))
+        options = getattr(source, "options", None)
         if name == "cpu_model" and hasattr(options, "rapl_present"):
-            options.rapl_present = rapl_cpu
-        source = typing.cast(Any, cls)(root, options)
+            options.rapl_present = rapl_cpu  # type: ignore[union-attr]
         try:
             channels = source.discover()
         except SourceUnavailable as exc:
@@ -93,3 +109,103 @@ def discover(
             rapl_cpu = any(ch.component == "cpu_package" for ch in channels)
         statuses.append(SourceStatus(name, source, channels, notes=list(source.notes)))
     return statuses
+
+
+def log_statuses(statuses: list[SourceStatus]) -> None:
+    """One line per source: what it measures, or why it is absent."""
+    for status in statuses:
+        if status.available:
+            qualities = sorted({ch.quality.value for ch in status.channels})
+            log.info("source %s: %d channels (%s)", status.name, len(status.channels), ", ".join(qualities))
+        else:
+            log.info("source %s: absent: %s", status.name, status.reason)
+        for note in status.notes:
+            log.log(
+                logging.WARNING if note.level == "warning" else logging.INFO, "source %s: %s", status.name, note.text
+            )
+
+
+Key = tuple[str, str, str]  # (source, component, device)
+
+
+def _keyed(statuses: Sequence[SourceStatus]) -> dict[Key, Channel]:
+    return {(ch.source, ch.component, ch.device): ch for s in statuses for ch in s.channels}
+
+
+class Discovery:
+    """The sources of one sampling process: found at start, found again when :meth:`due`.
+
+    Refuses at start (ConfigError, sources closed) a sampling ``interval_s`` not shorter than
+    a counter's shortest wrap period. Rediscovery runs every ``every_s`` seconds (0: only on
+    :meth:`request`, e.g. from a SIGHUP handler) and logs one line per channel that appeared
+    or vanished.
+    """
+
+    def __init__(
+        self,
+        names: list[str],
+        root: Path,
+        doc: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        *,
+        interval_s: float | None = None,
+        every_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._args = (names, root, doc, env)
+        self.interval_s, self.every_s, self._clock = interval_s, every_s, clock
+        self.statuses = discover(names, root, doc, env)
+        log_statuses(self.statuses)
+        if interval_s is not None:
+            try:
+                check_interval(interval_s, self.channels)
+            except BaseException:
+                self.close()
+                raise
+        self._next = clock() + every_s
+        self._requested = False
+        self.rediscoveries = 0
+
+    @property
+    def sources(self) -> list[Source]:
+        return [s.source for s in self.statuses if s.source is not None]
+
+    @property
+    def channels(self) -> list[Channel]:
+        return [ch for s in self.statuses for ch in s.channels]
+
+    def request(self) -> None:
+        """Rediscover at the next :meth:`due` check (safe to call from a signal handler)."""
+        self._requested = True
+
+    def due(self) -> bool:
+        """True when a rediscovery was requested or its period has passed."""
+        return self._requested or (self.every_s > 0 and self._clock() >= self._next)
+
+    def refresh(self) -> None:
+        """Discover again now; log what appeared and what vanished."""
+        self._requested = False
+        self._next = self._clock() + self.every_s
+        before = _keyed(self.statuses)
+        self.statuses = discover(*self._args, current=self.statuses)
+        self.rediscoveries += 1
+        after = _keyed(self.statuses)
+        for key in sorted(after.keys() - before.keys()):
+            log.info("rediscovery: %s %s %s appeared; sampled from now on", *key)
+            period = wrap_period_s(after[key])
+            if self.interval_s is not None and period is not None and self.interval_s >= period:
+                log.warning(
+                    "rediscovery: %s %s %s wraps in %.1f s, not more than the %g s interval: wraps may be lost",
+                    *key,
+                    period,
+                    self.interval_s,
+                )
+        reasons = {s.name: s.reason for s in self.statuses if not s.available}
+        for key in sorted(before.keys() - after.keys()):
+            why = f" (source absent: {reasons[key[0]]})" if key[0] in reasons else ""
+            log.warning("rediscovery: %s %s %s vanished; no longer read%s", *key, why)
+
+    def close(self) -> None:
+        """Close every source."""
+        for source in self.sources:
+            source.close()

@@ -9,13 +9,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from wattline import wire
 from wattline.agent.clock import StampClock
 from wattline.agent.counter import Delta, EnergyCounter
 from wattline.agent.encoding import EncodedSamples, SampleHead, encode_sample, energy_fields, stamp_fields
+from wattline.agent.registry import Discovery
 from wattline.agent.sources.base import Channel, Reading, Source
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,8 @@ Key = tuple[str, str, str]  # (source, component, device)
 #: a quarter less CPU per wake-up); longer ones wait on the stop event. Either way stop is
 #: seen within this long.
 SLEEP_MAX_S = 0.25
+#: Status of a channel that a rediscovery no longer found.
+VANISHED = "vanished: no longer found by discovery"
 
 
 @dataclass(slots=True)
@@ -123,7 +126,20 @@ class Sampler:
         """Fold one reading into its channel's state; the encoded sample of the interval it closed."""
         entry = self._by_channel.get(id(reading.channel))
         state = entry[1] if entry is not None and entry[0] is reading.channel else self._state(reading.channel)
-        delta = state.counter.update(reading, mono_s)
+        counter = state.counter
+        delta = counter.update(reading, mono_s)
+        if counter.gap_reads:  # a failed read: the counter holds its last good value, nothing closes
+            if counter.gap_reads == 1:
+                ch = reading.channel
+                log.warning(
+                    "%s %s %s: read failed (%.100s); the next good read counts the whole gap",
+                    ch.source,
+                    ch.component,
+                    ch.device,
+                    reading.error,
+                )
+            state.healthy, state.status = False, reading.error or ""
+            return None
         start_ns, state.last_end_ns = state.last_end_ns, stamp_ns
         start_field, state.start_field = state.start_field, start
         utilization = state.utilization = reading.utilization
@@ -153,6 +169,33 @@ class Sampler:
             gauges,
         )
 
+    def set_sources(self, sources: Sequence[Source], channels: Iterable[Channel]) -> None:
+        """Read ``sources`` from the next tick on (after a rediscovery); ``channels`` are theirs.
+
+        A channel that is back under its key (source, component, device) keeps its state and
+        cumulative energy; one that is gone is marked "vanished" and its baselines dropped, so
+        if it comes back its first read is a new baseline (its energy meanwhile is unknown).
+        """
+        current = {(ch.source, ch.component, ch.device): ch for ch in channels}
+        with self._lock:
+            self.sources = list(sources)
+            self._by_channel = {}
+            for key, state in self.channels.items():
+                ch = current.get(key)
+                if ch is None:
+                    if state.status != VANISHED:
+                        state.counter.forget()
+                        state.last_end_ns, state.healthy, state.status = None, False, VANISHED
+                    continue
+                if ch != state.channel:  # e.g. a new power limit: bounds follow the new channel
+                    state.channel = state.counter.channel = ch
+                    state.wire_quality = ch.quality.wire
+                    state.head = SampleHead(ch.source, ch.component, ch.device, state.wire_quality)
+                self._by_channel[id(ch)] = (ch, state)
+            for name in list(self.source_errors):
+                if all(src.name != name for src in self.sources):
+                    del self.source_errors[name]
+
     def snapshot(self) -> list[ChannelState]:
         """A consistent copy of every channel's state."""
         with self._lock:
@@ -173,16 +216,24 @@ class Sampler:
                 for s in self.channels.values()
             ]
 
-    def run(self, interval_s: float, stop: threading.Event) -> None:
+    def rediscover(self, discovery: Discovery) -> None:
+        """Discover the sources again and read what was found from the next tick on."""
+        discovery.refresh()
+        self.set_sources(discovery.sources, discovery.channels)
+
+    def run(self, interval_s: float, stop: threading.Event, discovery: Discovery | None = None) -> None:
         """Tick every ``interval_s`` on the monotonic clock until ``stop`` is set.
 
         Ticks are scheduled on a fixed grid; a tick that overran skips the missed slots
         rather than bunching up (the counters make the energy exact either way). ``stop`` is
-        seen within SLEEP_MAX_S.
+        seen within SLEEP_MAX_S. With ``discovery``, sources are found again between ticks
+        whenever it is due (periodically, or on request: SIGHUP).
         """
         next_at = time.monotonic()
         while not stop.is_set():
             self.tick()
+            if discovery is not None and discovery.due():
+                self.rediscover(discovery)
             next_at += interval_s
             now = time.monotonic()
             if now > next_at:

@@ -16,7 +16,14 @@ class AgentSettings:
 
     host_id: str = option("", "Stable host identity (default: the hostname).")
     labels: dict[str, str] = option({}, "Host labels KEY=VALUE (instance_type, region, cluster); low cardinality.")
-    interval: float = option(1.0, "Sampling interval in seconds (0.1 for 10 Hz; RAPL needs < the wrap period).")
+    interval: float = option(
+        1.0, "Sampling interval in seconds (0.1 for 10 Hz); refused unless shorter than every counter's wrap period."
+    )
+    rediscover_interval: float = option(
+        60.0,
+        "Seconds between source rediscoveries: devices that appear are sampled, ones that vanish reported "
+        "(0: only on SIGHUP to the agent).",
+    )
     sysfs_root: Path = option(Path("/"), "Root under which /sys and /proc are read (a recorded tree in tests).")
     sources: list[str] = option(list(DEFAULT_SOURCES), "Sources to try, in order (rapl,nvml,neuron,nic,cpu_model).")
     collectors: list[str] = option(
@@ -60,6 +67,8 @@ class AgentSettings:
         """Range checks; raises ConfigError naming the option."""
         if not 0.001 <= self.interval <= 3600:
             raise ConfigError(f"option agent.interval: {self.interval} s out of range (0.001..3600)")
+        if not 0 <= self.rediscover_interval <= 86400:
+            raise ConfigError(f"option agent.rediscover_interval: {self.rediscover_interval} s out of range (0..86400)")
         if self.batch_interval <= 0:
             raise ConfigError("option agent.batch_interval: must be positive")
         if self.batch_max_samples < 1 or self.spool_max_batches < 1:

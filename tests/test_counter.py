@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from wattline.agent.counter import EnergyCounter
+from wattline.agent.counter import EnergyCounter, wrap_period_s
 from wattline.agent.sources.base import Channel, Reading
 from wattline.quality import Quality
 
@@ -61,13 +61,54 @@ def test_absurd_jump_is_flagged_not_counted() -> None:
     assert "implausible" in delta.status
 
 
-def test_error_reading_counts_zero_and_drops_baseline() -> None:
+def test_failed_reads_keep_the_baseline_and_the_next_good_read_spans_the_gap() -> None:
     c = EnergyCounter(RAPL)
     c.update(Reading(RAPL, energy_raw=0), 0.0)
-    bad = c.update(Reading(RAPL, error="bad value"), 1.0)
-    assert bad is not None and bad.energy_j == 0.0 and not bad.healthy and bad.status == "bad value"
-    assert c.update(Reading(RAPL, energy_raw=90_000_000), 2.0) is None  # new baseline
-    assert c.update(Reading(RAPL, energy_raw=100_000_000), 3.0).energy_j == pytest.approx(10.0)  # type: ignore[union-attr]
+    assert c.update(Reading(RAPL, energy_raw=10_000_000), 1.0).energy_j == pytest.approx(10.0)  # type: ignore[union-attr]
+    assert c.update(Reading(RAPL, error="bad value"), 2.0) is None
+    assert c.update(Reading(RAPL, error="cannot read"), 3.0) is None
+    assert c.gap_reads == 2
+    d = c.update(Reading(RAPL, energy_raw=40_000_000), 4.0)
+    assert d is not None and d.energy_j == pytest.approx(30.0) and d.interval_s == 3.0 and d.healthy
+    assert d.status == "gap: 3.0 s without a reading" and c.gap_reads == 0
+    assert c.cumulative_j == pytest.approx(40.0)
+
+
+def test_plausibility_and_wrap_scale_with_the_gap() -> None:
+    c = EnergyCounter(RAPL)  # 95 W bound: 142.5 W plausible
+    top = RAPL.counter_max
+    assert top is not None
+    c.update(Reading(RAPL, energy_raw=top - 100_000_000), 0.0)
+    for t in range(1, 10):
+        c.update(Reading(RAPL, error="N/A"), float(t))
+    d = c.update(Reading(RAPL, energy_raw=900_000_000), 10.0)  # 1000 J in 10 s across a wrap: 100 W
+    assert d is not None and d.energy_j == pytest.approx(1000.0) and d.status.startswith("gap: 10.0 s")
+    c.update(Reading(RAPL, error="N/A"), 11.0)
+    d = c.update(Reading(RAPL, energy_raw=2_900_000_000), 12.0)  # 2000 J in 2 s: absurd even over the gap
+    assert d is not None and d.energy_j == 0.0 and not d.healthy
+    assert d.status == "implausible 1000 W; gap: 2.0 s without a reading"
+
+
+def test_gap_longer_than_the_wrap_period_says_wraps_may_be_missing() -> None:
+    small = Channel("rapl", "dram", "package-0/dram", Quality.COUNTER, 1e-6, 150_000_000, 100.0)  # 150 J: 1 s
+    assert wrap_period_s(small) == pytest.approx(1.0)
+    c = EnergyCounter(small)
+    c.update(Reading(small, energy_raw=0), 0.0)
+    c.update(Reading(small, error="EIO"), 0.5)
+    d = c.update(Reading(small, energy_raw=50_000_000), 2.0)
+    assert d is not None and d.energy_j == pytest.approx(50.0)
+    assert d.status.endswith("longer than the counter's wrap period (1 s): whole wraps may be missing")
+
+
+def test_power_channel_cannot_recover_a_gap_and_invents_nothing() -> None:
+    ch = Channel("nvml", "gpu", "GPU-0", Quality.INTEGRATED, max_power_w=700.0)
+    c = EnergyCounter(ch)
+    c.update(Reading(ch, power_w=100.0), 0.0)
+    bad = c.update(Reading(ch, error="GPU is lost"), 1.0)
+    assert bad is not None and bad.energy_j == 0.0 and not bad.healthy and bad.status == "GPU is lost"
+    assert c.gap_reads == 0
+    d = c.update(Reading(ch, power_w=100.0), 2.0)  # no previous power: rectangle over this interval only
+    assert d is not None and d.energy_j == pytest.approx(100.0) and d.interval_s == 1.0
 
 
 def test_power_trapezoid_and_bounds() -> None:

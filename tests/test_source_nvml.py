@@ -184,11 +184,11 @@ def test_lost_gpu_fails_alone_and_errors_recover(stub_dir: Path) -> None:
     assert {"level": "warning", "text": "GPU 2: Insufficient Permissions; skipped"} in result["notes"]
     assert energies(result, a) == [None, 1.0, 1.0, 1.0, 1.0, 1.0]
     assert [s["readings"][b]["error"] for s in result["steps"]] == [None] * 3 + ["GPU is lost"] * 3
-    assert energies(result, b) == [None, 1.0, 1.0, 0.0, 0.0, 0.0]
-    assert [s["deltas"][b]["healthy"] for s in result["steps"][3:]] == [False] * 3
-    # GPU D: one failed read counts 0 J, the next only re-baselines, then energy resumes.
+    assert energies(result, b) == [None, 1.0, 1.0, None, None, None]  # a gap: the last good value is kept
+    # GPU D: one failed read closes no interval; the next good read counts the whole gap, marked.
     assert [s["readings"][d]["error"] for s in result["steps"]] == [None, None, "Unknown Error", None, None, None]
-    assert energies(result, d) == [None, 1.0, 0.0, None, 1.0, 1.0]
+    assert energies(result, d) == [None, 1.0, None, 2.0, 1.0, 1.0]
+    assert result["steps"][3]["deltas"][d]["status"].startswith("gap: ")
     assert result["steps"][2]["health"][d] == "Unknown Error"
     assert result["steps"][-1]["health"] == {a: "ok", b: "GPU is lost", "gpu2": "Insufficient Permissions", d: "ok"}
     # A failed GPU is not asked for utilization: 6 (A) + 3 (B) + 5 (D).

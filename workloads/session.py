@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from wattline import __version__, wire
 from wattline.agent import registry
-from wattline.agent.daemon import host_identity, log_statuses, uplink_security
+from wattline.agent.daemon import host_identity, uplink_security
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
 from wattline.agent.spool import Spool
@@ -47,13 +47,18 @@ class EmbeddedSession:
     def __init__(self, store: Store, settings: AgentSettings, doc: Mapping[str, Any] | None = None) -> None:
         self.store = store
         self.settings = settings
-        self.statuses = registry.discover(settings.sources, settings.sysfs_root, doc)
-        log_statuses(self.statuses)
-        self.sources = [s.source for s in self.statuses if s.source is not None]
+        self.discovery = registry.Discovery(
+            settings.sources,
+            settings.sysfs_root,
+            doc,
+            interval_s=settings.interval,
+            every_s=settings.rediscover_interval,
+        )
+        self.statuses = self.discovery.statuses  # as found at start
         host = host_identity(settings, self.statuses)
         self.host_id = host.host_id
         self.spool = Spool(host, max_batch_samples=settings.batch_max_samples, max_batches=settings.spool_max_batches)
-        self.sampler = Sampler(self.sources, self.spool.add_samples)
+        self.sampler = Sampler(self.discovery.sources, self.spool.add_samples)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.write_errors = 0
@@ -66,7 +71,7 @@ class EmbeddedSession:
             self._threads.append(thread)
 
     def _sample(self) -> None:
-        self.sampler.run(self.settings.interval, self._stop)
+        self.sampler.run(self.settings.interval, self._stop, self.discovery)
 
     def _write_loop(self) -> None:
         while not self._stop.wait(self.settings.batch_interval):
@@ -94,8 +99,7 @@ class EmbeddedSession:
             thread.join(timeout=10)
         self.sampler.tick()
         self.deliver()
-        for source in self.sources:
-            source.close()
+        self.discovery.close()
 
 
 class CollectorSink:

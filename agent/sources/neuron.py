@@ -263,9 +263,8 @@ class NeuronSource(Source):
     # -- discovery -------------------------------------------------------------------
 
     def discover(self) -> list[Channel]:
-        if self._monitor is not None:
-            self.close()
-        self._first_report.clear()
+        # Called again (a rediscovery): a running neuron-monitor is kept (its supervisor restarts it).
+        self.notes = []
         sys_dir = self.path(SYSFS_DIR)
         sys_devices = sorted(
             int(m.group(1)) for p in _listdir(sys_dir) if (m := re.fullmatch(r"neuron(\d+)", p.name)) and p.is_dir()
@@ -280,8 +279,13 @@ class NeuronSource(Source):
             if self.options.monitor_path:
                 self._note("warning", f"{self.options.monitor_path} not found: no utilization, memory or ECC figures")
         else:
-            self._start_monitor(binary)
-            if not self._wait_first_report(self.options.startup_timeout_s):
+            if self._monitor is None:
+                self._first_report.clear()
+                self._start_monitor(binary)
+                reported = self._wait_first_report(self.options.startup_timeout_s)
+            else:
+                reported = self._first_report.is_set()  # never wait on a rediscovery: sampling waits meanwhile
+            if not reported:
                 why = f"neuron-monitor gave no report within {self.options.startup_timeout_s:g} s"
                 if self._monitor is not None and self._monitor.last_exit:
                     why += f" ({self._monitor.last_exit})"

@@ -104,6 +104,7 @@ class NicSource(Source):
         self._ports: list[_Port] = []
 
     def discover(self) -> list[Channel]:
+        kept = {p.channel.device: (p.prev_bytes, p.prev_t) for p in self._ports}  # a rediscovery: keep baselines
         self.close()
         self.notes = [Note("info", self._model_text())]
         for iface in self._interfaces():
@@ -111,6 +112,8 @@ class NicSource(Source):
         if self.options.efa:
             for dev, port in self._efa_ports():
                 self._add(f"efa:{dev}/{port}", f"{INFINIBAND}/{dev}/ports/{port}/hw_counters", _EFA_FILES)
+        for found in self._ports:
+            found.prev_bytes, found.prev_t = kept.get(found.channel.device, (None, 0.0))
         if not self._ports:
             raise SourceUnavailable(
                 "no network interfaces to model (only loopback, virtual or down ones; "

@@ -155,13 +155,13 @@ class Discovery:
         self._args = (names, root, doc, env)
         self.interval_s, self.every_s, self._clock = interval_s, every_s, clock
         self.statuses = discover(names, root, doc, env)
-        log_statuses(self.statuses)
         if interval_s is not None:
             try:
                 check_interval(interval_s, self.channels)
             except BaseException:
                 self.close()
                 raise
+        log_statuses(self.statuses)
         self._next = clock() + every_s
         self._requested = False
         self.rediscoveries = 0

@@ -1,0 +1,217 @@
+"""Sources are found again while sampling: a RAPL zone that appears is sampled, one that
+vanishes is reported (one log line) and the others go on; an interval a counter could wrap
+twice in is refused at start.
+
+Real processes: ``wattline agent`` (rediscovered on SIGHUP, well before its periodic one) streaming to an in-process
+collector with SQLite, and ``wattline run`` embedded (periodic rediscovery), both on a sysfs
+tree whose counters advance at a known power in wall time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from procs import CLI, Proc, clean_env
+from sysfs_trees import Zone, powercap_tree, zone_dir
+
+from wattline.collector.server import CollectorServer
+from wattline.collector.stores.factory import open_store
+from wattline.collector.stores.sqlite import SqliteStore
+
+HOST = "rediscover-host"
+START_UJ = 10**9
+
+
+class Counters:
+    """Advances the energy_uj of each added zone at its power in wall time (every 10 ms)."""
+
+    def __init__(self, tree: Path) -> None:
+        self.tree = tree
+        self.zones: dict[str, tuple[float, float]] = {}  # zone -> (watts, monotonic start)
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def add(self, zone: str, watts: float) -> None:
+        with self.lock:
+            self.zones[zone] = (watts, time.monotonic())
+
+    def remove(self, zone: str) -> None:
+        with self.lock:
+            del self.zones[zone]
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.01):
+            with self.lock:
+                for zone, (watts, start) in self.zones.items():
+                    value = START_UJ + int(watts * (time.monotonic() - start) * 1e6)
+                    fd = os.open(self.tree / "sys/class/powercap" / zone / "energy_uj", os.O_WRONLY)
+                    try:
+                        os.pwrite(fd, f"{value}\n".encode(), 0)
+                    finally:
+                        os.close(fd)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def samples(store: SqliteStore, device: str) -> list[dict[str, Any]]:
+    return [r for r in store.query_energy(HOST) if r["device"] == device]
+
+
+def assert_power(rows: list[dict[str, Any]], watts: float) -> None:
+    """Joules over the device's samples match ``watts`` over the time they span (wall-time writes: 5 %)."""
+    span_s = (rows[-1]["time_ns"] - rows[0]["start_ns"]) / 1e9
+    assert span_s > 0.5
+    assert sum(r["energy_j"] for r in rows) == pytest.approx(watts * span_s, rel=0.05)
+    assert all(r["healthy"] for r in rows)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqliteStore]:
+    with open_store(f"sqlite:///{tmp_path / 'w.db'}") as s:
+        assert isinstance(s, SqliteStore)
+        yield s
+
+
+def test_agent_samples_a_zone_added_at_run_time_after_sighup_and_reports_a_vanished_one(
+    tmp_path: Path, store: SqliteStore
+) -> None:
+    tree = powercap_tree(tmp_path / "tree", [Zone("intel-rapl:0", "package-0", START_UJ)])
+    counters = Counters(tree)
+    counters.add("intel-rapl:0", 40.0)
+    server = CollectorServer(store, "127.0.0.1:0")
+    server.start()
+    agent = Proc(
+        [
+            *("agent", "--sysfs-root", str(tree), "--source", "rapl", "--host-id", HOST, "--spool-dir", "memory"),
+            *("--collector", f"127.0.0.1:{server.port}", "--interval", "0.1", "--batch-interval", "0.2"),
+        ],
+        tmp_path / "agent.log",
+    )
+    try:
+        wait_for("package-0 samples", lambda: len(samples(store, "package-0")) >= 5)
+        powercap_tree(tree, [Zone("intel-rapl:1", "package-1", START_UJ)])
+        counters.add("intel-rapl:1", 25.0)
+        time.sleep(1.0)
+        assert samples(store, "package-1") == []  # the periodic rediscovery is a minute away
+
+        agent.process.send_signal(signal.SIGHUP)
+        wait_for("package-1 samples", lambda: len(samples(store, "package-1")) >= 15)
+        assert agent.alive()
+        assert_power(samples(store, "package-1"), 25.0)
+        assert "rediscovery: rapl cpu_package package-1 appeared" in agent.log()
+
+        counters.remove("intel-rapl:0")
+        os.unlink(tree / "sys/class/powercap/intel-rapl:0")
+        shutil.rmtree(zone_dir(tree, "intel-rapl:0"))
+        agent.process.send_signal(signal.SIGHUP)
+        wait_for("the vanished line", lambda: "package-0 vanished" in agent.log())
+        vanished_at = time.time_ns()
+        agent.process.send_signal(signal.SIGHUP)  # a second rediscovery reports nothing new
+        wait_for(
+            "samples after the vanishing", lambda: samples(store, "package-1")[-1]["time_ns"] > vanished_at + 10**9
+        )
+        assert agent.log().count("vanished") == 1
+        assert "rediscovery: rapl cpu_package package-0 vanished; no longer read" in agent.log()
+        last_package_0 = samples(store, "package-0")[-1]["time_ns"]
+        assert last_package_0 < vanished_at
+        assert_power(samples(store, "package-1"), 25.0)  # the other zone never missed a joule
+        assert agent.terminate() == 0
+    finally:
+        agent.kill9()
+        counters.close()
+        server.stop()
+    assert "Traceback" not in agent.log()
+
+
+def test_embedded_run_rediscovers_periodically(tmp_path: Path, store: SqliteStore) -> None:
+    tree = powercap_tree(tmp_path / "tree", [Zone("intel-rapl:0", "package-0", START_UJ)])
+    counters = Counters(tree)
+    counters.add("intel-rapl:0", 30.0)
+    added = tmp_path / "added"
+    # The command adds package-1 to the tree after 0.5 s and runs 3 s more.
+    script = (
+        "import sys, time; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
+        "from sysfs_trees import Zone, powercap_tree; time.sleep(0.5); "
+        f"powercap_tree(Path(sys.argv[1]), [Zone('intel-rapl:1', 'package-1', {START_UJ})]); "
+        "Path(sys.argv[3]).touch(); time.sleep(3)"
+    )
+    env = {**clean_env(), "WATTLINE_AGENT_REDISCOVER_INTERVAL": "0.3"}
+    proc = subprocess.Popen(
+        [
+            *(*CLI, "run", "--job-id", "j1", "--sysfs-root", str(tree), "--source", "rapl", "--host-id", HOST),
+            *("--store", f"sqlite:///{tmp_path / 'w.db'}", "--interval", "0.1", "--no-report", "--"),
+            *(sys.executable, "-c", script, str(tree), str(Path(__file__).parent), str(added)),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for("the zone to be added", added.exists)
+        counters.add("intel-rapl:1", 20.0)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        counters.close()
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out
+    package_1 = samples(store, "package-1")
+    assert len(package_1) >= 15, out
+    assert_power(package_1, 20.0)
+    assert_power(samples(store, "package-0"), 30.0)
+
+
+AGENT = [*CLI, "agent", "--source", "rapl", "--collector", "127.0.0.1:9", "--spool-dir", "memory"]
+LEAN_AGENT = [sys.executable, "-m", "wattline.agent", "--sources", "rapl", "--spool-dir", "memory"]
+
+
+@pytest.mark.parametrize("entry", ["agent", "lean agent", "run"])
+def test_interval_a_counter_could_wrap_twice_in_is_refused(tmp_path: Path, entry: str) -> None:
+    # No constraint max power: the 1000 W default bound, 1500 W plausible: 262143 J wrap in 174.8 s.
+    tree = powercap_tree(tmp_path / "tree", [Zone("intel-rapl:0", "package-0", START_UJ)])
+    marker = tmp_path / "ran"
+    common = ["--sysfs-root", str(tree), "--interval", "200"]
+    argv = {
+        "agent": [*AGENT, *common],
+        "lean agent": [*LEAN_AGENT, *common],
+        "run": [
+            *(*CLI, "run", *common, "--source", "rapl", "--store", f"sqlite:///{tmp_path / 'w.db'}", "--no-report"),
+            *("--", "touch", str(marker)),
+        ],
+    }[entry]
+    done = subprocess.run(argv, env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "wattline: error: option agent.interval: 200 s is not shorter than the shortest counter wrap period, "
+        "174.8 s (rapl package-0: 262143 J range at up to 1500 W); sample more often"
+    ]
+    assert not marker.exists()  # the command never ran
+    # Just below the limit is accepted.
+    if entry == "run":
+        below = ["174" if a == "200" else a for a in argv]
+        ok = subprocess.run(below, env=clean_env(), capture_output=True, text=True, timeout=60)
+        assert ok.returncode == 0 and marker.exists(), ok.stderr

@@ -21,9 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pipeline import T0_NS
 from procs import CLI, Proc, clean_env
-from sysfs_trees import Zone, powercap_tree, zone_dir
+from sysfs_trees import Zone, powercap_tree, set_energy, zone_dir
 
+from wattline.agent.clock import StampClock
+from wattline.agent.registry import Discovery
+from wattline.agent.sampler import VANISHED, Sampler
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.factory import open_store
 from wattline.collector.stores.sqlite import SqliteStore
@@ -215,3 +219,49 @@ def test_interval_a_counter_could_wrap_twice_in_is_refused(tmp_path: Path, entry
         below = ["174" if a == "200" else a for a in argv]
         ok = subprocess.run(below, env=clean_env(), capture_output=True, text=True, timeout=60)
         assert ok.returncode == 0 and marker.exists(), ok.stderr
+
+
+def test_a_zone_that_vanishes_and_comes_back_counts_only_what_was_measured(tmp_path: Path) -> None:
+    """Synthetic clock: package-1 is read, vanishes for 2 s, comes back; exact joules throughout."""
+    tree = powercap_tree(tmp_path, [Zone("intel-rapl:0", "package-0", 0), Zone("intel-rapl:1", "package-1", 0)])
+    watts = {"intel-rapl:0": 40.0, "intel-rapl:1": 25.0}
+    raw = dict.fromkeys(watts, 0)
+    now = [T0_NS]
+    out: list[Any] = []
+    discovery = Discovery(["rapl"], tree, {}, {}, interval_s=0.5)
+    sampler = Sampler(discovery.sources, out.extend, StampClock(wall=lambda: now[0], mono=lambda: now[0] - T0_NS))
+
+    def tick(present: set[str]) -> None:
+        now[0] += 500_000_000
+        for zone, w in watts.items():
+            raw[zone] += round(w * 0.5e6)
+            if zone in present:
+                set_energy(tree, zone, raw[zone])
+        sampler.tick()
+
+    sampler.tick()
+    for _ in range(4):
+        tick(set(watts))
+    os.unlink(tree / "sys/class/powercap/intel-rapl:1")
+    shutil.rmtree(zone_dir(tree, "intel-rapl:1"))
+    sampler.rediscover(discovery)
+    assert {s.channel.device: s.status for s in sampler.snapshot()}["package-1"] == VANISHED
+    for _ in range(4):
+        tick({"intel-rapl:0"})
+    powercap_tree(tree, [Zone("intel-rapl:1", "package-1", raw["intel-rapl:1"])])  # re-registered, counter moved on
+    sampler.rediscover(discovery)
+    for _ in range(4):
+        tick(set(watts))
+
+    by_device: dict[str, list[Any]] = {}
+    for s in out:
+        by_device.setdefault(s.device, []).append(s)
+    assert len(by_device["package-0"]) == 12
+    assert sum(s.energy_j for s in by_device["package-0"]) == pytest.approx(40.0 * 6, rel=1e-9)
+    back = by_device["package-1"]
+    assert len(back) == 4 + 3  # the first read after the return is a new baseline
+    assert sum(s.energy_j for s in back) == pytest.approx(25.0 * 0.5 * 7, rel=1e-9)  # the absence is not invented
+    assert [s.cumulative_j for s in back] == sorted(s.cumulative_j for s in back)  # one stream: never backwards
+    assert back[-1].cumulative_j == pytest.approx(25.0 * 0.5 * 7, rel=1e-9)
+    assert back[4].start_ns - back[3].end_ns == 5 * 500_000_000 and all(s.healthy and not s.status for s in back)
+    discovery.close()

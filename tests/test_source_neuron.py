@@ -529,6 +529,23 @@ def test_sysfs_power_with_monitor(tmp_path: Path, sources: list[NeuronSource]) -
     assert r.utilization is not None and r.gauges["memory_used_bytes"] > 0
 
 
+def test_rediscovery_keeps_the_monitor_and_finds_a_new_device(tmp_path: Path, sources: list[NeuronSource]) -> None:
+    line = f"POWER_STATUS_VALID,{int(time.time()) // 60 * 60},10.00,30.00,20.00"
+    root = neuron_tree(tmp_path / "root", power=line)
+    src = replay_source(sources, tmp_path, root=root)
+    assert [c.device for c in src.discover()] == ["neuron0"]
+    wait_until(lambda: src.monitor_status().reports >= 1)
+    pid = src.monitor_status().pid
+    (root / "sys/devices/virtual/neuron_device/neuron1/info/architecture").mkdir(parents=True)
+    set_power(root, 1, line)
+    t0 = time.monotonic()
+    assert [c.device for c in src.discover()] == ["neuron0", "neuron1"]
+    assert time.monotonic() - t0 < 0.5  # no wait for a first report: the monitor kept running
+    status = src.monitor_status()
+    assert status.running and status.pid == pid and status.restarts == 0
+    assert [r.error for r in src.read()] == [None, None]
+
+
 def test_malformed_and_truncated_lines_are_skipped(
     tmp_path: Path, sources: list[NeuronSource], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -115,6 +115,19 @@ def test_energy_is_idle_plus_bytes_moved(host: Path) -> None:
     src.close()
 
 
+def test_rediscovery_keeps_each_interfaces_baseline(host: Path) -> None:
+    clock = FakeClock(100.0)
+    src = NicSource(host, Options(idle_w=2.0, j_per_byte=1e-9, interfaces=["eth0"]), clock=clock)
+    src.discover()
+    src.read()
+    set_stat(host, "eth0", "rx_bytes", 874354587 + 3_000_000)
+    clock.t = 101.0
+    assert [c.device for c in src.discover()] == ["eth0"]  # found again between two reads
+    (after,) = src.read()
+    assert after.energy_j == pytest.approx(2.0 * 1.0 + 1e-9 * 3_000_000, rel=1e-12)  # no interval lost
+    src.close()
+
+
 def test_counter_reset_counts_bytes_since_reset(host: Path) -> None:
     clock = FakeClock()
     src = NicSource(host, Options(idle_w=0.0, j_per_byte=1e-6, interfaces=["eth0"]), clock=clock)

@@ -22,6 +22,9 @@ time: the hardware counter kept counting, so the next good read's delta covers t
 gap and is counted, with status "gap: N s without a reading". Rules 1-4 apply to that
 longer interval (the plausibility bound scales with it). A gap longer than the counter's
 shortest wrap period (:func:`wrap_period_s`) may hide whole wraps: the status says so.
+A gap is held for at most MAX_GAP_S (or the wrap period, when shorter), and not past a
+``final`` read (the sampler's last): a failed read then gives it up, one unhealthy 0 J
+interval from the last good read with the read's error, and the baseline is dropped.
 
 Power readings (``power_w``) are integrated with the trapezoid rule between successive
 reads; a missing or failed previous reading means the first interval uses the current
@@ -41,6 +44,9 @@ from wattline.config import ConfigError
 
 #: Headroom over a channel's max_power_w before a reading is called implausible.
 PLAUSIBILITY_FACTOR = 1.5
+#: Longest gap of failed reads held for the next good read to count; beyond, it is given up
+#: (said in the store as an unhealthy interval rather than held back indefinitely).
+MAX_GAP_S = 60.0
 
 
 def wrap_period_s(channel: Channel) -> float | None:
@@ -110,17 +116,19 @@ class EnergyCounter:
         #: the sampler then emits nothing and the next good read's interval spans the gap.
         self.gap_reads = 0
 
-    def update(self, reading: Reading, t_mono_s: float) -> Delta | None:
+    def update(self, reading: Reading, t_mono_s: float, final: bool = False) -> Delta | None:
         """Fold one reading taken at monotonic time ``t_mono_s`` (seconds).
 
         Returns None for the very first reading of a counter channel (it only sets the
         baseline) and for a failed read while a counter baseline is held (:attr:`gap_reads`
         counts them); otherwise the interval since the previous call (since the last good
-        read, after a gap).
+        read, after a gap). ``final``: no read follows, so a gap is not held.
         """
         if reading.error is not None and self._prev_raw is not None:
-            self.gap_reads += 1  # keep the baseline and its time: the counter keeps counting
-            return None
+            if not final and t_mono_s - (self._prev_t or 0.0) < self._max_gap_s():
+                self.gap_reads += 1  # keep the baseline and its time: the counter keeps counting
+                return None
+            self._prev_raw, self.gap_reads = None, 0  # give the gap up: unknown, never invented
         prev_t, self._prev_t = self._prev_t, t_mono_s
         dt = 0.0 if prev_t is None else max(t_mono_s - prev_t, 0.0)
         if reading.error is not None:
@@ -136,6 +144,10 @@ class EnergyCounter:
         if prev_t is None:
             return None
         return self._emit(0.0, dt, status="no value", healthy=False)
+
+    def _max_gap_s(self) -> float:
+        period = wrap_period_s(self.channel)
+        return MAX_GAP_S if period is None else min(MAX_GAP_S, period)
 
     def forget(self) -> None:
         """Drop the baselines (the channel vanished); :attr:`cumulative_j` goes on from here."""

@@ -183,7 +183,7 @@ class Agent:
             self._previous_sighup = None
         for thread in self._threads:
             thread.join(timeout=10)
-        self.sampler.tick()  # the last partial interval
+        self.sampler.tick(final=True)  # the last partial interval
         delivered = self.uplink.flush(flush_s)
         left = self.spool.backlog()
         if not delivered:

@@ -72,11 +72,13 @@ class Sampler:
         self.last_tick_monotonic = time.monotonic()
         self._lock = threading.Lock()
 
-    def tick(self) -> EncodedSamples:
+    def tick(self, final: bool = False) -> EncodedSamples:
         """Read every source once and emit the samples of the intervals that closed.
 
         The samples go to the sink (and are returned) already encoded (:mod:`.encoding`):
-        a sink that is not a spool sees a sequence of ``wire.Sample``.
+        a sink that is not a spool sees a sequence of ``wire.Sample``. ``final`` (the last
+        tick, at stop): a counter whose read fails gives its gap up, said as an unhealthy
+        interval, rather than holding it for a read that never comes.
         """
         started = time.perf_counter()
         parts: list[bytes] = []
@@ -97,7 +99,7 @@ class Sampler:
             fold = self._fold
             with self._lock:
                 for reading in readings:
-                    data = fold(reading, mono_s, stamp_ns, end, start)
+                    data = fold(reading, mono_s, stamp_ns, end, start, final)
                     if data is not None:
                         parts.append(data)
         self.ticks += 1
@@ -122,12 +124,14 @@ class Sampler:
         self._by_channel[id(ch)] = (ch, state)  # holds ch, so its id is not reused meanwhile
         return state
 
-    def _fold(self, reading: Reading, mono_s: float, stamp_ns: int, end: bytes, start: bytes) -> bytes | None:
+    def _fold(
+        self, reading: Reading, mono_s: float, stamp_ns: int, end: bytes, start: bytes, final: bool = False
+    ) -> bytes | None:
         """Fold one reading into its channel's state; the encoded sample of the interval it closed."""
         entry = self._by_channel.get(id(reading.channel))
         state = entry[1] if entry is not None and entry[0] is reading.channel else self._state(reading.channel)
         counter = state.counter
-        delta = counter.update(reading, mono_s)
+        delta = counter.update(reading, mono_s, final)
         if counter.gap_reads:  # a failed read: the counter holds its last good value, nothing closes
             if counter.gap_reads == 1:
                 ch = reading.channel

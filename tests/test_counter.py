@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from wattline.agent.counter import EnergyCounter, wrap_period_s
+from wattline.agent.counter import MAX_GAP_S, EnergyCounter, wrap_period_s
 from wattline.agent.sources.base import Channel, Reading
 from wattline.quality import Quality
 
@@ -98,6 +98,20 @@ def test_gap_longer_than_the_wrap_period_says_wraps_may_be_missing() -> None:
     d = c.update(Reading(small, energy_raw=50_000_000), 2.0)
     assert d is not None and d.energy_j == pytest.approx(50.0)
     assert d.status.endswith("longer than the counter's wrap period (1 s): whole wraps may be missing")
+
+
+def test_a_gap_is_given_up_past_its_limit_or_at_the_final_read() -> None:
+    c = EnergyCounter(RAPL)  # wrap period 262143 J / 142.5 W = 1840 s: MAX_GAP_S is the limit
+    c.update(Reading(RAPL, energy_raw=0), 0.0)
+    assert c.update(Reading(RAPL, error="EIO"), MAX_GAP_S - 1) is None
+    given_up = c.update(Reading(RAPL, error="EIO"), MAX_GAP_S)
+    assert given_up is not None and given_up.interval_s == MAX_GAP_S and given_up.energy_j == 0.0
+    assert (given_up.healthy, given_up.status, c.gap_reads) == (False, "EIO", 0)
+    assert c.update(Reading(RAPL, energy_raw=5_000_000), MAX_GAP_S + 1) is None  # a new baseline
+    c.update(Reading(RAPL, energy_raw=6_000_000), MAX_GAP_S + 2)
+    last = c.update(Reading(RAPL, error="GPU is lost"), MAX_GAP_S + 3, final=True)
+    assert last is not None and last.energy_j == 0.0 and not last.healthy and last.status == "GPU is lost"
+    assert c.cumulative_j == pytest.approx(1.0)
 
 
 def test_power_channel_cannot_recover_a_gap_and_invents_nothing() -> None:

@@ -97,7 +97,7 @@ class EmbeddedSession:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=10)
-        self.sampler.tick()
+        self.sampler.tick(final=True)
         self.deliver()
         self.discovery.close()
 

@@ -91,9 +91,9 @@ def discover(
         source = present.get(name)
         if source is None:
             source = typing.cast(Any, cls)(root, build(options_cls, f"sources.{name}", doc, env))
-        options = getattr(source, "options", None)
+        options: Any = getattr(source, "options", None)
         if name == "cpu_model" and hasattr(options, "rapl_present"):
-            options.rapl_present = rapl_cpu  # type: ignore[union-attr]
+            options.rapl_present = rapl_cpu
         try:
             channels = source.discover()
         except SourceUnavailable as exc:
@@ -164,7 +164,6 @@ class Discovery:
         log_statuses(self.statuses)
         self._next = clock() + every_s
         self._requested = False
-        self.rediscoveries = 0
 
     @property
     def sources(self) -> list[Source]:
@@ -188,7 +187,6 @@ class Discovery:
         self._next = self._clock() + self.every_s
         before = _keyed(self.statuses)
         self.statuses = discover(*self._args, current=self.statuses)
-        self.rediscoveries += 1
         after = _keyed(self.statuses)
         for key in sorted(after.keys() - before.keys()):
             log.info("rediscovery: %s %s %s appeared; sampled from now on", *key)

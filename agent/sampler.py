@@ -221,8 +221,15 @@ class Sampler:
             ]
 
     def rediscover(self, discovery: Discovery) -> None:
-        """Discover the sources again and read what was found from the next tick on."""
-        discovery.refresh()
+        """Discover the sources again and read what was found from the next tick on.
+
+        A rediscovery that breaks is logged and sampling goes on with the sources it had.
+        """
+        try:
+            discovery.refresh()
+        except Exception:
+            log.exception("rediscovery failed; sampling goes on with the sources found before")
+            return
         self.set_sources(discovery.sources, discovery.channels)
 
     def run(self, interval_s: float, stop: threading.Event, discovery: Discovery | None = None) -> None:

@@ -54,8 +54,7 @@ class EmbeddedSession:
             interval_s=settings.interval,
             every_s=settings.rediscover_interval,
         )
-        self.statuses = self.discovery.statuses  # as found at start
-        host = host_identity(settings, self.statuses)
+        host = host_identity(settings, self.discovery.statuses)
         self.host_id = host.host_id
         self.spool = Spool(host, max_batch_samples=settings.batch_max_samples, max_batches=settings.spool_max_batches)
         self.sampler = Sampler(self.discovery.sources, self.spool.add_samples)

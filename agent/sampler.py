@@ -7,6 +7,7 @@ spool) that only appends to memory or a local file.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -27,6 +28,8 @@ Key = tuple[str, str, str]  # (source, component, device)
 #: a quarter less CPU per wake-up); longer ones wait on the stop event. Either way stop is
 #: seen within this long.
 SLEEP_MAX_S = 0.25
+#: A channel's failed reads are logged at most once in this many seconds.
+GAP_LOG_S = 60.0
 #: Status of a channel that a rediscovery no longer found.
 VANISHED = "vanished: no longer found by discovery"
 
@@ -48,6 +51,8 @@ class ChannelState:
     head: SampleHead | None = None
     #: ``start_ns`` field of the next sample: last_end_ns, encoded when it was the end.
     start_field: bytes = b""
+    #: Monotonic time (s) of the last "read failed" log line: at most one per GAP_LOG_S.
+    gap_logged_s: float = -math.inf
 
 
 class Sampler:
@@ -133,7 +138,8 @@ class Sampler:
         counter = state.counter
         delta = counter.update(reading, mono_s, final)
         if counter.gap_reads:  # a failed read: the counter holds its last good value, nothing closes
-            if counter.gap_reads == 1:
+            if counter.gap_reads == 1 and mono_s - state.gap_logged_s >= GAP_LOG_S:
+                state.gap_logged_s = mono_s
                 ch = reading.channel
                 log.warning(
                     "%s %s %s: read failed (%.100s); the next good read counts the whole gap",

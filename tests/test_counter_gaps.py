@@ -10,6 +10,7 @@ computed from the stored samples as reports do, must equal power x time.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,8 +79,9 @@ def window_j(samples: list[dict[str, Any]], t0: int, t1: int) -> float | None:
 
 @pytest.mark.parametrize("how", ["empty", "N/A", "unreadable"])
 def test_gap_of_failed_reads_costs_no_joule(
-    tmp_path: Path, store: SqliteStore, how: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, store: SqliteStore, how: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="wattline.agent.sampler")
     server = CollectorServer(store, "127.0.0.1:0")
     server.start()
     host = SyntheticHost(tmp_path / "host", "gap-host", ZONES, f"127.0.0.1:{server.port}")
@@ -99,6 +101,8 @@ def test_gap_of_failed_reads_costs_no_joule(
     assert [r["time_ns"] - r["start_ns"] for r in package] == [round(STEP_S * 1e9)] * 3 + [gap_end - gap_start] + [
         round(STEP_S * 1e9)
     ] * 2
+    failed = [r.getMessage() for r in caplog.records if "read failed" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].startswith("rapl cpu_package package-0: read failed (")  # one line a gap
     spanning = package[3]
     assert (spanning["start_ns"], spanning["time_ns"]) == (gap_start, gap_end)
     assert spanning["status"] == f"gap: {(FAILED_TICKS + 1) * STEP_S:.1f} s without a reading"

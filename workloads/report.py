@@ -119,6 +119,7 @@ class Report:
     settings: ReportSettings
     missing: list[str]
     notes: list[str]
+    state: str = "closed"  #: closed | running | abandoned (see JobView.state)
 
     @property
     def saturated(self) -> bool:
@@ -133,10 +134,13 @@ def build_report(
     now_ns = now_ns or time.time_ns()
     events = reader.job_events(job_id)
     job = build_view(job_id, events)
-    end_ns = job.end_ns(now_ns)
+    end_ns = job.end_ns(now_ns)  # an abandoned job ends when it was last heard
+    state = job.state(now_ns)
     notes: list[str] = []
-    if not job.closed:
+    if state == "running":
         notes.append("job still running: figures up to now")
+    elif state == "abandoned":
+        notes.append(job.status(now_ns))
     saturation = _saturation(reader, job, end_ns, settings)
     start = saturation.at_ns if saturation.saturated and saturation.at_ns is not None else job.start_ns
     if not saturation.saturated:
@@ -146,10 +150,10 @@ def build_report(
     meas = WindowEnergy(seconds=(end_ns - start) / 1e9)
     missing: set[str] = set()
     for host, window in job.hosts.items():
-        close = window.close_ns if window.close_ns is not None else end_ns
+        close = window.end_ns(now_ns, end_ns)
         split = min(max(start, window.open_ns), close)
         attribution, host_missing, host_notes = _host_attribution(
-            reader, job, host, window.open_ns, split, close, others, settings, end_ns
+            reader, job, host, (window.open_ns, split, close), others, settings, now_ns, end_ns
         )
         missing |= host_missing
         notes += host_notes
@@ -161,7 +165,19 @@ def build_report(
     measured = economics.Measured(units_meas, meas.seconds, energy, max(len(job.hosts), 1))
     figures = economics.figures(measured, settings.price_per_instance_hour, settings.carbon_intensity, settings.pue)
     return Report(
-        job, end_ns, saturation, start, units_warm, units_meas, warm, meas, figures, settings, sorted(missing), notes
+        job,
+        end_ns,
+        saturation,
+        start,
+        units_warm,
+        units_meas,
+        warm,
+        meas,
+        figures,
+        settings,
+        sorted(missing),
+        notes,
+        state,
     )
 
 
@@ -202,21 +218,22 @@ def _host_attribution(
     reader: Reader,
     job: JobView,
     host: str,
-    open_ns: int,
-    split_ns: int,
-    close_ns: int,
+    edges: tuple[int, int, int],
     others: Sequence[JobView],
     settings: ReportSettings,
     now_ns: int,
+    end_ns: int,
 ) -> tuple[Attribution, set[str], list[str]]:
-    """Split one host's energy over [open, close) between this job's two windows and others."""
+    """Split one host's energy over [open, close) (``edges``: open, split, close) between this
+    job's two windows and others. Another job's window ends at its close, at its last heard
+    time once abandoned at ``now_ns`` (it shares nothing after that), or at ``end_ns``."""
+    open_ns, split_ns, close_ns = edges
     notes: list[str] = []
+    windows_of = ((v, v.hosts[host].open_ns, v.hosts[host].end_ns(now_ns, end_ns)) for v in others if host in v.hosts)
     concurrent = [
-        JobWindow(
-            v.job_id, host, v.hosts[host].open_ns, v.hosts[host].close_ns or now_ns, frozenset(v.hosts[host].devices)
-        )
-        for v in others
-        if host in v.hosts and v.hosts[host].open_ns < close_ns and (v.hosts[host].close_ns or now_ns) > open_ns
+        JobWindow(v.job_id, host, start, end, frozenset(v.hosts[host].devices))
+        for v, start, end in windows_of
+        if start < close_ns and end > open_ns
     ]
     if concurrent:
         lo = min([open_ns] + [w.start_ns for w in concurrent])

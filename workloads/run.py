@@ -35,6 +35,7 @@ from wattline.workloads.events import (
     JobSpec,
     UnitAccumulator,
 )
+from wattline.workloads.heartbeat import Heartbeat
 from wattline.workloads.session import CollectorSink, EventSink
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,7 @@ class JobRunner:
             self.sink.send([self.builder.close(127)])
             shutil.rmtree(workdir, ignore_errors=True)
             raise FileNotFoundError(f"cannot start {self.request.command[0]!r}: {exc.strerror}") from None
+        heartbeat = Heartbeat(self.builder, self.sink.send).start()
         previous = {sig: signal.signal(sig, self._forwarder(child)) for sig in FORWARDED}
         pump = None
         if self.pattern is not None and child.stdout is not None:
@@ -164,6 +166,7 @@ class JobRunner:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            heartbeat.stop()
         if pump is not None:
             pump.join(timeout=5)
         reader.poll()

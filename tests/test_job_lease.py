@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pipeline import T0_NS, SyntheticHost, ZoneSpec
 from procs import Proc
 from servers import Influxd
 from sysfs_trees import Zone, powercap_tree
@@ -30,6 +31,9 @@ from wattline.collector.server import CollectorServer
 from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
 from wattline.collector.stores.reader import StoredJobEvent
 from wattline.collector.stores.sqlite import SqliteStore
+from wattline.wire import JobEvent
+from wattline.workloads.events import EventBuilder, JobSpec
+from wattline.workloads.job import Job
 from wattline.workloads.jobs_view import all_views
 from wattline.workloads.report import build_report
 
@@ -247,3 +251,64 @@ def test_over_the_wire_a_live_job_keeps_sharing_and_a_killed_one_stops(
         agent.terminate()
         server.stop()
         store.close()
+
+
+def test_a_store_from_before_heartbeats_ends_an_unclosed_job_at_its_last_event(tmp_path: Path) -> None:
+    """Events written before heartbeats existed: "old" opened at 0 s, last units at 10 s, no
+    close; "b" ran 20-40 s and closed. Long past the lease, old is abandoned at 10 s (charged
+    P x 10 s) and b shares nothing with it (charged P x 20 s; the 31-day rule gave b half)."""
+    host = SyntheticHost(tmp_path / "h", "h1", [ZoneSpec("intel-rapl:0", "package-0", POWER_W)])
+    old = EventBuilder(JobSpec("old", "old"))
+    b = EventBuilder(JobSpec("b", "b"))
+    host.spool.add_job_events([old.open(host.t_ns)])
+    for second in range(60):
+        host.advance(1.0, 2)
+        if second == 9:
+            host.spool.add_job_events([old.units(5.0, host.t_ns)])
+        if second == 19:
+            host.spool.add_job_events([b.open(host.t_ns)])
+        if second == 39:
+            host.spool.add_job_events([b.close(0, host.t_ns)])
+    host.spool.seal()
+    with SqliteStore(tmp_path / "w.db") as store:
+        while (batch := host.spool.peek()) is not None:
+            store.write(batch)
+            host.spool.ack(batch.seq)
+        rb = build_report(store, "b")
+        assert rb.warmup.energy_j + rb.measured.energy_j == pytest.approx(POWER_W * 20, rel=1e-9)
+        ro = build_report(store, "old")
+        assert ro.end_ns == T0_NS + 10 * 10**9 and ro.state == "abandoned"
+        assert ro.warmup.energy_j + ro.measured.energy_j == pytest.approx(POWER_W * 10, rel=1e-9)
+        assert f"abandoned (no close; last heard at {utc_iso(T0_NS + 10 * 10**9)})" in ro.notes
+    host.close()
+
+
+def test_the_job_api_renews_its_lease_until_it_closes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Job that opens its own job heartbeats every period until its close; one joined
+    through `wattline run`'s events file leaves that to `wattline run`."""
+    monkeypatch.setenv(ENV_HEARTBEAT, "0.05")
+    sent: list[Any] = []
+
+    class Sink:
+        host_id = "h"
+
+        def send(self, events: list[Any]) -> None:
+            sent.extend(events)
+
+        def close(self) -> None:
+            sent.append("closed")
+
+    with Job("api", job_id="api-1", sink=Sink()):
+        time.sleep(0.5)
+    kinds = [e if e == "closed" else JobEvent.Kind.Name(e.kind) for e in sent]
+    assert kinds[0] == "KIND_OPEN" and kinds[-2:] == ["KIND_CLOSE", "closed"]
+    assert 5 <= kinds.count("KIND_HEARTBEAT") <= 11 and set(kinds[1:-2]) == {"KIND_HEARTBEAT"}
+    time.sleep(0.2)
+    assert len(sent) == len(kinds)  # nothing after the close
+
+    sent.clear()
+    monkeypatch.setenv("WATTLINE_JOB_ID", "parent-job")
+    monkeypatch.setenv("WATTLINE_EVENTS", str(Path(os.devnull)))
+    with Job("joined", sink=Sink()):
+        time.sleep(0.3)
+    assert sent == ["closed"]

@@ -15,7 +15,8 @@
 Inside a process started by ``wattline run`` the API joins that job (through
 ``$WATTLINE_JOB_ID`` / ``$WATTLINE_EVENTS``) instead of opening a second one. Otherwise
 it opens its own job: through ``collector=`` when a host agent runs, or embedded (in-
-process sampling into the local SQLite store) when none is given.
+process sampling into the local SQLite store) when none is given; an opened job renews its
+lease with a heartbeat until it closes (:mod:`.heartbeat`).
 """
 
 from __future__ import annotations

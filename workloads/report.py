@@ -183,8 +183,9 @@ def build_report(
 
 def _concurrent_jobs(reader: Reader, job: JobView, end_ns: int) -> list[JobView]:
     """The other jobs that may have shared the job's hosts during its window (the overlap per
-    host is checked in :func:`_host_attribution`), from the open and close events near the
-    window only: the cost does not grow with the rest of the store."""
+    host, lease included, is checked in :func:`_host_attribution`), from the events near the
+    window and each unclosed job's last heard time only: the cost does not grow with the rest
+    of the store."""
     if not job.hosts:
         return []
     events = reader.job_events_between(job.start_ns, end_ns, sorted(job.hosts))

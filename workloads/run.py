@@ -3,7 +3,8 @@
 The command gets ``$WATTLINE_JOB_ID`` and ``$WATTLINE_EVENTS`` (see
 :mod:`wattline.workloads.events`); the Python API joins the job through them. Signals
 are forwarded (Ctrl-C included, without doubling what the terminal already sent to
-the child), and the command's exit status is recorded and returned.
+the child), and the command's exit status is recorded and returned. While the command
+runs, a heartbeat renews the job's lease (:mod:`.heartbeat`).
 """
 
 from __future__ import annotations

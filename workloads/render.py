@@ -64,6 +64,9 @@ def report_json(r: Report) -> dict[str, Any]:
             "closed": job.closed,
             "exit_code": job.exit_code,
         },
+        "complete": r.complete,
+        "samples_up_to": {host: _iso(ns) for host, ns in sorted(r.incomplete.items())},
+        "samples_from": {host: _iso(ns) for host, ns in sorted(r.late_start.items())},
         "saturation": {
             "saturated": r.saturated,
             "at": _iso(r.saturation.at_ns) if r.saturation.at_ns is not None else None,

@@ -66,6 +66,9 @@ def report_json(r: Report) -> dict[str, Any]:
             "last_heard": None if job.closed else _iso(job.last_heard_ns()),
             "exit_code": job.exit_code,
         },
+        "complete": r.complete,
+        "samples_up_to": {host: _iso(ns) for host, ns in sorted(r.incomplete.items())},
+        "samples_from": {host: _iso(ns) for host, ns in sorted(r.late_start.items())},
         "saturation": {
             "saturated": r.saturated,
             "at": _iso(r.saturation.at_ns) if r.saturation.at_ns is not None else None,

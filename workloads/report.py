@@ -11,6 +11,11 @@ Steps (each documented where it lives):
    at the window edges (O(1) in the job's length); across an agent restart, or when
    other jobs shared the host, the samples themselves are split (:mod:`.attribution`).
 4. Figures per unit, cost and CO2 come from :mod:`.economics`.
+5. Completeness: a host window is complete when every series the host reported during
+   the job has samples from before its open to after its close. An agent ships samples every
+   batch interval, so a report built right at job end may lack the last seconds;
+   :func:`build_complete_report` waits (bounded) for them, and a report that still lacks
+   them says so ("incomplete: samples up to ..."), never a quiet shortfall.
 
 Component totals never add RAPL sub-domains to their parent: ``cpu_core`` and
 ``cpu_uncore`` are inside ``cpu_package``, and ``psys`` (the whole platform) overlaps
@@ -48,6 +53,12 @@ from wattline.workloads.saturation import Saturation, SaturationParams, detect_s
 
 #: Sub-domains and supersets left out of a host's total (see the module docstring).
 EXCLUDED_COMPONENTS = frozenset({"cpu_core", "cpu_uncore", "psys"})
+#: A series whose last sample before a host's close ended this long before the host's open
+#: is not taken as one the job should have had samples from (a device gone before the job).
+LAG_HORIZON_NS = 3600 * 10**9
+#: How often :func:`build_complete_report` looks again while it waits.
+POLL_S = 0.5
+
 #: The components a complete measurement of a host has, for coverage's "missing" list.
 EXPECTED = {"cpu": ("cpu_package", "cpu"), "memory": ("dram",), "network": ("nic",)}
 
@@ -119,11 +130,20 @@ class Report:
     settings: ReportSettings
     missing: list[str]
     notes: list[str]
+    #: Hosts whose samples do not (yet) reach their close: host -> samples up to (ns).
+    incomplete: dict[str, int] = field(default_factory=dict)
+    #: Hosts whose samples begin after their open: host -> samples only from (ns).
+    late_start: dict[str, int] = field(default_factory=dict)
     state: str = "closed"  #: closed | running | abandoned (see JobView.state)
 
     @property
     def saturated(self) -> bool:
         return self.saturation.saturated
+
+    @property
+    def complete(self) -> bool:
+        """Every host's samples cover its window, from its open to its close."""
+        return not self.incomplete and not self.late_start
 
 
 def build_report(
@@ -149,8 +169,19 @@ def build_report(
     warm = WindowEnergy(seconds=(start - job.start_ns) / 1e9)
     meas = WindowEnergy(seconds=(end_ns - start) / 1e9)
     missing: set[str] = set()
-    for host, window in job.hosts.items():
-        close = window.end_ns(now_ns, end_ns)
+    incomplete: dict[str, int] = {}
+    late_start: dict[str, int] = {}
+    for host, window in sorted(job.hosts.items()):
+        close = window.end_ns(now_ns, end_ns)  # an abandoned host's window ends when last heard
+        late = _samples_from(reader, host, window.open_ns, close)
+        if late is not None:
+            late_start[host] = late[0]
+            notes.append(_late_note(host, window.open_ns, *late))
+        if window.close_ns is not None or window.abandoned(now_ns):
+            lag = _samples_up_to(reader, host, window.open_ns, close)
+            if lag is not None:
+                incomplete[host] = lag[0]
+                notes.append(_incomplete_note(host, close, *lag))
         split = min(max(start, window.open_ns), close)
         attribution, host_missing, host_notes = _host_attribution(
             reader, job, host, (window.open_ns, split, close), others, settings, now_ns, end_ns
@@ -177,8 +208,89 @@ def build_report(
         settings,
         sorted(missing),
         notes,
+        incomplete,
+        late_start,
         state,
     )
+
+
+def report_wait_s(batch_interval_s: float) -> float:
+    """How long a report at job end waits for the last samples: two batch intervals (the
+    agent ships every batch interval; one more for the collector's write) plus 3 s."""
+    return 2 * batch_interval_s + 3.0
+
+
+def build_complete_report(
+    reader: Reader, job_id: str, settings: ReportSettings | None = None, wait_s: float = report_wait_s(1.5)
+) -> Report:
+    """:func:`build_report`, waiting up to ``wait_s`` after the job's end for samples that
+    have not reached the store yet (an agent ships them every batch interval).
+
+    Waits only for a closed job that ended less than ``wait_s`` ago; returns the report
+    as soon as it is complete, else the last one built, whose notes say what it lacks.
+    """
+    while True:
+        report = build_report(reader, job_id, settings)
+        left_s = wait_s - (time.time_ns() - report.end_ns) / 1e9
+        if not report.incomplete or not report.job.closed or left_s <= 0:
+            return report
+        time.sleep(min(POLL_S, left_s))
+
+
+def _samples_up_to(reader: Reader, host: str, open_ns: int, close_ns: int) -> tuple[int, list[str]] | None:
+    """None when every series of ``host`` active around the job has a sample ending at or
+    after ``close_ns``; else (the earliest last-sample end among those that lack one, their
+    names)."""
+    after = {s.series for s in reader.first_after(host, close_ns)}
+    lagging = sorted(
+        (s.end_ns, _name(s))
+        for s in reader.last_before(host, close_ns)
+        if s.series not in after and s.component not in EXCLUDED_COMPONENTS and s.end_ns > open_ns - LAG_HORIZON_NS
+    )
+    if not lagging:
+        return None
+    return lagging[0][0], [name for _, name in lagging]
+
+
+def _samples_from(reader: Reader, host: str, open_ns: int, close_ns: int) -> tuple[int, list[str]] | None:
+    """None when every series of ``host`` with samples in the job's window also covers its
+    open; else (the latest first-sample start among those that begin after it, their names)."""
+    before = {s.series for s in reader.last_before(host, open_ns)}
+    late = sorted(
+        ((s.start_ns, _name(s)) for s in reader.first_after(host, open_ns) if s.series not in before),
+        reverse=True,
+    )
+    late = [(t, name) for t, name in late if open_ns < t < close_ns and name.split("/")[1] not in EXCLUDED_COMPONENTS]
+    if not late:
+        return None
+    return late[0][0], [name for _, name in late]
+
+
+def _name(s: StoredSample) -> str:
+    return "/".join(s.series[1:4])
+
+
+def _which(series: list[str]) -> str:
+    return series[0] + (f" and {len(series) - 1} more" if len(series) > 1 else "")
+
+
+def _incomplete_note(host: str, close_ns: int, up_to_ns: int, series: list[str]) -> str:
+    return (
+        f"incomplete: {host}: samples up to {_utc(up_to_ns)}, {(close_ns - up_to_ns) / 1e9:.1f} s before the "
+        f"job's close ({_which(series)}); energy figures are low by that part: run the report again once the "
+        "agent has shipped them"
+    )
+
+
+def _late_note(host: str, open_ns: int, from_ns: int, series: list[str]) -> str:
+    return (
+        f"incomplete: {host}: samples only from {_utc(from_ns)}, {(from_ns - open_ns) / 1e9:.1f} s after the "
+        f"job opened ({_which(series)}); energy before that is not counted"
+    )
+
+
+def _utc(ns: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns % 10**9 // 10**6:03d} UTC"
 
 
 def _concurrent_jobs(reader: Reader, job: JobView, end_ns: int) -> list[JobView]:

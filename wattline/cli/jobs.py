@@ -26,7 +26,7 @@ from wattline.workloads.events import JobSpec
 from wattline.workloads.job import default_job_id
 from wattline.workloads.jobs_view import JobNotFound, all_views, utc_iso
 from wattline.workloads.render import comparison_json, print_comparison, print_report, report_json
-from wattline.workloads.report import Report, ReportSettings, build_report
+from wattline.workloads.report import Report, ReportSettings, build_complete_report, build_report, report_wait_s
 from wattline.workloads.run import RunRequest, devices_from_env, parse_devices, resolve_gpu_claims, run_job
 
 STORE_HELP = (
@@ -156,7 +156,7 @@ def run(
         )
     elif not no_report or report_json_path:
         with open_reader(store_url, config) as reader:
-            report = build_report(reader, spec.job_id, rsettings)
+            report = build_complete_report(reader, spec.job_id, rsettings, report_wait_s(settings.batch_interval))
         if no_report:
             report_json_path.write_text(json.dumps(report_json(report), indent=2) + "\n")  # type: ignore[union-attr]
         else:
@@ -184,7 +184,7 @@ def report(
 
 def _report_or_exit(reader: Reader, job_id: str, settings: ReportSettings) -> Report:
     try:
-        return build_report(reader, job_id, settings)
+        return build_complete_report(reader, job_id, settings)
     except JobNotFound as exc:
         raise ConfigError(str(exc)) from None
 

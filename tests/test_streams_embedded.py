@@ -1,0 +1,120 @@
+"""Two ``wattline run`` at once on one host, embedded (one SQLite store): each run samples the
+whole host as its own stream. A joule is counted once: each job gets its equal share of the
+node's energy where both ran, and A + B is the node's energy over the union of the windows.
+
+The host is a powercap tree whose package-0 counter a thread advances at a known constant
+power in real (wall-clock) time, so the truth of any window is ``power x length``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sysfs_trees import Zone, powercap_tree, set_energy
+
+from wattline.collector.stores.factory import open_store
+
+WATTLINE = [sys.executable, "-m", "wattline.cli.main"]
+POWER_W = 40.0
+HOST = "host-x"
+
+
+class ConstantPower:
+    """Advances ``energy_uj`` of intel-rapl:0 every ~1 ms: ``POWER_W x (wall time - t0)``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = powercap_tree(root, [Zone("intel-rapl:0", "package-0", 0)])
+        self.t0_ns = time.time_ns()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.001):
+            set_energy(self.root, "intel-rapl:0", round(POWER_W * (time.time_ns() - self.t0_ns) / 1e3))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[ConstantPower]:
+    power = ConstantPower(tmp_path / "sys-root")
+    yield power
+    power.stop()
+
+
+def start_run(tmp_path: Path, tree: ConstantPower, job_id: str, seconds: float) -> subprocess.Popen[str]:
+    args = ["run", "--job-id", job_id, "--host-id", HOST, "--source", "rapl", "--sysfs-root", str(tree.root)]
+    args += ["--interval", "0.25", "--no-report", "--", "sleep", str(seconds)]
+    env = {**os.environ, "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}"}
+    return subprocess.Popen([*WATTLINE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def report(tmp_path: Path, job_id: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [*WATTLINE, "report", job_id, "--json", "--store", f"sqlite:///{tmp_path / 'w.db'}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return dict(json.loads(out.stdout))
+
+
+def energy(r: dict[str, Any]) -> float:
+    return float(r["warmup"]["energy_j"] + r["measured"]["energy_j"])
+
+
+def windows(tmp_path: Path, *job_ids: str) -> dict[str, tuple[int, int]]:
+    """(open, close) of each job as stored, ns."""
+    with open_store(f"sqlite:///{tmp_path / 'w.db'}") as store:
+        out = {}
+        for job_id in job_ids:
+            times = {e.event: e.time_ns for e in store.job_events(job_id)}  # type: ignore[attr-defined]
+            out[job_id] = (times["open"], times["close"])
+    return out
+
+
+def equal_share_truth(wins: dict[str, tuple[int, int]]) -> dict[str, float]:
+    """Each job's energy under the equal-share rule at POWER_W: every piece of time split among
+    the jobs active in it."""
+    edges = sorted({t for w in wins.values() for t in w})
+    truth = dict.fromkeys(wins, 0.0)
+    for a, b in zip(edges, edges[1:], strict=False):
+        active = [j for j, (o, c) in wins.items() if o <= a and b <= c]
+        for j in active:
+            truth[j] += POWER_W * (b - a) / 1e9 / len(active)
+    return truth
+
+
+def test_two_overlapping_embedded_runs_count_each_joule_once(tmp_path: Path, tree: ConstantPower) -> None:
+    a = start_run(tmp_path, tree, "run-a", 5.0)
+    time.sleep(2.5)
+    b = start_run(tmp_path, tree, "run-b", 5.0)
+    for proc in (a, b):
+        _out, err = proc.communicate(timeout=90)
+        assert proc.returncode == 0, err
+    wins = windows(tmp_path, "run-a", "run-b")
+    (oa, ca), (ob, cb) = wins["run-a"], wins["run-b"]
+    assert oa < ob < ca < cb, "the runs must overlap, A first"  # the test's premise
+    truth = equal_share_truth(wins)
+    ra, rb = report(tmp_path, "run-a"), report(tmp_path, "run-b")
+    assert energy(ra) == pytest.approx(truth["run-a"], rel=0.01)
+    assert energy(rb) == pytest.approx(truth["run-b"], rel=0.01)
+    # A + B is the node's energy over the union of the windows (each joule once, none lost)
+    assert energy(ra) + energy(rb) == pytest.approx(POWER_W * (cb - oa) / 1e9, rel=0.01)
+    for r in (ra, rb):
+        notes = r["notes"]
+        assert f"{HOST}: 2 streams overlapped in time (two agents under one host id?); counted once" in notes
+        assert not any("restarted" in n for n in notes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -18,9 +19,7 @@ def ticks(name: str, start: int, end: int, step: int, skip: tuple[int, ...] = ()
     """A stream sampling a constant POWER from ``start`` to ``end`` every ``step``; ``skip``: lost samples."""
     edges = [*range(start, end, step), end]
     return [
-        StreamSample(a, b, POWER * (b - a), name)
-        for n, (a, b) in enumerate(zip(edges, edges[1:], strict=False))
-        if n not in skip
+        StreamSample(a, b, POWER * (b - a), name) for n, (a, b) in enumerate(itertools.pairwise(edges)) if n not in skip
     ]
 
 
@@ -29,7 +28,7 @@ def total(intervals: tuple[Interval, ...]) -> float:
 
 
 def assert_disjoint(intervals: tuple[Interval, ...]) -> None:
-    for a, b in zip(intervals, intervals[1:], strict=False):
+    for a, b in itertools.pairwise(intervals):
         assert a.end_ns <= b.start_ns or a.start_ns == a.end_ns or b.start_ns == b.end_ns, (a, b)
 
 
@@ -110,7 +109,9 @@ def test_bad_sample_is_refused() -> None:
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.integers(0, 500), st.integers(1, 500), st.integers(1, 50), st.sets(st.integers(0, 60), max_size=5)),
+        st.tuples(
+            st.integers(0, 500), st.integers(1, 500), st.integers(1, 50), st.sets(st.integers(0, 60), max_size=5)
+        ),
         min_size=1,
         max_size=4,
     ),

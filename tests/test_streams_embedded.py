@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sysfs_trees import Zone, powercap_tree, set_energy
+from pipeline import equal_share_truth
+from sysfs_trees import Zone, powercap_tree
 
 from wattline.collector.stores.factory import open_store
 
@@ -29,7 +30,7 @@ HOST = "host-x"
 
 
 class ConstantPower:
-    """Advances ``energy_uj`` of intel-rapl:0 every ~1 ms: ``POWER_W x (wall time - t0)``."""
+    """Advances ``energy_uj`` of intel-rapl:0 in place every ~1 ms: ``POWER_W x (wall time - t0)``."""
 
     def __init__(self, root: Path) -> None:
         self.root = powercap_tree(root, [Zone("intel-rapl:0", "package-0", 0)])
@@ -39,8 +40,14 @@ class ConstantPower:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.001):
-            set_energy(self.root, "intel-rapl:0", round(POWER_W * (time.time_ns() - self.t0_ns) / 1e3))
+        # One pwrite of a value never shorter than the last, no truncation: a read never
+        # finds the file empty (a failed read is another matter than the one tested here).
+        fd = os.open(self.root / "sys/class/powercap/intel-rapl:0/energy_uj", os.O_WRONLY)
+        try:
+            while not self._stop.wait(0.001):
+                os.pwrite(fd, b"%d\n" % round(POWER_W * (time.time_ns() - self.t0_ns) / 1e3), 0)
+        finally:
+            os.close(fd)
 
     def stop(self) -> None:
         self._stop.set()
@@ -86,18 +93,6 @@ def windows(tmp_path: Path, *job_ids: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def equal_share_truth(wins: dict[str, tuple[int, int]]) -> dict[str, float]:
-    """Each job's energy under the equal-share rule at POWER_W: every piece of time split among
-    the jobs active in it."""
-    edges = sorted({t for w in wins.values() for t in w})
-    truth = dict.fromkeys(wins, 0.0)
-    for a, b in zip(edges, edges[1:], strict=False):
-        active = [j for j, (o, c) in wins.items() if o <= a and b <= c]
-        for j in active:
-            truth[j] += POWER_W * (b - a) / 1e9 / len(active)
-    return truth
-
-
 def test_two_overlapping_embedded_runs_count_each_joule_once(tmp_path: Path, tree: ConstantPower) -> None:
     a = start_run(tmp_path, tree, "run-a", 5.0)
     time.sleep(2.5)
@@ -108,7 +103,7 @@ def test_two_overlapping_embedded_runs_count_each_joule_once(tmp_path: Path, tre
     wins = windows(tmp_path, "run-a", "run-b")
     (oa, ca), (ob, cb) = wins["run-a"], wins["run-b"]
     assert oa < ob < ca < cb, "the runs must overlap, A first"  # the test's premise
-    truth = equal_share_truth(wins)
+    truth = equal_share_truth(wins, POWER_W)
     ra, rb = report(tmp_path, "run-a"), report(tmp_path, "run-b")
     assert energy(ra) == pytest.approx(truth["run-a"], rel=0.01)
     assert energy(rb) == pytest.approx(truth["run-b"], rel=0.01)

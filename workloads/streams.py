@@ -156,4 +156,3 @@ def _end(s: StreamSample) -> tuple[int, int]:
 
 def _iv_end(iv: Interval) -> tuple[int, int]:
     return (iv.end_ns, iv.start_ns)
-

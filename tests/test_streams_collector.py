@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from pipeline import T0_NS, SyntheticHost, ZoneSpec, equal_share_truth
+from servers import Influxd
 
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.base import Store
@@ -31,9 +32,14 @@ DUPLICATE = f"{HOST}: 2 streams overlapped in time (two agents under one host id
 RESTART = f"{HOST}: agent restarted during the job; summed its samples"
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[Store, CollectorServer]]:
-    store = open_store(f"sqlite:///{tmp_path / 'w.db'}")
+@pytest.fixture(params=["sqlite", "influxdb"])
+def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Store, CollectorServer]]:
+    """A real collector writing to the SQLite default or to a real influxd (1.x API)."""
+    if request.param == "sqlite":
+        store = open_store(f"sqlite:///{tmp_path / 'w.db'}")
+    else:
+        influxd: Influxd = request.getfixturevalue("influxd")
+        store = open_store(influxd.url, database=influxd.new_database())
     server = CollectorServer(store, "127.0.0.1:0")
     server.start()
     yield store, server

@@ -301,6 +301,8 @@ def _channels_from_edges(
     When the edge samples of a series inside the job's span come from more than one
     stream (an agent restarted, or two agents sample the host), its samples in the span
     are merged instead (:mod:`.streams`: overlapping streams count once, restarts add up).
+    A second stream never seen at an edge (started and stopped inside the job) changes
+    nothing: the edges' stream measured the whole job; it is only not noted.
     """
     lo, hi = edges[0], edges[-1]
     before = [{s.series: s for s in reader.last_before(host, t)} for t in edges]

@@ -8,8 +8,9 @@ Steps (each documented where it lives):
    utilization.
 3. Per host, each channel's energy in the warm-up ``[open, saturation)`` and the
    measured window ``[saturation, close)`` is the difference of its cumulative counter
-   at the window edges (O(1) in the job's length); across an agent restart, or when
-   other jobs shared the host, the samples themselves are split (:mod:`.attribution`).
+   at the window edges (O(1) in the job's length); when the edges lie in several agent
+   streams (a restart, or streams overlapping in time: counted once, :mod:`.streams`), or
+   when other jobs shared the host, the samples themselves are split (:mod:`.attribution`).
 4. Figures per unit, cost and CO2 come from :mod:`.economics`.
 5. Completeness: a host window is complete when every series the host reported during
    the job has samples from before its open to after its close. An agent ships samples every
@@ -24,6 +25,7 @@ everything, so those three are left out of the host's energy.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections import defaultdict
@@ -50,6 +52,7 @@ from wattline.workloads.attribution import (
 )
 from wattline.workloads.jobs_view import JobView, build_view, views_of
 from wattline.workloads.saturation import Saturation, SaturationParams, detect_saturation
+from wattline.workloads.streams import StreamMerge, StreamSample, merge_streams
 
 #: Sub-domains and supersets left out of a host's total (see the module docstring).
 EXCLUDED_COMPONENTS = frozenset({"cpu_core", "cpu_uncore", "psys"})
@@ -351,7 +354,7 @@ def _host_attribution(
     if concurrent:
         lo = min([open_ns] + [w.start_ns for w in concurrent])
         hi = max([close_ns] + [w.end_ns for w in concurrent])
-        channels = _channels_from_samples(reader.samples(host, lo, hi), settings)
+        channels = _channels_from_samples(reader.samples(host, lo, hi), host, settings, notes)
         notes.append(f"{host}: shared with {len(concurrent)} other job(s); split by rule {settings.share_rule!r}")
     else:
         channels = _channels_from_edges(reader, host, (open_ns, split_ns, close_ns), settings, notes)
@@ -389,12 +392,31 @@ def _channel(series: Series, intervals: list[Interval], settings: ReportSettings
     return ChannelEnergy(host, component, device, Quality(quality), intervals, _claim_keys(component, device, settings))
 
 
-def _channels_from_samples(samples: Iterable[StoredSample], settings: ReportSettings) -> list[ChannelEnergy]:
-    grouped: dict[Series, list[Interval]] = defaultdict(list)
+def _channels_from_samples(
+    samples: Iterable[StoredSample], host: str, settings: ReportSettings, notes: list[str]
+) -> list[ChannelEnergy]:
+    """One channel per series, each instant counted once across overlapping streams."""
+    grouped: dict[Series, list[StoredSample]] = defaultdict(list)
     for s in samples:
         if s.component not in EXCLUDED_COMPONENTS:
-            grouped[s.series].append(Interval(s.start_ns, s.end_ns, s.energy_j))
-    return [_channel(k, v, settings) for k, v in sorted(grouped.items())]
+            grouped[s.series].append(s)
+    merges = {k: _merge(v) for k, v in sorted(grouped.items())}
+    _stream_notes(host, merges.values(), notes, restarts=False)
+    return [_channel(k, list(m.intervals), settings) for k, m in merges.items()]
+
+
+def _merge(samples: Iterable[StoredSample]) -> StreamMerge:
+    return merge_streams(StreamSample(s.start_ns, s.end_ns, s.energy_j, s.stream) for s in samples)
+
+
+def _stream_notes(host: str, merges: Iterable[StreamMerge], notes: list[str], *, restarts: bool) -> None:
+    """One note per host when streams overlapped in time; with ``restarts``, one when one followed another."""
+    done = list(merges)
+    overlapping = max((m.overlapping for m in done), default=0)
+    if overlapping:
+        notes.append(f"{host}: {overlapping} streams overlapped in time (two agents under one host id?); counted once")
+    if restarts and any(m.restarts for m in done):
+        notes.append(f"{host}: agent restarted during the job; summed its samples")
 
 
 def _edge(s: StoredSample | None) -> EdgeSample | None:
@@ -404,35 +426,48 @@ def _edge(s: StoredSample | None) -> EdgeSample | None:
 def _channels_from_edges(
     reader: Reader, host: str, edges: tuple[int, ...], settings: ReportSettings, notes: list[str]
 ) -> list[ChannelEnergy]:
-    """One Interval per window per series, from the cumulative counter at the edges."""
+    """One Interval per window per series, from the cumulative counter at the edges.
+
+    When the edge samples of a series inside the job's span come from more than one
+    stream (an agent restarted, or two agents sample the host), its samples in the span
+    are merged instead (:mod:`.streams`: overlapping streams count once, restarts add up).
+    A second stream never seen at an edge (started and stopped inside the job) changes
+    nothing: the edges' stream measured the whole job; it is only not noted.
+    """
+    lo, hi = edges[0], edges[-1]
     before = [{s.series: s for s in reader.last_before(host, t)} for t in edges]
     after = [{s.series: s for s in reader.first_after(host, t)} for t in edges]
     series = sorted({k for d in before[1:] + after[:-1] for k in d if k[2] not in EXCLUDED_COMPONENTS})
+    windows = [(i, t0, t1) for i, (t0, t1) in enumerate(itertools.pairwise(edges)) if t1 > t0]
     channels: list[ChannelEnergy] = []
-    fallback: list[StoredSample] | None = None
+    samples: dict[Series, list[StoredSample]] | None = None
+    merges: list[StreamMerge] = []
     for key in series:
-        intervals: list[Interval] = []
-        for i in range(len(edges) - 1):
-            t0, t1 = edges[i], edges[i + 1]
-            if t1 <= t0:
-                continue
-            energy = cumulative_window_energy(
-                _edge(before[i].get(key)),
-                _edge(after[i].get(key)),
-                _edge(before[i + 1].get(key)),
-                _edge(after[i + 1].get(key)),
-                t0,
-                t1,
-            )
-            if energy is None:  # the agent restarted inside the window: sum its samples
-                if fallback is None:
-                    fallback = reader.samples(host, edges[0], edges[-1])
-                    notes.append(f"{host}: agent restarted during the job; summed its samples")
-                energy = window_energy(
-                    ((s.start_ns, s.end_ns, s.energy_j) for s in fallback if s.series == key), t0, t1
+        inside = [s for d in before + after if (s := d.get(key)) is not None and s.start_ns < hi and s.end_ns > lo]
+        energies: list[float | None] = [None] * len(windows)
+        if len({s.stream for s in inside}) <= 1:
+            energies = [
+                cumulative_window_energy(
+                    _edge(before[i].get(key)),
+                    _edge(after[i].get(key)),
+                    _edge(before[i + 1].get(key)),
+                    _edge(after[i + 1].get(key)),
+                    t0,
+                    t1,
                 )
-            intervals.append(Interval(t0, t1, energy))
+                for i, t0, t1 in windows
+            ]
+        if None in energies:
+            if samples is None:
+                samples = defaultdict(list)
+                for s in reader.samples(host, lo, hi):
+                    samples[s.series].append(s)
+            merged = _merge(samples.get(key, []))
+            merges.append(merged)
+            energies = [window_energy(merged.intervals, t0, t1) for _i, t0, t1 in windows]
+        intervals = [Interval(t0, t1, e or 0.0) for (_i, t0, t1), e in zip(windows, energies, strict=True)]
         channels.append(_channel(key, intervals, settings))
+    _stream_notes(host, merges, notes, restarts=True)
     return channels
 
 

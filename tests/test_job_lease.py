@@ -148,7 +148,9 @@ def test_killed_run_is_abandoned_at_its_last_heartbeat_and_the_next_job_is_charg
     db = tmp_path / "w.db"
     dead = start_run(tmp_path, "dead", tree, *embedded(tree))
     try:
+        deadline = time.monotonic() + 60
         while not db.exists():
+            assert dead.poll() is None and time.monotonic() < deadline, "wattline run never created its store"
             time.sleep(0.05)
         with SqliteStore(db) as store:
             kill_after_heartbeats(

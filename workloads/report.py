@@ -50,7 +50,7 @@ from wattline.workloads.attribution import (
     split_shared,
     window_energy,
 )
-from wattline.workloads.jobs_view import JobView, build_view, views_of
+from wattline.workloads.jobs_view import JobView, build_view, utc_iso, views_of
 from wattline.workloads.saturation import Saturation, SaturationParams, detect_saturation
 from wattline.workloads.streams import StreamMerge, StreamSample, merge_streams
 
@@ -279,21 +279,17 @@ def _which(series: list[str]) -> str:
 
 def _incomplete_note(host: str, close_ns: int, up_to_ns: int, series: list[str]) -> str:
     return (
-        f"incomplete: {host}: samples up to {_utc(up_to_ns)}, {(close_ns - up_to_ns) / 1e9:.1f} s before the "
-        f"job's close ({_which(series)}); energy figures are low by that part: run the report again once the "
-        "agent has shipped them"
+        f"incomplete: {host}: samples up to {utc_iso(up_to_ns)}, {(close_ns - up_to_ns) / 1e9:.1f} s before the "
+        f"end of the job's window ({_which(series)}); energy figures are low by that part: run the report "
+        "again once the agent has shipped them"
     )
 
 
 def _late_note(host: str, open_ns: int, from_ns: int, series: list[str]) -> str:
     return (
-        f"incomplete: {host}: samples only from {_utc(from_ns)}, {(from_ns - open_ns) / 1e9:.1f} s after the "
+        f"incomplete: {host}: samples only from {utc_iso(from_ns)}, {(from_ns - open_ns) / 1e9:.1f} s after the "
         f"job opened ({_which(series)}); energy before that is not counted"
     )
-
-
-def _utc(ns: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns % 10**9 // 10**6:03d} UTC"
 
 
 def _concurrent_jobs(reader: Reader, job: JobView, end_ns: int) -> list[JobView]:

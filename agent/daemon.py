@@ -18,6 +18,7 @@ from wattline import __version__, wire
 from wattline.agent import registry
 from wattline.agent.disk_spool import DiskSpool
 from wattline.agent.exporter import AgentCollector, serve
+from wattline.agent.outbox import OutboxDrainer, outbox_root
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
 from wattline.agent.spool import Spool
@@ -26,6 +27,9 @@ from wattline.config import ConfigError
 from wattline.security import channel_credentials, is_loopback, read_token
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two passes over the job-event outbox (while a collector answers).
+OUTBOX_EVERY_S = 5.0
 
 
 def host_identity(settings: AgentSettings, statuses: list[registry.SourceStatus]) -> wire.pb.Host:
@@ -123,8 +127,19 @@ class Agent:
             self._close_sources()
             raise
         self.sampler = Sampler(self.sources, self.spool.add_samples)
-        self.uplink = Uplink(
-            self.spool,
+        self.uplink = self._uplink(self.spool, security)
+        self.outbox = OutboxDrainer(
+            outbox_root(self.settings.outbox_dir, self.env),
+            self.host,
+            lambda spool: self._uplink(spool, security, quiet=True),
+        )
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.prometheus_port: int | None = None
+
+    def _uplink(self, spool: Spool, security: UplinkSecurity, quiet: bool = False) -> Uplink:
+        return Uplink(
+            spool,
             self.settings.collectors,
             timeout_s=self.settings.push_timeout,
             batch_interval_s=self.settings.batch_interval,
@@ -132,10 +147,8 @@ class Agent:
             credentials=security.credentials,
             token=security.token,
             server_name=security.server_name,
+            quiet=quiet,
         )
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self.prometheus_port: int | None = None
 
     def alive(self) -> bool:
         """True while the sampler keeps ticking (feeds the systemd watchdog only then)."""
@@ -156,6 +169,7 @@ class Agent:
         for name, target in (
             ("sampler", lambda: self.sampler.run(self.settings.interval, self._stop)),
             ("uplink", lambda: self.uplink.run(self._stop)),
+            ("outbox", lambda: self.outbox.run(self._stop, lambda: self.uplink.connected, OUTBOX_EVERY_S)),
         ):
             thread = threading.Thread(target=target, name=f"wattline-{name}", daemon=True)
             thread.start()

@@ -16,7 +16,7 @@ import grpc
 
 from wattline import __version__, wire
 from wattline.agent import registry
-from wattline.agent.disk_spool import DiskSpool
+from wattline.agent.disk_spool import DiskSpool, SpoolError
 from wattline.agent.exporter import AgentCollector, serve
 from wattline.agent.outbox import OutboxDrainer, outbox_root
 from wattline.agent.sampler import Sampler
@@ -128,11 +128,12 @@ class Agent:
             raise
         self.sampler = Sampler(self.sources, self.spool.add_samples)
         self.uplink = self._uplink(self.spool, security)
-        self.outbox = OutboxDrainer(
-            outbox_root(self.settings.outbox_dir, self.env),
-            self.host,
-            lambda spool: self._uplink(spool, security, quiet=True),
-        )
+        self.outbox: OutboxDrainer | None = None
+        try:
+            root = outbox_root(self.settings.outbox_dir, self.env)
+            self.outbox = OutboxDrainer(root, self.host, lambda spool: self._uplink(spool, security, quiet=True))
+        except SpoolError as exc:
+            log.warning("job-event outbox not drained: %s", exc)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.prometheus_port: int | None = None
@@ -169,11 +170,20 @@ class Agent:
         for name, target in (
             ("sampler", lambda: self.sampler.run(self.settings.interval, self._stop)),
             ("uplink", lambda: self.uplink.run(self._stop)),
-            ("outbox", lambda: self.outbox.run(self._stop, lambda: self.uplink.connected, OUTBOX_EVERY_S)),
         ):
             thread = threading.Thread(target=target, name=f"wattline-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
+        if self.outbox is not None:  # job events that ended or killed `wattline run`s left on this host
+            drain = threading.Thread(
+                target=self.outbox.run,
+                args=(self._stop, lambda: self.uplink.connected, OUTBOX_EVERY_S),
+                name="wattline-outbox",
+                daemon=True,
+            )
+            drain.start()
+            self._threads.append(drain)
+            log.info("delivering job events that runs left in the outbox %s", self.outbox.root)
         log.info(
             "agent %s (stream %s) sampling every %.3g s, shipping to %s%s; spool: %s",
             self.host.host_id,

@@ -44,13 +44,21 @@ _FILES = ("seg-*.wls", "cursor", "cursor.tmp", "lock")
 
 
 def outbox_root(setting: str, env: Mapping[str, str] | None = None) -> Path:
-    """``setting`` if given, else ``$XDG_STATE_HOME/wattline/outbox``, else ``~/.local/state/wattline/outbox``."""
+    """``setting`` if given, else ``$XDG_STATE_HOME/wattline/outbox``, else ``~/.local/state/wattline/outbox``.
+
+    Raises SpoolError when none of them is known (no home directory).
+    """
     if setting:
         return Path(setting).expanduser()
     env = os.environ if env is None else env
     state = env.get("XDG_STATE_HOME", "")
-    base = Path(state) if state and Path(state).is_absolute() else Path(env.get("HOME") or Path.home()) / ".local/state"
-    return base / "wattline" / "outbox"
+    if state and Path(state).is_absolute():
+        return Path(state) / "wattline" / "outbox"
+    try:
+        home = Path(env.get("HOME") or Path.home())
+    except (RuntimeError, KeyError):
+        raise SpoolError("no home directory for the job-event outbox: set agent.outbox_dir") from None
+    return home / ".local" / "state" / "wattline" / "outbox"
 
 
 def open_outbox(root: Path, host: wire.pb.Host) -> DiskSpool:

@@ -84,7 +84,9 @@ class Host:
 
     def spooled(self) -> list[wire.pb.JobEvent]:
         """Every job event now in the outbox (all processes' directories)."""
-        return [e for seg in sorted(self.outbox.glob("*/seg-*.wls")) for r in read_segment(seg) for e in r.batch.job_events]
+        return [
+            e for seg in sorted(self.outbox.glob("*/seg-*.wls")) for r in read_segment(seg) for e in r.batch.job_events
+        ]
 
     def close(self) -> None:
         if self.collector is not None:
@@ -173,7 +175,8 @@ def test_the_agent_delivers_what_runs_and_jobs_left(host: Host) -> None:
     done = subprocess.run([sys.executable, "-c", api], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0 and done.stdout == "after the job\n", done.stderr
     assert time.monotonic() - t0 < 12
-    assert [line for line in done.stderr.splitlines() if line.strip()][0].startswith("wattline: collector unreachable")
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("wattline: collector unreachable ("), done.stderr
     assert len(list(host.outbox.iterdir())) == 2
 
     host.start_collector()
@@ -244,7 +247,9 @@ def test_a_live_process_keeps_its_own_events(host: Host) -> None:
     root = outbox_root("", {"XDG_STATE_HOME": str(host.state)})
     assert root == host.outbox
     live = open_outbox(root, h)
-    live.add_job_events([wire.JobEvent(job_id="live", kind=wire.pb.JobEvent.KIND_OPEN, time_ns=time.time_ns(), event_seq=1)])
+    live.add_job_events(
+        [wire.JobEvent(job_id="live", kind=wire.pb.JobEvent.KIND_OPEN, time_ns=time.time_ns(), event_seq=1)]
+    )
     drainer = OutboxDrainer(root, h, lambda spool: Uplink(spool, [host.address]))
     stop = threading.Event()
     assert drainer.drain_once(stop) == 0
@@ -252,3 +257,18 @@ def test_a_live_process_keeps_its_own_events(host: Host) -> None:
     live.close()  # the owner ends without delivering (as after kill -9, the lock is released)
     assert drainer.drain_once(stop) == 1
     assert not live.directory.exists() and "live" in host.jobs()
+
+
+def test_without_a_usable_outbox_the_line_says_the_events_are_lost(host: Host) -> None:
+    blocker = host.tmp / "not-a-directory"
+    blocker.write_text("")
+    env = {**host.env(), "WATTLINE_AGENT_OUTBOX_DIR": str(blocker / "outbox")}
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [*CLI, "run", "--collector", host.address, "--", "sh", "-c", "exit 3"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert out.returncode == 3 and time.monotonic() - t0 < 12, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("wattline: collector unreachable (") and "job events lost: no outbox" in last, last
+    assert "Traceback" not in out.stderr

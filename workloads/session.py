@@ -149,7 +149,7 @@ class CollectorSink:
             self.spool: Spool = outbox
             self.directory = outbox.directory
             drainer = OutboxDrainer(root, host, make_uplink, own=self.directory)
-        except (SpoolError, RuntimeError) as exc:
+        except SpoolError as exc:
             self.outbox_error = str(exc)
             log.warning("job events kept in memory only (lost if not delivered): %s", exc)
             self.spool = Spool(host)

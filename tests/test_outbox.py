@@ -219,23 +219,32 @@ def test_a_killed_wrapper_leaves_its_events_for_the_next_run(host: Host) -> None
     assert killed["units"] == 12 and not killed["closed"], killed
 
 
-def test_sigterm_is_forwarded_and_the_events_kept(host: Host) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_or_ctrl_c_is_forwarded_and_the_events_kept(host: Host, sig: signal.Signals) -> None:
+    # The command dies by the signal it gets (no traceback), once it has said it runs.
+    command = (
+        "import os, signal, time\n"
+        "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+        "with open(os.environ['WATTLINE_EVENTS'], 'a') as f:\n"
+        "    f.write('phase running\\n')\n"
+        "time.sleep(60)\n"
+    )
     wrapper = subprocess.Popen(
-        [*CLI, "run", "--collector", host.address, "--job-id", "term", "--", sys.executable, "-c",
-         "import time; time.sleep(60)"],
-        env=host.env(), stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [*CLI, "run", "--collector", host.address, "--job-id", "term", "--", sys.executable, "-c", command],
+        env=host.env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        wait_until(lambda: any(e.kind == wire.pb.JobEvent.KIND_OPEN for e in host.spooled()), 30, "no open event")
-        time.sleep(0.5)  # the command is started
-        wrapper.send_signal(signal.SIGTERM)
+        wait_until(lambda: any(e.phase == "running" for e in host.spooled()), 30, "the command never ran")
+        wrapper.send_signal(sig)
         _, err = wrapper.communicate(timeout=15)
     finally:
         wrapper.kill()
-    assert wrapper.returncode == 128 + signal.SIGTERM, err
+    assert wrapper.returncode == 128 + sig, err
     assert_kept(subprocess.CompletedProcess([], wrapper.returncode, "", err), host.outbox)
     closes = [e for e in host.spooled() if e.kind == wire.pb.JobEvent.KIND_CLOSE]
-    assert [(e.job_id, e.exit_code) for e in closes] == [("term", 128 + signal.SIGTERM)]
+    assert [(e.job_id, e.exit_code) for e in closes] == [("term", 128 + sig)]
 
 
 def test_a_live_process_keeps_its_own_events(host: Host) -> None:

@@ -23,6 +23,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -41,6 +42,8 @@ MAX_BYTES = 256 << 20
 MAX_AGE_S = 30 * 86400.0
 #: Files a DiskSpool keeps in its directory (all that :func:`remove` deletes).
 _FILES = ("seg-*.wls", "cursor", "cursor.tmp", "lock")
+#: Name of one process's directory (nothing else under the root is touched).
+_NAME = re.compile(r"p[0-9]+-[0-9a-f]{12}")
 
 
 def outbox_root(setting: str, env: Mapping[str, str] | None = None) -> Path:
@@ -128,7 +131,7 @@ class OutboxDrainer:
     def leftovers(self) -> list[Path]:
         """Other processes' directories, oldest first (live ones included: their lock decides)."""
         try:
-            found = [p for p in self.root.iterdir() if p.name.startswith("p") and p.is_dir() and p != self.own]
+            found = [p for p in self.root.iterdir() if _NAME.fullmatch(p.name) and p.is_dir() and p != self.own]
         except OSError:
             return []
 

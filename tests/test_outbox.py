@@ -259,6 +259,9 @@ def test_a_live_process_keeps_its_own_events(host: Host) -> None:
     live.add_job_events(
         [wire.JobEvent(job_id="live", kind=wire.pb.JobEvent.KIND_OPEN, time_ns=time.time_ns(), event_seq=1)]
     )
+    foreign = root / "private"  # not a process's directory: never touched
+    foreign.mkdir()
+    (foreign / "keep").write_text("mine")
     drainer = OutboxDrainer(root, h, lambda spool: Uplink(spool, [host.address]))
     stop = threading.Event()
     assert drainer.drain_once(stop) == 0
@@ -266,6 +269,7 @@ def test_a_live_process_keeps_its_own_events(host: Host) -> None:
     live.close()  # the owner ends without delivering (as after kill -9, the lock is released)
     assert drainer.drain_once(stop) == 1
     assert not live.directory.exists() and "live" in host.jobs()
+    assert [p.name for p in foreign.iterdir()] == ["keep"]
 
 
 def test_without_a_usable_outbox_the_line_says_the_events_are_lost(host: Host) -> None:

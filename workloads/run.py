@@ -232,17 +232,20 @@ def run_job(
     doc: Mapping[str, Any] | None = None,
     collectors: list[str] | None = None,
     store_url: str | None = None,
+    on_kept: Callable[[str], None] | None = None,
 ) -> int:
     """Run ``request`` under a job window; returns the command's exit status.
 
     With ``collectors``, job events go there (a host agent samples, with the same TLS /
-    token settings as the agent); otherwise this process samples the host itself into
-    the local store ``store_url``.
+    token settings as the agent), through the host's outbox: when no collector
+    acknowledges them within a few seconds of the command's end, ``on_kept`` gets one
+    line saying where they wait. Otherwise this process samples the host itself into the
+    local store ``store_url``.
     """
     sink: EventSink
     if collectors:
         settings.collectors = list(collectors)
-        sink = CollectorSink(settings.validate())
+        sink = CollectorSink(settings.validate(), on_kept=on_kept)
     else:
         sink = embedded_session(store_url, settings, doc)
     try:

@@ -148,8 +148,11 @@ def run(
     settings, doc = agent_settings(config, interval=interval, sysfs_root=sysfs_root, host_id=host_id, sources=sources)
     store_url = store or default_store_url()
     request = RunRequest(list(command), spec, after, units_from_stdout)
-    status = run_job(request, settings, doc, collectors, store_url)
-    if collectors and store is None:
+    kept: list[str] = []
+    status = run_job(request, settings, doc, collectors, store_url, on_kept=kept.append)
+    if kept:  # no collector acknowledged the events: they wait in the outbox (no report yet)
+        typer.echo(f"wattline: {kept[0]}", err=True)
+    elif collectors and store is None:
         typer.echo(
             f"job {spec.job_id} recorded; report: wattline report {spec.job_id} --store <the collector's store>",
             err=True,

@@ -17,8 +17,9 @@ import grpc
 
 from wattline import __version__, wire
 from wattline.agent import registry
-from wattline.agent.disk_spool import DiskSpool
+from wattline.agent.disk_spool import DiskSpool, SpoolError
 from wattline.agent.exporter import AgentCollector, serve
+from wattline.agent.outbox import OutboxDrainer, outbox_root
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
 from wattline.agent.sources.base import Source
@@ -28,6 +29,9 @@ from wattline.config import ConfigError
 from wattline.security import channel_credentials, is_loopback, read_token
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two passes over the job-event outbox (while a collector answers).
+OUTBOX_EVERY_S = 5.0
 
 
 def host_identity(settings: AgentSettings, statuses: list[registry.SourceStatus]) -> wire.pb.Host:
@@ -116,8 +120,21 @@ class Agent:
             self._close_sources()
             raise
         self.sampler = Sampler(self.sources, self.spool.add_samples)
-        self.uplink = Uplink(
-            self.spool,
+        self.uplink = self._uplink(self.spool, security)
+        self.outbox: OutboxDrainer | None = None
+        try:
+            root = outbox_root(self.settings.outbox_dir, self.env)
+            self.outbox = OutboxDrainer(root, self.host, lambda spool: self._uplink(spool, security, quiet=True))
+        except SpoolError as exc:
+            log.warning("job-event outbox not drained: %s", exc)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.prometheus_port: int | None = None
+        self._previous_sighup: Any = None
+
+    def _uplink(self, spool: Spool, security: UplinkSecurity, quiet: bool = False) -> Uplink:
+        return Uplink(
+            spool,
             self.settings.collectors,
             timeout_s=self.settings.push_timeout,
             batch_interval_s=self.settings.batch_interval,
@@ -125,11 +142,8 @@ class Agent:
             credentials=security.credentials,
             token=security.token,
             server_name=security.server_name,
+            quiet=quiet,
         )
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self.prometheus_port: int | None = None
-        self._previous_sighup: Any = None
 
     @property
     def statuses(self) -> list[registry.SourceStatus]:
@@ -165,6 +179,16 @@ class Agent:
             thread = threading.Thread(target=target, name=f"wattline-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
+        if self.outbox is not None:  # job events that ended or killed `wattline run`s left on this host
+            drain = threading.Thread(
+                target=self.outbox.run,
+                args=(self._stop, lambda: self.uplink.connected, OUTBOX_EVERY_S),
+                name="wattline-outbox",
+                daemon=True,
+            )
+            drain.start()
+            self._threads.append(drain)
+            log.info("delivering job events that runs left in the outbox %s", self.outbox.root)
         log.info(
             "agent %s (stream %s) sampling every %.3g s, shipping to %s%s; spool: %s",
             self.host.host_id,

@@ -46,6 +46,12 @@ class AgentSettings:
     )
     spool_max_mb: float = option(512.0, "Disk spool size bound in MiB; beyond, the oldest data is dropped.")
     spool_max_age: float = option(86400.0, "Disk spool age bound in seconds; older data is dropped.")
+    outbox_dir: str = option(
+        "",
+        "Job-event outbox: wattline run / Job keep their events here until a collector acknowledges them; "
+        "the agent delivers what dead runs left. Empty: $XDG_STATE_HOME/wattline/outbox, else "
+        "~/.local/state/wattline/outbox.",
+    )
     prometheus_port: int | None = option(None, "Serve Prometheus metrics on this port (off when unset).")
     prometheus_addr: str = option("127.0.0.1", "Address for the Prometheus endpoint (0.0.0.0 to expose).")
     push_timeout: float = option(10.0, "Seconds to wait for a collector acknowledgement.")

@@ -64,6 +64,7 @@ class Uplink:
         call_credentials: grpc.CallCredentials | None = None,
         token: str | None = None,
         server_name: str | None = None,
+        quiet: bool = False,
     ) -> None:
         if not addresses:
             raise ValueError("no collector address")
@@ -78,6 +79,8 @@ class Uplink:
             self._credentials = grpc.composite_channel_credentials(credentials, call_credentials)
         self._metadata = bearer_metadata(token)
         self._options = channel_options(server_name)
+        #: Log failed pushes at DEBUG only (the caller reports ``last_error`` itself).
+        self.quiet = quiet
         self._index = 0
         self._since_failover = 0.0
         self._channel: grpc.Channel | None = None
@@ -159,6 +162,7 @@ class Uplink:
         message = f"{self.address}: {code.name}: {details}"
         if message != self.last_error:
             level = logging.ERROR if code in _CREDENTIALS else logging.WARNING
+            level = logging.DEBUG if self.quiet else level
             log.log(level, "collector %s", message)
         self.last_error = message
         self._switch((self._index + 1) % len(self.addresses))

@@ -1,5 +1,9 @@
 """Fault injection with real processes on loopback: nothing lost, nothing counted twice.
 
+The last test kills both collectors in the middle of a ``wattline run`` and restarts them
+after it ended: the command's exit status comes back promptly, and its job events reach the
+store through the host's outbox (delivered by the agent), with the job's energy right.
+
 A ``wattline agent`` process (RAPL on a sysfs tree whose counters this test advances at a
 known power, 10 Hz, disk spool) streams to two ``wattline collector`` processes while the
 test SIGKILLs and restarts the collectors, stops and restarts the store, and SIGKILLs
@@ -17,9 +21,12 @@ timeline with no gap and its joules must add up to its last ``cumulative_j``.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -29,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import Proc, start_collector
+from procs import CLI, Proc, clean_env, start_collector
 from servers import INFLUXD_CONFIG, Daemon, Influxd, find_binary, free_port
 from sysfs_trees import Zone, powercap_tree
 
@@ -172,6 +179,7 @@ class Rig:
         self.counters = Counters(self.tree)
         self.spool = tmp_path / "spool"
         self.spool.mkdir(mode=0o700)
+        self.outbox = tmp_path / "outbox"  # job events of `wattline run` that no collector took yet
         self.ledger = Ledger(self.spool, tmp_path / "ledger")
         self.ports = [free_port(), free_port()]
         self.collectors: list[Proc] = [self.collector(i) for i in range(2)]
@@ -189,6 +197,7 @@ class Rig:
         return Proc(
             ["agent", "--host-id", HOST, "--sysfs-root", str(self.tree), "--source", "rapl", "--interval", "0.1",
              "--batch-interval", "0.2", "--push-timeout", "2", "--failback", "2", "--spool-dir", str(self.spool),
+             "--outbox-dir", str(self.outbox),
              *(f"--collector=127.0.0.1:{p}" for p in self.ports)],
             self.tmp / "agent.log",
         )  # fmt: skip
@@ -373,3 +382,86 @@ def test_faults_sqlite(tmp_path: Path) -> None:
     stored = {(r["device"], r["time_ns"]): (r["stream"], r["start_ns"], r["energy_j"], r["cumulative_j"]) for r in rows}
     assert len(stored) == len(rows)
     check(rig, stored, "SQLite")
+
+
+#: One unit every 0.2 s for 6 s (each with its own time stamp), then exit status 3.
+UNITS_30_THEN_3 = (
+    "import os, sys, time\n"
+    "for _ in range(30):\n"
+    "    with open(os.environ['WATTLINE_EVENTS'], 'a') as f:\n"
+    "        f.write(f'units 1 {time.time():.6f}\\n')\n"
+    "    time.sleep(0.2)\n"
+    "sys.exit(3)\n"
+)
+
+
+def test_faults_collector_down_during_a_run(tmp_path: Path) -> None:
+    db = tmp_path / "wattline.db"
+    rig = Rig(tmp_path, ["--store", f"sqlite:///{db}"])
+    env = {**clean_env(), "WATTLINE_AGENT_OUTBOX_DIR": str(rig.outbox)}
+    command = [
+        *CLI,
+        "run",
+        "--host-id",
+        HOST,
+        "--job-id",
+        "mid-run",
+        *(f"--collector=127.0.0.1:{p}" for p in rig.ports),
+    ]
+    try:
+        t0 = time.monotonic()
+        while " sampling every " not in rig.agent.log():  # the agent covers the whole job window
+            assert time.monotonic() - t0 < 60, rig.agent.log()[-3000:]
+            time.sleep(0.05)
+        wrapper = subprocess.Popen(
+            [*command, "--", sys.executable, "-c", UNITS_30_THEN_3], env=env, stderr=subprocess.PIPE, text=True
+        )
+
+        def stored_units() -> float:
+            with SqliteStore(db) as store:
+                return sum(e["fields"].get("units", 0.0) for e in store.query_job_events("mid-run"))
+
+        while stored_units() < 3:  # the run is under way and its first events are stored...
+            assert time.monotonic() - t0 < 30, "the run's events never reached the store"
+            time.sleep(0.1)
+        rig.kill_collector(0)  # ...when every collector dies
+        rig.kill_collector(1)
+        _, err = wrapper.communicate(timeout=60)
+        returned, returned_ns = time.monotonic(), time.time_ns()
+        rig.restart_collector(0)
+        rig.restart_collector(1)
+        deadline = time.monotonic() + 30
+        while list(rig.outbox.iterdir()):  # the agent delivers the run's outbox once a collector answers
+            assert time.monotonic() < deadline, rig.agent.log()[-3000:]
+            time.sleep(0.1)
+        rig.finish()
+    finally:
+        rig.close()
+    print(f"\n[collector down during a run] wrapper returned {returned - t0:.1f} s after its start: {err.strip()}")
+    assert wrapper.returncode == 3, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("wattline: collector unreachable"), err
+    assert str(rig.outbox) in lines[0]
+    with SqliteStore(db) as store:
+        rows = store.query_energy(host=HOST)
+    stored = {(r["device"], r["time_ns"]): (r["stream"], r["start_ns"], r["energy_j"], r["cumulative_j"]) for r in rows}
+    check(rig, stored, "SQLite, collector down during a run")
+    out = subprocess.run(
+        [*CLI, "report", "mid-run", "--json", "--store", f"sqlite:///{db}"], capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["job"]["closed"] and report["job"]["exit_code"] == 3
+    assert report["units"]["total"] == 30
+    listed = subprocess.run(
+        [*CLI, "jobs", "--json", "--store", f"sqlite:///{db}"], capture_output=True, text=True, env=env
+    )
+    job = next(j for j in json.loads(listed.stdout) if j["id"] == "mid-run")
+    after_end_s = (returned_ns - job["start_ns"]) / 1e9 - job["duration_s"]
+    print(f"exit status returned {after_end_s:.1f} s after the command ended")
+    assert after_end_s < 6  # a 3 s bounded flush (the old code: 30 s, then exit status 1)
+    # The counters' truth: both zones at POWER_W over the job's window.
+    energy = report["warmup"]["energy_j"] + report["measured"]["energy_j"]
+    truth = sum(POWER_W.values()) * report["durations_s"]["total"]
+    print(f"job energy {energy:.2f} J, truth {truth:.2f} J ({energy / truth - 1:+.2%})")
+    assert energy == pytest.approx(truth, rel=0.01)

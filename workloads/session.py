@@ -4,7 +4,8 @@
   sources as the agent and writes samples and job events to a local store (SQLite by
   default). This is what ``wattline run`` does on a fresh machine.
 - :class:`CollectorSink`: a host agent samples; job events go to the collector over the
-  same wire, in batches acknowledged like samples.
+  same wire, in batches acknowledged like samples, kept in the host's outbox on disk
+  until then (never lost when no collector answers, never holding the command's exit).
 - :class:`ParentSink`: inside a process started by ``wattline run``: events go to the
   parent through the events file, so the job is joined, not opened twice.
 """
@@ -14,13 +15,16 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from wattline import __version__, wire
 from wattline.agent import registry
 from wattline.agent.daemon import host_identity, uplink_security
+from wattline.agent.disk_spool import SpoolError
+from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root, remove
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
 from wattline.agent.spool import Spool
@@ -29,6 +33,10 @@ from wattline.collector.stores.base import Store, StoreUnavailable
 from wattline.workloads.events import append_event_line
 
 log = logging.getLogger(__name__)
+
+#: Seconds ``CollectorSink.close`` waits for a collector: the command's exit status is
+#: returned at most this long (plus a push) after it ended, whatever the collector does.
+FLUSH_S = 3.0
 
 
 class EventSink(Protocol):
@@ -102,40 +110,110 @@ class EmbeddedSession:
 
 
 class CollectorSink:
-    """Job events to a collector (the host's agent sends the samples).
+    """Job events to a collector (the host's agent sends the samples), through the host's outbox.
 
     ``settings`` gives the collector addresses, the host identity (it must match the
-    host agent's) and the same TLS / token settings as the agent.
+    host agent's), the same TLS / token settings as the agent, and ``outbox_dir``. Every
+    event is written to this process's outbox directory (:mod:`wattline.agent.outbox`)
+    before it is sent, and deleted only once a collector acknowledged it. Once a
+    collector answers, what dead processes left in the outbox is delivered too.
+    :meth:`close` waits at most ``flush_s``; undelivered events stay in the outbox and
+    ``kept`` (also passed to ``on_kept``) is the one line that says where.
     """
 
-    def __init__(self, settings: AgentSettings) -> None:
+    def __init__(
+        self, settings: AgentSettings, flush_s: float = FLUSH_S, on_kept: Callable[[str], None] | None = None
+    ) -> None:
         security = uplink_security(settings)
         self.host_id = settings.host_id or socket.gethostname()
+        self.flush_s = flush_s
+        self.on_kept = on_kept
+        self.kept: str | None = None
         host = wire.Host(host_id=self.host_id, labels=dict(settings.labels), agent_version=__version__)
-        self.spool = Spool(host)
-        self.uplink = Uplink(
-            self.spool,
-            settings.collectors,
-            batch_interval_s=0.5,
-            credentials=security.credentials,
-            token=security.token,
-            server_name=security.server_name,
-        )
+
+        def make_uplink(spool: Spool) -> Uplink:
+            return Uplink(
+                spool,
+                settings.collectors,
+                timeout_s=min(settings.push_timeout, max(flush_s, 1.0)),
+                batch_interval_s=0.5,
+                credentials=security.credentials,
+                token=security.token,
+                server_name=security.server_name,
+                quiet=True,  # close() says it in one line
+            )
+
+        self.directory: Path | None = None
+        self.outbox_error = ""
+        drainer = None
+        try:
+            root = outbox_root(settings.outbox_dir)
+            outbox = open_outbox(root, host)
+            self.spool: Spool = outbox
+            self.directory = outbox.directory
+            drainer = OutboxDrainer(root, host, make_uplink, own=self.directory)
+        except SpoolError as exc:
+            self.outbox_error = str(exc)
+            log.warning("job events kept in memory only (lost if not delivered): %s", exc)
+            self.spool = Spool(host)
+        self.uplink = make_uplink(self.spool)
         self._stop = threading.Event()
+        self._drain_stop = threading.Event()
         self._thread = threading.Thread(target=self.uplink.run, args=(self._stop,), daemon=True)
         self._thread.start()
+        self._drainer: threading.Thread | None = None
+        if drainer is not None:
+            self._drainer = threading.Thread(target=self._deliver_leftovers, args=(drainer,), daemon=True)
+            self._drainer.start()
+
+    def _deliver_leftovers(self, drainer: OutboxDrainer) -> None:
+        """Once a collector acknowledged one of our batches: one pass over what dead processes left."""
+        while not self._drain_stop.wait(0.1):
+            if self.uplink.connected:
+                drainer.drain_once(self._drain_stop)
+                return
 
     def send(self, events: list[wire.pb.JobEvent]) -> None:
         self.spool.add_job_events(events)
 
-    def close(self, deadline_s: float = 30.0) -> None:
+    def close(self) -> None:
+        """Deliver what is left within ``flush_s``, then leftovers of dead processes in the rest of it."""
+        end = time.monotonic() + self.flush_s
         self._stop.set()
-        self._thread.join(timeout=10)
-        if not self.uplink.flush(deadline_s):
-            raise ConnectionError(
-                f"job events not acknowledged by {', '.join(self.uplink.addresses)}: {self.uplink.last_error}"
-            )
+        self._thread.join(timeout=self.flush_s)
+        delivered = False
+        if not self._thread.is_alive():
+            self.uplink.timeout_s = max(0.2, min(self.uplink.timeout_s, end - time.monotonic()))
+            delivered = self.uplink.flush(max(0.0, end - time.monotonic()))
+        if self._drainer is not None:
+            if delivered:
+                self._drainer.join(timeout=max(0.0, end - time.monotonic()))
+            self._drain_stop.set()
+            self._drainer.join(timeout=max(0.1, end - time.monotonic()))
         self.uplink.close()
+        self.spool.close()
+        if delivered:
+            if self.directory is not None:
+                remove(self.directory)
+            return
+        why = clip(self.uplink.last_error) or f"no acknowledgement within {self.flush_s:g} s"
+        if self.directory is not None:
+            self.kept = (
+                f"collector unreachable ({why}); job events kept in {self.directory}, "
+                "delivered by the next wattline process that reaches a collector"
+            )
+        else:
+            self.kept = f"collector unreachable ({why}); job events lost: no outbox ({clip(self.outbox_error)})"
+        if self.on_kept is not None:
+            self.on_kept(self.kept)
+        else:
+            log.warning("wattline: %s", self.kept)
+
+
+def clip(text: str, limit: int = 100) -> str:
+    """``text`` on one line, at most ``limit`` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 class ParentSink:

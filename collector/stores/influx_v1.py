@@ -27,7 +27,7 @@ from typing import Any
 
 from wattline.collector.lineprotocol import LineEncoder
 from wattline.collector.stores.base import LineProtocolStore, StoreUnavailable, WriteResult
-from wattline.collector.stores.reader import MAX_INTERVAL_NS, StoredJobEvent, StoredSample, jobs_near
+from wattline.collector.stores.reader import MAX_INTERVAL_NS, StoredJobEvent, StoredSample, jobs_near, last_heard
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +335,18 @@ class InfluxV1Store(LineProtocolStore):
                 self.database,
             )
             events += _events(series)
+        events += last_heard(events, self._last_heard)
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _last_heard(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """Time of each (job, host)'s latest event: ``last()`` grouped by host and job, one row each."""
+        out: dict[tuple[str, str], int] = {}
+        ids = sorted({job_id for job_id, _ in pairs})
+        for i in range(0, len(ids), 100):
+            which = " OR ".join(f"job_id = {quote_literal(job_id)}" for job_id in ids[i : i + 100])
+            rows = self.query(f"SELECT last(event_seq) FROM job_events WHERE ({which}) GROUP BY host, job_id")
+            out.update({(r["job_id"], r["host"]): int(r["time"]) for r in rows})
+        return {pair: out[pair] for pair in pairs if pair in out}
 
     def _job_ids(self, event: str, hosts: Collection[str], since_ns: int, until_ns: int) -> set[str]:
         """Jobs with an ``event`` on one of ``hosts`` in [since_ns, until_ns]: one row per job."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,9 @@ from wattline.workloads import economics
 from wattline.workloads.embedded import default_store_url
 from wattline.workloads.events import JobSpec
 from wattline.workloads.job import default_job_id
-from wattline.workloads.jobs_view import JobNotFound, all_views
+from wattline.workloads.jobs_view import JobNotFound, all_views, utc_iso
 from wattline.workloads.render import comparison_json, print_comparison, print_report, report_json
-from wattline.workloads.report import Report, ReportSettings, build_report
+from wattline.workloads.report import Report, ReportSettings, build_complete_report, build_report, report_wait_s
 from wattline.workloads.run import RunRequest, devices_from_env, parse_devices, resolve_gpu_claims, run_job
 
 STORE_HELP = (
@@ -147,15 +148,18 @@ def run(
     settings, doc = agent_settings(config, interval=interval, sysfs_root=sysfs_root, host_id=host_id, sources=sources)
     store_url = store or default_store_url()
     request = RunRequest(list(command), spec, after, units_from_stdout)
-    status = run_job(request, settings, doc, collectors, store_url)
-    if collectors and store is None:
+    kept: list[str] = []
+    status = run_job(request, settings, doc, collectors, store_url, on_kept=kept.append)
+    if kept:  # no collector acknowledged the events: they wait in the outbox (no report yet)
+        typer.echo(f"wattline: {kept[0]}", err=True)
+    elif collectors and store is None:
         typer.echo(
             f"job {spec.job_id} recorded; report: wattline report {spec.job_id} --store <the collector's store>",
             err=True,
         )
     elif not no_report or report_json_path:
         with open_reader(store_url, config) as reader:
-            report = build_report(reader, spec.job_id, rsettings)
+            report = build_complete_report(reader, spec.job_id, rsettings, report_wait_s(settings.batch_interval))
         if no_report:
             report_json_path.write_text(json.dumps(report_json(report), indent=2) + "\n")  # type: ignore[union-attr]
         else:
@@ -183,7 +187,7 @@ def report(
 
 def _report_or_exit(reader: Reader, job_id: str, settings: ReportSettings) -> Report:
     try:
-        return build_report(reader, job_id, settings)
+        return build_complete_report(reader, job_id, settings)
     except JobNotFound as exc:
         raise ConfigError(str(exc)) from None
 
@@ -196,6 +200,7 @@ def jobs(
 ) -> None:
     """List jobs: name, id, hosts, start, duration, saturated, units, energy."""
     rows: list[dict[str, Any]] = []
+    now_ns = time.time_ns()
     with open_reader(store, config) as reader:
         for view in all_views(reader):
             row: dict[str, Any] = {
@@ -205,12 +210,14 @@ def jobs(
                 "hosts": sorted(view.hosts),
                 "start_ns": view.start_ns,
                 "closed": view.closed,
+                "status": view.state(now_ns),  # closed | running | abandoned
+                "last_heard_ns": None if view.closed else view.last_heard_ns(),
                 "exit_code": view.exit_code,
                 "units": view.units_total,
                 "unit": view.unit_name,
             }
             if energy:
-                r = build_report(reader, view.job_id)
+                r = build_report(reader, view.job_id, now_ns=now_ns)
                 row.update(
                     duration_s=(r.end_ns - view.start_ns) / 1e9,
                     saturated=r.saturated,
@@ -223,7 +230,7 @@ def jobs(
         typer.echo(json.dumps(rows, indent=2))
         return
     table = Table(title="wattline jobs")
-    for col in ("name", "id", "hosts", "start (UTC)", "duration", "saturated", "units", "energy", "J/unit"):
+    for col in ("name", "id", "hosts", "start (UTC)", "duration", "status", "saturated", "units", "energy", "J/unit"):
         table.add_column(col)
     from wattline.workloads.render import _iso
 
@@ -234,12 +241,22 @@ def jobs(
             str(len(row["hosts"])),
             _iso(row["start_ns"])[:19],
             f"{row.get('duration_s', 0):.1f} s",
+            _status_cell(row),
             {True: "yes", False: "no"}.get(row.get("saturated"), "?"),  # type: ignore[arg-type]
             f"{row['units']:,.0f} {row['unit']}",
             f"{row.get('total_energy_j', 0):,.1f} J",
             "n/a" if row.get("j_per_unit") is None else f"{row['j_per_unit']:.4f}",
         )
     Console(file=sys.stdout).print(table)
+
+
+def _status_cell(row: dict[str, Any]) -> str:
+    """closed (exit status), running, or abandoned with when it was last heard."""
+    if row["status"] == "closed":
+        return f"closed ({row['exit_code']})"
+    if row["status"] == "abandoned":
+        return f"abandoned (no close; last heard at {utc_iso(row['last_heard_ns'])})"
+    return str(row["status"])
 
 
 def compare(

@@ -54,7 +54,7 @@ from wattline.workloads.reference.common import (
     resolve_device,
 )
 from wattline.workloads.render import print_report, report_json
-from wattline.workloads.report import Report, ReportSettings, build_report
+from wattline.workloads.report import Report, ReportSettings, build_complete_report, report_wait_s
 from wattline.workloads.run import RunRequest, devices_from_env, parse_devices, resolve_gpu_claims, run_job
 from wattline.workloads.saturation import detect_saturation
 
@@ -180,13 +180,13 @@ def execute(launch: Launch, where: Where) -> None:
         result_path = Path(tmp) / "result.json"
         command = [*(launch.launcher or [sys.executable, "-m"]), f"{MODULE}.{launch.module}", *launch.args]
         command += ["--result-json", str(result_path)]
-        status = run_job(RunRequest(command, spec, env=launch.env), settings, doc, where.collectors, store_url)
+        kept: list[str] = []
+        request = RunRequest(command, spec, env=launch.env)
+        status = run_job(request, settings, doc, where.collectors, store_url, on_kept=kept.append)
         result = json.loads(result_path.read_text()) if result_path.exists() else None
-    if where.collectors and where.store is None:
-        typer.echo(
-            f"job {spec.job_id} recorded; report: wattline report {spec.job_id} --store <the collector's store>",
-            err=True,
-        )
+    if kept or (where.collectors and where.store is None):
+        recorded = f"job {spec.job_id} recorded; report: wattline report {spec.job_id} --store <the collector's store>"
+        typer.echo(f"wattline: {kept[0]}" if kept else recorded, err=True)
         if where.as_json:
             out = {"schema": WORKLOAD_SCHEMA, "note": RANDOM_WEIGHTS, "workload": result, "check": None, "report": None}
             typer.echo(json.dumps(out, indent=2))
@@ -194,7 +194,7 @@ def execute(launch: Launch, where: Where) -> None:
             print_workload(result, None, Console(file=sys.stdout))
         raise typer.Exit(status)
     with open_reader(store_url, where.config) as reader:
-        report = build_report(reader, spec.job_id, where.settings)
+        report = build_complete_report(reader, spec.job_id, where.settings, report_wait_s(settings.batch_interval))
     check = cross_check(report, result)
     data = report_json(report)
     if where.report_json_path is not None:

@@ -292,9 +292,7 @@ class LineEncoder:
             prefix = self._new_prefix(key, measurement, tags)
         return f"{prefix}{self._fields(fields)} {check_time(int(time_ns))}"
 
-    def check(
-        self, measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int
-    ) -> None:
+    def check(self, measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int) -> None:
         """Raise :class:`LineProtocolError` exactly when :meth:`line` would."""
         check_time(time_ns)
         key = (measurement, *tags.items())
@@ -419,4 +417,5 @@ def job_event_point(
 
 def describe(*tag_sets: Mapping[str, str]) -> str:
     """A point's tags for log lines: ``host='a' job_id='b'`` (values quoted, long ones cut)."""
-    return " ".join(f"{k[:QUOTE_CHARS]}={clip(v)}" for tags in tag_sets for k, v in tags.items())
+    text = " ".join(f"{k[:QUOTE_CHARS]}={clip(v)}" for tags in tag_sets for k, v in tags.items())
+    return text if len(text) <= 5 * QUOTE_CHARS else text[: 5 * QUOTE_CHARS] + "..."

@@ -303,7 +303,9 @@ class InfluxV1Store(LineProtocolStore):
             "POST", "/query", body, {"Content-Type": "application/x-www-form-urlencoded"}
         )
         if status >= 500 or status == 401:
-            raise StoreUnavailable(f"InfluxDB {self.url} query answered {status}: {shorten(error_message(data, headers))}")
+            raise StoreUnavailable(
+                f"InfluxDB {self.url} query answered {status}: {shorten(error_message(data, headers))}"
+            )
         if status != 200:
             raise QueryError(shorten(f"{influxql!r}: {error_message(data, headers)}"))
         out: list[list[dict[str, Any]]] = []
@@ -402,7 +404,9 @@ class InfluxV1Store(LineProtocolStore):
         """The server's ``X-Influxdb-Version`` header ("" when it sends none)."""
         status, headers, data = self._http.request("GET", "/ping")
         if status >= 300:
-            raise StoreUnavailable(f"InfluxDB {self.url} /ping answered {status}: {shorten(error_message(data, headers))}")
+            raise StoreUnavailable(
+                f"InfluxDB {self.url} /ping answered {status}: {shorten(error_message(data, headers))}"
+            )
         return headers.get("X-Influxdb-Version", "")
 
     def close(self) -> None:

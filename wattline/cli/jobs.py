@@ -47,6 +47,15 @@ def open_reader(store: str | None, config: Path | None) -> Any:
     return opened
 
 
+def job_spec(job_id: str, name: str, kind: str, units: str, labels: dict[str, str], devices: list[str]) -> JobSpec:
+    """The job's spec; a job id no store can hold is a ConfigError (one line, exit 2), raised
+    before the command starts."""
+    try:
+        return JobSpec(job_id, name, kind, units, labels, devices)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def report_settings(
     price: float | None, carbon_intensity: float | None, pue: float, idle: str, share_rule: str
 ) -> ReportSettings:
@@ -143,7 +152,7 @@ def run(
     after = parse_duration(saturated_after, "--saturated-after") if saturated_after else None
     name = job or Path(command[0]).name
     claims = resolve_gpu_claims(parse_devices(devices) if devices else devices_from_env(os.environ))
-    spec = JobSpec(job_id or default_job_id(name), name, kind, units, parse_pairs(labels or [], "--label"), claims)
+    spec = job_spec(job_id or default_job_id(name), name, kind, units, parse_pairs(labels or [], "--label"), claims)
     settings, doc = agent_settings(config, interval=interval, sysfs_root=sysfs_root, host_id=host_id, sources=sources)
     store_url = store or default_store_url()
     request = RunRequest(list(command), spec, after, units_from_stdout)
@@ -194,7 +203,10 @@ def jobs(
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     energy: bool = typer.Option(True, "--energy/--no-energy", help="Compute each job's energy (a report per job)."),
 ) -> None:
-    """List jobs: name, id, hosts, start, duration, saturated, units, energy."""
+    """List jobs: name, id, hosts, start, duration, saturated, units, energy.
+
+    A job whose stored events are bad is listed with its ``error``; it never stops the listing.
+    """
     rows: list[dict[str, Any]] = []
     with open_reader(store, config) as reader:
         for view in all_views(reader):
@@ -209,36 +221,46 @@ def jobs(
                 "units": view.units_total,
                 "unit": view.unit_name,
             }
-            if energy:
-                r = build_report(reader, view.job_id)
-                row.update(
-                    duration_s=(r.end_ns - view.start_ns) / 1e9,
-                    saturated=r.saturated,
-                    measured_energy_j=r.measured.energy_j,
-                    total_energy_j=r.measured.energy_j + r.warmup.energy_j,
-                    j_per_unit=r.figures.j_per_unit,
-                )
+            try:
+                view.check()
+                if energy:
+                    r = build_report(reader, view.job_id)
+                    row.update(
+                        duration_s=(r.end_ns - view.start_ns) / 1e9,
+                        saturated=r.saturated,
+                        measured_energy_j=r.measured.energy_j,
+                        total_energy_j=r.measured.energy_j + r.warmup.energy_j,
+                        j_per_unit=r.figures.j_per_unit,
+                    )
+            except ValueError as exc:  # BadJob, or figures that cannot be computed
+                row.update(units=None, error=" ".join(str(exc).split()))
             rows.append(row)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
     table = Table(title="wattline jobs")
+    errors = any("error" in row for row in rows)
     for col in ("name", "id", "hosts", "start (UTC)", "duration", "saturated", "units", "energy", "J/unit"):
         table.add_column(col)
+    if errors:
+        table.add_column("error")
     from wattline.workloads.render import _iso
 
     for row in rows:
-        table.add_row(
-            row["name"],
-            row["id"],
-            str(len(row["hosts"])),
-            _iso(row["start_ns"])[:19],
-            f"{row.get('duration_s', 0):.1f} s",
-            {True: "yes", False: "no"}.get(row.get("saturated"), "?"),  # type: ignore[arg-type]
-            f"{row['units']:,.0f} {row['unit']}",
-            f"{row.get('total_energy_j', 0):,.1f} J",
-            "n/a" if row.get("j_per_unit") is None else f"{row['j_per_unit']:.4f}",
-        )
+        cells = [row["name"], row["id"], str(len(row["hosts"])), _iso(row["start_ns"])[:19]]
+        if "error" in row:
+            cells += ["?"] * 5
+        else:
+            cells += [
+                f"{row.get('duration_s', 0):.1f} s",
+                {True: "yes", False: "no"}.get(row.get("saturated"), "?"),  # type: ignore[arg-type]
+                f"{row['units']:,.0f} {row['unit']}",
+                f"{row.get('total_energy_j', 0):,.1f} J",
+                "n/a" if row.get("j_per_unit") is None else f"{row['j_per_unit']:.4f}",
+            ]
+        if errors:
+            cells.append(row.get("error", ""))
+        table.add_row(*cells)
     Console(file=sys.stdout).print(table)
 
 

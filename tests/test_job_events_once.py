@@ -258,3 +258,22 @@ def test_a_10_mib_tag_is_refused_with_a_short_message_and_acknowledged(
     assert (ack.written, ack.rejected) == (1 + 3, 2)
     assert len(ack.message) < 1000 and "10485760 characters" in ack.message
     assert max(len(r.getMessage()) for r in caplog.records) < 2000
+
+
+def test_influxdb_points_written_before_time_ns_read_as_before(influxd: Influxd) -> None:
+    with InfluxV1Store(influxd.url, influxd.new_database()) as influx:
+        old = [  # as wattline 3 wrote them: no seq_block tag, point time = event time, no time_ns field
+            f'job_events,event=open,host=h,job_id=old-1 event_seq=1i,name="old" {T}',
+            f"job_events,event=units,host=h,job_id=old-1 event_seq=2i,units=5.0 {T + S}",
+        ]
+        assert influx.write_lines(old).written == 2
+        b = EventBuilder(JobSpec("old-1", "old"))
+        assert influx.write(batch_of([b.units(1.0, T + S + 1), b.close(0, T + 2 * S)], host="h")).written == 2
+        events = influx.job_events("old-1")
+        assert [(e.event, e.time_ns) for e in events] == [
+            ("open", T),
+            ("units", T + S),
+            ("units", T + S + 1),
+            ("close", T + 2 * S),
+        ]
+        assert units_of(influx, "old-1") == [5.0, 1.0]

@@ -187,6 +187,26 @@ def test_bad_units_refused_on_the_wire_and_jobs_still_lists(tmp_path: Path, coll
     assert (job["id"], job["units"], job.get("error")) == ("units-1", 4.0, None)
 
 
+def test_bad_lines_in_the_events_file_are_ignored_with_a_short_reason(tmp_path: Path) -> None:
+    lines = [
+        "units inf",
+        "units -1",
+        "units nan",
+        "units 1 inf",
+        "units 1 1e30",
+        "units 1 -5",
+        "units 7",
+        "units 1e400",
+    ]
+    script = "".join(f'echo "{line}" >> "$WATTLINE_EVENTS"; ' for line in lines) + "sleep 0.5; exit 4"
+    out = run(tmp_path, "run", "--job-id", "lines-1", "--no-report", "--", "sh", "-c", script)
+    assert out.returncode == 4, out.stderr  # the command's own status
+    assert "ignored line" in out.stderr and "Traceback" not in out.stderr
+    report = run(tmp_path, "report", "lines-1", "--json")
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["units"]["total"] == 7
+
+
 def test_a_bad_job_already_stored_is_a_row_with_its_error_and_a_one_line_report(tmp_path: Path) -> None:
     events = [  # as an older wattline, which took negative units, wrote them
         ("bad-1", "open", T, 1, '{"name":"bad"}'),

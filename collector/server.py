@@ -32,7 +32,8 @@ name of the client certificate (PERMISSION_DENIED otherwise). The health service
 open (probes carry no credentials).
 
 The collector keeps no state beyond in-flight batches (and the per-host buckets, which
-only limit), so several can run behind one name.
+only limit, and the live streams per host, which only watch for two agents under one host
+id: :mod:`wattline.collector.livestreams`), so several can run behind one name.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from wattline import wire
 from wattline.collector.group import Busy, GroupCommitter
 from wattline.collector.lineprotocol import clip
+from wattline.collector.livestreams import LiveStreams
 from wattline.collector.stores.base import Store, StoreUnavailable
 from wattline.security import TokenCheck, peer_identities
 
@@ -131,6 +133,17 @@ class Metrics:
         self.agents = Gauge(
             "wattline_collector_connected_agents", "Agent streams heard from in the last 120 s.", registry=registry
         )
+        self.duplicate_streams = Gauge(
+            "wattline_collector_duplicate_streams",
+            "Live agent streams of one host id sending samples of the same time (only hosts that have them).",
+            ["host"],
+            registry=registry,
+        )
+        self.duplicate_hosts = Gauge(
+            "wattline_collector_hosts_with_duplicate_streams",
+            "Host ids with more than one live agent stream sending samples of the same time.",
+            registry=registry,
+        )
 
 
 class HostLimiter:
@@ -193,6 +206,7 @@ class TelemetryService:
         self._expired = -math.inf
         self._skew_logged: dict[str, float] = {}
         self._lock = threading.Lock()
+        self.live = LiveStreams(metrics.duplicate_streams, metrics.duplicate_hosts, timeout_s=AGENT_TIMEOUT_S)
 
     def _refuse(self, context: grpc.ServicerContext, reason: str, code: grpc.StatusCode, details: str) -> NoReturn:
         self.metrics.refused.labels(reason).inc()
@@ -299,7 +313,8 @@ class TelemetryService:
         with self._lock:
             known = len(self._streams)
             self._streams[batch.stream_id] = now
-            if now - self._expired > 1.0:  # a sweep over every stream at most once a second
+            sweep = now - self._expired > 1.0  # a sweep over every stream at most once a second
+            if sweep:
                 self._expired = now
                 self._streams = {s: seen for s, seen in self._streams.items() if now - seen <= AGENT_TIMEOUT_S}
             if len(self._streams) != known:
@@ -307,6 +322,9 @@ class TelemetryService:
             warn = abs(skew) > SKEW_WARN_S and now - self._skew_logged.get(host, -math.inf) > SKEW_LOG_EVERY_S
             if warn:
                 self._skew_logged[host] = now
+        self.live.seen(batch, now)
+        if sweep:
+            self.live.sweep(now)
         if warn:
             log.warning(
                 "host %s: agent clock %+.1f s from the collector's (sample times are the agent's; check NTP)",

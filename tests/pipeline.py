@@ -7,6 +7,7 @@ energy between any two instants is known exactly: the tests compare to the joule
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,3 +82,14 @@ class SyntheticHost:
             self.uplink.close()
         for source in self.sources:
             source.close()
+
+
+def equal_share_truth(windows: dict[str, tuple[int, int]], power_w: float) -> dict[str, float]:
+    """Each job's joules under the equal-share rule on a host drawing ``power_w``: every piece of
+    time between job edges (ns) split equally among the jobs whose window covers it."""
+    truth = dict.fromkeys(windows, 0.0)
+    for a, b in itertools.pairwise(sorted({t for w in windows.values() for t in w})):
+        active = [j for j, (start, end) in windows.items() if start <= a and b <= end]
+        for j in active:
+            truth[j] += power_w * (b - a) / 1e9 / len(active)
+    return truth

@@ -31,14 +31,22 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqliteStor
             yield influx
 
 
-def job(store: SqliteStore | InfluxV1Store, job_id: str, hosts: list[str], open_ns: int, close_ns: int | None) -> None:
-    """``job_id`` on ``hosts``: open, a UNITS event and a phase mark, and close unless None."""
+def job(
+    store: SqliteStore | InfluxV1Store,
+    job_id: str,
+    hosts: list[str],
+    open_ns: int,
+    close_ns: int | None,
+    heartbeats: tuple[int, ...] = (),
+) -> None:
+    """``job_id`` on ``hosts``: open, a UNITS event and a phase mark, ``heartbeats``, and close unless None."""
     for host in hosts:
         b = EventBuilder(JobSpec(job_id, f"name of {job_id}", "training", "steps", {"team": "t"}))
         batch = wire.Batch(stream_id=f"{job_id}-{host}", seq=1)
         batch.host.host_id = host
         batch.host.labels["cluster"] = "c1"
         events = [b.open(open_ns), b.units(5.0, open_ns + S), b.phase("saturated", open_ns + 2 * S)]
+        events += [b.heartbeat(t) for t in heartbeats]
         if close_ns is not None:
             events.append(b.close(3, close_ns))
         batch.job_events.extend(events)
@@ -53,6 +61,8 @@ def fill(store: SqliteStore | InfluxV1Store) -> None:
     job(store, "running", ["h2"], T0 + 150 * S, None)
     job(store, "multi", ["h1", "h3"], T0 + 120 * S, T0 + 130 * S)  # its h3 part comes too
     job(store, "abandoned", ["h1"], T0 - 40 * DAY, None)  # never closed, opened beyond the look-back
+    # opened beyond the look-back, still beating in the window: found by its heartbeats
+    job(store, "beating", ["h1"], T0 - 40 * DAY, None, (T0 + 90 * S, T0 + 120 * S, T0 + 150 * S))
     job(store, "elsewhere", ["h3"], *WINDOW)
     job(store, "ancient", ["h1"], T0 - 60 * DAY, T0 - 59 * DAY)
     job(store, "future", ["h2"], T0 + 40 * DAY, T0 + 41 * DAY)
@@ -66,8 +76,12 @@ def test_job_events_between_reads_only_open_and_close_of_jobs_near_the_window(
     by_job: dict[str, list[StoredJobEvent]] = {}
     for e in events:
         by_job.setdefault(e.job_id, []).append(e)
-    assert sorted(by_job) == ["before", "long", "multi", "running", "spanning", "target"]
-    assert {e.event for e in events} == {"open", "close"}
+    assert sorted(by_job) == ["beating", "before", "long", "multi", "running", "spanning", "target"]
+    assert {e.event for e in events} == {"open", "close", "heartbeat"}
+    # an unclosed job comes with one "heartbeat": when it was last heard (its latest event, any kind)
+    assert [(e.event, e.time_ns) for e in by_job["running"]] == [("open", T0 + 150 * S), ("heartbeat", T0 + 152 * S)]
+    assert [(e.event, e.time_ns) for e in by_job["beating"]] == [("open", T0 - 40 * DAY), ("heartbeat", T0 + 150 * S)]
+    assert not any(e.event == "heartbeat" for e in events if e.job_id != "running" and e.job_id != "beating")
     assert [(e.host, e.event) for e in by_job["multi"]] == [
         ("h1", "open"),
         ("h3", "open"),
@@ -105,6 +119,6 @@ def test_job_events_of_one_job_and_of_all(store: SqliteStore | InfluxV1Store) ->
     assert [e.fields for e in events[2:6:2]] == [{"units": 5.0}, {"phase": "saturated"}]
     assert events[0].fields["label_team"] == "t" and "cluster" not in events[0].fields
     assert all(e.job_id == "multi" for e in events)
-    assert len(store.job_events()) == 12 * 4 - 2  # 12 host parts of jobs, two never closed
+    assert len(store.job_events()) == 13 * 4 - 3 + 3  # 13 host parts of jobs, three never closed, 3 heartbeats
     views = [v.job_id for v in all_views(store)]
-    assert views[0] == "ancient" and set(views[1:3]) == {"abandoned", "long"} and views[-1] == "future"
+    assert views[0] == "ancient" and set(views[1:4]) == {"abandoned", "beating", "long"} and views[-1] == "future"

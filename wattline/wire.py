@@ -6,6 +6,7 @@ modules directly, so a regeneration touches one import site.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from wattline.v1 import telemetry_pb2 as pb
@@ -33,7 +34,36 @@ QUALITY_BY_NAME: dict[str, int] = {v: k for k, v in QUALITY_NAMES.items()}
 #: gRPC service name, for the health service and logs.
 SERVICE_NAME = "wattline.v1.Telemetry"
 
+#: Seconds between two KIND_HEARTBEAT events of a running job (its lease renewal).
+HEARTBEAT_S = 30.0
+#: Heartbeat periods a job may go unheard before readers take it as abandoned. Three, so
+#: that one late or lost heartbeat (a busy host, a batch delayed by a slow collector, a
+#: few seconds of clock skew between the job's host and the reader) never ends a live job,
+#: while a killed job stops sharing its host's energy after about 90 s.
+LEASE_HEARTBEATS = 3
+#: Environment override of HEARTBEAT_S, in seconds (for tests; set the same for the job
+#: and for whoever reads the store, or a reader's lease will not match the job's period).
+ENV_HEARTBEAT = "WATTLINE_HEARTBEAT_S"
+
+
+def heartbeat_s() -> float:
+    """The heartbeat period: ``$WATTLINE_HEARTBEAT_S`` when it is a positive number, else HEARTBEAT_S."""
+    try:
+        value = float(os.environ.get(ENV_HEARTBEAT, HEARTBEAT_S))
+    except ValueError:
+        return HEARTBEAT_S
+    return value if 0 < value < float("inf") else HEARTBEAT_S
+
+
+def lease_ns() -> int:
+    """How long after its last event an unclosed job counts as abandoned (LEASE_HEARTBEATS periods)."""
+    return int(LEASE_HEARTBEATS * heartbeat_s() * 1e9)
+
+
 __all__ = [
+    "ENV_HEARTBEAT",
+    "HEARTBEAT_S",
+    "LEASE_HEARTBEATS",
     "QUALITY_BY_NAME",
     "QUALITY_COUNTER",
     "QUALITY_INTEGRATED",
@@ -45,6 +75,8 @@ __all__ = [
     "Host",
     "JobEvent",
     "Sample",
+    "heartbeat_s",
+    "lease_ns",
     "pb",
     "pb_grpc",
 ]

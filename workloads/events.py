@@ -99,6 +99,10 @@ class EventBuilder:
     def phase(self, name: str, time_ns: int | None = None) -> wire.pb.JobEvent:
         return self.make(wire.pb.JobEvent.KIND_PHASE, time_ns, phase=name)
 
+    def heartbeat(self, time_ns: int | None = None) -> wire.pb.JobEvent:
+        """The job still runs here: renews its lease (see ``wire.LEASE_HEARTBEATS``)."""
+        return self.make(wire.pb.JobEvent.KIND_HEARTBEAT, time_ns)
+
     def close(self, exit_code: int, time_ns: int | None = None) -> wire.pb.JobEvent:
         return self.make(wire.pb.JobEvent.KIND_CLOSE, time_ns, exit_code=exit_code)
 

@@ -15,7 +15,8 @@
 Inside a process started by ``wattline run`` the API joins that job (through
 ``$WATTLINE_JOB_ID`` / ``$WATTLINE_EVENTS``) instead of opening a second one. Otherwise
 it opens its own job: through ``collector=`` when a host agent runs, or embedded (in-
-process sampling into the local SQLite store) when none is given.
+process sampling into the local SQLite store) when none is given; an opened job renews its
+lease with a heartbeat until it closes (:mod:`.heartbeat`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from wattline.workloads.events import (
     JobSpec,
     UnitAccumulator,
 )
+from wattline.workloads.heartbeat import Heartbeat
 from wattline.workloads.session import CollectorSink, EventSink, ParentSink
 
 P = ParamSpec("P")
@@ -82,6 +84,7 @@ class Job:
         self._sink = sink
         self._builder = EventBuilder(self.spec)
         self._units: UnitAccumulator | None = None
+        self._heartbeat: Heartbeat | None = None
         self.exit_code: int | None = None
 
     @property
@@ -104,8 +107,9 @@ class Job:
 
                 self._sink = embedded_session()
         self._units = UnitAccumulator(self._builder, self._sink.send)
-        if not self.joined:
+        if not self.joined:  # a joined job's lease is renewed by its `wattline run`
             self._sink.send([self._builder.open()])
+            self._heartbeat = Heartbeat(self._builder, self._sink.send).start()
         return self
 
     def add_units(self, count: float = 1) -> None:
@@ -129,6 +133,8 @@ class Job:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         assert self._sink is not None and self._units is not None
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         self._units.flush()
         self.exit_code = 0 if exc_type is None else (130 if exc_type is KeyboardInterrupt else 1)
         if not self.joined:

@@ -4,6 +4,10 @@ Everything a report or ``wattline jobs`` needs (hosts, windows, units timeline,
 phases, devices, exit codes) is derived from the ``job_events`` points, so reports work
 after the fact and after a collector restart.
 
+A host's window without a close is *running* while the job was heard there (any event,
+heartbeats included) within the lease (``wire.lease_ns()``) before "now", and
+*abandoned* after that: its window then ends when the job was last heard there.
+
 An event no figure can be computed from (units negative or not finite, stored by an
 older version; a field of the wrong type) makes the job *bad*: :func:`build_view` raises
 :class:`BadJob` saying what is wrong in one line, and :func:`all_views` lists the job
@@ -12,12 +16,13 @@ with its :attr:`JobView.problems`, so one bad job never breaks a listing.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
+from wattline import wire
 from wattline.collector.lineprotocol import clip
 from wattline.collector.stores.reader import Reader, StoredJobEvent
 from wattline.workloads.events import SATURATED
@@ -40,6 +45,24 @@ class HostWindow:
     close_ns: int | None = None
     exit_code: int | None = None
     devices: list[str] = field(default_factory=list)
+    last_ns: int = 0  #: when the job was last heard on this host (its latest event)
+
+    def __post_init__(self) -> None:
+        self.last_ns = max(self.last_ns, self.open_ns)
+
+    def abandoned(self, now_ns: int, lease_ns: int | None = None) -> bool:
+        """No close, and nothing heard for over the lease before ``now_ns``."""
+        lease = wire.lease_ns() if lease_ns is None else lease_ns
+        return self.close_ns is None and now_ns - self.last_ns > lease
+
+    def end_ns(self, now_ns: int, running_end_ns: int | None = None) -> int:
+        """Its close; its last heard time once abandoned; else (running) ``running_end_ns``
+        (default ``now_ns``). Abandonment is judged at ``now_ns``."""
+        if self.close_ns is not None:
+            return self.close_ns
+        if self.abandoned(now_ns):
+            return self.last_ns
+        return now_ns if running_end_ns is None else running_end_ns
 
 
 @dataclass
@@ -76,8 +99,28 @@ class JobView:
         return all(w.close_ns is not None for w in self.hosts.values())
 
     def end_ns(self, now_ns: int) -> int:
-        """Last close, or ``now_ns`` while a host is still running."""
-        return max(w.close_ns if w.close_ns is not None else now_ns for w in self.hosts.values())
+        """The latest host's end (see :meth:`HostWindow.end_ns`): ``now_ns`` while one runs."""
+        return max(w.end_ns(now_ns) for w in self.hosts.values())
+
+    def state(self, now_ns: int) -> str:
+        """``closed`` (every host closed), ``running`` (a host heard within the lease) or
+        ``abandoned`` (a host without a close, none of them heard within the lease)."""
+        unclosed = [w for w in self.hosts.values() if w.close_ns is None]
+        if not unclosed:
+            return "closed"
+        return "abandoned" if all(w.abandoned(now_ns) for w in unclosed) else "running"
+
+    def last_heard_ns(self) -> int:
+        """When the job was last heard on a host without a close (or on any host)."""
+        unclosed = [w.last_ns for w in self.hosts.values() if w.close_ns is None]
+        return max(unclosed or [w.last_ns for w in self.hosts.values()])
+
+    def status(self, now_ns: int) -> str:
+        """:meth:`state` as shown to people: an abandoned job says when it was last heard."""
+        state = self.state(now_ns)
+        if state == "abandoned":
+            return f"abandoned (no close; last heard at {utc_iso(self.last_heard_ns())})"
+        return state
 
     @property
     def units_total(self) -> float:
@@ -94,6 +137,11 @@ class JobView:
     def exit_code(self) -> int | None:
         codes = [w.exit_code for w in self.hosts.values() if w.exit_code is not None]
         return max(codes, key=abs) if codes else None
+
+
+def utc_iso(ns: int) -> str:
+    """``ns`` since the epoch as an ISO 8601 UTC time, to the millisecond."""
+    return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.UTC).isoformat(timespec="milliseconds")
 
 
 def build_view(job_id: str, events: list[StoredJobEvent]) -> JobView:
@@ -128,11 +176,14 @@ def inspect_view(job_id: str, events: list[StoredJobEvent]) -> JobView:
         try:
             _fold(view, e, last_units)
         except ValueError as exc:
-            at = datetime.fromtimestamp(e.time_ns / 1e9, UTC).isoformat(timespec="milliseconds")
-            view.problems.append(f"{e.event} event at {at} on host {clip(e.host)}: {exc}")
+            view.problems.append(f"{e.event} event at {utc_iso(e.time_ns)} on host {clip(e.host)}: {exc}")
     if not view.hosts:
         first = mine[0]
         view.hosts[first.host] = HostWindow(first.host, first.time_ns)
+    for e in mine:  # heartbeats and every other kind: when the job was last heard per host
+        if e.host in view.hosts:
+            window = view.hosts[e.host]
+            window.last_ns = max(window.last_ns, e.time_ns)
     return view
 
 

@@ -6,7 +6,6 @@ such wherever it appears, never shown as a plain measurement.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from rich.console import Console
@@ -14,6 +13,7 @@ from rich.table import Table
 
 from wattline.quality import Quality
 from wattline.workloads import economics
+from wattline.workloads.jobs_view import utc_iso
 from wattline.workloads.report import Report, WindowEnergy, report_coverage
 
 #: Version of the JSON shapes below; bumped on any incompatible change.
@@ -22,7 +22,7 @@ COMPARE_SCHEMA = "wattline.compare/1"
 
 
 def _iso(ns: int) -> str:
-    return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.UTC).isoformat(timespec="milliseconds")
+    return utc_iso(ns)
 
 
 def _window_json(w: WindowEnergy) -> dict[str, Any]:
@@ -62,8 +62,13 @@ def report_json(r: Report) -> dict[str, Any]:
             "start": _iso(job.start_ns),
             "end": _iso(r.end_ns),
             "closed": job.closed,
+            "status": r.state,  #: closed | running | abandoned
+            "last_heard": None if job.closed else _iso(job.last_heard_ns()),
             "exit_code": job.exit_code,
         },
+        "complete": r.complete,
+        "samples_up_to": {host: _iso(ns) for host, ns in sorted(r.incomplete.items())},
+        "samples_from": {host: _iso(ns) for host, ns in sorted(r.late_start.items())},
         "saturation": {
             "saturated": r.saturated,
             "at": _iso(r.saturation.at_ns) if r.saturation.at_ns is not None else None,

@@ -8,9 +8,15 @@ Steps (each documented where it lives):
    utilization.
 3. Per host, each channel's energy in the warm-up ``[open, saturation)`` and the
    measured window ``[saturation, close)`` is the difference of its cumulative counter
-   at the window edges (O(1) in the job's length); across an agent restart, or when
-   other jobs shared the host, the samples themselves are split (:mod:`.attribution`).
+   at the window edges (O(1) in the job's length); when the edges lie in several agent
+   streams (a restart, or streams overlapping in time: counted once, :mod:`.streams`), or
+   when other jobs shared the host, the samples themselves are split (:mod:`.attribution`).
 4. Figures per unit, cost and CO2 come from :mod:`.economics`.
+5. Completeness: a host window is complete when every series the host reported during
+   the job has samples from before its open to after its close. An agent ships samples every
+   batch interval, so a report built right at job end may lack the last seconds;
+   :func:`build_complete_report` waits (bounded) for them, and a report that still lacks
+   them says so ("incomplete: samples up to ..."), never a quiet shortfall.
 
 Component totals never add RAPL sub-domains to their parent: ``cpu_core`` and
 ``cpu_uncore`` are inside ``cpu_package``, and ``psys`` (the whole platform) overlaps
@@ -19,6 +25,7 @@ everything, so those three are left out of the host's energy.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections import defaultdict
@@ -43,11 +50,18 @@ from wattline.workloads.attribution import (
     split_shared,
     window_energy,
 )
-from wattline.workloads.jobs_view import JobView, build_view, views_of
+from wattline.workloads.jobs_view import JobView, build_view, utc_iso, views_of
 from wattline.workloads.saturation import Saturation, SaturationParams, detect_saturation
+from wattline.workloads.streams import StreamMerge, StreamSample, merge_streams
 
 #: Sub-domains and supersets left out of a host's total (see the module docstring).
 EXCLUDED_COMPONENTS = frozenset({"cpu_core", "cpu_uncore", "psys"})
+#: A series whose last sample before a host's close ended this long before the host's open
+#: is not taken as one the job should have had samples from (a device gone before the job).
+LAG_HORIZON_NS = 3600 * 10**9
+#: How often :func:`build_complete_report` looks again while it waits.
+POLL_S = 0.5
+
 #: The components a complete measurement of a host has, for coverage's "missing" list.
 EXPECTED = {"cpu": ("cpu_package", "cpu"), "memory": ("dram",), "network": ("nic",)}
 
@@ -119,10 +133,20 @@ class Report:
     settings: ReportSettings
     missing: list[str]
     notes: list[str]
+    #: Hosts whose samples do not (yet) reach their close: host -> samples up to (ns).
+    incomplete: dict[str, int] = field(default_factory=dict)
+    #: Hosts whose samples begin after their open: host -> samples only from (ns).
+    late_start: dict[str, int] = field(default_factory=dict)
+    state: str = "closed"  #: closed | running | abandoned (see JobView.state)
 
     @property
     def saturated(self) -> bool:
         return self.saturation.saturated
+
+    @property
+    def complete(self) -> bool:
+        """Every host's samples cover its window, from its open to its close."""
+        return not self.incomplete and not self.late_start
 
 
 def build_report(
@@ -133,10 +157,13 @@ def build_report(
     now_ns = now_ns or time.time_ns()
     events = reader.job_events(job_id)
     job = build_view(job_id, events)
-    end_ns = job.end_ns(now_ns)
+    end_ns = job.end_ns(now_ns)  # an abandoned job ends when it was last heard
+    state = job.state(now_ns)
     notes: list[str] = []
-    if not job.closed:
+    if state == "running":
         notes.append("job still running: figures up to now")
+    elif state == "abandoned":
+        notes.append(job.status(now_ns))
     saturation = _saturation(reader, job, end_ns, settings)
     start = saturation.at_ns if saturation.saturated and saturation.at_ns is not None else job.start_ns
     if not saturation.saturated:
@@ -145,11 +172,22 @@ def build_report(
     warm = WindowEnergy(seconds=(start - job.start_ns) / 1e9)
     meas = WindowEnergy(seconds=(end_ns - start) / 1e9)
     missing: set[str] = set()
-    for host, window in job.hosts.items():
-        close = window.close_ns if window.close_ns is not None else end_ns
+    incomplete: dict[str, int] = {}
+    late_start: dict[str, int] = {}
+    for host, window in sorted(job.hosts.items()):
+        close = window.end_ns(now_ns, end_ns)  # an abandoned host's window ends when last heard
+        late = _samples_from(reader, host, window.open_ns, close)
+        if late is not None:
+            late_start[host] = late[0]
+            notes.append(_late_note(host, window.open_ns, *late))
+        if window.close_ns is not None or window.abandoned(now_ns):
+            lag = _samples_up_to(reader, host, window.open_ns, close)
+            if lag is not None:
+                incomplete[host] = lag[0]
+                notes.append(_incomplete_note(host, close, *lag))
         split = min(max(start, window.open_ns), close)
         attribution, host_missing, host_notes = _host_attribution(
-            reader, job, host, window.open_ns, split, close, others, settings, end_ns
+            reader, job, host, (window.open_ns, split, close), others, settings, now_ns, end_ns
         )
         missing |= host_missing
         notes += host_notes
@@ -161,14 +199,104 @@ def build_report(
     measured = economics.Measured(units_meas, meas.seconds, energy, max(len(job.hosts), 1))
     figures = economics.figures(measured, settings.price_per_instance_hour, settings.carbon_intensity, settings.pue)
     return Report(
-        job, end_ns, saturation, start, units_warm, units_meas, warm, meas, figures, settings, sorted(missing), notes
+        job,
+        end_ns,
+        saturation,
+        start,
+        units_warm,
+        units_meas,
+        warm,
+        meas,
+        figures,
+        settings,
+        sorted(missing),
+        notes,
+        incomplete,
+        late_start,
+        state,
+    )
+
+
+def report_wait_s(batch_interval_s: float) -> float:
+    """How long a report at job end waits for the last samples: two batch intervals (the
+    agent ships every batch interval; one more for the collector's write) plus 3 s."""
+    return 2 * batch_interval_s + 3.0
+
+
+def build_complete_report(
+    reader: Reader, job_id: str, settings: ReportSettings | None = None, wait_s: float = report_wait_s(1.5)
+) -> Report:
+    """:func:`build_report`, waiting up to ``wait_s`` after the job's end for samples that
+    have not reached the store yet (an agent ships them every batch interval).
+
+    Waits only for a closed job that ended less than ``wait_s`` ago; returns the report
+    as soon as it is complete, else the last one built, whose notes say what it lacks.
+    """
+    while True:
+        report = build_report(reader, job_id, settings)
+        left_s = wait_s - (time.time_ns() - report.end_ns) / 1e9
+        if not report.incomplete or not report.job.closed or left_s <= 0:
+            return report
+        time.sleep(min(POLL_S, left_s))
+
+
+def _samples_up_to(reader: Reader, host: str, open_ns: int, close_ns: int) -> tuple[int, list[str]] | None:
+    """None when every series of ``host`` active around the job has a sample ending at or
+    after ``close_ns``; else (the earliest last-sample end among those that lack one, their
+    names)."""
+    after = {s.series for s in reader.first_after(host, close_ns)}
+    lagging = sorted(
+        (s.end_ns, _name(s))
+        for s in reader.last_before(host, close_ns)
+        if s.series not in after and s.component not in EXCLUDED_COMPONENTS and s.end_ns > open_ns - LAG_HORIZON_NS
+    )
+    if not lagging:
+        return None
+    return lagging[0][0], [name for _, name in lagging]
+
+
+def _samples_from(reader: Reader, host: str, open_ns: int, close_ns: int) -> tuple[int, list[str]] | None:
+    """None when every series of ``host`` with samples in the job's window also covers its
+    open; else (the latest first-sample start among those that begin after it, their names)."""
+    before = {s.series for s in reader.last_before(host, open_ns)}
+    late = sorted(
+        ((s.start_ns, _name(s)) for s in reader.first_after(host, open_ns) if s.series not in before),
+        reverse=True,
+    )
+    late = [(t, name) for t, name in late if open_ns < t < close_ns and name.split("/")[1] not in EXCLUDED_COMPONENTS]
+    if not late:
+        return None
+    return late[0][0], [name for _, name in late]
+
+
+def _name(s: StoredSample) -> str:
+    return "/".join(s.series[1:4])
+
+
+def _which(series: list[str]) -> str:
+    return series[0] + (f" and {len(series) - 1} more" if len(series) > 1 else "")
+
+
+def _incomplete_note(host: str, close_ns: int, up_to_ns: int, series: list[str]) -> str:
+    return (
+        f"incomplete: {host}: samples up to {utc_iso(up_to_ns)}, {(close_ns - up_to_ns) / 1e9:.1f} s before the "
+        f"end of the job's window ({_which(series)}); energy figures are low by that part: run the report "
+        "again once the agent has shipped them"
+    )
+
+
+def _late_note(host: str, open_ns: int, from_ns: int, series: list[str]) -> str:
+    return (
+        f"incomplete: {host}: samples only from {utc_iso(from_ns)}, {(from_ns - open_ns) / 1e9:.1f} s after the "
+        f"job opened ({_which(series)}); energy before that is not counted"
     )
 
 
 def _concurrent_jobs(reader: Reader, job: JobView, end_ns: int) -> list[JobView]:
     """The other jobs that may have shared the job's hosts during its window (the overlap per
-    host is checked in :func:`_host_attribution`), from the open and close events near the
-    window only: the cost does not grow with the rest of the store."""
+    host, lease included, is checked in :func:`_host_attribution`), from the events near the
+    window and each unclosed job's last heard time only: the cost does not grow with the rest
+    of the store."""
     if not job.hosts:
         return []
     events = reader.job_events_between(job.start_ns, end_ns, sorted(job.hosts))
@@ -202,26 +330,27 @@ def _host_attribution(
     reader: Reader,
     job: JobView,
     host: str,
-    open_ns: int,
-    split_ns: int,
-    close_ns: int,
+    edges: tuple[int, int, int],
     others: Sequence[JobView],
     settings: ReportSettings,
     now_ns: int,
+    end_ns: int,
 ) -> tuple[Attribution, set[str], list[str]]:
-    """Split one host's energy over [open, close) between this job's two windows and others."""
+    """Split one host's energy over [open, close) (``edges``: open, split, close) between this
+    job's two windows and others. Another job's window ends at its close, at its last heard
+    time once abandoned at ``now_ns`` (it shares nothing after that), or at ``end_ns``."""
+    open_ns, split_ns, close_ns = edges
     notes: list[str] = []
+    windows_of = ((v, v.hosts[host].open_ns, v.hosts[host].end_ns(now_ns, end_ns)) for v in others if host in v.hosts)
     concurrent = [
-        JobWindow(
-            v.job_id, host, v.hosts[host].open_ns, v.hosts[host].close_ns or now_ns, frozenset(v.hosts[host].devices)
-        )
-        for v in others
-        if host in v.hosts and v.hosts[host].open_ns < close_ns and (v.hosts[host].close_ns or now_ns) > open_ns
+        JobWindow(v.job_id, host, start, end, frozenset(v.hosts[host].devices))
+        for v, start, end in windows_of
+        if start < close_ns and end > open_ns
     ]
     if concurrent:
         lo = min([open_ns] + [w.start_ns for w in concurrent])
         hi = max([close_ns] + [w.end_ns for w in concurrent])
-        channels = _channels_from_samples(reader.samples(host, lo, hi), settings)
+        channels = _channels_from_samples(reader.samples(host, lo, hi), host, settings, notes)
         notes.append(f"{host}: shared with {len(concurrent)} other job(s); split by rule {settings.share_rule!r}")
     else:
         channels = _channels_from_edges(reader, host, (open_ns, split_ns, close_ns), settings, notes)
@@ -259,12 +388,31 @@ def _channel(series: Series, intervals: list[Interval], settings: ReportSettings
     return ChannelEnergy(host, component, device, Quality(quality), intervals, _claim_keys(component, device, settings))
 
 
-def _channels_from_samples(samples: Iterable[StoredSample], settings: ReportSettings) -> list[ChannelEnergy]:
-    grouped: dict[Series, list[Interval]] = defaultdict(list)
+def _channels_from_samples(
+    samples: Iterable[StoredSample], host: str, settings: ReportSettings, notes: list[str]
+) -> list[ChannelEnergy]:
+    """One channel per series, each instant counted once across overlapping streams."""
+    grouped: dict[Series, list[StoredSample]] = defaultdict(list)
     for s in samples:
         if s.component not in EXCLUDED_COMPONENTS:
-            grouped[s.series].append(Interval(s.start_ns, s.end_ns, s.energy_j))
-    return [_channel(k, v, settings) for k, v in sorted(grouped.items())]
+            grouped[s.series].append(s)
+    merges = {k: _merge(v) for k, v in sorted(grouped.items())}
+    _stream_notes(host, merges.values(), notes, restarts=False)
+    return [_channel(k, list(m.intervals), settings) for k, m in merges.items()]
+
+
+def _merge(samples: Iterable[StoredSample]) -> StreamMerge:
+    return merge_streams(StreamSample(s.start_ns, s.end_ns, s.energy_j, s.stream) for s in samples)
+
+
+def _stream_notes(host: str, merges: Iterable[StreamMerge], notes: list[str], *, restarts: bool) -> None:
+    """One note per host when streams overlapped in time; with ``restarts``, one when one followed another."""
+    done = list(merges)
+    overlapping = max((m.overlapping for m in done), default=0)
+    if overlapping:
+        notes.append(f"{host}: {overlapping} streams overlapped in time (two agents under one host id?); counted once")
+    if restarts and any(m.restarts for m in done):
+        notes.append(f"{host}: agent restarted during the job; summed its samples")
 
 
 def _edge(s: StoredSample | None) -> EdgeSample | None:
@@ -274,35 +422,48 @@ def _edge(s: StoredSample | None) -> EdgeSample | None:
 def _channels_from_edges(
     reader: Reader, host: str, edges: tuple[int, ...], settings: ReportSettings, notes: list[str]
 ) -> list[ChannelEnergy]:
-    """One Interval per window per series, from the cumulative counter at the edges."""
+    """One Interval per window per series, from the cumulative counter at the edges.
+
+    When the edge samples of a series inside the job's span come from more than one
+    stream (an agent restarted, or two agents sample the host), its samples in the span
+    are merged instead (:mod:`.streams`: overlapping streams count once, restarts add up).
+    A second stream never seen at an edge (started and stopped inside the job) changes
+    nothing: the edges' stream measured the whole job; it is only not noted.
+    """
+    lo, hi = edges[0], edges[-1]
     before = [{s.series: s for s in reader.last_before(host, t)} for t in edges]
     after = [{s.series: s for s in reader.first_after(host, t)} for t in edges]
     series = sorted({k for d in before[1:] + after[:-1] for k in d if k[2] not in EXCLUDED_COMPONENTS})
+    windows = [(i, t0, t1) for i, (t0, t1) in enumerate(itertools.pairwise(edges)) if t1 > t0]
     channels: list[ChannelEnergy] = []
-    fallback: list[StoredSample] | None = None
+    samples: dict[Series, list[StoredSample]] | None = None
+    merges: list[StreamMerge] = []
     for key in series:
-        intervals: list[Interval] = []
-        for i in range(len(edges) - 1):
-            t0, t1 = edges[i], edges[i + 1]
-            if t1 <= t0:
-                continue
-            energy = cumulative_window_energy(
-                _edge(before[i].get(key)),
-                _edge(after[i].get(key)),
-                _edge(before[i + 1].get(key)),
-                _edge(after[i + 1].get(key)),
-                t0,
-                t1,
-            )
-            if energy is None:  # the agent restarted inside the window: sum its samples
-                if fallback is None:
-                    fallback = reader.samples(host, edges[0], edges[-1])
-                    notes.append(f"{host}: agent restarted during the job; summed its samples")
-                energy = window_energy(
-                    ((s.start_ns, s.end_ns, s.energy_j) for s in fallback if s.series == key), t0, t1
+        inside = [s for d in before + after if (s := d.get(key)) is not None and s.start_ns < hi and s.end_ns > lo]
+        energies: list[float | None] = [None] * len(windows)
+        if len({s.stream for s in inside}) <= 1:
+            energies = [
+                cumulative_window_energy(
+                    _edge(before[i].get(key)),
+                    _edge(after[i].get(key)),
+                    _edge(before[i + 1].get(key)),
+                    _edge(after[i + 1].get(key)),
+                    t0,
+                    t1,
                 )
-            intervals.append(Interval(t0, t1, energy))
+                for i, t0, t1 in windows
+            ]
+        if None in energies:
+            if samples is None:
+                samples = defaultdict(list)
+                for s in reader.samples(host, lo, hi):
+                    samples[s.series].append(s)
+            merged = _merge(samples.get(key, []))
+            merges.append(merged)
+            energies = [window_energy(merged.intervals, t0, t1) for _i, t0, t1 in windows]
+        intervals = [Interval(t0, t1, e or 0.0) for (_i, t0, t1), e in zip(windows, energies, strict=True)]
         channels.append(_channel(key, intervals, settings))
+    _stream_notes(host, merges, notes, restarts=True)
     return channels
 
 

@@ -3,7 +3,8 @@
 The command gets ``$WATTLINE_JOB_ID`` and ``$WATTLINE_EVENTS`` (see
 :mod:`wattline.workloads.events`); the Python API joins the job through them. Signals
 are forwarded (Ctrl-C included, without doubling what the terminal already sent to
-the child), and the command's exit status is recorded and returned.
+the child), and the command's exit status is recorded and returned. While the command
+runs, a heartbeat renews the job's lease (:mod:`.heartbeat`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from wattline.workloads.events import (
     JobSpec,
     UnitAccumulator,
 )
+from wattline.workloads.heartbeat import Heartbeat
 from wattline.workloads.session import CollectorSink, EventSink
 
 log = logging.getLogger(__name__)
@@ -149,6 +151,7 @@ class JobRunner:
             self.sink.send([self.builder.close(127)])
             shutil.rmtree(workdir, ignore_errors=True)
             raise FileNotFoundError(f"cannot start {self.request.command[0]!r}: {exc.strerror}") from None
+        heartbeat = Heartbeat(self.builder, self.sink.send).start()
         previous = {sig: signal.signal(sig, self._forwarder(child)) for sig in FORWARDED}
         pump = None
         if self.pattern is not None and child.stdout is not None:
@@ -164,6 +167,7 @@ class JobRunner:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            heartbeat.stop()
         if pump is not None:
             pump.join(timeout=5)
         reader.poll()

@@ -191,6 +191,7 @@ EVENT_NAMES = {
     wire.pb.JobEvent.KIND_UNITS: "units",
     wire.pb.JobEvent.KIND_PHASE: "phase",
     wire.pb.JobEvent.KIND_CLOSE: "close",
+    wire.pb.JobEvent.KIND_HEARTBEAT: "heartbeat",  # no fields of its own: its time is what counts
 }
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from wattline.collector.lineprotocol import LineEncoder
 from wattline.collector.stores.base import LineProtocolStore, StoreUnavailable, WriteResult
-from wattline.collector.stores.reader import MAX_INTERVAL_NS, StoredJobEvent, StoredSample, jobs_near
+from wattline.collector.stores.reader import MAX_INTERVAL_NS, StoredJobEvent, StoredSample, jobs_near, last_heard
 
 log = logging.getLogger(__name__)
 
@@ -354,7 +354,28 @@ class InfluxV1Store(LineProtocolStore):
                 self.database,
             )
             events += _events(series)
+        events += last_heard(events, self._last_heard)
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _last_heard(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """Time of each (job, host)'s latest event, one row each: ``max(time_ns)`` (the true
+        event time), else the point time of ``last()`` (points written before time_ns existed)."""
+        out: dict[tuple[str, str], int] = {}
+        ids = sorted({job_id for job_id, _ in pairs})
+        for i in range(0, len(ids), 100):
+            which = " OR ".join(f"job_id = {quote_literal(job_id)}" for job_id in ids[i : i + 100])
+            last, true = self._statements(
+                f"SELECT last(event_seq) FROM job_events WHERE ({which}) GROUP BY host, job_id; "
+                f"SELECT max(time_ns) FROM job_events WHERE ({which}) GROUP BY host, job_id",
+                self.database,
+            )
+            for series_list, column in ((last, "time"), (true, "max")):  # the true time wins
+                for series in series_list:
+                    i_value = series["columns"].index(column)
+                    for values in series.get("values", []):
+                        if values[i_value] is not None:
+                            out[series["tags"]["job_id"], series["tags"]["host"]] = int(values[i_value])
+        return {pair: out[pair] for pair in pairs if pair in out}
 
     def _job_ids(self, event: str, hosts: Collection[str], since_ns: int, until_ns: int) -> set[str]:
         """Jobs with an ``event`` on one of ``hosts`` in [since_ns, until_ns]: one row per job."""

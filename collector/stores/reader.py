@@ -6,16 +6,19 @@ its windows, not for every sample of the job: its cost does not grow with the jo
 length. :meth:`Reader.samples` (every sample in a window) is the fallback when an agent
 restarted inside the window, and the input of concurrent-job splitting.
 
-Finding the jobs that shared a job's hosts reads only the open and close events near the
-job's window (:meth:`Reader.job_events_between`), never every event of the store, so a
-report's cost does not grow with what else the store holds.
+Finding the jobs that shared a job's hosts reads only the open, close and heartbeat events
+near the job's window, and the last event of each job still open there
+(:meth:`Reader.job_events_between`), never every event of the store, so a report's cost
+does not grow with what else the store holds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from wattline import wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +50,7 @@ class StoredJobEvent:
 
     host: str
     job_id: str
-    event: str  #: open | units | phase | close
+    event: str  #: open | units | phase | close | heartbeat
     time_ns: int
     event_seq: int
     fields: dict[str, Any] = field(default_factory=dict)
@@ -62,7 +65,10 @@ class Reader(Protocol):
 
     def job_events_between(self, start_ns: int, end_ns: int, hosts: Collection[str]) -> list[StoredJobEvent]:
         """The open and close events (every host's) of the jobs that may overlap [start_ns, end_ns]
-        on one of ``hosts``, ordered by time; see :func:`jobs_near`. Callers check the overlap."""
+        on one of ``hosts`` (see :func:`jobs_near`), and for each such job and host without a
+        close, one ``heartbeat`` event at the time of the job's last event of any kind there
+        (when it was last heard; its fields are not read). Ordered by time; callers check the
+        overlap and whether an unclosed job's lease expired (``wire.lease_ns``)."""
         ...
 
     def samples(self, host: str, start_ns: int, end_ns: int) -> list[StoredSample]:
@@ -83,25 +89,47 @@ class Reader(Protocol):
 MAX_INTERVAL_NS = 3600 * 10**9
 
 
-#: How far around a window :func:`jobs_near` looks for opens and closes. A job found
-#: neither way opened over this long before the window and is still open (or closes over
-#: this long after it): taken as abandoned (its close was lost), not as sharing the hosts.
+#: How far around a window :func:`jobs_near` looks for opens and closes: it bounds the
+#: search. A running job is found whatever its age by its heartbeats; whether an unclosed
+#: job still shares a host is decided by its lease (``wire.lease_ns``), not by this bound.
+#: Only a job written before heartbeats existed that opened over this long before the
+#: window, or closes over this long after it, goes unseen.
 JOB_LOOKBACK_NS = 31 * 86400 * 10**9
 
 #: ``(event, hosts, since_ns, until_ns)`` -> ids of the jobs with such an event on one of
 #: ``hosts`` with ``since_ns <= time <= until_ns``.
 JobIdsQuery = Callable[[str, Collection[str], int, int], Iterable[str]]
 
+#: ``[(job_id, host), ...]`` -> ``{(job_id, host): time_ns of the job's latest event on host}``.
+LastHeardQuery = Callable[[Sequence[tuple[str, str]]], dict[tuple[str, str], int]]
+
 
 def jobs_near(job_ids: JobIdsQuery, start_ns: int, end_ns: int, hosts: Collection[str]) -> set[str]:
-    """Ids of the jobs that may overlap [start_ns, end_ns] on ``hosts``, from two time-bounded
+    """Ids of the jobs that may overlap [start_ns, end_ns] on ``hosts``, from three time-bounded
     scans: closes in [start_ns, end_ns + JOB_LOOKBACK_NS] (jobs that ended after the window
-    began, however long ago they opened) and opens in [start_ns - JOB_LOOKBACK_NS, end_ns]
-    (jobs that began before it ended, closed or not). A job overlapping the window appears in
-    one of them unless it lasts over 2 x JOB_LOOKBACK_NS around it (see JOB_LOOKBACK_NS).
+    began, however long ago they opened), opens in [start_ns - JOB_LOOKBACK_NS, end_ns] (jobs
+    that began before it ended, closed or not) and heartbeats in [start_ns - lease, end_ns]
+    (a job alive at any time in the window renewed its lease at most one lease before it,
+    however long ago it opened and whenever it closes).
     """
     if not hosts:
         return set()
     ids = set(job_ids("close", hosts, start_ns, end_ns + JOB_LOOKBACK_NS))
     ids.update(job_ids("open", hosts, start_ns - JOB_LOOKBACK_NS, end_ns))
+    ids.update(job_ids("heartbeat", hosts, start_ns - wire.lease_ns(), end_ns))
     return ids
+
+
+def last_heard(events: Collection[StoredJobEvent], lookup: LastHeardQuery) -> list[StoredJobEvent]:
+    """One ``heartbeat`` event per (job, host) with an open in ``events`` and no close, at the
+    time ``lookup`` gives for it: the job's latest event of any kind on that host."""
+    opened = {(e.job_id, e.host) for e in events if e.event == "open"}
+    unclosed = sorted(opened - {(e.job_id, e.host) for e in events if e.event == "close"})
+    if not unclosed:
+        return []
+    heard = lookup(unclosed)
+    return [
+        StoredJobEvent(host, job_id, "heartbeat", heard[job_id, host], 0)
+        for job_id, host in unclosed
+        if (job_id, host) in heard
+    ]

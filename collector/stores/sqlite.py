@@ -52,7 +52,7 @@ from wattline.collector.stores.base import (
     sample_fields,
     sample_tags,
 )
-from wattline.collector.stores.reader import StoredJobEvent, StoredSample, jobs_near
+from wattline.collector.stores.reader import StoredJobEvent, StoredSample, jobs_near, last_heard
 
 SCHEMA_VERSION = 4
 
@@ -483,7 +483,18 @@ class SqliteStore(Store):
                 StoredJobEvent(host, job, event, t, seq, json.loads(fields))
                 for host, job, event, t, seq, fields in self._rows(sql, list(chunk))
             ]
+        events += last_heard(events, self._last_heard)
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _last_heard(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """Time of each (job, host)'s latest event: read backwards along job_events_job
+        (``+host`` keeps the planner on that index), so one row per pair, not the job's events."""
+        sql = "SELECT time_ns FROM job_events WHERE job_id = ? AND +host = ? ORDER BY time_ns DESC LIMIT 1"
+        out: dict[tuple[str, str], int] = {}
+        for job_id, host in pairs:
+            for (t,) in self._rows(sql, [job_id, host]):
+                out[job_id, host] = t
+        return out
 
     def _job_ids(self, event: str, hosts: Collection[str], since_ns: int, until_ns: int) -> set[str]:
         """Jobs with an ``event`` on one of ``hosts`` in [since_ns, until_ns] (index job_events_host)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,9 @@ from wattline.workloads import economics
 from wattline.workloads.embedded import default_store_url
 from wattline.workloads.events import JobSpec
 from wattline.workloads.job import default_job_id
-from wattline.workloads.jobs_view import JobNotFound, all_views
+from wattline.workloads.jobs_view import JobNotFound, all_views, utc_iso
 from wattline.workloads.render import comparison_json, print_comparison, print_report, report_json
-from wattline.workloads.report import Report, ReportSettings, build_report
+from wattline.workloads.report import Report, ReportSettings, build_complete_report, build_report, report_wait_s
 from wattline.workloads.run import RunRequest, devices_from_env, parse_devices, resolve_gpu_claims, run_job
 
 STORE_HELP = (
@@ -164,7 +165,7 @@ def run(
         )
     elif not no_report or report_json_path:
         with open_reader(store_url, config) as reader:
-            report = build_report(reader, spec.job_id, rsettings)
+            report = build_complete_report(reader, spec.job_id, rsettings, report_wait_s(settings.batch_interval))
         if no_report:
             report_json_path.write_text(json.dumps(report_json(report), indent=2) + "\n")  # type: ignore[union-attr]
         else:
@@ -192,7 +193,7 @@ def report(
 
 def _report_or_exit(reader: Reader, job_id: str, settings: ReportSettings) -> Report:
     try:
-        return build_report(reader, job_id, settings)
+        return build_complete_report(reader, job_id, settings)
     except JobNotFound as exc:
         raise ConfigError(str(exc)) from None
 
@@ -208,6 +209,7 @@ def jobs(
     A job whose stored events are bad is listed with its ``error``; it never stops the listing.
     """
     rows: list[dict[str, Any]] = []
+    now_ns = time.time_ns()
     with open_reader(store, config) as reader:
         for view in all_views(reader):
             row: dict[str, Any] = {
@@ -217,6 +219,8 @@ def jobs(
                 "hosts": sorted(view.hosts),
                 "start_ns": view.start_ns,
                 "closed": view.closed,
+                "status": view.state(now_ns),  # closed | running | abandoned
+                "last_heard_ns": None if view.closed else view.last_heard_ns(),
                 "exit_code": view.exit_code,
                 "units": view.units_total,
                 "unit": view.unit_name,
@@ -224,7 +228,7 @@ def jobs(
             try:
                 view.check()
                 if energy:
-                    r = build_report(reader, view.job_id)
+                    r = build_report(reader, view.job_id, now_ns=now_ns)
                     row.update(
                         duration_s=(r.end_ns - view.start_ns) / 1e9,
                         saturated=r.saturated,
@@ -240,7 +244,7 @@ def jobs(
         return
     table = Table(title="wattline jobs")
     errors = any("error" in row for row in rows)
-    for col in ("name", "id", "hosts", "start (UTC)", "duration", "saturated", "units", "energy", "J/unit"):
+    for col in ("name", "id", "hosts", "start (UTC)", "duration", "status", "saturated", "units", "energy", "J/unit"):
         table.add_column(col)
     if errors:
         table.add_column("error")
@@ -249,10 +253,11 @@ def jobs(
     for row in rows:
         cells = [row["name"], row["id"], str(len(row["hosts"])), _iso(row["start_ns"])[:19]]
         if "error" in row:
-            cells += ["?"] * 5
+            cells += ["?", _status_cell(row), "?", "?", "?", "?"]
         else:
             cells += [
                 f"{row.get('duration_s', 0):.1f} s",
+                _status_cell(row),
                 {True: "yes", False: "no"}.get(row.get("saturated"), "?"),  # type: ignore[arg-type]
                 f"{row['units']:,.0f} {row['unit']}",
                 f"{row.get('total_energy_j', 0):,.1f} J",
@@ -262,6 +267,15 @@ def jobs(
             cells.append(row.get("error", ""))
         table.add_row(*cells)
     Console(file=sys.stdout).print(table)
+
+
+def _status_cell(row: dict[str, Any]) -> str:
+    """closed (exit status), running, or abandoned with when it was last heard."""
+    if row["status"] == "closed":
+        return f"closed ({row['exit_code']})"
+    if row["status"] == "abandoned":
+        return f"abandoned (no close; last heard at {utc_iso(row['last_heard_ns'])})"
+    return str(row["status"])
 
 
 def compare(

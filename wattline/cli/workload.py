@@ -54,7 +54,7 @@ from wattline.workloads.reference.common import (
     resolve_device,
 )
 from wattline.workloads.render import print_report, report_json
-from wattline.workloads.report import Report, ReportSettings, build_report
+from wattline.workloads.report import Report, ReportSettings, build_complete_report, report_wait_s
 from wattline.workloads.run import RunRequest, devices_from_env, parse_devices, resolve_gpu_claims, run_job
 from wattline.workloads.saturation import detect_saturation
 
@@ -194,7 +194,7 @@ def execute(launch: Launch, where: Where) -> None:
             print_workload(result, None, Console(file=sys.stdout))
         raise typer.Exit(status)
     with open_reader(store_url, where.config) as reader:
-        report = build_report(reader, spec.job_id, where.settings)
+        report = build_complete_report(reader, spec.job_id, where.settings, report_wait_s(settings.batch_interval))
     check = cross_check(report, result)
     data = report_json(report)
     if where.report_json_path is not None:

@@ -83,11 +83,13 @@ class JobEvent(_message.Message):
         KIND_UNITS: _ClassVar[JobEvent.Kind]
         KIND_PHASE: _ClassVar[JobEvent.Kind]
         KIND_CLOSE: _ClassVar[JobEvent.Kind]
+        KIND_HEARTBEAT: _ClassVar[JobEvent.Kind]
     KIND_UNSPECIFIED: JobEvent.Kind
     KIND_OPEN: JobEvent.Kind
     KIND_UNITS: JobEvent.Kind
     KIND_PHASE: JobEvent.Kind
     KIND_CLOSE: JobEvent.Kind
+    KIND_HEARTBEAT: JobEvent.Kind
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]

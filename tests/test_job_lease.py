@@ -1,0 +1,316 @@
+"""A job's lease (issue #14, item 6): a `wattline run` killed with SIGKILL never closes its
+job; its heartbeats stop, and once the lease has passed the job is abandoned at its last
+heartbeat: its report stops growing, `wattline jobs` says so, and the next job on the host
+is charged in full. A live job keeps renewing its lease and keeps sharing.
+
+Real processes on a fake powercap tree advanced at a known power; lowered heartbeat
+(``WATTLINE_HEARTBEAT_S``) so the lease is about a second.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pipeline import T0_NS, SyntheticHost, ZoneSpec
+from procs import Proc
+from servers import Influxd
+from sysfs_trees import Zone, powercap_tree
+
+from wattline.collector.server import CollectorServer
+from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
+from wattline.collector.stores.reader import StoredJobEvent
+from wattline.collector.stores.sqlite import SqliteStore
+from wattline.wire import JobEvent
+from wattline.workloads.events import EventBuilder, JobSpec
+from wattline.workloads.job import Job
+from wattline.workloads.jobs_view import all_views
+from wattline.workloads.report import build_report
+
+WATTLINE = [sys.executable, "-m", "wattline.cli.main"]
+POWER_W = 50.0
+START_UJ = 10**11
+HEARTBEAT_S = 0.5  # lease: 3 x 0.5 s (wire.LEASE_HEARTBEATS periods)
+LEASE_S = 3 * HEARTBEAT_S
+ENV_HEARTBEAT = "WATTLINE_HEARTBEAT_S"  # wire.ENV_HEARTBEAT
+HOST = "lease-host"
+
+
+class PoweredTree:
+    """One RAPL package zone advanced at POWER_W in wall time (an in-place write every 10 ms)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = powercap_tree(root, [Zone("intel-rapl:0", "package-0", START_UJ)])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        path = self.root / "sys/class/powercap/intel-rapl:0/energy_uj"
+        start = time.monotonic()
+        while not self._stop.wait(0.01):
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, f"{START_UJ + int(POWER_W * (time.monotonic() - start) * 1e6)}\n".encode(), 0)
+            finally:
+                os.close(fd)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[PoweredTree]:
+    powered = PoweredTree(tmp_path / "host")
+    yield powered
+    powered.stop()
+
+
+def utc_iso(ns: int) -> str:
+    """As reports print times (ISO 8601 UTC, milliseconds)."""
+    return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.UTC).isoformat(timespec="milliseconds")
+
+
+def env(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}",
+        "WATTLINE_AGENT_BATCH_INTERVAL": "0.2",
+        ENV_HEARTBEAT: str(HEARTBEAT_S),
+        "COLUMNS": "250",
+    }
+
+
+def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([*WATTLINE, *args], capture_output=True, text=True, timeout=120, env=env(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def start_run(
+    tmp_path: Path, job_id: str, tree: PoweredTree, *extra: str, seconds: float = 60
+) -> subprocess.Popen[str]:
+    """`wattline run` of ``sleep`` in its own process group (so SIGKILL takes the command too)."""
+    return subprocess.Popen(
+        [*WATTLINE, "run", "--job-id", job_id, "--no-report", "--host-id", HOST, *extra, "--", "sleep", str(seconds)],
+        env=env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def embedded(tree: PoweredTree) -> list[str]:
+    return ["--sysfs-root", str(tree.root), "--source", "rapl", "--interval", "0.1"]
+
+
+def total_j(report: dict[str, Any]) -> float:
+    return float(report["measured"]["energy_j"] + report["warmup"]["energy_j"])
+
+
+def window(events: list[StoredJobEvent]) -> tuple[int, int]:
+    """(open, close) of a closed one-host job from its stored events: the truth's window."""
+    times = {e.event: e.time_ns for e in events if e.event in ("open", "close")}
+    return times["open"], times["close"]
+
+
+def kill_after_heartbeats(proc: subprocess.Popen[str], heard: Any, covered: Any, beats: int = 3) -> None:
+    """SIGKILL ``proc``'s group once ``beats`` heartbeats are stored and the samples stored
+    reach past the last of them (frozen with SIGSTOP while the store is looked at)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGSTOP)
+        beat = [e.time_ns for e in heard() if e.event == "heartbeat"]
+        if len(beat) >= beats and covered(max(beat)):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+            return
+        os.killpg(proc.pid, signal.SIGCONT)
+    raise AssertionError("no heartbeats stored within 60 s")
+
+
+def test_killed_run_is_abandoned_at_its_last_heartbeat_and_the_next_job_is_charged_in_full(
+    tmp_path: Path, tree: PoweredTree
+) -> None:
+    db = tmp_path / "w.db"
+    dead = start_run(tmp_path, "dead", tree, *embedded(tree))
+    try:
+        deadline = time.monotonic() + 60
+        while not db.exists():
+            assert dead.poll() is None and time.monotonic() < deadline, "wattline run never created its store"
+            time.sleep(0.05)
+        with SqliteStore(db) as store:
+            kill_after_heartbeats(
+                dead,
+                lambda: store.job_events("dead"),
+                lambda t: any(s.end_ns >= t for s in store.first_after(HOST, t)),
+            )
+            last_heard = max(e.time_ns for e in store.job_events("dead"))
+            opened = min(e.time_ns for e in store.job_events("dead"))
+    finally:
+        if dead.poll() is None:
+            os.killpg(dead.pid, signal.SIGKILL)
+    time.sleep(LEASE_S + 0.5)  # the dead job's lease expires
+    cli(tmp_path, "run", "--job-id", "next", "--no-report", "--host-id", HOST, *embedded(tree), "--", "sleep", "5")
+
+    # the next job shares nothing with the dead one: charged P x its own window
+    with SqliteStore(db) as store:
+        t_open, t_close = window(store.job_events("next"))
+    nxt = json.loads(cli(tmp_path, "report", "next", "--json").stdout)
+    assert total_j(nxt) == pytest.approx(POWER_W * (t_close - t_open) / 1e9, rel=0.01)
+    assert not any("shared" in n for n in nxt["notes"]), nxt["notes"]
+
+    # the dead job is abandoned at its last heartbeat, in `jobs` and in its report
+    rows = {r["id"]: r for r in json.loads(cli(tmp_path, "jobs", "--json").stdout)}
+    assert rows["dead"]["status"] == "abandoned" and rows["dead"]["last_heard_ns"] == last_heard
+    assert rows["next"]["status"] == "closed"
+    status = f"abandoned (no close; last heard at {utc_iso(last_heard)})"
+    assert status in cli(tmp_path, "jobs").stdout
+    first = json.loads(cli(tmp_path, "report", "dead", "--json").stdout)
+    assert first["job"]["status"] == "abandoned" and first["job"]["end"] == utc_iso(last_heard)
+    assert status in first["notes"]
+    assert total_j(first) == pytest.approx(POWER_W * (last_heard - opened) / 1e9, rel=0.01)
+    time.sleep(1.0)  # "now" moves on; the abandoned job's figures do not
+    again = json.loads(cli(tmp_path, "report", "dead", "--json").stdout)
+    assert total_j(again) == pytest.approx(total_j(first), rel=1e-12)
+    assert again["durations_s"] == first["durations_s"]
+
+
+def stored_events(store: InfluxV1Store, job_id: str) -> list[StoredJobEvent]:
+    """``job_id``'s events; none while the database does not exist yet (nothing written)."""
+    try:
+        return store.job_events(job_id)
+    except QueryError:
+        return []
+
+
+def covered(store: InfluxV1Store, t_ns: int) -> bool:
+    """The agent's samples stored reach ``t_ns``."""
+    try:
+        return any(s.end_ns >= t_ns for s in store.first_after(HOST, t_ns))
+    except QueryError:
+        return False
+
+
+def test_over_the_wire_a_live_job_keeps_sharing_and_a_killed_one_stops(
+    tmp_path: Path, tree: PoweredTree, influxd: Influxd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Host agent + collector into InfluxDB; three `wattline run --collector` jobs: "live"
+    (runs throughout), "dead" (SIGKILL) and, after dead's lease, "short" (5 s). Short shares
+    its window with live only: charged half of P x its window (rule "equal")."""
+    monkeypatch.setenv(ENV_HEARTBEAT, str(HEARTBEAT_S))  # this process reads the store
+    store = InfluxV1Store(influxd.url, influxd.new_database())
+    server = CollectorServer(store, "127.0.0.1:0")
+    server.start()
+    collector = ["--collector", f"127.0.0.1:{server.port}"]
+    agent = Proc(
+        ["agent", "--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl", "--interval", "0.1",
+         "--batch-interval", "0.2", *collector],
+        tmp_path / "agent.log",
+    )  # fmt: skip
+    live = start_run(tmp_path, "live", tree, *collector)
+    dead = start_run(tmp_path, "dead", tree, *collector)
+    try:
+        kill_after_heartbeats(dead, lambda: stored_events(store, "dead"), lambda t: covered(store, t))
+        time.sleep(LEASE_S + 0.5)
+        cli(tmp_path, "run", "--job-id", "short", "--no-report", "--host-id", HOST, *collector, "--", "sleep", "5")
+        t_open, t_close = window(store.job_events("short"))
+        deadline = time.monotonic() + 30
+        while not covered(store, t_close):
+            assert time.monotonic() < deadline, "the agent's samples never reached the short job's close"
+            time.sleep(0.1)
+        now = time.time_ns()
+        assert live.poll() is None
+        report = build_report(store, "short", now_ns=now)  # type: ignore[arg-type]
+        assert any("shared with 1 other job" in n for n in report.notes), report.notes
+        charged = report.warmup.energy_j + report.measured.energy_j
+        assert charged == pytest.approx(POWER_W * (t_close - t_open) / 1e9 / 2, rel=0.01)
+        views = {v.job_id: v for v in all_views(store)}
+        assert views["live"].state(now) == "running" and views["short"].state(now) == "closed"  # heard < 1 s ago
+        assert views["dead"].state(now) == "abandoned"
+        # the dead job's own report ends at its last heartbeat
+        last_heard = max(e.time_ns for e in store.job_events("dead"))
+        assert views["dead"].last_heard_ns() == last_heard
+        assert build_report(store, "dead", now_ns=now).end_ns == last_heard  # type: ignore[arg-type]
+    finally:
+        for proc in (live, dead):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        agent.terminate()
+        server.stop()
+        store.close()
+
+
+def test_a_store_from_before_heartbeats_ends_an_unclosed_job_at_its_last_event(tmp_path: Path) -> None:
+    """Events written before heartbeats existed: "old" opened at 0 s, last units at 10 s, no
+    close; "b" ran 20-40 s and closed. Long past the lease, old is abandoned at 10 s (charged
+    P x 10 s) and b shares nothing with it (charged P x 20 s; the 31-day rule gave b half)."""
+    host = SyntheticHost(tmp_path / "h", "h1", [ZoneSpec("intel-rapl:0", "package-0", POWER_W)])
+    old = EventBuilder(JobSpec("old", "old"))
+    b = EventBuilder(JobSpec("b", "b"))
+    host.spool.add_job_events([old.open(host.t_ns)])
+    for second in range(60):
+        host.advance(1.0, 2)
+        if second == 9:
+            host.spool.add_job_events([old.units(5.0, host.t_ns)])
+        if second == 19:
+            host.spool.add_job_events([b.open(host.t_ns)])
+        if second == 39:
+            host.spool.add_job_events([b.close(0, host.t_ns)])
+    host.spool.seal()
+    with SqliteStore(tmp_path / "w.db") as store:
+        while (batch := host.spool.peek()) is not None:
+            store.write(batch)
+            host.spool.ack(batch.seq)
+        rb = build_report(store, "b")
+        assert rb.warmup.energy_j + rb.measured.energy_j == pytest.approx(POWER_W * 20, rel=1e-9)
+        ro = build_report(store, "old")
+        assert ro.end_ns == T0_NS + 10 * 10**9 and ro.state == "abandoned"
+        assert ro.warmup.energy_j + ro.measured.energy_j == pytest.approx(POWER_W * 10, rel=1e-9)
+        assert f"abandoned (no close; last heard at {utc_iso(T0_NS + 10 * 10**9)})" in ro.notes
+    host.close()
+
+
+def test_the_job_api_renews_its_lease_until_it_closes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Job that opens its own job heartbeats every period until its close; one joined
+    through `wattline run`'s events file leaves that to `wattline run`."""
+    monkeypatch.setenv(ENV_HEARTBEAT, "0.05")
+    sent: list[Any] = []
+
+    class Sink:
+        host_id = "h"
+
+        def send(self, events: list[Any]) -> None:
+            sent.extend(events)
+
+        def close(self) -> None:
+            sent.append("closed")
+
+    with Job("api", job_id="api-1", sink=Sink()):
+        time.sleep(0.5)
+    kinds = [e if e == "closed" else JobEvent.Kind.Name(e.kind) for e in sent]
+    assert kinds[0] == "KIND_OPEN" and kinds[-2:] == ["KIND_CLOSE", "closed"]
+    assert 5 <= kinds.count("KIND_HEARTBEAT") <= 11 and set(kinds[1:-2]) == {"KIND_HEARTBEAT"}
+    time.sleep(0.2)
+    assert len(sent) == len(kinds)  # nothing after the close
+
+    sent.clear()
+    monkeypatch.setenv("WATTLINE_JOB_ID", "parent-job")
+    monkeypatch.setenv("WATTLINE_EVENTS", str(Path(os.devnull)))
+    with Job("joined", sink=Sink()):
+        time.sleep(0.3)
+    assert sent == ["closed"]

@@ -1,0 +1,96 @@
+"""The report printed at job end is complete, or says what it lacks.
+
+A real ``wattline agent`` (RAPL on a sysfs tree advanced at a known power) ships its samples
+to a real collector every 2 s; ``wattline run --collector … --store …`` prints the report the
+moment its command ends, when the agent has not shipped the last seconds yet. The report
+printed then must match the same report built later (and the truth, power x time) within
+1 %; and where the samples cannot arrive (the agent is gone) the report says "incomplete"
+instead of printing a quiet shortfall.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from procs import CLI, Proc, clean_env, start_collector
+from servers import free_port
+from sysfs_trees import Zone, powercap_tree
+from test_faults import HOST, POWER_W, START_UJ, Counters
+
+TRUE_W = sum(POWER_W.values())  # package + dram: both are in the host's total
+BATCH_S = 2.0
+
+
+def wattline(*args: str, store: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**clean_env(), "WATTLINE_AGENT_BATCH_INTERVAL": str(BATCH_S), "COLUMNS": "200"}
+    return subprocess.run(
+        [*CLI, args[0], "--store", store, *args[1:]], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def measured(report: dict[str, Any]) -> tuple[float, float]:
+    """(energy J, seconds) of the report's measured window."""
+    return float(report["measured"]["energy_j"]), float(report["measured"]["seconds"])
+
+
+def test_report_at_job_end_waits_for_the_last_samples(tmp_path: Path) -> None:
+    tree = powercap_tree(
+        tmp_path / "host", [Zone("intel-rapl:0", "package-0", START_UJ), Zone("intel-rapl:0:1", "dram", START_UJ)]
+    )
+    counters = Counters(tree)
+    store = f"sqlite:///{tmp_path / 'w.db'}"
+    port = free_port()
+    collector = start_collector(port, ["--store", store], tmp_path / "collector.log")
+    # A job that starts before the host's agent does: its first seconds have no samples.
+    early = Proc(
+        ["run", "--job", "early", "--job-id", "early-1", "--host-id", HOST, "--collector", f"127.0.0.1:{port}",
+         "--store", store, "--json", "--", "sleep", "4"],
+        tmp_path / "early.log",
+    )  # fmt: skip
+    time.sleep(1.5)
+    agent = Proc(
+        ["agent", "--host-id", HOST, "--sysfs-root", str(tree), "--source", "rapl", "--interval", "0.25",
+         "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
+        tmp_path / "agent.log",
+    )  # fmt: skip
+    try:
+        assert early.process.wait(timeout=60) == 0, early.log()
+        first = json.loads(early.log()[early.log().index("{") :])
+        assert first["complete"] is False and list(first["samples_from"]) == [HOST]
+        assert any(n.startswith(f"incomplete: {HOST}: samples only from") for n in first["notes"]), first["notes"]
+
+        ran = wattline(
+            "run", "--job", "tail", "--job-id", "tail-1", "--host-id", HOST, "--collector", f"127.0.0.1:{port}",
+            "--json", "--", "sleep", "3.3", store=store,
+        )  # fmt: skip
+        assert ran.returncode == 0, ran.stderr
+        at_end = json.loads(ran.stdout)
+        assert at_end["complete"] is True, at_end["notes"]
+        assert not any(n.startswith("incomplete") for n in at_end["notes"])
+        later = json.loads(wattline("report", "tail-1", "--json", store=store).stdout)
+        energy_end, seconds = measured(at_end)
+        energy_later, _ = measured(later)
+        assert abs(energy_end - energy_later) <= 0.01 * energy_later, (energy_end, energy_later)
+        assert abs(energy_end - TRUE_W * seconds) <= 0.01 * TRUE_W * seconds, (energy_end, TRUE_W * seconds)
+
+        # The agent dies during a job: its last samples never come. The report says so.
+        job = Proc(
+            ["run", "--job", "cut", "--job-id", "cut-1", "--host-id", HOST, "--collector", f"127.0.0.1:{port}",
+             "--store", store, "--json", "--", "sleep", "3"],
+            tmp_path / "run.log",
+        )  # fmt: skip
+        time.sleep(1.5)
+        agent.kill9()
+        assert job.process.wait(timeout=60) == 0, job.log()
+        cut = json.loads(job.log()[job.log().index("{") :])
+        assert cut["complete"] is False
+        assert list(cut["samples_up_to"]) == [HOST]
+        assert any(n.startswith(f"incomplete: {HOST}: samples up to") for n in cut["notes"]), cut["notes"]
+    finally:
+        counters.stop.set()
+        agent.kill9()
+        collector.terminate()

@@ -1,0 +1,114 @@
+"""Two ``wattline run`` at once on one host, embedded (one SQLite store): each run samples the
+whole host as its own stream. A joule is counted once: each job gets its equal share of the
+node's energy where both ran, and A + B is the node's energy over the union of the windows.
+
+The host is a powercap tree whose package-0 counter a thread advances at a known constant
+power in real (wall-clock) time, so the truth of any window is ``power x length``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pipeline import equal_share_truth
+from sysfs_trees import Zone, powercap_tree
+
+from wattline.collector.stores.factory import open_store
+
+WATTLINE = [sys.executable, "-m", "wattline.cli.main"]
+POWER_W = 40.0
+HOST = "host-x"
+
+
+class ConstantPower:
+    """Advances ``energy_uj`` of intel-rapl:0 in place every ~1 ms: ``POWER_W x (wall time - t0)``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = powercap_tree(root, [Zone("intel-rapl:0", "package-0", 0)])
+        self.t0_ns = time.time_ns()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        # One pwrite of a value never shorter than the last, no truncation: a read never
+        # finds the file empty (a failed read is another matter than the one tested here).
+        fd = os.open(self.root / "sys/class/powercap/intel-rapl:0/energy_uj", os.O_WRONLY)
+        try:
+            while not self._stop.wait(0.001):
+                os.pwrite(fd, b"%d\n" % round(POWER_W * (time.time_ns() - self.t0_ns) / 1e3), 0)
+        finally:
+            os.close(fd)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[ConstantPower]:
+    power = ConstantPower(tmp_path / "sys-root")
+    yield power
+    power.stop()
+
+
+def start_run(tmp_path: Path, tree: ConstantPower, job_id: str, seconds: float) -> subprocess.Popen[str]:
+    args = ["run", "--job-id", job_id, "--host-id", HOST, "--source", "rapl", "--sysfs-root", str(tree.root)]
+    args += ["--interval", "0.25", "--no-report", "--", "sleep", str(seconds)]
+    env = {**os.environ, "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}"}
+    return subprocess.Popen([*WATTLINE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def report(tmp_path: Path, job_id: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [*WATTLINE, "report", job_id, "--json", "--store", f"sqlite:///{tmp_path / 'w.db'}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return dict(json.loads(out.stdout))
+
+
+def energy(r: dict[str, Any]) -> float:
+    return float(r["warmup"]["energy_j"] + r["measured"]["energy_j"])
+
+
+def windows(tmp_path: Path, *job_ids: str) -> dict[str, tuple[int, int]]:
+    """(open, close) of each job as stored, ns."""
+    with open_store(f"sqlite:///{tmp_path / 'w.db'}") as store:
+        out = {}
+        for job_id in job_ids:
+            times = {e.event: e.time_ns for e in store.job_events(job_id)}  # type: ignore[attr-defined]
+            out[job_id] = (times["open"], times["close"])
+    return out
+
+
+def test_two_overlapping_embedded_runs_count_each_joule_once(tmp_path: Path, tree: ConstantPower) -> None:
+    a = start_run(tmp_path, tree, "run-a", 6.0)
+    time.sleep(1.5)
+    b = start_run(tmp_path, tree, "run-b", 6.0)
+    for proc in (a, b):
+        _out, err = proc.communicate(timeout=90)
+        assert proc.returncode == 0, err
+    wins = windows(tmp_path, "run-a", "run-b")
+    opens, closes = [o for o, _ in wins.values()], [c for _, c in wins.values()]
+    assert max(opens) < min(closes), "the runs must overlap"  # the test's premise
+    truth = equal_share_truth(wins, POWER_W)
+    reports = {job: report(tmp_path, job) for job in wins}
+    for job, r in reports.items():
+        assert energy(r) == pytest.approx(truth[job], rel=0.01), job
+        assert f"{HOST}: 2 streams overlapped in time (two agents under one host id?); counted once" in r["notes"]
+        assert not any("restarted" in n for n in r["notes"])
+    # A + B is the node's energy over the union of the windows (each joule once, none lost)
+    union_j = POWER_W * (max(closes) - min(opens)) / 1e9
+    assert sum(energy(r) for r in reports.values()) == pytest.approx(union_j, rel=0.01)

@@ -297,3 +297,11 @@ def test_influxdb_points_written_before_time_ns_read_as_before(influxd: Influxd)
             ("close", T + 2 * S),
         ]
         assert units_of(influx, "old-1") == [5.0, 1.0]
+
+
+def test_an_unclosed_job_is_last_heard_at_its_true_event_time(store: SqliteStore | InfluxV1Store) -> None:
+    b = EventBuilder(JobSpec("heard-1", "heard"))
+    last = T + 30 * S + 123_456  # inside a millisecond: the InfluxDB point lies later in it
+    assert store.write(batch_of([b.open(T), b.units(2.0, T + S), b.heartbeat(last)])).written == 3
+    heard = [e for e in store.job_events_between(T, T + 60 * S, ["node-1"]) if e.event == "heartbeat"]
+    assert [(e.job_id, e.time_ns) for e in heard] == [("heard-1", last)]

@@ -305,3 +305,18 @@ def test_an_unclosed_job_is_last_heard_at_its_true_event_time(store: SqliteStore
     assert store.write(batch_of([b.open(T), b.units(2.0, T + S), b.heartbeat(last)])).written == 3
     heard = [e for e in store.job_events_between(T, T + 60 * S, ["node-1"]) if e.event == "heartbeat"]
     assert [(e.job_id, e.time_ns) for e in heard] == [("heard-1", last)]
+
+
+def test_a_bad_count_on_stdout_never_stops_the_pump(tmp_path: Path) -> None:
+    # the pump died on a count add_units refuses, and the command then blocked on a full pipe
+    script = 'echo "nan done"; echo "-3 done"; echo "inf done"; echo "5 done"; seq 30000'
+    out = run(
+        tmp_path,
+        *("run", "--job-id", "pump-1", "--no-report", "--units-from-stdout", r"^(\S+) done"),
+        *("--", "sh", "-c", script),
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("\n") == 4 + 30000  # every line passed through
+    report = run(tmp_path, "report", "pump-1", "--json")
+    assert json.loads(report.stdout)["units"]["total"] == 5

@@ -239,6 +239,21 @@ def test_bad_job_ids_stop_wattline_run_before_the_command_starts(tmp_path: Path,
     assert not (tmp_path / "started").exists()
 
 
+@pytest.mark.parametrize(
+    "option",
+    [["--host-id", "node\\"], ["--host-id", "a\rb"], ["--config", "labels.toml"]],
+    ids=["host-backslash", "host-cr", "label-lf"],
+)
+def test_a_host_whose_events_no_store_keeps_stops_wattline_run_before_the_command(
+    tmp_path: Path, option: list[str]
+) -> None:
+    (tmp_path / "labels.toml").write_text('[agent]\nlabels = { rack = "r1\\n" }\n')
+    out = run(tmp_path, "run", "--job-id", "host-1", *option, "--", sys.executable, "-c", "open('started', 'w')")
+    assert out.returncode == 2, out.stderr
+    assert "job events from this host cannot be stored" in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    assert not (tmp_path / "started").exists()
+
+
 @pytest.mark.parametrize("job_id", ["a\nb", "bad\\", "x" * (MAX_JOB_ID_BYTES + 1)])
 def test_the_job_api_refuses_bad_job_ids(job_id: str) -> None:
     with pytest.raises(ValueError, match="job id"):

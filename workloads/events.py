@@ -20,13 +20,21 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from wattline import wire
-from wattline.collector.lineprotocol import check_job_id, check_time, check_units, clip
+from wattline.collector.lineprotocol import (
+    LineEncoder,
+    check_job_id,
+    check_time,
+    check_units,
+    clip,
+    job_event_point,
+)
+from wattline.collector.stores.base import JOB_EVENTS, host_tags
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +113,16 @@ class EventBuilder:
 
     def close(self, exit_code: int, time_ns: int | None = None) -> wire.pb.JobEvent:
         return self.make(wire.pb.JobEvent.KIND_CLOSE, time_ns, exit_code=exit_code)
+
+
+def check_storable(spec: JobSpec, host_id: str, labels: Mapping[str, str]) -> None:
+    """ValueError (one line) unless the job's open event from ``host_id`` with these host
+    ``labels`` is a point every store keeps (the collector's own encoder decides): checked
+    before a command starts, so its events are never refused after it ran."""
+    batch = wire.Batch()
+    batch.host.host_id = host_id
+    batch.host.labels.update(labels)
+    LineEncoder().line(JOB_EVENTS, *job_event_point(host_tags(batch), EventBuilder(spec).open()))
 
 
 class UnitAccumulator:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from wattline.config import ConfigError, build, parse_pairs, read_toml
 from wattline.units import parse_duration
 from wattline.workloads import economics
 from wattline.workloads.embedded import default_store_url
-from wattline.workloads.events import JobSpec
+from wattline.workloads.events import JobSpec, check_storable
 from wattline.workloads.job import default_job_id
 from wattline.workloads.jobs_view import JobNotFound, all_views, utc_iso
 from wattline.workloads.render import comparison_json, print_comparison, print_report, report_json
@@ -55,6 +56,15 @@ def job_spec(job_id: str, name: str, kind: str, units: str, labels: dict[str, st
         return JobSpec(job_id, name, kind, units, labels, devices)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def check_host(spec: JobSpec, settings: AgentSettings) -> None:
+    """ConfigError (one line, exit 2) before the command starts when the job's events from
+    this host (id, labels, job labels) are points no store would keep."""
+    try:
+        check_storable(spec, settings.host_id or socket.gethostname(), settings.labels)
+    except ValueError as exc:
+        raise ConfigError(f"job events from this host cannot be stored: {exc}") from None
 
 
 def report_settings(
@@ -155,6 +165,7 @@ def run(
     claims = resolve_gpu_claims(parse_devices(devices) if devices else devices_from_env(os.environ))
     spec = job_spec(job_id or default_job_id(name), name, kind, units, parse_pairs(labels or [], "--label"), claims)
     settings, doc = agent_settings(config, interval=interval, sysfs_root=sysfs_root, host_id=host_id, sources=sources)
+    check_host(spec, settings)
     store_url = store or default_store_url()
     request = RunRequest(list(command), spec, after, units_from_stdout)
     status = run_job(request, settings, doc, collectors, store_url)

@@ -35,6 +35,7 @@ from wattline.cli.jobs import (
     PUE,
     SHARE,
     STORE_HELP,
+    check_host,
     job_spec,
     open_reader,
     report_settings,
@@ -175,6 +176,7 @@ def execute(launch: Launch, where: Where) -> None:
         where.job_id or default_job_id(launch.name), launch.name, launch.kind, launch.units, launch.labels, claims
     )
     settings, doc = agent_settings(where.config, interval=where.interval, sysfs_root=None, host_id=None)
+    check_host(spec, settings)
     store_url = where.store or default_store_url()
     with tempfile.TemporaryDirectory(prefix="wattline-workload-") as tmp:
         result_path = Path(tmp) / "result.json"

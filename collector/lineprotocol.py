@@ -27,6 +27,16 @@ every back-end (SQLite included, via :meth:`LineEncoder.check`) stores the same 
   is lost. Empty tag keys (with a value) and empty field keys are refused, and so are
   the names InfluxDB reserves (tag keys ``time``, ``_field``, ``_measurement``; field
   key ``time``).
+- **Sizes and times, as InfluxDB limits them.** ``influxd`` refuses a point when its
+  escaped series key (``measurement,tags``, UTF-8 bytes) + 4 + the escaped field key
+  exceed 65535 bytes, and a time stamp outside -9223372036854775806..9223372036854775806
+  ns. Here a field key may have at most :data:`MAX_FIELD_KEY_BYTES` (escaped) and a
+  series key at most :data:`MAX_SERIES_KEY_BYTES`, so every point under both limits fits
+  whatever its fields (checked once per series and per field key, never per point).
+- **Job events** (:func:`job_event_point`): a job id as :func:`check_job_id` allows,
+  ``event_seq`` set (it is the event's identity), units finite and >= 0
+  (:func:`check_units`). The events file reader and the Job API use the same checks.
+- Messages quote at most about 100 characters of a bad value (:func:`clip`).
 - Field values: ``float`` as ``repr`` (shortest exact round-trip form; NaN and
   infinities refused), ``int`` with the ``i`` suffix (int64 range, else refused),
   ``bool`` as ``true``/``false``, ``str`` double-quoted with ``\\`` and ``"`` escaped
@@ -58,6 +68,7 @@ from wattline.collector.stores.base import (
     host_tags,
     job_event_fields,
     job_event_tags,
+    job_event_time,
     sample_fields,
     sample_tags,
 )
@@ -66,6 +77,18 @@ FieldValue = float | int | str | bool
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
+#: Time stamps InfluxDB accepts (ns since the epoch).
+MIN_TIME_NS = INT64_MIN + 2
+MAX_TIME_NS = INT64_MAX - 1
+#: InfluxDB's limit on series key + 4 + field key (escaped, UTF-8 bytes).
+MAX_KEY_BYTES = 65535
+#: Longest escaped field key, and so the longest escaped series key that fits with any field.
+MAX_FIELD_KEY_BYTES = 255
+MAX_SERIES_KEY_BYTES = MAX_KEY_BYTES - 4 - MAX_FIELD_KEY_BYTES
+#: Longest job id (UTF-8 bytes): room is left in the series key for the host id and labels.
+MAX_JOB_ID_BYTES = 1024
+#: Characters of a bad value quoted in messages.
+QUOTE_CHARS = 100
 #: Names InfluxDB refuses as tag keys / field keys.
 RESERVED_TAG_KEYS = frozenset({"time", "_field", "_measurement"})
 RESERVED_FIELD_KEYS = frozenset({"time"})
@@ -75,6 +98,42 @@ _CONTROL_NAMES = {"\n": "line feed", "\r": "carriage return", "\x00": "NUL"}
 
 class LineProtocolError(ValueError):
     """A point that line protocol cannot carry faithfully (the message says why)."""
+
+
+def clip(value: object, limit: int = QUOTE_CHARS) -> str:
+    """``repr(value)`` of at most about ``limit`` characters: a long string is cut, and its
+    length said, so a 10 MiB tag makes a short message."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= limit + 20 else text[:limit] + "..."
+
+
+def check_time(time_ns: int) -> int:
+    """``time_ns`` when InfluxDB can store it, else :class:`LineProtocolError`."""
+    if not MIN_TIME_NS <= time_ns <= MAX_TIME_NS:
+        raise LineProtocolError(f"time {time_ns} is outside InfluxDB's range {MIN_TIME_NS}..{MAX_TIME_NS}")
+    return time_ns
+
+
+def check_units(units: float) -> float:
+    """``units`` when it is a unit count (finite, >= 0), else :class:`LineProtocolError`."""
+    if not 0 <= units < float("inf"):  # NaN fails every comparison
+        raise LineProtocolError(f"units must be finite and >= 0, got {clip(units)}")
+    return units
+
+
+def check_job_id(job_id: str) -> str:
+    """``job_id`` when every store can hold it as a tag, else :class:`LineProtocolError`:
+    not empty, no line feed, carriage return or NUL, no trailing backslash, at most
+    :data:`MAX_JOB_ID_BYTES` bytes."""
+    if not job_id:
+        raise LineProtocolError("job id is empty")
+    size = len(job_id.encode("utf-8", "surrogatepass"))
+    if size > MAX_JOB_ID_BYTES:
+        raise LineProtocolError(f"job id {clip(job_id)} has {size} bytes, more than {MAX_JOB_ID_BYTES}")
+    escape_tag(job_id, "job id")
+    return job_id
 
 
 def _escape(text: str, specials: str) -> str:
@@ -93,7 +152,7 @@ def _control(text: str) -> str | None:
 def escape_measurement(name: str) -> str:
     """Escaped measurement name; refuses names InfluxDB would misread."""
     if not name or _control(name) or "\\" in name or name[0] == "#":
-        raise LineProtocolError(f"invalid measurement name {name!r}")
+        raise LineProtocolError(f"invalid measurement name {clip(name)}")
     return _escape(name, ", ")
 
 
@@ -101,22 +160,26 @@ def escape_tag(text: str, what: str = "tag") -> str:
     """Escaped tag key or value (non-empty); refuses LF, CR, NUL and a trailing backslash."""
     control = _control(text)
     if control:
-        raise LineProtocolError(f"{what} {text!r} contains a {control}")
+        raise LineProtocolError(f"{what} {clip(text)} contains a {control}")
     if text.endswith("\\"):
-        raise LineProtocolError(f"{what} {text!r} ends with a backslash")
+        raise LineProtocolError(f"{what} {clip(text)} ends with a backslash")
     return _escape(text, ", =")
 
 
 def escape_field_key(key: str) -> str:
-    """Escaped field key; refuses empty/reserved keys, LF, CR, NUL, backslashes, a leading tab."""
+    """Escaped field key; refuses empty/reserved keys, LF, CR, NUL, backslashes, a leading tab,
+    and keys over :data:`MAX_FIELD_KEY_BYTES` escaped."""
     if not key or key in RESERVED_FIELD_KEYS:
-        raise LineProtocolError(f"invalid field key {key!r}")
+        raise LineProtocolError(f"invalid field key {clip(key)}")
     control = _control(key)
     if control:
-        raise LineProtocolError(f"field key {key!r} contains a {control}")
+        raise LineProtocolError(f"field key {clip(key)} contains a {control}")
     if "\\" in key or key[0] == "\t":
-        raise LineProtocolError(f"field key {key!r} contains a backslash or starts with a tab")
-    return _escape(key, ", =")
+        raise LineProtocolError(f"field key {clip(key)} contains a backslash or starts with a tab")
+    escaped = _escape(key, ", =")
+    if len(escaped) * 4 > MAX_FIELD_KEY_BYTES and len(escaped.encode()) > MAX_FIELD_KEY_BYTES:
+        raise LineProtocolError(f"field key {clip(key)} is longer than {MAX_FIELD_KEY_BYTES} bytes")
+    return escaped
 
 
 def quote_string(value: str) -> str:
@@ -134,15 +197,15 @@ def format_value(key: str, value: FieldValue) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         if value - value != 0.0:  # NaN or +-inf
-            raise LineProtocolError(f"field {key!r} is {value}")
+            raise LineProtocolError(f"field {clip(key)} is {value}")
         return float.__repr__(value)
     if isinstance(value, int):
         if not INT64_MIN <= value <= INT64_MAX:
-            raise LineProtocolError(f"field {key!r} = {value} is outside the int64 range")
+            raise LineProtocolError(f"field {clip(key)} = {value} is outside the int64 range")
         return f"{int(value)}i"
     if isinstance(value, str):
         return quote_string(value)
-    raise LineProtocolError(f"field {key!r} has unsupported type {type(value).__name__}")
+    raise LineProtocolError(f"field {clip(key)} has unsupported type {type(value).__name__}")
 
 
 _BOOLS = ("false", "true")
@@ -151,7 +214,8 @@ _BOOLS = ("false", "true")
 def _compile_sample_line() -> Callable[[wire.pb.Sample, str, str, dict[str, str]], str | None]:
     """``sample_line(s, prefix, stream, field_keys)``: the whole line of sample ``s`` after its
     series ``prefix``, or None where the general path must decide: a non-finite float (or
-    finite ones whose sum overflows), a gauge whose key is not in ``field_keys`` yet.
+    finite ones whose sum overflows), a gauge whose key is not in ``field_keys`` yet, a time
+    stamp outside InfluxDB's range.
     """
     fmt = {float: "{%s!r}", int: "{%s}i", bool: "{_BOOLS[%s]}", str: "{quote_string(%s)}"}
     lines = ["def sample_line(s, prefix, stream, field_keys):"]
@@ -181,9 +245,18 @@ def _compile_sample_line() -> Callable[[wire.pb.Sample, str, str, dict[str, str]
         "                if key is None or value - value != 0.0:",
         "                    return None",
         "                line += f',{key}{value!r}'",
-        "    return f'{line} {s.end_ns}'",
+        "    end = s.end_ns",
+        "    if not MIN_TIME_NS <= end <= MAX_TIME_NS:",
+        "        return None",
+        "    return f'{line} {end}'",
     ]
-    namespace = {"_BOOLS": _BOOLS, "quote_string": quote_string, "NOT_GAUGES": NOT_GAUGES}
+    namespace = {
+        "_BOOLS": _BOOLS,
+        "quote_string": quote_string,
+        "NOT_GAUGES": NOT_GAUGES,
+        "MIN_TIME_NS": MIN_TIME_NS,
+        "MAX_TIME_NS": MAX_TIME_NS,
+    }
     return compile_function("sample_line", lines, namespace)
 
 
@@ -217,10 +290,11 @@ class LineEncoder:
         prefix = self._prefixes.get(key)
         if prefix is None:
             prefix = self._new_prefix(key, measurement, tags)
-        return f"{prefix}{self._fields(fields)} {int(time_ns)}"
+        return f"{prefix}{self._fields(fields)} {check_time(int(time_ns))}"
 
-    def check(self, measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue]) -> None:
+    def check(self, measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int) -> None:
         """Raise :class:`LineProtocolError` exactly when :meth:`line` would."""
+        check_time(time_ns)
         key = (measurement, *tags.items())
         if key not in self._prefixes:
             self._new_prefix(key, measurement, tags)
@@ -233,7 +307,7 @@ class LineEncoder:
             kind = type(value)
             if kind is float:
                 if value - value != 0.0:  # type: ignore[operator]
-                    raise LineProtocolError(f"field {name!r} is {value}")
+                    raise LineProtocolError(f"field {clip(name)} is {value}")
             elif kind is int:
                 if not INT64_MIN <= value <= INT64_MAX:  # type: ignore[operator]
                     format_value(name, value)  # raises, with the reason
@@ -247,9 +321,16 @@ class LineEncoder:
             if not value:
                 continue  # InfluxDB refuses empty tag values; a missing tag reads as ""
             if not name or name in RESERVED_TAG_KEYS:
-                raise LineProtocolError(f"invalid tag key {name!r}")
-            parts.append(f"{escape_tag(name, 'tag key')}={escape_tag(value, f'tag {name!r} value')}")
+                raise LineProtocolError(f"invalid tag key {clip(name)}")
+            parts.append(f"{escape_tag(name, 'tag key')}={escape_tag(value, f'tag {clip(name)} value')}")
         prefix = ",".join(parts) + " "
+        size = len(prefix) - 1
+        if size * 4 > MAX_SERIES_KEY_BYTES and (size := len(prefix.encode()) - 1) > MAX_SERIES_KEY_BYTES:
+            biggest = max(tags, key=lambda name: len(tags[name]))
+            raise LineProtocolError(
+                f"series key of {size} bytes is longer than {MAX_SERIES_KEY_BYTES} (InfluxDB's limit: "
+                f"{MAX_KEY_BYTES} with the field key); tag {clip(biggest)} = {clip(tags[biggest])}"
+            )
         with self._lock:
             if len(self._prefixes) >= self.max_series:
                 self._prefixes.pop(next(iter(self._prefixes)))
@@ -274,7 +355,7 @@ class LineEncoder:
             kind = type(value)
             if kind is float:
                 if value - value != 0.0:  # type: ignore[operator]  # NaN or +-inf
-                    raise LineProtocolError(f"field {name!r} is {value}")
+                    raise LineProtocolError(f"field {clip(name)} is {value}")
                 out.append(f"{prefix}{value!r}")
             elif kind is str:
                 out.append(prefix + quote_string(value))  # type: ignore[arg-type]
@@ -309,19 +390,32 @@ class LineEncoder:
                     local[series] = prefix
                 line = sample_line(sample, prefix, stream, field_keys)
                 if line is None:
-                    line = f"{prefix}{self._fields(sample_fields(sample, stream))} {sample.end_ns}"
+                    line = f"{prefix}{self._fields(sample_fields(sample, stream))} {check_time(sample.end_ns)}"
                 lines.append(line)
             except LineProtocolError as exc:
                 rejected.append(f"{ENERGY} {describe(host, sample_tags(sample))} at {sample.end_ns}: {exc}")
         for event in batch.job_events:
-            tags = {**host, **job_event_tags(event)}
             try:
-                lines.append(self.line(JOB_EVENTS, tags, job_event_fields(event), event.time_ns))
+                lines.append(self.line(JOB_EVENTS, *job_event_point(host, event)))
             except LineProtocolError as exc:
-                rejected.append(f"{JOB_EVENTS} {describe(tags)} at {event.time_ns}: {exc}")
+                rejected.append(f"{JOB_EVENTS} {describe(host, job_event_tags(event))} at {event.time_ns}: {exc}")
         return result
 
 
+def job_event_point(
+    host: Mapping[str, str], event: wire.pb.JobEvent
+) -> tuple[dict[str, str], dict[str, FieldValue], int]:
+    """Tags, fields and time of a job event's point, after the checks every job event passes
+    (wire, events file and Job API alike); :class:`LineProtocolError` says what is wrong."""
+    check_job_id(event.job_id)
+    if not event.event_seq:
+        raise LineProtocolError("event_seq is 0: a job event needs its sequence number (its identity)")
+    if event.kind == wire.pb.JobEvent.KIND_UNITS:
+        check_units(event.units)
+    return {**host, **job_event_tags(event)}, job_event_fields(event), job_event_time(event)
+
+
 def describe(*tag_sets: Mapping[str, str]) -> str:
-    """A point's tags for log lines: ``host='a' job_id='b'`` (values ``repr``-quoted)."""
-    return " ".join(f"{k}={v!r}" for tags in tag_sets for k, v in tags.items())
+    """A point's tags for log lines: ``host='a' job_id='b'`` (values quoted, long ones cut)."""
+    text = " ".join(f"{k[:QUOTE_CHARS]}={clip(v)}" for tags in tag_sets for k, v in tags.items())
+    return text if len(text) <= 5 * QUOTE_CHARS else text[: 5 * QUOTE_CHARS] + "..."

@@ -53,6 +53,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from wattline import wire
 from wattline.collector.group import Busy, GroupCommitter
+from wattline.collector.lineprotocol import clip
 from wattline.collector.livestreams import LiveStreams
 from wattline.collector.stores.base import Store, StoreUnavailable
 from wattline.security import TokenCheck, peer_identities
@@ -73,6 +74,9 @@ SIZE_SLACK_BYTES = 1 << 20
 #: Clock skew beyond which a host is named in the log (at most every SKEW_LOG_EVERY_S).
 SKEW_WARN_S = 5.0
 SKEW_LOG_EVERY_S = 600.0
+#: Longest ``Ack.message`` (the first three reasons): a reply stays far below gRPC's limits.
+MAX_ACK_MESSAGE = 2000
+
 #: Refusal reasons, the label values of ``wattline_collector_refused``.
 REASONS = (
     "invalid",
@@ -233,14 +237,14 @@ class TelemetryService:
     def Push(self, batch: wire.pb.Batch, context: grpc.ServicerContext) -> wire.pb.Ack:
         problem = validate(batch)
         if problem:
-            log.warning("refused batch from %r: %s", batch.host.host_id, problem)
+            log.warning("refused batch from %s: %s", clip(batch.host.host_id), problem)
             self.metrics.rejected.inc(len(batch.samples) + len(batch.job_events))
             self._refuse(context, "invalid", grpc.StatusCode.INVALID_ARGUMENT, problem)
         host = batch.host.host_id
         points = len(batch.samples) + len(batch.job_events)
         if points > self.max_batch_points:
             log.warning(
-                "refused batch %d of %r: %d points, more than %d", batch.seq, host, points, self.max_batch_points
+                "refused batch %d of %s: %d points, more than %d", batch.seq, clip(host), points, self.max_batch_points
             )
             self._refuse(
                 context,
@@ -251,19 +255,19 @@ class TelemetryService:
         if self.require_identity:
             names = peer_identities(context.auth_context())
             if host not in names:
-                log.warning("refused batch for host %r from a certificate of %s", host, sorted(names))
+                log.warning("refused batch for host %s from a certificate of %s", clip(host), sorted(names))
                 self._refuse(
                     context,
                     "permission_denied",
                     grpc.StatusCode.PERMISSION_DENIED,
-                    f"the client certificate does not name host {host!r}",
+                    f"the client certificate does not name host {clip(host)}",
                 )
         if not self.limiter.allow(host):
             self._refuse(
                 context,
                 "rate_limited",
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"host {host!r} is over {self.limiter.rate:g} batches/s; back off",
+                f"host {clip(host)} is over {self.limiter.rate:g} batches/s; back off",
             )
         reasons = drop_invalid_points(batch)
         self._seen(batch)
@@ -274,7 +278,7 @@ class TelemetryService:
             self._refuse(context, "busy", grpc.StatusCode.RESOURCE_EXHAUSTED, "collector busy; back off")
         except StoreUnavailable as exc:
             self.metrics.errors.inc()
-            log.warning("store unavailable, batch %s/%d not acknowledged: %s", batch.stream_id, batch.seq, exc)
+            log.warning("store unavailable, batch %s/%d not acknowledged: %s", clip(batch.stream_id), batch.seq, exc)
             self._refuse(context, "store_unavailable", grpc.StatusCode.UNAVAILABLE, f"storage unavailable: {exc}")
         finally:
             self.metrics.in_flight.dec()
@@ -282,15 +286,18 @@ class TelemetryService:
         self.metrics.batches.inc()
         reasons += result.reasons
         rejected = result.rejected + len(reasons) - len(result.reasons)
+        message = "; ".join(reasons[:3])
+        if len(message) > MAX_ACK_MESSAGE:  # each reason quotes ~100 characters of a value; this is a bound
+            message = message[:MAX_ACK_MESSAGE] + "..."
         if rejected:
             self.metrics.rejected.inc(rejected)
-            log.warning("refused %d points of %s batch %d: %s", rejected, host, batch.seq, "; ".join(reasons[:3]))
+            log.warning("refused %d points of %s batch %d: %s", rejected, clip(host), batch.seq, message)
         return wire.Ack(
             stream_id=batch.stream_id,
             seq=batch.seq,
             written=result.written,
             rejected=rejected,
-            message="; ".join(reasons[:3]),
+            message=message,
         )
 
     def _committed(self, batches: int, seconds: float) -> None:
@@ -320,8 +327,8 @@ class TelemetryService:
             self.live.sweep(now)
         if warn:
             log.warning(
-                "host %r: agent clock %+.1f s from the collector's (sample times are the agent's; check NTP)",
-                host,
+                "host %s: agent clock %+.1f s from the collector's (sample times are the agent's; check NTP)",
+                clip(host),
                 -skew,
             )
 

@@ -70,7 +70,7 @@ def test_refused_points(tags: dict[str, str], fields: dict[str, float], reason: 
         with pytest.raises(LineProtocolError, match=reason):
             encoder.line("m", tags, fields, 0)
         with pytest.raises(LineProtocolError, match=reason):
-            encoder.check("m", tags, fields)
+            encoder.check("m", tags, fields, 0)
 
 
 def test_caches_give_the_same_lines_and_still_check() -> None:
@@ -104,7 +104,11 @@ def test_batch_lines_and_rejections() -> None:
         "1780000001000000000"
     )
     assert len(encoded.lines) == 1 + 4
-    assert encoded.lines[1].startswith("job_events,cluster=c1,event=open,host=node-1,job_id=job-1,region=eu-west-1 ")
+    assert encoded.lines[1].startswith(
+        "job_events,cluster=c1,event=open,host=node-1,job_id=job-1,region=eu-west-1,seq_block=0 event_seq=1i,"
+        "time_ns=1780000000000000000i,"
+    )
+    assert encoded.lines[1].endswith(" 1780000000000000001")  # the time's millisecond + event_seq
     assert 'name="resnet 50, bs=64"' in encoded.lines[1] and 'label_owner="a \\"quoted\\" name"' in encoded.lines[1]
     (reason,) = encoded.rejected
     assert "device='bad\\ndevice'" in reason and "line feed" in reason
@@ -164,7 +168,7 @@ def test_user_strings_round_trip(
     event.labels.update(job_labels)
     host_ok = all(tag_ok(k) and tag_ok(v) for k, v in labels.items() if v) and tag_ok(host)
     sample_ok = host_ok and tag_ok(device)
-    event_ok = host_ok and tag_ok(job_id) and all(field_key_ok(f"label_{k}") for k in job_labels)
+    event_ok = host_ok and bool(job_id) and tag_ok(job_id) and all(field_key_ok(f"label_{k}") for k in job_labels)
 
     influx = InfluxV1Store(influxd.url, influxd.new_database())
     influx.create_database()  # a batch whose points are all refused sends nothing

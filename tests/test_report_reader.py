@@ -97,7 +97,7 @@ def test_job_events_between_reads_only_open_and_close_of_jobs_near_the_window(
         "devices": "",
         "label_team": "t",
     }
-    assert opened.event_seq == 1 and by_job["spanning"][1].fields == {"exit_code": 3}
+    assert opened.event_seq % 2**32 == 1 and by_job["spanning"][1].fields == {"exit_code": 3}  # builder's 1st
     assert events == sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
     assert store.job_events_between(*WINDOW, []) == []
     assert JOB_LOOKBACK_NS < 40 * DAY
@@ -106,7 +106,7 @@ def test_job_events_between_reads_only_open_and_close_of_jobs_near_the_window(
 def test_job_events_of_one_job_and_of_all(store: SqliteStore | InfluxV1Store) -> None:
     fill(store)
     events = store.job_events("multi")
-    assert [(e.host, e.event, e.event_seq) for e in events] == [
+    assert [(e.host, e.event, e.event_seq % 2**32) for e in events] == [  # each builder counts from its base
         ("h1", "open", 1),
         ("h3", "open", 1),
         ("h1", "units", 2),

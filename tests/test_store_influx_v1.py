@@ -77,11 +77,12 @@ def test_last_write_wins(store: InfluxV1Store) -> None:
 def test_job_events_are_stored(store: InfluxV1Store) -> None:
     store.write(make_batch(samples=0, job_id="job 1,x=y"))
     rows = store.query(f"SELECT * FROM job_events WHERE job_id = {quote_literal('job 1,x=y')} ORDER BY time")
-    assert [(r["event"], r["event_seq"], r["time"]) for r in rows] == [
-        ("open", 1, T0),
-        ("units", 2, T0 + 1_500_000_000),
-        ("phase", 3, T0 + 2_000_000_000),
-        ("close", 4, T0 + 3_000_000_000),
+    # the true time is the field time_ns; the point time is its millisecond + event_seq (identity)
+    assert [(r["event"], r["event_seq"], r["time_ns"], r["time"], r["seq_block"]) for r in rows] == [
+        ("open", 1, T0, T0 + 1, "0"),
+        ("units", 2, T0 + 1_500_000_000, T0 + 1_500_000_002, "0"),
+        ("phase", 3, T0 + 2_000_000_000, T0 + 2_000_000_003, "0"),
+        ("close", 4, T0 + 3_000_000_000, T0 + 3_000_000_004, "0"),
     ]
     opened, units, phase, closed = rows
     assert (opened["name"], opened["job_kind"], opened["unit_name"]) == ("resnet 50, bs=64", "training", "images")

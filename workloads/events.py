@@ -8,21 +8,33 @@ file named in ``$WATTLINE_EVENTS`` (open in append mode, one line per write)::
     phase saturated       # the workload knows it saturates the hardware from now on
     phase NAME            # any other phase marker
 
-Unknown or malformed lines are reported once and ignored; they never stop the job.
+Unknown or malformed lines are reported once and ignored; they never stop the job. A
+units count must be finite and >= 0 and a time stamp one InfluxDB can store: the same
+checks the collector applies on the wire (:mod:`wattline.collector.lineprotocol`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from wattline import wire
+from wattline.collector.lineprotocol import (
+    LineEncoder,
+    check_job_id,
+    check_time,
+    check_units,
+    clip,
+    job_event_point,
+)
+from wattline.collector.stores.base import JOB_EVENTS, host_tags
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +56,29 @@ class JobSpec:
     labels: dict[str, str] = field(default_factory=dict)
     devices: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        """ValueError (one line) for a job id no store could hold."""
+        check_job_id(self.job_id)
+
+
+#: Bits of an event_seq counted by one builder; the bits above are its random base.
+SEQ_COUNTER_BITS = 32
+
+
+def seq_base() -> int:
+    """A random first event_seq - 1: ``(1..2**31-1) << 32``, so the event_seq of several
+    processes of one job on one host (torch ranks using the Job API with one job id) never
+    meet, and every one stays below 2**63 (line protocol's and SQLite's int64)."""
+    return (secrets.randbelow(2**31 - 1) + 1) << SEQ_COUNTER_BITS
+
 
 class EventBuilder:
-    """Numbered job events of one job on one host."""
+    """Numbered job events of one job on one host: event_seq, the event's identity with
+    (host, job id), counts up from a random base (:func:`seq_base`)."""
 
     def __init__(self, spec: JobSpec) -> None:
         self.spec = spec
-        self._seq = 0
+        self._seq = seq_base()
         self._lock = threading.Lock()
 
     def make(self, kind: Kind, time_ns: int | None = None, **fields: Any) -> wire.pb.JobEvent:
@@ -87,6 +115,16 @@ class EventBuilder:
         return self.make(wire.pb.JobEvent.KIND_CLOSE, time_ns, exit_code=exit_code)
 
 
+def check_storable(spec: JobSpec, host_id: str, labels: Mapping[str, str]) -> None:
+    """ValueError (one line) unless the job's open event from ``host_id`` with these host
+    ``labels`` is a point every store keeps (the collector's own encoder decides): checked
+    before a command starts, so its events are never refused after it ran."""
+    batch = wire.Batch()
+    batch.host.host_id = host_id
+    batch.host.labels.update(labels)
+    LineEncoder().line(JOB_EVENTS, *job_event_point(host_tags(batch), EventBuilder(spec).open()))
+
+
 class UnitAccumulator:
     """Sums unit counts and emits at most one UNITS event per ``period_s``.
 
@@ -104,8 +142,8 @@ class UnitAccumulator:
         self._lock = threading.Lock()
 
     def add(self, count: float, time_ns: int | None = None) -> None:
-        if count < 0:
-            raise ValueError(f"units must be non-negative, got {count}")
+        """Count ``count`` more units; ValueError unless it is finite and >= 0."""
+        check_units(count)
         with self._lock:
             self.total += count
             self._pending += count
@@ -130,12 +168,20 @@ def parse_event_line(line: str) -> tuple[str, str, int | None] | None:
     if not parts or parts[0].startswith("#"):
         return None
     if parts[0] not in {"units", "phase"} or len(parts) not in (2, 3):
-        raise ValueError(f"expected 'units N [UNIX_TIME]' or 'phase NAME [UNIX_TIME]', got {line.strip()!r}")
+        raise ValueError(f"expected 'units N [UNIX_TIME]' or 'phase NAME [UNIX_TIME]', got {clip(line.strip())}")
     if parts[0] == "units":
-        value = float(parts[1])
-        if not value >= 0:
-            raise ValueError(f"units must be a non-negative number, got {parts[1]!r}")
-    stamp = int(float(parts[2]) * 1e9) if len(parts) == 3 else None
+        try:
+            check_units(float(parts[1]))
+        except ValueError:
+            raise ValueError(f"units must be a finite number >= 0, got {clip(parts[1])}") from None
+    stamp = None
+    if len(parts) == 3:
+        try:
+            stamp = check_time(int(float(parts[2]) * 1e9))
+        except (ValueError, OverflowError):  # not a number, inf or NaN, out of range
+            raise ValueError(f"UNIX_TIME must be seconds since the epoch, got {clip(parts[2])}") from None
+        if stamp <= 0:
+            raise ValueError(f"UNIX_TIME must be after the epoch, got {clip(parts[2])}")
     return parts[0], parts[1], stamp
 
 

@@ -7,21 +7,33 @@ after the fact and after a collector restart.
 A host's window without a close is *running* while the job was heard there (any event,
 heartbeats included) within the lease (``wire.lease_ns()``) before "now", and
 *abandoned* after that: its window then ends when the job was last heard there.
+
+An event no figure can be computed from (units negative or not finite, stored by an
+older version; a field of the wrong type) makes the job *bad*: :func:`build_view` raises
+:class:`BadJob` saying what is wrong in one line, and :func:`all_views` lists the job
+with its :attr:`JobView.problems`, so one bad job never breaks a listing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from wattline import wire
+from wattline.collector.lineprotocol import clip
 from wattline.collector.stores.reader import Reader, StoredJobEvent
 from wattline.workloads.events import SATURATED
 
 
 class JobNotFound(LookupError):
     """No events for that job id."""
+
+
+class BadJob(ValueError):
+    """A job whose stored events no figure can be computed from (the message says why)."""
 
 
 @dataclass
@@ -68,6 +80,15 @@ class JobView:
     #: host's previous UNITS event (or its open), so units apportion like energy.
     unit_intervals: list[tuple[int, int, float]] = field(default_factory=list)
     phases: list[tuple[int, str, str]] = field(default_factory=list)  #: (time_ns, host, phase)
+    #: What is wrong with its stored events (empty for a good job); bad events are left out.
+    problems: list[str] = field(default_factory=list)
+
+    def check(self) -> JobView:
+        """This view; :class:`BadJob` (one line: the first problem and how many) if it has problems."""
+        if self.problems:
+            more = f" (and {len(self.problems) - 1} more bad events)" if len(self.problems) > 1 else ""
+            raise BadJob(f"job {clip(self.job_id)}: {self.problems[0]}{more}; no figure can be computed")
+        return self
 
     @property
     def start_ns(self) -> int:
@@ -124,37 +145,38 @@ def utc_iso(ns: int) -> str:
 
 
 def build_view(job_id: str, events: list[StoredJobEvent]) -> JobView:
-    """Fold events (any order) into a :class:`JobView`; JobNotFound when there are none."""
+    """Fold events (any order) into a :class:`JobView`; JobNotFound when there are none,
+    :class:`BadJob` when one of them is bad."""
+    return inspect_view(job_id, events).check()
+
+
+def _number(fields: dict[str, Any], name: str, integer: bool = False) -> float:
+    """``fields[name]`` (0 when absent) as a finite number (>= 0 unless ``integer``); ValueError saying why not."""
+    value = fields.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{name} {clip(value)} is not a finite number")
+    if integer:
+        if value != int(value):
+            raise ValueError(f"{name} {clip(value)} is not an integer")
+        return int(value)
+    if value < 0:
+        raise ValueError(f"{name} {clip(value)} is negative")
+    return float(value)
+
+
+def inspect_view(job_id: str, events: list[StoredJobEvent]) -> JobView:
+    """Fold events (any order) into a :class:`JobView`, its bad events in ``problems``;
+    JobNotFound when there are none."""
     mine = sorted((e for e in events if e.job_id == job_id), key=lambda e: (e.time_ns, e.event_seq))
     if not mine:
-        raise JobNotFound(f"no job {job_id!r} in the store")
+        raise JobNotFound(f"no job {clip(job_id)} in the store")
     view = JobView(job_id)
     last_units: dict[str, int] = {}
     for e in mine:
-        f = e.fields
-        if e.event == "open":
-            view.name = str(f.get("name") or view.name or job_id)
-            view.kind = str(f.get("job_kind") or view.kind)
-            view.unit_name = str(f.get("unit_name") or view.unit_name)
-            view.labels.update({k[6:]: str(v) for k, v in f.items() if k.startswith("label_")})
-            devices = [d for d in str(f.get("devices") or "").split(",") if d]
-            window = view.hosts.get(e.host)
-            if window is None:
-                view.hosts[e.host] = HostWindow(e.host, e.time_ns, devices=devices)
-            else:
-                window.open_ns = min(window.open_ns, e.time_ns)
-        elif e.event == "units":
-            count = float(f.get("units", 0.0))
-            opened = view.hosts[e.host].open_ns if e.host in view.hosts else e.time_ns
-            view.unit_events.append((e.time_ns, count))
-            view.unit_intervals.append((min(last_units.get(e.host, opened), e.time_ns), e.time_ns, count))
-            last_units[e.host] = e.time_ns
-        elif e.event == "phase":
-            view.phases.append((e.time_ns, e.host, str(f.get("phase", ""))))
-        elif e.event == "close":
-            window = view.hosts.setdefault(e.host, HostWindow(e.host, e.time_ns))
-            window.close_ns = max(window.close_ns or e.time_ns, e.time_ns)
-            window.exit_code = int(f.get("exit_code", 0))
+        try:
+            _fold(view, e, last_units)
+        except ValueError as exc:
+            view.problems.append(f"{e.event} event at {utc_iso(e.time_ns)} on host {clip(e.host)}: {exc}")
     if not view.hosts:
         first = mine[0]
         view.hosts[first.host] = HostWindow(first.host, first.time_ns)
@@ -165,15 +187,44 @@ def build_view(job_id: str, events: list[StoredJobEvent]) -> JobView:
     return view
 
 
+def _fold(view: JobView, e: StoredJobEvent, last_units: dict[str, int]) -> None:
+    """Add one event to ``view``; ValueError (and ``view`` unchanged) for a bad one."""
+    f = e.fields
+    if e.event == "open":
+        view.name = str(f.get("name") or view.name or view.job_id)
+        view.kind = str(f.get("job_kind") or view.kind)
+        view.unit_name = str(f.get("unit_name") or view.unit_name)
+        view.labels.update({k[6:]: str(v) for k, v in f.items() if k.startswith("label_")})
+        devices = [d for d in str(f.get("devices") or "").split(",") if d]
+        window = view.hosts.get(e.host)
+        if window is None:
+            view.hosts[e.host] = HostWindow(e.host, e.time_ns, devices=devices)
+        else:
+            window.open_ns = min(window.open_ns, e.time_ns)
+    elif e.event == "units":
+        count = _number(f, "units")
+        opened = view.hosts[e.host].open_ns if e.host in view.hosts else e.time_ns
+        view.unit_events.append((e.time_ns, count))
+        view.unit_intervals.append((min(last_units.get(e.host, opened), e.time_ns), e.time_ns, count))
+        last_units[e.host] = e.time_ns
+    elif e.event == "phase":
+        view.phases.append((e.time_ns, e.host, str(f.get("phase", ""))))
+    elif e.event == "close":
+        exit_code = _number(f, "exit_code", integer=True)
+        window = view.hosts.setdefault(e.host, HostWindow(e.host, e.time_ns))
+        window.close_ns = max(window.close_ns or e.time_ns, e.time_ns)
+        window.exit_code = int(exit_code)
+
+
 def all_views(reader: Reader) -> list[JobView]:
-    """Every job in the store, oldest first."""
+    """Every job in the store, oldest first; a bad job is listed with its ``problems``."""
     return views_of(reader.job_events())
 
 
 def views_of(events: list[StoredJobEvent]) -> list[JobView]:
-    """The jobs ``events`` belong to, oldest first."""
+    """The jobs ``events`` belong to, oldest first (bad ones with their ``problems``)."""
     grouped: dict[str, list[StoredJobEvent]] = defaultdict(list)
     for e in events:
         grouped[e.job_id].append(e)
-    views = [build_view(job_id, job_events) for job_id, job_events in grouped.items()]
+    views = [inspect_view(job_id, job_events) for job_id, job_events in grouped.items()]
     return sorted(views, key=lambda v: v.start_ns)

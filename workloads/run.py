@@ -202,10 +202,9 @@ class JobRunner:
             if match is None:
                 continue
             try:
-                count = float(match.group(1)) if match.groups() else 1.0
-            except (TypeError, ValueError):
+                self.units.add(float(match.group(1)) if match.groups() else 1.0)
+            except (TypeError, ValueError):  # not a count, or not finite and >= 0: the line counts nothing
                 continue
-            self.units.add(count)
 
     @staticmethod
     def _forwarder(child: subprocess.Popen[str] | subprocess.Popen[bytes]) -> Callable[[int, FrameType | None], None]:

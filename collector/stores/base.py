@@ -1,9 +1,12 @@
 """The one small interface every storage back-end implements.
 
 A store receives decoded batches from the collector and writes them **idempotently**:
-writing the same batch twice leaves one copy. A point's identity is
-(measurement, host, series tags, timestamp = interval end / event time), exactly as
-InfluxDB keys points, and the SQLite store enforces the same key with a UNIQUE index.
+writing the same batch twice leaves one copy. A sample's identity is (host, series tags,
+interval end), exactly as InfluxDB keys points. A job event's identity is (host, job id,
+``event_seq``), as the wire contract says, never its time: a resent event overwrites
+itself, two events at one instant are two events. InfluxDB keys a point by series + time,
+so the seq rides in both (:func:`job_event_tags`, :func:`job_event_time`); the SQLite store
+enforces both keys with UNIQUE indexes.
 
 Errors:
 - :class:`StoreUnavailable`: nothing (or not everything) was written, try again later
@@ -15,7 +18,8 @@ Errors:
 Schema (see README "Storage schema"): measurement ``energy`` (one point per Sample;
 tags host, source, component, device, quality + host labels; fields energy_j, power_w,
 cumulative_j, interval_s, utilization, healthy, status, energy_error_j, stream, gauges)
-and measurement ``job_events`` (tags host, job_id, event; fields per event kind).
+and measurement ``job_events`` (tags host, job_id, event, seq_block; fields event_seq,
+time_ns and per event kind).
 """
 
 from __future__ import annotations
@@ -95,7 +99,7 @@ def host_tags(batch: wire.pb.Batch) -> dict[str, str]:
 
 
 #: Tag names with fixed meaning; host labels of these names are ignored.
-RESERVED_TAGS = frozenset({"host", "source", "component", "device", "quality", "job_id", "event"})
+RESERVED_TAGS = frozenset({"host", "source", "component", "device", "quality", "job_id", "event", "seq_block"})
 
 
 def sample_tags(sample: wire.pb.Sample) -> dict[str, str]:
@@ -191,14 +195,32 @@ EVENT_NAMES = {
 }
 
 
+#: A job event's point in InfluxDB: tag ``seq_block`` = event_seq // SEQ_BLOCK, time = the
+#: event time floored to the millisecond + event_seq % SEQ_BLOCK ns, the true time in the
+#: field ``time_ns``. So (host, job id, event_seq) <-> (series, time) one to one: a resent
+#: event lands on its own point, two events at one instant on two points; a process's events
+#: share one series per million, and the point time stays within the event's millisecond.
+SEQ_BLOCK = 10**6
+_MS = 10**6
+
+
 def job_event_tags(event: wire.pb.JobEvent) -> dict[str, str]:
     """Series tags of a job event (besides the host tags)."""
-    return {"job_id": event.job_id, "event": EVENT_NAMES.get(event.kind, "unspecified")}
+    return {
+        "job_id": event.job_id,
+        "event": EVENT_NAMES.get(event.kind, "unspecified"),
+        "seq_block": str(event.event_seq // SEQ_BLOCK),
+    }
+
+
+def job_event_time(event: wire.pb.JobEvent) -> int:
+    """The time of a job event's point (see :data:`SEQ_BLOCK`)."""
+    return event.time_ns - event.time_ns % _MS + event.event_seq % SEQ_BLOCK
 
 
 def job_event_fields(event: wire.pb.JobEvent) -> dict[str, float | int | str | bool]:
     """Field values of a job event's point; which fields depends on the kind."""
-    fields: dict[str, float | int | str | bool] = {"event_seq": int(event.event_seq)}
+    fields: dict[str, float | int | str | bool] = {"event_seq": int(event.event_seq), "time_ns": int(event.time_ns)}
     if event.kind == wire.pb.JobEvent.KIND_OPEN:
         fields.update(name=event.name, job_kind=event.job_kind, unit_name=event.unit_name)
         fields["devices"] = ",".join(event.devices)

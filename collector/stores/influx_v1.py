@@ -109,8 +109,21 @@ class HttpClient:
             conn.close()
 
 
+#: Characters kept at each end of a long server message (which may quote a whole bad line).
+MESSAGE_END_CHARS = 120
+
+
+def shorten(text: str) -> str:
+    """``text`` with its middle cut when long: the start and the end (the reason) stay."""
+    if len(text) <= 2 * MESSAGE_END_CHARS + 40:
+        return text
+    cut = len(text) - 2 * MESSAGE_END_CHARS
+    return f"{text[:MESSAGE_END_CHARS]}...({cut} characters cut)...{text[-MESSAGE_END_CHARS:]}"
+
+
 def error_message(body: bytes, headers: http.client.HTTPMessage | None = None) -> str:
-    """InfluxDB's error text from a JSON ``{"error": ...}`` or ``{"message": ...}`` body."""
+    """InfluxDB's error text from a JSON ``{"error": ...}`` or ``{"message": ...}`` body
+    (whole: :func:`shorten` it for messages and logs)."""
     text = body.decode("utf-8", "replace").strip()
     try:
         doc = json.loads(text)
@@ -122,7 +135,7 @@ def error_message(body: bytes, headers: http.client.HTTPMessage | None = None) -
                 return str(doc[key])
     if not text and headers is not None:
         text = headers.get("X-Influxdb-Error", "")
-    return text[:2000]
+    return text
 
 
 def rejected_points(message: str, sent: int) -> int | None:
@@ -150,7 +163,10 @@ def _indexes(series: dict[str, Any], *names: str) -> tuple[int, ...]:
 
 
 def _events(series_list: list[dict[str, Any]]) -> list[StoredJobEvent]:
-    """Job events from ``SELECT * FROM job_events ... GROUP BY *`` (tags apart from fields)."""
+    """Job events from ``SELECT * FROM job_events ... GROUP BY *`` (tags apart from fields).
+
+    The event time is the ``time_ns`` field; points written before it existed have none and
+    read their point time (see :data:`~wattline.collector.stores.base.SEQ_BLOCK`)."""
     events = []
     for series in series_list:
         tags = series["tags"]
@@ -158,7 +174,7 @@ def _events(series_list: list[dict[str, Any]]) -> list[StoredJobEvent]:
         for values in series.get("values", []):
             fields = {k: v for k, v in zip(columns, values, strict=True) if v is not None and k != "time"}
             seq = int(fields.pop("event_seq", 0))
-            time_ns = int(values[columns.index("time")])
+            time_ns = int(fields.pop("time_ns", None) or values[columns.index("time")])
             events.append(
                 StoredJobEvent(
                     tags.get("host", ""), tags.get("job_id", ""), tags.get("event", ""), time_ns, seq, fields
@@ -233,11 +249,12 @@ class InfluxV1Store(LineProtocolStore):
             if 200 <= status < 300:
                 result.written += len(lines)
                 return
-            message = error_message(data, headers)
+            full = error_message(data, headers)
+            message = shorten(full)
             if status == 404 and "database not found" in message and attempt == 0:
                 self.create_database()
                 continue
-            rejected = rejected_points(message, len(lines)) if status == 400 else None
+            rejected = rejected_points(full, len(lines)) if status == 400 else None
             if rejected is None:
                 raise StoreUnavailable(f"InfluxDB {self.url} write answered {status}: {message}")
             log.warning("InfluxDB %s refused %d of %d points: %s", self.url, rejected, len(lines), message)
@@ -286,13 +303,15 @@ class InfluxV1Store(LineProtocolStore):
             "POST", "/query", body, {"Content-Type": "application/x-www-form-urlencoded"}
         )
         if status >= 500 or status == 401:
-            raise StoreUnavailable(f"InfluxDB {self.url} query answered {status}: {error_message(data, headers)}")
+            raise StoreUnavailable(
+                f"InfluxDB {self.url} query answered {status}: {shorten(error_message(data, headers))}"
+            )
         if status != 200:
-            raise QueryError(f"{influxql!r}: {error_message(data, headers)}")
+            raise QueryError(shorten(f"{influxql!r}: {error_message(data, headers)}"))
         out: list[list[dict[str, Any]]] = []
         for result in json.loads(data).get("results", []):
             if "error" in result:
-                raise QueryError(f"{influxql!r}: {result['error']}")
+                raise QueryError(shorten(f"{influxql!r}: {result['error']}"))
             out.append(result.get("series", []))
         return out
 
@@ -303,7 +322,7 @@ class InfluxV1Store(LineProtocolStore):
         # UNITS events (most of a long job's events) with only their two fields; the others
         # with every field. GROUP BY keeps the tags out of each row.
         units, others = self._statements(
-            f"SELECT units, event_seq FROM job_events WHERE {where}event = 'units' GROUP BY host, job_id; "
+            f"SELECT units, event_seq, time_ns FROM job_events WHERE {where}event = 'units' GROUP BY host, job_id; "
             f"SELECT * FROM job_events WHERE {where}event != 'units' GROUP BY *",
             self.database,
         )
@@ -311,13 +330,13 @@ class InfluxV1Store(LineProtocolStore):
         for series in units:
             tags = series["tags"]
             host, job = tags.get("host", ""), tags.get("job_id", "")
-            i_time, i_units, i_seq = _indexes(series, "units", "event_seq")
+            i_time, i_units, i_seq, i_true = _indexes(series, "units", "event_seq", "time_ns")
             events += [
                 StoredJobEvent(
                     host,
                     job,
                     "units",
-                    v[i_time],
+                    int(v[i_true] or v[i_time]),
                     int(v[i_seq] or 0),
                     {} if v[i_units] is None else {"units": v[i_units]},
                 )
@@ -339,13 +358,23 @@ class InfluxV1Store(LineProtocolStore):
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     def _last_heard(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
-        """Time of each (job, host)'s latest event: ``last()`` grouped by host and job, one row each."""
+        """Time of each (job, host)'s latest event, one row each: ``max(time_ns)`` (the true
+        event time), else the point time of ``last()`` (points written before time_ns existed)."""
         out: dict[tuple[str, str], int] = {}
         ids = sorted({job_id for job_id, _ in pairs})
         for i in range(0, len(ids), 100):
             which = " OR ".join(f"job_id = {quote_literal(job_id)}" for job_id in ids[i : i + 100])
-            rows = self.query(f"SELECT last(event_seq) FROM job_events WHERE ({which}) GROUP BY host, job_id")
-            out.update({(r["job_id"], r["host"]): int(r["time"]) for r in rows})
+            last, true = self._statements(
+                f"SELECT last(event_seq) FROM job_events WHERE ({which}) GROUP BY host, job_id; "
+                f"SELECT max(time_ns) FROM job_events WHERE ({which}) GROUP BY host, job_id",
+                self.database,
+            )
+            for series_list, column in ((last, "time"), (true, "max")):  # the true time wins
+                for series in series_list:
+                    i_value = series["columns"].index(column)
+                    for values in series.get("values", []):
+                        if values[i_value] is not None:
+                            out[series["tags"]["job_id"], series["tags"]["host"]] = int(values[i_value])
         return {pair: out[pair] for pair in pairs if pair in out}
 
     def _job_ids(self, event: str, hosts: Collection[str], since_ns: int, until_ns: int) -> set[str]:
@@ -396,7 +425,9 @@ class InfluxV1Store(LineProtocolStore):
         """The server's ``X-Influxdb-Version`` header ("" when it sends none)."""
         status, headers, data = self._http.request("GET", "/ping")
         if status >= 300:
-            raise StoreUnavailable(f"InfluxDB {self.url} /ping answered {status}: {error_message(data, headers)}")
+            raise StoreUnavailable(
+                f"InfluxDB {self.url} /ping answered {status}: {shorten(error_message(data, headers))}"
+            )
         return headers.get("X-Influxdb-Version", "")
 
     def close(self) -> None:

@@ -21,7 +21,7 @@ from influxdb_client.rest import ApiException
 
 from wattline.collector.lineprotocol import LineEncoder
 from wattline.collector.stores.base import LineProtocolStore, StoreUnavailable, WriteResult
-from wattline.collector.stores.influx_v1 import error_message, rejected_points
+from wattline.collector.stores.influx_v1 import error_message, rejected_points, shorten
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +34,11 @@ def map_api_error(exc: ApiException, sent: int, url: str) -> WriteResult:
     """The :class:`WriteResult` of a write that raised ``exc``, or :class:`StoreUnavailable`."""
     status = int(exc.status or 0)
     body = exc.body if isinstance(exc.body, bytes | str) else b""
-    message = error_message(body.encode() if isinstance(body, str) else body) or str(exc.reason or "")
+    full = error_message(body.encode() if isinstance(body, str) else body) or str(exc.reason or "")
+    message = shorten(full)
     if status not in REJECTING_STATUSES:
         raise StoreUnavailable(f"InfluxDB {url} write answered {status or 'no response'}: {message}") from exc
-    rejected = rejected_points(message, sent)
+    rejected = rejected_points(full, sent)
     if rejected is None:
         rejected = sent
     return WriteResult(written=sent - rejected, rejected=rejected, reasons=[message])

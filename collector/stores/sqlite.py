@@ -1,11 +1,13 @@
 """The embedded default back-end: one SQLite file (stdlib ``sqlite3``, WAL mode).
 
 All of wattline's SQL lives in this module. Tables mirror the InfluxDB schema and its
-point identity (measurement + tags + timestamp; host labels are metadata here):
+point identity (host labels are metadata here):
 
 - ``energy``: one row per Sample, UNIQUE (host, source, component, device, quality,
   time_ns) with ``time_ns`` = interval end;
-- ``job_events``: one row per JobEvent, UNIQUE (host, job_id, event, time_ns).
+- ``job_events``: one row per JobEvent, UNIQUE (host, job_id, event_seq) (schema v4; v3
+  keyed them by time, so events at one instant overwrote each other), ``time_ns`` = the
+  event time.
 
 Rows are written with ``INSERT OR REPLACE``: as in InfluxDB, the last write of a point
 wins and a resent batch leaves one copy. Each :meth:`SqliteStore.write_group` (a group of
@@ -28,7 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from wattline import wire
-from wattline.collector.lineprotocol import LineEncoder, LineProtocolError, describe, escape_field_key
+from wattline.collector.lineprotocol import (
+    MAX_TIME_NS,
+    MIN_TIME_NS,
+    LineEncoder,
+    LineProtocolError,
+    describe,
+    escape_field_key,
+    job_event_point,
+)
 from wattline.collector.stores.base import (
     ENERGY,
     JOB_EVENTS,
@@ -38,14 +48,13 @@ from wattline.collector.stores.base import (
     StoreUnavailable,
     WriteResult,
     host_tags,
-    job_event_fields,
     job_event_tags,
     sample_fields,
     sample_tags,
 )
 from wattline.collector.stores.reader import StoredJobEvent, StoredSample, jobs_near, last_heard
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA_V1 = """
 CREATE TABLE energy (
@@ -80,8 +89,30 @@ _SCHEMA_V3 = """
 CREATE INDEX job_events_host ON job_events (host, event, time_ns);
 """
 
+#: v4: a job event's identity is (host, job_id, event_seq), not its time. Rows of v3 that
+#: share a (host, job_id, event_seq) were distinct events (several processes of one job on
+#: one host each numbered from 1): the first (by time) keeps its seq, the others get -rowid,
+#: which no wire event can have (event_seq is unsigned), so nothing is lost.
+_SCHEMA_V4 = """
+CREATE TABLE job_events_v4 (
+    host TEXT NOT NULL, labels TEXT NOT NULL, job_id TEXT NOT NULL, event TEXT NOT NULL,
+    time_ns INTEGER NOT NULL, event_seq INTEGER NOT NULL, fields TEXT NOT NULL,
+    UNIQUE (host, job_id, event_seq)
+);
+INSERT INTO job_events_v4
+    SELECT host, labels, job_id, event, time_ns,
+        CASE WHEN row_number() OVER (PARTITION BY host, job_id, event_seq ORDER BY time_ns, event, rowid) = 1
+            THEN event_seq ELSE -rowid END,
+        fields
+    FROM job_events;
+DROP TABLE job_events;
+ALTER TABLE job_events_v4 RENAME TO job_events;
+CREATE INDEX job_events_job ON job_events (job_id, time_ns);
+CREATE INDEX job_events_host ON job_events (host, event, time_ns);
+"""
+
 #: Schema version -> script that upgrades the version before it.
-_MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3}
+_MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3, 4: _SCHEMA_V4}
 
 _ENERGY_COLUMNS = (
     "host, source, component, device, quality, labels, time_ns, start_ns, energy_j, power_w, cumulative_j, "
@@ -98,6 +129,8 @@ _JOB_COLUMNS = "host, labels, job_id, event, time_ns, event_seq, fields"
 #: What a StoredJobEvent is made of.
 _EVENT_COLUMNS = "host, job_id, event, time_ns, event_seq, fields"
 _INSERT_JOB = f"INSERT OR REPLACE INTO job_events ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+#: Job event fields that have a column of their own (not in ``fields``).
+_EVENT_KEYS = frozenset({"event_seq", "time_ns"})
 #: Sample fields that have a column of their own; every other field is a gauge.
 _SAMPLE_COLUMNS = SAMPLE_FIELD_NAMES
 
@@ -331,7 +364,12 @@ class SqliteStore(Store):
                 quality = checked.get(key)
                 if quality is not None:
                     seen[key] = quality
-            if quality is None or gauges_json is None or total - total != 0.0:  # NaN or +-inf somewhere
+            if (
+                quality is None
+                or gauges_json is None
+                or total - total != 0.0  # NaN or +-inf somewhere
+                or not MIN_TIME_NS <= end <= MAX_TIME_NS
+            ):
                 row = self._checked_row(host, labels, stream, s, result)
                 if row is not None:
                     append(row)
@@ -361,14 +399,13 @@ class SqliteStore(Store):
             )
         jobs = []
         for event in batch.job_events:
-            tags = job_event_tags(event)
-            fields = job_event_fields(event)
             try:
-                self._checker.check(JOB_EVENTS, {**host, **tags}, fields)
-                extra = _json({k: v for k, v in fields.items() if k != "event_seq"})
+                tags, fields, point_ns = job_event_point(host, event)
+                self._checker.check(JOB_EVENTS, tags, fields, point_ns)
+                extra = _json({k: v for k, v in fields.items() if k not in _EVENT_KEYS})
             except (LineProtocolError, ValueError) as exc:
                 result.rejected += 1
-                result.reasons.append(f"{JOB_EVENTS} {describe(host, tags)} at {event.time_ns}: {exc}")
+                result.reasons.append(f"{JOB_EVENTS} {describe(host, job_event_tags(event))} at {event.time_ns}: {exc}")
                 continue
             jobs.append((host_id, labels, tags["job_id"], tags["event"], event.time_ns, fields["event_seq"], extra))
         series = [
@@ -384,7 +421,7 @@ class SqliteStore(Store):
         tags = sample_tags(sample)
         fields = sample_fields(sample, stream)
         try:
-            self._checker.check(ENERGY, {**host, **tags}, fields)
+            self._checker.check(ENERGY, {**host, **tags}, fields, sample.end_ns)
             gauges = _json({k: v for k, v in fields.items() if k not in _SAMPLE_COLUMNS})
         except (LineProtocolError, ValueError) as exc:
             result.rejected += 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from wattline.config import ConfigError, build, parse_pairs, read_toml
 from wattline.units import parse_duration
 from wattline.workloads import economics
 from wattline.workloads.embedded import default_store_url
-from wattline.workloads.events import JobSpec
+from wattline.workloads.events import JobSpec, check_storable
 from wattline.workloads.job import default_job_id
 from wattline.workloads.jobs_view import JobNotFound, all_views, utc_iso
 from wattline.workloads.render import comparison_json, print_comparison, print_report, report_json
@@ -46,6 +47,24 @@ def open_reader(store: str | None, config: Path | None) -> Any:
             f"store {settings.store}: reports cannot read from a {opened.kind} store (use InfluxDB 1.x API or SQLite)"
         )
     return opened
+
+
+def job_spec(job_id: str, name: str, kind: str, units: str, labels: dict[str, str], devices: list[str]) -> JobSpec:
+    """The job's spec; a job id no store can hold is a ConfigError (one line, exit 2), raised
+    before the command starts."""
+    try:
+        return JobSpec(job_id, name, kind, units, labels, devices)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def check_host(spec: JobSpec, settings: AgentSettings) -> None:
+    """ConfigError (one line, exit 2) before the command starts when the job's events from
+    this host (id, labels, job labels) are points no store would keep."""
+    try:
+        check_storable(spec, settings.host_id or socket.gethostname(), settings.labels)
+    except ValueError as exc:
+        raise ConfigError(f"job events from this host cannot be stored: {exc}") from None
 
 
 def report_settings(
@@ -144,8 +163,9 @@ def run(
     after = parse_duration(saturated_after, "--saturated-after") if saturated_after else None
     name = job or Path(command[0]).name
     claims = resolve_gpu_claims(parse_devices(devices) if devices else devices_from_env(os.environ))
-    spec = JobSpec(job_id or default_job_id(name), name, kind, units, parse_pairs(labels or [], "--label"), claims)
+    spec = job_spec(job_id or default_job_id(name), name, kind, units, parse_pairs(labels or [], "--label"), claims)
     settings, doc = agent_settings(config, interval=interval, sysfs_root=sysfs_root, host_id=host_id, sources=sources)
+    check_host(spec, settings)
     store_url = store or default_store_url()
     request = RunRequest(list(command), spec, after, units_from_stdout)
     kept: list[str] = []
@@ -198,7 +218,10 @@ def jobs(
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     energy: bool = typer.Option(True, "--energy/--no-energy", help="Compute each job's energy (a report per job)."),
 ) -> None:
-    """List jobs: name, id, hosts, start, duration, saturated, units, energy."""
+    """List jobs: name, id, hosts, start, duration, saturated, units, energy.
+
+    A job whose stored events are bad is listed with its ``error``; it never stops the listing.
+    """
     rows: list[dict[str, Any]] = []
     now_ns = time.time_ns()
     with open_reader(store, config) as reader:
@@ -216,37 +239,47 @@ def jobs(
                 "units": view.units_total,
                 "unit": view.unit_name,
             }
-            if energy:
-                r = build_report(reader, view.job_id, now_ns=now_ns)
-                row.update(
-                    duration_s=(r.end_ns - view.start_ns) / 1e9,
-                    saturated=r.saturated,
-                    measured_energy_j=r.measured.energy_j,
-                    total_energy_j=r.measured.energy_j + r.warmup.energy_j,
-                    j_per_unit=r.figures.j_per_unit,
-                )
+            try:
+                view.check()
+                if energy:
+                    r = build_report(reader, view.job_id, now_ns=now_ns)
+                    row.update(
+                        duration_s=(r.end_ns - view.start_ns) / 1e9,
+                        saturated=r.saturated,
+                        measured_energy_j=r.measured.energy_j,
+                        total_energy_j=r.measured.energy_j + r.warmup.energy_j,
+                        j_per_unit=r.figures.j_per_unit,
+                    )
+            except ValueError as exc:  # BadJob, or figures that cannot be computed
+                row.update(units=None, error=" ".join(str(exc).split()))
             rows.append(row)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
     table = Table(title="wattline jobs")
+    errors = any("error" in row for row in rows)
     for col in ("name", "id", "hosts", "start (UTC)", "duration", "status", "saturated", "units", "energy", "J/unit"):
         table.add_column(col)
+    if errors:
+        table.add_column("error")
     from wattline.workloads.render import _iso
 
     for row in rows:
-        table.add_row(
-            row["name"],
-            row["id"],
-            str(len(row["hosts"])),
-            _iso(row["start_ns"])[:19],
-            f"{row.get('duration_s', 0):.1f} s",
-            _status_cell(row),
-            {True: "yes", False: "no"}.get(row.get("saturated"), "?"),  # type: ignore[arg-type]
-            f"{row['units']:,.0f} {row['unit']}",
-            f"{row.get('total_energy_j', 0):,.1f} J",
-            "n/a" if row.get("j_per_unit") is None else f"{row['j_per_unit']:.4f}",
-        )
+        cells = [row["name"], row["id"], str(len(row["hosts"])), _iso(row["start_ns"])[:19]]
+        if "error" in row:
+            cells += ["?", _status_cell(row), "?", "?", "?", "?"]
+        else:
+            cells += [
+                f"{row.get('duration_s', 0):.1f} s",
+                _status_cell(row),
+                {True: "yes", False: "no"}.get(row.get("saturated"), "?"),  # type: ignore[arg-type]
+                f"{row['units']:,.0f} {row['unit']}",
+                f"{row.get('total_energy_j', 0):,.1f} J",
+                "n/a" if row.get("j_per_unit") is None else f"{row['j_per_unit']:.4f}",
+            ]
+        if errors:
+            cells.append(row.get("error", ""))
+        table.add_row(*cells)
     Console(file=sys.stdout).print(table)
 
 

@@ -35,12 +35,13 @@ from wattline.cli.jobs import (
     PUE,
     SHARE,
     STORE_HELP,
+    check_host,
+    job_spec,
     open_reader,
     report_settings,
 )
 from wattline.config import ConfigError
 from wattline.workloads.embedded import default_store_url
-from wattline.workloads.events import JobSpec
 from wattline.workloads.job import default_job_id
 from wattline.workloads.reference.common import (
     DEMO_ONLY,
@@ -171,10 +172,11 @@ def _version(package: str) -> str:
 def execute(launch: Launch, where: Where) -> None:
     """Run the workload under a job, then print its figures and the report; exits with its status."""
     claims = resolve_gpu_claims(parse_devices(where.devices) if where.devices else devices_from_env(os.environ))
-    spec = JobSpec(
+    spec = job_spec(
         where.job_id or default_job_id(launch.name), launch.name, launch.kind, launch.units, launch.labels, claims
     )
     settings, doc = agent_settings(where.config, interval=where.interval, sysfs_root=None, host_id=None)
+    check_host(spec, settings)
     store_url = where.store or default_store_url()
     with tempfile.TemporaryDirectory(prefix="wattline-workload-") as tmp:
         result_path = Path(tmp) / "result.json"

@@ -410,7 +410,10 @@ def _stream_notes(host: str, merges: Iterable[StreamMerge], notes: list[str], *,
     done = list(merges)
     overlapping = max((m.overlapping for m in done), default=0)
     if overlapping:
-        notes.append(f"{host}: {overlapping} streams overlapped in time (two agents under one host id?); counted once")
+        notes.append(
+            f"{host}: {overlapping} streams sampled it at once (two agents under one host id, or several "
+            "embedded runs); each joule counted once"
+        )
     if restarts and any(m.restarts for m in done):
         notes.append(f"{host}: agent restarted during the job; summed its samples")
 

@@ -28,7 +28,7 @@ HOST = "host-d"
 POWER_W = 50.0
 TICK_S = 0.5
 S = 10**9
-DUPLICATE = f"{HOST}: 2 streams sampled it at once (two agents under one host id, or several embedded runs); each joule counted once"
+DUPLICATE = f"{HOST}: 2 streams overlapped in time (two agents under one host id?); counted once"
 RESTART = f"{HOST}: agent restarted during the job; summed its samples"
 
 

@@ -36,13 +36,14 @@ WHOLE_J = 100.0 * 60  # every job below: 60 s at 100 W
 class Host:
     """A synthetic host at a known power whose samples and job events go into one SQLite store."""
 
-    def __init__(self, root: Path, model_w: float | None = None) -> None:
+    def __init__(self, root: Path, model_w: float | None = None, counter_too: bool = False) -> None:
         self.host = SyntheticHost(root / "h", "h1", [ZoneSpec("intel-rapl:0", "package-0", 100.0)])
         if model_w is not None:  # a host without counters: a CPU power model at model_w
             clock = StampClock(wall=lambda: self.host.t_ns, mono=lambda: self.host.t_ns - T0_NS)
             source = CpuModelSource(options=Options(tdp_w=model_w, idle_w=0.0), utilization=lambda: 1.0)
             source.discover()
-            self.host.sampler = Sampler([source], self.host.spool.add_samples, clock)
+            sources = [*self.host.sources, source] if counter_too else [source]
+            self.host.sampler = Sampler(sources, self.host.spool.add_samples, clock)
             self.host.sampler.tick()
 
     def job(
@@ -153,6 +154,9 @@ def wattline(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         (q.duration(125), "2 min 05 s"),
         (q.duration(3 * 3600 + 12 * 60), "3 h 12 min"),
         (q.si(None, "J"), "n/a"),
+        (q.share(0.001), "<1 %"),
+        (q.share(0.9996), ">99 %"),
+        (q.share(1 / 3), "33 %"),
     ],
 )
 def test_si_formatting(text: str, expected: str) -> None:
@@ -386,3 +390,21 @@ def test_compare_bad_values_exit_2(fleet: str, wattline: Any, flags: list[str], 
     code, out, err = wattline(fleet, "compare", LONG_IDS[0], LONG_IDS[2], *flags)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and text in err, err
+
+
+def test_a_partly_modelled_job_says_how_much(tmp_path: Path, wattline: Any) -> None:
+    """RAPL at 100 W plus a CPU model at 50 W: a third of the energy is an estimate."""
+    host = Host(tmp_path, model_w=50.0, counter_too=True)
+    host.job("mixed-1", "mixed")
+    store = host.store(tmp_path / "w.db")
+    code, out, _ = wattline(store, "report", "mixed-1", "--carbon-intensity", "400")
+    assert code == 0
+    rows = table_rows(out)
+    assert rows["energy"] == [
+        "7.5 kJ  counter + partly ESTIMATE (33 % model)",
+        "9 kJ  counter + partly ESTIMATE (33 % model)",
+    ]
+    for name in ("mean power", "energy per item", "per million items", "CO2 per run", "CO2 per million items"):
+        assert all(cell.endswith("partly ESTIMATE (33 % model)") for cell in rows[name]), (name, rows[name])
+    data = json.loads(wattline(store, "report", "mixed-1", "--json")[1])
+    assert data["measured"]["estimate_share"] == pytest.approx(1 / 3, rel=1e-9)

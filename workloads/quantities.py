@@ -10,7 +10,8 @@ never says "0.04 vs 0.01 USD, -68 %".
 * ``co2(g)``: gCO2, kgCO2, tCO2 (mgCO2 below a gram);
 * ``usd(x)``: to the cent from 1 USD up, else 4 significant digits (0.004 USD);
 * ``count(x)``: whole numbers with thousands separators, else 4 significant digits;
-* ``duration(s)``: 12.35 s, 2 min 05 s, 3 h 12 min.
+* ``duration(s)``: 12.35 s, 2 min 05 s, 3 h 12 min;
+* ``share(f)``: 42 %, and "<1 %" / ">99 %" for a part that would round to none or all.
 """
 
 from __future__ import annotations
@@ -113,6 +114,15 @@ def duration(seconds: float | None) -> str:
         return f"{whole // 60} min {whole % 60:02d} s"
     minutes = round(seconds / 60)
     return f"{minutes // 60:,} h {minutes % 60:02d} min"
+
+
+def share(fraction: float) -> str:
+    """A share (0..1) as a percent that never rounds a part to none or to all: "<1 %", ">99 %"."""
+    if 0 < fraction < 0.005:
+        return "<1 %"
+    if 0.995 <= fraction < 1:
+        return ">99 %"
+    return f"{fraction * 100:.0f} %"
 
 
 def shown_si(x: float) -> float:

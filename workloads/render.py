@@ -75,7 +75,7 @@ def estimate_tag(share: float) -> str:
         return ""
     if share >= 1 - 1e-9:
         return "ESTIMATE"
-    return f"partly ESTIMATE ({'<1' if share < 0.01 else f'{share:.0%}'[:-1]} % model)"
+    return f"partly ESTIMATE ({q.share(share)} model)"
 
 
 @dataclass(frozen=True)
@@ -304,7 +304,7 @@ def print_report(r: Report, console: Console | None = None) -> None:
     share = whole.estimate
     if share > 0:
         console.print(
-            f"[bold yellow]ESTIMATE[/bold yellow]: {q.count(share * 100)} % of this job's energy is a power-model "
+            f"[bold yellow]ESTIMATE[/bold yellow]: {q.share(share)} of this job's energy is a power-model "
             "estimate, not a measurement; every figure marked ESTIMATE derives from it"
         )
     if r.settings.idle == "subtract":
@@ -336,7 +336,7 @@ def print_report(r: Report, console: Console | None = None) -> None:
         )
     console.print(c)
     cov = report_coverage(r)
-    shares = ", ".join(f"{quality} {v:.0%}" for quality, v in cov["shares"].items())
+    shares = ", ".join(f"{quality} {q.share(v)}" for quality, v in cov["shares"].items())
     console.print(
         f"Coverage: {shares or 'no energy data'}"
         + (f"; not measured: {', '.join(cov['missing'])}" if cov["missing"] else "")
@@ -570,4 +570,4 @@ def print_comparison(a: Report, b: Report, cmp: economics.Comparison, console: C
         if not r.saturated:
             console.print(f"[yellow]{tag} never saturated: its figures are whole-run figures[/yellow]")
         if share > 0:
-            console.print(f"{tag}: {q.count(share * 100)} % of the energy is a MODEL ESTIMATE, not a measurement")
+            console.print(f"{tag}: {q.share(share)} of the energy is a MODEL ESTIMATE, not a measurement")

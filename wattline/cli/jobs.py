@@ -198,7 +198,7 @@ JOB_HELP = "an id, a unique id prefix, a job name (its latest run) or latest (se
 
 
 def report(
-    job_id: str = typer.Argument(..., help=f"Job: {JOB_HELP}."),
+    job_id: str = typer.Argument(..., metavar="JOB", help=f"Job: {JOB_HELP}."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (documented, stable shape)."),
     store: str | None = typer.Option(None, "--store", help=STORE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
@@ -208,7 +208,8 @@ def report(
     idle: str = IDLE,
     share_rule: str = SHARE,
 ) -> None:
-    """Energy, throughput, J per unit, cost and CO2 of one job, from saturation to end."""
+    """Energy, throughput, J per unit, cost and CO2 of one job: the measured window (from
+    saturation to end) beside the whole run, and how the job ended."""
     rsettings = report_settings(price, carbon_intensity, pue, idle, share_rule)
     with open_reader(store, config) as reader:
         result = _report_or_exit(reader, job_id, rsettings)
@@ -274,8 +275,8 @@ def jobs(
 
 
 def compare(
-    job_a: str = typer.Argument(..., help=f"Baseline job (A): {JOB_HELP}."),
-    job_b: str = typer.Argument(..., help="Candidate job (B), named the same ways."),
+    job_a: str = typer.Argument(..., metavar="A", help=f"Baseline job (A): {JOB_HELP}."),
+    job_b: str = typer.Argument(..., metavar="B", help="Candidate job (B), named the same ways."),
     sla: float | None = typer.Option(
         None, "--sla", help="Target throughput, units per hour: instances needed each way."
     ),

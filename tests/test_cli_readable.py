@@ -150,6 +150,8 @@ def wattline(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         (q.count(0.4), "0.4"),
         (q.count(1_738_946), "1,738,946"),
         (q.count(12.3456, "items/s"), "12.35 items/s"),
+        (q.rate(17_935_665, "documents/h"), "17.94 million documents/h"),
+        (q.rate(36_000, "items/h"), "36,000 items/h"),
         (q.duration(0.0123), "12.3 ms"),
         (q.duration(125), "2 min 05 s"),
         (q.duration(3 * 3600 + 12 * 60), "3 h 12 min"),

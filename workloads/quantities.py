@@ -10,6 +10,7 @@ never says "0.04 vs 0.01 USD, -68 %".
 * ``co2(g)``: gCO2, kgCO2, tCO2 (mgCO2 below a gram);
 * ``usd(x)``: to the cent from 1 USD up, else 4 significant digits (0.004 USD);
 * ``count(x)``: whole numbers with thousands separators, else 4 significant digits;
+  ``rate(x, unit)`` the same below a million, else "17.94 million tokens/h";
 * ``duration(s)``: 12.35 s, 2 min 05 s, 3 h 12 min;
 * ``share(f)``: 42 %, and "<1 %" / ">99 %" for a part that would round to none or all.
 """
@@ -103,8 +104,29 @@ def count(x: float | None, unit: str = "") -> str:
     return f"{text} {unit}" if unit else text
 
 
+#: Word prefixes for large rates of work units (units are not SI: "17.94 million tokens/h").
+LARGE = ((1e12, "trillion"), (1e9, "billion"), (1e6, "million"))
+
+
+def shown_rate(x: float) -> float:
+    """The number :func:`rate` shows."""
+    return round_sig(x) if abs(round_sig(x)) >= 1e6 else shown_count(x)
+
+
+def rate(x: float | None, unit: str) -> str:
+    """A rate of work units: :func:`count` below a million, else 4 significant digits and a
+    word ("17.94 million documents/h")."""
+    if x is None:
+        return NA
+    shown = shown_rate(x)
+    for scale, word in LARGE:
+        if abs(shown) >= scale:
+            return f"{_fixed(round_sig(shown / scale))} {word} {unit}"
+    return count(x, unit)
+
+
 def duration(seconds: float | None) -> str:
-    """ "12.35 s" (ms below a second), "2 min 05 s", "3 h 12 min"."""
+    """Seconds as read: "12.35 s" (ms below a second), "2 min 05 s", "3 h 12 min"."""
     if seconds is None:
         return NA
     if seconds < 59.5:

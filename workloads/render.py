@@ -70,7 +70,8 @@ def estimate_share(*windows: WindowEnergy) -> float:
 
 
 def estimate_tag(share: float) -> str:
-    """ "ESTIMATE" (all from a power model), "partly ESTIMATE (N % model)", or "" (none)."""
+    """The label of figures from energy of which ``share`` is a model estimate: "ESTIMATE"
+    (all of it), "partly ESTIMATE (N % model)", or "" (none)."""
     if share <= 0:
         return ""
     if share >= 1 - 1e-9:
@@ -288,7 +289,7 @@ def print_report(r: Report, console: Console | None = None) -> None:
     console = console or Console()
     job = r.job
     console.print(
-        f"[bold]Job {escape(job.name)}[/bold] ({escape(job.job_id)}, {job.kind}) "
+        f"[bold]Job {escape(job.name)}[/bold] ({escape(job.job_id)}, {escape(job.kind)}) "
         f"on {len(job.hosts)} host(s): {escape(', '.join(sorted(job.hosts)))}"
     )
     console.print(f"Status: {status_text(r.state, job.exit_code, None if job.closed else job.last_heard_ns())}")
@@ -470,7 +471,11 @@ def _compare_rows(a: Report, b: Report, cmp: economics.Comparison) -> list[tuple
     unit = ua if ua == ub else "units"
     one = unit.rstrip("s") or "unit"
     rows = [
-        ("throughput per instance", cmp.throughput_per_instance_hour, _count_kind(f"{unit}/h")),
+        (
+            "throughput per instance",
+            cmp.throughput_per_instance_hour,
+            Kind(lambda x: q.rate(x, f"{unit}/h"), q.shown_rate),
+        ),
         (f"energy per {one}", cmp.j_per_unit, _si_kind("J")),
         (f"energy per million {unit}", cmp.kwh_per_million_units, KWH),
         (f"cost per million {unit}", cmp.cost_per_million_units, USD),

@@ -246,14 +246,16 @@ def resolve_job(reader: Reader, ref: str) -> str:
     job name (its latest run); else a unique prefix of an id. :class:`JobNotFound` or
     :class:`AmbiguousJob` (one line, listing candidates) otherwise.
 
-    An exact id costs one query for that job; the others read the store's open events once
+    An exact id costs one query for that job; the others read the store's job events once
     (no report is built)."""
     if reader.job_events(ref):
         return ref
-    opens: dict[str, tuple[int, str]] = {}  # job id -> (first open, name)
+    opens: dict[str, tuple[int, str]] = {}  # job id -> (its first event, the name its open gives)
     for e in reader.job_events():
-        if e.event == "open" and (e.job_id not in opens or e.time_ns < opens[e.job_id][0]):
-            opens[e.job_id] = (e.time_ns, str(e.fields.get("name") or e.job_id))
+        start, name = opens.get(e.job_id, (e.time_ns, ""))
+        if e.event == "open":
+            name = name or str(e.fields.get("name") or "")
+        opens[e.job_id] = (min(start, e.time_ns), name)
     by_start = sorted(opens, key=lambda j: (opens[j][0], j))
     if ref == "latest":
         if not by_start:

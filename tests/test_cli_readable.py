@@ -20,11 +20,13 @@ import pytest
 from pipeline import T0_NS, SyntheticHost, ZoneSpec
 from typer.testing import CliRunner
 
+from wattline import wire
 from wattline.agent.clock import StampClock
 from wattline.agent.sampler import Sampler
 from wattline.agent.sources.cpu_model import CpuModelSource, Options
 from wattline.cli.main import app, main
 from wattline.collector.stores.factory import open_store
+from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads import economics
 from wattline.workloads import quantities as q
 from wattline.workloads.events import EventBuilder, JobSpec
@@ -410,3 +412,23 @@ def test_a_partly_modelled_job_says_how_much(tmp_path: Path, wattline: Any) -> N
         assert all(cell.endswith("partly ESTIMATE (33 % model)") for cell in rows[name]), (name, rows[name])
     data = json.loads(wattline(store, "report", "mixed-1", "--json")[1])
     assert data["measured"]["estimate_share"] == pytest.approx(1 / 3, rel=1e-9)
+
+
+def test_a_job_without_any_sample_shows_no_energy_figure(tmp_path: Path) -> None:
+    """Job events reached the store but no agent sampled the host (e.g. events delivered from
+    the outbox, no agent running): no energy figure is 0 J; each says "no samples"."""
+    b = EventBuilder(JobSpec("bare-1", "bare", "inference", "items"))
+    events = [b.open(T0_NS), b.units(7, T0_NS + 5 * S), b.close(3, T0_NS + 10 * S)]
+    batch = wire.Batch(stream_id="s", seq=1, host=wire.Host(host_id="h9"), job_events=events)
+    with SqliteStore(tmp_path / "w.db") as store:
+        assert store.write(batch).rejected == 0
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    report = ok(url, "report", "bare-1")
+    assert re.search(r"energy\s.*no samples", report) and re.search(r"energy per item\s.*no samples", report)
+    assert not re.search(r"energy\s+│?\s*0 J", report), report
+    data = json.loads(ok(url, "report", "bare-1", "--json"))
+    assert data["energy_data"] is False
+    (row,) = json.loads(ok(url, "jobs", "--json"))
+    assert row["energy_data"] is False
+    table = ok(url, "jobs")
+    assert "no samples" in table and "0 J" not in table

@@ -147,6 +147,7 @@ def report_json(r: Report) -> dict[str, Any]:
     job = r.job
     return {
         "schema": REPORT_SCHEMA,
+        "energy_data": r.energy_data,
         "job": {
             "id": job.job_id,
             "name": job.name,
@@ -281,7 +282,18 @@ def _report_rows(r: Report) -> list[Row]:
             (f"CO2 per run{tag}", lambda s: _tagged(q.co2(s.figures.co2_per_run_g), s.estimate)),
             (f"CO2 per million {unit}{tag}", lambda s: _tagged(q.co2(s.figures.co2_per_million_units_g), s.estimate)),
         ]
+    if not r.energy_data:  # no sample at all: no energy figure, not "0 J"
+        rows = [(name, _no_samples) if name.startswith(ENERGY_ROWS) else (name, text) for name, text in rows]
     return rows
+
+
+#: Rows of the report's table derived from energy (shown as NO_SAMPLES when there is none).
+ENERGY_ROWS = ("energy", "mean power", "per million", "CO2")
+NO_SAMPLES = "no samples"
+
+
+def _no_samples(_span: Span) -> str:
+    return NO_SAMPLES
 
 
 def print_report(r: Report, console: Console | None = None) -> None:
@@ -367,7 +379,9 @@ def _job_cells(row: dict[str, Any], energy: bool, errors: bool) -> list[str]:
         str(len(row["hosts"])),
         q.count(row["units"], row["unit"]),
     ]
-    if energy:
+    if energy and row.get("energy_data") is False:
+        cells += [NO_SAMPLES, NO_SAMPLES]
+    elif energy:
         share = row.get("estimate_share") or 0.0
         cells += [
             _tagged(q.si(row.get("total_energy_j"), "J"), share),

@@ -151,6 +151,12 @@ class Report:
         """Every host's samples cover its window, from its open to its close."""
         return not self.incomplete and not self.late_start
 
+    @property
+    def energy_data(self) -> bool:
+        """Any energy sample of the job's hosts fell in its window: without one, its energy
+        figures are "no samples", not 0 J."""
+        return bool(self.measured.components or self.warmup.components)
+
 
 def build_report(
     reader: Reader, job_id: str, settings: ReportSettings | None = None, now_ns: int | None = None

@@ -260,6 +260,7 @@ def jobs(
                     r = build_report(reader, view.job_id, now_ns=now_ns)
                     row.update(
                         saturated=r.saturated,
+                        energy_data=r.energy_data,
                         measured_energy_j=r.measured.energy_j,
                         total_energy_j=r.measured.energy_j + r.warmup.energy_j,
                         j_per_unit=r.figures.j_per_unit,

@@ -197,11 +197,18 @@ def report(
     pue: float = PUE,
     idle: str = IDLE,
     share_rule: str = SHARE,
+    plot: Path | None = typer.Option(None, "--plot", help="Also draw power over time to FILE.png or FILE.svg."),
+    by_host: bool = typer.Option(False, "--by-host", help="With --plot/--html: one line per host, not stacked."),
+    html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML page to FILE.html."),
 ) -> None:
     """Energy, throughput, J per unit, cost and CO2 of one job, from saturation to end."""
+    from wattline.cli import outputs
+
     rsettings = report_settings(price, carbon_intensity, pue, idle, share_rule)
+    outputs.check_report_outputs(plot, html)
     with open_reader(store, config) as reader:
         result = _report_or_exit(reader, job_id, rsettings)
+        outputs.write_report_outputs(reader, result, plot, html, by_host)
     _emit_report(result, as_json, None)
 
 
@@ -217,11 +224,20 @@ def jobs(
     store: str | None = typer.Option(None, "--store", help=STORE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     energy: bool = typer.Option(True, "--energy/--no-energy", help="Compute each job's energy (a report per job)."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print CSV: one row per job with its report's figures."),
+    price: float | None = PRICE,
+    carbon_intensity: float | None = CARBON,
 ) -> None:
     """List jobs: name, id, hosts, start, duration, saturated, units, energy.
 
     A job whose stored events are bad is listed with its ``error``; it never stops the listing.
     """
+    if as_csv:
+        from wattline.cli import outputs
+
+        with open_reader(store, config) as reader:
+            outputs.jobs_csv(reader, report_settings(price, carbon_intensity, 1.0, "none", "equal"))
+        return
     rows: list[dict[str, Any]] = []
     now_ns = time.time_ns()
     with open_reader(store, config) as reader:
@@ -310,9 +326,13 @@ def compare(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     store: str | None = typer.Option(None, "--store", help=STORE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    plot: Path | None = typer.Option(None, "--plot", help="Also draw the study's bars to FILE.png or FILE.svg."),
 ) -> None:
     """The study's table for two measured jobs: throughput, instances for an SLA, energy, cost, CO2."""
+    from wattline.cli import outputs
+
     rsettings = report_settings(None, carbon_intensity, pue, idle, "equal")
+    outputs.check_report_outputs(plot, None)
     with open_reader(store, config) as reader:
         a = _report_or_exit(reader, job_a, rsettings)
         b = _report_or_exit(reader, job_b, rsettings)
@@ -327,6 +347,8 @@ def compare(
         carbon_intensity=carbon_intensity,
         pue=pue,
     )
+    if plot is not None:
+        outputs.write_compare_plot(comparison_json(a, b, cmp), a.job.unit_name, plot)
     if as_json:
         typer.echo(json.dumps(comparison_json(a, b, cmp), indent=2))
     else:

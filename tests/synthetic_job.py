@@ -40,7 +40,11 @@ def power(component: str, t_s: float) -> float:
 
 
 def add_job(
-    store: SqliteStore, job_id: str, hosts: tuple[str, ...] = ("node-1",), t0: int = T0, labels: dict[str, str] | None = None
+    store: SqliteStore,
+    job_id: str,
+    hosts: tuple[str, ...] = ("node-1",),
+    t0: int = T0,
+    labels: dict[str, str] | None = None,
 ) -> None:
     """Write the job and its hosts' samples (see the module doc)."""
     for k, host in enumerate(hosts):

@@ -101,12 +101,12 @@ def plot_report(report: Report, timeline: Timeline, by_host: bool = False) -> An
             )
             base = top
     _mark_saturation(ax, report, x[-1] if x else 0.0)
-    ax.set_xlabel(f"seconds since the job opened ({report.job.start_ns and _utc(report.job.start_ns)})")
+    ax.set_xlabel(f"seconds since the job opened ({_utc(report.job.start_ns)})")
     ax.set_ylabel("power (W)" + (" per host" if by_host else ", stacked by component"))
     ax.set_xlim(0, x[-1] if x else 1)
-    hosts = sorted({h for h, _c, _q in timeline.power_w}) if by_host else [None]
-    top = max((w for h in hosts for w in timeline.total_w(h)), default=0.0)
-    ax.set_ylim(0, top * 1.3 or 1.0)  # headroom: the power and throughput curves stay apart
+    curves: list[str | None] = [*sorted({h for h, _c, _q in timeline.power_w})] if by_host else [None]
+    peak = max((w for h in curves for w in timeline.total_w(h)), default=0.0)
+    ax.set_ylim(0, peak * 1.3 or 1.0)  # headroom: the power and throughput curves stay apart
     if timeline.units_per_s is not None:
         ax2 = ax.twinx()
         ax2.step(x, _step(timeline.units_per_s), where="post", color="black", linewidth=1.2, label="throughput")
@@ -164,7 +164,9 @@ def save(fig: Any, path: Path) -> None:
     """Write ``fig`` to ``path`` (.png or .svg) and close it."""
     plt = pyplot()
     try:
-        fig.savefig(path, format=path.suffix.lower().lstrip("."), metadata={"Date": None} if path.suffix == ".svg" else None)
+        fig.savefig(
+            path, format=path.suffix.lower().lstrip("."), metadata={"Date": None} if path.suffix == ".svg" else None
+        )
     finally:
         plt.close(fig)
 

@@ -148,6 +148,12 @@ class Report:
         """Every host's samples cover its window, from its open to its close."""
         return not self.incomplete and not self.late_start
 
+    def to_dict(self) -> dict[str, Any]:
+        """The report JSON (``wattline report --json``; README "Report JSON")."""
+        from wattline.workloads.render import report_json  # render imports this module
+
+        return report_json(self)
+
 
 def build_report(
     reader: Reader, job_id: str, settings: ReportSettings | None = None, now_ns: int | None = None

@@ -73,7 +73,9 @@ def jobs_csv(reader: Reader, settings: ReportSettings) -> None:
             view.check()
             rows.append(export_rows.job_row(build_report(reader, view.job_id, settings)))
         except ValueError as exc:
-            rows.append({"job_id": view.job_id, "name": view.name, "kind": view.kind, "error": " ".join(str(exc).split())})
+            rows.append(
+                {"job_id": view.job_id, "name": view.name, "kind": view.kind, "error": " ".join(str(exc).split())}
+            )
     export_rows.write_csv(rows, export_rows.JOB_COLUMNS, sys.stdout)
 
 

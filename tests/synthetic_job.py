@@ -83,3 +83,9 @@ def truth(window: str, component: str, hosts: int = 1) -> float:
     """Joules of ``component`` in the warm-up or measured window, over the job's first ``hosts`` hosts."""
     span = range(WARMUP_S) if window == "warmup" else range(WARMUP_S, LENGTH_S)
     return sum(1 + k / 2 for k in range(hosts)) * sum(power(component, t) for t in span)
+
+
+if __name__ == "__main__":  # python tests/synthetic_job.py DB: the README's figure's store
+    import sys
+
+    print(make_store(Path(sys.argv[1]), {"synth": ("node-1", "node-2")}))

@@ -202,3 +202,12 @@ def test_html_page_is_self_contained_and_renders_in_chromium(store_url: str, tmp
     bad = tmp_path / "bad.html"
     bad.write_text("<!DOCTYPE html><p>x</p><script>throw new Error('broken page')</script>")
     assert any("broken page" in line for line in chromium(bad, tmp_path / "bad.png"))
+
+
+def test_the_cli_agent_and_collector_never_import_matplotlib() -> None:
+    code = (
+        "import sys, wattline.cli.main, wattline.agent.__main__, wattline.collector.daemon, wattline.workloads.page;"
+        "assert 'matplotlib' not in sys.modules, 'imported'"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr

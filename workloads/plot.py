@@ -46,6 +46,7 @@ def pyplot() -> Any:
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: searchable, small
     matplotlib.rcParams["svg.hashsalt"] = "wattline"  # stable ids: the same figure, the same file
+    matplotlib.rcParams["hatch.linewidth"] = 1.2  # estimates' hatching stays visible when scaled down
     import matplotlib.pyplot as plt
 
     return plt
@@ -68,6 +69,8 @@ def _step(values: list[float]) -> list[float]:
 def plot_report(report: Report, timeline: Timeline, by_host: bool = False) -> Any:
     """The report's figure (a matplotlib Figure)."""
     plt = pyplot()
+    from matplotlib.colors import to_rgba
+
     fig, ax = plt.subplots(figsize=(10, 5.2), dpi=100)
     x = timeline.seconds()
     if by_host:
@@ -92,8 +95,7 @@ def plot_report(report: Report, timeline: Timeline, by_host: bool = False) -> An
                 _step(base),
                 _step(top),
                 step="post",
-                facecolor=COLOURS.get(component, "#7f7f7f"),
-                alpha=0.35 if estimate else 0.85,
+                facecolor=to_rgba(COLOURS.get(component, "#7f7f7f"), 0.35 if estimate else 0.85),  # hatch opaque
                 hatch="///" if estimate else None,
                 edgecolor="#333333" if estimate else "none",
                 linewidth=0.0,
@@ -152,7 +154,8 @@ def _title(report: Report) -> str:
     job, f = report.job, report.figures
     jpu = "n/a" if f.j_per_unit is None else f"{f.j_per_unit:.4g} J/{job.unit_name.rstrip('s') or 'unit'}"
     head = f"{job.name} ({job.job_id}) on {len(job.hosts)} host(s)"
-    tail = f"measured window: {report.measured.energy_j:,.0f} J, {jpu}"
+    window = "measured window" if report.saturated else "whole run (not saturated)"
+    tail = f"{window}: {report.measured.energy_j:,.0f} J, {jpu}"
     if any("shared with" in n for n in report.notes):
         tail += "; hosts shared with other jobs: curves are host power"
     if not report.complete:

@@ -31,7 +31,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wattline.collector.stores.reader import Reader, StoredSample
 from wattline.quality import Quality
@@ -53,6 +53,9 @@ from wattline.workloads.attribution import (
 from wattline.workloads.jobs_view import JobView, build_view, utc_iso, views_of
 from wattline.workloads.saturation import Saturation, SaturationParams, detect_saturation
 from wattline.workloads.streams import StreamMerge, StreamSample, merge_streams
+
+if TYPE_CHECKING:
+    from wattline.workloads.carbon import IntensitySeries
 
 #: Sub-domains and supersets left out of a host's total (see the module docstring).
 EXCLUDED_COMPONENTS = frozenset({"cpu_core", "cpu_uncore", "psys"})
@@ -81,6 +84,8 @@ class ReportSettings:
     deviceless_share: float = 0.1
     cores_per_neuron_device: int = 2
     saturation: SaturationParams = field(default_factory=SaturationParams)
+    #: Carbon intensity over time (a CSV file), applied interval by interval (:mod:`.carbon`).
+    carbon_series: IntensitySeries | None = None
 
 
 @dataclass
@@ -204,7 +209,7 @@ def build_report(
     energy = meas.dynamic_j if settings.idle == "subtract" else meas.energy_j
     measured = economics.Measured(units_meas, meas.seconds, energy, max(len(job.hosts), 1))
     figures = economics.figures(measured, settings.price_per_instance_hour, settings.carbon_intensity, settings.pue)
-    return Report(
+    report = Report(
         job,
         end_ns,
         saturation,
@@ -221,6 +226,11 @@ def build_report(
         late_start,
         state,
     )
+    if settings.carbon_series is not None:
+        from wattline.workloads.carbon import apply_series  # carbon reads the report's timeline
+
+        apply_series(reader, report, settings.carbon_series)
+    return report
 
 
 def report_wait_s(batch_interval_s: float) -> float:

@@ -66,8 +66,11 @@ class Timeline:
         return out
 
 
-def build_timeline(reader: Reader, report: Report, max_bins: int = MAX_BINS) -> Timeline:
-    """The timeline of ``report``'s job, read from the same store."""
+def build_timeline(
+    reader: Reader, report: Report, max_bins: int = MAX_BINS, edges: list[int] | None = None
+) -> Timeline:
+    """The timeline of ``report``'s job, read from the same store; ``edges`` (increasing,
+    ns) replaces the equal bins, e.g. the times a carbon intensity changes."""
     job = report.job
     start, end = job.start_ns, max(report.end_ns, job.start_ns + 1)
     per_host: dict[str, tuple[int, int, list[StoredSample]]] = {}
@@ -75,10 +78,12 @@ def build_timeline(reader: Reader, report: Report, max_bins: int = MAX_BINS) -> 
         close = window.close_ns if window.close_ns is not None else end
         close = min(max(close, window.open_ns), end)
         per_host[host] = (window.open_ns, close, reader.samples(host, window.open_ns, close))
-    lengths = [s.end_ns - s.start_ns for _o, _c, ss in per_host.values() for s in ss if s.end_ns > s.start_ns]
-    typical = statistics.median(lengths) if lengths else (end - start) / max_bins
-    n = max(1, min(max_bins, round((end - start) / max(typical, 1))))
-    edges = [start + (end - start) * i // n for i in range(n + 1)]
+    if edges is None:
+        lengths = [s.end_ns - s.start_ns for _o, _c, ss in per_host.values() for s in ss if s.end_ns > s.start_ns]
+        typical = statistics.median(lengths) if lengths else (end - start) / max_bins
+        n = max(1, min(max_bins, round((end - start) / max(typical, 1))))
+        edges = [start + (end - start) * i // n for i in range(n + 1)]
+    n = len(edges) - 1
     timeline = Timeline(start, edges)
     energy: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0] * n)
     for host, (open_ns, close_ns, samples) in per_host.items():
@@ -97,12 +102,16 @@ def build_timeline(reader: Reader, report: Report, max_bins: int = MAX_BINS) -> 
                 edges,
                 energy[(host, key[2], key[4])],
             )
-    timeline.power_w = {k: [j / timeline.width_s(i) for i, j in enumerate(v)] for k, v in sorted(energy.items())}
+    timeline.power_w = {k: [_per_s(j, timeline.width_s(i)) for i, j in enumerate(v)] for k, v in sorted(energy.items())}
     if job.unit_intervals:
         units = [0.0] * n
         spread(job.unit_intervals, start, end, edges, units)
-        timeline.units_per_s = [u / timeline.width_s(i) for i, u in enumerate(units)]
+        timeline.units_per_s = [_per_s(u, timeline.width_s(i)) for i, u in enumerate(units)]
     return timeline
+
+
+def _per_s(amount: float, seconds: float) -> float:
+    return amount / seconds if seconds > 0 else 0.0
 
 
 def spread(

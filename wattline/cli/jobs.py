@@ -22,6 +22,7 @@ from wattline.collector.stores.reader import Reader
 from wattline.config import ConfigError, build, parse_pairs, read_toml
 from wattline.units import parse_duration
 from wattline.workloads import economics
+from wattline.workloads.carbon import IntensitySeries, parse_intensity
 from wattline.workloads.embedded import default_store_url
 from wattline.workloads.events import JobSpec, check_storable
 from wattline.workloads.job import default_job_id
@@ -68,22 +69,29 @@ def check_host(spec: JobSpec, settings: AgentSettings) -> None:
 
 
 def report_settings(
-    price: float | None, carbon_intensity: float | None, pue: float, idle: str, share_rule: str
+    price: float | None, carbon_intensity: str | None, pue: float, idle: str, share_rule: str
 ) -> ReportSettings:
+    """The report's settings; ``carbon_intensity`` is a number or a CSV file (:mod:`.carbon`)."""
     if idle not in {"none", "subtract"}:
         raise ConfigError(f"option --idle: {idle!r} is not none or subtract")
     if share_rule not in {"equal", "device-share", "exclusive"}:
         raise ConfigError(f"option --share-rule: {share_rule!r} is not equal, device-share or exclusive")
     if pue < 1.0:
         raise ConfigError(f"option --pue: {pue} is below 1")
-    for name, value in (("--price", price), ("--carbon-intensity", carbon_intensity)):
-        if value is not None and value < 0:
-            raise ConfigError(f"option {name}: {value} is negative")
-    return ReportSettings(price, carbon_intensity, pue, idle, share_rule=share_rule)
+    if price is not None and price < 0:
+        raise ConfigError(f"option --price: {price} is negative")
+    carbon = parse_intensity(carbon_intensity)
+    if isinstance(carbon, IntensitySeries):
+        return ReportSettings(price, None, pue, idle, share_rule=share_rule, carbon_series=carbon)
+    return ReportSettings(price, carbon, pue, idle, share_rule=share_rule)
 
 
 PRICE = typer.Option(None, "--price", help="Instance price, USD per instance-hour (cost figures).")
-CARBON = typer.Option(None, "--carbon-intensity", help="Grid carbon intensity, gCO2 per kWh (CO2 figures).")
+CARBON = typer.Option(
+    None,
+    "--carbon-intensity",
+    help="Grid carbon intensity: gCO2 per kWh, or a CSV file time,gco2_per_kwh applied interval by interval.",
+)
 PUE = typer.Option(1.0, "--pue", help="Power usage effectiveness applied to CO2 (>= 1).")
 IDLE = typer.Option("none", "--idle", help="Idle policy: none (total energy) or subtract (above the pre-job baseline).")
 SHARE = typer.Option(
@@ -148,7 +156,7 @@ def run(
     no_report: bool = typer.Option(False, "--no-report", help="Do not print the report at the end."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     price: float | None = PRICE,
-    carbon_intensity: float | None = CARBON,
+    carbon_intensity: str | None = CARBON,
     pue: float = PUE,
     idle: str = IDLE,
     share_rule: str = SHARE,
@@ -193,7 +201,7 @@ def report(
     store: str | None = typer.Option(None, "--store", help=STORE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     price: float | None = PRICE,
-    carbon_intensity: float | None = CARBON,
+    carbon_intensity: str | None = CARBON,
     pue: float = PUE,
     idle: str = IDLE,
     share_rule: str = SHARE,
@@ -226,7 +234,7 @@ def jobs(
     energy: bool = typer.Option(True, "--energy/--no-energy", help="Compute each job's energy (a report per job)."),
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV: one row per job with its report's figures."),
     price: float | None = PRICE,
-    carbon_intensity: float | None = CARBON,
+    carbon_intensity: str | None = CARBON,
 ) -> None:
     """List jobs: name, id, hosts, start, duration, saturated, units, energy.
 
@@ -320,7 +328,9 @@ def compare(
     ),
     price_a: float | None = typer.Option(None, "--price-a", help="A's price, USD per instance-hour."),
     price_b: float | None = typer.Option(None, "--price-b", help="B's price, USD per instance-hour."),
-    carbon_intensity: float | None = CARBON,
+    carbon_intensity: str | None = CARBON,
+    carbon_a: str | None = typer.Option(None, "--carbon-intensity-a", help="A's carbon intensity (number or CSV)."),
+    carbon_b: str | None = typer.Option(None, "--carbon-intensity-b", help="B's carbon intensity (number or CSV)."),
     pue: float = PUE,
     idle: str = IDLE,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -331,11 +341,12 @@ def compare(
     """The study's table for two measured jobs: throughput, instances for an SLA, energy, cost, CO2."""
     from wattline.cli import outputs
 
-    rsettings = report_settings(None, carbon_intensity, pue, idle, "equal")
+    settings_a = report_settings(None, carbon_a or carbon_intensity, pue, idle, "equal")
+    settings_b = report_settings(None, carbon_b or carbon_intensity, pue, idle, "equal")
     outputs.check_report_outputs(plot, None)
     with open_reader(store, config) as reader:
-        a = _report_or_exit(reader, job_a, rsettings)
-        b = _report_or_exit(reader, job_b, rsettings)
+        a = _report_or_exit(reader, job_a, settings_a)
+        b = _report_or_exit(reader, job_b, settings_b)
     cmp = economics.compare(
         a.figures.measured,
         b.figures.measured,
@@ -344,7 +355,8 @@ def compare(
         instances=instances,
         price_a=price_a,
         price_b=price_b,
-        carbon_intensity=carbon_intensity,
+        carbon_intensity=a.settings.carbon_intensity,  # a CSV's energy-weighted value (workloads/carbon.py)
+        carbon_intensity_b=b.settings.carbon_intensity,
         pue=pue,
     )
     if plot is not None:

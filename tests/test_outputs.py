@@ -114,6 +114,7 @@ def test_compare_plot_draws_the_study_bars_with_each_change(store_url: str, tmp_
     assert f"instances for the SLA B vs A: {data['sla']['instances']['change_pct']:+.0f} %" in text
     assert f"cost for the work B vs A: {data['work']['cost']['change_pct']:+.0f} %" in text
     assert "CO2" not in text  # no carbon intensity given: no panel without figures
+    assert "A: 3% of the energy is a MODEL ESTIMATE" in text and "B: 3% of the energy" in text  # footnotes
 
 
 def test_jobs_csv_loads_and_agrees_with_report_json(store_url: str) -> None:

@@ -199,9 +199,10 @@ COMPARE_PANELS = (
 )
 
 
-def plot_comparison(cmp: dict[str, Any], unit: str) -> Any:
+def plot_comparison(cmp: dict[str, Any], unit: str, footnotes: list[str] | None = None) -> Any:
     """The study's bars for A and B from ``compare --json``'s shape; panels without
-    figures (no price, no SLA) are left out."""
+    figures (no price, no SLA) are left out; ``footnotes`` (estimates, not saturated) are
+    printed under them."""
     plt = pyplot()
     panels = []
     for key, title, unit_fmt in COMPARE_PANELS:
@@ -226,8 +227,23 @@ def plot_comparison(cmp: dict[str, Any], unit: str) -> Any:
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.suptitle(f"{names[0]} ({cmp['a']['job']})   vs   {names[1]} ({cmp['b']['job']})", fontsize=10)
-    fig.tight_layout()
+    if footnotes:
+        fig.text(0.01, 0.01, "\n".join(footnotes), fontsize=8, color="#8a4b00", va="bottom")
+    fig.tight_layout(rect=(0, 0.03 * len(footnotes or []), 1, 1))
     return fig
+
+
+def comparison_footnotes(reports: dict[str, Report]) -> list[str]:
+    """What the bars do not show: a side that never saturated, a side partly estimated."""
+    notes = []
+    for tag, r in reports.items():
+        if not r.saturated:
+            notes.append(f"{tag} never saturated: its figures are whole-run figures")
+        by_quality = r.measured.by_quality()
+        model = sum(j for q, j in by_quality.items() if q.value == "model")
+        if model > 0:
+            notes.append(f"{tag}: {model / max(r.measured.energy_j, 1e-12):.0%} of the energy is a MODEL ESTIMATE")
+    return notes
 
 
 def _short(x: float) -> str:

@@ -360,7 +360,7 @@ def compare(
         pue=pue,
     )
     if plot is not None:
-        outputs.write_compare_plot(comparison_json(a, b, cmp), a.job.unit_name, plot)
+        outputs.write_compare_plot(comparison_json(a, b, cmp), a, b, plot)
     if as_json:
         typer.echo(json.dumps(comparison_json(a, b, cmp), indent=2))
     else:

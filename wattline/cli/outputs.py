@@ -50,11 +50,12 @@ def write_report_outputs(
         _write(html, lambda: html.write_text(text, encoding="utf-8"))
 
 
-def write_compare_plot(data: dict[str, Any], unit: str, plot: Path) -> None:
-    """Write ``compare --plot`` from the comparison JSON."""
+def write_compare_plot(data: dict[str, Any], a: Report, b: Report, plot: Path) -> None:
+    """Write ``compare --plot`` from the comparison JSON and the two reports (footnotes)."""
     from wattline.workloads import plot as plotting
 
-    _write(plot, lambda: plotting.save(plotting.plot_comparison(data, unit), plot))
+    notes = plotting.comparison_footnotes({"A": a, "B": b})
+    _write(plot, lambda: plotting.save(plotting.plot_comparison(data, a.job.unit_name, notes), plot))
 
 
 def _write(path: Path, write: Any) -> None:

@@ -154,6 +154,7 @@ def run(
         None, "--host-id", help="Host identity (must match the host agent's; default hostname)."
     ),
     no_report: bool = typer.Option(False, "--no-report", help="Do not print the report at the end."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No live status line on a terminal's stderr."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     price: float | None = PRICE,
     carbon_intensity: str | None = CARBON,
@@ -177,7 +178,8 @@ def run(
     store_url = store or default_store_url()
     request = RunRequest(list(command), spec, after, units_from_stdout)
     kept: list[str] = []
-    status = run_job(request, settings, doc, collectors, store_url, on_kept=kept.append)
+    live_out = sys.stderr if not quiet and sys.stderr.isatty() else None
+    status = run_job(request, settings, doc, collectors, store_url, on_kept=kept.append, live_out=live_out)
     if kept:  # no collector acknowledged the events: they wait in the outbox (no report yet)
         typer.echo(f"wattline: {kept[0]}", err=True)
     elif collectors and store is None:

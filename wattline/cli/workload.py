@@ -184,7 +184,8 @@ def execute(launch: Launch, where: Where) -> None:
         command += ["--result-json", str(result_path)]
         kept: list[str] = []
         request = RunRequest(command, spec, env=launch.env)
-        status = run_job(request, settings, doc, where.collectors, store_url, on_kept=kept.append)
+        live_out = sys.stderr if sys.stderr.isatty() else None  # progress: the live line (workloads/live.py)
+        status = run_job(request, settings, doc, where.collectors, store_url, on_kept=kept.append, live_out=live_out)
         result = json.loads(result_path.read_text()) if result_path.exists() else None
     if kept or (where.collectors and where.store is None):
         recorded = f"job {spec.job_id} recorded; report: wattline report {spec.job_id} --store <the collector's store>"

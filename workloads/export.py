@@ -19,6 +19,7 @@ from wattline.collector.stores.reader import Reader
 from wattline.workloads.jobs_view import utc_iso
 from wattline.workloads.render import report_json
 from wattline.workloads.report import EXCLUDED_COMPONENTS, Report
+from wattline.workloads.timeline import host_span
 
 QUALITIES = ("counter", "integrated", "model")
 
@@ -73,12 +74,11 @@ def job_row(report: Report) -> dict[str, Any]:
 def sample_rows(reader: Reader, report: Report) -> Iterator[dict[str, Any]]:
     """The job's samples, host by host, cut at the window edges and the saturation point."""
     job = report.job
-    for host, window in sorted(job.hosts.items()):
-        close = window.close_ns if window.close_ns is not None else report.end_ns
-        close = min(close, report.end_ns)
-        split = min(max(report.measured_from_ns, window.open_ns), close)
-        for s in reader.samples(host, window.open_ns, close):
-            for name, lo, hi in (("warmup", window.open_ns, split), ("measured", split, close)):
+    for host in sorted(job.hosts):
+        open_ns, close = host_span(report, host)
+        split = min(max(report.measured_from_ns, open_ns), close)
+        for s in reader.samples(host, open_ns, close):
+            for name, lo, hi in (("warmup", open_ns, split), ("measured", split, close)):
                 a, b = max(s.start_ns, lo), min(s.end_ns, hi)
                 if b < a or (b == a and not (s.start_ns == s.end_ns and lo < b <= hi)):
                     continue

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from wattline.config import ConfigError
+from wattline.workloads.jobs_view import utc_iso
 from wattline.workloads.report import Report
 from wattline.workloads.timeline import Timeline
 
@@ -125,8 +126,6 @@ def plot_report(report: Report, timeline: Timeline, by_host: bool = False) -> An
 
 
 def _utc(ns: int) -> str:
-    from wattline.workloads.jobs_view import utc_iso
-
     return utc_iso(ns)[:19].replace("T", " ") + " UTC"
 
 

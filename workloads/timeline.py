@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -74,10 +75,9 @@ def build_timeline(
     job = report.job
     start, end = job.start_ns, max(report.end_ns, job.start_ns + 1)
     per_host: dict[str, tuple[int, int, list[StoredSample]]] = {}
-    for host, window in sorted(job.hosts.items()):
-        close = window.close_ns if window.close_ns is not None else end
-        close = min(max(close, window.open_ns), end)
-        per_host[host] = (window.open_ns, close, reader.samples(host, window.open_ns, close))
+    for host in sorted(job.hosts):
+        open_ns, close = host_span(report, host)
+        per_host[host] = (open_ns, close, reader.samples(host, open_ns, close))
     if edges is None:
         lengths = [s.end_ns - s.start_ns for _o, _c, ss in per_host.values() for s in ss if s.end_ns > s.start_ns]
         typical = statistics.median(lengths) if lengths else (end - start) / max_bins
@@ -112,6 +112,14 @@ def build_timeline(
 
 def _per_s(amount: float, seconds: float) -> float:
     return amount / seconds if seconds > 0 else 0.0
+
+
+def host_span(report: Report, host: str) -> tuple[int, int]:
+    """The host's window in ``report``: open to close, to its last heard time once abandoned
+    (as the report ends it), else to the report's end."""
+    window = report.job.hosts[host]
+    close = window.end_ns(max(time.time_ns(), report.end_ns), report.end_ns)
+    return window.open_ns, min(max(close, window.open_ns), report.end_ns)
 
 
 def spread(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from synthetic_job import BUSY_RATE, WARM_RATE, WARMUP_S, make_store, truth
+from synthetic_job import BUSY_RATE, T0, WARM_RATE, WARMUP_S, S, add_job, make_store, truth
 
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.report import build_report
@@ -212,3 +212,14 @@ def test_the_cli_agent_and_collector_never_import_matplotlib() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_shared_host_is_said_to_show_host_power(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    with SqliteStore(path) as store:
+        add_job(store, "synth", ("node-1",))
+        add_job(store, "overlap", ("node-1",), T0 + 30 * S)  # shares node-1 for synth's last 30 s
+    svg = tmp_path / "p.svg"
+    out = cli("report", "synth", "--store", f"sqlite:///{path}", "--plot", str(svg))
+    assert out.returncode == 0, out.stderr
+    assert "hosts shared with other jobs: curves are host power" in _svg_text(svg)

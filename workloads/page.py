@@ -77,7 +77,7 @@ def report_page(data: dict[str, Any], figure_svg: str | None, series: list[Serie
         )
     share = m["coverage"]["shares"]
     parts += [
-        "<h2>Measured window</h2>",
+        f"<h2>{'Measured window' if sat['saturated'] else 'Whole run (not saturated)'}</h2>",
         _table(
             ("figure", "value"),
             [
@@ -121,7 +121,7 @@ def report_page(data: dict[str, Any], figure_svg: str | None, series: list[Serie
         "<h2>Notes</h2>",
         "<ul>" + "".join(f"<li>{escape(n)}</li>" for n in data["notes"]) + "</ul>" if data["notes"] else "<p>none</p>",
         "<h2>Provenance</h2>",
-        _table(("", ""), _provenance_rows(data)),
+        _table(("setting", "value"), _provenance_rows(data)),
         _table(("host", "source", "component", "device", "quality"), series),
         "</body></html>",
     ]

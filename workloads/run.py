@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from wattline.agent.settings import AgentSettings
 from wattline.workloads.embedded import embedded_session
@@ -38,6 +38,9 @@ from wattline.workloads.events import (
 )
 from wattline.workloads.heartbeat import Heartbeat
 from wattline.workloads.session import CollectorSink, EventSink
+
+if TYPE_CHECKING:
+    from wattline.workloads.live import LiveLine
 
 log = logging.getLogger(__name__)
 
@@ -119,15 +122,17 @@ def exit_status(returncode: int) -> int:
 class JobRunner:
     """Runs one command in a job window and feeds its events to ``sink``."""
 
-    def __init__(self, request: RunRequest, sink: EventSink) -> None:
+    def __init__(self, request: RunRequest, sink: EventSink, live_out: IO[str] | None = None) -> None:
         self.request = request
         self.sink = sink
+        self.live_out = live_out  #: where the live line goes (a terminal), or None
         self.builder = EventBuilder(request.spec)
         self.units = UnitAccumulator(self.builder, sink.send)
         self.pattern = re.compile(request.units_from_stdout) if request.units_from_stdout else None
         self.open_ns = 0
         self.close_ns = 0
         self.saturation_marked = False
+        self.saturation_mark_ns: int | None = None
 
     def run(self) -> int:
         """Run the command to completion; returns its exit status (shell convention)."""
@@ -152,6 +157,7 @@ class JobRunner:
             shutil.rmtree(workdir, ignore_errors=True)
             raise FileNotFoundError(f"cannot start {self.request.command[0]!r}: {exc.strerror}") from None
         heartbeat = Heartbeat(self.builder, self.sink.send).start()
+        live = self._live_line()
         previous = {sig: signal.signal(sig, self._forwarder(child)) for sig in FORWARDED}
         pump = None
         if self.pattern is not None and child.stdout is not None:
@@ -168,6 +174,8 @@ class JobRunner:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             heartbeat.stop()
+            if live is not None:
+                live.stop()
         if pump is not None:
             pump.join(timeout=5)
         reader.poll()
@@ -183,7 +191,24 @@ class JobRunner:
         self.units.flush()
         if name == SATURATED:
             self.saturation_marked = True
+            self.saturation_mark_ns = time_ns or time.time_ns()
         self.sink.send([self.builder.phase(name, time_ns)])
+
+    def _live_line(self) -> LiveLine | None:
+        if self.live_out is None:
+            return None
+        from wattline.workloads.live import LiveLine
+
+        spec = self.request.spec
+        meter = getattr(self.sink, "meter", None)  # embedded sampling measures here; an agent elsewhere
+        line = LiveLine(spec.name, spec.unit_name, lambda: self.units.total, self._saturated_at_s, meter, self.live_out)
+        return line.start()
+
+    def _saturated_at_s(self) -> float | None:
+        """Seconds from open to a known saturation point (the mark, or --saturated-after)."""
+        if self.saturation_mark_ns is not None:
+            return (self.saturation_mark_ns - self.open_ns) / 1e9
+        return self.request.saturated_after_s
 
     def _saturated_after(self) -> None:
         after = self.request.saturated_after_s
@@ -232,6 +257,7 @@ def run_job(
     collectors: list[str] | None = None,
     store_url: str | None = None,
     on_kept: Callable[[str], None] | None = None,
+    live_out: IO[str] | None = None,
 ) -> int:
     """Run ``request`` under a job window; returns the command's exit status.
 
@@ -239,7 +265,7 @@ def run_job(
     token settings as the agent), through the host's outbox: when no collector
     acknowledges them within a few seconds of the command's end, ``on_kept`` gets one
     line saying where they wait. Otherwise this process samples the host itself into the
-    local store ``store_url``.
+    local store ``store_url``. ``live_out`` (a terminal) gets the live line (:mod:`.live`).
     """
     sink: EventSink
     if collectors:
@@ -248,6 +274,6 @@ def run_job(
     else:
         sink = embedded_session(store_url, settings, doc)
     try:
-        return JobRunner(request, sink).run()
+        return JobRunner(request, sink, live_out).run()
     finally:
         sink.close()

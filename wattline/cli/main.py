@@ -14,7 +14,7 @@ import sys
 import typer
 
 from wattline import __version__
-from wattline.cli import daemons, jobs, workload
+from wattline.cli import daemons, jobs, outputs, workload
 from wattline.config import ConfigError
 
 app = typer.Typer(
@@ -27,6 +27,7 @@ app = typer.Typer(
 )
 daemons.register(app)
 jobs.register(app)
+outputs.register(app)
 workload.register(app)
 
 

@@ -184,7 +184,8 @@ def execute(launch: Launch, where: Where) -> None:
         command += ["--result-json", str(result_path)]
         kept: list[str] = []
         request = RunRequest(command, spec, env=launch.env)
-        status = run_job(request, settings, doc, where.collectors, store_url, on_kept=kept.append)
+        live_out = sys.stderr if sys.stderr.isatty() else None  # progress: the live line (workloads/live.py)
+        status = run_job(request, settings, doc, where.collectors, store_url, on_kept=kept.append, live_out=live_out)
         result = json.loads(result_path.read_text()) if result_path.exists() else None
     if kept or (where.collectors and where.store is None):
         recorded = f"job {spec.job_id} recorded; report: wattline report {spec.job_id} --store <the collector's store>"
@@ -318,7 +319,7 @@ def _where(
     as_json: bool,
     report_json_path: Path | None,
     price: float | None,
-    carbon_intensity: float | None,
+    carbon_intensity: str | None,
     pue: float,
     idle: str,
     share_rule: str,
@@ -367,7 +368,7 @@ def layoutlm_inference(
     as_json: bool = AS_JSON,
     report_json_path: Path | None = REPORT_JSON,
     price: float | None = PRICE,
-    carbon_intensity: float | None = CARBON,
+    carbon_intensity: str | None = CARBON,
     pue: float = PUE,
     idle: str = IDLE,
     share_rule: str = SHARE,
@@ -452,7 +453,7 @@ def bert_pretrain(
     as_json: bool = AS_JSON,
     report_json_path: Path | None = REPORT_JSON,
     price: float | None = PRICE,
-    carbon_intensity: float | None = CARBON,
+    carbon_intensity: str | None = CARBON,
     pue: float = PUE,
     idle: str = IDLE,
     share_rule: str = SHARE,

@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from wattline.agent.settings import AgentSettings
 from wattline.workloads.embedded import embedded_session
+from wattline.workloads.summary import record_local_summary
 from wattline.workloads.events import (
     ENV_EVENTS,
     ENV_JOB_ID,
@@ -248,6 +249,9 @@ def run_job(
     else:
         sink = embedded_session(store_url, settings, doc)
     try:
-        return JobRunner(request, sink).run()
+        status = JobRunner(request, sink).run()
     finally:
         sink.close()
+    if not collectors:  # embedded: the run writes its job's summary (a collector does otherwise)
+        record_local_summary(store_url, request.spec.job_id)
+    return status

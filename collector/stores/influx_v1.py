@@ -26,7 +26,14 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from wattline.collector.lineprotocol import LineEncoder
-from wattline.collector.stores.base import LineProtocolStore, StoreUnavailable, WriteResult
+from wattline.collector.stores.base import (
+    JOB_SUMMARY,
+    JOB_SUMMARY_HOST,
+    JobSummary,
+    LineProtocolStore,
+    StoreUnavailable,
+    WriteResult,
+)
 from wattline.collector.stores.reader import MAX_INTERVAL_NS, StoredJobEvent, StoredSample, jobs_near, last_heard
 
 log = logging.getLogger(__name__)
@@ -420,6 +427,51 @@ class InfluxV1Store(LineProtocolStore):
             for r in rows
             if r.get("energy_j") is not None
         ]
+
+    # -- job summaries (one point per job, rewritten in place) ---------------------------
+
+    def write_summary(self, summary: JobSummary) -> WriteResult:
+        """Write ``summary``; first delete the job's stored points when the new ones would not
+        overwrite them all (another start time, a field or host no longer there), so one
+        point per job remains however its figures change."""
+        if not self._created:
+            self.create_database()
+        old = self.job_summary(summary.job_id)
+        if old is not None and (
+            old.time_ns != summary.time_ns
+            or old.tags != summary.tags
+            or not set(old.fields) <= set(summary.fields)
+            or not set(old.hosts) <= set(summary.hosts)
+        ):
+            job = quote_literal(summary.job_id)
+            self._statements(
+                f"DELETE FROM {JOB_SUMMARY} WHERE job_id = {job}; DELETE FROM {JOB_SUMMARY_HOST} WHERE job_id = {job}",
+                self.database,
+            )
+        return super().write_summary(summary)
+
+    def job_summary(self, job_id: str) -> JobSummary | None:
+        """The stored summary of ``job_id`` (None when there is none)."""
+        job = quote_literal(job_id)
+        points, hosts = self._statements(
+            f"SELECT * FROM {JOB_SUMMARY} WHERE job_id = {job} GROUP BY *; "
+            f"SELECT energy_j FROM {JOB_SUMMARY_HOST} WHERE job_id = {job} GROUP BY host",
+            self.database,
+        )
+        rows = [
+            (series["tags"], dict(zip(series["columns"], values, strict=True)))
+            for series in points
+            for values in series.get("values", [])
+        ]
+        if not rows:
+            return None
+        if len(rows) > 1:
+            raise QueryError(f"{len(rows)} job_summary points for job {job_id[:100]!r}; expected one")
+        tags, fields = rows[0]
+        time_ns = int(fields.pop("time"))
+        energy = {s["tags"]["host"]: float(v[1]) for s in hosts for v in s.get("values", []) if v[1] is not None}
+        tags = {k: v for k, v in tags.items() if k != "job_id" and v}
+        return JobSummary(job_id, time_ns, tags, {k: v for k, v in fields.items() if v is not None}, energy)
 
     def ping(self) -> str:
         """The server's ``X-Influxdb-Version`` header ("" when it sends none)."""

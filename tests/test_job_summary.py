@@ -20,8 +20,20 @@ import pytest
 from procs import CLI, Proc, clean_env, start_collector
 from servers import Influxd, free_port
 from sysfs_trees import Zone, powercap_tree
-from test_grafana import Filled, Fixture, Scope, find_panel, influxql, job_table, load, resolve_variables, rows
-from test_grafana import run_dashboard, run_panel, whole_run_j
+from test_grafana import (
+    Filled,
+    Fixture,
+    Scope,
+    find_panel,
+    influxql,
+    job_table,
+    load,
+    resolve_variables,
+    rows,
+    run_dashboard,
+    run_panel,
+    whole_run_j,
+)
 
 from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
 from wattline.collector.stores.influx_v1 import InfluxV1Store
@@ -71,6 +83,11 @@ def run_args(job: str, job_id: str, host: str, port: int) -> list[str]:
     ]  # fmt: skip
 
 
+def agent(host: str, tree: Path, port: int, tmp_path: Path) -> Proc:
+    args = ["agent", "--host-id", host, "--sysfs-root", str(tree), "--source", "rapl", "--interval", "0.25"]
+    return Proc([*args, "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"], tmp_path / f"{host}.log")
+
+
 def wait_for(what: str, check: Any, timeout_s: float = 40.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -115,14 +132,7 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
         for host, power in POWER_W.items()
     }  # fmt: skip
     counters = [Counters(trees[host], power) for host, power in POWER_W.items()]
-    agents = [
-        Proc(
-            ["agent", "--host-id", host, "--sysfs-root", str(trees[host]), "--source", "rapl", "--interval", "0.25",
-             "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
-            tmp_path / f"agent-{host}.log",
-        )  # fmt: skip
-        for host in POWER_W
-    ]
+    agents = [agent(host, trees[host], port, tmp_path) for host in POWER_W]
     store = InfluxV1Store(influxd.url, database)
     try:
         time.sleep(3)  # the agents' samples cover the jobs' opens
@@ -142,7 +152,9 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
         }
         reports = {}
         for job_id, summary in summaries.items():
-            out = wattline("report", job_id, "--json", "--store", influxd.url, "--config", str(config), "--price", "0.5")
+            out = wattline(
+                "report", job_id, "--json", "--store", influxd.url, "--config", str(config), "--price", "0.5"
+            )
             assert out.returncode == 0, out.stderr
             reports[job_id] = json.loads(out.stdout)
             assert_matches(summary, reports[job_id])
@@ -211,6 +223,26 @@ def check_dashboard(influxd: Influxd, database: str, reports: dict[str, dict[str
     annotation = next(a for a in dashboard["annotations"]["list"] if a["name"] == "Warm-up (start to saturation)")
     got = rows(influxql(filled, overview.interpolate(annotation["target"]["query"])))
     assert {r["job_id"] for r in got} == {j for j, r in reports.items() if r["saturation"]["saturated"]}
+
+
+@pytest.mark.servers
+def test_influx_summary_rewrite_keeps_one_point_when_start_or_fields_change(influxd: Influxd) -> None:
+    """A job whose start moved (an earlier host's open arrived late) or whose figures lost a
+    field (no price any more) still has one job_summary point, holding only the new figures."""
+    store = InfluxV1Store(influxd.url, influxd.new_database())
+    try:
+        first = JobSummary("j-9", 10**18, {"name": "a"}, {"energy_j": 2.0, "cost_usd_per_run": 1.0}, {"h1": 2.0})
+        store.write_summary(first)
+        store.write_summary(first)
+        assert store.job_summary("j-9") == first
+        moved = JobSummary("j-9", 10**18 - 10**9, {"name": "a"}, {"energy_j": 3.0}, {"h2": 3.0})
+        store.write_summary(moved)
+        assert store.job_summary("j-9") == moved
+        for measurement in ("job_summary", "job_summary_host"):
+            (count,) = influxd.query(f"SELECT count(energy_j) FROM {measurement}", store.database)
+            assert count["count"] == 1, measurement
+    finally:
+        store.close()
 
 
 # -- the writer's rules, on SQLite -------------------------------------------------------------
@@ -296,3 +328,43 @@ def test_summary_of_carries_the_report_json(tmp_path: Path) -> None:
         assert all(v is not None for v in summary.fields.values())
     finally:
         store.close()
+
+
+# -- scale-out: which engine serves reads -------------------------------------------------------
+
+
+@pytest.mark.servers
+def test_victoria_metrics_takes_writes_but_serves_no_report_reads(tmp_path: Path, victoria_metrics: Any) -> None:
+    """VictoriaMetrics stores what the collector writes (PromQL reads it back), but answers no
+    InfluxQL: a report, a job summary or an InfluxQL dashboard cannot read from it, and says so."""
+    from servers import T0, http, make_batch
+
+    from wattline.collector.stores.influx_v1 import QueryError
+
+    store = InfluxV1Store(victoria_metrics.url, "wattline")
+    try:
+        assert store.write(make_batch(host="vm-node", job_id="vm-job")).rejected == 0
+        assert victoria_metrics.export('{__name__="energy_energy_j",host="vm-node"}', expect=2)
+        query = urllib_query({"query": 'sum(energy_energy_j{host="vm-node"})', "time": str(T0 / 1e9 + 2)})
+        status, body = http("GET", f"{victoria_metrics.url}/api/v1/query?{query}")
+        assert status == 200 and json.loads(body)["data"]["result"], body  # PromQL/MetricsQL reads work
+        for read in (lambda: store.job_events("vm-job"), lambda: store.samples("vm-node", T0, T0 + 4 * 10**9)):
+            with pytest.raises(QueryError, match="answers no InfluxQL"):
+                read()
+    finally:
+        store.close()
+    from wattline.cli.daemons import summary_writer
+    from wattline.collector.settings import CollectorSettings
+
+    assert summary_writer(CollectorSettings(store=victoria_metrics.url, influx_api="v1")) is None  # said in the log
+    config = tmp_path / "vm.toml"
+    config.write_text('[collector]\ninflux_api = "v1"\n')
+    out = wattline("report", "vm-job", "--store", victoria_metrics.url, "--config", str(config))
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert "answers no InfluxQL" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def urllib_query(params: dict[str, str]) -> str:
+    import urllib.parse
+
+    return urllib.parse.urlencode(params)

@@ -27,7 +27,6 @@ from typing import IO, Any
 
 from wattline.agent.settings import AgentSettings
 from wattline.workloads.embedded import embedded_session
-from wattline.workloads.summary import record_local_summary
 from wattline.workloads.events import (
     ENV_EVENTS,
     ENV_JOB_ID,
@@ -39,6 +38,7 @@ from wattline.workloads.events import (
 )
 from wattline.workloads.heartbeat import Heartbeat
 from wattline.workloads.session import CollectorSink, EventSink
+from wattline.workloads.summary import record_local_summary
 
 log = logging.getLogger(__name__)
 

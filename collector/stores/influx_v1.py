@@ -43,8 +43,9 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 << 20
 
 
-class QueryError(Exception):
-    """InfluxDB refused a query (syntax, unknown database...); retrying cannot help."""
+class QueryError(ValueError):
+    """InfluxDB refused a query (syntax, unknown database...), or the server answers no
+    InfluxQL at all (VictoriaMetrics); retrying cannot help."""
 
 
 class HttpClient:
@@ -319,7 +320,14 @@ class InfluxV1Store(LineProtocolStore):
         for result in json.loads(data).get("results", []):
             if "error" in result:
                 raise QueryError(shorten(f"{influxql!r}: {result['error']}"))
-            out.append(result.get("series", []))
+            series = result.get("series", [])
+            if not influxql.lstrip().upper().startswith("SHOW") and any(s.get("name") == "databases" for s in series):
+                # VictoriaMetrics answers every /query with a database list (for Grafana's "test").
+                raise QueryError(
+                    f"{self.url} answers no InfluxQL (VictoriaMetrics answers every query with its database list): "
+                    "reports, job summaries and the dashboards read from InfluxDB 1.x (or SQLite)"
+                )
+            out.append(series)
         return out
 
     # -- Reader (what reports need; see reader.py) -----------------------------------

@@ -215,6 +215,14 @@ def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:
         )
         store.close()
         return None
+    try:
+        store.job_events("wattline-summary-probe")  # type: ignore[attr-defined]
+    except ValueError as exc:  # a server that answers no InfluxQL: no summary could ever be read or computed
+        log.warning("job summaries off: %s", str(exc)[:300])
+        store.close()
+        return None
+    except StoreUnavailable as exc:  # down for now: each summary is retried
+        log.warning("job summaries: store not readable yet (%s); retried per job", str(exc)[:300])
     policy = ReportSettings(
         settings.summary_price,
         settings.summary_carbon_intensity,

@@ -261,6 +261,19 @@ def test_sqlite_job_summary_is_one_row_per_job(tmp_path: Path) -> None:
         assert result.rejected == 1 and "line feed" in result.reasons[0]
     finally:
         store.close()
+    # A v4 file (before summaries) upgrades in place: the table appears, nothing else changes.
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "w.db") as db:
+        db.execute("DROP TABLE job_summary")
+        db.execute("PRAGMA user_version = 4")
+    store = SqliteStore(tmp_path / "w.db")
+    try:
+        assert store.job_summaries() == []
+        store.write_summary(later)
+        assert store.job_summaries() == [later]
+    finally:
+        store.close()
 
 
 class FlakySink:

@@ -291,6 +291,14 @@ class SummaryWriter:
             log.warning("job summary of %s refused by the store: %s", job_id[:100], "; ".join(result.reasons)[:300])
         else:
             self.written += 1
+            if report.job.closed:  # running jobs' periodic summaries are not logged (one per job-minute)
+                log.info(
+                    "job summary of %s written (%s, %d host(s)%s)",
+                    job_id[:100],
+                    report.state,
+                    len(report.job.hosts),
+                    "" if report.complete else ", incomplete: see its notes",
+                )
         self._forget(job_id)
         with self._cond:
             self._done[job_id] = self._clock()

@@ -216,6 +216,9 @@ def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:
         store.close()
         return None
     try:
+        create = getattr(store, "create_database", None)
+        if create is not None:  # InfluxDB 1.x: as ingest does before its first write
+            create()
         store.job_events("wattline-summary-probe")  # type: ignore[attr-defined]
     except ValueError as exc:  # a server that answers no InfluxQL: no summary could ever be read or computed
         log.warning("job summaries off: %s", str(exc)[:300])

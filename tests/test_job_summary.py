@@ -45,7 +45,8 @@ from wattline.workloads.summary import SummaryWriter, record_summary, summary_of
 START_UJ = 10**11
 POWER_W = {"node-a": {"intel-rapl:0": 40.0, "intel-rapl:0:1": 5.0}, "node-b": {"intel-rapl:0": 25.0}}
 BATCH_S = 1.0
-UNITS = "sh -c 'for i in 1 2 3 4 5 6 7 8; do echo \"done 16\"; sleep 0.5; done'"
+#: The workload: ``steps`` x 16 documents, one step every 0.5 s.
+UNITS = 'i=0; while [ $i -lt {steps} ]; do echo "done 16"; i=$((i + 1)); sleep 0.5; done'
 
 
 class Counters:
@@ -74,12 +75,11 @@ def wattline(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def run_args(job: str, job_id: str, host: str, port: int) -> list[str]:
+def run_args(job: str, job_id: str, host: str, port: int, steps: int = 8) -> list[str]:
     return [
         "run", "--job", job, "--job-id", job_id, "--kind", "inference", "--units", "documents", "--host-id", host,
         "--collector", f"127.0.0.1:{port}", "--units-from-stdout", r"done (\d+)", "--saturated-after", "1s",
-        "--no-report", "--", "sh", "-c",
-        UNITS.removeprefix("sh -c ").strip("'"),
+        "--no-report", "--", "sh", "-c", UNITS.format(steps=steps),
     ]  # fmt: skip
 
 
@@ -138,9 +138,16 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
         time.sleep(3)  # the agents' samples cover the jobs' opens
         solo = Proc(run_args("ocr-solo", "solo-1", "node-a", port), tmp_path / "solo.log")
         assert solo.process.wait(timeout=60) == 0, solo.log()
-        pair = [Proc(run_args("ocr-pair", "pair-1", host, port), tmp_path / f"pair-{host}.log") for host in POWER_W]
-        for proc in pair:
-            assert proc.process.wait(timeout=60) == 0, proc.log()
+        # The two-host job: node-b starts 1 s after node-a and runs 15 s (node-a: 4 s), so
+        # node-a closes first: a summary while node-b runs, then one when it closes.
+        first = Proc(run_args("ocr-pair", "pair-1", "node-a", port), tmp_path / "pair-a.log")
+        time.sleep(1)
+        second = Proc(run_args("ocr-pair", "pair-1", "node-b", port, steps=30), tmp_path / "pair-b.log")
+        assert first.process.wait(timeout=60) == 0, first.log()
+        while_running = wait_for("pair summary after node-a's close", lambda: store.job_summary("pair-1"), 10)
+        assert second.alive(), "node-b's run ended before the summary after node-a's close was checked"
+        assert while_running.fields["status"] == "running" and while_running.fields["closed"] is False
+        assert second.process.wait(timeout=60) == 0, second.log()
 
         def closed_summary(job_id: str, hosts: int) -> JobSummary | None:
             s = store.job_summary(job_id)
@@ -164,6 +171,9 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
         # One point per job, though the two-host job was computed as each host closed.
         log = collector.log()
         assert "Traceback" not in log, log[-3000:]
+        assert "job summary of pair-1 written (running, 2 host(s))" in log, log[-3000:]
+        assert "job summary of pair-1 written (closed, 2 host(s))" in log, log[-3000:]
+        assert summaries["pair-1"].fields["computed_ns"] > while_running.fields["computed_ns"]
         for job_id in summaries:
             (count,) = influxd.query(f"SELECT count(energy_j) FROM job_summary WHERE job_id = '{job_id}'", database)
             assert count["count"] == 1, job_id
@@ -212,6 +222,10 @@ def check_dashboard(influxd: Influxd, database: str, reports: dict[str, dict[str
     assert energy["energy_j"] == pytest.approx(reports["pair-1"]["measured"]["energy_j"], rel=1e-3)
     (per_unit,) = rows(run_panel(filled, scope, find_panel(dashboard, "Energy per unit: $job_name"))["A"])
     assert per_unit["j_per_unit"] == pytest.approx(reports["pair-1"]["measured"]["j_per_unit"], rel=1e-3)
+    drift = rows(run_panel(filled, overview, find_panel(dashboard, "J per unit over time, by job name"))["A"])
+    assert {r["name"]: r["j_per_unit"] for r in drift} == pytest.approx(
+        {report["job"]["name"]: report["measured"]["j_per_unit"] for report in reports.values()}, rel=1e-3
+    )
     by_job = rows(run_panel(filled, overview, find_panel(dashboard, "Energy by job over the range"))["A"])
     assert {r["job_id"]: r["energy_wh"] * 3600 for r in by_job} == pytest.approx(
         {job_id: whole_run_j(report) for job_id, report in reports.items()}, rel=1e-3
@@ -381,3 +395,56 @@ def urllib_query(params: dict[str, str]) -> str:
     import urllib.parse
 
     return urllib.parse.urlencode(params)
+
+
+# -- the collector's hook ---------------------------------------------------------------------
+
+
+def test_collector_hook_names_each_written_jobs_events_and_never_fails_a_batch(tmp_path: Path) -> None:
+    from servers import make_batch
+
+    from wattline.collector.server import CollectorServer
+
+    calls: list[list[tuple[str, bool]]] = []
+
+    def hook(jobs: list[tuple[str, bool]]) -> None:
+        calls.append(jobs)
+        raise RuntimeError("a broken hook")  # logged; the batch is still written and acknowledged
+
+    store = SqliteStore(tmp_path / "h.db")
+    server = CollectorServer(store, "127.0.0.1:0", on_job_events=hook)
+    try:
+        ack = server.service.Push(make_batch(job_id="hooked"), None)  # type: ignore[arg-type]
+        assert ack.written == 8 and ack.rejected == 0
+        server.service.Push(make_batch(seq=2), None)  # type: ignore[arg-type]  # no job events: no call
+        assert calls == [[("hooked", True)]]
+        assert len(store.job_events("hooked")) == 4
+    finally:
+        server.stop(0)
+        store.close()
+
+
+def test_job_events_never_wait_for_a_summary_being_computed(tmp_path: Path) -> None:
+    """Ingest's call returns at once even while the writer is stuck in a slow store write."""
+    store = embedded_job(tmp_path)
+    release = threading.Event()
+    entered = threading.Event()
+
+    def slow_sink(summary: JobSummary) -> WriteResult:
+        entered.set()
+        release.wait(10)
+        return WriteResult(written=1)
+
+    writer = SummaryWriter(store, slow_sink).start()
+    try:
+        writer.job_events([("emb-1", True)])
+        assert entered.wait(10)
+        started = time.perf_counter()
+        for i in range(1000):
+            writer.job_events([("emb-1", True), (f"other-{i}", False)])
+        assert time.perf_counter() - started < 0.5
+        assert writer.pending() == 1001  # each job due once, however many events
+    finally:
+        release.set()
+        writer.stop()
+        store.close()

@@ -291,7 +291,7 @@ class SummaryWriter:
             log.warning("job summary of %s refused by the store: %s", job_id[:100], "; ".join(result.reasons)[:300])
         else:
             self.written += 1
-            if report.job.closed:  # running jobs' periodic summaries are not logged (one per job-minute)
+            if closing_at is not None:  # after a close; running jobs' periodic summaries are not logged
                 log.info(
                     "job summary of %s written (%s, %d host(s)%s)",
                     job_id[:100],

@@ -35,8 +35,8 @@ from test_grafana import (
     whole_run_j,
 )
 
-from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
-from wattline.collector.stores.influx_v1 import InfluxV1Store
+from wattline.collector.stores.base import JobSummary, LineProtocolStore, StoreUnavailable, WriteResult
+from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.render import report_json
 from wattline.workloads.report import build_report
@@ -255,6 +255,12 @@ def test_influx_summary_rewrite_keeps_one_point_when_start_or_fields_change(infl
         for measurement in ("job_summary", "job_summary_host"):
             (count,) = influxd.query(f"SELECT count(energy_j) FROM {measurement}", store.database)
             assert count["count"] == 1, measurement
+        # Two collectors raced (two starts written, bypassing the check): the next write heals it.
+        LineProtocolStore.write_summary(store, first)
+        with pytest.raises(QueryError, match="2 job_summary points"):
+            store.job_summary("j-9")
+        store.write_summary(moved)
+        assert store.job_summary("j-9") == moved
     finally:
         store.close()
 

@@ -286,7 +286,11 @@ class LineProtocolStore(Store):
 
     def write_summary(self, summary: JobSummary) -> WriteResult:
         """Write a job's summary points (:func:`summary_points`); same key, same point: idempotent."""
-        return self.write_lines([self.encoder.line(*point) for point in summary_points(summary)])
+        try:
+            lines = [self.encoder.line(*point) for point in summary_points(summary)]
+        except ValueError as exc:  # LineProtocolError: no retry can store it
+            return WriteResult(rejected=1, reasons=[f"job summary of {summary.job_id[:100]!r}: {exc}"])
+        return self.write_lines(lines)
 
 
 SummaryPoint = tuple[str, dict[str, str], dict[str, SummaryValue], int]

@@ -440,16 +440,20 @@ class InfluxV1Store(LineProtocolStore):
 
     def write_summary(self, summary: JobSummary) -> WriteResult:
         """Write ``summary``; first delete the job's stored points when the new ones would not
-        overwrite them all (another start time, a field or host no longer there), so one
-        point per job remains however its figures change."""
+        overwrite them all (another start time, a field or host no longer there, or several
+        points: two collectors raced), so one point per job remains however its figures change."""
         if not self._created:
             self.create_database()
-        old = self.job_summary(summary.job_id)
-        if old is not None and (
-            old.time_ns != summary.time_ns
-            or old.tags != summary.tags
-            or not set(old.fields) <= set(summary.fields)
-            or not set(old.hosts) <= set(summary.hosts)
+        found = self._summaries(summary.job_id)
+        old = found[0] if len(found) == 1 else None
+        if len(found) > 1 or (
+            old is not None
+            and (
+                old.time_ns != summary.time_ns
+                or old.tags != summary.tags
+                or not set(old.fields) <= set(summary.fields)
+                or not set(old.hosts) <= set(summary.hosts)
+            )
         ):
             job = quote_literal(summary.job_id)
             self._statements(
@@ -460,26 +464,27 @@ class InfluxV1Store(LineProtocolStore):
 
     def job_summary(self, job_id: str) -> JobSummary | None:
         """The stored summary of ``job_id`` (None when there is none)."""
+        found = self._summaries(job_id)
+        if len(found) > 1:
+            raise QueryError(f"{len(found)} job_summary points for job {job_id[:100]!r}; expected one")
+        return found[0] if found else None
+
+    def _summaries(self, job_id: str) -> list[JobSummary]:
+        """Every stored ``job_summary`` point of ``job_id`` (one, unless something went wrong)."""
         job = quote_literal(job_id)
         points, hosts = self._statements(
             f"SELECT * FROM {JOB_SUMMARY} WHERE job_id = {job} GROUP BY *; "
             f"SELECT energy_j FROM {JOB_SUMMARY_HOST} WHERE job_id = {job} GROUP BY host",
             self.database,
         )
-        rows = [
-            (series["tags"], dict(zip(series["columns"], values, strict=True)))
-            for series in points
-            for values in series.get("values", [])
-        ]
-        if not rows:
-            return None
-        if len(rows) > 1:
-            raise QueryError(f"{len(rows)} job_summary points for job {job_id[:100]!r}; expected one")
-        tags, fields = rows[0]
-        time_ns = int(fields.pop("time"))
         energy = {s["tags"]["host"]: float(v[1]) for s in hosts for v in s.get("values", []) if v[1] is not None}
-        tags = {k: v for k, v in tags.items() if k != "job_id" and v}
-        return JobSummary(job_id, time_ns, tags, {k: v for k, v in fields.items() if v is not None}, energy)
+        out = []
+        for series in points:
+            tags = {k: v for k, v in series["tags"].items() if k != "job_id" and v}
+            for values in series.get("values", []):
+                fields = {k: v for k, v in zip(series["columns"], values, strict=True) if v is not None}
+                out.append(JobSummary(job_id, int(fields.pop("time")), tags, fields, energy))
+        return out
 
     def ping(self) -> str:
         """The server's ``X-Influxdb-Version`` header ("" when it sends none)."""

@@ -75,9 +75,12 @@ def wattline(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def run_args(job: str, job_id: str, host: str, port: int, steps: int = 8) -> list[str]:
+def run_args(job: str, job_id: str, host: str, port: int, config: Path, steps: int = 8) -> list[str]:
+    """``wattline run`` of the workload; ``config`` names this test's own outbox (the default
+    one is shared by every wattline process of the machine: events other runs left there
+    would reach this collector)."""
     return [
-        "run", "--job", job, "--job-id", job_id, "--kind", "inference", "--units", "documents", "--host-id", host,
+        "run", "--config", str(config), "--job", job, "--job-id", job_id, "--kind", "inference", "--units", "documents", "--host-id", host,
         "--collector", f"127.0.0.1:{port}", "--units-from-stdout", r"done (\d+)", "--saturated-after", "1s",
         "--no-report", "--", "sh", "-c", UNITS.format(steps=steps),
     ]  # fmt: skip
@@ -85,6 +88,7 @@ def run_args(job: str, job_id: str, host: str, port: int, steps: int = 8) -> lis
 
 def agent(host: str, tree: Path, port: int, tmp_path: Path) -> Proc:
     args = ["agent", "--host-id", host, "--sysfs-root", str(tree), "--source", "rapl", "--interval", "0.25"]
+    args += ["--spool-dir", str(tmp_path / f"spool-{host}"), "--outbox-dir", str(tmp_path / "outbox")]
     return Proc([*args, "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"], tmp_path / f"{host}.log")
 
 
@@ -118,7 +122,7 @@ def assert_matches(summary: JobSummary, report: dict[str, Any]) -> None:
 def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, influxd: Influxd) -> None:
     database = influxd.new_database()
     config = tmp_path / "wattline.toml"
-    config.write_text(f'[collector]\ninflux_database = "{database}"\n')
+    config.write_text(f'[collector]\ninflux_database = "{database}"\n[agent]\noutbox_dir = "{tmp_path / "outbox"}"\n')
     port = free_port()
     collector = start_collector(
         port,
@@ -136,13 +140,13 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
     store = InfluxV1Store(influxd.url, database)
     try:
         time.sleep(3)  # the agents' samples cover the jobs' opens
-        solo = Proc(run_args("ocr-solo", "solo-1", "node-a", port), tmp_path / "solo.log")
+        solo = Proc(run_args("ocr-solo", "solo-1", "node-a", port, config), tmp_path / "solo.log")
         assert solo.process.wait(timeout=60) == 0, solo.log()
         # The two-host job: node-b starts 1 s after node-a and runs 15 s (node-a: 4 s), so
         # node-a closes first: a summary while node-b runs, then one when it closes.
-        first = Proc(run_args("ocr-pair", "pair-1", "node-a", port), tmp_path / "pair-a.log")
+        first = Proc(run_args("ocr-pair", "pair-1", "node-a", port, config), tmp_path / "pair-a.log")
         time.sleep(1)
-        second = Proc(run_args("ocr-pair", "pair-1", "node-b", port, steps=30), tmp_path / "pair-b.log")
+        second = Proc(run_args("ocr-pair", "pair-1", "node-b", port, config, steps=30), tmp_path / "pair-b.log")
         assert first.process.wait(timeout=60) == 0, first.log()
         while_running = wait_for("pair summary after node-a's close", lambda: store.job_summary("pair-1"), 10)
         assert second.alive(), "node-b's run ended before the summary after node-a's close was checked"

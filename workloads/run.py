@@ -38,6 +38,7 @@ from wattline.workloads.events import (
 )
 from wattline.workloads.heartbeat import Heartbeat
 from wattline.workloads.session import CollectorSink, EventSink
+from wattline.workloads.summary import record_local_summary
 
 if TYPE_CHECKING:
     from wattline.workloads.live import LiveLine
@@ -274,6 +275,9 @@ def run_job(
     else:
         sink = embedded_session(store_url, settings, doc)
     try:
-        return JobRunner(request, sink, live_out).run()
+        status = JobRunner(request, sink, live_out).run()
     finally:
         sink.close()
+    if not collectors:  # embedded: the run writes its job's summary (a collector does otherwise)
+        record_local_summary(store_url, request.spec.job_id)
+    return status

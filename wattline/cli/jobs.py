@@ -122,15 +122,14 @@ def open_reader(choice: StoreChoice) -> Any:
 
 
 def _check_database(store: InfluxV1Store) -> None:
-    """ConfigError when the database a report would read does not exist."""
+    """ConfigError when the database a report would read does not exist (a query of it
+    would just find nothing)."""
     try:
-        store.query("SHOW MEASUREMENTS LIMIT 1")
+        names = {str(row.get("name")) for row in store.query("SHOW DATABASES")}
     except QueryError as exc:
-        if "database not found" in str(exc):
-            raise ConfigError(
-                f"InfluxDB {store.url} has no database {store.database[:100]!r} (--influx-database)"
-            ) from None
         raise RuntimeError(f"InfluxDB {store.url}: {exc}") from None
+    if store.database not in names:
+        raise ConfigError(f"InfluxDB {store.url} has no database {store.database[:100]!r} (--influx-database)")
 
 
 def job_spec(job_id: str, name: str, kind: str, units: str, labels: dict[str, str], devices: list[str]) -> JobSpec:

@@ -187,3 +187,18 @@ def test_ctrl_c_in_a_terminal_reaches_the_command_once(tmp_path: Path) -> None:
         os.close(master)
     assert os.waitstatus_to_exitcode(status) == 5
     assert (tmp_path / "ints").read_text() == "INT\n"
+
+
+def test_json_stdout_is_only_json_and_sources_are_one_line(tmp_path: Path) -> None:
+    """--json: stdout parses as the report alone, CMD's stdout goes to stderr (counted by
+    --units-from-stdout all the same); discovery is one line, not a log line per source."""
+    out = run(
+        tmp_path, "run", "--job-id", "j-json", "--json", "--units-from-stdout", r"did (\d+)", "--",
+        "sh", "-c", "echo did 4; echo did 3",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["units"]["total"] == 7
+    assert "did 4\ndid 3\n" in out.stderr
+    sources = [line for line in out.stderr.splitlines() if line.startswith("wattline: sources: ")]
+    assert len(sources) == 1 and "measuring" in sources[0], out.stderr
+    assert " INFO " not in out.stderr, out.stderr

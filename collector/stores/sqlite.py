@@ -115,6 +115,9 @@ CREATE INDEX job_events_job ON job_events (job_id, time_ns);
 CREATE INDEX job_events_host ON job_events (host, event, time_ns);
 """
 
+#: The oldest schema a read-only connection reads as it is (reads need the v2 ``series`` table).
+MIN_READABLE_VERSION = 2
+
 #: Schema version -> script that upgrades the version before it.
 _MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3, 4: _SCHEMA_V4}
 
@@ -257,7 +260,8 @@ def connect_read_only(path: str, timeout_s: float) -> sqlite3.Connection:
 
 
 def _checked(path: str, uri: str, timeout_s: float) -> sqlite3.Connection:
-    """Connect to ``uri`` and check it holds wattline's schema, version SCHEMA_VERSION."""
+    """Connect to ``uri`` and check it holds a wattline schema it can read (MIN_READABLE_VERSION
+    up to SCHEMA_VERSION: an older store is read as it is, not upgraded)."""
     db = sqlite3.connect(uri, uri=True, timeout=timeout_s, check_same_thread=False, isolation_level=None)
     try:
         db.execute("PRAGMA query_only = 1")
@@ -271,9 +275,9 @@ def _checked(path: str, uri: str, timeout_s: float) -> sqlite3.Connection:
         problem = "is a SQLite file but not a wattline store (no job_events table)"
     elif version > SCHEMA_VERSION:
         problem = f"has schema version {version}, newer than this wattline's {SCHEMA_VERSION}: upgrade wattline"
-    elif version < SCHEMA_VERSION:
+    elif version < MIN_READABLE_VERSION:
         problem = (
-            f"has schema version {version}, older than {SCHEMA_VERSION}: open it once with write access "
+            f"has schema version {version}, older than {MIN_READABLE_VERSION}: open it once with write access "
             "(wattline collector or wattline run --store) to upgrade it"
         )
     if problem:

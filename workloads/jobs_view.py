@@ -1,5 +1,8 @@
 """A job as the store remembers it: rebuilt from its events alone.
 
+A command taking a JOB accepts its id, a job name (its latest run), ``latest`` or a
+unique prefix of an id (:func:`resolve_job`).
+
 Everything a report or ``wattline jobs`` needs (hosts, windows, units timeline,
 phases, devices, exit codes) is derived from the ``job_events`` points, so reports work
 after the fact and after a collector restart.
@@ -30,6 +33,10 @@ from wattline.workloads.events import SATURATED
 
 class JobNotFound(LookupError):
     """No events for that job id."""
+
+
+class AmbiguousJob(LookupError):
+    """A job reference that matches several jobs (the message lists them)."""
 
 
 class BadJob(ValueError):
@@ -228,3 +235,43 @@ def views_of(events: list[StoredJobEvent]) -> list[JobView]:
         grouped[e.job_id].append(e)
     views = [inspect_view(job_id, job_events) for job_id, job_events in grouped.items()]
     return sorted(views, key=lambda v: v.start_ns)
+
+
+#: How many candidates an ambiguous reference names.
+CANDIDATES_SHOWN = 4
+
+
+def resolve_job(reader: Reader, ref: str) -> str:
+    """The id of the job ``ref`` names: an id; else ``latest`` (the job opened last); else a
+    job name (its latest run); else a unique prefix of an id. :class:`JobNotFound` or
+    :class:`AmbiguousJob` (one line, listing candidates) otherwise.
+
+    An exact id costs one query for that job; the others read the store's job events once
+    (no report is built)."""
+    if reader.job_events(ref):
+        return ref
+    opens: dict[str, tuple[int, str]] = {}  # job id -> (its first event, the name its open gives)
+    for e in reader.job_events():
+        start, name = opens.get(e.job_id, (e.time_ns, ""))
+        if e.event == "open":
+            name = name or str(e.fields.get("name") or "")
+        opens[e.job_id] = (min(start, e.time_ns), name)
+    by_start = sorted(opens, key=lambda j: (opens[j][0], j))
+    if ref == "latest":
+        if not by_start:
+            raise JobNotFound("no job in the store")
+        return by_start[-1]
+    named = [j for j in by_start if opens[j][1] == ref]
+    if named:
+        return named[-1]
+    prefixed = [j for j in by_start if j.startswith(ref)]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    if not prefixed:
+        raise JobNotFound(f"no job {clip(ref)} in the store (an id, a unique id prefix, a job name or latest)")
+    shown = ", ".join(clip(j, 60) for j in reversed(prefixed[-CANDIDATES_SHOWN:]))
+    more = f" and {len(prefixed) - CANDIDATES_SHOWN} more" if len(prefixed) > CANDIDATES_SHOWN else ""
+    raise AmbiguousJob(
+        f"job {clip(ref)} is ambiguous: {len(prefixed)} ids start with it, latest first: {shown}{more}; "
+        "give more of the id"
+    )

@@ -1,18 +1,29 @@
 """Reports and comparisons as JSON (a stable, documented shape) and as rich tables.
 
-Every figure states its unit; energy that is partly a model estimate is labelled as
-such wherever it appears, never shown as a plain measurement.
+Every figure states its unit, with an SI prefix and 4 significant digits
+(:mod:`.quantities`); every figure derived from energy that is partly a model estimate
+(energy, power, J per unit, kWh, CO2) carries the ESTIMATE label in tables and
+``estimate``/``estimate_share`` in JSON, never shown as a plain measurement. Cost is
+instance time x price: no estimate enters it. A report shows the measured window beside
+the whole run; with ``--idle subtract`` "total" and "above idle" are named as such.
 """
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from rich import box
 from rich.console import Console
+from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 
 from wattline.quality import Quality
 from wattline.workloads import economics
+from wattline.workloads import quantities as q
 from wattline.workloads.jobs_view import utc_iso
 from wattline.workloads.report import Report, WindowEnergy, report_coverage
 
@@ -42,6 +53,91 @@ def _window_json(w: WindowEnergy) -> dict[str, Any]:
             for c in sorted(w.components.values(), key=lambda c: c.component)
         ],
         "by_host": [{"host": h, "energy_j": j} for h, j in sorted(w.hosts.items())],
+        **_estimate_json(w),
+    }
+
+
+def _estimate_json(*windows: WindowEnergy) -> dict[str, Any]:
+    share = estimate_share(*windows)
+    return {"estimate": share > 0, "estimate_share": share}
+
+
+def estimate_share(*windows: WindowEnergy) -> float:
+    """Share of the windows' energy that is a model estimate (0 without energy)."""
+    total = sum(w.energy_j for w in windows)
+    model = sum(w.by_quality().get(Quality.MODEL, 0.0) for w in windows)
+    return model / total if total > 0 else 0.0
+
+
+def estimate_tag(share: float) -> str:
+    """The label of figures from energy of which ``share`` is a model estimate: "ESTIMATE"
+    (all of it), "partly ESTIMATE (N % model)", or "" (none)."""
+    if share <= 0:
+        return ""
+    if share >= 1 - 1e-9:
+        return "ESTIMATE"
+    return f"partly ESTIMATE ({q.share(share)} model)"
+
+
+@dataclass(frozen=True)
+class Span:
+    """A stretch of the job a report gives figures for: the measured window or the whole run."""
+
+    title: str
+    seconds: float
+    units: float
+    windows: tuple[WindowEnergy, ...]
+    figures: economics.Figures  #: from the energy the idle policy charges
+
+    @property
+    def energy_j(self) -> float:
+        return sum(w.energy_j for w in self.windows)
+
+    @property
+    def dynamic_j(self) -> float:
+        return sum(w.dynamic_j for w in self.windows)
+
+    @property
+    def estimate(self) -> float:
+        return estimate_share(*self.windows)
+
+
+def spans(r: Report) -> tuple[Span, Span]:
+    """(measured window, whole run) of a report; the whole run's figures use the same
+    definitions (:mod:`.economics`) on warm-up + measured."""
+    s = r.settings
+    measured = Span("measured window", r.measured.seconds, r.units_measured, (r.measured,), r.figures)
+    seconds = (r.end_ns - r.job.start_ns) / 1e9
+    windows = (r.warmup, r.measured)
+    energy = sum(w.dynamic_j if s.idle == "subtract" else w.energy_j for w in windows)
+    whole = economics.Measured(r.job.units_total, max(seconds, 0.0), max(energy, 0.0), r.figures.measured.instances)
+    figures = economics.figures(whole, s.price_per_instance_hour, s.carbon_intensity, s.pue)
+    return measured, Span("whole run", seconds, r.job.units_total, windows, figures)
+
+
+def _figures_json(f: economics.Figures) -> dict[str, Any]:
+    return {
+        "throughput_units_per_s": f.throughput_per_s,
+        "throughput_units_per_h": f.throughput_per_hour,
+        "throughput_units_per_instance_h": f.throughput_per_instance_hour,
+        "j_per_unit": f.j_per_unit,
+        "kwh_per_million_units": f.kwh_per_million_units,
+        "cost_usd_per_run": f.cost_per_run,
+        "cost_usd_per_million_units": f.cost_per_million_units,
+        "co2_g_per_run": f.co2_per_run_g,
+        "co2_g_per_million_units": f.co2_per_million_units_g,
+    }
+
+
+def _whole_run_json(whole: Span) -> dict[str, Any]:
+    return {
+        "seconds": whole.seconds,
+        "units": whole.units,
+        "energy_j": whole.energy_j,
+        "dynamic_energy_j": whole.dynamic_j,
+        "mean_power_w": whole.energy_j / whole.seconds if whole.seconds > 0 else None,
+        **_figures_json(whole.figures),
+        **_estimate_json(*whole.windows),
     }
 
 
@@ -51,6 +147,7 @@ def report_json(r: Report) -> dict[str, Any]:
     job = r.job
     return {
         "schema": REPORT_SCHEMA,
+        "energy_data": r.energy_data,
         "job": {
             "id": job.job_id,
             "name": job.name,
@@ -65,6 +162,7 @@ def report_json(r: Report) -> dict[str, Any]:
             "status": r.state,  #: closed | running | abandoned
             "last_heard": None if job.closed else _iso(job.last_heard_ns()),
             "exit_code": job.exit_code,
+            "status_text": status_text(r.state, job.exit_code, None if job.closed else job.last_heard_ns()),
         },
         "complete": r.complete,
         "samples_up_to": {host: _iso(ns) for host, ns in sorted(r.incomplete.items())},
@@ -84,31 +182,39 @@ def report_json(r: Report) -> dict[str, Any]:
         "units": {"total": job.units_total, "warmup": r.units_warmup, "measured": r.units_measured},
         "measured": {
             **_window_json(r.measured),
-            "throughput_units_per_s": f.throughput_per_s,
-            "throughput_units_per_h": f.throughput_per_hour,
-            "throughput_units_per_instance_h": f.throughput_per_instance_hour,
-            "j_per_unit": f.j_per_unit,
-            "kwh_per_million_units": f.kwh_per_million_units,
-            "cost_usd_per_run": f.cost_per_run,
-            "cost_usd_per_million_units": f.cost_per_million_units,
-            "co2_g_per_run": f.co2_per_run_g,
-            "co2_g_per_million_units": f.co2_per_million_units_g,
+            **_figures_json(f),
             "coverage": report_coverage(r),
         },
         "warmup": _window_json(r.warmup),
+        "whole_run": _whole_run_json(spans(r)[1]),
+        "figures_from": "dynamic_energy_j" if r.settings.idle == "subtract" else "energy_j",
         "policy": {
             "idle": r.settings.idle,
             "share_rule": r.settings.share_rule,
             "price_usd_per_instance_hour": r.settings.price_per_instance_hour,
             "carbon_intensity_g_per_kwh": r.settings.carbon_intensity,
             "pue": r.settings.pue,
+            "idle_baseline_busy": r.idle_busy,
         },
         "notes": r.notes,
     }
 
 
-def _num(x: float | None, fmt: str = ",.2f", unit: str = "") -> str:
-    return "n/a" if x is None else f"{x:{fmt}}{(' ' + unit) if unit else ''}"
+def status_text(state: str, exit_code: int | None, last_heard_ns: int | None) -> str:
+    """How a job ended, for people: "ok (exit 0)", "failed (exit 143, SIGTERM)", "running",
+    "abandoned (no close; last heard at T)"."""
+    if state == "running":
+        return "running"
+    if state == "abandoned":
+        return f"abandoned (no close; last heard at {utc_iso(last_heard_ns or 0)})"
+    if not exit_code:
+        return "ok (exit 0)"
+    number = -exit_code if exit_code < 0 else exit_code - 128
+    try:
+        name = f", {signal.Signals(number).name}" if number > 0 else ""
+    except ValueError:
+        name = ""
+    return f"failed (exit {exit_code}{name})"
 
 
 def _quality_label(by_quality: dict[str, float]) -> str:
@@ -119,100 +225,331 @@ def _quality_label(by_quality: dict[str, float]) -> str:
     if model >= total:
         return "ESTIMATE (model)"
     kinds = "+".join(q for q in ("counter", "integrated") if by_quality.get(q))
-    return kinds if model == 0 else f"{kinds} + {model / total:.0%} ESTIMATE"
+    return kinds if model == 0 else f"{kinds} + {estimate_tag(model / total)}"
+
+
+def _qualities(*windows: WindowEnergy) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for w in windows:
+        for quality, j in w.by_quality().items():
+            out[quality.value] = out.get(quality.value, 0.0) + j
+    return out
+
+
+def _tagged(text: str, share: float) -> str:
+    tag = estimate_tag(share)
+    return f"{text} {tag}" if tag and text != q.NA else text
+
+
+#: (figure name, its text in a span) for the report's main table.
+Row = tuple[str, Callable[[Span], str]]
+
+
+def _report_rows(r: Report) -> list[Row]:
+    unit = r.job.unit_name
+    one = unit.rstrip("s") or "unit"
+    above = r.settings.idle == "subtract"
+    tag = " above idle" if above else ""
+    rows: list[Row] = [
+        ("duration", lambda s: q.duration(s.seconds)),
+        (unit, lambda s: q.count(s.units)),
+        (
+            "throughput",
+            lambda s: (
+                f"{q.count(s.figures.throughput_per_s, unit + '/s')} "
+                f"({q.count(s.figures.throughput_per_hour, unit + '/h')})"
+            ),
+        ),
+        (
+            "energy (total)" if above else "energy",
+            lambda s: f"{q.si(s.energy_j, 'J')}  {_quality_label(_qualities(*s.windows))}".rstrip(),
+        ),
+    ]
+    if above:
+        rows.append(("energy above idle", lambda s: _tagged(q.si(s.dynamic_j, "J"), s.estimate)))
+    rows += [
+        (f"mean power{tag}", lambda s: _tagged(q.si(s.figures.mean_power_w, "W"), s.estimate)),
+        (f"energy per {one}{tag}", lambda s: _tagged(q.si(s.figures.j_per_unit, "J"), s.estimate)),
+        (f"per million {unit}{tag}", lambda s: _tagged(q.kwh(s.figures.kwh_per_million_units), s.estimate)),
+    ]
+    if r.settings.price_per_instance_hour is not None:
+        rows += [
+            ("cost per run (instance time x price)", lambda s: q.usd(s.figures.cost_per_run)),
+            (f"cost per million {unit}", lambda s: q.usd(s.figures.cost_per_million_units)),
+        ]
+    if r.settings.carbon_intensity is not None:
+        rows += [
+            (f"CO2 per run{tag}", lambda s: _tagged(q.co2(s.figures.co2_per_run_g), s.estimate)),
+            (f"CO2 per million {unit}{tag}", lambda s: _tagged(q.co2(s.figures.co2_per_million_units_g), s.estimate)),
+        ]
+    if not r.energy_data:  # no sample at all: no energy figure, not "0 J"
+        rows = [(name, _no_samples) if name.startswith(ENERGY_ROWS) else (name, text) for name, text in rows]
+    return rows
+
+
+#: Rows of the report's table derived from energy (shown as NO_SAMPLES when there is none).
+ENERGY_ROWS = ("energy", "mean power", "per million", "CO2")
+NO_SAMPLES = "no samples"
+
+
+def _no_samples(_span: Span) -> str:
+    return NO_SAMPLES
 
 
 def print_report(r: Report, console: Console | None = None) -> None:
-    """Readable tables of one report."""
+    """Readable tables of one report: the measured window beside the whole run."""
     console = console or Console()
-    job, f = r.job, r.figures
-    unit = job.unit_name
+    job = r.job
     console.print(
-        f"[bold]Job {job.name}[/bold] ({job.job_id}, {job.kind}) "
-        f"on {len(job.hosts)} host(s): {', '.join(sorted(job.hosts))}"
+        f"[bold]Job {escape(job.name)}[/bold] ({escape(job.job_id)}, {escape(job.kind)}) "
+        f"on {len(job.hosts)} host(s): {escape(', '.join(sorted(job.hosts)))}"
     )
+    console.print(f"Status: {status_text(r.state, job.exit_code, None if job.closed else job.last_heard_ns())}")
     sat = r.saturation
+    measured, whole = spans(r)
     if r.saturated:
-        console.print(f"Saturated at {_iso(sat.at_ns or 0)} ({sat.method}); warm-up {r.warmup.seconds:.1f} s excluded")
+        console.print(
+            f"Saturated at {_iso(sat.at_ns or 0)} ({sat.method}); the measured window leaves out "
+            f"{q.duration(r.warmup.seconds)} of warm-up, the whole run includes it"
+        )
     else:
-        console.print(f"[yellow]NOT SATURATED[/yellow] ({sat.reason}): whole-run figures")
-    t = Table(title="Measured window" if r.saturated else "Whole run (not saturated)", show_header=True)
+        console.print(f"[yellow]NOT SATURATED[/yellow] ({escape(sat.reason)}): whole-run figures")
+    share = whole.estimate
+    if share > 0:
+        console.print(
+            f"[bold yellow]ESTIMATE[/bold yellow]: {q.share(share)} of this job's energy is a power-model "
+            "estimate, not a measurement; every figure marked ESTIMATE derives from it"
+        )
+    if r.settings.idle == "subtract":
+        console.print(
+            "Idle policy subtract: figures marked 'above idle' charge only the energy above the idle baseline "
+            f"(the {r.settings.idle_lookback_s:.0f} s before the job); 'total' is all of it"
+        )
+    shown = (measured, whole) if r.saturated else (whole,)
+    t = Table(title="Measured window and whole run" if r.saturated else "Whole run (not saturated)")
     t.add_column("figure")
-    t.add_column("value", justify="right")
-    rows = [
-        ("duration", _num(r.measured.seconds, ",.1f", "s")),
-        (f"{unit}", _num(r.units_measured, ",.0f")),
-        (
-            "throughput",
-            f"{_num(f.throughput_per_s, ',.2f', unit + '/s')}  ({_num(f.throughput_per_hour, ',.0f', unit + '/h')})",
-        ),
-        (
-            "energy",
-            f"{_num(r.measured.energy_j, ',.1f', 'J')}  "
-            f"{_quality_label({q.value: v for q, v in r.measured.by_quality().items()})}",
-        ),
-        ("mean power", _num(f.mean_power_w, ",.2f", "W")),
-        (f"energy per {unit.rstrip('s') or 'unit'}", _num(f.j_per_unit, ",.4f", "J")),
-        (f"per million {unit}", _num(f.kwh_per_million_units, ",.4g", "kWh")),
-    ]
-    if f.cost_per_run is not None:
-        rows += [
-            ("cost per run", _num(f.cost_per_run, ",.4f", "USD")),
-            (f"cost per million {unit}", _num(f.cost_per_million_units, ",.2f", "USD")),
-        ]
-    if f.co2_per_run_g is not None:
-        rows += [
-            ("CO2 per run", _num(f.co2_per_run_g, ",.2f", "gCO2")),
-            (f"CO2 per million {unit}", _num(f.co2_per_million_units_g, ",.1f", "gCO2")),
-        ]
-    for name, value in rows:
-        t.add_row(name, value)
+    for s in shown:
+        t.add_column(s.title, justify="right")
+    for name, text in _report_rows(r):
+        t.add_row(escape(name), *(escape(text(s)) for s in shown))
     console.print(t)
-    c = Table(title="Energy by component", show_header=True)
-    for col in ("component", "energy J", "W", "warm-up J", "how obtained"):
+    c = Table(title="Energy by component" + (" (measured window)" if r.saturated else ""), show_header=True)
+    for col in ("component", "energy", "mean power", "warm-up", "how obtained"):
         c.add_column(col, justify="left" if col in ("component", "how obtained") else "right")
     for name in sorted(set(r.measured.components) | set(r.warmup.components)):
         m = r.measured.components.get(name)
         w = r.warmup.components.get(name)
         watts = m.energy_j / r.measured.seconds if m and r.measured.seconds > 0 else None
         c.add_row(
-            name,
-            _num(m.energy_j if m else 0.0, ",.1f"),
-            _num(watts),
-            _num(w.energy_j if w else 0.0, ",.1f"),
+            escape(name),
+            q.si(m.energy_j if m else 0.0, "J"),
+            q.si(watts, "W"),
+            q.si(w.energy_j if w else 0.0, "J"),
             _quality_label(m.by_quality if m else {}),
         )
     console.print(c)
     cov = report_coverage(r)
-    shares = ", ".join(f"{q} {v:.0%}" for q, v in cov["shares"].items())
+    shares = ", ".join(f"{quality} {q.share(v)}" for quality, v in cov["shares"].items())
     console.print(
         f"Coverage: {shares or 'no energy data'}"
         + (f"; not measured: {', '.join(cov['missing'])}" if cov["missing"] else "")
     )
     for note in r.notes:
-        console.print(f"note: {note}")
+        if note.startswith("warning:"):
+            console.print(f"[yellow]{escape(note)}[/yellow]")
+        else:
+            console.print(f"note: {escape(note)}")
+
+
+JOB_COLUMNS = ("id", "name", "status", "start (UTC)", "duration", "hosts", "units")
+ENERGY_COLUMNS = ("energy (whole run)", "J/unit (measured)")
+
+
+def _job_cells(row: dict[str, Any], energy: bool, errors: bool) -> list[str]:
+    """One ``wattline jobs`` row as text, in the order of JOB_COLUMNS (+ ENERGY_COLUMNS, error)."""
+    status = status_text(row["status"], row["exit_code"], row["last_heard_ns"])
+    if row.get("saturated") is False:
+        status += ", not saturated"
+    cells = [
+        row["id"],
+        row["name"],
+        status,
+        _iso(row["start_ns"])[:19].replace("T", " "),
+        q.duration(row["duration_s"]),
+        str(len(row["hosts"])),
+        q.count(row["units"], row["unit"]),
+    ]
+    if energy and row.get("energy_data") is False:
+        cells += [NO_SAMPLES, NO_SAMPLES]
+    elif energy:
+        share = row.get("estimate_share") or 0.0
+        cells += [
+            _tagged(q.si(row.get("total_energy_j"), "J"), share),
+            _tagged(q.si(row.get("j_per_unit"), "J"), share),
+        ]
+    if errors:
+        cells.append(row.get("error", ""))
+    return cells
+
+
+#: Columns of ``wattline jobs`` whose text may wrap; every other cell is shown whole.
+WRAPPED = frozenset({"name", "status", "start (UTC)", "error"})
+#: Width a table of N columns adds to its cells (padding, borders).
+TABLE_OVERHEAD = (3, 2)  # per column, once
+
+
+def _job_widths(columns: tuple[str, ...], cells: list[list[str]], width: int) -> list[int] | None:
+    """Column widths that fit ``width`` with every cell whole, except those of WRAPPED columns,
+    which wrap at spaces (never inside a word) and get what room is left; None when that
+    does not fit (headers wrap too)."""
+
+    def longest_word(texts: list[str]) -> int:
+        return max((len(w) for t in texts for w in t.split()), default=1)
+
+    natural, least = [], []
+    for i, col in enumerate(columns):
+        texts = [r[i] for r in cells]
+        whole = max([len(t) for t in texts] + [longest_word([col])])
+        natural.append(whole)
+        least.append(max(longest_word(texts), longest_word([col])) if col in WRAPPED else whole)
+    room = width - TABLE_OVERHEAD[0] * len(columns) - TABLE_OVERHEAD[1] - sum(least)
+    if room < 0:
+        return None
+    widths = list(least)
+    for col in sorted(WRAPPED & set(columns), key=("start (UTC)", "name", "status", "error").index):
+        i = columns.index(col)
+        if col in WRAPPED:
+            extra = min(natural[i] - least[i], room)
+            widths[i] += extra
+            room -= extra
+    return widths
+
+
+def print_jobs(rows: list[dict[str, Any]], console: Console, energy: bool) -> None:
+    """The ``wattline jobs`` table, with whole ids at any width: where the table does not fit
+    the terminal, each job is a block instead (its id on a line of its own, the other
+    columns wrapped below it). Only the figures computed are shown."""
+    errors = any("error" in row for row in rows)
+    columns = JOB_COLUMNS + (ENERGY_COLUMNS if energy else ()) + (("error",) if errors else ())
+    cells = [_job_cells(row, energy, errors) for row in rows]
+    widths = _job_widths(columns, cells, console.width)
+    if widths is not None:
+        table = Table(title="wattline jobs", box=box.SIMPLE_HEAD, padding=(0, 1))
+        for col, width in zip(columns, widths, strict=True):
+            right = col in ("duration", "hosts", "units", *ENERGY_COLUMNS)
+            table.add_column(col, justify="right" if right else "left", width=width, no_wrap=col == "id")
+        for row_cells in cells:
+            table.add_row(*(escape(c) for c in row_cells))
+        console.print(table)
+        return
+    console.print("wattline jobs", style="bold")
+    for row_cells in cells:
+        console.print(escape(row_cells[0]), soft_wrap=True, style="bold")
+        details = "; ".join(f"{name}: {c}" for name, c in zip(columns[1:], row_cells[1:], strict=True) if c)
+        console.print(Padding(escape(details), (0, 0, 0, 2)))
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How a comparison figure is shown: its text, and the number that text says (percent
+    changes are computed from it)."""
+
+    text: Callable[[float | None], str]
+    shown: Callable[[float], float]
+    energy: bool = False  #: derived from energy: carries the estimate label
+
+
+def _si_kind(unit: str) -> Kind:
+    return Kind(lambda x: q.si(x, unit), q.shown_si, energy=unit == "J" or unit == "W")
+
+
+def _count_kind(unit: str = "") -> Kind:
+    return Kind(lambda x: q.count(x, unit), q.shown_count)
+
+
+KWH = Kind(q.kwh, q.shown_si, energy=True)
+CO2 = Kind(q.co2, q.shown_si, energy=True)
+USD = Kind(q.usd, q.shown_usd)
+
+
+def change_percent(c: economics.Change, kind: Kind) -> float | None:
+    """B's change relative to A, from the values as shown."""
+    if c.a is None or c.b is None:
+        return None
+    return q.percent_shown(kind.shown(c.a), kind.shown(c.b))
+
+
+def _compare_rows(a: Report, b: Report, cmp: economics.Comparison) -> list[tuple[str, economics.Change, Kind]]:
+    """(figure, change, kind) of every comparison figure, in the table's order."""
+    ua, ub = a.job.unit_name, b.job.unit_name
+    unit = ua if ua == ub else "units"
+    one = unit.rstrip("s") or "unit"
+    rows = [
+        (
+            "throughput per instance",
+            cmp.throughput_per_instance_hour,
+            Kind(lambda x: q.rate(x, f"{unit}/h"), q.shown_rate),
+        ),
+        (f"energy per {one}", cmp.j_per_unit, _si_kind("J")),
+        (f"energy per million {unit}", cmp.kwh_per_million_units, KWH),
+        (f"cost per million {unit}", cmp.cost_per_million_units, USD),
+        (f"CO2 per million {unit}", cmp.co2_per_million_units_g, CO2),
+    ]
+    if cmp.sla is not None:
+        s = cmp.sla
+        rows += [
+            (f"instances for {q.count(s.sla_units_per_hour)} {unit}/h", s.instances, _count_kind()),
+            ("fleet power at the SLA", s.fleet_power_w, _si_kind("W")),
+            (f"energy per million {unit} at the SLA", s.energy_kwh_per_million, KWH),
+            (f"cost per million {unit} at the SLA", s.cost_per_million, USD),
+            (f"CO2 per million {unit} at the SLA", s.co2_g_per_million, CO2),
+        ]
+    if cmp.work is not None:
+        w = cmp.work
+        rows += [
+            (f"time for {q.count(w.work_units)} {unit}", w.hours, _count_kind("h")),
+            ("energy for that work", w.energy_j, _si_kind("J")),
+            ("cost for that work", w.cost, USD),
+            ("CO2 for that work", w.co2_g, CO2),
+        ]
+    return rows
 
 
 def comparison_json(a: Report, b: Report, cmp: economics.Comparison) -> dict[str, Any]:
-    """The ``compare --json`` shape: both jobs' figures and each change (b relative to a)."""
+    """The ``compare --json`` shape: both jobs' figures and each change (b relative to a);
+    a figure derived from energy says whether either side is an estimate."""
+    estimate = estimate_share(a.measured) > 0 or estimate_share(b.measured) > 0
 
-    def change(c: economics.Change) -> dict[str, Any]:
-        return {"a": c.a, "b": c.b, "ratio": c.ratio, "change_pct": c.pct}
+    def change(c: economics.Change, energy: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {"a": c.a, "b": c.b, "ratio": c.ratio, "change_pct": c.pct}
+        if energy:
+            out["estimate"] = estimate
+        return out
+
+    def side(r: Report) -> dict[str, Any]:
+        return {
+            "job": r.job.job_id,
+            "name": r.job.name,
+            "unit": r.job.unit_name,
+            "saturated": r.saturated,
+            **_estimate_json(r.measured),
+        }
 
     out: dict[str, Any] = {
         "schema": COMPARE_SCHEMA,
-        "a": {"job": a.job.job_id, "name": a.job.name, "saturated": a.saturated},
-        "b": {"job": b.job.job_id, "name": b.job.name, "saturated": b.saturated},
+        "a": side(a),
+        "b": side(b),
         "throughput_ratio": cmp.throughput_ratio,
         "throughput_per_instance_hour": change(cmp.throughput_per_instance_hour),
-        "j_per_unit": change(cmp.j_per_unit),
-        "kwh_per_million_units": change(cmp.kwh_per_million_units),
+        "j_per_unit": change(cmp.j_per_unit, True),
+        "kwh_per_million_units": change(cmp.kwh_per_million_units, True),
         "cost_per_million_units_usd": change(cmp.cost_per_million_units),
-        "co2_g_per_million_units": change(cmp.co2_per_million_units_g),
+        "co2_g_per_million_units": change(cmp.co2_per_million_units_g, True),
     }
+    energy_derived = {"fleet_power_w", "energy_kwh_per_million", "co2_g_per_million", "energy_j", "co2_g"}
     if cmp.sla is not None:
         out["sla"] = {
-            k: change(getattr(cmp.sla, k))
+            k: change(getattr(cmp.sla, k), k in energy_derived)
             for k in (
                 "instances",
                 "fleet_power_w",
@@ -223,44 +560,33 @@ def comparison_json(a: Report, b: Report, cmp: economics.Comparison) -> dict[str
             )
         }
     if cmp.work is not None:
-        out["work"] = {k: change(getattr(cmp.work, k)) for k in ("instances", "hours", "energy_j", "cost", "co2_g")}
+        keys = ("instances", "hours", "energy_j", "cost", "co2_g")
+        out["work"] = {k: change(getattr(cmp.work, k), k in energy_derived) for k in keys}
     return out
 
 
 def print_comparison(a: Report, b: Report, cmp: economics.Comparison, console: Console | None = None) -> None:
-    """The study-style table: each figure for A and B and B's change relative to A."""
+    """The study-style table: each figure for A and B and B's change relative to A, the
+    change computed from the figures as shown; figures from estimated energy say so."""
     console = console or Console()
-    unit = a.job.unit_name
-    t = Table(title=f"A = {a.job.name} ({a.job.job_id})  vs  B = {b.job.name} ({b.job.job_id})")
+    t = Table(title=escape(f"A = {a.job.name} ({a.job.job_id})  vs  B = {b.job.name} ({b.job.job_id})"))
     for col in ("figure", "A", "B", "change (B vs A)"):
         t.add_column(col, justify="left" if col == "figure" else "right")
-
-    def row(name: str, c: economics.Change, fmt: str = ",.2f", unit_s: str = "") -> None:
-        t.add_row(name, _num(c.a, fmt, unit_s), _num(c.b, fmt, unit_s), economics.format_percent(c.pct))
-
+    share_a, share_b = estimate_share(a.measured), estimate_share(b.measured)
     t.add_row("throughput ratio (per instance)", "1x", economics.format_ratio(cmp.throughput_ratio), "")
-    row("throughput per instance", cmp.throughput_per_instance_hour, ",.0f", f"{unit}/h")
-    row(f"energy per {unit.rstrip('s') or 'unit'}", cmp.j_per_unit, ",.4f", "J")
-    row(f"energy per million {unit}", cmp.kwh_per_million_units, ",.4g", "kWh")
-    row(f"cost per million {unit}", cmp.cost_per_million_units, ",.2f", "USD")
-    row(f"CO2 per million {unit}", cmp.co2_per_million_units_g, ",.1f", "gCO2")
-    if cmp.sla is not None:
-        s = cmp.sla
-        row(f"instances for {s.sla_units_per_hour:,.0f} {unit}/h", s.instances, ",.0f")
-        row("fleet power at the SLA", s.fleet_power_w, ",.1f", "W")
-        row(f"energy per million {unit} at the SLA", s.energy_kwh_per_million, ",.4g", "kWh")
-        row(f"cost per million {unit} at the SLA", s.cost_per_million, ",.2f", "USD")
-        row(f"CO2 per million {unit} at the SLA", s.co2_g_per_million, ",.1f", "gCO2")
-    if cmp.work is not None:
-        w = cmp.work
-        row(f"time for {w.work_units:,.0f} {unit}", w.hours, ",.3f", "h")
-        row("energy for that work", w.energy_j, ",.0f", "J")
-        row("cost for that work", w.cost, ",.2f", "USD")
-        row("CO2 for that work", w.co2_g, ",.1f", "gCO2")
+    for name, c, kind in _compare_rows(a, b, cmp):
+        text_a, text_b = kind.text(c.a), kind.text(c.b)
+        if kind.energy:
+            text_a, text_b = _tagged(text_a, share_a), _tagged(text_b, share_b)
+        t.add_row(escape(name), escape(text_a), escape(text_b), economics.format_percent(change_percent(c, kind)))
     console.print(t)
-    for r, tag in ((a, "A"), (b, "B")):
+    if a.job.unit_name != b.job.unit_name:
+        console.print(
+            f"[yellow]A counts {escape(a.job.unit_name)}, B counts {escape(b.job.unit_name)}: "
+            "per-unit figures compare different units[/yellow]"
+        )
+    for r, tag, share in ((a, "A", share_a), (b, "B", share_b)):
         if not r.saturated:
             console.print(f"[yellow]{tag} never saturated: its figures are whole-run figures[/yellow]")
-        if r.measured.by_quality().get(Quality.MODEL):
-            share = r.measured.by_quality()[Quality.MODEL] / max(r.measured.energy_j, 1e-12)
-            console.print(f"{tag}: {share:.0%} of the energy is a MODEL ESTIMATE, not a measurement")
+        if share > 0:
+            console.print(f"{tag}: {q.share(share)} of the energy is a MODEL ESTIMATE, not a measurement")

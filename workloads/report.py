@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from wattline.collector.lineprotocol import clip
 from wattline.collector.stores.reader import Reader, StoredSample
 from wattline.quality import Quality
 from wattline.workloads import economics
@@ -138,6 +139,8 @@ class Report:
     #: Hosts whose samples begin after their open: host -> samples only from (ns).
     late_start: dict[str, int] = field(default_factory=dict)
     state: str = "closed"  #: closed | running | abandoned (see JobView.state)
+    #: With ``idle="subtract"``: host -> the other jobs that ran in its idle baseline's look-back.
+    idle_busy: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def saturated(self) -> bool:
@@ -147,6 +150,12 @@ class Report:
     def complete(self) -> bool:
         """Every host's samples cover its window, from its open to its close."""
         return not self.incomplete and not self.late_start
+
+    @property
+    def energy_data(self) -> bool:
+        """Any energy sample of the job's hosts fell in its window: without one, its energy
+        figures are "no samples", not 0 J."""
+        return bool(self.measured.components or self.warmup.components)
 
 
 def build_report(
@@ -172,6 +181,7 @@ def build_report(
     warm = WindowEnergy(seconds=(start - job.start_ns) / 1e9)
     meas = WindowEnergy(seconds=(end_ns - start) / 1e9)
     missing: set[str] = set()
+    idle_busy: dict[str, list[str]] = {}
     incomplete: dict[str, int] = {}
     late_start: dict[str, int] = {}
     for host, window in sorted(job.hosts.items()):
@@ -185,6 +195,10 @@ def build_report(
             if lag is not None:
                 incomplete[host] = lag[0]
                 notes.append(_incomplete_note(host, close, *lag))
+        busy = _idle_busy(reader, job, host, window.open_ns, settings, now_ns)
+        if busy:
+            idle_busy[host] = busy
+            notes.append(_idle_busy_note(host, settings.idle_lookback_s, busy))
         split = min(max(start, window.open_ns), close)
         attribution, host_missing, host_notes = _host_attribution(
             reader, job, host, (window.open_ns, split, close), others, settings, now_ns, end_ns
@@ -214,6 +228,7 @@ def build_report(
         incomplete,
         late_start,
         state,
+        idle_busy,
     )
 
 
@@ -499,6 +514,33 @@ def _idle_baselines(
             "idle counted as 0 W"
         )
     return baselines
+
+
+def _idle_busy(
+    reader: Reader, job: JobView, host: str, open_ns: int, settings: ReportSettings, now_ns: int
+) -> list[str]:
+    """With ``idle="subtract"``: ids of the other jobs whose window on ``host`` overlaps the idle
+    baseline's look-back before ``open_ns`` (from the job events near it only)."""
+    if settings.idle != "subtract":
+        return []
+    t0 = open_ns - int(settings.idle_lookback_s * 1e9)
+    views = views_of(reader.job_events_between(t0, open_ns, [host]))
+    return sorted(
+        v.job_id
+        for v in views
+        if v.job_id != job.job_id
+        and host in v.hosts
+        and v.hosts[host].open_ns < open_ns
+        and v.hosts[host].end_ns(now_ns, open_ns) > t0
+    )
+
+
+def _idle_busy_note(host: str, lookback_s: float, busy: list[str]) -> str:
+    more = f" and {len(busy) - 1} more" if len(busy) > 1 else ""
+    return (
+        f"warning: {host}: the idle baseline ({lookback_s:.0f} s before the job) was not idle: job "
+        f"{clip(busy[0], 60)}{more} ran in it; 'above idle' figures subtract more than idle power"
+    )
 
 
 def _accumulate(window: WindowEnergy, attribution: Attribution, job_key: str, host: str) -> None:

@@ -17,7 +17,6 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from wattline.agent.settings import AgentSettings
 from wattline.cli.daemons import (
@@ -30,6 +29,7 @@ from wattline.cli.daemons import (
     read_config,
 )
 from wattline.collector.daemon import store_from_settings
+from wattline.collector.lineprotocol import clip
 from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import Store, StoreUnavailable
 from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
@@ -40,8 +40,15 @@ from wattline.workloads import economics
 from wattline.workloads.embedded import default_store_url
 from wattline.workloads.events import JobSpec, check_storable
 from wattline.workloads.job import default_job_id
-from wattline.workloads.jobs_view import JobNotFound, all_views, utc_iso
-from wattline.workloads.render import comparison_json, print_comparison, print_report, report_json
+from wattline.workloads.jobs_view import AmbiguousJob, JobNotFound, all_views, resolve_job
+from wattline.workloads.render import (
+    comparison_json,
+    estimate_share,
+    print_comparison,
+    print_jobs,
+    print_report,
+    report_json,
+)
 from wattline.workloads.report import Report, ReportSettings, build_complete_report, build_report, report_wait_s
 from wattline.workloads.run import (
     RunRequest,
@@ -322,8 +329,11 @@ def after_the_command(status: int) -> Iterator[None]:
         raise typer.Exit(status or 1) from None
 
 
+JOB_HELP = "an id, a unique id prefix, a job name (its latest run) or latest (see `wattline jobs`)"
+
+
 def report(
-    job_id: str = typer.Argument(..., help="Job id (see `wattline jobs`)."),
+    job_id: str = typer.Argument(..., metavar="JOB", help=f"Job: {JOB_HELP}."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (documented, stable shape)."),
     store: str | None = typer.Option(None, "--store", help=STORE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
@@ -338,7 +348,8 @@ def report(
     influx_bucket: str | None = INFLUX_BUCKET,
     influx_token_file: Path | None = INFLUX_TOKEN_FILE,
 ) -> None:
-    """Energy, throughput, J per unit, cost and CO2 of one job, from saturation to end."""
+    """Energy, throughput, J per unit, cost and CO2 of one job: the measured window (from
+    saturation to end) beside the whole run, and how the job ended."""
     rsettings = report_settings(price, carbon_intensity, pue, idle, share_rule)
     with open_reader(
         store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file)
@@ -347,10 +358,12 @@ def report(
     _emit_report(result, as_json, None)
 
 
-def _report_or_exit(reader: Reader, job_id: str, settings: ReportSettings) -> Report:
+def _report_or_exit(reader: Reader, ref: str, settings: ReportSettings) -> Report:
+    """The report of the job ``ref`` names (:func:`resolve_job`); one line and exit 2 when it
+    names none or several."""
     try:
-        return build_complete_report(reader, job_id, settings)
-    except JobNotFound as exc:
+        return build_complete_report(reader, resolve_job(reader, ref), settings)
+    except (JobNotFound, AmbiguousJob) as exc:
         raise ConfigError(str(exc)) from None
 
 
@@ -365,7 +378,8 @@ def jobs(
     influx_bucket: str | None = INFLUX_BUCKET,
     influx_token_file: Path | None = INFLUX_TOKEN_FILE,
 ) -> None:
-    """List jobs: name, id, hosts, start, duration, saturated, units, energy.
+    """List jobs: id, name, status (exit code, running, abandoned), start, duration, hosts,
+    units and, unless --no-energy, the whole run's energy and the measured J per unit.
 
     A job whose stored events are bad is listed with its ``error``; it never stops the listing.
     """
@@ -385,6 +399,7 @@ def jobs(
                 "status": view.state(now_ns),  # closed | running | abandoned
                 "last_heard_ns": None if view.closed else view.last_heard_ns(),
                 "exit_code": view.exit_code,
+                "duration_s": (view.end_ns(now_ns) - view.start_ns) / 1e9,
                 "units": view.units_total,
                 "unit": view.unit_name,
             }
@@ -393,57 +408,25 @@ def jobs(
                 if energy:
                     r = build_report(reader, view.job_id, now_ns=now_ns)
                     row.update(
-                        duration_s=(r.end_ns - view.start_ns) / 1e9,
                         saturated=r.saturated,
+                        energy_data=r.energy_data,
                         measured_energy_j=r.measured.energy_j,
                         total_energy_j=r.measured.energy_j + r.warmup.energy_j,
                         j_per_unit=r.figures.j_per_unit,
+                        estimate_share=estimate_share(r.measured, r.warmup),
                     )
             except ValueError as exc:  # BadJob, or figures that cannot be computed
                 row.update(units=None, error=" ".join(str(exc).split()))
             rows.append(row)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
-        return
-    table = Table(title="wattline jobs")
-    errors = any("error" in row for row in rows)
-    for col in ("name", "id", "hosts", "start (UTC)", "duration", "status", "saturated", "units", "energy", "J/unit"):
-        table.add_column(col)
-    if errors:
-        table.add_column("error")
-    from wattline.workloads.render import _iso
-
-    for row in rows:
-        cells = [row["name"], row["id"], str(len(row["hosts"])), _iso(row["start_ns"])[:19]]
-        if "error" in row:
-            cells += ["?", _status_cell(row), "?", "?", "?", "?"]
-        else:
-            cells += [
-                f"{row.get('duration_s', 0):.1f} s",
-                _status_cell(row),
-                {True: "yes", False: "no"}.get(row.get("saturated"), "?"),  # type: ignore[arg-type]
-                f"{row['units']:,.0f} {row['unit']}",
-                f"{row.get('total_energy_j', 0):,.1f} J",
-                "n/a" if row.get("j_per_unit") is None else f"{row['j_per_unit']:.4f}",
-            ]
-        if errors:
-            cells.append(row.get("error", ""))
-        table.add_row(*cells)
-    Console(file=sys.stdout).print(table)
-
-
-def _status_cell(row: dict[str, Any]) -> str:
-    """closed (exit status), running, or abandoned with when it was last heard."""
-    if row["status"] == "closed":
-        return f"closed ({row['exit_code']})"
-    if row["status"] == "abandoned":
-        return f"abandoned (no close; last heard at {utc_iso(row['last_heard_ns'])})"
-    return str(row["status"])
+    else:
+        print_jobs(rows, Console(file=sys.stdout), energy)
 
 
 def compare(
-    job_a: str = typer.Argument(..., help="Baseline job id (A)."),
-    job_b: str = typer.Argument(..., help="Candidate job id (B)."),
+    job_a: str = typer.Argument(..., metavar="A", help=f"Baseline job (A): {JOB_HELP}."),
+    job_b: str = typer.Argument(..., metavar="B", help="Candidate job (B), named the same ways."),
     sla: float | None = typer.Option(
         None, "--sla", help="Target throughput, units per hour: instances needed each way."
     ),
@@ -456,6 +439,9 @@ def compare(
     carbon_intensity: float | None = CARBON,
     pue: float = PUE,
     idle: str = IDLE,
+    allow_different_units: bool = typer.Option(
+        False, "--allow-different-units", help="Compare jobs that count different units (tokens vs documents)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     store: str | None = typer.Option(None, "--store", help=STORE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
@@ -467,11 +453,17 @@ def compare(
 ) -> None:
     """The study's table for two measured jobs: throughput, instances for an SLA, energy, cost, CO2."""
     rsettings = report_settings(None, carbon_intensity, pue, idle, "equal")
+    _check_compare(sla, work, instances, price_a, price_b)
     with open_reader(
         store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file)
     ) as reader:
         a = _report_or_exit(reader, job_a, rsettings)
         b = _report_or_exit(reader, job_b, rsettings)
+    if a.job.unit_name != b.job.unit_name and not allow_different_units:
+        raise ConfigError(
+            f"A counts {clip(a.job.unit_name, 40)} and B counts {clip(b.job.unit_name, 40)}: "
+            "per-unit figures would not compare; pass --allow-different-units to compare anyway"
+        )
     cmp = economics.compare(
         a.figures.measured,
         b.figures.measured,
@@ -487,6 +479,21 @@ def compare(
         typer.echo(json.dumps(comparison_json(a, b, cmp), indent=2))
     else:
         print_comparison(a, b, cmp, Console(file=sys.stdout))
+
+
+def _check_compare(
+    sla: float | None, work: float | None, instances: int | None, price_a: float | None, price_b: float | None
+) -> None:
+    """ConfigError (one line, exit 2) for a value no comparison can use."""
+    if sla is not None and not sla > 0:
+        raise ConfigError(f"option --sla: {sla} is not a positive throughput (units per hour)")
+    if work is not None and not work >= 0:
+        raise ConfigError(f"option --work: {work} is negative")
+    if instances is not None and instances < 1:
+        raise ConfigError(f"option --instances: {instances} is below 1")
+    for name, value in (("--price-a", price_a), ("--price-b", price_b)):
+        if value is not None and not value >= 0:
+            raise ConfigError(f"option {name}: {value} is negative")
 
 
 def register(app: typer.Typer) -> None:

@@ -207,7 +207,8 @@ def test_a_store_on_a_read_only_mount_is_readable(tmp_path: Path, read_only_stor
         capture_output=True, text=True, timeout=120, env=_env(tmp_path), cwd=tmp_path,
     )  # fmt: skip
     assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert [line for line in out.stderr.splitlines() if "wattline: error" in line], out.stderr
+    assert out.stderr.startswith("wattline: error: store: SQLite ") and "is read-only" in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1, out.stderr
     assert sorted(p.name for p in read_only_store.parent.iterdir()) == ["w.db"]
 
 

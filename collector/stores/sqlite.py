@@ -323,11 +323,12 @@ class SqliteStore(Store):
             except BaseException:
                 self._db.close()
                 raise
-        except sqlite3.DatabaseError as exc:
-            if exc.sqlite_errorcode == sqlite3.SQLITE_NOTADB:
-                raise NotAStore(f"store {clip(self.path)} is not a SQLite file (not a wattline store)") from None
-            raise StoreUnavailable(f"SQLite {self.path}: {exc}") from exc
         except (sqlite3.Error, OSError) as exc:
+            if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
+                raise NotAStore(f"store {clip(self.path)} is not a SQLite file (not a wattline store)") from None
+            parent = Path(self.path).parent
+            if parent.is_dir() and not os.access(parent, os.W_OK):
+                raise StoreUnavailable(f"SQLite {self.path}: cannot write: {parent} is read-only ({exc})") from exc
             raise StoreUnavailable(f"SQLite {self.path}: {exc}") from exc
 
     def __repr__(self) -> str:

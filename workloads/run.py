@@ -296,11 +296,18 @@ class JobRunner:
 
 
 def _terminal_delivered() -> bool:
-    """True when we are the foreground process group of a terminal (Ctrl-C hit us both)."""
+    """True when we are the foreground process group of our controlling terminal, the one
+    whose Ctrl-C reaches our whole group (stdin may be a file or a pipe all the same)."""
     try:
-        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
-    except (OSError, ValueError, AttributeError):
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:  # no controlling terminal: setsid, a scheduler, a daemon
         return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def run_job(

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from prometheus_client import start_http_server
 
-from wattline.collector.server import CollectorServer
+from wattline.collector.server import CollectorServer, JobEventsHook
 from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.factory import open_store
@@ -41,8 +41,11 @@ def run_collector(
     on_ready: Callable[[int], object] | None = None,
     on_tick: Callable[[], object] | None = None,
     on_stop: Callable[[], object] | None = None,
+    on_job_events: JobEventsHook | None = None,
 ) -> None:
-    """Serve until ``stop`` is set; in-flight batches are written and acknowledged first."""
+    """Serve until ``stop`` is set; in-flight batches are written and acknowledged first.
+
+    ``on_job_events``: see :class:`~wattline.collector.server.TelemetryService` (job summaries)."""
     # Credentials first: a bad key or a loose token file fails before anything is opened.
     settings.check_tls()
     credentials = None
@@ -62,6 +65,7 @@ def run_collector(
             server_credentials=credentials,
             token=token,
             require_identity=settings.tls_client_ca is not None,
+            on_job_events=on_job_events,
         )
     except BaseException:
         store.close()

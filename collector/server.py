@@ -31,6 +31,11 @@ thread before anything is read; with mutual TLS a batch's ``host.host_id`` must 
 name of the client certificate (PERMISSION_DENIED otherwise). The health service stays
 open (probes carry no credentials).
 
+Job hook: after a batch with job events is written, ``on_job_events`` (if given) gets its
+jobs as (job id, whether a close is among them); it must not block (the job summaries'
+writer only marks the jobs due, :mod:`wattline.workloads.summary`, wired in by the CLI so
+that this floor imports nothing above it). Its failure is logged, never the batch's.
+
 The collector keeps no state beyond in-flight batches (and the per-host buckets, which
 only limit, and the live streams per host, which only watch for two agents under one host
 id: :mod:`wattline.collector.livestreams`), so several can run behind one name.
@@ -76,6 +81,9 @@ SKEW_WARN_S = 5.0
 SKEW_LOG_EVERY_S = 600.0
 #: Longest ``Ack.message`` (the first three reasons): a reply stays far below gRPC's limits.
 MAX_ACK_MESSAGE = 2000
+
+#: ``on_job_events`` hook: the jobs of a written batch, (job id, a close among its events).
+JobEventsHook = Callable[[list[tuple[str, bool]]], None]
 
 #: Refusal reasons, the label values of ``wattline_collector_refused``.
 REASONS = (
@@ -187,8 +195,10 @@ class TelemetryService:
         host_rate: float = 0.0,
         host_burst: float = 60.0,
         require_identity: bool = False,
+        on_job_events: JobEventsHook | None = None,
     ) -> None:
         self.store = store
+        self.on_job_events = on_job_events
         self.metrics = metrics
         self.max_message_bytes = max_message_bytes
         self.max_batch_points = max_batch_points
@@ -284,6 +294,8 @@ class TelemetryService:
             self.metrics.in_flight.dec()
         self.metrics.points.inc(result.written)
         self.metrics.batches.inc()
+        if self.on_job_events is not None and batch.job_events:
+            self._job_events(batch)
         reasons += result.reasons
         rejected = result.rejected + len(reasons) - len(result.reasons)
         message = "; ".join(reasons[:3])
@@ -299,6 +311,16 @@ class TelemetryService:
             rejected=rejected,
             message=message,
         )
+
+    def _job_events(self, batch: wire.pb.Batch) -> None:
+        """Tell the hook which jobs this (written) batch had events of, and which closed."""
+        jobs: dict[str, bool] = {}
+        for event in batch.job_events:
+            jobs[event.job_id] = jobs.get(event.job_id, False) or event.kind == wire.pb.JobEvent.KIND_CLOSE
+        try:
+            self.on_job_events(list(jobs.items()))  # type: ignore[misc]
+        except Exception:
+            log.exception("job events hook failed for batch %s/%d", clip(batch.stream_id), batch.seq)
 
     def _committed(self, batches: int, seconds: float) -> None:
         self.metrics.latency.observe(seconds)
@@ -469,6 +491,7 @@ class CollectorServer:
         token: str | None = None,
         require_identity: bool = False,
         interceptors: list[Any] | None = None,
+        on_job_events: JobEventsHook | None = None,
     ) -> None:
         if require_identity and server_credentials is None:
             raise ValueError("client identities need TLS (server_credentials with a client CA)")
@@ -483,6 +506,7 @@ class CollectorServer:
             host_rate=host_rate,
             host_burst=host_burst,
             require_identity=require_identity,
+            on_job_events=on_job_events,
         )
         gates: list[Any] = [Gate(TokenCheck(token), self.metrics)] if token else []
         pool = POOL_PER_WORKER * workers

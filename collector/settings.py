@@ -49,6 +49,22 @@ class CollectorSettings:
     insecure_listen: bool = option(
         False, "Allow plaintext gRPC on a non-loopback listen address (a network protected otherwise)."
     )
+    summaries: bool = option(
+        True,
+        "Write each job's summary (measurement job_summary) when its close arrives, and every "
+        "summary_interval while it runs; needs a store reports read (InfluxDB 1.x API or SQLite).",
+    )
+    summary_interval: float = option(60.0, "Seconds between summaries of a running job.")
+    summary_wait: float = option(
+        6.0, "Seconds after a close to wait for the job's last samples before its summary is written incomplete."
+    )
+    summary_idle: str = option("none", "Summary idle policy: none (total energy) or subtract (above the baseline).")
+    summary_share_rule: str = option(
+        "equal", "Summary split of host-wide energy between concurrent jobs: equal, device-share, exclusive."
+    )
+    summary_price: float | None = option(None, "Instance price for summaries' cost figures, USD per instance-hour.")
+    summary_carbon_intensity: float | None = option(None, "Grid carbon intensity for summaries' CO2, gCO2/kWh.")
+    summary_pue: float = option(1.0, "Power usage effectiveness applied to summaries' CO2 (>= 1).")
 
     def validate(self) -> CollectorSettings:
         """Range checks; raises ConfigError naming the option (pairs of TLS files: :meth:`check_tls`)."""
@@ -61,6 +77,19 @@ class CollectorSettings:
             raise ConfigError("option collector.workers/max_message_mb/max_batch_points: must be at least 1")
         if self.host_rate < 0 or self.host_burst < 1:
             raise ConfigError("option collector.host_rate/host_burst: rate >= 0 and burst >= 1")
+        if self.summary_idle not in {"none", "subtract"}:
+            raise ConfigError(f"option collector.summary_idle: {self.summary_idle!r} is not none or subtract")
+        if self.summary_share_rule not in {"equal", "device-share", "exclusive"}:
+            raise ConfigError(
+                f"option collector.summary_share_rule: {self.summary_share_rule!r} is not equal, device-share "
+                "or exclusive"
+            )
+        if not self.summary_interval > 0 or not self.summary_wait >= 0 or not self.summary_pue >= 1:
+            raise ConfigError("option collector.summary_interval/summary_wait/summary_pue: need > 0, >= 0 and >= 1")
+        prices = (("summary_price", self.summary_price), ("summary_carbon_intensity", self.summary_carbon_intensity))
+        for name, value in prices:
+            if value is not None and not value >= 0:
+                raise ConfigError(f"option collector.{name}: {value} is negative")
         if self.tls_cert is None and not self.insecure_listen and not is_loopback(self.listen):
             raise ConfigError(
                 f"option collector.listen: plaintext gRPC on {self.listen}, beyond loopback: set tls_cert and "

@@ -38,6 +38,8 @@ from servers import Influxd
 
 from wattline import wire
 from wattline.collector.stores.influx_v1 import InfluxV1Store
+from wattline.workloads.render import report_json
+from wattline.workloads.summary import record_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD_DIR = ROOT / "grafana" / "dashboards"
@@ -434,6 +436,8 @@ class Filled:
     url: str
     database: str
     fx: Fixture
+    #: job id -> `wattline report --json` of the job (its summary was written from the same report)
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @pytest.fixture(scope="module")
@@ -441,13 +445,16 @@ def filled(influxd: Influxd) -> Filled:
     end_ns = time.time_ns() // (INTERVAL_S * S) * (INTERVAL_S * S)
     fx = Fixture(start_ns=end_ns - DURATION_S * S, end_ns=end_ns)
     store = InfluxV1Store(influxd.url, influxd.new_database())
+    reports = {}
     try:
         for batch in build_batches(fx):
             result = store.write(batch)
             assert result.rejected == 0, result.reasons
+        for job in JOBS:  # the job summaries, as a collector writes them (the same report code)
+            reports[job.job_id] = report_json(record_summary(store, store.write_summary, job.job_id))
     finally:
         store.close()
-    return Filled(influxd.url, store.database, fx)
+    return Filled(influxd.url, store.database, fx, reports)
 
 
 def influxql(filled: Filled, query: str) -> list[dict[str, Any]]:
@@ -787,14 +794,14 @@ def test_jobs_queries_on_influxd(filled: Filled) -> None:
     units = sum(
         e.get("units", 0.0) for e in fx.events if e["job_id"] == LLAMA and scope.from_ms <= e["time_ms"] <= scope.to_ms
     )
+    # The job's own energy and J per unit: its summary, the figures of `wattline report`.
+    report = filled.reports[LLAMA]
     (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Energy: $job_name"))["A"])
-    assert close(got["energy_j"], energy)
+    assert close(got["energy_j"], report["measured"]["energy_j"])
     (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Units: $job_name"))["A"])
     assert got["units"] == units
-    per_unit = run_panel(filled, scope, find_panel(dashboard, "Energy per unit: $job_name"))
-    (a,), (b,) = rows(per_unit["A"]), rows(per_unit["B"])
-    assert a["time"] == b["time"] == scope.from_ms  # one row each at the range start: Grafana's merge joins them
-    assert close(a["energy_j"] / b["units"], energy / units)
+    (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Energy per unit: $job_name"))["A"])
+    assert close(got["j_per_unit"], report["measured"]["j_per_unit"])
     (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Throughput: $job_name"))["A"])
     assert close(got["units_per_s"], units / scope.range_s)
     (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Mean power: $job_name"))["A"])
@@ -834,3 +841,79 @@ def test_jobs_variables_follow_the_job(filled: Filled) -> None:
     assert options["job_name"] == ["resnet-train"]
     assert options["host"] == [HOST_B]
     assert sorted(options["component"]) == sorted({c.component for c in CHANNELS if c.host == HOST_B})
+
+
+def summary_ms(report: dict[str, Any], key: str) -> int:
+    """A report's ISO time (job start, saturation) in ms, as the summary point carries it."""
+    from datetime import datetime
+
+    text = report["job"]["start"] if key == "start" else report["saturation"]["at"]
+    return round(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def whole_run_j(report: dict[str, Any]) -> float:
+    return float(report["measured"]["energy_j"]) + float(report["warmup"]["energy_j"])
+
+
+@pytest.mark.servers
+def test_jobs_summary_panels_on_influxd(filled: Filled) -> None:
+    """The panels and the annotation that read job_summary give each job's `wattline report` figures."""
+    fx = filled.fx
+    dashboard = load("jobs")
+    scope = Scope(fx.start_ms, fx.end_ms)
+    resolve_variables(filled, dashboard, scope, {"job": LLAMA})
+    reports = filled.reports
+    assert sorted(reports) == sorted([LLAMA, RESNET])
+
+    table = job_table(filled, dashboard, scope)
+    for job_id, report in reports.items():
+        row = table[job_id]
+        assert close(row["energy_j"], whole_run_j(report)), (job_id, row)
+        assert close(row["j_per_unit"], report["measured"]["j_per_unit"])
+        assert close(row["kwh_per_million"], report["measured"]["kwh_per_million_units"])
+        assert close(row["measured_share"], report["measured"]["coverage"]["measured_share"])
+    # Shared host energy split, never counted twice: RESNET ran beside LLAMA on HOST_B.
+    assert 0 < table[RESNET]["energy_j"] < sum(expected_energy(fx, "host", fx.start_ms, fx.end_ms, {HOST_B}).values())
+
+    drift = rows(run_panel(filled, scope, find_panel(dashboard, "J per unit over time, by job name"))["A"])
+    assert {(r["name"], r["time"]) for r in drift} == {
+        (report["job"]["name"], summary_ms(report, "start")) for report in reports.values()
+    }
+    for r in drift:
+        report = next(rep for rep in reports.values() if rep["job"]["name"] == r["name"])
+        assert close(r["j_per_unit"], report["measured"]["j_per_unit"])
+
+    by_job = rows(run_panel(filled, scope, find_panel(dashboard, "Energy by job over the range"))["A"])
+    assert {r["job_id"]: r["energy_wh"] for r in by_job} == pytest.approx(
+        {job_id: whole_run_j(report) / 3600 for job_id, report in reports.items()}, rel=1e-9
+    )
+
+    # Node energy minus the jobs' energy, per host (the range covers every job whole).
+    unclaimed = run_panel(filled, scope, find_panel(dashboard, "Energy no job claims, by host"))
+    node = {r["host"]: r["node_j"] for r in rows(unclaimed["A"])}
+    jobs = {r["host"]: r["jobs_j"] for r in rows(unclaimed["B"])}
+    assert node == pytest.approx(expected_energy(fx, "host", fx.start_ms, fx.end_ms, {HOST_A, HOST_B}), rel=1e-9)
+    claimed: dict[str, float] = defaultdict(float)
+    for report in reports.values():
+        for window in ("measured", "warmup"):
+            for h in report[window]["by_host"]:
+                claimed[h["host"]] += h["energy_j"]
+    assert jobs == pytest.approx(claimed, rel=1e-9)
+    for host in (HOST_A, HOST_B):
+        assert 0 < node[host] - jobs[host] < node[host], host  # idle before/after the jobs is nobody's
+
+    # Warm-up shaded: one region per saturated job, from its start to its saturation point.
+    (annotation,) = [a for a in dashboard["annotations"]["list"] if a["name"] == "Warm-up (start to saturation)"]
+    got = rows(influxql(filled, scope.interpolate(annotation["target"]["query"])))
+    want = {
+        job_id: (summary_ms(report, "start"), summary_ms(report, "saturation"))
+        for job_id, report in reports.items()
+        if report["saturation"]["saturated"]
+    }
+    assert LLAMA in want
+    assert {r["job_id"]: (r["time"], r[annotation["target"]["timeEndColumn"]]) for r in got} == want
+
+
+def test_fleet_links_to_jobs() -> None:
+    links = [link for link in load("fleet")["links"] if link["type"] == "link"]
+    assert any(link["url"].startswith("/d/wattline-jobs/") and link["keepTime"] for link in links), links

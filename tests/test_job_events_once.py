@@ -159,7 +159,7 @@ def test_a_v3_file_upgrades_in_place_with_nothing_lost(tmp_path: Path) -> None:
         assert store.write(batch_of([b.units(1.0, T), b.units(1.0, T)], host="a")).written == 2
         assert len(units_of(store, "j")) == 5
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (4,)
+        assert db.execute("PRAGMA user_version").fetchone() == (sqlite_module.SCHEMA_VERSION,)
 
 
 def test_event_seq_of_processes_of_one_job_never_meet_and_fit_int64() -> None:

@@ -304,9 +304,15 @@ class Comparison:
 
 
 def _sla(
-    fa: Figures, fb: Figures, sla: float, price_a: float | None, price_b: float | None, ci: float | None, pue: float
+    fa: Figures,
+    fb: Figures,
+    sla: float,
+    price_a: float | None,
+    price_b: float | None,
+    cis: tuple[float | None, float | None],
+    pue: float,
 ) -> SlaFigures:
-    def one(f: Figures, price: float | None) -> tuple[float | None, ...]:
+    def one(f: Figures, price: float | None, ci: float | None) -> tuple[float | None, ...]:
         n = instances_for_sla(sla, f.throughput_per_instance_hour)
         nf = None if n is None else float(n)
         fleet_w = _mul(nf, f.power_per_instance_w)
@@ -320,7 +326,7 @@ def _sla(
             _co2_g(j_per_million, ci, pue),
         )
 
-    va, vb = one(fa, price_a), one(fb, price_b)
+    va, vb = one(fa, price_a, cis[0]), one(fb, price_b, cis[1])
     c = [Change(x, y) for x, y in zip(va, vb, strict=True)]
     return SlaFigures(sla, *c)
 
@@ -332,16 +338,16 @@ def _work(
     instances: int | None,
     price_a: float | None,
     price_b: float | None,
-    ci: float | None,
+    cis: tuple[float | None, float | None],
     pue: float,
 ) -> WorkFigures:
-    def one(f: Figures, price: float | None) -> tuple[float | None, ...]:
+    def one(f: Figures, price: float | None, ci: float | None) -> tuple[float | None, ...]:
         k = float(instances if instances is not None else f.measured.instances)
         hours = _div(work, _mul(k, f.throughput_per_instance_hour))
         energy = _mul(k, f.power_per_instance_w, hours, 3600.0)
         return k, hours, energy, _mul(k, price, hours), _co2_g(energy, ci, pue)
 
-    va, vb = one(fa, price_a), one(fb, price_b)
+    va, vb = one(fa, price_a, cis[0]), one(fb, price_b, cis[1])
     c = [Change(x, y) for x, y in zip(va, vb, strict=True)]
     return WorkFigures(work, *c)
 
@@ -357,8 +363,10 @@ def compare(
     price_b: float | None = None,
     carbon_intensity: float | None = None,
     pue: float = 1.0,
+    carbon_intensity_b: float | None = None,
 ) -> Comparison:
-    """Compare job ``b`` against baseline ``a`` (prices in USD per instance-hour).
+    """Compare job ``b`` against baseline ``a`` (prices in USD per instance-hour;
+    ``carbon_intensity_b``: B's grid, when not A's ``carbon_intensity``).
 
     With ``sla_units_per_hour``: fleets sized for the SLA. With ``work_units``: time,
     energy, cost and CO2 to process them on ``instances`` instances each way
@@ -370,8 +378,9 @@ def compare(
         raise ValueError("work_units must be >= 0")
     if instances is not None and instances < 1:
         raise ValueError("instances must be >= 1")
-    fa = figures(a, price_a, carbon_intensity, pue)
-    fb = figures(b, price_b, carbon_intensity, pue)
+    cis = (carbon_intensity, carbon_intensity if carbon_intensity_b is None else carbon_intensity_b)
+    fa = figures(a, price_a, cis[0], pue)
+    fb = figures(b, price_b, cis[1], pue)
     tput = Change(fa.throughput_per_instance_hour, fb.throughput_per_instance_hour)
     return Comparison(
         a=fa,
@@ -382,10 +391,6 @@ def compare(
         kwh_per_million_units=Change(fa.kwh_per_million_units, fb.kwh_per_million_units),
         cost_per_million_units=Change(fa.cost_per_million_units, fb.cost_per_million_units),
         co2_per_million_units_g=Change(fa.co2_per_million_units_g, fb.co2_per_million_units_g),
-        sla=None
-        if sla_units_per_hour is None
-        else _sla(fa, fb, sla_units_per_hour, price_a, price_b, carbon_intensity, pue),
-        work=None
-        if work_units is None
-        else _work(fa, fb, work_units, instances, price_a, price_b, carbon_intensity, pue),
+        sla=None if sla_units_per_hour is None else _sla(fa, fb, sla_units_per_hour, price_a, price_b, cis, pue),
+        work=None if work_units is None else _work(fa, fb, work_units, instances, price_a, price_b, cis, pue),
     )

@@ -2,12 +2,13 @@
 
 ::
 
-    from wattline.workloads import Job
+    from wattline.workloads import Job, job_window
 
     with Job("bert-large", kind="training", units="sequences") as job:
         for batch in loader:
             train_step(batch)
             job.add_units(len(batch))
+    report = job.report()  # the figures `wattline report` prints; report.to_dict() is its JSON
 
     @job_window("layoutlm", kind="inference", units="inferences")
     def serve(job): ...
@@ -28,7 +29,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from wattline.agent.settings import AgentSettings
 from wattline.config import build
@@ -42,6 +43,10 @@ from wattline.workloads.events import (
 )
 from wattline.workloads.heartbeat import Heartbeat
 from wattline.workloads.session import CollectorSink, EventSink, ParentSink
+
+if TYPE_CHECKING:
+    from wattline.collector.stores.reader import Reader
+    from wattline.workloads.report import Report, ReportSettings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -74,7 +79,11 @@ class Job:
         devices: list[str] | None = None,
         collector: list[str] | str | None = None,
         sink: EventSink | None = None,
+        store: str | None = None,
     ) -> None:
+        """``store``: the store URL embedded sampling writes to (default ``$WATTLINE_STORE``
+        or the local SQLite file) and :meth:`report` reads; with ``collector=``, the URL of
+        the collector's store, for :meth:`report`."""
         if kind not in {"inference", "training", "other"}:
             raise ValueError(f"kind must be inference, training or other, not {kind!r}")
         self.joined = bool(os.environ.get(ENV_EVENTS) and os.environ.get(ENV_JOB_ID))
@@ -82,10 +91,13 @@ class Job:
         self.spec = JobSpec(resolved_id, name, kind, units, dict(labels or {}), list(devices or []))
         self._collector = [collector] if isinstance(collector, str) else collector
         self._sink = sink
+        self._sink_given = sink is not None
         self._builder = EventBuilder(self.spec)
         self._units: UnitAccumulator | None = None
         self._heartbeat: Heartbeat | None = None
         self.exit_code: int | None = None
+        self._store = store
+        self._batch_interval_s = AgentSettings().batch_interval
 
     @property
     def job_id(self) -> str:
@@ -101,11 +113,12 @@ class Job:
                 self._sink = ParentSink(Path(os.environ[ENV_EVENTS]))
             elif self._collector:
                 settings = build(AgentSettings, "agent", {}, flags={"collectors": self._collector})
+                self._batch_interval_s = settings.batch_interval
                 self._sink = CollectorSink(settings.validate())
             else:
                 from wattline.workloads.embedded import embedded_session
 
-                self._sink = embedded_session()
+                self._sink = embedded_session(self._store)
         self._units = UnitAccumulator(self._builder, self._sink.send)
         if not self.joined:  # a joined job's lease is renewed by its `wattline run`
             self._sink.send([self._builder.open()])
@@ -140,6 +153,34 @@ class Job:
         if not self.joined:
             self._sink.send([self._builder.close(self.exit_code)])
         self._sink.close()
+
+    def report(self, settings: ReportSettings | None = None, reader: Reader | None = None) -> Report:
+        """The job's report after its window: the figures ``wattline report`` prints (its
+        ``to_dict()`` is the report JSON), complete as ``wattline run`` waits for completeness
+        (up to two batch intervals + 3 s for the last samples; else its notes say what lacks).
+
+        Reads ``reader`` when given, else the store: the embedded one, or ``store=`` (a job
+        sent to a collector needs it: the collector's store). RuntimeError inside the window,
+        for a job joined to ``wattline run`` (which prints the report) and without a store.
+        """
+        from wattline.collector.stores.factory import open_store
+        from wattline.workloads.embedded import default_store_url
+        from wattline.workloads.report import build_complete_report, report_wait_s
+
+        if self.exit_code is None:
+            raise RuntimeError("report() comes after the job's with-block")
+        if self.joined:
+            raise RuntimeError("this job belongs to `wattline run`, which prints its report")
+        wait_s = report_wait_s(self._batch_interval_s)
+        if reader is not None:
+            return build_complete_report(reader, self.job_id, settings, wait_s)
+        if self._store is None and (self._collector or self._sink_given):
+            raise RuntimeError("report(): give Job(store=...) the URL of the store the job's events went to")
+        store = open_store(self._store or default_store_url())
+        try:
+            return build_complete_report(store, self.job_id, settings, wait_s)  # type: ignore[arg-type]
+        finally:
+            store.close()
 
 
 def job_window(name: str, **kwargs: Any) -> Callable[[Callable[..., R]], Callable[..., R]]:

@@ -296,6 +296,43 @@ def _no_samples(_span: Span) -> str:
     return NO_SAMPLES
 
 
+#: A table as text: (title, column heads, rows of cells).
+TextTable = tuple[str, list[str], list[list[str]]]
+
+
+def report_table(r: Report) -> TextTable:
+    """The report's main table: each figure in the measured window beside the whole run
+    (only the whole run when the job never saturated)."""
+    measured, whole = spans(r)
+    shown = (measured, whole) if r.saturated else (whole,)
+    title = "Measured window and whole run" if r.saturated else "Whole run (not saturated)"
+    return (
+        title,
+        ["figure", *(s.title for s in shown)],
+        [[name, *(text(s) for s in shown)] for name, text in _report_rows(r)],
+    )
+
+
+def component_table(r: Report) -> TextTable:
+    """Energy and mean power by component (measured window), warm-up energy, how obtained."""
+    rows = []
+    for name in sorted(set(r.measured.components) | set(r.warmup.components)):
+        m = r.measured.components.get(name)
+        w = r.warmup.components.get(name)
+        watts = m.energy_j / r.measured.seconds if m and r.measured.seconds > 0 else None
+        rows.append(
+            [
+                name,
+                q.si(m.energy_j if m else 0.0, "J"),
+                q.si(watts, "W"),
+                q.si(w.energy_j if w else 0.0, "J"),
+                _quality_label(m.by_quality if m else {}),
+            ]
+        )
+    title = "Energy by component" + (" (measured window)" if r.saturated else "")
+    return title, ["component", "energy", "mean power", "warm-up", "how obtained"], rows
+
+
 def print_report(r: Report, console: Console | None = None) -> None:
     """Readable tables of one report: the measured window beside the whole run."""
     console = console or Console()
@@ -306,7 +343,7 @@ def print_report(r: Report, console: Console | None = None) -> None:
     )
     console.print(f"Status: {status_text(r.state, job.exit_code, None if job.closed else job.last_heard_ns())}")
     sat = r.saturation
-    measured, whole = spans(r)
+    whole = spans(r)[1]
     if r.saturated:
         console.print(
             f"Saturated at {_iso(sat.at_ns or 0)} ({sat.method}); the measured window leaves out "
@@ -325,29 +362,13 @@ def print_report(r: Report, console: Console | None = None) -> None:
             "Idle policy subtract: figures marked 'above idle' charge only the energy above the idle baseline "
             f"(the {r.settings.idle_lookback_s:.0f} s before the job); 'total' is all of it"
         )
-    shown = (measured, whole) if r.saturated else (whole,)
-    t = Table(title="Measured window and whole run" if r.saturated else "Whole run (not saturated)")
-    t.add_column("figure")
-    for s in shown:
-        t.add_column(s.title, justify="right")
-    for name, text in _report_rows(r):
-        t.add_row(escape(name), *(escape(text(s)) for s in shown))
-    console.print(t)
-    c = Table(title="Energy by component" + (" (measured window)" if r.saturated else ""), show_header=True)
-    for col in ("component", "energy", "mean power", "warm-up", "how obtained"):
-        c.add_column(col, justify="left" if col in ("component", "how obtained") else "right")
-    for name in sorted(set(r.measured.components) | set(r.warmup.components)):
-        m = r.measured.components.get(name)
-        w = r.warmup.components.get(name)
-        watts = m.energy_j / r.measured.seconds if m and r.measured.seconds > 0 else None
-        c.add_row(
-            escape(name),
-            q.si(m.energy_j if m else 0.0, "J"),
-            q.si(watts, "W"),
-            q.si(w.energy_j if w else 0.0, "J"),
-            _quality_label(m.by_quality if m else {}),
-        )
-    console.print(c)
+    for title, head, rows in (report_table(r), component_table(r)):
+        t = Table(title=title)
+        for n, col in enumerate(head):
+            t.add_column(col, justify="left" if n == 0 or col == "how obtained" else "right")
+        for row in rows:
+            t.add_row(*(escape(cell) for cell in row))
+        console.print(t)
     cov = report_coverage(r)
     shares = ", ".join(f"{quality} {q.share(v)}" for quality, v in cov["shares"].items())
     console.print(

@@ -31,7 +31,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wattline.collector.lineprotocol import clip
 from wattline.collector.stores.reader import Reader, StoredSample
@@ -54,6 +54,9 @@ from wattline.workloads.attribution import (
 from wattline.workloads.jobs_view import JobView, build_view, utc_iso, views_of
 from wattline.workloads.saturation import Saturation, SaturationParams, detect_saturation
 from wattline.workloads.streams import StreamMerge, StreamSample, merge_streams
+
+if TYPE_CHECKING:
+    from wattline.workloads.carbon import IntensitySeries
 
 #: Sub-domains and supersets left out of a host's total (see the module docstring).
 EXCLUDED_COMPONENTS = frozenset({"cpu_core", "cpu_uncore", "psys"})
@@ -82,6 +85,8 @@ class ReportSettings:
     deviceless_share: float = 0.1
     cores_per_neuron_device: int = 2
     saturation: SaturationParams = field(default_factory=SaturationParams)
+    #: Carbon intensity over time (a CSV file), applied interval by interval (:mod:`.carbon`).
+    carbon_series: IntensitySeries | None = None
 
 
 @dataclass
@@ -157,6 +162,12 @@ class Report:
         figures are "no samples", not 0 J."""
         return bool(self.measured.components or self.warmup.components)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The report JSON (``wattline report --json``; README "Report JSON")."""
+        from wattline.workloads.render import report_json  # render imports this module
+
+        return report_json(self)
+
 
 def build_report(
     reader: Reader, job_id: str, settings: ReportSettings | None = None, now_ns: int | None = None
@@ -212,7 +223,7 @@ def build_report(
     energy = meas.dynamic_j if settings.idle == "subtract" else meas.energy_j
     measured = economics.Measured(units_meas, meas.seconds, energy, max(len(job.hosts), 1))
     figures = economics.figures(measured, settings.price_per_instance_hour, settings.carbon_intensity, settings.pue)
-    return Report(
+    report = Report(
         job,
         end_ns,
         saturation,
@@ -230,6 +241,11 @@ def build_report(
         state,
         idle_busy,
     )
+    if settings.carbon_series is not None:
+        from wattline.workloads.carbon import apply_series  # carbon reads the report's timeline
+
+        apply_series(reader, report, settings.carbon_series)
+    return report
 
 
 def report_wait_s(batch_interval_s: float) -> float:

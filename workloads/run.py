@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from wattline.agent.registry import SourceStatus
 from wattline.agent.settings import AgentSettings
@@ -49,6 +49,10 @@ from wattline.workloads.events import (
 )
 from wattline.workloads.heartbeat import Heartbeat
 from wattline.workloads.session import CollectorSink, EventSink
+from wattline.workloads.summary import record_local_summary
+
+if TYPE_CHECKING:
+    from wattline.workloads.live import LiveLine
 
 log = logging.getLogger(__name__)
 
@@ -181,15 +185,17 @@ def exit_status(returncode: int) -> int:
 class JobRunner:
     """Runs one command in a job window and feeds its events to ``sink``."""
 
-    def __init__(self, request: RunRequest, sink: EventSink) -> None:
+    def __init__(self, request: RunRequest, sink: EventSink, live_out: IO[str] | None = None) -> None:
         self.request = request
         self.sink = sink
+        self.live_out = live_out  #: where the live line goes (a terminal), or None
         self.builder = EventBuilder(request.spec)
         self.units = UnitAccumulator(self.builder, sink.send)
         self.pattern = units_pattern(request.units_from_stdout)
         self.open_ns = 0
         self.close_ns = 0
         self.saturation_marked = False
+        self.saturation_mark_ns: int | None = None
 
     def run(self) -> int:
         """Run the command to completion; returns its exit status (shell convention)."""
@@ -221,6 +227,7 @@ class JobRunner:
             raise CommandNotStarted(f"{self.request.command[0][:100]}: {exc.strerror}", status) from None
         self.sink.send([opened])
         heartbeat = Heartbeat(self.builder, self.sink.send).start()
+        live = self._live_line()
         previous = {sig: signal.signal(sig, self._forwarder(child, interactive)) for sig in FORWARDED}
         pump = None
         if self.pattern is not None and child.stdout is not None:
@@ -237,6 +244,8 @@ class JobRunner:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             heartbeat.stop()
+            if live is not None:
+                live.stop()
         if pump is not None:
             pump.join(timeout=5)
         reader.poll()
@@ -252,7 +261,24 @@ class JobRunner:
         self.units.flush()
         if name == SATURATED:
             self.saturation_marked = True
+            self.saturation_mark_ns = time_ns or time.time_ns()
         self.sink.send([self.builder.phase(name, time_ns)])
+
+    def _live_line(self) -> LiveLine | None:
+        if self.live_out is None:
+            return None
+        from wattline.workloads.live import LiveLine
+
+        spec = self.request.spec
+        meter = getattr(self.sink, "meter", None)  # embedded sampling measures here; an agent elsewhere
+        line = LiveLine(spec.name, spec.unit_name, lambda: self.units.total, self._saturated_at_s, meter, self.live_out)
+        return line.start()
+
+    def _saturated_at_s(self) -> float | None:
+        """Seconds from open to a known saturation point (the mark, or --saturated-after)."""
+        if self.saturation_mark_ns is not None:
+            return (self.saturation_mark_ns - self.open_ns) / 1e9
+        return self.request.saturated_after_s
 
     def _saturated_after(self) -> None:
         after = self.request.saturated_after_s
@@ -317,35 +343,35 @@ def run_job(
     collectors: list[str] | None = None,
     store_url: str | None = None,
     on_kept: Callable[[str], None] | None = None,
-    store: Store | None = None,
+    open_store: Callable[[], Store] | None = None,
     on_sources: Callable[[str], None] | None = None,
+    live_out: IO[str] | None = None,
 ) -> int:
     """Run ``request`` under a job window; returns the command's exit status.
 
     With ``collectors``, job events go there (a host agent samples, with the same TLS /
     token settings as the agent), through the host's outbox: when no collector
     acknowledges them within a few seconds of the command's end, ``on_kept`` gets one
-    line saying where they wait. Otherwise this process samples the host itself into
-    ``store`` (else the local store ``store_url``), and ``on_sources`` gets the one line
-    of :func:`sources_summary`. Raises :class:`CommandNotStarted` (nothing recorded) when
-    the command cannot start.
+    line saying where they wait. Otherwise this process samples the host itself into the
+    store ``open_store()`` opens (else the local store ``store_url``) and writes the job's
+    summary there, and ``on_sources`` gets the one line
+    of :func:`sources_summary`. ``live_out`` (a terminal) gets the live line (:mod:`.live`).
+    Raises :class:`CommandNotStarted` (nothing recorded) when the command cannot start.
     """
-    try:
-        check_command(request.command, {**os.environ, **request.env})
-    except CommandNotStarted:
-        if store is not None:
-            store.close()
-        raise
+    check_command(request.command, {**os.environ, **request.env})
     sink: EventSink
     if collectors:
         settings.collectors = list(collectors)
         sink = CollectorSink(settings.validate(), on_kept=on_kept)
     else:
-        session = embedded_session(store_url, settings, doc, store=store)
+        session = embedded_session(store_url, settings, doc, store=open_store() if open_store else None)
         if on_sources is not None:
             on_sources(sources_summary(session.discovery.statuses))
         sink = session
     try:
-        return JobRunner(request, sink).run()
+        status = JobRunner(request, sink, live_out).run()
     finally:
         sink.close()
+    if not collectors:  # embedded: the run writes its job's summary (a collector does otherwise)
+        record_local_summary(store_url, request.spec.job_id, open_store)
+    return status

@@ -31,6 +31,7 @@ from wattline.agent.spool import Spool
 from wattline.agent.uplink import Uplink
 from wattline.collector.stores.base import Store, StoreUnavailable
 from wattline.workloads.events import append_event_line
+from wattline.workloads.live import PowerMeter
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,8 @@ class EmbeddedSession:
         host = host_identity(settings, self.discovery.statuses)
         self.host_id = host.host_id
         self.spool = Spool(host, max_batch_samples=settings.batch_max_samples, max_batches=settings.spool_max_batches)
-        self.sampler = Sampler(self.discovery.sources, self.spool.add_samples)
+        self.meter = PowerMeter()  # power now and energy so far, for the live line
+        self.sampler = Sampler(self.discovery.sources, self.meter.wrap(self.spool.add_samples))
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.write_errors = 0

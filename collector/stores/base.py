@@ -37,6 +37,29 @@ if TYPE_CHECKING:  # lineprotocol imports this module
 #: Measurement names, shared by every back-end.
 ENERGY = "energy"
 JOB_EVENTS = "job_events"
+#: One point per job (its report's figures) and one per (job, host) (that host's share).
+JOB_SUMMARY = "job_summary"
+JOB_SUMMARY_HOST = "job_summary_host"
+
+#: A field value as stores write it (line protocol has no null: absent figures are left out).
+SummaryValue = float | int | str | bool
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """A job's summary as stored: one point per job, keyed by job id (rewritten in place).
+
+    ``time_ns`` is the job's start; ``tags`` hold name, kind and unit (they never change
+    for a job; its status does, so status is a field: a changing tag would start a second
+    series, a second point); ``fields`` the report's figures; ``hosts`` each host's energy
+    over the whole run (J), for "node energy minus the jobs' energy" per host.
+    """
+
+    job_id: str
+    time_ns: int
+    tags: dict[str, str]
+    fields: dict[str, SummaryValue]
+    hosts: dict[str, float] = field(default_factory=dict)
 
 
 class StoreUnavailable(Exception):
@@ -260,6 +283,28 @@ class LineProtocolStore(Store):
     @abc.abstractmethod
     def write_lines(self, lines: Sequence[str]) -> WriteResult:
         """Write already-encoded points; raises StoreUnavailable when they must be retried."""
+
+    def write_summary(self, summary: JobSummary) -> WriteResult:
+        """Write a job's summary points (:func:`summary_points`); same key, same point: idempotent."""
+        try:
+            lines = [self.encoder.line(*point) for point in summary_points(summary)]
+        except ValueError as exc:  # LineProtocolError: no retry can store it
+            return WriteResult(rejected=1, reasons=[f"job summary of {summary.job_id[:100]!r}: {exc}"])
+        return self.write_lines(lines)
+
+
+SummaryPoint = tuple[str, dict[str, str], dict[str, SummaryValue], int]
+
+
+def summary_points(summary: JobSummary) -> list[SummaryPoint]:
+    """(measurement, tags, fields, time) of a summary: one ``job_summary`` point and one
+    ``job_summary_host`` point per host (tags job_id, host; field energy_j)."""
+    tags = {"job_id": summary.job_id, **summary.tags}
+    points: list[SummaryPoint] = [(JOB_SUMMARY, tags, dict(summary.fields), summary.time_ns)]
+    for host, energy_j in sorted(summary.hosts.items()):
+        host_tags = {"job_id": summary.job_id, "host": host, **summary.tags}
+        points.append((JOB_SUMMARY_HOST, host_tags, {"energy_j": float(energy_j)}, summary.time_ns))
+    return points
 
 
 def _with_encoder_refusals(result: WriteResult, encoded: EncodedBatch) -> WriteResult:

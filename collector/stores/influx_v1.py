@@ -26,7 +26,14 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from wattline.collector.lineprotocol import LineEncoder
-from wattline.collector.stores.base import LineProtocolStore, StoreUnavailable, WriteResult
+from wattline.collector.stores.base import (
+    JOB_SUMMARY,
+    JOB_SUMMARY_HOST,
+    JobSummary,
+    LineProtocolStore,
+    StoreUnavailable,
+    WriteResult,
+)
 from wattline.collector.stores.reader import MAX_INTERVAL_NS, StoredJobEvent, StoredSample, jobs_near, last_heard
 
 log = logging.getLogger(__name__)
@@ -36,8 +43,9 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 << 20
 
 
-class QueryError(Exception):
-    """InfluxDB refused a query (syntax, unknown database...); retrying cannot help."""
+class QueryError(ValueError):
+    """InfluxDB refused a query (syntax, unknown database...), or the server answers no
+    InfluxQL at all (VictoriaMetrics); retrying cannot help."""
 
 
 class HttpClient:
@@ -312,7 +320,14 @@ class InfluxV1Store(LineProtocolStore):
         for result in json.loads(data).get("results", []):
             if "error" in result:
                 raise QueryError(shorten(f"{influxql!r}: {result['error']}"))
-            out.append(result.get("series", []))
+            series = result.get("series", [])
+            if not influxql.lstrip().upper().startswith("SHOW") and any(s.get("name") == "databases" for s in series):
+                # VictoriaMetrics answers every /query with a database list (for Grafana's "test").
+                raise QueryError(
+                    f"{self.url} answers no InfluxQL (VictoriaMetrics answers every query with its database list): "
+                    "reports, job summaries and the dashboards read from InfluxDB 1.x (or SQLite)"
+                )
+            out.append(series)
         return out
 
     # -- Reader (what reports need; see reader.py) -----------------------------------
@@ -420,6 +435,56 @@ class InfluxV1Store(LineProtocolStore):
             for r in rows
             if r.get("energy_j") is not None
         ]
+
+    # -- job summaries (one point per job, rewritten in place) ---------------------------
+
+    def write_summary(self, summary: JobSummary) -> WriteResult:
+        """Write ``summary``; first delete the job's stored points when the new ones would not
+        overwrite them all (another start time, a field or host no longer there, or several
+        points: two collectors raced), so one point per job remains however its figures change."""
+        if not self._created:
+            self.create_database()
+        found = self._summaries(summary.job_id)
+        old = found[0] if len(found) == 1 else None
+        if len(found) > 1 or (
+            old is not None
+            and (
+                old.time_ns != summary.time_ns
+                or old.tags != summary.tags
+                or not set(old.fields) <= set(summary.fields)
+                or not set(old.hosts) <= set(summary.hosts)
+            )
+        ):
+            job = quote_literal(summary.job_id)
+            self._statements(
+                f"DELETE FROM {JOB_SUMMARY} WHERE job_id = {job}; DELETE FROM {JOB_SUMMARY_HOST} WHERE job_id = {job}",
+                self.database,
+            )
+        return super().write_summary(summary)
+
+    def job_summary(self, job_id: str) -> JobSummary | None:
+        """The stored summary of ``job_id`` (None when there is none)."""
+        found = self._summaries(job_id)
+        if len(found) > 1:
+            raise QueryError(f"{len(found)} job_summary points for job {job_id[:100]!r}; expected one")
+        return found[0] if found else None
+
+    def _summaries(self, job_id: str) -> list[JobSummary]:
+        """Every stored ``job_summary`` point of ``job_id`` (one, unless something went wrong)."""
+        job = quote_literal(job_id)
+        points, hosts = self._statements(
+            f"SELECT * FROM {JOB_SUMMARY} WHERE job_id = {job} GROUP BY *; "
+            f"SELECT energy_j FROM {JOB_SUMMARY_HOST} WHERE job_id = {job} GROUP BY host",
+            self.database,
+        )
+        energy = {s["tags"]["host"]: float(v[1]) for s in hosts for v in s.get("values", []) if v[1] is not None}
+        out = []
+        for series in points:
+            tags = {k: v for k, v in series["tags"].items() if k != "job_id" and v}
+            for values in series.get("values", []):
+                fields = {k: v for k, v in zip(series["columns"], values, strict=True) if v is not None}
+                out.append(JobSummary(job_id, int(fields.pop("time")), tags, fields, energy))
+        return out
 
     def ping(self) -> str:
         """The server's ``X-Influxdb-Version`` header ("" when it sends none)."""

@@ -7,7 +7,9 @@ point identity (host labels are metadata here):
   time_ns) with ``time_ns`` = interval end;
 - ``job_events``: one row per JobEvent, UNIQUE (host, job_id, event_seq) (schema v4; v3
   keyed them by time, so events at one instant overwrote each other), ``time_ns`` = the
-  event time.
+  event time;
+- ``job_summary``: one row per job (schema v5), PRIMARY KEY job_id, ``time_ns`` = the job's
+  start; the measurement's tags, fields and per-host energy as JSON columns.
 
 Rows are written with ``INSERT OR REPLACE``: as in InfluxDB, the last write of a point
 wins and a resent batch leaves one copy. Each :meth:`SqliteStore.write_group` (a group of
@@ -47,6 +49,7 @@ from wattline.collector.stores.base import (
     JOB_EVENTS,
     NOT_GAUGES,
     SAMPLE_FIELD_NAMES,
+    JobSummary,
     Store,
     StoreUnavailable,
     WriteResult,
@@ -54,11 +57,12 @@ from wattline.collector.stores.base import (
     job_event_tags,
     sample_fields,
     sample_tags,
+    summary_points,
 )
 from wattline.collector.stores.reader import StoredJobEvent, StoredSample, jobs_near, last_heard
 from wattline.config import ConfigError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _SCHEMA_V1 = """
 CREATE TABLE energy (
@@ -117,9 +121,17 @@ CREATE INDEX job_events_host ON job_events (host, event, time_ns);
 
 #: The oldest schema a read-only connection reads as it is (reads need the v2 ``series`` table).
 MIN_READABLE_VERSION = 2
+#: v5: each job's summary (the job_summary and job_summary_host measurements), one row per job.
+_SCHEMA_V5 = """
+CREATE TABLE job_summary (
+    job_id TEXT PRIMARY KEY, time_ns INTEGER NOT NULL, tags TEXT NOT NULL, fields TEXT NOT NULL,
+    hosts TEXT NOT NULL
+);
+CREATE INDEX job_summary_time ON job_summary (time_ns);
+"""
 
 #: Schema version -> script that upgrades the version before it.
-_MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3, 4: _SCHEMA_V4}
+_MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3, 4: _SCHEMA_V4, 5: _SCHEMA_V5}
 
 _ENERGY_COLUMNS = (
     "host, source, component, device, quality, labels, time_ns, start_ns, energy_j, power_w, cumulative_j, "
@@ -541,6 +553,37 @@ class SqliteStore(Store):
             row["labels"] = json.loads(row["labels"])
             row["fields"] = json.loads(row["fields"])
         return rows
+
+    # -- job summaries -----------------------------------------------------------------
+
+    def write_summary(self, summary: JobSummary) -> WriteResult:
+        """Write (replace) the job's one summary row; refused (rejected) if a value cannot be stored."""
+        try:
+            for point in summary_points(summary):
+                self._checker.check(*point)
+            row = (summary.job_id, summary.time_ns, _json(summary.tags), _json(summary.fields), _json(summary.hosts))
+        except (LineProtocolError, ValueError) as exc:
+            return WriteResult(rejected=1, reasons=[f"job summary {clip(summary.job_id)}: {exc}"])
+        with self._lock:
+            try:
+                self._db.execute("INSERT OR REPLACE INTO job_summary VALUES (?, ?, ?, ?, ?)", row)
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"SQLite {self.path}: {exc}") from exc
+        return WriteResult(written=1)
+
+    def job_summary(self, job_id: str) -> JobSummary | None:
+        """The stored summary of ``job_id`` (None when there is none)."""
+        found = self.job_summaries(job_id)
+        return found[0] if found else None
+
+    def job_summaries(self, job_id: str | None = None) -> list[JobSummary]:
+        """Stored summaries (of ``job_id``, else all), oldest start first."""
+        where, args = self._where(("job_id = ?", job_id))
+        sql = f"SELECT job_id, time_ns, tags, fields, hosts FROM job_summary{where} ORDER BY time_ns, job_id"
+        return [
+            JobSummary(job, t, json.loads(tags), json.loads(fields), json.loads(hosts))
+            for job, t, tags, fields, hosts in self._rows(sql, args)
+        ]
 
     # -- Reader (what reports need; see reader.py) -----------------------------------
 

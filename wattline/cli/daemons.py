@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -18,12 +19,18 @@ from wattline.agent import registry
 from wattline.agent.daemon import Agent
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
-from wattline.collector.daemon import run_collector
+from wattline.collector.daemon import run_collector, store_from_settings
 from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import StoreUnavailable
 from wattline.config import build, check_tables, env_names, help_of, parse_pairs, read_toml, unknown_variables
 from wattline.wire import ENV_HEARTBEAT
 from wattline.workloads.events import ENV_EVENTS, ENV_JOB_ID
+from wattline.workloads.report import ReportSettings
+from wattline.workloads.summary import SummaryWriter
+
+log = logging.getLogger(__name__)
+#: What a store needs for job summaries: the report's reads and a summary write.
+SUMMARY_METHODS = ("job_events", "job_events_between", "samples", "first_after", "last_before", "write_summary")
 
 CONFIG_HELP = "TOML config file ([agent], [collector], [sources.NAME] tables); env WATTLINE_* and flags override it."
 
@@ -192,6 +199,14 @@ def collector(
     insecure_listen: bool | None = typer.Option(
         None, "--insecure-listen", help=_c("insecure_listen"), show_default=False
     ),
+    summaries: bool | None = typer.Option(None, "--summaries/--no-summaries", help=_c("summaries"), show_default=False),
+    summary_interval: float | None = typer.Option(None, help=_c("summary_interval")),
+    summary_wait: float | None = typer.Option(None, help=_c("summary_wait")),
+    summary_idle: str | None = typer.Option(None, help=_c("summary_idle")),
+    summary_share_rule: str | None = typer.Option(None, help=_c("summary_share_rule")),
+    summary_price: float | None = typer.Option(None, help=_c("summary_price")),
+    summary_carbon_intensity: float | None = typer.Option(None, help=_c("summary_carbon_intensity")),
+    summary_pue: float | None = typer.Option(None, help=_c("summary_pue")),
 ) -> None:
     """Run the collector: receive agents' batches over gRPC and write them to storage."""
     flags = dict(
@@ -214,18 +229,76 @@ def collector(
         tls_client_ca=tls_client_ca,
         token_file=token_file,
         insecure_listen=insecure_listen,
+        summaries=summaries,
+        summary_interval=summary_interval,
+        summary_wait=summary_wait,
+        summary_idle=summary_idle,
+        summary_share_rule=summary_share_rule,
+        summary_price=summary_price,
+        summary_carbon_intensity=summary_carbon_intensity,
+        summary_pue=summary_pue,
     )
     settings = build(CollectorSettings, "collector", read_config(config), flags=flags).validate()
+    writer: SummaryWriter | None = None
     try:
+        writer = summary_writer(settings)
         run_collector(
             settings,
             stop_event(),
             on_ready=lambda port: systemd.ready(f"listening on port {port}"),
             on_tick=systemd.watchdog,
             on_stop=systemd.stopping,
+            on_job_events=writer.job_events if writer is not None else None,
         )
     except StoreUnavailable as exc:
         raise RuntimeError(f"store {settings.store}: {exc}") from None
+    finally:
+        if writer is not None:
+            writer.stop()
+            writer.reader.close()  # type: ignore[attr-defined]
+
+
+def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:
+    """The job summaries' writer (floor 3) for the collector (floor 2), started; None when
+    summaries are off or the store cannot be read back (said in one log line).
+
+    It reads and writes through a store of its own (a second connection), so a summary
+    never waits for ingest's connection nor ingest for it."""
+    if not settings.summaries:
+        return None
+    store = store_from_settings(settings)
+    if not all(hasattr(store, name) for name in SUMMARY_METHODS):
+        log.warning(
+            "job summaries off: a %s store cannot be read back by reports (use the InfluxDB 1.x API or SQLite)",
+            store.kind,
+        )
+        store.close()
+        return None
+    try:
+        create = getattr(store, "create_database", None)
+        if create is not None:  # InfluxDB 1.x: as ingest does before its first write
+            create()
+        store.job_events("wattline-summary-probe")  # type: ignore[attr-defined]
+    except ValueError as exc:  # a server that answers no InfluxQL: no summary could ever be read or computed
+        log.warning("job summaries off: %s", str(exc)[:300])
+        store.close()
+        return None
+    except StoreUnavailable as exc:  # down for now: each summary is retried
+        log.warning("job summaries: store not readable yet (%s); retried per job", str(exc)[:300])
+    policy = ReportSettings(
+        settings.summary_price,
+        settings.summary_carbon_intensity,
+        settings.summary_pue,
+        settings.summary_idle,
+        share_rule=settings.summary_share_rule,
+    )
+    return SummaryWriter(
+        store,  # type: ignore[arg-type]  # checked above: it has the Reader methods
+        store.write_summary,  # type: ignore[attr-defined]
+        policy,
+        running_every_s=settings.summary_interval,
+        wait_s=settings.summary_wait,
+    ).start()
 
 
 def sources(

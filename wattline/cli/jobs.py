@@ -37,6 +37,7 @@ from wattline.collector.stores.reader import Reader
 from wattline.config import ConfigError, build, parse_pairs
 from wattline.units import parse_duration
 from wattline.workloads import economics
+from wattline.workloads.carbon import IntensitySeries, parse_intensity
 from wattline.workloads.embedded import default_store_url
 from wattline.workloads.events import JobSpec, check_storable
 from wattline.workloads.job import default_job_id
@@ -129,14 +130,18 @@ def open_reader(choice: StoreChoice) -> Any:
 
 
 def _check_database(store: InfluxV1Store) -> None:
-    """ConfigError when the database a report would read does not exist (a query of it
-    would just find nothing)."""
+    """ConfigError when the database a report would read does not exist (its queries would
+    just find nothing), or the server answers no InfluxQL (VictoriaMetrics)."""
     try:
-        names = {str(row.get("name")) for row in store.query("SHOW DATABASES")}
+        store.query("SELECT time_ns FROM job_events LIMIT 1")
     except QueryError as exc:
+        if "database not found" in str(exc):
+            raise ConfigError(
+                f"InfluxDB {store.url} has no database {store.database[:100]!r} (--influx-database)"
+            ) from None
+        if "answers no InfluxQL" in str(exc):
+            raise ConfigError(str(exc)) from None
         raise RuntimeError(f"InfluxDB {store.url}: {exc}") from None
-    if store.database not in names:
-        raise ConfigError(f"InfluxDB {store.url} has no database {store.database[:100]!r} (--influx-database)")
 
 
 def job_spec(job_id: str, name: str, kind: str, units: str, labels: dict[str, str], devices: list[str]) -> JobSpec:
@@ -158,23 +163,30 @@ def check_host(spec: JobSpec, settings: AgentSettings) -> None:
 
 
 def report_settings(
-    price: float | None, carbon_intensity: float | None, pue: float, idle: str, share_rule: str
+    price: float | None, carbon_intensity: str | None, pue: float, idle: str, share_rule: str
 ) -> ReportSettings:
+    """The report's settings; ``carbon_intensity`` is a number or a CSV file (:mod:`.carbon`)."""
     if idle not in {"none", "subtract"}:
         raise ConfigError(f"option --idle: {idle!r} is not none or subtract")
     if share_rule not in {"equal", "device-share", "exclusive"}:
         raise ConfigError(f"option --share-rule: {share_rule!r} is not equal, device-share or exclusive")
     if pue < 1.0:
         raise ConfigError(f"option --pue: {pue} is below 1")
-    for name, value in (("--price", price), ("--carbon-intensity", carbon_intensity)):
-        if value is not None and value < 0:
-            raise ConfigError(f"option {name}: {value} is negative")
-    return ReportSettings(price, carbon_intensity, pue, idle, share_rule=share_rule)
+    if price is not None and price < 0:
+        raise ConfigError(f"option --price: {price} is negative")
+    carbon = parse_intensity(carbon_intensity)
+    if isinstance(carbon, IntensitySeries):
+        return ReportSettings(price, None, pue, idle, share_rule=share_rule, carbon_series=carbon)
+    return ReportSettings(price, carbon, pue, idle, share_rule=share_rule)
 
 
 VERBOSE = typer.Option(False, "--verbose", "-v", help="Log each source's discovery, not one summary line.")
 PRICE = typer.Option(None, "--price", help="Instance price, USD per instance-hour (cost figures).")
-CARBON = typer.Option(None, "--carbon-intensity", help="Grid carbon intensity, gCO2 per kWh (CO2 figures).")
+CARBON = typer.Option(
+    None,
+    "--carbon-intensity",
+    help="Grid carbon intensity: gCO2 per kWh, or a CSV file time,gco2_per_kwh applied interval by interval.",
+)
 PUE = typer.Option(1.0, "--pue", help="Power usage effectiveness applied to CO2 (>= 1).")
 IDLE = typer.Option("none", "--idle", help="Idle policy: none (total energy) or subtract (above the pre-job baseline).")
 SHARE = typer.Option(
@@ -237,9 +249,10 @@ def run(
         None, "--host-id", help="Host identity (must match the host agent's; default hostname)."
     ),
     no_report: bool = typer.Option(False, "--no-report", help="Do not print the report at the end."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No live status line on a terminal's stderr."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     price: float | None = PRICE,
-    carbon_intensity: float | None = CARBON,
+    carbon_intensity: str | None = CARBON,
     pue: float = PUE,
     idle: str = IDLE,
     share_rule: str = SHARE,
@@ -271,6 +284,7 @@ def run(
     check_command(command)
     request = RunRequest(list(command), spec, after, units_from_stdout, stdout_to_stderr=as_json)
     kept: list[str] = []
+    live_out = sys.stderr if not quiet and sys.stderr.isatty() else None
     with sources_line(verbose) as on_sources:
         status = run_job(
             request,
@@ -278,8 +292,9 @@ def run(
             doc,
             collectors,
             on_kept=kept.append,
-            store=None if collectors else choice.open(),
+            open_store=choice.open,
             on_sources=on_sources,
+            live_out=live_out,
         )
     if kept:  # no collector acknowledged the events: they wait in the outbox (no report yet)
         typer.echo(f"wattline: {kept[0]}", err=True)
@@ -338,7 +353,7 @@ def report(
     store: str | None = typer.Option(None, "--store", help=STORE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     price: float | None = PRICE,
-    carbon_intensity: float | None = CARBON,
+    carbon_intensity: str | None = CARBON,
     pue: float = PUE,
     idle: str = IDLE,
     share_rule: str = SHARE,
@@ -347,14 +362,21 @@ def report(
     influx_org: str | None = INFLUX_ORG,
     influx_bucket: str | None = INFLUX_BUCKET,
     influx_token_file: Path | None = INFLUX_TOKEN_FILE,
+    plot: Path | None = typer.Option(None, "--plot", help="Also draw power over time to FILE.png or FILE.svg."),
+    by_host: bool = typer.Option(False, "--by-host", help="With --plot/--html: one line per host, not stacked."),
+    html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML page to FILE.html."),
 ) -> None:
     """Energy, throughput, J per unit, cost and CO2 of one job: the measured window (from
     saturation to end) beside the whole run, and how the job ended."""
+    from wattline.cli import outputs
+
     rsettings = report_settings(price, carbon_intensity, pue, idle, share_rule)
+    outputs.check_report_outputs(plot, html)
     with open_reader(
         store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file)
     ) as reader:
         result = _report_or_exit(reader, job_id, rsettings)
+        outputs.write_report_outputs(reader, result, plot, html, by_host)
     _emit_report(result, as_json, None)
 
 
@@ -377,17 +399,25 @@ def jobs(
     influx_org: str | None = INFLUX_ORG,
     influx_bucket: str | None = INFLUX_BUCKET,
     influx_token_file: Path | None = INFLUX_TOKEN_FILE,
+    as_csv: bool = typer.Option(False, "--csv", help="Print CSV: one row per job with its report's figures."),
+    price: float | None = PRICE,
+    carbon_intensity: str | None = CARBON,
 ) -> None:
     """List jobs: id, name, status (exit code, running, abandoned), start, duration, hosts,
     units and, unless --no-energy, the whole run's energy and the measured J per unit.
 
     A job whose stored events are bad is listed with its ``error``; it never stops the listing.
     """
+    choice = store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file)
+    if as_csv:
+        from wattline.cli import outputs
+
+        with open_reader(choice) as reader:
+            outputs.jobs_csv(reader, report_settings(price, carbon_intensity, 1.0, "none", "equal"))
+        return
     rows: list[dict[str, Any]] = []
     now_ns = time.time_ns()
-    with open_reader(
-        store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file)
-    ) as reader:
+    with open_reader(choice) as reader:
         for view in all_views(reader):
             row: dict[str, Any] = {
                 "id": view.job_id,
@@ -436,7 +466,9 @@ def compare(
     ),
     price_a: float | None = typer.Option(None, "--price-a", help="A's price, USD per instance-hour."),
     price_b: float | None = typer.Option(None, "--price-b", help="B's price, USD per instance-hour."),
-    carbon_intensity: float | None = CARBON,
+    carbon_intensity: str | None = CARBON,
+    carbon_a: str | None = typer.Option(None, "--carbon-intensity-a", help="A's carbon intensity (number or CSV)."),
+    carbon_b: str | None = typer.Option(None, "--carbon-intensity-b", help="B's carbon intensity (number or CSV)."),
     pue: float = PUE,
     idle: str = IDLE,
     allow_different_units: bool = typer.Option(
@@ -450,15 +482,20 @@ def compare(
     influx_org: str | None = INFLUX_ORG,
     influx_bucket: str | None = INFLUX_BUCKET,
     influx_token_file: Path | None = INFLUX_TOKEN_FILE,
+    plot: Path | None = typer.Option(None, "--plot", help="Also draw the study's bars to FILE.png or FILE.svg."),
 ) -> None:
     """The study's table for two measured jobs: throughput, instances for an SLA, energy, cost, CO2."""
-    rsettings = report_settings(None, carbon_intensity, pue, idle, "equal")
+    from wattline.cli import outputs
+
+    settings_a = report_settings(None, carbon_a or carbon_intensity, pue, idle, "equal")
+    settings_b = report_settings(None, carbon_b or carbon_intensity, pue, idle, "equal")
     _check_compare(sla, work, instances, price_a, price_b)
+    outputs.check_report_outputs(plot, None)
     with open_reader(
         store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file)
     ) as reader:
-        a = _report_or_exit(reader, job_a, rsettings)
-        b = _report_or_exit(reader, job_b, rsettings)
+        a = _report_or_exit(reader, job_a, settings_a)
+        b = _report_or_exit(reader, job_b, settings_b)
     if a.job.unit_name != b.job.unit_name and not allow_different_units:
         raise ConfigError(
             f"A counts {clip(a.job.unit_name, 40)} and B counts {clip(b.job.unit_name, 40)}: "
@@ -472,9 +509,12 @@ def compare(
         instances=instances,
         price_a=price_a,
         price_b=price_b,
-        carbon_intensity=carbon_intensity,
+        carbon_intensity=a.settings.carbon_intensity,  # a CSV's energy-weighted value (workloads/carbon.py)
+        carbon_intensity_b=b.settings.carbon_intensity,
         pue=pue,
     )
+    if plot is not None:
+        outputs.write_compare_plot(comparison_json(a, b, cmp), a, b, plot)
     if as_json:
         typer.echo(json.dumps(comparison_json(a, b, cmp), indent=2))
     else:

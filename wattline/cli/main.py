@@ -24,7 +24,7 @@ import sys
 import typer
 
 from wattline import __version__
-from wattline.cli import daemons, jobs, workload
+from wattline.cli import daemons, jobs, outputs, workload
 from wattline.collector.stores.base import StoreUnavailable
 from wattline.collector.stores.influx_v1 import QueryError
 from wattline.config import ConfigError
@@ -41,6 +41,7 @@ app = typer.Typer(
 )
 daemons.register(app)
 jobs.register(app)
+outputs.register(app)
 workload.register(app)
 
 

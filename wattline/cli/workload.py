@@ -199,6 +199,7 @@ def execute(launch: Launch, where: Where) -> None:
         command += ["--result-json", str(result_path)]
         kept: list[str] = []
         request = RunRequest(command, spec, env=launch.env, stdout_to_stderr=where.as_json)
+        live_out = sys.stderr if sys.stderr.isatty() else None  # progress: the live line (workloads/live.py)
         with sources_line(where.verbose) as on_sources:
             status = run_job(
                 request,
@@ -206,8 +207,9 @@ def execute(launch: Launch, where: Where) -> None:
                 doc,
                 where.collectors,
                 on_kept=kept.append,
-                store=None if where.collectors else where.choice.open(),
+                open_store=where.choice.open,
                 on_sources=on_sources,
+                live_out=live_out,
             )
         result = json.loads(result_path.read_text()) if result_path.exists() else None
     if kept or (where.collectors and where.store is None):
@@ -342,7 +344,7 @@ def _where(
     as_json: bool,
     report_json_path: Path | None,
     price: float | None,
-    carbon_intensity: float | None,
+    carbon_intensity: str | None,
     pue: float,
     idle: str,
     share_rule: str,
@@ -395,7 +397,7 @@ def layoutlm_inference(
     as_json: bool = AS_JSON,
     report_json_path: Path | None = REPORT_JSON,
     price: float | None = PRICE,
-    carbon_intensity: float | None = CARBON,
+    carbon_intensity: str | None = CARBON,
     pue: float = PUE,
     idle: str = IDLE,
     share_rule: str = SHARE,
@@ -488,7 +490,7 @@ def bert_pretrain(
     as_json: bool = AS_JSON,
     report_json_path: Path | None = REPORT_JSON,
     price: float | None = PRICE,
-    carbon_intensity: float | None = CARBON,
+    carbon_intensity: str | None = CARBON,
     pue: float = PUE,
     idle: str = IDLE,
     share_rule: str = SHARE,

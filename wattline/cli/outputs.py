@@ -1,0 +1,121 @@
+"""Files made from reports: ``report --plot/--html``, ``compare --plot``, ``jobs --csv``
+and ``export``. Option checks run before any work, so a bad path is one line, exit 2."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from wattline.cli.daemons import INFLUX_API, INFLUX_BUCKET, INFLUX_DATABASE, INFLUX_ORG, INFLUX_TOKEN_FILE
+from wattline.cli.jobs import CONFIG_HELP, STORE_HELP, open_reader, store_choice
+from wattline.collector.stores.reader import Reader
+from wattline.config import ConfigError
+from wattline.workloads import export as export_rows
+from wattline.workloads.jobs_view import JobNotFound, all_views
+from wattline.workloads.report import Report, ReportSettings, build_complete_report, build_report
+from wattline.workloads.timeline import build_timeline
+
+
+def check_report_outputs(plot: Path | None, html: Path | None) -> None:
+    """ConfigError for a --plot that is not .png/.svg, or an --html that is not .html/.htm;
+    also when matplotlib is missing (its install hint)."""
+    from wattline.workloads import plot as plotting
+
+    if plot is not None:
+        plotting.check_path(plot)
+    if html is not None and html.suffix.lower() not in (".html", ".htm"):
+        raise ConfigError(f"option --html: {str(html)[:100]!r} must end in .html")
+    if plot is not None or html is not None:
+        plotting.pyplot()
+
+
+def write_report_outputs(
+    reader: Reader, report: Report, plot: Path | None, html: Path | None, by_host: bool = False
+) -> None:
+    """Write the report's figure and page (the store is read once more for the timeline)."""
+    if plot is None and html is None:
+        return
+    from wattline.workloads import page
+    from wattline.workloads import plot as plotting
+
+    timeline = build_timeline(reader, report)
+    if plot is not None:
+        _write(plot, lambda: plotting.save(plotting.plot_report(report, timeline, by_host), plot))
+    if html is not None:
+        svg = plotting.svg_text(plotting.plot_report(report, timeline, by_host))
+        text = page.report_page(report, svg, timeline.series)
+        _write(html, lambda: html.write_text(text, encoding="utf-8"))
+
+
+def write_compare_plot(data: dict[str, Any], a: Report, b: Report, plot: Path) -> None:
+    """Write ``compare --plot`` from the comparison JSON and the two reports (footnotes)."""
+    from wattline.workloads import plot as plotting
+
+    notes = plotting.comparison_footnotes({"A": a, "B": b})
+    _write(plot, lambda: plotting.save(plotting.plot_comparison(data, a.job.unit_name, notes), plot))
+
+
+def _write(path: Path, write: Any) -> None:
+    try:
+        write()
+    except OSError as exc:
+        raise ConfigError(f"cannot write {str(path)[:100]!r}: {exc.strerror or exc}") from None
+    typer.echo(f"wrote {path}", err=True)
+
+
+def jobs_csv(reader: Reader, settings: ReportSettings) -> None:
+    """``jobs --csv``: one row per job on stdout; a job whose events are bad has its error."""
+    rows: list[dict[str, Any]] = []
+    for view in all_views(reader):
+        try:
+            view.check()
+            rows.append(export_rows.job_row(build_report(reader, view.job_id, settings)))
+        except ValueError as exc:
+            rows.append(
+                {"job_id": view.job_id, "name": view.name, "kind": view.kind, "error": " ".join(str(exc).split())}
+            )
+    export_rows.write_csv(rows, export_rows.JOB_COLUMNS, sys.stdout)
+
+
+def export(reader: Reader, job_id: str, csv_path: str) -> None:
+    """``export JOB --csv FILE|-``: the job's samples, cut at its window and saturation point."""
+    try:
+        report = build_complete_report(reader, job_id, ReportSettings())
+    except JobNotFound as exc:
+        raise ConfigError(str(exc)) from None
+    rows = export_rows.sample_rows(reader, report)
+    if csv_path == "-":
+        export_rows.write_csv(rows, export_rows.SAMPLE_COLUMNS, sys.stdout)
+        return
+    path = Path(csv_path)
+    try:
+        with path.open("w", encoding="utf-8", newline="") as out:
+            n = export_rows.write_csv(rows, export_rows.SAMPLE_COLUMNS, out)
+    except OSError as exc:
+        raise ConfigError(f"option --csv: cannot write {csv_path[:100]!r}: {exc.strerror or exc}") from None
+    typer.echo(f"wrote {n} samples to {path}", err=True)
+
+
+def export_command(
+    job_id: str = typer.Argument(..., help="Job id (see `wattline jobs`)."),
+    csv_path: str = typer.Option(..., "--csv", help="CSV file to write, or - for stdout."),
+    store: str | None = typer.Option(None, "--store", help=STORE_HELP),
+    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    influx_api: str | None = INFLUX_API,
+    influx_database: str | None = INFLUX_DATABASE,
+    influx_org: str | None = INFLUX_ORG,
+    influx_bucket: str | None = INFLUX_BUCKET,
+    influx_token_file: Path | None = INFLUX_TOKEN_FILE,
+) -> None:
+    """The job's samples as CSV: time, host, source, component, device, quality, window, energy, power."""
+    choice = store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file)
+    with open_reader(choice) as reader:
+        export(reader, job_id, csv_path)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``export`` to ``app``."""
+    app.command(name="export")(export_command)

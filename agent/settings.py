@@ -85,6 +85,10 @@ class AgentSettings:
             raise ConfigError("option agent.collectors: at least one collector HOST:PORT is needed")
         for address in self.collectors:
             host, sep, port = address.rpartition(":")
+            if "/" in address:  # a URL: gRPC takes HOST:PORT (TLS comes from tls_ca, not a scheme)
+                raise ConfigError(
+                    f"option agent.collectors: {address[:100]!r} is a URL, not HOST:PORT (drop the scheme)"
+                )
             if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
                 raise ConfigError(f"option agent.collectors: {address!r} is not HOST:PORT")
         if self.spool_max_mb <= 0 or self.spool_max_age <= 0:

@@ -18,8 +18,9 @@ from wattline.security import read_token, server_credentials
 log = logging.getLogger(__name__)
 
 
-def store_from_settings(settings: CollectorSettings) -> Store:
-    """Open the configured store; secrets come from a file or the environment only."""
+def store_from_settings(settings: CollectorSettings, read_only: bool = False) -> Store:
+    """Open the configured store (``read_only``: see :func:`open_store`); secrets come from a
+    file or the environment only."""
     token = read_secret(settings.influx_token_file, "WATTLINE_INFLUX_TOKEN", "InfluxDB token")
     return open_store(
         settings.store,
@@ -30,6 +31,7 @@ def store_from_settings(settings: CollectorSettings) -> Store:
         token=token or "",
         username=settings.influx_username or None,
         password=read_secret(None, "WATTLINE_INFLUX_PASSWORD", "InfluxDB password"),
+        read_only=read_only,
     )
 
 

@@ -144,3 +144,21 @@ def test_help_and_version_still_exit_zero(monkeypatch: pytest.MonkeyPatch, capsy
     assert code == 0 and err == ""
     code, _ = run_main(monkeypatch, capsys)  # no command: the help, as a usage error
     assert code == 2
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["agent"], ["collector"], ["sources"], ["run"], ["report"], ["jobs"], ["compare"],
+     ["workload", "layoutlm-inference"], ["workload", "bert-pretrain"]],
+)  # fmt: skip
+def test_config_help_names_its_tables(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """``[agent]`` is a TOML table, not rich markup: every --config help shows it."""
+    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.setattr(sys, "argv", ["wattline", *argv, "--help"])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    out = " ".join(capsys.readouterr().out.split())
+    assert exit_info.value.code == 0
+    assert "TOML config file ([agent], [collector], [sources.NAME] tables)" in out, out

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -98,9 +100,105 @@ def test_sigterm_is_forwarded_and_its_status_returned(tmp_path: Path) -> None:
 
 
 def test_missing_command_is_one_line_and_127(tmp_path: Path) -> None:
-    out = run(tmp_path, "run", "--job-id", "x", "--no-report", "--", "/nonexistent/cmd")
-    assert out.returncode == 1
-    lines = [line for line in out.stderr.splitlines() if "wattline: error" in line]
-    assert lines == ["wattline: error: cannot start '/nonexistent/cmd': No such file or directory"]
-    assert "Traceback" not in out.stderr
-    assert report_of(tmp_path, "x")["job"]["exit_code"] == 127
+    """As a shell: 127 not found, 126 not executable; a command that never started is no job
+    (the store is not even created)."""
+    (tmp_path / "script.sh").write_text("echo hi\n")  # not executable
+    for command, status, why in (
+        ("/nonexistent/cmd", 127, "No such file or directory"),
+        ("no-such-command-wattline", 127, "command not found"),
+        (str(tmp_path / "script.sh"), 126, "Permission denied"),
+        (str(tmp_path), 126, "Is a directory"),
+    ):
+        out = run(tmp_path, "run", "--job-id", "x", "--no-report", "--", command)
+        assert out.returncode == status, out.stderr
+        assert out.stderr == f"wattline: error: {command}: {why}\n"
+    assert not (tmp_path / "w.db").exists()
+
+
+CATCHER = """
+import pathlib, signal, sys, time
+log = pathlib.Path(sys.argv[1])
+signal.signal(signal.SIGINT, lambda *_: log.open("a").write("INT\\n"))
+(log.parent / "ready").write_text("1")
+deadline = time.time() + 30
+while time.time() < deadline and not log.exists():
+    time.sleep(0.05)
+time.sleep(1.5)  # a second copy of the signal would arrive within this
+sys.exit(5)
+"""
+
+
+def _wait_ready(tmp_path: Path) -> None:
+    deadline = time.time() + 60
+    while not (tmp_path / "ready").exists():
+        assert time.time() < deadline, "the command never started"
+        time.sleep(0.05)
+
+
+def _catcher(tmp_path: Path) -> list[str]:
+    (tmp_path / "catch.py").write_text(CATCHER)
+    return [*WATTLINE, "run", "--no-report", "--", sys.executable, str(tmp_path / "catch.py"), str(tmp_path / "ints")]
+
+
+def test_ctrl_c_without_a_terminal_reaches_the_command_once(tmp_path: Path) -> None:
+    """setsid / a scheduler: SIGINT to the wrapper's process group, or to the wrapper alone,
+    reaches the command exactly once (it used to get the group's copy and a forwarded one)."""
+    env = {**os.environ, "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}"}
+    for to_group in (True, False):
+        for name in ("ready", "ints"):
+            (tmp_path / name).unlink(missing_ok=True)
+        proc = subprocess.Popen(
+            _catcher(tmp_path), env=env, cwd=tmp_path, start_new_session=True,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        _wait_ready(tmp_path)
+        if to_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 5, err
+        assert (tmp_path / "ints").read_text() == "INT\n", f"group={to_group}"
+
+
+def test_ctrl_c_in_a_terminal_reaches_the_command_once(tmp_path: Path) -> None:
+    """In the foreground of a terminal, the terminal's Ctrl-C reaches the command once."""
+    import pty
+
+    env = {**os.environ, "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}"}
+    argv = _catcher(tmp_path)
+    pid, master = pty.fork()
+    if pid == 0:  # the child: session leader, the pty its controlling terminal, foreground
+        os.chdir(tmp_path)
+        os.execve(argv[0], argv, env)
+    try:
+        _wait_ready(tmp_path)
+        os.write(master, b"\x03")  # Ctrl-C: the terminal signals its foreground process group
+        deadline = time.time() + 60
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            assert time.time() < deadline
+            if select.select([master], [], [], 0.05)[0]:  # keep the pty drained
+                with contextlib.suppress(OSError):
+                    os.read(master, 65536)
+    finally:
+        os.close(master)
+    assert os.waitstatus_to_exitcode(status) == 5
+    assert (tmp_path / "ints").read_text() == "INT\n"
+
+
+def test_json_stdout_is_only_json_and_sources_are_one_line(tmp_path: Path) -> None:
+    """--json: stdout parses as the report alone, CMD's stdout goes to stderr (counted by
+    --units-from-stdout all the same); discovery is one line, not a log line per source."""
+    out = run(
+        tmp_path, "run", "--job-id", "j-json", "--json", "--units-from-stdout", r"did (\d+)", "--",
+        "sh", "-c", "echo did 4; echo did 3",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["units"]["total"] == 7
+    assert "did 4\ndid 3\n" in out.stderr
+    sources = [line for line in out.stderr.splitlines() if line.startswith("wattline: sources: ")]
+    assert len(sources) == 1 and "measuring" in sources[0], out.stderr
+    assert " INFO " not in out.stderr, out.stderr

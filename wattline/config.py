@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import functools
 import os
 import stat
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -81,18 +82,58 @@ def build(
     file_values = table(doc or {}, name)
     for key in file_values:
         if key not in fields:
-            raise ConfigError(f"config [{name}]: unknown option {key!r}")
+            raise ConfigError(f"config [{name}]: unknown option {key!r}{closest(key, fields)}")
     env = os.environ if env is None else env
-    prefix = "WATTLINE_" + name.upper().replace(".", "_") + "_"
     for key in fields:
         label = f"{name}.{key}"
+        variable = env_name(name, key)
         if flags and flags.get(key) is not None:
             values[key] = coerce(flags[key], hints[key], f"--{key.replace('_', '-')}")
-        elif prefix + key.upper() in env:
-            values[key] = coerce(env[prefix + key.upper()], hints[key], prefix + key.upper())
+        elif variable in env:
+            values[key] = coerce(env[variable], hints[key], variable)
         elif key in file_values:
             values[key] = coerce(file_values[key], hints[key], label)
     return cls(**values)
+
+
+def env_name(table_name: str, key: str) -> str:
+    """The environment variable of option ``key`` of table ``table_name``: WATTLINE_AGENT_INTERVAL."""
+    return f"WATTLINE_{table_name.upper().replace('.', '_')}_{key.upper()}"
+
+
+def env_names(cls: type[Any], table_name: str) -> set[str]:
+    """Every environment variable :func:`build` reads for dataclass ``cls`` as table ``table_name``."""
+    return {env_name(table_name, f.name) for f in dataclasses.fields(cls)}
+
+
+def closest(name: str, known: Iterable[str], fmt: str = "{}") -> str:
+    """`` (did you mean X?)`` with the known name closest to ``name`` (difflib), or ""."""
+    match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {fmt.format(match[0])}?)" if match else ""
+
+
+def check_tables(doc: Mapping[str, Any], known: Collection[str], path: Path) -> None:
+    """ConfigError (one line) naming the first table of ``doc`` that is not in ``known``
+    (dotted names: ``agent``, ``sources``, ``sources.rapl``), with the closest known one."""
+
+    def check(name: str, value: Any) -> None:
+        if name not in known:
+            raise ConfigError(f"config file {path}: unknown table [{name[:100]}]{closest(name, known, '[{}]')}")
+        if isinstance(value, Mapping) and any(k.startswith(name + ".") for k in known):
+            for key, sub in value.items():
+                check(f"{name}.{key}", sub)
+
+    for key, value in doc.items():
+        check(key, value)
+
+
+def unknown_variables(env: Mapping[str, str], known: Collection[str]) -> list[str]:
+    """One line per ``WATTLINE_*`` variable of ``env`` that is not in ``known``, with the closest."""
+    return [
+        f"environment variable {name[:100]} is not a wattline setting; ignored{closest(name, known)}"
+        for name in sorted(env)
+        if name.startswith("WATTLINE_") and name not in known
+    ]
 
 
 def coerce(value: Any, hint: Any, label: str) -> Any:

@@ -17,13 +17,13 @@ DEFAULT_DB = "~/.local/share/wattline/wattline.db"
 
 
 def default_store_url(env: Mapping[str, str] | None = None) -> str:
-    """``$WATTLINE_STORE``, else ``sqlite:///$XDG_DATA_HOME/wattline/wattline.db``."""
+    """``$WATTLINE_STORE``, else ``sqlite:///$XDG_DATA_HOME/wattline/wattline.db`` (created by
+    the first writer, never by a reader)."""
     env = os.environ if env is None else env
     if env.get("WATTLINE_STORE"):
         return env["WATTLINE_STORE"]
     base = Path(env["XDG_DATA_HOME"]) if env.get("XDG_DATA_HOME") else Path(DEFAULT_DB).expanduser().parent.parent
     path = base / "wattline" / "wattline.db"
-    path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
 
 
@@ -43,7 +43,8 @@ def embedded_session(
     doc: Mapping[str, Any] | None = None,
     store: Store | None = None,
 ) -> EmbeddedSession:
-    """Open the local store and start sampling this host in-process."""
+    """Start sampling this host in-process into ``store`` (else the store at ``store_url``,
+    opened here); the session closes the store."""
     session = OwnedSession(store or open_store(store_url or default_store_url()), settings or AgentSettings(), doc)
     session.start()
     return session

@@ -1,14 +1,22 @@
 """``wattline run``: start a command inside a job window on this host.
 
 The command gets ``$WATTLINE_JOB_ID`` and ``$WATTLINE_EVENTS`` (see
-:mod:`wattline.workloads.events`); the Python API joins the job through them. Signals
-are forwarded (Ctrl-C included, without doubling what the terminal already sent to
-the child), and the command's exit status is recorded and returned. While the command
-runs, a heartbeat renews the job's lease (:mod:`.heartbeat`).
+:mod:`wattline.workloads.events`); the Python API joins the job through them. Its exit
+status is recorded and returned; a command that cannot start records nothing and is
+:class:`CommandNotStarted` (127 not found, 126 not executable, as a shell says). While
+the command runs, a heartbeat renews the job's lease (:mod:`.heartbeat`).
+
+Signals reach the command once. In the foreground of a terminal the command shares our
+process group, so Ctrl-C reaches it from the terminal and is not forwarded again (other
+signals are). Anywhere else (``setsid``, a scheduler, a background job) the command gets
+a process group of its own and every signal we receive, to our group or to us alone, is
+forwarded to its group exactly once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import re
@@ -25,7 +33,10 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, TYPE_CHECKING, Any
 
+from wattline.agent.registry import SourceStatus
 from wattline.agent.settings import AgentSettings
+from wattline.collector.stores.base import Store
+from wattline.config import ConfigError
 from wattline.workloads.embedded import embedded_session
 from wattline.workloads.events import (
     ENV_EVENTS,
@@ -57,6 +68,57 @@ class RunRequest:
     saturated_after_s: float | None = None
     units_from_stdout: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    #: The command's stdout goes to our stderr (``--json``: our stdout holds only JSON).
+    stdout_to_stderr: bool = False
+
+
+class CommandNotStarted(OSError):
+    """The command could not be started; ``status`` is the shell's (127 not found, 126 not executable)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def check_command(command: list[str], env: Mapping[str, str] | None = None) -> None:
+    """Raise :class:`CommandNotStarted` where a shell would refuse ``command`` (before the job opens)."""
+    name = command[0]
+    shown = name[:100]
+    if "/" not in name:
+        if shutil.which(name, path=(os.environ if env is None else env).get("PATH", os.defpath)) is None:
+            raise CommandNotStarted(f"{shown}: command not found", 127)
+        return
+    path = Path(name)
+    if not path.exists():
+        raise CommandNotStarted(f"{shown}: No such file or directory", 127)
+    if path.is_dir():
+        raise CommandNotStarted(f"{shown}: Is a directory", 126)
+    if not os.access(path, os.X_OK):
+        raise CommandNotStarted(f"{shown}: Permission denied", 126)
+
+
+def units_pattern(text: str | None) -> re.Pattern[str] | None:
+    """The compiled ``--units-from-stdout`` regex; a bad one is a ConfigError (one line)."""
+    if text is None:
+        return None
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise ConfigError(f"option --units-from-stdout: {text[:100]!r} is not a regular expression: {exc}") from None
+
+
+def sources_summary(statuses: list[SourceStatus]) -> str:
+    """One line: the sources measured, the ones estimated by a model, the absent ones."""
+    present = [s for s in statuses if s.available]
+    measured = [s.name for s in present if any(ch.quality.measured for ch in s.channels)]
+    estimated = [s.name for s in present if s.name not in measured]
+    absent = [s.name for s in statuses if not s.available]
+    parts = ["measuring " + (", ".join(measured) or "nothing")]
+    if estimated:
+        parts.append("ESTIMATING " + ", ".join(estimated) + " (models, not measurements)")
+    if absent:
+        parts.append("absent: " + ", ".join(absent))
+    return "sources: " + "; ".join(parts) + " (-v for details)"
 
 
 def devices_from_env(env: Mapping[str, str]) -> list[str]:
@@ -129,7 +191,7 @@ class JobRunner:
         self.live_out = live_out  #: where the live line goes (a terminal), or None
         self.builder = EventBuilder(request.spec)
         self.units = UnitAccumulator(self.builder, sink.send)
-        self.pattern = re.compile(request.units_from_stdout) if request.units_from_stdout else None
+        self.pattern = units_pattern(request.units_from_stdout)
         self.open_ns = 0
         self.close_ns = 0
         self.saturation_marked = False
@@ -142,24 +204,31 @@ class JobRunner:
         events_path.touch(mode=0o600)
         env = {**os.environ, **self.request.env, ENV_JOB_ID: self.request.spec.job_id, ENV_EVENTS: str(events_path)}
         reader = EventsFileReader(events_path, self.units.add, self._phase)
-        opened = self.builder.open()
+        opened = self.builder.open()  # sent once the command has started: none for one that cannot
         self.open_ns = opened.time_ns
-        self.sink.send([opened])
+        interactive = _terminal_delivered()
+        stdout: int | None = None
+        if self.pattern:
+            stdout = subprocess.PIPE
+        elif self.request.stdout_to_stderr:
+            stdout = sys.stderr.fileno()
         try:
             child = subprocess.Popen(
                 self.request.command,
                 env=env,
-                stdout=subprocess.PIPE if self.pattern else None,
+                stdout=stdout,
                 text=True if self.pattern else None,
                 bufsize=1 if self.pattern else -1,
+                process_group=None if interactive else 0,
             )
         except OSError as exc:
-            self.sink.send([self.builder.close(127)])
             shutil.rmtree(workdir, ignore_errors=True)
-            raise FileNotFoundError(f"cannot start {self.request.command[0]!r}: {exc.strerror}") from None
+            status = 126 if exc.errno in (errno.EACCES, errno.ENOEXEC, errno.EISDIR, errno.EPERM) else 127
+            raise CommandNotStarted(f"{self.request.command[0][:100]}: {exc.strerror}", status) from None
+        self.sink.send([opened])
         heartbeat = Heartbeat(self.builder, self.sink.send).start()
         live = self._live_line()
-        previous = {sig: signal.signal(sig, self._forwarder(child)) for sig in FORWARDED}
+        previous = {sig: signal.signal(sig, self._forwarder(child, interactive)) for sig in FORWARDED}
         pump = None
         if self.pattern is not None and child.stdout is not None:
             pump = threading.Thread(target=self._pump_stdout, args=(child.stdout,), daemon=True)
@@ -221,9 +290,10 @@ class JobRunner:
 
     def _pump_stdout(self, stream: IO[str]) -> None:
         assert self.pattern is not None
+        out = sys.stderr if self.request.stdout_to_stderr else sys.stdout
         for line in stream:
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            out.write(line)
+            out.flush()
             match = self.pattern.search(line)
             if match is None:
                 continue
@@ -233,22 +303,37 @@ class JobRunner:
                 continue
 
     @staticmethod
-    def _forwarder(child: subprocess.Popen[str] | subprocess.Popen[bytes]) -> Callable[[int, FrameType | None], None]:
+    def _forwarder(
+        child: subprocess.Popen[str] | subprocess.Popen[bytes], interactive: bool
+    ) -> Callable[[int, FrameType | None], None]:
+        """The handler of a forwarded signal: to the child (``interactive``: it shares our
+        process group, and the terminal sends it Ctrl-C itself), else to its own group."""
+
         def forward(signum: int, _frame: FrameType | None) -> None:
-            if signum == signal.SIGINT and _terminal_delivered():
-                return  # the terminal already sent Ctrl-C to the child's process group
-            if child.poll() is None:
+            if child.poll() is not None:
+                return
+            if not interactive:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signum)
+            elif signum != signal.SIGINT or not _terminal_delivered():
                 child.send_signal(signum)
 
         return forward
 
 
 def _terminal_delivered() -> bool:
-    """True when we are the foreground process group of a terminal (Ctrl-C hit us both)."""
+    """True when we are the foreground process group of our controlling terminal, the one
+    whose Ctrl-C reaches our whole group (stdin may be a file or a pipe all the same)."""
     try:
-        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
-    except (OSError, ValueError, AttributeError):
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:  # no controlling terminal: setsid, a scheduler, a daemon
         return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def run_job(
@@ -258,6 +343,8 @@ def run_job(
     collectors: list[str] | None = None,
     store_url: str | None = None,
     on_kept: Callable[[str], None] | None = None,
+    open_store: Callable[[], Store] | None = None,
+    on_sources: Callable[[str], None] | None = None,
     live_out: IO[str] | None = None,
 ) -> int:
     """Run ``request`` under a job window; returns the command's exit status.
@@ -266,18 +353,25 @@ def run_job(
     token settings as the agent), through the host's outbox: when no collector
     acknowledges them within a few seconds of the command's end, ``on_kept`` gets one
     line saying where they wait. Otherwise this process samples the host itself into the
-    local store ``store_url``. ``live_out`` (a terminal) gets the live line (:mod:`.live`).
+    store ``open_store()`` opens (else the local store ``store_url``) and writes the job's
+    summary there, and ``on_sources`` gets the one line
+    of :func:`sources_summary`. ``live_out`` (a terminal) gets the live line (:mod:`.live`).
+    Raises :class:`CommandNotStarted` (nothing recorded) when the command cannot start.
     """
+    check_command(request.command, {**os.environ, **request.env})
     sink: EventSink
     if collectors:
         settings.collectors = list(collectors)
         sink = CollectorSink(settings.validate(), on_kept=on_kept)
     else:
-        sink = embedded_session(store_url, settings, doc)
+        session = embedded_session(store_url, settings, doc, store=open_store() if open_store else None)
+        if on_sources is not None:
+            on_sources(sources_summary(session.discovery.statuses))
+        sink = session
     try:
         status = JobRunner(request, sink, live_out).run()
     finally:
         sink.close()
     if not collectors:  # embedded: the run writes its job's summary (a collector does otherwise)
-        record_local_summary(store_url, request.spec.job_id)
+        record_local_summary(store_url, request.spec.job_id, open_store)
     return status

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from wattline.collector.stores.base import JobSummary, StoreUnavailable, SummaryValue, WriteResult
+from wattline.collector.stores.base import JobSummary, Store, StoreUnavailable, SummaryValue, WriteResult
 from wattline.collector.stores.factory import open_store
 from wattline.collector.stores.reader import Reader
 from wattline.workloads.embedded import default_store_url
@@ -130,11 +130,11 @@ def record_summary(reader: Reader, sink: Sink, job_id: str, settings: ReportSett
     return report
 
 
-def record_local_summary(store_url: str | None, job_id: str) -> None:
-    """The embedded run's summary, into its local store; a failure is one warning, never the
-    run's (the command's exit status stands)."""
+def record_local_summary(store_url: str | None, job_id: str, opener: Callable[[], Store] | None = None) -> None:
+    """The embedded run's summary, into its local store (``opener()``, else the store at
+    ``store_url``); a failure is one warning, never the run's (the command's exit status stands)."""
     try:
-        with open_store(store_url or default_store_url()) as store:
+        with opener() if opener is not None else open_store(store_url or default_store_url()) as store:
             write = getattr(store, "write_summary", None)
             if write is None or not all(hasattr(store, m) for m in READER_METHODS):
                 log.warning("job %s: no summary written (a %s store is not read back)", job_id[:100], store.kind)

@@ -63,18 +63,22 @@ def open_store(
     retention_policy: str | None = None,
     api: Api | None = None,
     timeout_s: float = 10.0,
+    read_only: bool = False,
 ) -> Store:
     """The store ``url`` names. 1.x uses ``database`` (+ credentials, retention policy),
     2.x/3.x ``org``/``bucket``/``token``. Raises ValueError for a URL or API it cannot use.
+
+    ``read_only`` (reports): a SQLite store must exist and is opened for reading only
+    (ConfigError when the path holds no wattline store); InfluxDB is only read anyway.
     """
     scheme = urllib.parse.urlsplit(url).scheme.lower() if "://" in url or url.startswith("sqlite:") else ""
     if scheme == "sqlite":
         path = urllib.parse.unquote(url[len("sqlite:") :].removeprefix("//"))
         if not path:
             raise ValueError(f"no path in {url!r}")
-        return SqliteStore(path)
+        return SqliteStore(path, read_only=read_only)
     if scheme == "":
-        return SqliteStore(url)
+        return SqliteStore(url, read_only=read_only)
     if scheme not in ("http", "https"):
         raise ValueError(f"unsupported store URL {url!r}: use sqlite:///path, a path, or http(s)://")
     if api is None:

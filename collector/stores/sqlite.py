@@ -24,8 +24,10 @@ from __future__ import annotations
 import functools
 import json
 import operator
+import os
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +60,7 @@ from wattline.collector.stores.base import (
     summary_points,
 )
 from wattline.collector.stores.reader import StoredJobEvent, StoredSample, jobs_near, last_heard
+from wattline.config import ConfigError
 
 SCHEMA_VERSION = 5
 
@@ -116,6 +119,8 @@ CREATE INDEX job_events_job ON job_events (job_id, time_ns);
 CREATE INDEX job_events_host ON job_events (host, event, time_ns);
 """
 
+#: The oldest schema a read-only connection reads as it is (reads need the v2 ``series`` table).
+MIN_READABLE_VERSION = 2
 #: v5: each job's summary (the job_summary and job_summary_host measurements), one row per job.
 _SCHEMA_V5 = """
 CREATE TABLE job_summary (
@@ -230,6 +235,69 @@ def _event_fields(text: str) -> dict[str, Any]:
     return {} if text == "{}" else dict(json.loads(text))
 
 
+class NotAStore(ConfigError, StoreUnavailable):
+    """The path holds no wattline store (missing, a directory, not SQLite, another schema):
+    input to fix (a ConfigError, exit 2 in the CLI), and a store that cannot be used."""
+
+
+def connect_read_only(path: str, timeout_s: float) -> sqlite3.Connection:
+    """A connection that reads an existing wattline store and creates or changes nothing.
+
+    No file or directory is created for a mistyped path (``mode=rw`` never creates) and no
+    statement may write (``query_only``); SQLite's ``-wal``/``-shm`` side files, when no
+    writer holds them, exist only while the connection is open (a ``mode=ro`` connection
+    would leave them behind, owned by the reader). On a read-only mount the file is read
+    as ``immutable`` (nothing can change it there). Raises NotAStore (the path is not a
+    wattline store, one line) or StoreUnavailable (SQLite failed).
+    """
+    target = Path(path)
+    if not target.exists():
+        raise NotAStore(f"no store at {clip(path)} (nothing created): check --store or $WATTLINE_STORE")
+    if target.is_dir():
+        raise NotAStore(f"store {clip(path)} is a directory, not a SQLite file")
+    if not os.access(target, os.R_OK):
+        raise NotAStore(f"store {clip(path)}: permission denied")
+    uri = "file:" + urllib.parse.quote(str(target.resolve()))
+    try:
+        try:
+            return _checked(path, uri + "?mode=rw", timeout_s)
+        except sqlite3.OperationalError:
+            if os.access(target.parent, os.W_OK):
+                raise
+            return _checked(path, uri + "?mode=ro&immutable=1", timeout_s)  # a read-only mount
+    except sqlite3.DatabaseError as exc:
+        if exc.sqlite_errorcode == sqlite3.SQLITE_NOTADB:
+            raise NotAStore(f"store {clip(path)} is not a SQLite file (not a wattline store)") from None
+        raise StoreUnavailable(f"SQLite {clip(path)}: {exc}") from exc
+
+
+def _checked(path: str, uri: str, timeout_s: float) -> sqlite3.Connection:
+    """Connect to ``uri`` and check it holds a wattline schema it can read (MIN_READABLE_VERSION
+    up to SCHEMA_VERSION: an older store is read as it is, not upgraded)."""
+    db = sqlite3.connect(uri, uri=True, timeout=timeout_s, check_same_thread=False, isolation_level=None)
+    try:
+        db.execute("PRAGMA query_only = 1")
+        (version,) = db.execute("PRAGMA user_version").fetchone()
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except BaseException:
+        db.close()
+        raise
+    problem = ""
+    if version == 0 or "job_events" not in tables:
+        problem = "is a SQLite file but not a wattline store (no job_events table)"
+    elif version > SCHEMA_VERSION:
+        problem = f"has schema version {version}, newer than this wattline's {SCHEMA_VERSION}: upgrade wattline"
+    elif version < MIN_READABLE_VERSION:
+        problem = (
+            f"has schema version {version}, older than {MIN_READABLE_VERSION}: open it once with write access "
+            "(wattline collector or wattline run --store) to upgrade it"
+        )
+    if problem:
+        db.close()
+        raise NotAStore(f"store {clip(path)} {problem}")
+    return db
+
+
 class SqliteStore(Store):
     """A SQLite file; one connection shared by the collector's threads behind a lock."""
 
@@ -237,7 +305,9 @@ class SqliteStore(Store):
     #: One writer at a time (the connection's lock), so batches waiting for it group up.
     max_concurrent_writes = 1
 
-    def __init__(self, path: str | Path, timeout_s: float = 10.0) -> None:
+    def __init__(self, path: str | Path, timeout_s: float = 10.0, read_only: bool = False) -> None:
+        """Open (creating it and its directory) the store at ``path``; with ``read_only``, an
+        existing store only, for reading (:func:`connect_read_only`)."""
         self.path = str(path)
         self._lock = threading.Lock()
         self._checker = LineEncoder()
@@ -248,6 +318,11 @@ class SqliteStore(Store):
         self._gauge_templates: dict[tuple[str, ...], GaugesTemplate | None] = {}
         #: Rows of the ``series`` table (only ever added to): new series are the only ones inserted.
         self._series: set[tuple[str, str, str, str, str]] = set()
+        if read_only:
+            self._db = connect_read_only(self.path, timeout_s)
+            return
+        if Path(self.path).is_dir():
+            raise NotAStore(f"store {clip(self.path)} is a directory, not a SQLite file")
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -261,6 +336,11 @@ class SqliteStore(Store):
                 self._db.close()
                 raise
         except (sqlite3.Error, OSError) as exc:
+            if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
+                raise NotAStore(f"store {clip(self.path)} is not a SQLite file (not a wattline store)") from None
+            parent = Path(self.path).parent
+            if parent.is_dir() and not os.access(parent, os.W_OK):
+                raise StoreUnavailable(f"SQLite {self.path}: cannot write: {parent} is read-only ({exc})") from exc
             raise StoreUnavailable(f"SQLite {self.path}: {exc}") from exc
 
     def __repr__(self) -> str:

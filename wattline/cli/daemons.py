@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,9 @@ from wattline.agent.settings import AgentSettings
 from wattline.collector.daemon import run_collector, store_from_settings
 from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import StoreUnavailable
-from wattline.config import build, help_of, parse_pairs, read_toml
+from wattline.config import build, check_tables, env_names, help_of, parse_pairs, read_toml, unknown_variables
+from wattline.wire import ENV_HEARTBEAT
+from wattline.workloads.events import ENV_EVENTS, ENV_JOB_ID
 from wattline.workloads.report import ReportSettings
 from wattline.workloads.summary import SummaryWriter
 
@@ -30,6 +34,54 @@ SUMMARY_METHODS = ("job_events", "job_events_between", "samples", "first_after",
 
 CONFIG_HELP = "TOML config file ([agent], [collector], [sources.NAME] tables); env WATTLINE_* and flags override it."
 
+#: Variables read outside the settings tables: set by ``wattline run`` for its command (job
+#: id, events file, heartbeat), the store of ``run``/``report``, log level and tracebacks,
+#: secrets (never flags), the Grafana provisioning file, and the test and bench harnesses.
+OTHER_VARIABLES = frozenset(
+    {
+        ENV_JOB_ID,
+        ENV_EVENTS,
+        ENV_HEARTBEAT,
+        "WATTLINE_STORE",
+        "WATTLINE_LOG_LEVEL",
+        "WATTLINE_DEBUG",
+        "WATTLINE_TOKEN",
+        "WATTLINE_INFLUX_TOKEN",
+        "WATTLINE_INFLUX_PASSWORD",
+        "WATTLINE_INFLUX_URL",
+        "WATTLINE_INFLUX_DATABASE",
+        "WATTLINE_INFLUX_USER",
+        "WATTLINE_NVML_SCENARIO",
+        "WATTLINE_PYTHON",
+    }
+)
+
+
+def known_tables() -> set[str]:
+    """The tables a config file may hold (dotted)."""
+    return {"agent", "collector", "sources", *(f"sources.{name}" for name in registry.SOURCES)}
+
+
+def read_config(path: Path | None) -> dict[str, Any]:
+    """The parsed ``--config`` file; an unknown table is a ConfigError naming the closest one."""
+    doc = read_toml(path)
+    if path is not None:
+        check_tables(doc, known_tables(), path)
+    return doc
+
+
+def environment_warnings(env: Mapping[str, str] | None = None) -> list[str]:
+    """One line per ``WATTLINE_*`` variable nothing reads (a warning, not an error: the
+    environment is shared with every process of a job and a host, and a stray variable must
+    not stop a user's command)."""
+    env = os.environ if env is None else env
+    known = set(OTHER_VARIABLES) | env_names(AgentSettings, "agent") | env_names(CollectorSettings, "collector")
+    if all(name in known for name in env if name.startswith("WATTLINE_")):
+        return []
+    for name in registry.SOURCES:  # imports every source module: only when needed
+        known |= env_names(registry.source_class(name)[1], f"sources.{name}")
+    return unknown_variables(env, known)
+
 
 def _a(key: str) -> str:
     return help_of(AgentSettings, key)
@@ -37,6 +89,13 @@ def _a(key: str) -> str:
 
 def _c(key: str) -> str:
     return help_of(CollectorSettings, key)
+
+
+INFLUX_API = typer.Option(None, "--influx-api", help=_c("influx_api"))
+INFLUX_DATABASE = typer.Option(None, "--influx-database", help=_c("influx_database"))
+INFLUX_ORG = typer.Option(None, "--influx-org", help=_c("influx_org"))
+INFLUX_BUCKET = typer.Option(None, "--influx-bucket", help=_c("influx_bucket"))
+INFLUX_TOKEN_FILE = typer.Option(None, "--influx-token-file", help=_c("influx_token_file"))
 
 
 def stop_event() -> threading.Event:
@@ -49,7 +108,7 @@ def stop_event() -> threading.Event:
 
 def agent_settings(config: Path | None, **flags: Any) -> tuple[AgentSettings, dict[str, Any]]:
     """Merge file, environment and flags into AgentSettings (+ the parsed file)."""
-    doc = read_toml(config)
+    doc = read_config(config)
     if flags.get("labels"):
         flags["labels"] = parse_pairs(flags["labels"], "--label")
     for key in ("sources", "collectors"):
@@ -121,11 +180,11 @@ def collector(
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     listen: str | None = typer.Option(None, help=_c("listen")),
     store: str | None = typer.Option(None, help=_c("store")),
-    influx_api: str | None = typer.Option(None, help=_c("influx_api")),
-    influx_database: str | None = typer.Option(None, help=_c("influx_database")),
-    influx_org: str | None = typer.Option(None, help=_c("influx_org")),
-    influx_bucket: str | None = typer.Option(None, help=_c("influx_bucket")),
-    influx_token_file: Path | None = typer.Option(None, help=_c("influx_token_file")),
+    influx_api: str | None = INFLUX_API,
+    influx_database: str | None = INFLUX_DATABASE,
+    influx_org: str | None = INFLUX_ORG,
+    influx_bucket: str | None = INFLUX_BUCKET,
+    influx_token_file: Path | None = INFLUX_TOKEN_FILE,
     prometheus_port: int | None = typer.Option(None, help=_c("prometheus_port")),
     prometheus_addr: str | None = typer.Option(None, help=_c("prometheus_addr")),
     workers: int | None = typer.Option(None, help=_c("workers")),
@@ -179,7 +238,7 @@ def collector(
         summary_carbon_intensity=summary_carbon_intensity,
         summary_pue=summary_pue,
     )
-    settings = build(CollectorSettings, "collector", read_toml(config), flags=flags).validate()
+    settings = build(CollectorSettings, "collector", read_config(config), flags=flags).validate()
     writer: SummaryWriter | None = None
     try:
         writer = summary_writer(settings)

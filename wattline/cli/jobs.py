@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import socket
+import sqlite3
 import sys
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +19,22 @@ import typer
 from rich.console import Console
 
 from wattline.agent.settings import AgentSettings
-from wattline.cli.daemons import agent_settings
+from wattline.cli.daemons import (
+    INFLUX_API,
+    INFLUX_BUCKET,
+    INFLUX_DATABASE,
+    INFLUX_ORG,
+    INFLUX_TOKEN_FILE,
+    agent_settings,
+    read_config,
+)
 from wattline.collector.daemon import store_from_settings
 from wattline.collector.lineprotocol import clip
 from wattline.collector.settings import CollectorSettings
+from wattline.collector.stores.base import Store, StoreUnavailable
+from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
 from wattline.collector.stores.reader import Reader
-from wattline.config import ConfigError, build, parse_pairs, read_toml
+from wattline.config import ConfigError, build, parse_pairs
 from wattline.units import parse_duration
 from wattline.workloads import economics
 from wattline.workloads.carbon import IntensitySeries, parse_intensity
@@ -36,7 +51,15 @@ from wattline.workloads.render import (
     report_json,
 )
 from wattline.workloads.report import Report, ReportSettings, build_complete_report, build_report, report_wait_s
-from wattline.workloads.run import RunRequest, devices_from_env, parse_devices, resolve_gpu_claims, run_job
+from wattline.workloads.run import (
+    RunRequest,
+    check_command,
+    devices_from_env,
+    parse_devices,
+    resolve_gpu_claims,
+    run_job,
+    units_pattern,
+)
 
 STORE_HELP = (
     "Store to read/write: sqlite:///PATH or http://influxdb:8086 (default: $WATTLINE_STORE or the local SQLite file)."
@@ -44,17 +67,81 @@ STORE_HELP = (
 CONFIG_HELP = "TOML config file ([agent], [collector], [sources.NAME] tables)."
 
 
-def open_reader(store: str | None, config: Path | None) -> Any:
-    """Open the store a report reads (InfluxDB options come from the [collector] table)."""
-    doc = read_toml(config)
-    settings = build(CollectorSettings, "collector", doc, flags={"store": store or default_store_url()})
-    opened = store_from_settings(settings)
-    needed = ("job_events", "job_events_between", "samples", "first_after", "last_before")
-    if not all(hasattr(opened, m) for m in needed):
-        raise ConfigError(
-            f"store {settings.store}: reports cannot read from a {opened.kind} store (use InfluxDB 1.x API or SQLite)"
-        )
+@dataclass
+class StoreChoice:
+    """The store a command reads (``run``: also writes): ``--store``, then the
+    ``--influx-*`` flags over ``WATTLINE_COLLECTOR_*`` over the ``[collector]`` table of
+    ``--config``, as for the collector."""
+
+    store: str | None
+    config: Path | None
+    influx: dict[str, Any] = field(default_factory=dict)
+
+    def settings(self) -> CollectorSettings:
+        flags = {"store": self.store or default_store_url(), **self.influx}
+        settings = build(CollectorSettings, "collector", read_config(self.config), flags=flags)
+        if settings.influx_api not in {"auto", "v1", "v2"}:
+            raise ConfigError(f"option --influx-api: {settings.influx_api[:100]!r} is not auto, v1 or v2")
+        return settings
+
+    def open(self) -> Store:
+        """The store, for writing (created when it is a new SQLite file)."""
+        return store_from_settings(self.settings())
+
+
+def store_choice(
+    store: str | None,
+    config: Path | None,
+    influx_api: str | None,
+    influx_database: str | None,
+    influx_org: str | None,
+    influx_bucket: str | None,
+    influx_token_file: Path | None,
+) -> StoreChoice:
+    """A :class:`StoreChoice` from the command's options."""
+    influx = dict(
+        influx_api=influx_api,
+        influx_database=influx_database,
+        influx_org=influx_org,
+        influx_bucket=influx_bucket,
+        influx_token_file=influx_token_file,
+    )
+    return StoreChoice(store, config, influx)
+
+
+def open_reader(choice: StoreChoice) -> Any:
+    """Open the store a report reads, read-only: a SQLite file must already be a wattline
+    store (nothing is created), an InfluxDB database must exist (ConfigError, exit 2)."""
+    settings = choice.settings()
+    opened = store_from_settings(settings, read_only=True)
+    try:
+        needed = ("job_events", "job_events_between", "samples", "first_after", "last_before")
+        if not all(hasattr(opened, m) for m in needed):
+            raise ConfigError(
+                f"store {settings.store}: reports cannot read from a {opened.kind} store "
+                "(use the InfluxDB 1.x API, --influx-api v1, or SQLite)"
+            )
+        if isinstance(opened, InfluxV1Store):
+            _check_database(opened)
+    except BaseException:
+        opened.close()
+        raise
     return opened
+
+
+def _check_database(store: InfluxV1Store) -> None:
+    """ConfigError when the database a report would read does not exist (its queries would
+    just find nothing), or the server answers no InfluxQL (VictoriaMetrics)."""
+    try:
+        store.query("SELECT time_ns FROM job_events LIMIT 1")
+    except QueryError as exc:
+        if "database not found" in str(exc):
+            raise ConfigError(
+                f"InfluxDB {store.url} has no database {store.database[:100]!r} (--influx-database)"
+            ) from None
+        if "answers no InfluxQL" in str(exc):
+            raise ConfigError(str(exc)) from None
+        raise RuntimeError(f"InfluxDB {store.url}: {exc}") from None
 
 
 def job_spec(job_id: str, name: str, kind: str, units: str, labels: dict[str, str], devices: list[str]) -> JobSpec:
@@ -93,6 +180,7 @@ def report_settings(
     return ReportSettings(price, carbon, pue, idle, share_rule=share_rule)
 
 
+VERBOSE = typer.Option(False, "--verbose", "-v", help="Log each source's discovery, not one summary line.")
 PRICE = typer.Option(None, "--price", help="Instance price, USD per instance-hour (cost figures).")
 CARBON = typer.Option(
     None,
@@ -168,25 +256,46 @@ def run(
     pue: float = PUE,
     idle: str = IDLE,
     share_rule: str = SHARE,
+    influx_api: str | None = INFLUX_API,
+    influx_database: str | None = INFLUX_DATABASE,
+    influx_org: str | None = INFLUX_ORG,
+    influx_bucket: str | None = INFLUX_BUCKET,
+    influx_token_file: Path | None = INFLUX_TOKEN_FILE,
+    verbose: bool = VERBOSE,
 ) -> None:
     """Run COMMAND inside a job window: count its units, attribute energy, print the report.
 
-    Exits with COMMAND's exit status.
+    Exits with COMMAND's exit status (127: not found, 126: not executable, as a shell;
+    nothing is recorded then). With --json, COMMAND's stdout goes to stderr.
     """
     if kind not in {"inference", "training", "other"}:
         raise ConfigError(f"option --kind: {kind!r} is not inference, training or other")
     rsettings = report_settings(price, carbon_intensity, pue, idle, share_rule)
     after = parse_duration(saturated_after, "--saturated-after") if saturated_after else None
+    units_pattern(units_from_stdout)
     name = job or Path(command[0]).name
     claims = resolve_gpu_claims(parse_devices(devices) if devices else devices_from_env(os.environ))
     spec = job_spec(job_id or default_job_id(name), name, kind, units, parse_pairs(labels or [], "--label"), claims)
-    settings, doc = agent_settings(config, interval=interval, sysfs_root=sysfs_root, host_id=host_id, sources=sources)
+    settings, doc = agent_settings(
+        config, interval=interval, sysfs_root=sysfs_root, host_id=host_id, sources=sources, collectors=collectors
+    )
     check_host(spec, settings)
-    store_url = store or default_store_url()
-    request = RunRequest(list(command), spec, after, units_from_stdout)
+    choice = store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file)
+    check_command(command)
+    request = RunRequest(list(command), spec, after, units_from_stdout, stdout_to_stderr=as_json)
     kept: list[str] = []
     live_out = sys.stderr if not quiet and sys.stderr.isatty() else None
-    status = run_job(request, settings, doc, collectors, store_url, on_kept=kept.append, live_out=live_out)
+    with sources_line(verbose) as on_sources:
+        status = run_job(
+            request,
+            settings,
+            doc,
+            collectors,
+            on_kept=kept.append,
+            open_store=choice.open,
+            on_sources=on_sources,
+            live_out=live_out,
+        )
     if kept:  # no collector acknowledged the events: they wait in the outbox (no report yet)
         typer.echo(f"wattline: {kept[0]}", err=True)
     elif collectors and store is None:
@@ -195,13 +304,44 @@ def run(
             err=True,
         )
     elif not no_report or report_json_path:
-        with open_reader(store_url, config) as reader:
-            report = build_complete_report(reader, spec.job_id, rsettings, report_wait_s(settings.batch_interval))
-        if no_report:
-            report_json_path.write_text(json.dumps(report_json(report), indent=2) + "\n")  # type: ignore[union-attr]
-        else:
-            _emit_report(report, as_json, report_json_path)
+        with after_the_command(status):
+            with open_reader(choice) as reader:
+                report = build_complete_report(reader, spec.job_id, rsettings, report_wait_s(settings.batch_interval))
+            if no_report:
+                report_json_path.write_text(json.dumps(report_json(report), indent=2) + "\n")  # type: ignore[union-attr]
+            else:
+                _emit_report(report, as_json, report_json_path)
     raise typer.Exit(status)
+
+
+@contextlib.contextmanager
+def sources_line(verbose: bool) -> Iterator[Callable[[str], None]]:
+    """Quiets the log lines of the first discovery (unless ``verbose``) and yields what prints
+    the one summary line instead."""
+    logger = logging.getLogger("wattline.agent.registry")
+    level = logger.level
+    if not verbose:
+        logger.setLevel(logging.ERROR)
+
+    def show(line: str) -> None:
+        logger.setLevel(level)
+        typer.echo(f"wattline: {line}", err=True)
+
+    try:
+        yield show
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def after_the_command(status: int) -> Iterator[None]:
+    """Once the command has run, a failed report is one line and the exit status stays the
+    command's (1 if the command succeeded)."""
+    try:
+        yield
+    except (ConfigError, OSError, RuntimeError, ValueError, StoreUnavailable, QueryError, sqlite3.Error) as exc:
+        typer.echo(f"wattline: error: report: {' '.join(str(exc).split()) or type(exc).__name__}", err=True)
+        raise typer.Exit(status or 1) from None
 
 
 JOB_HELP = "an id, a unique id prefix, a job name (its latest run) or latest (see `wattline jobs`)"
@@ -217,6 +357,11 @@ def report(
     pue: float = PUE,
     idle: str = IDLE,
     share_rule: str = SHARE,
+    influx_api: str | None = INFLUX_API,
+    influx_database: str | None = INFLUX_DATABASE,
+    influx_org: str | None = INFLUX_ORG,
+    influx_bucket: str | None = INFLUX_BUCKET,
+    influx_token_file: Path | None = INFLUX_TOKEN_FILE,
     plot: Path | None = typer.Option(None, "--plot", help="Also draw power over time to FILE.png or FILE.svg."),
     by_host: bool = typer.Option(False, "--by-host", help="With --plot/--html: one line per host, not stacked."),
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML page to FILE.html."),
@@ -227,7 +372,9 @@ def report(
 
     rsettings = report_settings(price, carbon_intensity, pue, idle, share_rule)
     outputs.check_report_outputs(plot, html)
-    with open_reader(store, config) as reader:
+    with open_reader(
+        store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file)
+    ) as reader:
         result = _report_or_exit(reader, job_id, rsettings)
         outputs.write_report_outputs(reader, result, plot, html, by_host)
     _emit_report(result, as_json, None)
@@ -247,6 +394,11 @@ def jobs(
     store: str | None = typer.Option(None, "--store", help=STORE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     energy: bool = typer.Option(True, "--energy/--no-energy", help="Compute each job's energy (a report per job)."),
+    influx_api: str | None = INFLUX_API,
+    influx_database: str | None = INFLUX_DATABASE,
+    influx_org: str | None = INFLUX_ORG,
+    influx_bucket: str | None = INFLUX_BUCKET,
+    influx_token_file: Path | None = INFLUX_TOKEN_FILE,
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV: one row per job with its report's figures."),
     price: float | None = PRICE,
     carbon_intensity: str | None = CARBON,
@@ -256,15 +408,16 @@ def jobs(
 
     A job whose stored events are bad is listed with its ``error``; it never stops the listing.
     """
+    choice = store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file)
     if as_csv:
         from wattline.cli import outputs
 
-        with open_reader(store, config) as reader:
+        with open_reader(choice) as reader:
             outputs.jobs_csv(reader, report_settings(price, carbon_intensity, 1.0, "none", "equal"))
         return
     rows: list[dict[str, Any]] = []
     now_ns = time.time_ns()
-    with open_reader(store, config) as reader:
+    with open_reader(choice) as reader:
         for view in all_views(reader):
             row: dict[str, Any] = {
                 "id": view.job_id,
@@ -324,6 +477,11 @@ def compare(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     store: str | None = typer.Option(None, "--store", help=STORE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    influx_api: str | None = INFLUX_API,
+    influx_database: str | None = INFLUX_DATABASE,
+    influx_org: str | None = INFLUX_ORG,
+    influx_bucket: str | None = INFLUX_BUCKET,
+    influx_token_file: Path | None = INFLUX_TOKEN_FILE,
     plot: Path | None = typer.Option(None, "--plot", help="Also draw the study's bars to FILE.png or FILE.svg."),
 ) -> None:
     """The study's table for two measured jobs: throughput, instances for an SLA, energy, cost, CO2."""
@@ -333,7 +491,9 @@ def compare(
     settings_b = report_settings(None, carbon_b or carbon_intensity, pue, idle, "equal")
     _check_compare(sla, work, instances, price_a, price_b)
     outputs.check_report_outputs(plot, None)
-    with open_reader(store, config) as reader:
+    with open_reader(
+        store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file)
+    ) as reader:
         a = _report_or_exit(reader, job_a, settings_a)
         b = _report_or_exit(reader, job_b, settings_b)
     if a.job.unit_name != b.job.unit_name and not allow_different_units:

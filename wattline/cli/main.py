@@ -1,7 +1,16 @@
 """Entry point: the typer app and the one-line error policy.
 
-Every user error (bad option value, malformed config, unreachable file) ends as one line
-on stderr and a non-zero exit, never a traceback. ``WATTLINE_DEBUG=1`` shows tracebacks.
+Every error ends as one line on stderr and a non-zero exit, never a traceback
+(``WATTLINE_DEBUG=1`` shows tracebacks):
+
+- 2: usage, configuration or input: a bad flag or value, a config file that does not
+  parse or names an unknown table or option, a store path that holds no wattline store,
+  an InfluxDB database that does not exist, a job that is not in the store;
+- 1: a runtime failure: a store unreachable or failing, an error while running;
+- ``wattline run``: the command's own status; 127 / 126 when it cannot start (as a shell);
+- 130: interrupted.
+
+An unknown ``WATTLINE_*`` environment variable is one warning line, not an error.
 """
 
 from __future__ import annotations
@@ -9,13 +18,17 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sqlite3
 import sys
 
 import typer
 
 from wattline import __version__
 from wattline.cli import daemons, jobs, outputs, workload
+from wattline.collector.stores.base import StoreUnavailable
+from wattline.collector.stores.influx_v1 import QueryError
 from wattline.config import ConfigError
+from wattline.workloads.run import CommandNotStarted
 
 app = typer.Typer(
     name="wattline",
@@ -23,6 +36,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,  # help texts are plain: "[agent]" is a TOML table, not markup
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 daemons.register(app)
@@ -47,6 +61,8 @@ def root(
     if not isinstance(level, int):
         raise ConfigError(f"option --log-level: {log_level!r} is not debug, info, warning or error")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for line in daemons.environment_warnings():
+        typer.echo(f"wattline: warning: {line}", err=True)
 
 
 def _one_line(text: str) -> str:
@@ -92,6 +108,14 @@ def main() -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+    except CommandNotStarted as exc:  # wattline run: as a shell says it
+        typer.echo(f"wattline: error: {_one_line(str(exc))}", err=True)
+        sys.exit(exc.status)
+    except (StoreUnavailable, QueryError, sqlite3.Error) as exc:
+        if os.environ.get("WATTLINE_DEBUG"):
+            raise
+        typer.echo(f"wattline: error: store: {_one_line(str(exc)) or type(exc).__name__}", err=True)
+        sys.exit(1)
     except (OSError, RuntimeError, ValueError) as exc:
         if os.environ.get("WATTLINE_DEBUG"):
             raise

@@ -9,7 +9,8 @@ from typing import Any
 
 import typer
 
-from wattline.cli.jobs import CONFIG_HELP, STORE_HELP, open_reader
+from wattline.cli.daemons import INFLUX_API, INFLUX_BUCKET, INFLUX_DATABASE, INFLUX_ORG, INFLUX_TOKEN_FILE
+from wattline.cli.jobs import CONFIG_HELP, STORE_HELP, open_reader, store_choice
 from wattline.collector.stores.reader import Reader
 from wattline.config import ConfigError
 from wattline.workloads import export as export_rows
@@ -103,9 +104,15 @@ def export_command(
     csv_path: str = typer.Option(..., "--csv", help="CSV file to write, or - for stdout."),
     store: str | None = typer.Option(None, "--store", help=STORE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    influx_api: str | None = INFLUX_API,
+    influx_database: str | None = INFLUX_DATABASE,
+    influx_org: str | None = INFLUX_ORG,
+    influx_bucket: str | None = INFLUX_BUCKET,
+    influx_token_file: Path | None = INFLUX_TOKEN_FILE,
 ) -> None:
     """The job's samples as CSV: time, host, source, component, device, quality, window, energy, power."""
-    with open_reader(store, config) as reader:
+    choice = store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file)
+    with open_reader(choice) as reader:
         export(reader, job_id, csv_path)
 
 

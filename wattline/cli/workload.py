@@ -26,7 +26,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from wattline.cli.daemons import agent_settings
+from wattline.cli.daemons import (
+    INFLUX_API,
+    INFLUX_BUCKET,
+    INFLUX_DATABASE,
+    INFLUX_ORG,
+    INFLUX_TOKEN_FILE,
+    agent_settings,
+)
 from wattline.cli.jobs import (
     CARBON,
     CONFIG_HELP,
@@ -35,13 +42,17 @@ from wattline.cli.jobs import (
     PUE,
     SHARE,
     STORE_HELP,
+    VERBOSE,
+    StoreChoice,
+    after_the_command,
     check_host,
     job_spec,
     open_reader,
     report_settings,
+    sources_line,
+    store_choice,
 )
 from wattline.config import ConfigError
-from wattline.workloads.embedded import default_store_url
 from wattline.workloads.job import default_job_id
 from wattline.workloads.reference.common import (
     DEMO_ONLY,
@@ -68,6 +79,7 @@ app = typer.Typer(
     help="Reference workloads: the study's LayoutLM inference and BERT-Large pre-training, "
     f"on CPU, CUDA or Neuron ({RANDOM_WEIGHTS}).",
     no_args_is_help=True,
+    rich_markup_mode=None,  # plain help: "[agent]" is a TOML table, not markup
 )
 
 DEVICE = typer.Option("auto", "--device", help=f"{' | '.join(DEVICES)}: auto takes neuron, else cuda, else cpu.")
@@ -123,6 +135,8 @@ class Where:
     as_json: bool
     report_json_path: Path | None
     settings: ReportSettings
+    choice: StoreChoice
+    verbose: bool = False
 
 
 def require_extra() -> Any:
@@ -175,17 +189,28 @@ def execute(launch: Launch, where: Where) -> None:
     spec = job_spec(
         where.job_id or default_job_id(launch.name), launch.name, launch.kind, launch.units, launch.labels, claims
     )
-    settings, doc = agent_settings(where.config, interval=where.interval, sysfs_root=None, host_id=None)
+    settings, doc = agent_settings(
+        where.config, interval=where.interval, sysfs_root=None, host_id=None, collectors=where.collectors
+    )
     check_host(spec, settings)
-    store_url = where.store or default_store_url()
     with tempfile.TemporaryDirectory(prefix="wattline-workload-") as tmp:
         result_path = Path(tmp) / "result.json"
         command = [*(launch.launcher or [sys.executable, "-m"]), f"{MODULE}.{launch.module}", *launch.args]
         command += ["--result-json", str(result_path)]
         kept: list[str] = []
-        request = RunRequest(command, spec, env=launch.env)
+        request = RunRequest(command, spec, env=launch.env, stdout_to_stderr=where.as_json)
         live_out = sys.stderr if sys.stderr.isatty() else None  # progress: the live line (workloads/live.py)
-        status = run_job(request, settings, doc, where.collectors, store_url, on_kept=kept.append, live_out=live_out)
+        with sources_line(where.verbose) as on_sources:
+            status = run_job(
+                request,
+                settings,
+                doc,
+                where.collectors,
+                on_kept=kept.append,
+                open_store=where.choice.open,
+                on_sources=on_sources,
+                live_out=live_out,
+            )
         result = json.loads(result_path.read_text()) if result_path.exists() else None
     if kept or (where.collectors and where.store is None):
         recorded = f"job {spec.job_id} recorded; report: wattline report {spec.job_id} --store <the collector's store>"
@@ -196,7 +221,7 @@ def execute(launch: Launch, where: Where) -> None:
         elif result is not None:
             print_workload(result, None, Console(file=sys.stdout))
         raise typer.Exit(status)
-    with open_reader(store_url, where.config) as reader:
+    with after_the_command(status), open_reader(where.choice) as reader:
         report = build_complete_report(reader, spec.job_id, where.settings, report_wait_s(settings.batch_interval))
     check = cross_check(report, result)
     data = report_json(report)
@@ -323,9 +348,13 @@ def _where(
     pue: float,
     idle: str,
     share_rule: str,
+    choice: StoreChoice,
+    verbose: bool,
 ) -> Where:
     rsettings = report_settings(price, carbon_intensity, pue, idle, share_rule)
-    return Where(job_id, store, config, collectors, devices, interval, as_json, report_json_path, rsettings)
+    return Where(
+        job_id, store, config, collectors, devices, interval, as_json, report_json_path, rsettings, choice, verbose
+    )
 
 
 def _positive(value: float | int | None, option: str) -> None:
@@ -372,6 +401,12 @@ def layoutlm_inference(
     pue: float = PUE,
     idle: str = IDLE,
     share_rule: str = SHARE,
+    influx_api: str | None = INFLUX_API,
+    influx_database: str | None = INFLUX_DATABASE,
+    influx_org: str | None = INFLUX_ORG,
+    influx_bucket: str | None = INFLUX_BUCKET,
+    influx_token_file: Path | None = INFLUX_TOKEN_FILE,
+    verbose: bool = VERBOSE,
 ) -> None:
     """LayoutLM document understanding, driven to saturation; counts inferences (documents).
 
@@ -401,6 +436,8 @@ def layoutlm_inference(
         pue,
         idle,
         share_rule,
+        store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file),
+        verbose,
     )
     torch = require_extra()
     labels = resolve(torch, device, dtype, threads)
@@ -457,6 +494,12 @@ def bert_pretrain(
     pue: float = PUE,
     idle: str = IDLE,
     share_rule: str = SHARE,
+    influx_api: str | None = INFLUX_API,
+    influx_database: str | None = INFLUX_DATABASE,
+    influx_org: str | None = INFLUX_ORG,
+    influx_bucket: str | None = INFLUX_BUCKET,
+    influx_token_file: Path | None = INFLUX_TOKEN_FILE,
+    verbose: bool = VERBOSE,
 ) -> None:
     """BERT masked-LM pre-training from scratch; counts sequences.
 
@@ -494,6 +537,8 @@ def bert_pretrain(
         pue,
         idle,
         share_rule,
+        store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file),
+        verbose,
     )
     torch = require_extra()
     processes = nproc_per_node

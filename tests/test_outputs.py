@@ -226,3 +226,14 @@ def test_a_shared_host_is_said_to_show_host_power(tmp_path: Path) -> None:
     out = cli("report", "synth", "--store", f"sqlite:///{path}", "--plot", str(svg))
     assert out.returncode == 0, out.stderr
     assert "hosts shared with other jobs: curves are host power" in _svg_text(svg)
+
+
+def test_export_takes_a_job_ref_like_report(store_url: str, tmp_path: Path) -> None:
+    """``export`` finds a job by name, prefix or ``latest`` as ``report`` does."""
+    by_id = cli("export", "synth", "--csv", "-", "--store", store_url)
+    assert by_id.returncode == 0, by_id.stderr
+    for ref in ("name synth", "syn"):  # its name (latest run) and a unique id prefix
+        out = cli("export", ref, "--csv", "-", "--store", store_url)
+        assert out.returncode == 0 and out.stdout == by_id.stdout, out.stderr
+    missing = cli("export", "nothing-like-it", "--csv", "-", "--store", store_url)
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1

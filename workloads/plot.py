@@ -15,6 +15,7 @@ change relative to A.
 from __future__ import annotations
 
 import io
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ def pyplot() -> Any:
     except ImportError:
         raise ConfigError(HINT) from None
     matplotlib.use("Agg")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its first run's font-cache INFO line
     matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: searchable, small
     matplotlib.rcParams["svg.hashsalt"] = "wattline"  # stable ids: the same figure, the same file
     matplotlib.rcParams["hatch.linewidth"] = 1.2  # estimates' hatching stays visible when scaled down

@@ -375,12 +375,12 @@ def report(
     with open_reader(
         store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file)
     ) as reader:
-        result = _report_or_exit(reader, job_id, rsettings)
+        result = report_or_exit(reader, job_id, rsettings)
         outputs.write_report_outputs(reader, result, plot, html, by_host)
     _emit_report(result, as_json, None)
 
 
-def _report_or_exit(reader: Reader, ref: str, settings: ReportSettings) -> Report:
+def report_or_exit(reader: Reader, ref: str, settings: ReportSettings) -> Report:
     """The report of the job ``ref`` names (:func:`resolve_job`); one line and exit 2 when it
     names none or several."""
     try:
@@ -494,8 +494,8 @@ def compare(
     with open_reader(
         store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file)
     ) as reader:
-        a = _report_or_exit(reader, job_a, settings_a)
-        b = _report_or_exit(reader, job_b, settings_b)
+        a = report_or_exit(reader, job_a, settings_a)
+        b = report_or_exit(reader, job_b, settings_b)
     if a.job.unit_name != b.job.unit_name and not allow_different_units:
         raise ConfigError(
             f"A counts {clip(a.job.unit_name, 40)} and B counts {clip(b.job.unit_name, 40)}: "

@@ -10,12 +10,12 @@ from typing import Any
 import typer
 
 from wattline.cli.daemons import INFLUX_API, INFLUX_BUCKET, INFLUX_DATABASE, INFLUX_ORG, INFLUX_TOKEN_FILE
-from wattline.cli.jobs import CONFIG_HELP, STORE_HELP, open_reader, store_choice
+from wattline.cli.jobs import CONFIG_HELP, JOB_HELP, STORE_HELP, open_reader, report_or_exit, store_choice
 from wattline.collector.stores.reader import Reader
 from wattline.config import ConfigError
 from wattline.workloads import export as export_rows
-from wattline.workloads.jobs_view import JobNotFound, all_views
-from wattline.workloads.report import Report, ReportSettings, build_complete_report, build_report
+from wattline.workloads.jobs_view import all_views
+from wattline.workloads.report import Report, ReportSettings, build_report
 from wattline.workloads.timeline import build_timeline
 
 
@@ -82,10 +82,7 @@ def jobs_csv(reader: Reader, settings: ReportSettings) -> None:
 
 def export(reader: Reader, job_id: str, csv_path: str) -> None:
     """``export JOB --csv FILE|-``: the job's samples, cut at its window and saturation point."""
-    try:
-        report = build_complete_report(reader, job_id, ReportSettings())
-    except JobNotFound as exc:
-        raise ConfigError(str(exc)) from None
+    report = report_or_exit(reader, job_id, ReportSettings())
     rows = export_rows.sample_rows(reader, report)
     if csv_path == "-":
         export_rows.write_csv(rows, export_rows.SAMPLE_COLUMNS, sys.stdout)
@@ -100,7 +97,7 @@ def export(reader: Reader, job_id: str, csv_path: str) -> None:
 
 
 def export_command(
-    job_id: str = typer.Argument(..., help="Job id (see `wattline jobs`)."),
+    job_id: str = typer.Argument(..., metavar="JOB", help=f"Job: {JOB_HELP}."),
     csv_path: str = typer.Option(..., "--csv", help="CSV file to write, or - for stdout."),
     store: str | None = typer.Option(None, "--store", help=STORE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),

@@ -6,6 +6,7 @@ such wherever it appears, never shown as a plain measurement.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from rich.console import Console
@@ -103,6 +104,7 @@ def report_json(r: Report) -> dict[str, Any]:
             "carbon_intensity_g_per_kwh": r.settings.carbon_intensity,
             "pue": r.settings.pue,
         },
+        "device_shares": [asdict(d) for d in r.device_shares],
         "notes": r.notes,
     }
 

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from wattline.collector.stores.reader import Reader, StoredSample
+from wattline.collector.stores.reader import Reader, StoredJobEvent, StoredSample
 from wattline.quality import Quality
 from wattline.workloads import economics
 from wattline.workloads.attribution import (
@@ -50,6 +50,7 @@ from wattline.workloads.attribution import (
     split_shared,
     window_energy,
 )
+from wattline.workloads.device_shares import DeviceShare, device_shares, use_timelines
 from wattline.workloads.jobs_view import JobView, build_view, utc_iso, views_of
 from wattline.workloads.saturation import Saturation, SaturationParams, detect_saturation
 from wattline.workloads.streams import StreamMerge, StreamSample, merge_streams
@@ -138,6 +139,8 @@ class Report:
     #: Hosts whose samples begin after their open: host -> samples only from (ns).
     late_start: dict[str, int] = field(default_factory=dict)
     state: str = "closed"  #: closed | running | abandoned (see JobView.state)
+    #: The job's charge per accelerator: measured share or claimed (:mod:`.device_shares`).
+    device_shares: list[DeviceShare] = field(default_factory=list)
 
     @property
     def saturated(self) -> bool:
@@ -174,6 +177,7 @@ def build_report(
     missing: set[str] = set()
     incomplete: dict[str, int] = {}
     late_start: dict[str, int] = {}
+    shares: list[DeviceShare] = []
     for host, window in sorted(job.hosts.items()):
         close = window.end_ns(now_ns, end_ns)  # an abandoned host's window ends when last heard
         late = _samples_from(reader, host, window.open_ns, close)
@@ -186,11 +190,12 @@ def build_report(
                 incomplete[host] = lag[0]
                 notes.append(_incomplete_note(host, close, *lag))
         split = min(max(start, window.open_ns), close)
-        attribution, host_missing, host_notes = _host_attribution(
-            reader, job, host, (window.open_ns, split, close), others, settings, now_ns, end_ns
+        attribution, host_missing, host_notes, host_shares = _host_attribution(
+            reader, (job, events), host, (window.open_ns, split, close), others, settings, now_ns, end_ns
         )
         missing |= host_missing
         notes += host_notes
+        shares += host_shares
         _accumulate(warm, attribution, f"{job_id}#warmup", host)
         _accumulate(meas, attribution, f"{job_id}#measured", host)
     units_warm = window_energy(job.unit_intervals, job.start_ns, start)  # apportioned like energy
@@ -214,6 +219,7 @@ def build_report(
         incomplete,
         late_start,
         state,
+        shares,
     )
 
 
@@ -328,39 +334,51 @@ def _accelerator_utilization(reader: Reader, job: JobView, end_ns: int) -> list[
 
 def _host_attribution(
     reader: Reader,
-    job: JobView,
+    job_and_events: tuple[JobView, Sequence[StoredJobEvent]],
     host: str,
     edges: tuple[int, int, int],
     others: Sequence[JobView],
     settings: ReportSettings,
     now_ns: int,
     end_ns: int,
-) -> tuple[Attribution, set[str], list[str]]:
+) -> tuple[Attribution, set[str], list[str], list[DeviceShare]]:
     """Split one host's energy over [open, close) (``edges``: open, split, close) between this
     job's two windows and others. Another job's window ends at its close, at its last heard
-    time once abandoned at ``now_ns`` (it shares nothing after that), or at ``end_ns``."""
+    time once abandoned at ``now_ns`` (it shares nothing after that), or at ``end_ns``.
+    Accelerators the jobs measured their use of are split by it (:mod:`.device_shares`)."""
+    job, events = job_and_events
     open_ns, split_ns, close_ns = edges
     notes: list[str] = []
+    uses = use_timelines(events, host)
     windows_of = ((v, v.hosts[host].open_ns, v.hosts[host].end_ns(now_ns, end_ns)) for v in others if host in v.hosts)
     concurrent = [
         JobWindow(v.job_id, host, start, end, frozenset(v.hosts[host].devices))
         for v, start, end in windows_of
         if start < close_ns and end > open_ns
     ]
-    if concurrent:
+    other_uses = {w.job_id: use_timelines(reader.job_events(w.job_id), host) for w in concurrent}
+    if concurrent or uses:
         lo = min([open_ns] + [w.start_ns for w in concurrent])
         hi = max([close_ns] + [w.end_ns for w in concurrent])
         channels = _channels_from_samples(reader.samples(host, lo, hi), host, settings, notes)
-        notes.append(f"{host}: shared with {len(concurrent)} other job(s); split by rule {settings.share_rule!r}")
+        if concurrent:
+            notes.append(f"{host}: shared with {len(concurrent)} other job(s); split by rule {settings.share_rule!r}")
     else:
         channels = _channels_from_edges(reader, host, (open_ns, split_ns, close_ns), settings, notes)
-    devices = frozenset(job.hosts[host].devices) or frozenset().union(*(c.claim_keys for c in channels))
+    every_device = frozenset().union(*(c.claim_keys for c in channels))
+
+    def claims(given: Iterable[str], measured: object) -> frozenset[str]:
+        """Claimed devices; without claims, every device unless the job measured its use
+        (then only the devices its processes used, by their measured share)."""
+        return frozenset(given) or (frozenset() if measured else every_device)
+
+    devices = claims(job.hosts[host].devices, uses)
     windows = [
-        JobWindow(f"{job.job_id}#warmup", host, open_ns, split_ns, devices),
-        JobWindow(f"{job.job_id}#measured", host, split_ns, close_ns, devices),
+        JobWindow(f"{job.job_id}#warmup", host, open_ns, split_ns, devices, uses),
+        JobWindow(f"{job.job_id}#measured", host, split_ns, close_ns, devices, uses),
         *(
             JobWindow(
-                w.job_id, host, w.start_ns, w.end_ns, w.devices or frozenset().union(*(c.claim_keys for c in channels))
+                w.job_id, host, w.start_ns, w.end_ns, claims(w.devices, other_uses[w.job_id]), other_uses[w.job_id]
             )
             for w in concurrent
         ),
@@ -370,7 +388,11 @@ def _host_attribution(
     missing = {name for name, comps in EXPECTED.items() if not any(c.component in comps for c in channels)}
     if not channels:
         notes.append(f"{host}: no energy samples in the job's window (is an agent running there?)")
-    return split_shared(channels, windows, rule, idle=idle), missing, notes
+    attribution = split_shared(channels, windows, rule, idle=idle)
+    keys = (windows[0].job_id, windows[1].job_id)
+    shares = device_shares(attribution, keys, channels, (open_ns, close_ns))
+    notes += [s.note() for s in shares if s.basis != "claimed" or job.hosts[host].devices]
+    return attribution, missing, notes, shares
 
 
 def _claim_keys(component: str, device: str, settings: ReportSettings) -> frozenset[str]:

@@ -38,6 +38,7 @@ from wattline.workloads.events import (
 )
 from wattline.workloads.heartbeat import Heartbeat
 from wattline.workloads.session import CollectorSink, EventSink
+from wattline.workloads.usage import JobUse
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +120,12 @@ def exit_status(returncode: int) -> int:
 class JobRunner:
     """Runs one command in a job window and feeds its events to ``sink``."""
 
-    def __init__(self, request: RunRequest, sink: EventSink) -> None:
+    def __init__(
+        self, request: RunRequest, sink: EventSink, use: Callable[[EventBuilder, int], JobUse] | None = None
+    ) -> None:
         self.request = request
         self.sink = sink
+        self.use = use  #: builds the recorder of the job's device use, rooted at the command's pid
         self.builder = EventBuilder(request.spec)
         self.units = UnitAccumulator(self.builder, sink.send)
         self.pattern = re.compile(request.units_from_stdout) if request.units_from_stdout else None
@@ -152,6 +156,7 @@ class JobRunner:
             shutil.rmtree(workdir, ignore_errors=True)
             raise FileNotFoundError(f"cannot start {self.request.command[0]!r}: {exc.strerror}") from None
         heartbeat = Heartbeat(self.builder, self.sink.send).start()
+        use = self.use(self.builder, child.pid).start() if self.use is not None else None
         previous = {sig: signal.signal(sig, self._forwarder(child)) for sig in FORWARDED}
         pump = None
         if self.pattern is not None and child.stdout is not None:
@@ -168,6 +173,8 @@ class JobRunner:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             heartbeat.stop()
+            if use is not None:
+                use.stop()
         if pump is not None:
             pump.join(timeout=5)
         reader.poll()
@@ -247,7 +254,12 @@ def run_job(
         sink = CollectorSink(settings.validate(), on_kept=on_kept)
     else:
         sink = embedded_session(store_url, settings, doc)
+    discovery = getattr(sink, "discovery", None)
+
+    def use(builder: EventBuilder, pid: int) -> JobUse:
+        return JobUse(builder, sink.send, [pid], discovery=discovery, settings=settings, doc=doc)
+
     try:
-        return JobRunner(request, sink).run()
+        return JobRunner(request, sink, use).run()
     finally:
         sink.close()

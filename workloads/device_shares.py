@@ -1,0 +1,99 @@
+"""Jobs sharing an accelerator: their measured use, and what each report says per device.
+
+A job's wrapper records its measured use of each device as USE job events
+(:mod:`.usage`). Here they become :class:`~.attribution.UseTimeline` per device for
+:func:`~.attribution.split_shared`, and a job's charge per device becomes one
+:class:`DeviceShare`: "62 % of GPU-… (measured share)" or "whole device (claimed)".
+A measured share is derived from utilization (the job's processes' part of the device's
+use), not a measurement of the job's own energy, and is labelled so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from wattline.collector.stores.reader import StoredJobEvent
+from wattline.workloads.attribution import Attribution, ChannelEnergy, UseInterval, UseTimeline, window_energy
+
+#: How a job's part of a device was decided.
+MEASURED, CLAIMED = "measured share", "claimed"
+
+
+def use_timelines(events: Iterable[StoredJobEvent], host: str) -> dict[str, UseTimeline]:
+    """Device claim key -> the use intervals of the USE events of ``host`` (bad ones skipped)."""
+    per_device: dict[str, list[UseInterval]] = defaultdict(list)
+    for e in events:
+        if e.event != "use" or e.host != host:
+            continue
+        f = e.fields
+        try:
+            period, job, dev = int(f["period_ns"]), float(f["job_use"]), float(f["device_use"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if period > 0 and all(math.isfinite(v) and v >= 0 for v in (job, dev)) and f.get("device"):
+            per_device[str(f["device"])].append(UseInterval(e.time_ns - period, e.time_ns, job, dev))
+    return {key: UseTimeline(_disjoint(iv)) for key, iv in per_device.items()}
+
+
+def _disjoint(intervals: list[UseInterval]) -> list[UseInterval]:
+    """Sorted by end, each starting no earlier than the previous end (several processes of
+    one job may each send use; the later overlapping part is dropped, never counted twice)."""
+    out: list[UseInterval] = []
+    for u in sorted(intervals, key=lambda u: u.end_ns):
+        start = max(u.start_ns, out[-1].end_ns) if out else u.start_ns
+        if start < u.end_ns:
+            out.append(UseInterval(start, u.end_ns, u.job_use, u.device_use))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceShare:
+    """A job's charge for one accelerator on one host (JSON: ``device_shares[]``)."""
+
+    host: str
+    component: str
+    device: str
+    basis: str  #: "measured share" | "claimed"
+    energy_j: float  #: charged to the job (warm-up and measured windows)
+    measured_j: float  #: of which handed out by measured use (derived from utilization)
+    device_energy_j: float  #: the device's energy over the job's window on this host
+    share: float  #: energy_j / device_energy_j (0 when the device drew nothing)
+
+    def note(self) -> str:
+        """One line for the report's notes."""
+        name = f"{self.host}: {self.component} {self.device}"
+        if self.basis == CLAIMED:
+            return f"{name}: whole device (claimed), {self.energy_j:.1f} J"
+        rest = self.energy_j - self.measured_j
+        extra = f", {rest:.1f} J of it by the share rule while the device was idle" if rest > 1e-9 else ""
+        return (
+            f"{name}: {100 * self.share:.0f} % of its {self.device_energy_j:.1f} J while the job ran "
+            f"(measured share{extra}; derived from utilization, not a measurement of the job's energy)"
+        )
+
+
+def device_shares(
+    attribution: Attribution, job_keys: Sequence[str], channels: Sequence[ChannelEnergy], window: tuple[int, int]
+) -> list[DeviceShare]:
+    """The job's charge (its windows ``job_keys``) for each accelerator channel it got energy of."""
+    out = []
+    for ch in channels:
+        if not ch.claim_keys:
+            continue
+        mine = [
+            s
+            for s in attribution.shares
+            if s.job_id in job_keys and (s.host, s.component, s.device) == (ch.host, ch.component, ch.device)
+        ]
+        energy = math.fsum(s.energy_j for s in mine)
+        if energy <= 0:
+            continue
+        measured = math.fsum(s.measured_j for s in mine)
+        device = window_energy(ch.intervals, *window)
+        basis = MEASURED if measured > 0 else CLAIMED
+        share = energy / device if device > 0 else 0.0
+        out.append(DeviceShare(ch.host, ch.component, ch.device, basis, energy, measured, device, share))
+    return out

@@ -29,7 +29,8 @@ piece; each piece then goes
   utilization, neuron-monitor per-runtime NeuronCore use), cut also at every use
   interval's edges: where an active job's use interval covers the piece, each such job
   gets ``job_use / device_use`` of it (scaled down together if they sum above 1, as
-  unsynchronised wrappers may) and the rest, other processes' use, is unattributed;
+  unsynchronised wrappers may) and the rest, other processes' use, is unattributed (all
+  of it when only other processes used the device);
   where the device was idle (``device_use`` 0) while jobs were on it, the piece goes by
   the :class:`ShareRule` among those jobs (``device-share`` as ``equal``: each holds this
   one device); where no use interval covers it, by the claims as above. A share by
@@ -439,6 +440,8 @@ def _measured_weights(
     if not uses:
         return None
     shares = [(j.job_id, u.share) for j, u in uses if u.share > 0]
+    if not shares and any(u.device_use > 0 for _, u in uses):
+        return []  # only other processes used the device: unattributed
     if not shares:  # jobs on the device, the device idle: by the rule among them
         present = [j for j, _ in uses]
         if rule.kind == "exclusive":

@@ -61,6 +61,11 @@ class DeviceShare:
     measured_j: float  #: of which handed out by measured use (derived from utilization)
     device_energy_j: float  #: the device's energy over the job's window on this host
     share: float  #: energy_j / device_energy_j (0 when the device drew nothing)
+    #: The device's energy over the span split with the jobs that shared it, and the part of
+    #: it no job was charged (other processes' use, no job on it): for each device, span =
+    #: the sum of every job's charge + unattributed.
+    span_energy_j: float = 0.0
+    unattributed_j: float = 0.0
 
     def note(self) -> str:
         """One line for the report's notes."""
@@ -83,11 +88,10 @@ def device_shares(
     for ch in channels:
         if not ch.claim_keys:
             continue
-        mine = [
-            s
-            for s in attribution.shares
-            if s.job_id in job_keys and (s.host, s.component, s.device) == (ch.host, ch.component, ch.device)
+        of_device = [
+            s for s in attribution.shares if (s.host, s.component, s.device) == (ch.host, ch.component, ch.device)
         ]
+        mine = [s for s in of_device if s.job_id in job_keys]
         energy = math.fsum(s.energy_j for s in mine)
         if energy <= 0:
             continue
@@ -95,5 +99,7 @@ def device_shares(
         device = window_energy(ch.intervals, *window)
         basis = MEASURED if measured > 0 else CLAIMED
         share = energy / device if device > 0 else 0.0
-        out.append(DeviceShare(ch.host, ch.component, ch.device, basis, energy, measured, device, share))
+        span = math.fsum(s.energy_j for s in of_device)
+        rest = math.fsum(s.energy_j for s in of_device if s.job_id is None)
+        out.append(DeviceShare(ch.host, ch.component, ch.device, basis, energy, measured, device, share, span, rest))
     return out

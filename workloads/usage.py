@@ -23,6 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from wattline import wire
@@ -57,8 +58,22 @@ def use_sources(sources: Iterable[Any]) -> list[UseSource]:
     return [s for s in sources if callable(getattr(s, "process_use", None))]
 
 
+@dataclass
+class _Tally:
+    """One device's use over the current period: integrals of use x time, in %·ns."""
+
+    metric: str
+    mine: float = 0.0
+    total: float = 0.0
+
+
 class UseRecorder:
-    """Sends the job's USE events from a daemon thread until :meth:`stop`."""
+    """Sends the job's USE events from a daemon thread until :meth:`stop`.
+
+    It asks the sources every ``sample_s`` (at most 1 s: a process's use since the
+    previous ask is lost if it exits before the next one, as its samples go with it) and
+    sends one event per device every ``period_s`` with the use integrated over the period.
+    """
 
     def __init__(
         self,
@@ -67,22 +82,26 @@ class UseRecorder:
         tree: ProcessTree,
         sources: Callable[[], Sequence[UseSource]],
         period_s: float | None = None,
+        sample_s: float = 1.0,
     ) -> None:
         self.builder = builder
         self.send = send
         self.tree = tree
         self.sources = sources
         self.period_s = use_period_s() if period_s is None else period_s
+        self.sample_s = min(sample_s, self.period_s)
         #: Devices ("gpu:<UUID>") the job's processes ran on or used, so far.
         self.devices: set[str] = set()
         self.sent = 0
-        self._last_ns = 0
+        self._period_ns = 0  #: start of the current period
+        self._last_ns = 0  #: the previous ask
+        self._tally: dict[str, _Tally] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wattline-use", daemon=True)
 
     def start(self) -> UseRecorder:
-        """Forget what the drivers hold from before the job, then measure every period."""
-        self._last_ns = time.time_ns()
+        """Forget what the drivers hold from before the job, then measure until :meth:`stop`."""
+        self._period_ns = self._last_ns = time.time_ns()
         for source in self.sources():
             try:
                 source.process_use(since_us=self._last_ns // 1000)
@@ -97,20 +116,22 @@ class UseRecorder:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
-        self.tick()
+        self.sample()
+        self.flush()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
-            self.tick()
+        while not self._stop.wait(self.sample_s):
+            self.sample()
+            if time.time_ns() - self._period_ns >= self.period_s * 1e9:
+                self.flush()
 
-    def tick(self) -> None:
-        """Measure once: one USE event per device the job ran on or used since the last tick."""
+    def sample(self) -> None:
+        """Ask the sources once; add each device's use since the previous ask to the period."""
         now = time.time_ns()
-        start, self._last_ns = self._last_ns, now
-        if now <= start:
+        dt, self._last_ns = now - self._last_ns, now
+        if dt <= 0:
             return
         pids = self.tree.refresh()
-        events = []
         for source in self.sources():
             try:
                 uses = source.process_use()
@@ -122,23 +143,34 @@ class UseRecorder:
                 if not du.supported or (mine <= 0 and not du.running & pids):
                     continue
                 self.devices.add(du.key)
-                events.append(
-                    self.builder.make(
-                        wire.pb.JobEvent.KIND_USE,
-                        now,
-                        use_device=du.key,
-                        use_period_ns=now - start,
-                        job_use=mine,
-                        device_use=max(sum(du.use.values()), mine),
-                        use_metric=du.metric,
-                    )
-                )
-        if events:
-            try:
-                self.send(events)
-                self.sent += len(events)
-            except Exception as exc:  # never stop the job
-                log.warning("job %s: use events not sent: %s", self.builder.spec.job_id, exc)
+                tally = self._tally.setdefault(du.key, _Tally(du.metric))
+                tally.mine += mine * dt
+                tally.total += max(sum(du.use.values()), mine) * dt
+
+    def flush(self) -> None:
+        """One USE event per device the job ran on or used in the period now ending."""
+        start, end = self._period_ns, self._last_ns
+        tallies, self._tally, self._period_ns = self._tally, {}, end
+        if end <= start or not tallies:
+            return
+        span = end - start
+        events = [
+            self.builder.make(
+                wire.pb.JobEvent.KIND_USE,
+                end,
+                use_device=key,
+                use_period_ns=span,
+                job_use=t.mine / span,
+                device_use=t.total / span,
+                use_metric=t.metric,
+            )
+            for key, t in sorted(tallies.items())
+        ]
+        try:
+            self.send(events)
+            self.sent += len(events)
+        except Exception as exc:  # never stop the job
+            log.warning("job %s: use events not sent: %s", self.builder.spec.job_id, exc)
 
 
 #: Sources that can give per-process use.

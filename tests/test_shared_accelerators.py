@@ -11,6 +11,7 @@ A replayed neuron-monitor stream with two runtimes on one device does the same f
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -65,10 +66,12 @@ def env_for(tmp_path: Path, epoch: float) -> dict[str, str]:
     }
 
 
-def wattline_run(db: Path, job: str, source: str, command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+def wattline_run(
+    db: Path, job: str, source: str, command: list[str], env: dict[str, str], extra: list[str] | None = None
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "wattline.cli.main", "run", "--job", job, "--job-id", job, "--source", source,
-         "--interval", "0.1", "--store", f"sqlite:///{db}", "--no-report", "--", *command],
+         "--interval", "0.1", "--store", f"sqlite:///{db}", "--no-report", *(extra or []), "--", *command],
         env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
 
@@ -145,3 +148,80 @@ def test_a_job_whose_process_vanishes_is_charged_only_while_it_used_the_gpu(tmp_
 
 def _q(arg: str) -> str:
     return "'" + arg.replace("'", "'\\''") + "'"
+
+
+#: A Neuron runtime process: maps recorded runtime pid ``argv[1]`` to itself in the replay's
+#: pid map ``argv[2]``, runs ``argv[3]`` seconds, exits.
+RUNTIME = """
+import os, sys, time
+with open(sys.argv[2], "a") as f:
+    f.write(f"{sys.argv[1]} {os.getpid()}\\n")
+time.sleep(float(sys.argv[3]))
+"""
+
+
+def two_runtime_stream(path: Path) -> Path:
+    """The recorded trn1.2xlarge report 2 (one device, two NeuronCores) with two runtimes:
+    pid 7001 keeps NeuronCore 0 busy 60 %, pid 7002 NeuronCore 1 20 %: of the device
+    (30 % + 10 %), 7001 has 75 % of the use, 7002 25 %."""
+    recorded = Path(__file__).parent / "fixtures/neuron/trn1.2xlarge_wandb_stream.ndjson"
+    report = json.loads(recorded.read_text().splitlines()[1])
+    base = report["neuron_runtime_data"][0]
+    runtimes = []
+    for pid, core, pct in ((7001, "0", 60.0), (7002, "1", 20.0)):
+        rt = json.loads(json.dumps(base))
+        rt["pid"], rt["neuron_runtime_tag"] = pid, str(pid)
+        rt["report"]["neuroncore_counters"]["neuroncores_in_use"] = {core: {"neuroncore_utilization": pct}}
+        runtimes.append(rt)
+    report["neuron_runtime_data"] = runtimes
+    path.write_text(json.dumps(report) + "\n")
+    return path
+
+
+def test_two_neuron_runtimes_on_one_device_split_it_by_their_neuroncore_use(tmp_path: Path) -> None:
+    """Two jobs, each a process that neuron-monitor (the replayed stream) reports as a runtime
+    on neuron0: job A's runtime has 75 % of the device's NeuronCore use, B's 25 %. Each job is
+    charged that share of the device's energy over the time its use was measured (within
+    1 %), labelled a measured share, and A + B + unattributed = the device's energy."""
+    pid_map = tmp_path / "pids.txt"
+    config = tmp_path / "wattline.toml"
+    path_env = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    config.write_text(
+        "[sources.neuron]\n"
+        f'monitor_path = "{REPLAY}"\n'
+        'monitor_args = ["--period", "0.1"]\n'
+        f'monitor_env = {{ PATH = "{path_env}", NEURON_REPLAY_FILE = "{two_runtime_stream(tmp_path / "s.ndjson")}", '
+        f'NEURON_REPLAY_PID_MAP = "{pid_map}" }}\n'
+        "period_s = 0.1\n"
+        'device_type = "trn1"\n'
+    )
+    root = tmp_path / "host"
+    power = root / "sys/devices/virtual/neuron_device/neuron0/stats/power/utilization"
+    power.parent.mkdir(parents=True)
+    (root / "sys/devices/virtual/neuron_device/neuron0/info/architecture").mkdir(parents=True)
+    power.write_text(f"POWER_STATUS_VALID,{int(time.time()) // 60 * 60},10.00,30.00,20.00\n")
+    env = {**os.environ, "WATTLINE_USE_PERIOD_S": "0.5", "XDG_STATE_HOME": str(tmp_path / "state")}
+    db = tmp_path / "w.db"
+    extra = ["--config", str(config), "--sysfs-root", str(root)]
+    jobs = [
+        wattline_run(db, job, "neuron", [sys.executable, "-c", RUNTIME, rec, str(pid_map), "6"], env, extra)
+        for job, rec in (("job-a", "7001"), ("job-b", "7002"))
+    ]
+    finish(jobs)
+    got = reports(db, "job-a", "job-b")
+    with open_store(f"sqlite:///{db}") as store:
+        for job, share in (("job-a", 0.75), ("job-b", 0.25)):
+            uses = [e for e in store.job_events(job) if e.event == "use"]
+            assert uses and all(e.fields["device"] == "neuron:0" for e in uses)
+            ratios = [e.fields["job_use"] / e.fields["device_use"] for e in uses]
+            # the first period may begin before the process became the runtime (the pid map)
+            assert ratios[0] <= share * 1.01 and ratios[1:] == pytest.approx([share] * (len(ratios) - 1), rel=0.01)
+            [ds] = got[job].device_shares
+            assert (ds.device, ds.basis) == ("neuron0", "measured share")
+            window_s = (got[job].end_ns - got[job].job.start_ns) / 1e9
+            power_w = ds.device_energy_j / window_s  # the model's power is constant here
+            expected = sum(r * e.fields["period_ns"] / 1e9 * power_w for r, e in zip(ratios, uses, strict=True))
+            assert ds.energy_j == pytest.approx(expected, rel=0.01)
+            assert ds.energy_j == pytest.approx(share * ds.device_energy_j, rel=0.1)
+    da, db_ = got["job-a"].device_shares[0], got["job-b"].device_shares[0]
+    assert math.isclose(da.span_energy_j, da.energy_j + db_.energy_j + da.unattributed_j, rel_tol=1e-9)

@@ -576,8 +576,8 @@ class NeuronSource(Source):
         with self._lock:
             sums, reports, latest = self._use_sum, self._use_reports, self._latest
             self._use_sum, self._use_reports = {}, 0
-        if not cores or since_us is not None:
-            return []
+        if not cores or since_us is not None or reports == 0:
+            return []  # (no report since the previous call: nothing known, not idle)
         out = []
         for dev in self._devices:
             on_dev = range(dev * cores, (dev + 1) * cores)

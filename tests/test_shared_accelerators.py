@@ -22,7 +22,20 @@ from pathlib import Path
 import pytest
 from nvml_stub.build import build_stub
 
+from wattline import wire
+from wattline.collector.lineprotocol import LineProtocolError, job_event_point
 from wattline.collector.stores.factory import open_store
+from wattline.quality import Quality
+from wattline.workloads.attribution import (
+    Attribution,
+    ChannelEnergy,
+    Interval,
+    JobWindow,
+    UseInterval,
+    UseTimeline,
+    split_shared,
+)
+from wattline.workloads.events import EventBuilder, JobSpec
 from wattline.workloads.report import Report, build_report
 
 GPU0 = "GPU-5a5a5a5a-0000-4000-8000-000000000000"
@@ -225,3 +238,157 @@ def test_two_neuron_runtimes_on_one_device_split_it_by_their_neuroncore_use(tmp_
             assert ds.energy_j == pytest.approx(share * ds.device_energy_j, rel=0.1)
     da, db_ = got["job-a"].device_shares[0], got["job-b"].device_shares[0]
     assert math.isclose(da.span_energy_j, da.energy_j + db_.energy_j + da.unattributed_j, rel_tol=1e-9)
+
+
+# -- the sharing rule itself, on synthetic timelines ------------------------------------
+
+S = 10**9
+
+
+def _gpu(intervals: list[tuple[int, int, float]]) -> ChannelEnergy:
+    return ChannelEnergy("h", "gpu", "GPU-x", Quality.COUNTER, [Interval(a, b, e) for a, b, e in intervals])
+
+
+def _job(job_id: str, uses: list[tuple[int, int, float, float]], devices: frozenset[str] = frozenset()) -> JobWindow:
+    timeline = UseTimeline(UseInterval(a, b, j, d) for a, b, j, d in uses)
+    return JobWindow(job_id, "h", 0, 100 * S, devices, {"gpu:GPU-x": timeline} if uses else {})
+
+
+def _charged(att: Attribution) -> dict[str | None, float]:
+    return {s.job_id: s.energy_j for s in att.shares}
+
+
+def test_measured_use_splits_a_device_and_the_rest_is_stated() -> None:
+    """100 W for 10 s. 0-4 s: A 60 %, B 20 % of 100 % used (20 % by a stranger); 4-6 s the
+    device idles with both on it (rule "equal"); 6-8 s only the stranger uses it; 8-10 s no
+    use was measured and nobody claims it. Conservation is exact."""
+    gpu = _gpu([(t * S, (t + 1) * S, 100.0) for t in range(10)])
+    a = _job("a", [(0, 4 * S, 60, 100), (4 * S, 6 * S, 0, 0), (6 * S, 8 * S, 0, 10)])
+    b = _job("b", [(0, 4 * S, 20, 100), (4 * S, 6 * S, 0, 0)])
+    att = split_shared([gpu], [a, b], "equal")
+    got = _charged(att)
+    assert got["a"] == pytest.approx(0.6 * 400 + 100, rel=1e-12)
+    assert got["b"] == pytest.approx(0.2 * 400 + 100, rel=1e-12)
+    assert got[None] == pytest.approx(0.2 * 400 + 200 + 200, rel=1e-12)
+    assert math.fsum(got.values()) == 1000.0
+    measured = {s.job_id: s.measured_j for s in att.shares}
+    assert measured["a"] == pytest.approx(240 + 100) and measured["b"] == pytest.approx(80 + 100)
+
+
+def test_shares_above_one_are_scaled_and_claims_rule_where_no_use_was_measured() -> None:
+    """Two wrappers that sampled at different instants report 80 % and 40 %: scaled to 2/3,
+    1/3. Where no use interval covers the device, a job that claims it gets it in full."""
+    gpu = _gpu([(0, 2 * S, 200.0), (2 * S, 4 * S, 200.0)])
+    a = _job("a", [(0, 2 * S, 80, 100)], frozenset({"gpu:GPU-x"}))
+    b = _job("b", [(0, 2 * S, 40, 100)])
+    got = _charged(split_shared([gpu], [a, b], "equal"))
+    assert got["a"] == pytest.approx(200 * 2 / 3 + 200, rel=1e-12)
+    assert got["b"] == pytest.approx(200 / 3, rel=1e-12)
+    assert None not in got
+
+
+def test_use_events_rejected_on_the_wire_when_malformed() -> None:
+    """The collector's one validation: a USE event names its device, a positive period and
+    finite uses >= 0; bad ones are refused with the reason, never stored."""
+    builder = EventBuilder(JobSpec("j", "j"))
+    good = builder.make(wire.pb.JobEvent.KIND_USE, use_device="gpu:GPU-x", use_period_ns=S, job_use=1, device_use=2)
+    tags, fields, _ = job_event_point({"host": "h"}, good)
+    assert tags["event"] == "use" and fields["job_use"] == 1.0 and fields["device"] == "gpu:GPU-x"
+    for bad in (
+        {"use_device": "", "use_period_ns": S},
+        {"use_device": "gpu:x", "use_period_ns": 0},
+        {"use_device": "gpu:x", "use_period_ns": S, "job_use": math.nan},
+        {"use_device": "gpu:x", "use_period_ns": S, "device_use": -1.0},
+    ):
+        with pytest.raises(LineProtocolError):
+            job_event_point({"host": "h"}, builder.make(wire.pb.JobEvent.KIND_USE, **bad))
+
+
+#: Runs with the stand-in loaded: the NVML per-process calls as pynvml makes them.
+NVML_SEMANTICS = r"""
+import json, os, sys, time
+import pynvml as nv
+from wattline.agent.sources.nvml import NvmlSource
+procs, now = sys.argv[1], time.time()
+with open(procs, "w") as f:
+    f.write(f"0 {os.getpid()} 40 12 {now - 3} -\n")        # this process: 40 % SM, 12 % memory
+    f.write(f"0 4194303 90 90 {now - 3} -\n")               # a pid that does not exist
+    f.write(f"0 {os.getppid()} 70 0 {now - 3} {now - 2}\n")  # a process whose use ended
+nv.nvmlInit()
+h = nv.nvmlDeviceGetHandleByIndex(0)
+out = {"running": sorted(p.pid for p in nv.nvmlDeviceGetComputeRunningProcesses(h))}
+buffered = nv.nvmlDeviceGetProcessUtilization(h, 0)  # all the driver keeps
+out["buffered"] = sorted([s.pid, s.smUtil, s.memUtil, s.timeStamp] for s in buffered)
+samples = nv.nvmlDeviceGetProcessUtilization(h, int((now - 1.5) * 1e6))
+out["samples"] = [[s.pid, s.smUtil, s.memUtil, s.timeStamp] for s in samples]
+newest = max(s.timeStamp for s in samples)
+try:
+    nv.nvmlDeviceGetProcessUtilization(h, newest + 10**9)
+    out["after"] = "samples"
+except nv.NVMLError_NotFound:
+    out["after"] = "NotFound"
+nv.nvmlShutdown()
+src = NvmlSource()
+src.discover()
+[use] = [u for u in src.process_use(since_us=int((now - 1) * 1e6)) if u.device.endswith("5a5a5a5a-0000-4000-8000-000000000000")]
+out["use"] = {"key": use.key, "metric": use.metric, "use": {str(k): v for k, v in use.use.items()}}
+src.close()
+out["pid"], out["now"] = os.getpid(), now
+print(json.dumps(out))
+"""
+
+
+def test_stand_in_serves_per_process_utilization_as_nvml_documents_it(tmp_path: Path) -> None:
+    """Through the real pynvml: running compute processes are the live ones in their window;
+    nvmlDeviceGetProcessUtilization gives one sample per process with use in the driver's
+    buffer newer than lastSeen (0: all of it; SM and memory percent, a CPU time stamp in
+    microseconds, not in the future) and NVML_ERROR_NOT_FOUND when there is none newer;
+    NvmlSource.process_use reads them."""
+    env = env_for(tmp_path, epoch=time.time() - 100)
+    done = subprocess.run(
+        [sys.executable, "-c", NVML_SEMANTICS, env["WATTLINE_NVML_PROCS"]],
+        env=env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    out = json.loads(done.stdout)
+    assert out["running"] == [out["pid"]]
+    ended = [p for p in out["buffered"] if p[0] == os.getpid()]
+    assert ended and ended[0][1:3] == [70, 0] and ended[0][3] < (out["now"] - 2) * 1e6
+    [[pid, sm, mem, stamp]] = out["samples"]
+    assert (pid, sm, mem) == (out["pid"], 40, 12)
+    assert (out["now"] - 3) * 1e6 <= stamp <= out["now"] * 1e6 + 1e6 and stamp % 100_000 == 0
+    assert out["after"] == "NotFound"
+    assert out["use"] == {"key": f"gpu:{GPU0}", "metric": "sm", "use": {str(out["pid"]): 40.0}}
+
+
+#: The Job API in a process that is itself the GPU's user (40 % SM from argv[2] to argv[3]).
+JOB_API = """
+import os, sys, time
+from wattline.workloads.job import Job
+procs, t0, t1 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+with Job("api", job_id="job-api"):
+    with open(procs, "a") as f:
+        f.write(f"0 {os.getpid()} 40 5 {t0} {t1}\\n")
+    time.sleep(max(0.0, t1 - time.time()) + 1.0)
+"""
+
+
+def test_the_job_api_measures_the_calling_process(tmp_path: Path) -> None:
+    """Job(...) without devices, in the process that uses GPU 0 (alone, 40 % SM for 4 s):
+    charged GPU 0's energy then (measured share 100 %), none of the idle GPU 1. The Job API
+    samples embedded at the default 1 s, and an energy sample that straddles the first use
+    period's start spreads its energy evenly: up to one such sample at each end (80 J at
+    most) can fall outside the measured periods, unattributed."""
+    t0 = time.time() + 3.0
+    t1 = t0 + 4.0
+    env = {**env_for(tmp_path, epoch=t0 - 100.0), "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}"}
+    subprocess.run(
+        [sys.executable, "-c", JOB_API, env["WATTLINE_NVML_PROCS"], str(t0), str(t1)],
+        env=env, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    got = reports(tmp_path / "w.db", "job-api")["job-api"]
+    [ds] = got.device_shares
+    assert (ds.device, ds.basis) == (GPU0, "measured share")
+    truth = W_PER_SM * 40 * (t1 - t0)
+    assert ds.device_energy_j == pytest.approx(truth, rel=0.01)
+    assert truth - 2 * W_PER_SM * 40 * 1.0 <= gpu_j(got) <= truth * 1.01
+    assert ds.energy_j + ds.unattributed_j == pytest.approx(ds.span_energy_j, rel=1e-9)

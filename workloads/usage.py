@@ -100,16 +100,19 @@ class UseRecorder:
         self._thread = threading.Thread(target=self._run, name="wattline-use", daemon=True)
 
     def start(self) -> UseRecorder:
-        """Forget what the drivers hold from before the job, then measure until :meth:`stop`."""
+        """Measure from now until :meth:`stop`; never blocks the job (sources open in the thread)."""
         self._period_ns = self._last_ns = time.time_ns()
-        for source in self.sources():
-            try:
-                source.process_use(since_us=self._last_ns // 1000)
-            except Exception as exc:  # per-process use is optional: the job goes on without it
-                log.warning("job %s: no per-process use from %s: %s", self.builder.spec.job_id, source, exc)
-        self.tree.refresh()
         self._thread.start()
         return self
+
+    def _prime(self) -> None:
+        """Forget what the drivers hold from before the job."""
+        self.tree.refresh()
+        for source in self.sources():
+            try:
+                source.process_use(since_us=self._period_ns // 1000)
+            except Exception as exc:  # per-process use is optional: the job goes on without it
+                log.warning("job %s: no per-process use from %s: %s", self.builder.spec.job_id, source, exc)
 
     def stop(self) -> None:
         """Take the last partial period; no USE event after this returns."""
@@ -120,6 +123,7 @@ class UseRecorder:
         self.flush()
 
     def _run(self) -> None:
+        self._prime()
         while not self._stop.wait(self.sample_s):
             self.sample()
             if time.time_ns() - self._period_ns >= self.period_s * 1e9:
@@ -191,14 +195,20 @@ class JobUse:
         settings: Any = None,
         doc: Any = None,
     ) -> None:
-        self._owned: list[Any] = []
-        if discovery is not None:
-            sources: Callable[[], Sequence[UseSource]] = lambda: use_sources(discovery.sources)  # noqa: E731
-        else:
-            self._owned = _open_sources(settings, doc)
-            owned = use_sources(self._owned)
-            sources = lambda: owned  # noqa: E731
-        self.recorder = UseRecorder(builder, send, ProcessTree(roots), sources)
+        self._owned: list[Any] | None = None
+        self._args = (settings, doc)
+        self._lock = threading.Lock()
+        self._discovery = discovery
+        self.recorder = UseRecorder(builder, send, ProcessTree(roots), self._sources)
+
+    def _sources(self) -> list[UseSource]:
+        """The embedded session's sources, else ours, opened at the first call (in the recorder's thread)."""
+        if self._discovery is not None:
+            return use_sources(self._discovery.sources)
+        with self._lock:
+            if self._owned is None:
+                self._owned = _open_sources(*self._args)
+            return use_sources(self._owned)
 
     def start(self) -> JobUse:
         self.recorder.start()
@@ -208,8 +218,10 @@ class JobUse:
         try:
             self.recorder.stop()
         finally:
-            for source in self._owned:
-                source.close()
+            with self._lock:
+                for source in self._owned or ():
+                    source.close()
+                self._owned = []
 
 
 def _open_sources(settings: Any, doc: Any) -> list[Any]:

@@ -18,12 +18,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 from nvml_stub.build import build_stub
 
 from wattline import wire
 from wattline.collector.lineprotocol import LineProtocolError, job_event_point
+from wattline.collector.server import CollectorServer
 from wattline.collector.stores.factory import open_store
 from wattline.quality import Quality
 from wattline.workloads.attribution import (
@@ -35,6 +38,7 @@ from wattline.workloads.attribution import (
     UseTimeline,
     split_shared,
 )
+from wattline.workloads.device_shares import use_timelines
 from wattline.workloads.events import EventBuilder, JobSpec
 from wattline.workloads.report import Report, build_report
 
@@ -392,3 +396,39 @@ def test_the_job_api_measures_the_calling_process(tmp_path: Path) -> None:
     assert ds.device_energy_j == pytest.approx(truth, rel=0.01)
     assert truth - 2 * W_PER_SM * 40 * 1.0 <= gpu_j(got) <= truth * 1.01
     assert ds.energy_j + ds.unattributed_j == pytest.approx(ds.span_energy_j, rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "influxdb1"])
+def test_use_events_cross_the_wire_into_every_store_and_back(kind: str, tmp_path: Path, request: Any) -> None:
+    """USE events pushed over gRPC to a real collector are stored (SQLite, a real influxd
+    1.x) and read back as the same use intervals; a malformed one is refused, counted."""
+    url, database = f"sqlite:///{tmp_path / 'w.db'}", "wattline"
+    if kind == "influxdb1":
+        influx = request.getfixturevalue("influxd")
+        url, database = influx.url, influx.new_database()
+    builder = EventBuilder(JobSpec("j-use", "j"))
+    t = time.time_ns() // 10**9 * 10**9
+    events = [
+        builder.open(t),
+        builder.make(wire.pb.JobEvent.KIND_USE, t + 5 * S, use_device=f"gpu:{GPU0}", use_period_ns=5 * S,
+                     job_use=45.5, device_use=60.0, use_metric="sm"),
+        builder.make(wire.pb.JobEvent.KIND_USE, t + 10 * S, use_device="neuron:0", use_period_ns=5 * S,
+                     job_use=30.0, device_use=40.0, use_metric="neuroncore"),
+        builder.make(wire.pb.JobEvent.KIND_USE, t + 10 * S, use_device="", use_period_ns=5 * S),
+        builder.close(0, t + 11 * S),
+    ]  # fmt: skip
+    batch = wire.Batch(stream_id="s", seq=1, job_events=events)
+    batch.host.host_id = "h"
+    with open_store(url, database=database) as store:
+        server = CollectorServer(store, "127.0.0.1:0")
+        server.start()
+        try:
+            ack = wire.telemetry_stub(grpc.insecure_channel(f"127.0.0.1:{server.port}")).Push(batch, timeout=30)
+        finally:
+            server.stop()
+        assert (ack.written, ack.rejected) == (4, 1)
+        got = use_timelines(store.job_events("j-use"), "h")  # type: ignore[attr-defined]
+    assert {k: v.intervals for k, v in got.items()} == {
+        f"gpu:{GPU0}": (UseInterval(t, t + 5 * S, 45.5, 60.0),),
+        "neuron:0": (UseInterval(t + 5 * S, t + 10 * S, 30.0, 40.0),),
+    }

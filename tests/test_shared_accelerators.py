@@ -48,22 +48,50 @@ W_PER_SM = 2.0  # W per SM percent
 IDLE_GPU1_W = 50.0
 REPLAY = Path(__file__).parent / "neuron_replay.py"
 
-#: A process that registers itself with the stand-in driver on GPU ``argv[1]`` with SM
-#: ``argv[2]`` % from ``argv[3]`` until ``argv[4]`` (Unix s), lives 1 s longer (a CUDA
-#: process tearing down: its last use samples are read before it exits) and exits.
+#: A GPU process: says its pid (``argv[1]`` tag, to ``argv[2]``), waits for the go file
+#: ``argv[3]`` (tag -> end of its use, Unix s), lives 1 s past its use (a CUDA process
+#: tearing down: its last use samples are read before it exits) and exits. The test, once
+#: every process is up, writes their use windows to the stand-in's procs file and the go file:
+#: start-up time (a busy machine) never moves the truth.
 WORKER = """
-import os, sys, time
-gpu, sm, t0, t1, procs = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
-with open(procs, "a") as f:
-    f.write(f"{gpu} {os.getpid()} {sm} 10 {t0} {t1}\\n")
-time.sleep(max(0.0, t1 - time.time()) + 1.0)
+import json, os, sys, time
+tag, pids, go = sys.argv[1:4]
+with open(pids, "a") as f:
+    f.write(f"{tag} {os.getpid()}\\n")
+while not os.path.exists(go):
+    time.sleep(0.02)
+time.sleep(max(0.0, json.loads(open(go).read())[tag] - time.time()) + 1.0)
 """
+
+
+def worker(tag: str, tmp_path: Path) -> list[str]:
+    return [sys.executable, "-c", WORKER, tag, str(tmp_path / "pids.txt"), str(tmp_path / "go.json")]
+
+
+def go(tmp_path: Path, plan: dict[str, tuple[float, float, float]], lead_s: float = 1.0) -> float:
+    """Once every tag of ``plan`` (tag -> SM percent on GPU 0, start, end in s from T0) said
+    its pid: T0 = now + ``lead_s``; writes the use windows and the go file; returns T0."""
+    pids_file, deadline = tmp_path / "pids.txt", time.monotonic() + 60
+    while True:
+        pids = dict(line.split() for line in pids_file.read_text().splitlines()) if pids_file.exists() else {}
+        if set(plan) <= set(pids):
+            break
+        assert time.monotonic() < deadline, f"processes never started: {sorted(set(plan) - set(pids))}"
+        time.sleep(0.05)
+    t0 = time.time() + lead_s
+    lines = "".join(f"0 {pids[tag]} {sm} 10 {t0 + a} {t0 + b}\n" for tag, (sm, a, b) in plan.items())
+    tmp = tmp_path / "procs.tmp"
+    tmp.write_text(lines)
+    tmp.replace(tmp_path / "procs.txt")
+    (tmp_path / "go.tmp").write_text(json.dumps({tag: t0 + b for tag, (_sm, _a, b) in plan.items()}))
+    (tmp_path / "go.tmp").replace(tmp_path / "go.json")
+    return t0
 
 
 def scenario(path: Path, epoch: float) -> Path:
     path.write_text(
         "driver 550.54.15\n"
-        f"gpu {GPU0} NVIDIA H100 80GB HBM3\nenergy_model 0 {W_PER_SM} {epoch}\nsample_period_ms 100\n"
+        f"gpu {GPU0} NVIDIA H100 80GB HBM3\nenergy_model 0 {W_PER_SM} {epoch}\nsample_period_ms 10\n"
         "util 50:20\nmemory 85899345920:1073741824\nlimit 700000\n"
         # a second GPU that no job uses: idle power only
         f"gpu {GPU1} NVIDIA H100 80GB HBM3\nenergy_model {IDLE_GPU1_W} 0 {epoch}\nsample_period_ms 100\n"
@@ -99,10 +127,6 @@ def finish(procs: list[subprocess.Popen[str]]) -> None:
         assert p.returncode == 0, err[-2000:]
 
 
-def worker(gpu: int, sm: float, t0: float, t1: float, procs: Path) -> list[str]:
-    return [sys.executable, "-c", WORKER, str(gpu), str(sm), str(t0), str(t1), str(procs)]
-
-
 def reports(db: Path, *jobs: str) -> dict[str, Report]:
     with open_store(f"sqlite:///{db}") as store:
         return {job: build_report(store, job) for job in jobs}  # type: ignore[arg-type]
@@ -117,14 +141,12 @@ def test_two_jobs_on_one_gpu_get_their_measured_shares(tmp_path: Path) -> None:
     to T1 on GPU 0: A gets 75 % and B 25 % of GPU 0's energy (all dynamic: 0 W idle) within
     1 %, neither is charged GPU 1 (no job's process used it; no --devices), and for GPU 0
     the span's energy = A + B + unattributed exactly."""
-    t0 = time.time() + 4.0
+    env = env_for(tmp_path, epoch=time.time() - 100.0)
+    db = tmp_path / "w.db"
+    a = wattline_run(db, "job-a", "nvml", ["sh", "-c", " ".join(map(_q, worker("a", tmp_path))) + "; sleep 1"], env)
+    b = wattline_run(db, "job-b", "nvml", worker("b", tmp_path), env)
+    t0 = go(tmp_path, {"a": (60, 0.0, 6.0), "b": (20, 0.0, 6.0)})
     t1 = t0 + 6.0
-    env = env_for(tmp_path, epoch=t0 - 100.0)
-    db, procs = tmp_path / "w.db", tmp_path / "procs.txt"
-    a = wattline_run(
-        db, "job-a", "nvml", ["sh", "-c", " ".join(map(_q, worker(0, 60, t0, t1, procs))) + "; sleep 1"], env
-    )
-    b = wattline_run(db, "job-b", "nvml", worker(0, 20, t0, t1, procs), env)
     finish([a, b])
     got = reports(db, "job-a", "job-b")
     truth = W_PER_SM * 80 * (t1 - t0)  # GPU 0's energy, all of it in [T0, T1)
@@ -145,14 +167,12 @@ def test_a_job_whose_process_vanishes_is_charged_only_while_it_used_the_gpu(tmp_
     """The job's worker uses 30 % SM from T0 to T1 and exits; the job runs on 3 s. A process
     of no job uses 10 % from T0 to T2: the job gets 75 % of [T0, T1), nothing after, and the
     stranger's part stays unattributed (never charged to the job)."""
-    t0 = time.time() + 3.0
-    t1, t2 = t0 + 4.0, t0 + 7.0
-    env = env_for(tmp_path, epoch=t0 - 100.0)
-    db, procs = tmp_path / "w.db", tmp_path / "procs.txt"
-    stranger = subprocess.Popen(worker(0, 10, t0, t2, procs), env=env)
-    job = wattline_run(
-        db, "job-v", "nvml", ["sh", "-c", " ".join(map(_q, worker(0, 30, t0, t1, procs))) + "; sleep 3"], env
-    )
+    env = env_for(tmp_path, epoch=time.time() - 100.0)
+    db = tmp_path / "w.db"
+    stranger = subprocess.Popen(worker("stranger", tmp_path), env=env)
+    job = wattline_run(db, "job-v", "nvml", ["sh", "-c", " ".join(map(_q, worker("v", tmp_path))) + "; sleep 3"], env)
+    t0 = go(tmp_path, {"v": (30, 0.0, 4.0), "stranger": (10, 0.0, 7.0)})
+    t1 = t0 + 4.0
     finish([job])
     stranger.wait(timeout=30)
     got = reports(db, "job-v")["job-v"]
@@ -315,15 +335,15 @@ import pynvml as nv
 from wattline.agent.sources.nvml import NvmlSource
 procs, now = sys.argv[1], time.time()
 with open(procs, "w") as f:
-    f.write(f"0 {os.getpid()} 40 12 {now - 3} -\n")        # this process: 40 % SM, 12 % memory
-    f.write(f"0 4194303 90 90 {now - 3} -\n")               # a pid that does not exist
-    f.write(f"0 {os.getppid()} 70 0 {now - 3} {now - 2}\n")  # a process whose use ended
+    f.write(f"0 {os.getpid()} 40 12 {now - 0.4} -\n")             # this process: 40 % SM, 12 % memory
+    f.write(f"0 4194303 90 90 {now - 0.4} -\n")                    # a pid that does not exist
+    f.write(f"0 {os.getppid()} 70 0 {now - 0.6} {now - 0.5}\n")  # a process whose use ended
 nv.nvmlInit()
 h = nv.nvmlDeviceGetHandleByIndex(0)
 out = {"running": sorted(p.pid for p in nv.nvmlDeviceGetComputeRunningProcesses(h))}
 buffered = nv.nvmlDeviceGetProcessUtilization(h, 0)  # all the driver keeps
 out["buffered"] = sorted([s.pid, s.smUtil, s.memUtil, s.timeStamp] for s in buffered)
-samples = nv.nvmlDeviceGetProcessUtilization(h, int((now - 1.5) * 1e6))
+samples = nv.nvmlDeviceGetProcessUtilization(h, int((now - 0.3) * 1e6))
 out["samples"] = [[s.pid, s.smUtil, s.memUtil, s.timeStamp] for s in samples]
 newest = max(s.timeStamp for s in samples)
 try:
@@ -334,7 +354,7 @@ except nv.NVMLError_NotFound:
 nv.nvmlShutdown()
 src = NvmlSource()
 src.discover()
-[use] = [u for u in src.process_use(since_us=int((now - 1) * 1e6)) if u.device.endswith("5a5a5a5a-0000-4000-8000-000000000000")]
+[use] = [u for u in src.process_use(since_us=int((now - 0.3) * 1e6)) if u.device.endswith("5a5a5a5a-0000-4000-8000-000000000000")]
 out["use"] = {"key": use.key, "metric": use.metric, "use": {str(k): v for k, v in use.use.items()}}
 src.close()
 out["pid"], out["now"] = os.getpid(), now
@@ -345,8 +365,9 @@ print(json.dumps(out))
 def test_stand_in_serves_per_process_utilization_as_nvml_documents_it(tmp_path: Path) -> None:
     """Through the real pynvml: running compute processes are the live ones in their window;
     nvmlDeviceGetProcessUtilization gives one sample per process with use in the driver's
-    buffer newer than lastSeen (0: all of it; SM and memory percent, a CPU time stamp in
-    microseconds, not in the future) and NVML_ERROR_NOT_FOUND when there is none newer;
+    buffer newer than lastSeen (0: all of it; SM and memory percent, the mean over those
+    sample periods, a CPU time stamp in microseconds, not in the future) and
+    NVML_ERROR_NOT_FOUND when there is none newer;
     NvmlSource.process_use reads them."""
     env = env_for(tmp_path, epoch=time.time() - 100)
     done = subprocess.run(
@@ -356,23 +377,26 @@ def test_stand_in_serves_per_process_utilization_as_nvml_documents_it(tmp_path: 
     out = json.loads(done.stdout)
     assert out["running"] == [out["pid"]]
     ended = [p for p in out["buffered"] if p[0] == os.getpid()]
-    assert ended and ended[0][1:3] == [70, 0] and ended[0][3] < (out["now"] - 2) * 1e6
+    # 70 % for 0.1 s of the 1 s (100 samples of 10 ms) the driver keeps: a mean of 7 %
+    assert ended and ended[0][1:3] == [7, 0] and ended[0][3] < (out["now"] - 0.5) * 1e6 + 10_000
     [[pid, sm, mem, stamp]] = out["samples"]
     assert (pid, sm, mem) == (out["pid"], 40, 12)
-    assert (out["now"] - 3) * 1e6 <= stamp <= out["now"] * 1e6 + 1e6 and stamp % 100_000 == 0
+    assert (out["now"] - 0.3) * 1e6 <= stamp <= out["now"] * 1e6 + 1e6 and stamp % 10_000 == 0
     assert out["after"] == "NotFound"
     assert out["use"] == {"key": f"gpu:{GPU0}", "metric": "sm", "use": {str(out["pid"]): 40.0}}
 
 
-#: The Job API in a process that is itself the GPU's user (40 % SM from argv[2] to argv[3]).
+#: The Job API in a process that is itself the GPU's user (a worker, see WORKER).
 JOB_API = """
-import os, sys, time
+import json, os, sys, time
 from wattline.workloads.job import Job
-procs, t0, t1 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+pids, go = sys.argv[1:3]
 with Job("api", job_id="job-api"):
-    with open(procs, "a") as f:
-        f.write(f"0 {os.getpid()} 40 5 {t0} {t1}\\n")
-    time.sleep(max(0.0, t1 - time.time()) + 1.0)
+    with open(pids, "a") as f:
+        f.write(f"api {os.getpid()}\\n")
+    while not os.path.exists(go):
+        time.sleep(0.02)
+    time.sleep(max(0.0, json.loads(open(go).read())["api"] - time.time()) + 1.0)
 """
 
 
@@ -382,13 +406,15 @@ def test_the_job_api_measures_the_calling_process(tmp_path: Path) -> None:
     samples embedded at the default 1 s, and an energy sample that straddles the first use
     period's start spreads its energy evenly: up to one such sample at each end (80 J at
     most) can fall outside the measured periods, unattributed."""
-    t0 = time.time() + 3.0
-    t1 = t0 + 4.0
-    env = {**env_for(tmp_path, epoch=t0 - 100.0), "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}"}
-    subprocess.run(
-        [sys.executable, "-c", JOB_API, env["WATTLINE_NVML_PROCS"], str(t0), str(t1)],
-        env=env, capture_output=True, text=True, timeout=120, check=True,
+    env = {**env_for(tmp_path, epoch=time.time() - 100.0), "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", JOB_API, str(tmp_path / "pids.txt"), str(tmp_path / "go.json")],
+        env=env, text=True, stderr=subprocess.PIPE,
     )  # fmt: skip
+    t0 = go(tmp_path, {"api": (40, 0.0, 4.0)})
+    t1 = t0 + 4.0
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
     got = reports(tmp_path / "w.db", "job-api")["job-api"]
     [ds] = got.device_shares
     assert (ds.device, ds.basis) == (GPU0, "measured share")

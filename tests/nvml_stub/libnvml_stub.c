@@ -35,13 +35,15 @@
  *
  * Such a process runs on that GPU from `from` until `until` while its pid lives (kill 0):
  * nvmlDeviceGetComputeRunningProcesses lists it (usedGpuMemory 1 MiB), and the driver
- * takes a utilization sample of it every sample period (CPU time stamps k x period, us).
- * nvmlDeviceGetProcessUtilization(lastSeenTimeStamp) answers as NVML documents it: one
- * nvmlProcessUtilizationSample_t per process with non-zero use in the buffered samples
+ * takes a utilization sample of it every sample period (CPU time stamps k x period, us;
+ * the sample at ts is its mean use over (ts - period, ts], so a window's edges count pro
+ * rata). nvmlDeviceGetProcessUtilization(lastSeenTimeStamp) answers as NVML documents it:
+ * one nvmlProcessUtilizationSample_t per process with non-zero use in the buffered samples
  * newer than lastSeenTimeStamp (the driver keeps the last 100), its smUtil / memUtil the
- * mean over those samples and its timeStamp the newest one's; NVML_ERROR_NOT_FOUND when
- * there is none; a NULL buffer (or one too small) gets NVML_ERROR_INSUFFICIENT_SIZE and the
- * count. The energy model integrates the lines' windows whether or not the pid lives.
+ * mean over those sample periods (rounded to an integer, as NVML's are) and its timeStamp
+ * the newest sample's with use; NVML_ERROR_NOT_FOUND when there is none; a NULL buffer (or
+ * one too small) gets NVML_ERROR_INSUFFICIENT_SIZE and the count. The energy model
+ * integrates the lines' windows whether or not the pid lives.
  *
  * Series: each call of that function on that GPU takes the next value (call k gets value
  * k; after the last one the last repeats). "ns" answers NotSupported (3), "eN" answers
@@ -427,22 +429,25 @@ static unsigned int live_samples(gpu_t *g, unsigned long long last_seen, nvmlPro
     live_t all[MAX_LIVE];
     int n = read_live(all);
     unsigned int k = 0;
-    for (int i = 0; i < n; i++) {
+    long long count = newest >= oldest ? (newest - oldest) / period + 1 : 0;
+    for (int i = 0; i < n && count > 0; i++) {
         if (all[i].gpu != gpu_index(g) || !pid_lives(all[i].pid)) continue;
         double sm = 0, mem = 0;
-        long long seen = 0, count = 0;
+        long long seen = 0;
         for (long long ts = oldest; ts <= newest; ts += period) {
-            double t = (double)ts / 1e6;
-            if (t < all[i].from || t >= all[i].until) continue;
-            sm += all[i].sm;
-            mem += all[i].mem;
+            /* the sample at ts is the mean over the period (ts - period, ts] */
+            double hi = (double)ts / 1e6, lo = hi - (double)period / 1e6;
+            double a = all[i].from > lo ? all[i].from : lo, b = all[i].until < hi ? all[i].until : hi;
+            if (b <= a) continue;
+            sm += all[i].sm * (b - a) / (hi - lo);
+            mem += all[i].mem * (b - a) / (hi - lo);
             seen = ts;
-            count++;
         }
-        if (count == 0 || (sm == 0 && mem == 0)) continue;
+        if (seen == 0 || (sm == 0 && mem == 0)) continue;
         if (out != NULL && k < room)
             out[k] = (nvmlProcessUtilizationSample_t){all[i].pid, (unsigned long long)seen,
-                                                      (unsigned int)(sm / count + 0.5), (unsigned int)(mem / count + 0.5), 0, 0};
+                                                      (unsigned int)(sm / (double)count + 0.5),
+                                                      (unsigned int)(mem / (double)count + 0.5), 0, 0};
         k++;
     }
     return k;

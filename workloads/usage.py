@@ -1,12 +1,13 @@
 """Record a job's measured share of each accelerator it runs on (KIND_USE job events).
 
 While a job runs, its wrapper (``wattline run``, or the Job API when it opens its own
-job) asks the per-process sources every ``period_s`` how much of each device every
-process used since the previous ask (NVML per-process utilization samples, neuron-monitor
-per-runtime NeuronCore utilization; :class:`wattline.agent.sources.use.DeviceUse`), sums
-that over the job's processes (:class:`.processes.ProcessTree`) and sends one USE event
-per device the job's processes ran on or used: ``job_use`` (the job's processes) and
-``device_use`` (every process), same unit, over ``(time_ns - use_period_ns, time_ns]``.
+job) asks the per-process sources every second how much of each device every process used
+since the previous ask (NVML per-process utilization samples, neuron-monitor per-runtime
+NeuronCore utilization; :class:`wattline.agent.sources.use.DeviceUse`), sums that over the
+job's processes (:class:`.processes.ProcessTree`) and, every ``period_s``, sends one USE
+event per device the job's processes ran on or used: ``job_use`` (the job's processes) and
+``device_use`` (every process), same unit, their means over
+``(time_ns - use_period_ns, time_ns]``.
 
 Why the wrapper and not the agent: the wrapper knows the job's processes (they are its
 descendants, in its pid namespace) and its events already reach the store exactly once

@@ -40,6 +40,7 @@ from wattline.workloads.attribution import (
 )
 from wattline.workloads.device_shares import use_timelines
 from wattline.workloads.events import EventBuilder, JobSpec
+from wattline.workloads.render import report_json
 from wattline.workloads.report import Report, build_report
 
 GPU0 = "GPU-5a5a5a5a-0000-4000-8000-000000000000"
@@ -157,6 +158,8 @@ def test_two_jobs_on_one_gpu_get_their_measured_shares(tmp_path: Path) -> None:
         assert (ds.device, ds.basis) == (GPU0, "measured share")
         assert ds.measured_j == pytest.approx(ds.energy_j, rel=1e-9)
         assert any("measured share" in n and "derived from utilization" in n for n in got[job].notes)
+        split = report_json(got[job])["measured"]["coverage"]["split_by_utilization_share"]
+        assert split == pytest.approx(gpu_j(got[job]) / (got[job].measured.energy_j + got[job].warmup.energy_j))
     da, db_ = got["job-a"].device_shares[0], got["job-b"].device_shares[0]
     assert da.span_energy_j == pytest.approx(db_.span_energy_j, rel=1e-9)
     assert da.span_energy_j == pytest.approx(truth, rel=0.01)

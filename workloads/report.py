@@ -92,6 +92,8 @@ class ComponentEnergy:
     energy_j: float = 0.0
     dynamic_j: float = 0.0
     by_quality: dict[str, float] = field(default_factory=dict)
+    #: Of energy_j, the part the job got as its measured share of a shared device.
+    split_by_use_j: float = 0.0
 
 
 @dataclass
@@ -530,15 +532,21 @@ def _accumulate(window: WindowEnergy, attribution: Attribution, job_key: str, ho
         comp = window.components.setdefault(share.component, ComponentEnergy(share.component))
         comp.energy_j += share.energy_j
         comp.dynamic_j += share.dynamic_j
+        comp.split_by_use_j += share.measured_j
         comp.by_quality[share.quality.value] = comp.by_quality.get(share.quality.value, 0.0) + share.energy_j
         window.hosts[host] = window.hosts.get(host, 0.0) + share.energy_j
 
 
 def report_coverage(report: Report) -> dict[str, Any]:
-    """Share of the measured window's energy by quality, and what was not measured at all."""
+    """Share of the measured window's energy by quality, what was not measured at all, and
+    the share that is the job's part of a shared device split by measured utilization (the
+    device's energy is measured; the job's part of it is derived, not measured)."""
     cov = coverage(report.measured.by_quality(), report.missing)
+    total = report.measured.energy_j
+    split = math.fsum(c.split_by_use_j for c in report.measured.components.values())
     return {
         "shares": {q.value: v for q, v in cov.shares.items()},
         "measured_share": cov.measured_share,
         "missing": list(cov.missing),
+        "split_by_utilization_share": split / total if total > 0 else 0.0,
     }

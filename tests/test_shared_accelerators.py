@@ -69,7 +69,7 @@ def worker(tag: str, tmp_path: Path) -> list[str]:
     return [sys.executable, "-c", WORKER, tag, str(tmp_path / "pids.txt"), str(tmp_path / "go.json")]
 
 
-def go(tmp_path: Path, plan: dict[str, tuple[float, float, float]], lead_s: float = 1.0) -> float:
+def go(tmp_path: Path, plan: dict[str, tuple[float, float, float]], lead_s: float = 1.0, gpu: str = "0") -> float:
     """Once every tag of ``plan`` (tag -> SM percent on GPU 0, start, end in s from T0) said
     its pid: T0 = now + ``lead_s``; writes the use windows and the go file; returns T0."""
     pids_file, deadline = tmp_path / "pids.txt", time.monotonic() + 60
@@ -80,7 +80,7 @@ def go(tmp_path: Path, plan: dict[str, tuple[float, float, float]], lead_s: floa
         assert time.monotonic() < deadline, f"processes never started: {sorted(set(plan) - set(pids))}"
         time.sleep(0.05)
     t0 = time.time() + lead_s
-    lines = "".join(f"0 {pids[tag]} {sm} 10 {t0 + a} {t0 + b}\n" for tag, (sm, a, b) in plan.items())
+    lines = "".join(f"{gpu} {pids[tag]} {sm} 10 {t0 + a} {t0 + b}\n" for tag, (sm, a, b) in plan.items())
     tmp = tmp_path / "procs.tmp"
     tmp.write_text(lines)
     tmp.replace(tmp_path / "procs.txt")
@@ -458,6 +458,39 @@ def test_use_events_cross_the_wire_into_every_store_and_back(kind: str, tmp_path
         assert (ack.written, ack.rejected) == (4, 1)
         got = use_timelines(store.job_events("j-use"), "h")  # type: ignore[attr-defined]
     assert {k: v.intervals for k, v in got.items()} == {
-        f"gpu:{GPU0}": (UseInterval(t, t + 5 * S, 45.5, 60.0),),
-        "neuron:0": (UseInterval(t + 5 * S, t + 10 * S, 30.0, 40.0),),
+        f"gpu:{GPU0}": (UseInterval(t, t + 5 * S, 45.5, 60.0, "sm"),),
+        "neuron:0": (UseInterval(t + 5 * S, t + 10 * S, 30.0, 40.0, "neuroncore"),),
     }
+
+
+GPU_MIG = "GPU-7c7c7c7c-0000-4000-8000-000000000000"
+
+
+def test_a_job_on_a_mig_instance_gets_its_instances_share_of_the_parent(tmp_path: Path) -> None:
+    """A MIG-enabled GPU (80 GiB) with an instance of 20 GiB: the job's process runs on it
+    (NVML has no per-process utilization on MIG) and the parent draws 100 W meanwhile. The
+    job is charged 25 % of the parent's energy while its process ran (a rule by instance
+    size, labelled so), the parent is counted once, and the rest is unattributed."""
+    env = env_for(tmp_path, epoch=time.time() - 100.0)
+    Path(env["WATTLINE_NVML_SCENARIO"]).write_text(
+        "driver 550.54.15\n"
+        f"gpu {GPU_MIG} NVIDIA A100-SXM4-80GB\nenergy_model 0 {W_PER_SM} {time.time() - 100}\nutil ns\n"
+        "memory 85899345920:0\nlimit 400000\nmig 1 7\n"
+        "mig_device 0 MIG-11111111-0000-4000-8000-000000000000 1 21474836480 0\n"
+        "mig_device 2 MIG-22222222-0000-4000-8000-000000000000 5 42949672960 0\n"
+    )
+    db = tmp_path / "w.db"
+    job = wattline_run(db, "job-m", "nvml", worker("m", tmp_path), env)
+    t0 = go(tmp_path, {"m": (50, 0.0, 4.0)}, gpu="0/0")
+    finish([job])
+    got = reports(db, "job-m")["job-m"]
+    truth = W_PER_SM * 50 * 4.0
+    [ds] = got.device_shares
+    assert (ds.device, ds.basis) == (GPU_MIG, "MIG instance share")
+    assert ds.span_energy_j == pytest.approx(truth, rel=0.01)
+    # a MIG process is seen running at each ask (every 0.5 s here), not sampled in between:
+    # its last interval before it stops (at most one ask) may go unattributed
+    assert 0.25 * (truth - W_PER_SM * 50 * 0.5) <= gpu_j(got) <= 0.25 * truth * 1.01
+    assert ds.energy_j + ds.unattributed_j == pytest.approx(ds.span_energy_j, rel=1e-9)
+    assert any("MIG instance's share" in n and "not a measurement" in n for n in got.notes)
+    assert t0 > 0

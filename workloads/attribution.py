@@ -216,6 +216,7 @@ class UseInterval:
     end_ns: int
     job_use: float
     device_use: float
+    metric: str = ""  #: "sm", "memory", "neuroncore", "mig-memory" (a rule by MIG instance size)
 
     @property
     def share(self) -> float:

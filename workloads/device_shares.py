@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from wattline.collector.stores.reader import StoredJobEvent
 from wattline.workloads.attribution import Attribution, ChannelEnergy, UseInterval, UseTimeline, window_energy
 
 #: How a job's part of a device was decided.
-MEASURED, CLAIMED = "measured share", "claimed"
+MEASURED, CLAIMED, MIG = "measured share", "claimed", "MIG instance share"
 
 
 def use_timelines(events: Iterable[StoredJobEvent], host: str) -> dict[str, UseTimeline]:
@@ -34,7 +34,8 @@ def use_timelines(events: Iterable[StoredJobEvent], host: str) -> dict[str, UseT
         except (KeyError, TypeError, ValueError):
             continue
         if period > 0 and all(math.isfinite(v) and v >= 0 for v in (job, dev)) and f.get("device"):
-            per_device[str(f["device"])].append(UseInterval(e.time_ns - period, e.time_ns, job, dev))
+            metric = str(f.get("metric", ""))
+            per_device[str(f["device"])].append(UseInterval(e.time_ns - period, e.time_ns, job, dev, metric))
     return {key: UseTimeline(_disjoint(iv)) for key, iv in per_device.items()}
 
 
@@ -45,7 +46,7 @@ def _disjoint(intervals: list[UseInterval]) -> list[UseInterval]:
     for u in sorted(intervals, key=lambda u: u.end_ns):
         start = max(u.start_ns, out[-1].end_ns) if out else u.start_ns
         if start < u.end_ns:
-            out.append(UseInterval(start, u.end_ns, u.job_use, u.device_use))
+            out.append(UseInterval(start, u.end_ns, u.job_use, u.device_use, u.metric))
     return out
 
 
@@ -56,7 +57,7 @@ class DeviceShare:
     host: str
     component: str
     device: str
-    basis: str  #: "measured share" | "claimed"
+    basis: str  #: "measured share" | "MIG instance share" (a rule by instance size) | "claimed"
     energy_j: float  #: charged to the job (warm-up and measured windows)
     measured_j: float  #: of which handed out by measured use (derived from utilization)
     device_energy_j: float  #: the device's energy over the job's window on this host
@@ -72,6 +73,11 @@ class DeviceShare:
         name = f"{self.host}: {self.component} {self.device}"
         if self.basis == CLAIMED:
             return f"{name}: whole device (claimed), {self.energy_j:.1f} J"
+        if self.basis == MIG:
+            return (
+                f"{name}: {100 * self.share:.0f} % of its {self.device_energy_j:.1f} J while the job ran (its MIG "
+                "instance's share of the GPU by memory size: a rule, not a measurement; the GPU counted once)"
+            )
         rest = self.energy_j - self.measured_j
         extra = f", {rest:.1f} J of it by the share rule while the device was idle" if rest > 1e-9 else ""
         return (
@@ -81,9 +87,13 @@ class DeviceShare:
 
 
 def device_shares(
-    attribution: Attribution, job_keys: Sequence[str], channels: Sequence[ChannelEnergy], window: tuple[int, int]
+    attribution: Attribution,
+    job_keys: Sequence[str],
+    channels: Sequence[ChannelEnergy],
+    window: tuple[int, int],
+    uses: Mapping[str, UseTimeline],
 ) -> list[DeviceShare]:
-    """The job's charge (its windows ``job_keys``) for each accelerator channel it got energy of."""
+    """The job's charge (its windows ``job_keys``, its ``uses``) for each accelerator channel it got energy of."""
     out = []
     for ch in channels:
         if not ch.claim_keys:
@@ -97,7 +107,8 @@ def device_shares(
             continue
         measured = math.fsum(s.measured_j for s in mine)
         device = window_energy(ch.intervals, *window)
-        basis = MEASURED if measured > 0 else CLAIMED
+        metrics = {u.metric for k in ch.claim_keys & uses.keys() for u in uses[k].intervals}
+        basis = (MIG if metrics == {"mig-memory"} else MEASURED) if measured > 0 else CLAIMED
         share = energy / device if device > 0 else 0.0
         span = math.fsum(s.energy_j for s in of_device)
         rest = math.fsum(s.energy_j for s in of_device if s.job_id is None)

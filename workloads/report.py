@@ -392,7 +392,7 @@ def _host_attribution(
         notes.append(f"{host}: no energy samples in the job's window (is an agent running there?)")
     attribution = split_shared(channels, windows, rule, idle=idle)
     keys = (windows[0].job_id, windows[1].job_id)
-    shares = device_shares(attribution, keys, channels, (open_ns, close_ns))
+    shares = device_shares(attribution, keys, channels, (open_ns, close_ns), uses)
     notes += [s.note() for s in shares if s.basis != "claimed" or job.hosts[host].devices]
     return attribution, missing, notes, shares
 

@@ -150,7 +150,8 @@ class UseRecorder:
                 self.devices.add(du.key)
                 tally = self._tally.setdefault(du.key, _Tally(du.metric))
                 tally.mine += mine * dt
-                tally.total += max(sum(du.use.values()), mine) * dt
+                total = du.total if du.total is not None else sum(du.use.values())
+                tally.total += max(total, mine) * dt
 
     def flush(self) -> None:
         """One USE event per device the job ran on or used in the period now ending."""

@@ -158,7 +158,10 @@ class NvmlSource(Source):
         of the last seconds). Each process's SM utilization (memory utilization where no
         process used SMs) is its mean over the driver's samples in that time: NVML gives one
         sample per process with non-zero use per sample period (1/6 s to 1 s). GPUs that
-        failed are left out; a MIG-enabled GPU lists its processes, unsupported."""
+        failed are left out. A MIG-enabled GPU has no per-process utilization: each process
+        on an instance gets an equal part of the instance's share of the GPU's memory (metric
+        "mig-memory", a rule by instance size, not a measurement; the rest of the GPU, empty
+        or unpartitioned, is no process's)."""
         with self._lock:
             if self._nv is None:
                 return []
@@ -169,8 +172,11 @@ class NvmlSource(Source):
                 if since_us is not None:
                     gpu.last_use_us = since_us
                 running = frozenset(p.pid for p in self._process_list(gpu.handle, None))
-                samples = None if gpu.mig else self._utilization_samples(gpu, gpu.last_use_us)
-                if samples is None:  # no per-process utilization on MIG (NVML), or not supported
+                if gpu.mig:
+                    out.append(self._mig_use(gpu, running))
+                    continue
+                samples = self._utilization_samples(gpu, gpu.last_use_us)
+                if samples is None:  # not supported
                     out.append(DeviceUse("gpu", gpu.uuid, "sm", running, {}, supported=False))
                     continue
                 sums: dict[int, list[float]] = {}
@@ -187,6 +193,33 @@ class NvmlSource(Source):
                     out.append(DeviceUse("gpu", gpu.uuid, "sm", running, sm))
             return out
 
+    def _mig_use(self, gpu: _Gpu, running: frozenset[int]) -> DeviceUse:
+        nv = self._nv
+        parent = self._call(nv.nvmlDeviceGetMemoryInfo, gpu.handle)
+        use: dict[int, float] = {}
+        for handle in self._mig_handles(gpu):
+            memory = self._call(nv.nvmlDeviceGetMemoryInfo, handle)
+            pids = [p.pid for p in self._process_list(handle, None)]
+            if memory is None or parent is None or not int(parent.total) or not pids:
+                continue
+            for pid in pids:
+                use[pid] = use.get(pid, 0.0) + 100.0 * int(memory.total) / int(parent.total) / len(pids)
+        return DeviceUse("gpu", gpu.uuid, "mig-memory", running, use, total=100.0)
+
+    def _mig_handles(self, gpu: _Gpu) -> list[Any]:
+        """Handles of the MIG instances of ``gpu`` (none when MIG is off)."""
+        nv = self._nv
+        count = self._call(nv.nvmlDeviceGetMaxMigDeviceCount, gpu.handle) if gpu.mig else None
+        handles = []
+        for slot in range(count or 0):
+            try:
+                handles.append(nv.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, slot))
+            except (nv.NVMLError_NotFound, nv.NVMLError_InvalidArgument):
+                continue  # empty slot
+            except nv.NVMLError:
+                break  # the parent itself failed
+        return handles
+
     def mig_devices(self) -> list[dict[str, Any]]:
         """Every MIG instance of every MIG-enabled GPU, as JSON-ready dicts.
 
@@ -200,14 +233,7 @@ class NvmlSource(Source):
             out: list[dict[str, Any]] = []
             for gpu in self._gpus:
                 gpu.mig = self._mig_enabled(gpu.handle)
-                count = self._call(nv.nvmlDeviceGetMaxMigDeviceCount, gpu.handle) if gpu.mig else None
-                for slot in range(count or 0):
-                    try:
-                        handle = nv.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, slot)
-                    except (nv.NVMLError_NotFound, nv.NVMLError_InvalidArgument):
-                        continue  # empty slot
-                    except nv.NVMLError:
-                        break  # the parent itself failed
+                for handle in self._mig_handles(gpu):
                     memory = self._call(nv.nvmlDeviceGetMemoryInfo, handle)
                     out.append(
                         {

@@ -16,7 +16,9 @@ class DeviceUse:
     """Use of one device by each process over the interval since the previous query.
 
     ``use`` maps a pid to its use, percent of the device (``metric`` says of what: "sm",
-    "memory", "neuroncore"); a process absent from it used nothing. ``running`` are the
+    "memory", "neuroncore", or "mig-memory": a process's part of its MIG instance's share
+    of the GPU's memory, a rule where NVML measures nothing); a process absent from it used
+    nothing. ``running`` are the
     processes holding the device now (a compute context, a Neuron runtime). ``supported``
     is False where the driver gives no per-process figures (e.g. a MIG-enabled GPU).
     """
@@ -27,6 +29,8 @@ class DeviceUse:
     running: frozenset[int]
     use: dict[int, float]
     supported: bool = True
+    #: Every process's use together, where it is not the sum of ``use`` (MIG: 100, the GPU).
+    total: float | None = None
 
     @property
     def key(self) -> str:

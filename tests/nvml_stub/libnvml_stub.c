@@ -31,8 +31,10 @@
  * Live processes: the file named by WATTLINE_NVML_PROCS (optional), read again at every
  * query, one process a line:
  *
- *   <gpu index> <pid> <sm percent> <mem percent> <from unix s> <until unix s | ->
+ *   <gpu index>[/<MIG slot>] <pid> <sm percent> <mem percent> <from unix s> <until unix s | ->
  *
+ * (with a MIG slot the process runs on that MIG instance: listed by the instance and,
+ * aggregated, by its parent; MIG has no per-process utilization samples)
  * Such a process runs on that GPU from `from` until `until` while its pid lives (kill 0):
  * nvmlDeviceGetComputeRunningProcesses lists it (usedGpuMemory 1 MiB), and the driver
  * takes a utilization sample of it every sample period (CPU time stamps k x period, us;
@@ -364,7 +366,7 @@ static int copy_str(char *dst, unsigned int len, const char *src) {
 #define MAX_LIVE 64
 #define SAMPLE_BUFFER 100
 
-typedef struct { int gpu; unsigned int pid; double sm, mem, from, until; } live_t;
+typedef struct { int gpu, slot; unsigned int pid; double sm, mem, from, until; } live_t;
 
 static double now_s(void) {
     struct timeval tv;
@@ -378,12 +380,15 @@ static int read_live(live_t *out) {
     if (path == NULL) return 0;
     FILE *f = fopen(path, "r");
     if (f == NULL) return 0; /* not written yet: no process */
-    char line[256], until[64];
+    char line[256], until[64], where[32];
     int n = 0;
     while (n < MAX_LIVE && fgets(line, sizeof line, f) != NULL) {
         live_t *p = &out[n];
-        if (sscanf(line, "%d %u %lf %lf %lf %63s", &p->gpu, &p->pid, &p->sm, &p->mem, &p->from, until) != 6)
+        if (sscanf(line, "%31s %u %lf %lf %lf %63s", where, &p->pid, &p->sm, &p->mem, &p->from, until) != 6)
             continue;
+        char *slash = strchr(where, '/');
+        p->gpu = atoi(where);
+        p->slot = slash ? atoi(slash + 1) : -1;
         p->until = strcmp(until, "-") == 0 ? 1e18 : atof(until);
         n++;
     }
@@ -395,12 +400,14 @@ static int pid_lives(unsigned int pid) { return kill((pid_t)pid, 0) == 0 || errn
 
 static int gpu_index(gpu_t *g) { return (int)(g - gpus); }
 
-/* Live processes of g at time t (running and alive). */
-static int live_on(gpu_t *g, double t, live_t *out) {
+/* Live processes of g at time t (running and alive): on MIG instance `slot`, on any
+ * instance (slot -2), or outside MIG (slot -1). */
+static int live_on(gpu_t *g, int slot, double t, live_t *out) {
     live_t all[MAX_LIVE];
     int n = read_live(all), k = 0;
     for (int i = 0; i < n; i++)
-        if (all[i].gpu == gpu_index(g) && all[i].from <= t && t < all[i].until && pid_lives(all[i].pid))
+        if (all[i].gpu == gpu_index(g) && (slot == -2 ? all[i].slot >= 0 : all[i].slot == slot) &&
+            all[i].from <= t && t < all[i].until && pid_lives(all[i].pid))
             out[k++] = all[i];
     return k;
 }
@@ -431,7 +438,7 @@ static unsigned int live_samples(gpu_t *g, unsigned long long last_seen, nvmlPro
     unsigned int k = 0;
     long long count = newest >= oldest ? (newest - oldest) / period + 1 : 0;
     for (int i = 0; i < n && count > 0; i++) {
-        if (all[i].gpu != gpu_index(g) || !pid_lives(all[i].pid)) continue;
+        if (all[i].gpu != gpu_index(g) || all[i].slot >= 0 || !pid_lives(all[i].pid)) continue;
         double sm = 0, mem = 0;
         long long seen = 0;
         for (long long ts = oldest; ts <= newest; ts += period) {
@@ -645,21 +652,28 @@ int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *c
     ENTER();
     gpu_t *g = as_gpu(device);
     mig_t *m = as_mig(device, NULL);
-    nvmlProcessInfo_t all[MAX_PROCS * (MAX_MIG + 1)];
+    nvmlProcessInfo_t all[MAX_PROCS * (MAX_MIG + 1) + MAX_LIVE];
+    live_t live[MAX_LIVE];
     unsigned int n = 0;
+    gpu_t *parent = NULL;
     if (m) {
+        as_mig(device, &parent);
         for (int i = 0; i < m->nprocs; i++)
             all[n++] = (nvmlProcessInfo_t){m->procs[i].pid, m->procs[i].mem, m->gi, 0};
+        int k = live_on(parent, (int)(m - parent->migs), now_s(), live);
+        for (int i = 0; i < k; i++) all[n++] = (nvmlProcessInfo_t){live[i].pid, 1048576ULL, m->gi, 0};
     } else if (g && g->mig_mode == 1) { /* MIG parent: aggregate over instances */
         for (int j = 0; j < MAX_MIG; j++)
             for (int i = 0; g->migs[j].present && i < g->migs[j].nprocs; i++)
                 all[n++] = (nvmlProcessInfo_t){g->migs[j].procs[i].pid, g->migs[j].procs[i].mem, g->migs[j].gi, 0};
+        int k = live_on(g, -2, now_s(), live);
+        for (int i = 0; i < k; i++)
+            all[n++] = (nvmlProcessInfo_t){live[i].pid, 1048576ULL, g->migs[live[i].slot % MAX_MIG].gi, 0};
     } else if (g) {
         for (int i = 0; i < g->nprocs; i++)
             all[n++] = (nvmlProcessInfo_t){g->procs[i].pid, g->procs[i].mem, NO_ID, NO_ID};
-        live_t live[MAX_LIVE];
-        int m = live_on(g, now_s(), live);
-        for (int i = 0; i < m && n < MAX_PROCS * (MAX_MIG + 1); i++)
+        int k = live_on(g, -1, now_s(), live);
+        for (int i = 0; i < k; i++)
             all[n++] = (nvmlProcessInfo_t){live[i].pid, 1048576ULL, NO_ID, NO_ID};
     } else {
         return E_INVALID;

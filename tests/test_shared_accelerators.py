@@ -494,3 +494,16 @@ def test_a_job_on_a_mig_instance_gets_its_instances_share_of_the_parent(tmp_path
     assert ds.energy_j + ds.unattributed_j == pytest.approx(ds.span_energy_j, rel=1e-9)
     assert any("MIG instance's share" in n and "not a measurement" in n for n in got.notes)
     assert t0 > 0
+
+
+def test_a_job_whose_processes_used_no_gpu_is_charged_none(tmp_path: Path) -> None:
+    """No --devices, and no process of the job on any GPU (per-process use was read, so the
+    close says so): the job is charged neither GPU, not the idle GPU 1's 50 W."""
+    env = env_for(tmp_path, epoch=time.time() - 100.0)
+    db = tmp_path / "w.db"
+    finish([wattline_run(db, "job-cpu", "nvml", ["sleep", "2"], env)])
+    got = reports(db, "job-cpu")["job-cpu"]
+    with open_store(f"sqlite:///{db}") as store:
+        [close] = [e for e in store.job_events("job-cpu") if e.event == "close"]
+    assert set(close.fields["use_scope"].split(",")) == {f"gpu:{GPU0}", f"gpu:{GPU1}"}
+    assert gpu_j(got) == 0.0 and got.device_shares == []

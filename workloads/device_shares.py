@@ -39,6 +39,17 @@ def use_timelines(events: Iterable[StoredJobEvent], host: str) -> dict[str, UseT
     return {key: UseTimeline(_disjoint(iv)) for key, iv in per_device.items()}
 
 
+def use_scope(events: Iterable[StoredJobEvent], host: str) -> frozenset[str]:
+    """The devices whose per-process use the job's wrapper on ``host`` could read (its close)."""
+    return frozenset(
+        d
+        for e in events
+        if e.event == "close" and e.host == host
+        for d in str(e.fields.get("use_scope", "")).split(",")
+        if d
+    )
+
+
 def _disjoint(intervals: list[UseInterval]) -> list[UseInterval]:
     """Sorted by end, each starting no earlier than the previous end (several processes of
     one job may each send use; the later overlapping part is dropped, never counted twice)."""

@@ -144,7 +144,7 @@ class Job:
         self._units.flush()
         self.exit_code = 0 if exc_type is None else (130 if exc_type is KeyboardInterrupt else 1)
         if not self.joined:
-            self._sink.send([self._builder.close(self.exit_code)])
+            self._sink.send([self._builder.close(self.exit_code, use_scope=self._use.scope if self._use else ())])
         self._sink.close()
 
 

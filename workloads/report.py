@@ -50,7 +50,7 @@ from wattline.workloads.attribution import (
     split_shared,
     window_energy,
 )
-from wattline.workloads.device_shares import DeviceShare, device_shares, use_timelines
+from wattline.workloads.device_shares import DeviceShare, device_shares, use_scope, use_timelines
 from wattline.workloads.jobs_view import JobView, build_view, utc_iso, views_of
 from wattline.workloads.saturation import Saturation, SaturationParams, detect_saturation
 from wattline.workloads.streams import StreamMerge, StreamSample, merge_streams
@@ -358,7 +358,8 @@ def _host_attribution(
         for v, start, end in windows_of
         if start < close_ns and end > open_ns
     ]
-    other_uses = {w.job_id: use_timelines(reader.job_events(w.job_id), host) for w in concurrent}
+    other_events = {w.job_id: reader.job_events(w.job_id) for w in concurrent}
+    other_uses = {k: use_timelines(v, host) for k, v in other_events.items()}
     if concurrent or uses:
         lo = min([open_ns] + [w.start_ns for w in concurrent])
         hi = max([close_ns] + [w.end_ns for w in concurrent])
@@ -369,18 +370,28 @@ def _host_attribution(
         channels = _channels_from_edges(reader, host, (open_ns, split_ns, close_ns), settings, notes)
     every_device = frozenset().union(*(c.claim_keys for c in channels))
 
-    def claims(given: Iterable[str], measured: object) -> frozenset[str]:
-        """Claimed devices; without claims, every device unless the job measured its use
-        (then only the devices its processes used, by their measured share)."""
-        return frozenset(given) or (frozenset() if measured else every_device)
+    def claims(given: Iterable[str], measured: object, scope: frozenset[str]) -> frozenset[str]:
+        """Claimed devices; without claims, every device but those whose per-process use the
+        job's wrapper read (``scope``: it is charged those by its measured use), or none but
+        by measured use when it measured some and its scope is not known yet (running)."""
+        if given:
+            return frozenset(given)
+        if scope:
+            return every_device - scope
+        return frozenset() if measured else every_device
 
-    devices = claims(job.hosts[host].devices, uses)
+    devices = claims(job.hosts[host].devices, uses, use_scope(events, host))
     windows = [
         JobWindow(f"{job.job_id}#warmup", host, open_ns, split_ns, devices, uses),
         JobWindow(f"{job.job_id}#measured", host, split_ns, close_ns, devices, uses),
         *(
             JobWindow(
-                w.job_id, host, w.start_ns, w.end_ns, claims(w.devices, other_uses[w.job_id]), other_uses[w.job_id]
+                w.job_id,
+                host,
+                w.start_ns,
+                w.end_ns,
+                claims(w.devices, other_uses[w.job_id], use_scope(other_events[w.job_id], host)),
+                other_uses[w.job_id],
             )
             for w in concurrent
         ),

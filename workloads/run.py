@@ -182,7 +182,8 @@ class JobRunner:
         self.close_ns = time.time_ns()
         self._saturated_after()
         status = exit_status(returncode)
-        self.sink.send([self.builder.close(status, self.close_ns)])
+        scope = use.scope if use is not None else ()
+        self.sink.send([self.builder.close(status, self.close_ns, scope)])
         shutil.rmtree(workdir, ignore_errors=True)
         return status
 

@@ -93,6 +93,8 @@ class UseRecorder:
         self.sample_s = min(sample_s, self.period_s)
         #: Devices ("gpu:<UUID>") the job's processes ran on or used, so far.
         self.devices: set[str] = set()
+        #: Devices whose per-process use could be read, used by the job or not.
+        self.scope: set[str] = set()
         self.sent = 0
         self._period_ns = 0  #: start of the current period
         self._last_ns = 0  #: the previous ask
@@ -144,6 +146,8 @@ class UseRecorder:
                 log.warning("job %s: per-process use not read: %s", self.builder.spec.job_id, exc)
                 continue
             for du in uses:
+                if du.supported:
+                    self.scope.add(du.key)
                 mine = sum(v for pid, v in du.use.items() if pid in pids)
                 if not du.supported or (mine <= 0 and not du.running & pids):
                     continue
@@ -215,6 +219,11 @@ class JobUse:
     def start(self) -> JobUse:
         self.recorder.start()
         return self
+
+    @property
+    def scope(self) -> set[str]:
+        """Devices whose per-process use was read (for the close event's ``use_scope``)."""
+        return self.recorder.scope
 
     def stop(self) -> None:
         try:

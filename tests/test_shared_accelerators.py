@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,14 +70,24 @@ def worker(tag: str, tmp_path: Path) -> list[str]:
     return [sys.executable, "-c", WORKER, tag, str(tmp_path / "pids.txt"), str(tmp_path / "go.json")]
 
 
-def go(tmp_path: Path, plan: dict[str, tuple[float, float, float]], lead_s: float = 1.0, gpu: str = "0") -> float:
+def go(
+    tmp_path: Path,
+    plan: dict[str, tuple[float, float, float]],
+    procs: Sequence[subprocess.Popen[str]] = (),
+    lead_s: float = 1.0,
+    gpu: str = "0",
+) -> float:
     """Once every tag of ``plan`` (tag -> SM percent on GPU 0, start, end in s from T0) said
-    its pid: T0 = now + ``lead_s``; writes the use windows and the go file; returns T0."""
-    pids_file, deadline = tmp_path / "pids.txt", time.monotonic() + 60
+    its pid: T0 = now + ``lead_s``; writes the use windows and the go file; returns T0.
+    Fails at once, with its stderr, when one of ``procs`` (the jobs) ended before."""
+    pids_file, deadline = tmp_path / "pids.txt", time.monotonic() + 120
     while True:
         pids = dict(line.split() for line in pids_file.read_text().splitlines()) if pids_file.exists() else {}
         if set(plan) <= set(pids):
             break
+        for p in procs:
+            if p.poll() is not None:
+                raise AssertionError(f"a job ended before its process started: {p.communicate()[1][-2000:]}")
         assert time.monotonic() < deadline, f"processes never started: {sorted(set(plan) - set(pids))}"
         time.sleep(0.05)
     t0 = time.time() + lead_s
@@ -115,6 +126,8 @@ def env_for(tmp_path: Path, epoch: float) -> dict[str, str]:
 def wattline_run(
     db: Path, job: str, source: str, command: list[str], env: dict[str, str], extra: list[str] | None = None
 ) -> subprocess.Popen[str]:
+    if not db.exists():  # created once, before concurrent runs open it
+        open_store(f"sqlite:///{db}").close()
     return subprocess.Popen(
         [sys.executable, "-m", "wattline.cli.main", "run", "--job", job, "--job-id", job, "--source", source,
          "--interval", "0.1", "--store", f"sqlite:///{db}", "--no-report", *(extra or []), "--", *command],
@@ -146,7 +159,7 @@ def test_two_jobs_on_one_gpu_get_their_measured_shares(tmp_path: Path) -> None:
     db = tmp_path / "w.db"
     a = wattline_run(db, "job-a", "nvml", ["sh", "-c", " ".join(map(_q, worker("a", tmp_path))) + "; sleep 1"], env)
     b = wattline_run(db, "job-b", "nvml", worker("b", tmp_path), env)
-    t0 = go(tmp_path, {"a": (60, 0.0, 6.0), "b": (20, 0.0, 6.0)})
+    t0 = go(tmp_path, {"a": (60, 0.0, 6.0), "b": (20, 0.0, 6.0)}, [a, b])
     t1 = t0 + 6.0
     finish([a, b])
     got = reports(db, "job-a", "job-b")
@@ -174,7 +187,7 @@ def test_a_job_whose_process_vanishes_is_charged_only_while_it_used_the_gpu(tmp_
     db = tmp_path / "w.db"
     stranger = subprocess.Popen(worker("stranger", tmp_path), env=env)
     job = wattline_run(db, "job-v", "nvml", ["sh", "-c", " ".join(map(_q, worker("v", tmp_path))) + "; sleep 3"], env)
-    t0 = go(tmp_path, {"v": (30, 0.0, 4.0), "stranger": (10, 0.0, 7.0)})
+    t0 = go(tmp_path, {"v": (30, 0.0, 4.0), "stranger": (10, 0.0, 7.0)}, [job])
     t1 = t0 + 4.0
     finish([job])
     stranger.wait(timeout=30)
@@ -414,7 +427,7 @@ def test_the_job_api_measures_the_calling_process(tmp_path: Path) -> None:
         [sys.executable, "-c", JOB_API, str(tmp_path / "pids.txt"), str(tmp_path / "go.json")],
         env=env, text=True, stderr=subprocess.PIPE,
     )  # fmt: skip
-    t0 = go(tmp_path, {"api": (40, 0.0, 4.0)})
+    t0 = go(tmp_path, {"api": (40, 0.0, 4.0)}, [proc])
     t1 = t0 + 4.0
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-2000:]
@@ -481,7 +494,7 @@ def test_a_job_on_a_mig_instance_gets_its_instances_share_of_the_parent(tmp_path
     )
     db = tmp_path / "w.db"
     job = wattline_run(db, "job-m", "nvml", worker("m", tmp_path), env)
-    t0 = go(tmp_path, {"m": (50, 0.0, 4.0)}, gpu="0/0")
+    t0 = go(tmp_path, {"m": (50, 0.0, 4.0)}, [job], gpu="0/0")
     finish([job])
     got = reports(db, "job-m")["job-m"]
     truth = W_PER_SM * 50 * 4.0

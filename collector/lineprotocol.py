@@ -53,6 +53,7 @@ goes through the general path, which writes the same line or refuses it with the
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Callable, Hashable, Mapping
@@ -402,6 +403,15 @@ class LineEncoder:
         return result
 
 
+def check_use(event: wire.pb.JobEvent) -> None:
+    """A USE event names its device and a positive period; its uses are finite and >= 0."""
+    if not event.use_device or event.use_period_ns <= 0:
+        raise LineProtocolError("a use event needs use_device and use_period_ns > 0")
+    for value in (event.job_use, event.device_use):
+        if not math.isfinite(value) or value < 0:
+            raise LineProtocolError(f"use must be finite and >= 0, got {value!r}")
+
+
 def job_event_point(
     host: Mapping[str, str], event: wire.pb.JobEvent
 ) -> tuple[dict[str, str], dict[str, FieldValue], int]:
@@ -412,6 +422,8 @@ def job_event_point(
         raise LineProtocolError("event_seq is 0: a job event needs its sequence number (its identity)")
     if event.kind == wire.pb.JobEvent.KIND_UNITS:
         check_units(event.units)
+    elif event.kind == wire.pb.JobEvent.KIND_USE:
+        check_use(event)
     return {**host, **job_event_tags(event)}, job_event_fields(event), job_event_time(event)
 
 

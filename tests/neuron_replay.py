@@ -19,6 +19,10 @@ Usage (like the real tool, plus replay flags)::
   ``exit-after=N`` exit with status 3 after N reports (stderr says why); and, before the
   first report, ``stderr-flood`` 1 MiB of stderr lines (blocks unless the reader drains it).
 - ``--log FILE`` (or ``NEURON_REPLAY_LOG``) appends "start <pid> <monotonic>" per run.
+- ``--pid-map FILE`` (or ``NEURON_REPLAY_PID_MAP``): read again before each report, lines
+  "<recorded pid> <live pid>"; a runtime of the recording with that pid (and its
+  ``neuron_runtime_tag``, when it is the pid) is reported under the live pid, so tests can
+  make a recorded runtime the process of a job they started.
 
 Every line is flushed; SIGTERM exits at once with status 143 (``--ignore-sigterm``: ignored,
 so only SIGKILL stops it).
@@ -73,6 +77,23 @@ def _check_config(path: str) -> dict[str, Any]:
     return checked
 
 
+def _map_pids(line: str, path: str) -> str:
+    """``line`` with its runtimes' recorded pids replaced as the pid-map file says."""
+    try:
+        pairs = [p.split() for p in Path(path).read_text().splitlines()]
+        mapping = {int(p[0]): int(p[1]) for p in pairs if len(p) == 2}
+        obj = json.loads(line)
+    except (OSError, ValueError):
+        return line  # no map yet, or not a report: as recorded
+    for rt in obj.get("neuron_runtime_data", []) if isinstance(obj, dict) else []:
+        live = mapping.get(rt.get("pid"))
+        if live is not None:
+            if rt.get("neuron_runtime_tag") == str(rt["pid"]):
+                rt["neuron_runtime_tag"] = str(live)
+            rt["pid"] = live
+    return json.dumps(obj, separators=(",", ":"))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-c", "--config-file", required=True)
@@ -82,6 +103,7 @@ def main() -> int:
     ap.add_argument("--inject", action="append", default=[])
     ap.add_argument("--log", default=os.environ.get("NEURON_REPLAY_LOG"))
     ap.add_argument("--ignore-sigterm", action="store_true")
+    ap.add_argument("--pid-map", default=os.environ.get("NEURON_REPLAY_PID_MAP"))
     args = ap.parse_args()
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN if args.ignore_sigterm else (lambda *_: os._exit(143)))
@@ -106,6 +128,8 @@ def main() -> int:
     sent = 0
 
     def emit(line: str) -> None:
+        if args.pid_map:
+            line = _map_pids(line, args.pid_map)
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
         time.sleep(period)

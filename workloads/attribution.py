@@ -24,6 +24,19 @@ piece; each piece then goes
   device, none when every active job does); ``"exclusive"`` all to the one active
   job, unattributed when several are active; no active job: unattributed.
 
+* for an accelerator channel with **measured use** (:class:`UseInterval`, a job's
+  processes' share of the device measured by its wrapper: NVML per-process
+  utilization, neuron-monitor per-runtime NeuronCore use), cut also at every use
+  interval's edges: where an active job's use interval covers the piece, each such job
+  gets ``job_use / device_use`` of it (scaled down together if they sum above 1, as
+  unsynchronised wrappers may) and the rest, other processes' use, is unattributed (all
+  of it when only other processes used the device);
+  where the device was idle (``device_use`` 0) while jobs were on it, the piece goes by
+  the :class:`ShareRule` among those jobs (``device-share`` as ``equal``: each holds this
+  one device); where no use interval covers it, by the claims as above. A share by
+  measured use is derived from utilization, not a measurement of the job's own energy:
+  :attr:`Share.measured_j` keeps that part apart so reports can label it.
+
 Every piece is handed out in full (the last share is the remainder), so for each
 host ``node energy == sum over jobs + unattributed`` to float rounding, and no
 joule goes to two jobs. Which channels make up "node energy" is the caller's
@@ -60,6 +73,8 @@ __all__ = [
     "Share",
     "ShareKind",
     "ShareRule",
+    "UseInterval",
+    "UseTimeline",
     "coverage",
     "cumulative_window_energy",
     "find_edges",
@@ -190,14 +205,61 @@ def cumulative_window_energy(
 
 
 @dataclass(frozen=True, slots=True)
+class UseInterval:
+    """A job's measured use of one device over ``(start_ns, end_ns]`` (a USE job event).
+
+    ``job_use`` and ``device_use`` are in one unit (percent of the device): the job's
+    processes' and every process's; the job's share is their ratio.
+    """
+
+    start_ns: int
+    end_ns: int
+    job_use: float
+    device_use: float
+    metric: str = ""  #: "sm", "memory", "neuroncore", "mig-memory" (a rule by MIG instance size)
+
+    @property
+    def share(self) -> float:
+        """The job's part of the device's use, 0..1; 0 when the device was idle."""
+        return min(self.job_use / self.device_use, 1.0) if self.device_use > 0 else 0.0
+
+
+class UseTimeline:
+    """A job's use intervals of one device, sorted and disjoint, found by time in O(log n)."""
+
+    __slots__ = ("_ends", "intervals")
+
+    def __init__(self, intervals: Iterable[UseInterval]) -> None:
+        self.intervals = tuple(sorted(intervals, key=lambda u: u.end_ns))
+        self._ends = [u.end_ns for u in self.intervals]
+
+    def at(self, a: int, b: int) -> UseInterval | None:
+        """The interval covering the piece ``(a, b]`` (a point when ``a == b``), if any."""
+        i = bisect.bisect_left(self._ends, b)
+        if i == len(self.intervals):
+            return None
+        u = self.intervals[i]
+        return u if u.start_ns <= a and (a < b or u.start_ns < b) else None
+
+
+@dataclass(frozen=True, slots=True)
 class JobWindow:
-    """A job on one host: its window and the devices it claims ("gpu:0", "neuroncore:3")."""
+    """A job on one host: its window, the devices it claims ("gpu:0", "neuroncore:3") and
+    its measured use of devices (device claim key -> use intervals, sorted, disjoint)."""
 
     job_id: str
     host: str
     start_ns: int
     end_ns: int
     devices: frozenset[str] = frozenset()
+    uses: Mapping[str, UseTimeline] = field(default_factory=dict)
+
+    def use_at(self, keys: frozenset[str], a: int, b: int) -> UseInterval | None:
+        """The use interval of one of ``keys`` covering the piece ``(a, b]``, if any."""
+        for key in keys & self.uses.keys():
+            if (u := self.uses[key].at(a, b)) is not None:
+                return u
+        return None
 
     def __post_init__(self) -> None:
         if self.end_ns < self.start_ns:
@@ -278,6 +340,8 @@ class Share:
     quality: Quality
     energy_j: float  #: total
     dynamic_j: float  #: above the idle baseline; energy_j - dynamic_j is the idle part
+    #: The part of energy_j handed out by measured use (derived from utilization).
+    measured_j: float = 0.0
 
     @property
     def idle_j(self) -> float:
@@ -368,7 +432,29 @@ def _weights(channel_keys: frozenset[str], active: Sequence[JobWindow], rule: Sh
     ]
 
 
-def _hand_out(amount: float, weights: Sequence[tuple[str, float]]) -> list[tuple[str | None, float]]:
+def _measured_weights(
+    keys: frozenset[str], active: Sequence[JobWindow], a: int, b: int, rule: ShareRule
+) -> list[tuple[str | None, float]] | None:
+    """Weights of a piece of an accelerator channel by the active jobs' measured use (the
+    rest, None, unattributed); None when no active job measured its use there."""
+    uses = [(j, u) for j in active if (u := j.use_at(keys, a, b)) is not None]
+    if not uses:
+        return None
+    shares = [(j.job_id, u.share) for j, u in uses if u.share > 0]
+    if not shares and any(u.device_use > 0 for _, u in uses):
+        return []  # only other processes used the device: unattributed
+    if not shares:  # jobs on the device, the device idle: by the rule among them
+        present = [j for j, _ in uses]
+        if rule.kind == "exclusive":
+            return [(present[0].job_id, 1.0)] if len(present) == 1 else []
+        return [(j.job_id, 1.0) for j in present]
+    total = math.fsum(w for _, w in shares)
+    if total > 1.0:
+        return [(k, w / total) for k, w in shares]
+    return [*shares, (None, 1.0 - total)]
+
+
+def _hand_out(amount: float, weights: Sequence[tuple[str | None, float]]) -> list[tuple[str | None, float]]:
     """Split ``amount`` by weights; the last share is the remainder, so the parts sum exactly."""
     weights = [(k, w) for k, w in weights if w > 0]
     if not weights:
@@ -409,14 +495,23 @@ def split_shared(
         idle_w = policy.idle_w(ch.host, ch.component, ch.device)
         energy: dict[str | None, list[float]] = defaultdict(list)
         dynamic: dict[str | None, list[float]] = defaultdict(list)
+        measured: dict[str | None, list[float]] = defaultdict(list)
+        edges = sorted(
+            {t for j in host_jobs for t in (j.start_ns, j.end_ns)}
+            | {
+                t
+                for j in host_jobs
+                for k in keys & j.uses.keys()
+                for u in j.uses[k].intervals
+                for t in (u.start_ns, u.end_ns)
+            }
+        )
         for iv in ch.intervals:
             length = iv.end_ns - iv.start_ns
             idle_part = min(iv.energy_j, idle_w * length / _NS)
             dyn = iv.energy_j - idle_part
-            cuts = sorted(
-                {iv.start_ns, iv.end_ns}
-                | {t for j in host_jobs for t in (j.start_ns, j.end_ns) if iv.start_ns < t < iv.end_ns}
-            )
+            inner = edges[bisect.bisect_right(edges, iv.start_ns) : bisect.bisect_left(edges, iv.end_ns)]
+            cuts = [iv.start_ns, *inner, iv.end_ns]
             pieces = [(iv.start_ns, iv.end_ns)] if length == 0 else list(itertools.pairwise(cuts))
             left_e, left_d = iv.energy_j, dyn
             for n, (a, b) in enumerate(pieces):
@@ -427,14 +522,21 @@ def split_shared(
                     pe, pd = iv.energy_j * frac, dyn * frac
                     left_e -= pe
                     left_d -= pd
-                w = _weights(keys, _active(host_jobs, a, b), share_rule)
+                active = _active(host_jobs, a, b)
+                by_use = _measured_weights(keys, active, a, b, share_rule) if keys else None
+                w: Sequence[tuple[str | None, float]] = (
+                    by_use if by_use is not None else _weights(keys, active, share_rule)
+                )
                 for k, part in _hand_out(pe, w):
                     energy[k].append(part)
+                    if by_use is not None:
+                        measured[k].append(part)
                 for k, part in _hand_out(pd, w):
                     dynamic[k].append(part)
         for k in sorted(energy, key=lambda x: (x is None, x or "")):
+            total, dyn_total = math.fsum(energy[k]), math.fsum(dynamic[k])
             shares.append(
-                Share(k, ch.host, ch.component, ch.device, ch.quality, math.fsum(energy[k]), math.fsum(dynamic[k]))
+                Share(k, ch.host, ch.component, ch.device, ch.quality, total, dyn_total, math.fsum(measured[k]))
             )
     return Attribution(tuple(shares), policy)
 

@@ -20,7 +20,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,8 +111,9 @@ class EventBuilder:
         """The job still runs here: renews its lease (see ``wire.LEASE_HEARTBEATS``)."""
         return self.make(wire.pb.JobEvent.KIND_HEARTBEAT, time_ns)
 
-    def close(self, exit_code: int, time_ns: int | None = None) -> wire.pb.JobEvent:
-        return self.make(wire.pb.JobEvent.KIND_CLOSE, time_ns, exit_code=exit_code)
+    def close(self, exit_code: int, time_ns: int | None = None, use_scope: Iterable[str] = ()) -> wire.pb.JobEvent:
+        """``use_scope``: the devices whose per-process use the job's wrapper read (see :mod:`.usage`)."""
+        return self.make(wire.pb.JobEvent.KIND_CLOSE, time_ns, exit_code=exit_code, use_scope=sorted(use_scope))
 
 
 def check_storable(spec: JobSpec, host_id: str, labels: Mapping[str, str]) -> None:

@@ -43,6 +43,7 @@ from wattline.workloads.events import (
 )
 from wattline.workloads.heartbeat import Heartbeat
 from wattline.workloads.session import CollectorSink, EventSink, ParentSink
+from wattline.workloads.usage import JobUse
 
 if TYPE_CHECKING:
     from wattline.collector.stores.reader import Reader
@@ -95,6 +96,7 @@ class Job:
         self._builder = EventBuilder(self.spec)
         self._units: UnitAccumulator | None = None
         self._heartbeat: Heartbeat | None = None
+        self._use: JobUse | None = None
         self.exit_code: int | None = None
         self._store = store
         self._batch_interval_s = AgentSettings().batch_interval
@@ -123,6 +125,8 @@ class Job:
         if not self.joined:  # a joined job's lease is renewed by its `wattline run`
             self._sink.send([self._builder.open()])
             self._heartbeat = Heartbeat(self._builder, self._sink.send).start()
+            discovery = getattr(self._sink, "discovery", None)  # the calling process and its children:
+            self._use = JobUse(self._builder, self._sink.send, [os.getpid()], discovery=discovery).start()
         return self
 
     def add_units(self, count: float = 1) -> None:
@@ -148,10 +152,12 @@ class Job:
         assert self._sink is not None and self._units is not None
         if self._heartbeat is not None:
             self._heartbeat.stop()
+        if self._use is not None:
+            self._use.stop()
         self._units.flush()
         self.exit_code = 0 if exc_type is None else (130 if exc_type is KeyboardInterrupt else 1)
         if not self.joined:
-            self._sink.send([self._builder.close(self.exit_code)])
+            self._sink.send([self._builder.close(self.exit_code, use_scope=self._use.scope if self._use else ())])
         self._sink.close()
 
     def report(self, settings: ReportSettings | None = None, reader: Reader | None = None) -> Report:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from rich import box
@@ -196,6 +196,7 @@ def report_json(r: Report) -> dict[str, Any]:
             "pue": r.settings.pue,
             "idle_baseline_busy": r.idle_busy,
         },
+        "device_shares": [asdict(d) for d in r.device_shares],
         "notes": r.notes,
     }
 

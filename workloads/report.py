@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wattline.collector.lineprotocol import clip
-from wattline.collector.stores.reader import Reader, StoredSample
+from wattline.collector.stores.reader import Reader, StoredJobEvent, StoredSample
 from wattline.quality import Quality
 from wattline.workloads import economics
 from wattline.workloads.attribution import (
@@ -51,6 +51,7 @@ from wattline.workloads.attribution import (
     split_shared,
     window_energy,
 )
+from wattline.workloads.device_shares import DeviceShare, device_shares, use_scope, use_timelines
 from wattline.workloads.jobs_view import JobView, build_view, utc_iso, views_of
 from wattline.workloads.saturation import Saturation, SaturationParams, detect_saturation
 from wattline.workloads.streams import StreamMerge, StreamSample, merge_streams
@@ -97,6 +98,8 @@ class ComponentEnergy:
     energy_j: float = 0.0
     dynamic_j: float = 0.0
     by_quality: dict[str, float] = field(default_factory=dict)
+    #: Of energy_j, the part the job got as its measured share of a shared device.
+    split_by_use_j: float = 0.0
 
 
 @dataclass
@@ -146,6 +149,8 @@ class Report:
     state: str = "closed"  #: closed | running | abandoned (see JobView.state)
     #: With ``idle="subtract"``: host -> the other jobs that ran in its idle baseline's look-back.
     idle_busy: dict[str, list[str]] = field(default_factory=dict)
+    #: The job's charge per accelerator: measured share or claimed (:mod:`.device_shares`).
+    device_shares: list[DeviceShare] = field(default_factory=list)
 
     @property
     def saturated(self) -> bool:
@@ -195,6 +200,7 @@ def build_report(
     idle_busy: dict[str, list[str]] = {}
     incomplete: dict[str, int] = {}
     late_start: dict[str, int] = {}
+    shares: list[DeviceShare] = []
     for host, window in sorted(job.hosts.items()):
         close = window.end_ns(now_ns, end_ns)  # an abandoned host's window ends when last heard
         late = _samples_from(reader, host, window.open_ns, close)
@@ -211,11 +217,12 @@ def build_report(
             idle_busy[host] = busy
             notes.append(_idle_busy_note(host, settings.idle_lookback_s, busy))
         split = min(max(start, window.open_ns), close)
-        attribution, host_missing, host_notes = _host_attribution(
-            reader, job, host, (window.open_ns, split, close), others, settings, now_ns, end_ns
+        attribution, host_missing, host_notes, host_shares = _host_attribution(
+            reader, (job, events), host, (window.open_ns, split, close), others, settings, now_ns, end_ns
         )
         missing |= host_missing
         notes += host_notes
+        shares += host_shares
         _accumulate(warm, attribution, f"{job_id}#warmup", host)
         _accumulate(meas, attribution, f"{job_id}#measured", host)
     units_warm = window_energy(job.unit_intervals, job.start_ns, start)  # apportioned like energy
@@ -240,6 +247,7 @@ def build_report(
         late_start,
         state,
         idle_busy,
+        shares,
     )
     if settings.carbon_series is not None:
         from wattline.workloads.carbon import apply_series  # carbon reads the report's timeline
@@ -359,39 +367,62 @@ def _accelerator_utilization(reader: Reader, job: JobView, end_ns: int) -> list[
 
 def _host_attribution(
     reader: Reader,
-    job: JobView,
+    job_and_events: tuple[JobView, Sequence[StoredJobEvent]],
     host: str,
     edges: tuple[int, int, int],
     others: Sequence[JobView],
     settings: ReportSettings,
     now_ns: int,
     end_ns: int,
-) -> tuple[Attribution, set[str], list[str]]:
+) -> tuple[Attribution, set[str], list[str], list[DeviceShare]]:
     """Split one host's energy over [open, close) (``edges``: open, split, close) between this
     job's two windows and others. Another job's window ends at its close, at its last heard
-    time once abandoned at ``now_ns`` (it shares nothing after that), or at ``end_ns``."""
+    time once abandoned at ``now_ns`` (it shares nothing after that), or at ``end_ns``.
+    Accelerators the jobs measured their use of are split by it (:mod:`.device_shares`)."""
+    job, events = job_and_events
     open_ns, split_ns, close_ns = edges
     notes: list[str] = []
+    uses = use_timelines(events, host)
     windows_of = ((v, v.hosts[host].open_ns, v.hosts[host].end_ns(now_ns, end_ns)) for v in others if host in v.hosts)
     concurrent = [
         JobWindow(v.job_id, host, start, end, frozenset(v.hosts[host].devices))
         for v, start, end in windows_of
         if start < close_ns and end > open_ns
     ]
-    if concurrent:
+    other_events = {w.job_id: reader.job_events(w.job_id) for w in concurrent}
+    other_uses = {k: use_timelines(v, host) for k, v in other_events.items()}
+    if concurrent or uses:
         lo = min([open_ns] + [w.start_ns for w in concurrent])
         hi = max([close_ns] + [w.end_ns for w in concurrent])
         channels = _channels_from_samples(reader.samples(host, lo, hi), host, settings, notes)
-        notes.append(f"{host}: shared with {len(concurrent)} other job(s); split by rule {settings.share_rule!r}")
+        if concurrent:
+            notes.append(f"{host}: shared with {len(concurrent)} other job(s); split by rule {settings.share_rule!r}")
     else:
         channels = _channels_from_edges(reader, host, (open_ns, split_ns, close_ns), settings, notes)
-    devices = frozenset(job.hosts[host].devices) or frozenset().union(*(c.claim_keys for c in channels))
+    every_device = frozenset().union(*(c.claim_keys for c in channels))
+
+    def claims(given: Iterable[str], measured: object, scope: frozenset[str]) -> frozenset[str]:
+        """Claimed devices; without claims, every device but those whose per-process use the
+        job's wrapper read (``scope``: it is charged those by its measured use), or none but
+        by measured use when it measured some and its scope is not known yet (running)."""
+        if given:
+            return frozenset(given)
+        if scope:
+            return every_device - scope
+        return frozenset() if measured else every_device
+
+    devices = claims(job.hosts[host].devices, uses, use_scope(events, host))
     windows = [
-        JobWindow(f"{job.job_id}#warmup", host, open_ns, split_ns, devices),
-        JobWindow(f"{job.job_id}#measured", host, split_ns, close_ns, devices),
+        JobWindow(f"{job.job_id}#warmup", host, open_ns, split_ns, devices, uses),
+        JobWindow(f"{job.job_id}#measured", host, split_ns, close_ns, devices, uses),
         *(
             JobWindow(
-                w.job_id, host, w.start_ns, w.end_ns, w.devices or frozenset().union(*(c.claim_keys for c in channels))
+                w.job_id,
+                host,
+                w.start_ns,
+                w.end_ns,
+                claims(w.devices, other_uses[w.job_id], use_scope(other_events[w.job_id], host)),
+                other_uses[w.job_id],
             )
             for w in concurrent
         ),
@@ -401,7 +432,11 @@ def _host_attribution(
     missing = {name for name, comps in EXPECTED.items() if not any(c.component in comps for c in channels)}
     if not channels:
         notes.append(f"{host}: no energy samples in the job's window (is an agent running there?)")
-    return split_shared(channels, windows, rule, idle=idle), missing, notes
+    attribution = split_shared(channels, windows, rule, idle=idle)
+    keys = (windows[0].job_id, windows[1].job_id)
+    shares = device_shares(attribution, keys, channels, (open_ns, close_ns), uses)
+    notes += [s.note() for s in shares if s.basis != "claimed" or job.hosts[host].devices]
+    return attribution, missing, notes, shares
 
 
 def _claim_keys(component: str, device: str, settings: ReportSettings) -> frozenset[str]:
@@ -566,15 +601,21 @@ def _accumulate(window: WindowEnergy, attribution: Attribution, job_key: str, ho
         comp = window.components.setdefault(share.component, ComponentEnergy(share.component))
         comp.energy_j += share.energy_j
         comp.dynamic_j += share.dynamic_j
+        comp.split_by_use_j += share.measured_j
         comp.by_quality[share.quality.value] = comp.by_quality.get(share.quality.value, 0.0) + share.energy_j
         window.hosts[host] = window.hosts.get(host, 0.0) + share.energy_j
 
 
 def report_coverage(report: Report) -> dict[str, Any]:
-    """Share of the measured window's energy by quality, and what was not measured at all."""
+    """Share of the measured window's energy by quality, what was not measured at all, and
+    the share that is the job's part of a shared device split by measured utilization (the
+    device's energy is measured; the job's part of it is derived, not measured)."""
     cov = coverage(report.measured.by_quality(), report.missing)
+    total = report.measured.energy_j
+    split = math.fsum(c.split_by_use_j for c in report.measured.components.values())
     return {
         "shares": {q.value: v for q, v in cov.shares.items()},
         "measured_share": cov.measured_share,
         "missing": list(cov.missing),
+        "split_by_utilization_share": split / total if total > 0 else 0.0,
     }

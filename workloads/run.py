@@ -53,6 +53,7 @@ from wattline.workloads.summary import record_local_summary
 
 if TYPE_CHECKING:
     from wattline.workloads.live import LiveLine
+from wattline.workloads.usage import JobUse
 
 log = logging.getLogger(__name__)
 
@@ -185,10 +186,17 @@ def exit_status(returncode: int) -> int:
 class JobRunner:
     """Runs one command in a job window and feeds its events to ``sink``."""
 
-    def __init__(self, request: RunRequest, sink: EventSink, live_out: IO[str] | None = None) -> None:
+    def __init__(
+        self,
+        request: RunRequest,
+        sink: EventSink,
+        live_out: IO[str] | None = None,
+        use: Callable[[EventBuilder, int], JobUse] | None = None,
+    ) -> None:
         self.request = request
         self.sink = sink
         self.live_out = live_out  #: where the live line goes (a terminal), or None
+        self.use = use  #: builds the recorder of the job's device use, rooted at the command's pid
         self.builder = EventBuilder(request.spec)
         self.units = UnitAccumulator(self.builder, sink.send)
         self.pattern = units_pattern(request.units_from_stdout)
@@ -228,6 +236,7 @@ class JobRunner:
         self.sink.send([opened])
         heartbeat = Heartbeat(self.builder, self.sink.send).start()
         live = self._live_line()
+        use = self.use(self.builder, child.pid).start() if self.use is not None else None
         previous = {sig: signal.signal(sig, self._forwarder(child, interactive)) for sig in FORWARDED}
         pump = None
         if self.pattern is not None and child.stdout is not None:
@@ -246,6 +255,8 @@ class JobRunner:
             heartbeat.stop()
             if live is not None:
                 live.stop()
+            if use is not None:
+                use.stop()
         if pump is not None:
             pump.join(timeout=5)
         reader.poll()
@@ -253,7 +264,8 @@ class JobRunner:
         self.close_ns = time.time_ns()
         self._saturated_after()
         status = exit_status(returncode)
-        self.sink.send([self.builder.close(status, self.close_ns)])
+        scope = use.scope if use is not None else ()
+        self.sink.send([self.builder.close(status, self.close_ns, scope)])
         shutil.rmtree(workdir, ignore_errors=True)
         return status
 
@@ -368,8 +380,13 @@ def run_job(
         if on_sources is not None:
             on_sources(sources_summary(session.discovery.statuses))
         sink = session
+    discovery = getattr(sink, "discovery", None)
+
+    def use(builder: EventBuilder, pid: int) -> JobUse:
+        return JobUse(builder, sink.send, [pid], discovery=discovery, settings=settings, doc=doc)
+
     try:
-        status = JobRunner(request, sink, live_out).run()
+        status = JobRunner(request, sink, live_out, use).run()
     finally:
         sink.close()
     if not collectors:  # embedded: the run writes its job's summary (a collector does otherwise)

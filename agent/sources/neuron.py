@@ -87,6 +87,7 @@ from wattline.agent.sources.neuron_report import (
     ReportError,
     parse_report,
 )
+from wattline.agent.sources.use import DeviceUse
 from wattline.quality import Quality
 
 __all__ = [
@@ -259,6 +260,9 @@ class NeuronSource(Source):
         self._power_hist: dict[int, tuple[PowerStats | None, PowerStats]] = {}
         self._sysfs_type: str | None = None
         self._dmi_instance_type = ""
+        #: Per-runtime use since the last process_use(): (pid, core) -> summed percent; reports.
+        self._use_sum: dict[tuple[int, int], float] = {}
+        self._use_reports = 0
 
     # -- discovery -------------------------------------------------------------------
 
@@ -405,6 +409,12 @@ class NeuronSource(Source):
             self._reports += 1
             self._instance = report.instance or self._instance
             self._hardware = report.hardware or self._hardware
+            if report.counters_known:
+                self._use_reports += 1
+                for rt in report.runtimes:
+                    for core, pct in (rt.core_utilization_pct or {}).items():
+                        if rt.pid is not None:
+                            self._use_sum[rt.pid, core] = self._use_sum.get((rt.pid, core), 0.0) + pct
             if report.errors:
                 self._report_errors += 1
                 self._pending_errors.extend(report.errors)
@@ -555,6 +565,33 @@ class NeuronSource(Source):
         if dtype := self._device_type():
             labels["neuron_device_type"] = dtype
         return {k: v for k, v in labels.items() if v}
+
+    def process_use(self, since_us: int | None = None) -> list[DeviceUse]:
+        """Each device's per-runtime (pid) use since the previous call: a runtime's mean
+        NeuronCore utilization over the reports since then, summed over its cores on the
+        device and divided by the device's cores (percent of the device). Running: the
+        runtimes of the latest report on the device. Empty without a core-to-device map.
+        ``since_us`` (any value) only drops what was summed so far: reports carry no time."""
+        cores = self._cores_per_device(self._device_type())
+        with self._lock:
+            sums, reports, latest = self._use_sum, self._use_reports, self._latest
+            self._use_sum, self._use_reports = {}, 0
+        if not cores or since_us is not None or reports == 0:
+            return []  # (no report since the previous call: nothing known, not idle)
+        out = []
+        for dev in self._devices:
+            on_dev = range(dev * cores, (dev + 1) * cores)
+            use: dict[int, float] = {}
+            for (pid, core), total in sums.items():
+                if core in on_dev and total > 0:
+                    use[pid] = use.get(pid, 0.0) + total / reports / cores
+            running = frozenset(
+                rt.pid
+                for rt in (latest.runtimes if latest is not None else ())
+                if rt.pid is not None and any(c in on_dev for c in rt.cores)
+            )
+            out.append(DeviceUse("accelerator", f"neuron{dev}", "neuroncore", running, use))
+        return out
 
     def latest_report(self) -> NeuronReport | None:
         """The last report parsed (whatever its age), for system-wide figures."""

@@ -10,7 +10,8 @@ listed by :meth:`NvmlSource.mig_devices` instead.
 
 Cost: a read makes three NVML calls per GPU (energy or power, utilization, memory). The
 power limit is re-read, and queries found NotSupported are retried, every
-``limit_refresh_reads`` reads. Per-process use (:meth:`NvmlSource.processes`) is separate.
+``limit_refresh_reads`` reads. Per-process use (:meth:`NvmlSource.processes`, and
+:meth:`NvmlSource.process_use` for job scoping) is separate: jobs' wrappers ask for it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from wattline.agent.sources.base import Channel, Note, Reading, Source, SourceUnavailable
+from wattline.agent.sources.use import DeviceUse
 from wattline.quality import Quality
 
 #: The one-line reason when there is no usable NVML library or driver.
@@ -83,6 +85,8 @@ class _Gpu:
     unsupported: set[str] = field(default_factory=set)
     health: str = "ok"
     last_sample_us: int = 0
+    #: Newest per-process utilization sample seen by process_use() (CPU time, us).
+    last_use_us: int = 0
 
 
 class NvmlSource(Source):
@@ -148,6 +152,74 @@ class NvmlSource(Source):
                 return {}
             return {g.uuid: self._process_list(g.handle, None if g.mig else g) for g in self._gpus}
 
+    def process_use(self, since_us: int | None = None) -> list[DeviceUse]:
+        """Every GPU's per-process use since the previous call (or since ``since_us``, CPU
+        time in microseconds, which the first call should give: the driver keeps samples
+        of the last seconds). Each process's SM utilization (memory utilization where no
+        process used SMs) is its mean over the driver's samples in that time: NVML gives one
+        sample per process with non-zero use per sample period (1/6 s to 1 s). GPUs that
+        failed are left out. A MIG-enabled GPU has no per-process utilization: each process
+        on an instance gets an equal part of the instance's share of the GPU's memory (metric
+        "mig-memory", a rule by instance size, not a measurement; the rest of the GPU, empty
+        or unpartitioned, is no process's)."""
+        with self._lock:
+            if self._nv is None:
+                return []
+            out = []
+            for gpu in self._gpus:
+                if gpu.channel is None or gpu.health != "ok":
+                    continue
+                if since_us is not None:
+                    gpu.last_use_us = since_us
+                running = frozenset(p.pid for p in self._process_list(gpu.handle, None))
+                if gpu.mig:
+                    out.append(self._mig_use(gpu, running))
+                    continue
+                samples = self._utilization_samples(gpu, gpu.last_use_us)
+                if samples is None:  # not supported
+                    out.append(DeviceUse("gpu", gpu.uuid, "sm", running, {}, supported=False))
+                    continue
+                sums: dict[int, list[float]] = {}
+                for sample in samples:
+                    acc = sums.setdefault(int(sample.pid), [0.0, 0.0, 0.0])
+                    acc[0] += int(sample.smUtil)
+                    acc[1] += int(sample.memUtil)
+                    acc[2] += 1
+                    gpu.last_use_us = max(gpu.last_use_us, int(sample.timeStamp))
+                sm = {pid: a[0] / a[2] for pid, a in sums.items()}
+                if not any(sm.values()) and any(a[1] for a in sums.values()):  # memory-bound only
+                    out.append(DeviceUse("gpu", gpu.uuid, "memory", running, {p: a[1] / a[2] for p, a in sums.items()}))
+                else:
+                    out.append(DeviceUse("gpu", gpu.uuid, "sm", running, sm))
+            return out
+
+    def _mig_use(self, gpu: _Gpu, running: frozenset[int]) -> DeviceUse:
+        nv = self._nv
+        parent = self._call(nv.nvmlDeviceGetMemoryInfo, gpu.handle)
+        use: dict[int, float] = {}
+        for handle in self._mig_handles(gpu):
+            memory = self._call(nv.nvmlDeviceGetMemoryInfo, handle)
+            pids = [p.pid for p in self._process_list(handle, None)]
+            if memory is None or parent is None or not int(parent.total) or not pids:
+                continue
+            for pid in pids:
+                use[pid] = use.get(pid, 0.0) + 100.0 * int(memory.total) / int(parent.total) / len(pids)
+        return DeviceUse("gpu", gpu.uuid, "mig-memory", running, use, total=100.0)
+
+    def _mig_handles(self, gpu: _Gpu) -> list[Any]:
+        """Handles of the MIG instances of ``gpu`` (none when MIG is off)."""
+        nv = self._nv
+        count = self._call(nv.nvmlDeviceGetMaxMigDeviceCount, gpu.handle) if gpu.mig else None
+        handles = []
+        for slot in range(count or 0):
+            try:
+                handles.append(nv.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, slot))
+            except (nv.NVMLError_NotFound, nv.NVMLError_InvalidArgument):
+                continue  # empty slot
+            except nv.NVMLError:
+                break  # the parent itself failed
+        return handles
+
     def mig_devices(self) -> list[dict[str, Any]]:
         """Every MIG instance of every MIG-enabled GPU, as JSON-ready dicts.
 
@@ -161,14 +233,7 @@ class NvmlSource(Source):
             out: list[dict[str, Any]] = []
             for gpu in self._gpus:
                 gpu.mig = self._mig_enabled(gpu.handle)
-                count = self._call(nv.nvmlDeviceGetMaxMigDeviceCount, gpu.handle) if gpu.mig else None
-                for slot in range(count or 0):
-                    try:
-                        handle = nv.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, slot)
-                    except (nv.NVMLError_NotFound, nv.NVMLError_InvalidArgument):
-                        continue  # empty slot
-                    except nv.NVMLError:
-                        break  # the parent itself failed
+                for handle in self._mig_handles(gpu):
                     memory = self._call(nv.nvmlDeviceGetMemoryInfo, handle)
                     out.append(
                         {
@@ -353,12 +418,25 @@ class NvmlSource(Source):
             out.append(ProcessUse(pid, None if memory is None else int(memory), sm.get(pid), gi))
         return out
 
+    def _utilization_samples(self, gpu: _Gpu, since_us: int) -> list[Any] | None:
+        """Per-process utilization samples newer than ``since_us``: [] when there is none
+        (NVML_ERROR_NOT_FOUND), None when the query is not supported or failed."""
+        nv = self._nv
+        if "process_utilization" in gpu.unsupported:
+            return None
+        try:
+            return list(nv.nvmlDeviceGetProcessUtilization(gpu.handle, since_us))
+        except nv.NVMLError_NotFound:
+            return []
+        except (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound):
+            gpu.unsupported.add("process_utilization")
+        except nv.NVMLError:
+            pass
+        return None
+
     def _sm_samples(self, gpu: _Gpu) -> dict[int, int]:
         """pid -> SM percent of the newest sample since the previous call."""
-        nv = self._nv
-        samples = self._optional(
-            gpu, "process_utilization", lambda h: nv.nvmlDeviceGetProcessUtilization(h, gpu.last_sample_us)
-        )
+        samples = self._utilization_samples(gpu, gpu.last_sample_us)
         newest: dict[int, tuple[int, int]] = {}
         for sample in samples or ():  # NotFound (no samples since then) -> none
             stamp, pid = int(sample.timeStamp), int(sample.pid)

@@ -215,6 +215,7 @@ EVENT_NAMES = {
     wire.pb.JobEvent.KIND_PHASE: "phase",
     wire.pb.JobEvent.KIND_CLOSE: "close",
     wire.pb.JobEvent.KIND_HEARTBEAT: "heartbeat",  # no fields of its own: its time is what counts
+    wire.pb.JobEvent.KIND_USE: "use",
 }
 
 
@@ -255,6 +256,11 @@ def job_event_fields(event: wire.pb.JobEvent) -> dict[str, float | int | str | b
         fields["phase"] = event.phase
     elif event.kind == wire.pb.JobEvent.KIND_CLOSE:
         fields["exit_code"] = int(event.exit_code)
+        if event.use_scope:
+            fields["use_scope"] = ",".join(event.use_scope)
+    elif event.kind == wire.pb.JobEvent.KIND_USE:
+        fields.update(device=event.use_device, period_ns=int(event.use_period_ns), metric=event.use_metric)
+        fields.update(job_use=float(event.job_use), device_use=float(event.device_use))
     return fields
 
 

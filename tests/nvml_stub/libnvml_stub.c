@@ -21,6 +21,31 @@
  *   mig_device <slot> <uuid> <gpu instance id> <total> <used>
  *   mig_process <slot> <pid> <used bytes>
  *   process <pid> <used bytes> <sm percent | ->
+ *   sample_period_ms <ms>     the driver's utilization sample period (default 167: 1/6 s)
+ *   energy_model <idle W> <W per SM percent> <epoch unix s>
+ *                             nvmlDeviceGetTotalEnergyConsumption follows the wall clock:
+ *                             idle W x (now - epoch) + W per SM percent x the SM percent of
+ *                             every live-process line (below) integrated up to now, in mJ.
+ *                             Every process (each loads its own copy) reads the same counter.
+ *
+ * Live processes: the file named by WATTLINE_NVML_PROCS (optional), read again at every
+ * query, one process a line:
+ *
+ *   <gpu index>[/<MIG slot>] <pid> <sm percent> <mem percent> <from unix s> <until unix s | ->
+ *
+ * (with a MIG slot the process runs on that MIG instance: listed by the instance and,
+ * aggregated, by its parent; MIG has no per-process utilization samples)
+ * Such a process runs on that GPU from `from` until `until` while its pid lives (kill 0):
+ * nvmlDeviceGetComputeRunningProcesses lists it (usedGpuMemory 1 MiB), and the driver
+ * takes a utilization sample of it every sample period (CPU time stamps k x period, us;
+ * the sample at ts is its mean use over (ts - period, ts], so a window's edges count pro
+ * rata). nvmlDeviceGetProcessUtilization(lastSeenTimeStamp) answers as NVML documents it:
+ * one nvmlProcessUtilizationSample_t per process with non-zero use in the buffered samples
+ * newer than lastSeenTimeStamp (the driver keeps the last 100), its smUtil / memUtil the
+ * mean over those sample periods (rounded to an integer, as NVML's are) and its timeStamp
+ * the newest sample's with use; NVML_ERROR_NOT_FOUND when there is none; a NULL buffer (or
+ * one too small) gets NVML_ERROR_INSUFFICIENT_SIZE and the count. The energy model
+ * integrates the lines' windows whether or not the pid lives.
  *
  * Series: each call of that function on that GPU takes the next value (call k gets value
  * k; after the last one the last repeats). "ns" answers NotSupported (3), "eN" answers
@@ -31,6 +56,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <signal.h>
+#include <sys/time.h>
 
 #define MAX_GPUS 16
 #define MAX_MIG 8
@@ -112,6 +140,9 @@ typedef struct {
     int nprocs;
     proc_t procs[MAX_PROCS];
     unsigned long long sample_epoch;
+    long long sample_period_us;
+    int energy_model;
+    double idle_w, w_per_sm, model_epoch;
 } gpu_t;
 
 static gpu_t gpus[MAX_GPUS];
@@ -188,6 +219,7 @@ static int parse_line(char *line, int lineno) {
         g = &gpus[ngpus++];
         memset(g, 0, sizeof *g);
         g->mig_mode = -1;
+        g->sample_period_us = 167000;
         char *uuid = strtok_r(NULL, " \t\r\n", &save);
         char *name = strtok_r(NULL, "\r\n", &save);
         if (uuid == NULL) return fail(lineno, "gpu needs a uuid");
@@ -199,6 +231,23 @@ static int parse_line(char *line, int lineno) {
     for (int i = 0; i < S_COUNT; i++)
         if (strcmp(key, series_names[i]) == 0)
             return parse_series(&g->s[i], save) == 0 ? 0 : fail(lineno, "bad series");
+    if (strcmp(key, "sample_period_ms") == 0) {
+        char *v = strtok_r(NULL, " \t\r\n", &save);
+        if (v == NULL || atoi(v) <= 0) return fail(lineno, "sample_period_ms <ms>");
+        g->sample_period_us = 1000LL * atoi(v);
+        return 0;
+    }
+    if (strcmp(key, "energy_model") == 0) {
+        char *f[3];
+        for (int i = 0; i < 3; i++)
+            if ((f[i] = strtok_r(NULL, " \t\r\n", &save)) == NULL)
+                return fail(lineno, "energy_model <idle W> <W per SM percent> <epoch unix s>");
+        g->energy_model = 1;
+        g->idle_w = atof(f[0]);
+        g->w_per_sm = atof(f[1]);
+        g->model_epoch = atof(f[2]);
+        return 0;
+    }
     if (strcmp(key, "handle_error") == 0) {
         char *v = strtok_r(NULL, " \t\r\n", &save);
         g->handle_error = v ? atoi(v) : E_UNKNOWN;
@@ -311,6 +360,106 @@ static int copy_str(char *dst, unsigned int len, const char *src) {
     return OK;
 }
 
+
+/* ---- live processes (WATTLINE_NVML_PROCS) ------------------------------------------- */
+
+#define MAX_LIVE 64
+#define SAMPLE_BUFFER 100
+
+typedef struct { int gpu, slot; unsigned int pid; double sm, mem, from, until; } live_t;
+
+static double now_s(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
+
+/* Lines of the procs file (all, whether their pid lives or not); -1 when unreadable. */
+static int read_live(live_t *out) {
+    const char *path = getenv("WATTLINE_NVML_PROCS");
+    if (path == NULL) return 0;
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 0; /* not written yet: no process */
+    char line[256], until[64], where[32];
+    int n = 0;
+    while (n < MAX_LIVE && fgets(line, sizeof line, f) != NULL) {
+        live_t *p = &out[n];
+        if (sscanf(line, "%31s %u %lf %lf %lf %63s", where, &p->pid, &p->sm, &p->mem, &p->from, until) != 6)
+            continue;
+        char *slash = strchr(where, '/');
+        p->gpu = atoi(where);
+        p->slot = slash ? atoi(slash + 1) : -1;
+        p->until = strcmp(until, "-") == 0 ? 1e18 : atof(until);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+static int pid_lives(unsigned int pid) { return kill((pid_t)pid, 0) == 0 || errno == EPERM; }
+
+static int gpu_index(gpu_t *g) { return (int)(g - gpus); }
+
+/* Live processes of g at time t (running and alive): on MIG instance `slot`, on any
+ * instance (slot -2), or outside MIG (slot -1). */
+static int live_on(gpu_t *g, int slot, double t, live_t *out) {
+    live_t all[MAX_LIVE];
+    int n = read_live(all), k = 0;
+    for (int i = 0; i < n; i++)
+        if (all[i].gpu == gpu_index(g) && (slot == -2 ? all[i].slot >= 0 : all[i].slot == slot) &&
+            all[i].from <= t && t < all[i].until && pid_lives(all[i].pid))
+            out[k++] = all[i];
+    return k;
+}
+
+/* The energy model's counter at time t, mJ. */
+static unsigned long long model_energy_mj(gpu_t *g, double t) {
+    live_t all[MAX_LIVE];
+    int n = read_live(all);
+    double joules = g->idle_w * (t - g->model_epoch);
+    for (int i = 0; i < n; i++) {
+        if (all[i].gpu != gpu_index(g)) continue;
+        double lo = all[i].from, hi = all[i].until < t ? all[i].until : t;
+        if (hi > lo) joules += g->w_per_sm * all[i].sm * (hi - lo);
+    }
+    return joules > 0 ? (unsigned long long)(joules * 1000.0) : 0ULL;
+}
+
+/* Utilization samples of the live processes newer than lastSeen: one per process with
+ * non-zero use, means over the buffered sample periods; returns how many. */
+static unsigned int live_samples(gpu_t *g, unsigned long long last_seen, nvmlProcessUtilizationSample_t *out,
+                                 unsigned int room) {
+    long long period = g->sample_period_us;
+    long long newest = (long long)(now_s() * 1e6) / period * period;
+    long long oldest = newest - (SAMPLE_BUFFER - 1) * period;
+    if ((long long)last_seen >= oldest) oldest = ((long long)last_seen / period + 1) * period;
+    live_t all[MAX_LIVE];
+    int n = read_live(all);
+    unsigned int k = 0;
+    long long count = newest >= oldest ? (newest - oldest) / period + 1 : 0;
+    for (int i = 0; i < n && count > 0; i++) {
+        if (all[i].gpu != gpu_index(g) || all[i].slot >= 0 || !pid_lives(all[i].pid)) continue;
+        double sm = 0, mem = 0;
+        long long seen = 0;
+        for (long long ts = oldest; ts <= newest; ts += period) {
+            /* the sample at ts is the mean over the period (ts - period, ts] */
+            double hi = (double)ts / 1e6, lo = hi - (double)period / 1e6;
+            double a = all[i].from > lo ? all[i].from : lo, b = all[i].until < hi ? all[i].until : hi;
+            if (b <= a) continue;
+            sm += all[i].sm * (b - a) / (hi - lo);
+            mem += all[i].mem * (b - a) / (hi - lo);
+            seen = ts;
+        }
+        if (seen == 0 || (sm == 0 && mem == 0)) continue;
+        if (out != NULL && k < room)
+            out[k] = (nvmlProcessUtilizationSample_t){all[i].pid, (unsigned long long)seen,
+                                                      (unsigned int)(sm / (double)count + 0.5),
+                                                      (unsigned int)(mem / (double)count + 0.5), 0, 0};
+        k++;
+    }
+    return k;
+}
+
 /* ---- NVML entry points ------------------------------------------------------------- */
 
 int nvmlInitWithFlags(unsigned int flags) {
@@ -382,6 +531,10 @@ int nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long 
     gpu_t *g = as_gpu(device);
     long long v;
     if (g == NULL) return as_mig(device, NULL) ? E_NOT_SUPPORTED : E_INVALID;
+    if (g->energy_model) {
+        *energy = model_energy_mj(g, now_s());
+        return OK;
+    }
     int rc = next(g, S_ENERGY, &v, NULL);
     if (rc == OK) *energy = (unsigned long long)v;
     return rc;
@@ -499,18 +652,29 @@ int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *c
     ENTER();
     gpu_t *g = as_gpu(device);
     mig_t *m = as_mig(device, NULL);
-    nvmlProcessInfo_t all[MAX_PROCS * (MAX_MIG + 1)];
+    nvmlProcessInfo_t all[MAX_PROCS * (MAX_MIG + 1) + MAX_LIVE];
+    live_t live[MAX_LIVE];
     unsigned int n = 0;
+    gpu_t *parent = NULL;
     if (m) {
+        as_mig(device, &parent);
         for (int i = 0; i < m->nprocs; i++)
             all[n++] = (nvmlProcessInfo_t){m->procs[i].pid, m->procs[i].mem, m->gi, 0};
+        int k = live_on(parent, (int)(m - parent->migs), now_s(), live);
+        for (int i = 0; i < k; i++) all[n++] = (nvmlProcessInfo_t){live[i].pid, 1048576ULL, m->gi, 0};
     } else if (g && g->mig_mode == 1) { /* MIG parent: aggregate over instances */
         for (int j = 0; j < MAX_MIG; j++)
             for (int i = 0; g->migs[j].present && i < g->migs[j].nprocs; i++)
                 all[n++] = (nvmlProcessInfo_t){g->migs[j].procs[i].pid, g->migs[j].procs[i].mem, g->migs[j].gi, 0};
+        int k = live_on(g, -2, now_s(), live);
+        for (int i = 0; i < k; i++)
+            all[n++] = (nvmlProcessInfo_t){live[i].pid, 1048576ULL, g->migs[live[i].slot % MAX_MIG].gi, 0};
     } else if (g) {
         for (int i = 0; i < g->nprocs; i++)
             all[n++] = (nvmlProcessInfo_t){g->procs[i].pid, g->procs[i].mem, NO_ID, NO_ID};
+        int k = live_on(g, -1, now_s(), live);
+        for (int i = 0; i < k; i++)
+            all[n++] = (nvmlProcessInfo_t){live[i].pid, 1048576ULL, NO_ID, NO_ID};
     } else {
         return E_INVALID;
     }
@@ -528,21 +692,25 @@ int nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationS
     ENTER();
     gpu_t *g = as_gpu(device);
     if (g == NULL) return as_mig(device, NULL) ? E_NOT_SUPPORTED : E_INVALID;
+    if (count == NULL) return E_INVALID;
     if (g->mig_mode == 1) return E_NOT_SUPPORTED;
-    /* One fresh sample per process with an sm figure, newer at each filled call. */
+    /* Scenario "process" lines: one fresh sample each, newer at each filled call. */
     unsigned long long ts = (g->sample_epoch + 1) * 1000000ULL;
-    unsigned int n = 0;
-    for (int i = 0; i < g->nprocs; i++) n += g->procs[i].sm >= 0;
-    if (n == 0 || ts <= lastSeen) return E_NOT_FOUND;
+    unsigned int fixed = 0;
+    for (int i = 0; i < g->nprocs; i++) fixed += g->procs[i].sm >= 0;
+    if (ts <= lastSeen) fixed = 0;
+    unsigned int live = live_samples(g, lastSeen, NULL, 0), n = fixed + live;
+    if (n == 0) return E_NOT_FOUND;
     if (samples == NULL || *count < n) {
         *count = n;
         return E_INSUFFICIENT_SIZE;
     }
     unsigned int k = 0;
-    for (int i = 0; i < g->nprocs; i++)
+    for (int i = 0; fixed && i < g->nprocs; i++)
         if (g->procs[i].sm >= 0)
             samples[k++] = (nvmlProcessUtilizationSample_t){g->procs[i].pid, ts, (unsigned int)g->procs[i].sm, 0, 0, 0};
-    *count = n;
-    g->sample_epoch++;
+    k += live_samples(g, lastSeen, samples + k, *count - k);
+    *count = k < n ? k : n;
+    if (fixed) g->sample_epoch++;
     return OK;
 }

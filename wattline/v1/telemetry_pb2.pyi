@@ -75,7 +75,7 @@ class Sample(_message.Message):
     def __init__(self, source: _Optional[str] = ..., component: _Optional[str] = ..., device: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., energy_j: _Optional[float] = ..., power_w: _Optional[float] = ..., cumulative_j: _Optional[float] = ..., utilization: _Optional[float] = ..., quality: _Optional[_Union[Quality, str]] = ..., healthy: _Optional[bool] = ..., status: _Optional[str] = ..., energy_error_j: _Optional[float] = ..., gauges: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class JobEvent(_message.Message):
-    __slots__ = ("job_id", "kind", "time_ns", "event_seq", "name", "job_kind", "unit_name", "labels", "devices", "units", "phase", "exit_code")
+    __slots__ = ("job_id", "kind", "time_ns", "event_seq", "name", "job_kind", "unit_name", "labels", "devices", "units", "phase", "exit_code", "use_device", "use_period_ns", "job_use", "device_use", "use_metric", "use_scope")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[JobEvent.Kind]
@@ -84,12 +84,14 @@ class JobEvent(_message.Message):
         KIND_PHASE: _ClassVar[JobEvent.Kind]
         KIND_CLOSE: _ClassVar[JobEvent.Kind]
         KIND_HEARTBEAT: _ClassVar[JobEvent.Kind]
+        KIND_USE: _ClassVar[JobEvent.Kind]
     KIND_UNSPECIFIED: JobEvent.Kind
     KIND_OPEN: JobEvent.Kind
     KIND_UNITS: JobEvent.Kind
     KIND_PHASE: JobEvent.Kind
     KIND_CLOSE: JobEvent.Kind
     KIND_HEARTBEAT: JobEvent.Kind
+    KIND_USE: JobEvent.Kind
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -109,6 +111,12 @@ class JobEvent(_message.Message):
     UNITS_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    USE_DEVICE_FIELD_NUMBER: _ClassVar[int]
+    USE_PERIOD_NS_FIELD_NUMBER: _ClassVar[int]
+    JOB_USE_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_USE_FIELD_NUMBER: _ClassVar[int]
+    USE_METRIC_FIELD_NUMBER: _ClassVar[int]
+    USE_SCOPE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     kind: JobEvent.Kind
     time_ns: int
@@ -121,7 +129,13 @@ class JobEvent(_message.Message):
     units: float
     phase: str
     exit_code: int
-    def __init__(self, job_id: _Optional[str] = ..., kind: _Optional[_Union[JobEvent.Kind, str]] = ..., time_ns: _Optional[int] = ..., event_seq: _Optional[int] = ..., name: _Optional[str] = ..., job_kind: _Optional[str] = ..., unit_name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., devices: _Optional[_Iterable[str]] = ..., units: _Optional[float] = ..., phase: _Optional[str] = ..., exit_code: _Optional[int] = ...) -> None: ...
+    use_device: str
+    use_period_ns: int
+    job_use: float
+    device_use: float
+    use_metric: str
+    use_scope: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., kind: _Optional[_Union[JobEvent.Kind, str]] = ..., time_ns: _Optional[int] = ..., event_seq: _Optional[int] = ..., name: _Optional[str] = ..., job_kind: _Optional[str] = ..., unit_name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., devices: _Optional[_Iterable[str]] = ..., units: _Optional[float] = ..., phase: _Optional[str] = ..., exit_code: _Optional[int] = ..., use_device: _Optional[str] = ..., use_period_ns: _Optional[int] = ..., job_use: _Optional[float] = ..., device_use: _Optional[float] = ..., use_metric: _Optional[str] = ..., use_scope: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Batch(_message.Message):
     __slots__ = ("stream_id", "seq", "host", "samples", "job_events", "sent_ns")

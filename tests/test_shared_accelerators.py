@@ -1,0 +1,522 @@
+"""Jobs sharing one accelerator, end to end: each charged its measured share of it.
+
+Two ``wattline run`` jobs (embedded sampling into one SQLite store) run on a stand-in GPU
+through the real pynvml bindings. Each job's worker registers itself with the stand-in
+driver like a CUDA process (``WATTLINE_NVML_PROCS``: a pid, SM and memory use, a time
+window), and the stand-in's energy counter follows the wall clock: 0 W idle plus a known
+power per SM percent of the processes running. So the truth is exact: over the window the
+GPU draws ``W_PER_SM x (sm_a + sm_b)`` and job A's part is ``sm_a / (sm_a + sm_b)``.
+A replayed neuron-monitor stream with two runtimes on one device does the same for Neuron.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from nvml_stub.build import build_stub
+
+from wattline import wire
+from wattline.collector.lineprotocol import LineProtocolError, job_event_point
+from wattline.collector.server import CollectorServer
+from wattline.collector.stores.factory import open_store
+from wattline.quality import Quality
+from wattline.workloads.attribution import (
+    Attribution,
+    ChannelEnergy,
+    Interval,
+    JobWindow,
+    UseInterval,
+    UseTimeline,
+    split_shared,
+)
+from wattline.workloads.device_shares import use_timelines
+from wattline.workloads.events import EventBuilder, JobSpec
+from wattline.workloads.render import report_json
+from wattline.workloads.report import Report, build_report
+
+GPU0 = "GPU-5a5a5a5a-0000-4000-8000-000000000000"
+GPU1 = "GPU-6b6b6b6b-0000-4000-8000-000000000000"
+W_PER_SM = 2.0  # W per SM percent
+IDLE_GPU1_W = 50.0
+REPLAY = Path(__file__).parent / "neuron_replay.py"
+
+#: A GPU process: says its pid (``argv[1]`` tag, to ``argv[2]``), waits for the go file
+#: ``argv[3]`` (tag -> end of its use, Unix s), lives 1 s past its use (a CUDA process
+#: tearing down: its last use samples are read before it exits) and exits. The test, once
+#: every process is up, writes their use windows to the stand-in's procs file and the go file:
+#: start-up time (a busy machine) never moves the truth.
+WORKER = """
+import json, os, sys, time
+tag, pids, go = sys.argv[1:4]
+with open(pids, "a") as f:
+    f.write(f"{tag} {os.getpid()}\\n")
+while not os.path.exists(go):
+    time.sleep(0.02)
+time.sleep(max(0.0, json.loads(open(go).read())[tag] - time.time()) + 1.0)
+"""
+
+
+def worker(tag: str, tmp_path: Path) -> list[str]:
+    return [sys.executable, "-c", WORKER, tag, str(tmp_path / "pids.txt"), str(tmp_path / "go.json")]
+
+
+def go(
+    tmp_path: Path,
+    plan: dict[str, tuple[float, float, float]],
+    procs: Sequence[subprocess.Popen[str]] = (),
+    lead_s: float = 1.0,
+    gpu: str = "0",
+) -> float:
+    """Once every tag of ``plan`` (tag -> SM percent on GPU 0, start, end in s from T0) said
+    its pid: T0 = now + ``lead_s``; writes the use windows and the go file; returns T0.
+    Fails at once, with its stderr, when one of ``procs`` (the jobs) ended before."""
+    pids_file, deadline = tmp_path / "pids.txt", time.monotonic() + 120
+    while True:
+        pids = dict(line.split() for line in pids_file.read_text().splitlines()) if pids_file.exists() else {}
+        if set(plan) <= set(pids):
+            break
+        for p in procs:
+            if p.poll() is not None:
+                raise AssertionError(f"a job ended before its process started: {p.communicate()[1][-2000:]}")
+        assert time.monotonic() < deadline, f"processes never started: {sorted(set(plan) - set(pids))}"
+        time.sleep(0.05)
+    t0 = time.time() + lead_s
+    lines = "".join(f"{gpu} {pids[tag]} {sm} 10 {t0 + a} {t0 + b}\n" for tag, (sm, a, b) in plan.items())
+    tmp = tmp_path / "procs.tmp"
+    tmp.write_text(lines)
+    tmp.replace(tmp_path / "procs.txt")
+    (tmp_path / "go.tmp").write_text(json.dumps({tag: t0 + b for tag, (_sm, _a, b) in plan.items()}))
+    (tmp_path / "go.tmp").replace(tmp_path / "go.json")
+    return t0
+
+
+def scenario(path: Path, epoch: float) -> Path:
+    path.write_text(
+        "driver 550.54.15\n"
+        f"gpu {GPU0} NVIDIA H100 80GB HBM3\nenergy_model 0 {W_PER_SM} {epoch}\nsample_period_ms 10\n"
+        "util 50:20\nmemory 85899345920:1073741824\nlimit 700000\n"
+        # a second GPU that no job uses: idle power only
+        f"gpu {GPU1} NVIDIA H100 80GB HBM3\nenergy_model {IDLE_GPU1_W} 0 {epoch}\nsample_period_ms 100\n"
+        "util 0:0\nmemory 85899345920:0\nlimit 700000\n"
+    )
+    return path
+
+
+def env_for(tmp_path: Path, epoch: float) -> dict[str, str]:
+    return {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(build_stub()),
+        "WATTLINE_NVML_SCENARIO": str(scenario(tmp_path / "gpus.txt", epoch)),
+        "WATTLINE_NVML_PROCS": str(tmp_path / "procs.txt"),
+        "WATTLINE_USE_PERIOD_S": "0.5",
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+
+
+def wattline_run(
+    db: Path, job: str, source: str, command: list[str], env: dict[str, str], extra: list[str] | None = None
+) -> subprocess.Popen[str]:
+    if not db.exists():  # created once, before concurrent runs open it
+        open_store(f"sqlite:///{db}").close()
+    return subprocess.Popen(
+        [sys.executable, "-m", "wattline.cli.main", "run", "--job", job, "--job-id", job, "--source", source,
+         "--interval", "0.1", "--store", f"sqlite:///{db}", "--no-report", *(extra or []), "--", *command],
+        env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def finish(procs: list[subprocess.Popen[str]]) -> None:
+    for p in procs:
+        _out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+
+
+def reports(db: Path, *jobs: str) -> dict[str, Report]:
+    with open_store(f"sqlite:///{db}") as store:
+        return {job: build_report(store, job) for job in jobs}  # type: ignore[arg-type]
+
+
+def gpu_j(report: Report) -> float:
+    return sum(w.components["gpu"].energy_j for w in (report.warmup, report.measured) if "gpu" in w.components)
+
+
+def test_two_jobs_on_one_gpu_get_their_measured_shares(tmp_path: Path) -> None:
+    """A (a grandchild of its `wattline run`, through sh) uses 60 % SM, B 20 %, both from T0
+    to T1 on GPU 0: A gets 75 % and B 25 % of GPU 0's energy (all dynamic: 0 W idle) within
+    1 %, neither is charged GPU 1 (no job's process used it; no --devices), and for GPU 0
+    the span's energy = A + B + unattributed exactly."""
+    env = env_for(tmp_path, epoch=time.time() - 100.0)
+    db = tmp_path / "w.db"
+    a = wattline_run(db, "job-a", "nvml", ["sh", "-c", " ".join(map(_q, worker("a", tmp_path))) + "; sleep 1"], env)
+    b = wattline_run(db, "job-b", "nvml", worker("b", tmp_path), env)
+    t0 = go(tmp_path, {"a": (60, 0.0, 6.0), "b": (20, 0.0, 6.0)}, [a, b])
+    t1 = t0 + 6.0
+    finish([a, b])
+    got = reports(db, "job-a", "job-b")
+    truth = W_PER_SM * 80 * (t1 - t0)  # GPU 0's energy, all of it in [T0, T1)
+    assert gpu_j(got["job-a"]) == pytest.approx(0.75 * truth, rel=0.01)
+    assert gpu_j(got["job-b"]) == pytest.approx(0.25 * truth, rel=0.01)
+    for job in ("job-a", "job-b"):
+        [ds] = got[job].device_shares  # GPU 0 only: GPU 1 was used by no process of the job
+        assert (ds.device, ds.basis) == (GPU0, "measured share")
+        assert ds.measured_j == pytest.approx(ds.energy_j, rel=1e-9)
+        assert any("measured share" in n and "derived from utilization" in n for n in got[job].notes)
+        split = report_json(got[job])["measured"]["coverage"]["split_by_utilization_share"]
+        assert split == pytest.approx(gpu_j(got[job]) / (got[job].measured.energy_j + got[job].warmup.energy_j))
+    da, db_ = got["job-a"].device_shares[0], got["job-b"].device_shares[0]
+    assert da.span_energy_j == pytest.approx(db_.span_energy_j, rel=1e-9)
+    assert da.span_energy_j == pytest.approx(truth, rel=0.01)
+    assert math.isclose(da.span_energy_j, da.energy_j + db_.energy_j + da.unattributed_j, rel_tol=1e-9)
+
+
+def test_a_job_whose_process_vanishes_is_charged_only_while_it_used_the_gpu(tmp_path: Path) -> None:
+    """The job's worker uses 30 % SM from T0 to T1 and exits; the job runs on 3 s. A process
+    of no job uses 10 % from T0 to T2: the job gets 75 % of [T0, T1), nothing after, and the
+    stranger's part stays unattributed (never charged to the job)."""
+    env = env_for(tmp_path, epoch=time.time() - 100.0)
+    db = tmp_path / "w.db"
+    stranger = subprocess.Popen(worker("stranger", tmp_path), env=env)
+    job = wattline_run(db, "job-v", "nvml", ["sh", "-c", " ".join(map(_q, worker("v", tmp_path))) + "; sleep 3"], env)
+    t0 = go(tmp_path, {"v": (30, 0.0, 4.0), "stranger": (10, 0.0, 7.0)}, [job])
+    t1 = t0 + 4.0
+    finish([job])
+    stranger.wait(timeout=30)
+    got = reports(db, "job-v")["job-v"]
+    during = W_PER_SM * 40 * (t1 - t0)
+    assert gpu_j(got) == pytest.approx(0.75 * during, rel=0.01)
+    [ds] = got.device_shares
+    assert ds.unattributed_j == pytest.approx(ds.span_energy_j - ds.energy_j, rel=1e-9)
+    assert ds.unattributed_j >= 0.25 * during * 0.99  # the stranger's part, and its time alone
+
+
+def _q(arg: str) -> str:
+    return "'" + arg.replace("'", "'\\''") + "'"
+
+
+#: A Neuron runtime process: maps recorded runtime pid ``argv[1]`` to itself in the replay's
+#: pid map ``argv[2]``, runs ``argv[3]`` seconds, exits.
+RUNTIME = """
+import os, sys, time
+with open(sys.argv[2], "a") as f:
+    f.write(f"{sys.argv[1]} {os.getpid()}\\n")
+time.sleep(float(sys.argv[3]))
+"""
+
+
+def two_runtime_stream(path: Path) -> Path:
+    """The recorded trn1.2xlarge report 2 (one device, two NeuronCores) with two runtimes:
+    pid 7001 keeps NeuronCore 0 busy 60 %, pid 7002 NeuronCore 1 20 %: of the device
+    (30 % + 10 %), 7001 has 75 % of the use, 7002 25 %."""
+    recorded = Path(__file__).parent / "fixtures/neuron/trn1.2xlarge_wandb_stream.ndjson"
+    report = json.loads(recorded.read_text().splitlines()[1])
+    base = report["neuron_runtime_data"][0]
+    runtimes = []
+    for pid, core, pct in ((7001, "0", 60.0), (7002, "1", 20.0)):
+        rt = json.loads(json.dumps(base))
+        rt["pid"], rt["neuron_runtime_tag"] = pid, str(pid)
+        rt["report"]["neuroncore_counters"]["neuroncores_in_use"] = {core: {"neuroncore_utilization": pct}}
+        runtimes.append(rt)
+    report["neuron_runtime_data"] = runtimes
+    path.write_text(json.dumps(report) + "\n")
+    return path
+
+
+def test_two_neuron_runtimes_on_one_device_split_it_by_their_neuroncore_use(tmp_path: Path) -> None:
+    """Two jobs, each a process that neuron-monitor (the replayed stream) reports as a runtime
+    on neuron0: job A's runtime has 75 % of the device's NeuronCore use, B's 25 %. Each job is
+    charged that share of the device's energy over the time its use was measured (within
+    1 %), labelled a measured share, and A + B + unattributed = the device's energy."""
+    pid_map = tmp_path / "pids.txt"
+    config = tmp_path / "wattline.toml"
+    path_env = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    config.write_text(
+        "[sources.neuron]\n"
+        f'monitor_path = "{REPLAY}"\n'
+        'monitor_args = ["--period", "0.1"]\n'
+        f'monitor_env = {{ PATH = "{path_env}", NEURON_REPLAY_FILE = "{two_runtime_stream(tmp_path / "s.ndjson")}", '
+        f'NEURON_REPLAY_PID_MAP = "{pid_map}" }}\n'
+        "period_s = 0.1\n"
+        'device_type = "trn1"\n'
+    )
+    root = tmp_path / "host"
+    power = root / "sys/devices/virtual/neuron_device/neuron0/stats/power/utilization"
+    power.parent.mkdir(parents=True)
+    (root / "sys/devices/virtual/neuron_device/neuron0/info/architecture").mkdir(parents=True)
+    power.write_text(f"POWER_STATUS_VALID,{int(time.time()) // 60 * 60},10.00,30.00,20.00\n")
+    env = {**os.environ, "WATTLINE_USE_PERIOD_S": "0.5", "XDG_STATE_HOME": str(tmp_path / "state")}
+    db = tmp_path / "w.db"
+    extra = ["--config", str(config), "--sysfs-root", str(root)]
+    jobs = [
+        wattline_run(db, job, "neuron", [sys.executable, "-c", RUNTIME, rec, str(pid_map), "6"], env, extra)
+        for job, rec in (("job-a", "7001"), ("job-b", "7002"))
+    ]
+    finish(jobs)
+    got = reports(db, "job-a", "job-b")
+    with open_store(f"sqlite:///{db}") as store:
+        for job, share in (("job-a", 0.75), ("job-b", 0.25)):
+            uses = [e for e in store.job_events(job) if e.event == "use"]
+            assert uses and all(e.fields["device"] == "neuron:0" for e in uses)
+            ratios = [e.fields["job_use"] / e.fields["device_use"] for e in uses]
+            # the first period may begin before the process became the runtime (the pid map)
+            assert ratios[0] <= share * 1.01 and ratios[1:] == pytest.approx([share] * (len(ratios) - 1), rel=0.01)
+            [ds] = got[job].device_shares
+            assert (ds.device, ds.basis) == ("neuron0", "measured share")
+            window_s = (got[job].end_ns - got[job].job.start_ns) / 1e9
+            power_w = ds.device_energy_j / window_s  # the model's power is constant here
+            expected = sum(r * e.fields["period_ns"] / 1e9 * power_w for r, e in zip(ratios, uses, strict=True))
+            assert ds.energy_j == pytest.approx(expected, rel=0.01)
+            assert ds.energy_j == pytest.approx(share * ds.device_energy_j, rel=0.1)
+    da, db_ = got["job-a"].device_shares[0], got["job-b"].device_shares[0]
+    assert math.isclose(da.span_energy_j, da.energy_j + db_.energy_j + da.unattributed_j, rel_tol=1e-9)
+
+
+# -- the sharing rule itself, on synthetic timelines ------------------------------------
+
+S = 10**9
+
+
+def _gpu(intervals: list[tuple[int, int, float]]) -> ChannelEnergy:
+    return ChannelEnergy("h", "gpu", "GPU-x", Quality.COUNTER, [Interval(a, b, e) for a, b, e in intervals])
+
+
+def _job(job_id: str, uses: list[tuple[int, int, float, float]], devices: frozenset[str] = frozenset()) -> JobWindow:
+    timeline = UseTimeline(UseInterval(a, b, j, d) for a, b, j, d in uses)
+    return JobWindow(job_id, "h", 0, 100 * S, devices, {"gpu:GPU-x": timeline} if uses else {})
+
+
+def _charged(att: Attribution) -> dict[str | None, float]:
+    return {s.job_id: s.energy_j for s in att.shares}
+
+
+def test_measured_use_splits_a_device_and_the_rest_is_stated() -> None:
+    """100 W for 10 s. 0-4 s: A 60 %, B 20 % of 100 % used (20 % by a stranger); 4-6 s the
+    device idles with both on it (rule "equal"); 6-8 s only the stranger uses it; 8-10 s no
+    use was measured and nobody claims it. Conservation is exact."""
+    gpu = _gpu([(t * S, (t + 1) * S, 100.0) for t in range(10)])
+    a = _job("a", [(0, 4 * S, 60, 100), (4 * S, 6 * S, 0, 0), (6 * S, 8 * S, 0, 10)])
+    b = _job("b", [(0, 4 * S, 20, 100), (4 * S, 6 * S, 0, 0)])
+    att = split_shared([gpu], [a, b], "equal")
+    got = _charged(att)
+    assert got["a"] == pytest.approx(0.6 * 400 + 100, rel=1e-12)
+    assert got["b"] == pytest.approx(0.2 * 400 + 100, rel=1e-12)
+    assert got[None] == pytest.approx(0.2 * 400 + 200 + 200, rel=1e-12)
+    assert math.fsum(got.values()) == 1000.0
+    measured = {s.job_id: s.measured_j for s in att.shares}
+    assert measured["a"] == pytest.approx(240 + 100) and measured["b"] == pytest.approx(80 + 100)
+
+
+def test_shares_above_one_are_scaled_and_claims_rule_where_no_use_was_measured() -> None:
+    """Two wrappers that sampled at different instants report 80 % and 40 %: scaled to 2/3,
+    1/3. Where no use interval covers the device, a job that claims it gets it in full."""
+    gpu = _gpu([(0, 2 * S, 200.0), (2 * S, 4 * S, 200.0)])
+    a = _job("a", [(0, 2 * S, 80, 100)], frozenset({"gpu:GPU-x"}))
+    b = _job("b", [(0, 2 * S, 40, 100)])
+    got = _charged(split_shared([gpu], [a, b], "equal"))
+    assert got["a"] == pytest.approx(200 * 2 / 3 + 200, rel=1e-12)
+    assert got["b"] == pytest.approx(200 / 3, rel=1e-12)
+    assert None not in got
+
+
+def test_use_events_rejected_on_the_wire_when_malformed() -> None:
+    """The collector's one validation: a USE event names its device, a positive period and
+    finite uses >= 0; bad ones are refused with the reason, never stored."""
+    builder = EventBuilder(JobSpec("j", "j"))
+    good = builder.make(wire.pb.JobEvent.KIND_USE, use_device="gpu:GPU-x", use_period_ns=S, job_use=1, device_use=2)
+    tags, fields, _ = job_event_point({"host": "h"}, good)
+    assert tags["event"] == "use" and fields["job_use"] == 1.0 and fields["device"] == "gpu:GPU-x"
+    for bad in (
+        {"use_device": "", "use_period_ns": S},
+        {"use_device": "gpu:x", "use_period_ns": 0},
+        {"use_device": "gpu:x", "use_period_ns": S, "job_use": math.nan},
+        {"use_device": "gpu:x", "use_period_ns": S, "device_use": -1.0},
+    ):
+        with pytest.raises(LineProtocolError):
+            job_event_point({"host": "h"}, builder.make(wire.pb.JobEvent.KIND_USE, **bad))
+
+
+#: Runs with the stand-in loaded: the NVML per-process calls as pynvml makes them.
+NVML_SEMANTICS = r"""
+import json, os, sys, time
+import pynvml as nv
+from wattline.agent.sources.nvml import NvmlSource
+procs, now = sys.argv[1], time.time()
+with open(procs, "w") as f:
+    f.write(f"0 {os.getpid()} 40 12 {now - 0.4} -\n")             # this process: 40 % SM, 12 % memory
+    f.write(f"0 4194303 90 90 {now - 0.4} -\n")                    # a pid that does not exist
+    f.write(f"0 {os.getppid()} 70 0 {now - 0.6} {now - 0.5}\n")  # a process whose use ended
+nv.nvmlInit()
+h = nv.nvmlDeviceGetHandleByIndex(0)
+out = {"running": sorted(p.pid for p in nv.nvmlDeviceGetComputeRunningProcesses(h))}
+buffered = nv.nvmlDeviceGetProcessUtilization(h, 0)  # all the driver keeps
+out["buffered"] = sorted([s.pid, s.smUtil, s.memUtil, s.timeStamp] for s in buffered)
+samples = nv.nvmlDeviceGetProcessUtilization(h, int((now - 0.3) * 1e6))
+out["samples"] = [[s.pid, s.smUtil, s.memUtil, s.timeStamp] for s in samples]
+newest = max(s.timeStamp for s in samples)
+try:
+    nv.nvmlDeviceGetProcessUtilization(h, newest + 10**9)
+    out["after"] = "samples"
+except nv.NVMLError_NotFound:
+    out["after"] = "NotFound"
+nv.nvmlShutdown()
+src = NvmlSource()
+src.discover()
+[use] = [u for u in src.process_use(since_us=int((now - 0.3) * 1e6)) if u.device.endswith("5a5a5a5a-0000-4000-8000-000000000000")]
+out["use"] = {"key": use.key, "metric": use.metric, "use": {str(k): v for k, v in use.use.items()}}
+src.close()
+out["pid"], out["now"] = os.getpid(), now
+print(json.dumps(out))
+"""
+
+
+def test_stand_in_serves_per_process_utilization_as_nvml_documents_it(tmp_path: Path) -> None:
+    """Through the real pynvml: running compute processes are the live ones in their window;
+    nvmlDeviceGetProcessUtilization gives one sample per process with use in the driver's
+    buffer newer than lastSeen (0: all of it; SM and memory percent, the mean over those
+    sample periods, a CPU time stamp in microseconds, not in the future) and
+    NVML_ERROR_NOT_FOUND when there is none newer;
+    NvmlSource.process_use reads them."""
+    env = env_for(tmp_path, epoch=time.time() - 100)
+    done = subprocess.run(
+        [sys.executable, "-c", NVML_SEMANTICS, env["WATTLINE_NVML_PROCS"]],
+        env=env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    out = json.loads(done.stdout)
+    assert out["running"] == [out["pid"]]
+    ended = [p for p in out["buffered"] if p[0] == os.getpid()]
+    # 70 % for 0.1 s of the 1 s (100 samples of 10 ms) the driver keeps: a mean of 7 %
+    assert ended and ended[0][1:3] == [7, 0] and ended[0][3] < (out["now"] - 0.5) * 1e6 + 10_000
+    [[pid, sm, mem, stamp]] = out["samples"]
+    assert (pid, sm, mem) == (out["pid"], 40, 12)
+    assert (out["now"] - 0.3) * 1e6 <= stamp <= out["now"] * 1e6 + 1e6 and stamp % 10_000 == 0
+    assert out["after"] == "NotFound"
+    assert out["use"] == {"key": f"gpu:{GPU0}", "metric": "sm", "use": {str(out["pid"]): 40.0}}
+
+
+#: The Job API in a process that is itself the GPU's user (a worker, see WORKER).
+JOB_API = """
+import json, os, sys, time
+from wattline.workloads.job import Job
+pids, go = sys.argv[1:3]
+with Job("api", job_id="job-api"):
+    with open(pids, "a") as f:
+        f.write(f"api {os.getpid()}\\n")
+    while not os.path.exists(go):
+        time.sleep(0.02)
+    time.sleep(max(0.0, json.loads(open(go).read())["api"] - time.time()) + 1.0)
+"""
+
+
+def test_the_job_api_measures_the_calling_process(tmp_path: Path) -> None:
+    """Job(...) without devices, in the process that uses GPU 0 (alone, 40 % SM for 4 s):
+    charged GPU 0's energy then (measured share 100 %), none of the idle GPU 1. The Job API
+    samples embedded at the default 1 s, and an energy sample that straddles the first use
+    period's start spreads its energy evenly: up to one such sample at each end (80 J at
+    most) can fall outside the measured periods, unattributed."""
+    env = {**env_for(tmp_path, epoch=time.time() - 100.0), "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", JOB_API, str(tmp_path / "pids.txt"), str(tmp_path / "go.json")],
+        env=env, text=True, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    t0 = go(tmp_path, {"api": (40, 0.0, 4.0)}, [proc])
+    t1 = t0 + 4.0
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    got = reports(tmp_path / "w.db", "job-api")["job-api"]
+    [ds] = got.device_shares
+    assert (ds.device, ds.basis) == (GPU0, "measured share")
+    truth = W_PER_SM * 40 * (t1 - t0)
+    assert ds.device_energy_j == pytest.approx(truth, rel=0.01)
+    assert truth - 2 * W_PER_SM * 40 * 1.0 <= gpu_j(got) <= truth * 1.01
+    assert ds.energy_j + ds.unattributed_j == pytest.approx(ds.span_energy_j, rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "influxdb1"])
+def test_use_events_cross_the_wire_into_every_store_and_back(kind: str, tmp_path: Path, request: Any) -> None:
+    """USE events pushed over gRPC to a real collector are stored (SQLite, a real influxd
+    1.x) and read back as the same use intervals; a malformed one is refused, counted."""
+    url, database = f"sqlite:///{tmp_path / 'w.db'}", "wattline"
+    if kind == "influxdb1":
+        influx = request.getfixturevalue("influxd")
+        url, database = influx.url, influx.new_database()
+    builder = EventBuilder(JobSpec("j-use", "j"))
+    t = time.time_ns() // 10**9 * 10**9
+    events = [
+        builder.open(t),
+        builder.make(wire.pb.JobEvent.KIND_USE, t + 5 * S, use_device=f"gpu:{GPU0}", use_period_ns=5 * S,
+                     job_use=45.5, device_use=60.0, use_metric="sm"),
+        builder.make(wire.pb.JobEvent.KIND_USE, t + 10 * S, use_device="neuron:0", use_period_ns=5 * S,
+                     job_use=30.0, device_use=40.0, use_metric="neuroncore"),
+        builder.make(wire.pb.JobEvent.KIND_USE, t + 10 * S, use_device="", use_period_ns=5 * S),
+        builder.close(0, t + 11 * S),
+    ]  # fmt: skip
+    batch = wire.Batch(stream_id="s", seq=1, job_events=events)
+    batch.host.host_id = "h"
+    with open_store(url, database=database) as store:
+        server = CollectorServer(store, "127.0.0.1:0")
+        server.start()
+        try:
+            ack = wire.telemetry_stub(grpc.insecure_channel(f"127.0.0.1:{server.port}")).Push(batch, timeout=30)
+        finally:
+            server.stop()
+        assert (ack.written, ack.rejected) == (4, 1)
+        got = use_timelines(store.job_events("j-use"), "h")  # type: ignore[attr-defined]
+    assert {k: v.intervals for k, v in got.items()} == {
+        f"gpu:{GPU0}": (UseInterval(t, t + 5 * S, 45.5, 60.0, "sm"),),
+        "neuron:0": (UseInterval(t + 5 * S, t + 10 * S, 30.0, 40.0, "neuroncore"),),
+    }
+
+
+GPU_MIG = "GPU-7c7c7c7c-0000-4000-8000-000000000000"
+
+
+def test_a_job_on_a_mig_instance_gets_its_instances_share_of_the_parent(tmp_path: Path) -> None:
+    """A MIG-enabled GPU (80 GiB) with an instance of 20 GiB: the job's process runs on it
+    (NVML has no per-process utilization on MIG) and the parent draws 100 W meanwhile. The
+    job is charged 25 % of the parent's energy while its process ran (a rule by instance
+    size, labelled so), the parent is counted once, and the rest is unattributed."""
+    env = env_for(tmp_path, epoch=time.time() - 100.0)
+    Path(env["WATTLINE_NVML_SCENARIO"]).write_text(
+        "driver 550.54.15\n"
+        f"gpu {GPU_MIG} NVIDIA A100-SXM4-80GB\nenergy_model 0 {W_PER_SM} {time.time() - 100}\nutil ns\n"
+        "memory 85899345920:0\nlimit 400000\nmig 1 7\n"
+        "mig_device 0 MIG-11111111-0000-4000-8000-000000000000 1 21474836480 0\n"
+        "mig_device 2 MIG-22222222-0000-4000-8000-000000000000 5 42949672960 0\n"
+    )
+    db = tmp_path / "w.db"
+    job = wattline_run(db, "job-m", "nvml", worker("m", tmp_path), env)
+    t0 = go(tmp_path, {"m": (50, 0.0, 4.0)}, [job], gpu="0/0")
+    finish([job])
+    got = reports(db, "job-m")["job-m"]
+    truth = W_PER_SM * 50 * 4.0
+    [ds] = got.device_shares
+    assert (ds.device, ds.basis) == (GPU_MIG, "MIG instance share")
+    assert ds.span_energy_j == pytest.approx(truth, rel=0.01)
+    # a MIG process is seen running at each ask (every 0.5 s here), not sampled in between:
+    # its last interval before it stops (at most one ask) may go unattributed
+    assert 0.25 * (truth - W_PER_SM * 50 * 0.5) <= gpu_j(got) <= 0.25 * truth * 1.01
+    assert ds.energy_j + ds.unattributed_j == pytest.approx(ds.span_energy_j, rel=1e-9)
+    assert any("MIG instance's share" in n and "not a measurement" in n for n in got.notes)
+    assert t0 > 0
+
+
+def test_a_job_whose_processes_used_no_gpu_is_charged_none(tmp_path: Path) -> None:
+    """No --devices, and no process of the job on any GPU (per-process use was read, so the
+    close says so): the job is charged neither GPU, not the idle GPU 1's 50 W."""
+    env = env_for(tmp_path, epoch=time.time() - 100.0)
+    db = tmp_path / "w.db"
+    finish([wattline_run(db, "job-cpu", "nvml", ["sleep", "2"], env)])
+    got = reports(db, "job-cpu")["job-cpu"]
+    with open_store(f"sqlite:///{db}") as store:
+        [close] = [e for e in store.job_events("job-cpu") if e.event == "close"]
+    assert set(close.fields["use_scope"].split(",")) == {f"gpu:{GPU0}", f"gpu:{GPU1}"}
+    assert gpu_j(got) == 0.0 and got.device_shares == []

@@ -128,7 +128,7 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
         port,
         ["--store", influxd.url, "--config", str(config)],
         tmp_path / "collector.log",
-        "--summary-wait", "10", "--summary-price", "0.5",
+        "--summary-wait", "10", "--summary-interval", "3", "--summary-price", "0.5",
     )  # fmt: skip
     trees = {
         host: powercap_tree(tmp_path / host, [Zone(z, "package-0" if z == "intel-rapl:0" else "dram", START_UJ)
@@ -155,7 +155,10 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
 
         def closed_summary(job_id: str, hosts: int) -> JobSummary | None:
             s = store.job_summary(job_id)
-            return s if s and s.fields.get("status") == "closed" and s.fields.get("hosts") == hosts else None
+            # complete: a summary written incomplete (samples late on a loaded machine) is
+            # computed again every summary_interval until its samples have arrived
+            closed = s and s.fields.get("status") == "closed" and s.fields.get("hosts") == hosts
+            return s if closed and s.fields.get("complete") is True else None
 
         summaries = {
             "solo-1": wait_for("solo summary", lambda: closed_summary("solo-1", 1)),

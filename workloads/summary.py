@@ -151,7 +151,9 @@ class SummaryWriter:
     due: a job with a close at once, any other job at most every ``running_every_s``. A
     closed job whose report is not complete is looked at again every ``poll_s`` until
     ``wait_s`` after its end, then written as it is (``complete`` false, its notes say
-    why). Failures are logged and retried, ``retry_s`` doubling up to ``max_retry_s``.
+    why) and computed again every ``running_every_s`` until it is complete (samples that an
+    agent's spool delivers late) or ``recheck_s`` after its close. Failures are logged and
+    retried, ``retry_s`` doubling up to ``max_retry_s``.
     """
 
     def __init__(
@@ -166,6 +168,7 @@ class SummaryWriter:
         retry_s: float = 2.0,
         max_retry_s: float = 60.0,
         max_jobs: int = 10_000,
+        recheck_s: float = 3600.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.reader = reader
@@ -177,6 +180,7 @@ class SummaryWriter:
         self.retry_s = retry_s
         self.max_retry_s = max_retry_s
         self.max_jobs = max_jobs
+        self.recheck_s = recheck_s
         self._clock = clock
         self._due: dict[str, float] = {}  #: job id -> when to compute it (clock time)
         #: jobs with a close since their last summary -> when the (first such) close was noted
@@ -299,6 +303,8 @@ class SummaryWriter:
                     len(report.job.hosts),
                     "" if report.complete else ", incomplete: see its notes",
                 )
+            if closing_at is not None and not report.complete and self._clock() - closing_at < self.recheck_s:
+                self._again(job_id, self.running_every_s)  # late samples may still come: look again
         self._forget(job_id)
         with self._cond:
             self._done[job_id] = self._clock()

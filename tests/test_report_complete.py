@@ -18,8 +18,7 @@ from typing import Any
 
 from procs import CLI, Proc, clean_env, start_collector
 from servers import free_port
-from sysfs_trees import Zone, powercap_tree
-from test_faults import HOST, POWER_W, START_UJ, Counters
+from test_faults import HOST, POWER_W, powered_host
 
 TRUE_W = sum(POWER_W.values())  # package + dram: both are in the host's total
 BATCH_S = 2.0
@@ -38,10 +37,8 @@ def measured(report: dict[str, Any]) -> tuple[float, float]:
 
 
 def test_report_at_job_end_waits_for_the_last_samples(tmp_path: Path) -> None:
-    tree = powercap_tree(
-        tmp_path / "host", [Zone("intel-rapl:0", "package-0", START_UJ), Zone("intel-rapl:0:1", "dram", START_UJ)]
-    )
-    counters = Counters(tree)
+    counters = powered_host(tmp_path)
+    tree = counters.root
     store = f"sqlite:///{tmp_path / 'w.db'}"
     port = free_port()
     collector = start_collector(port, ["--store", store], tmp_path / "collector.log")
@@ -91,6 +88,6 @@ def test_report_at_job_end_waits_for_the_last_samples(tmp_path: Path) -> None:
         assert list(cut["samples_up_to"]) == [HOST]
         assert any(n.startswith(f"incomplete: {HOST}: samples up to") for n in cut["notes"]), cut["notes"]
     finally:
-        counters.stop.set()
+        counters.close()
         agent.kill9()
         collector.terminate()

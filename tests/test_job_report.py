@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import CLI, Proc, clean_env, start_collector
+from procs import CLI, clean_env, start_collector, start_rapl_agent
 from servers import free_port
 from test_faults import HOST, POWER_W, powered_host
 
@@ -73,11 +73,7 @@ def test_job_report_with_a_collector_waits_for_the_agents_last_samples(tmp_path:
     store = f"sqlite:///{tmp_path / 'w.db'}"
     port = free_port()
     collector = start_collector(port, ["--store", store], tmp_path / "collector.log")
-    agent = Proc(
-        ["agent", "--host-id", HOST, "--sysfs-root", str(tree), "--source", "rapl", "--interval", "0.25",
-         "--batch-interval", "2", f"--collector=127.0.0.1:{port}"],
-        tmp_path / "agent.log",
-    )  # fmt: skip
+    agent = start_rapl_agent(HOST, tree, port, 2, tmp_path / "agent.log")
     try:
         time.sleep(1.5)  # the agent samples before the job opens
         env = {"WATTLINE_AGENT_HOST_ID": HOST, "WATTLINE_AGENT_BATCH_INTERVAL": "2"}

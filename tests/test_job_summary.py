@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import CLI, Proc, clean_env, start_collector
+from procs import CLI, Proc, clean_env, start_collector, start_rapl_agent
 from servers import Influxd, free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from test_grafana import (
@@ -65,9 +65,8 @@ def run_args(job: str, job_id: str, host: str, port: int, config: Path, steps: i
 
 
 def agent(host: str, tree: Path, port: int, tmp_path: Path) -> Proc:
-    args = ["agent", "--host-id", host, "--sysfs-root", str(tree), "--source", "rapl", "--interval", "0.25"]
-    args += ["--spool-dir", str(tmp_path / f"spool-{host}"), "--outbox-dir", str(tmp_path / "outbox")]
-    return Proc([*args, "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"], tmp_path / f"{host}.log")
+    spool = ["--spool-dir", str(tmp_path / f"spool-{host}"), "--outbox-dir", str(tmp_path / "outbox")]
+    return start_rapl_agent(host, tree, port, BATCH_S, tmp_path / f"{host}.log", *spool)
 
 
 def wait_for(what: str, check: Any, timeout_s: float = 40.0) -> Any:

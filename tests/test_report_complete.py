@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from procs import CLI, Proc, clean_env, start_collector
+from procs import CLI, Proc, clean_env, start_collector, start_rapl_agent
 from servers import free_port
 from test_faults import HOST, POWER_W, powered_host
 
@@ -49,11 +49,7 @@ def test_report_at_job_end_waits_for_the_last_samples(tmp_path: Path) -> None:
         tmp_path / "early.log",
     )  # fmt: skip
     time.sleep(1.5)
-    agent = Proc(
-        ["agent", "--host-id", HOST, "--sysfs-root", str(tree), "--source", "rapl", "--interval", "0.25",
-         "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
-        tmp_path / "agent.log",
-    )  # fmt: skip
+    agent = start_rapl_agent(HOST, tree, port, BATCH_S, tmp_path / "agent.log")
     try:
         assert early.process.wait(timeout=60) == 0, early.log()
         first = json.loads(early.log()[early.log().index("{") :])

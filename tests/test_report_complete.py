@@ -36,6 +36,21 @@ def measured(report: dict[str, Any]) -> tuple[float, float]:
     return float(report["measured"]["energy_j"]), float(report["measured"]["seconds"])
 
 
+def json_run(job: str, seconds: float, port: int, store: str, log_path: Path) -> Proc:
+    """``wattline run --json`` of ``sleep seconds`` as job ``job`` (id ``job-1``) on HOST."""
+    return Proc(
+        ["run", "--job", job, "--job-id", f"{job}-1", "--host-id", HOST, "--collector", f"127.0.0.1:{port}",
+         "--store", store, "--json", "--", "sleep", str(seconds)],
+        log_path,
+    )  # fmt: skip
+
+
+def printed_report(run: Proc) -> dict[str, Any]:
+    """The JSON report a :func:`json_run` printed when its command ended."""
+    log = run.log()
+    return dict(json.loads(log[log.index("{") :]))
+
+
 def test_report_at_job_end_waits_for_the_last_samples(tmp_path: Path) -> None:
     counters = powered_host(tmp_path)
     tree = counters.root
@@ -43,16 +58,12 @@ def test_report_at_job_end_waits_for_the_last_samples(tmp_path: Path) -> None:
     port = free_port()
     collector = start_collector(port, ["--store", store], tmp_path / "collector.log")
     # A job that starts before the host's agent does: its first seconds have no samples.
-    early = Proc(
-        ["run", "--job", "early", "--job-id", "early-1", "--host-id", HOST, "--collector", f"127.0.0.1:{port}",
-         "--store", store, "--json", "--", "sleep", "4"],
-        tmp_path / "early.log",
-    )  # fmt: skip
+    early = json_run("early", 4, port, store, tmp_path / "early.log")
     time.sleep(1.5)
     agent = start_rapl_agent(HOST, tree, port, BATCH_S, tmp_path / "agent.log")
     try:
         assert early.process.wait(timeout=60) == 0, early.log()
-        first = json.loads(early.log()[early.log().index("{") :])
+        first = printed_report(early)
         assert first["complete"] is False and list(first["samples_from"]) == [HOST]
         assert any(n.startswith(f"incomplete: {HOST}: samples only from") for n in first["notes"]), first["notes"]
 
@@ -71,15 +82,11 @@ def test_report_at_job_end_waits_for_the_last_samples(tmp_path: Path) -> None:
         assert abs(energy_end - TRUE_W * seconds) <= 0.01 * TRUE_W * seconds, (energy_end, TRUE_W * seconds)
 
         # The agent dies during a job: its last samples never come. The report says so.
-        job = Proc(
-            ["run", "--job", "cut", "--job-id", "cut-1", "--host-id", HOST, "--collector", f"127.0.0.1:{port}",
-             "--store", store, "--json", "--", "sleep", "3"],
-            tmp_path / "run.log",
-        )  # fmt: skip
+        job = json_run("cut", 3, port, store, tmp_path / "run.log")
         time.sleep(1.5)
         agent.kill9()
         assert job.process.wait(timeout=60) == 0, job.log()
-        cut = json.loads(job.log()[job.log().index("{") :])
+        cut = printed_report(job)
         assert cut["complete"] is False
         assert list(cut["samples_up_to"]) == [HOST]
         assert any(n.startswith(f"incomplete: {HOST}: samples up to") for n in cut["notes"]), cut["notes"]

@@ -5,8 +5,9 @@ dir, and stopped by PID (SIGTERM, then SIGKILL). A missing binary FAILS the test
 need it (CI installs the Debian packages ``influxdb`` and ``victoria-metrics``); the
 ``INFLUXD`` / ``VICTORIA_METRICS`` environment variables override the binary paths.
 
-Fixtures: ``influxd`` (:class:`Influxd`: ``.url``, ``.new_database()``, ``.query()``) and
-``victoria_metrics`` (:class:`VictoriaMetrics`: ``.url``, ``.export()``).
+Fixtures: ``influxd`` (:class:`Influxd`: ``.url``, ``.new_database()``, ``.query()``),
+``victoria_metrics`` (:class:`VictoriaMetrics`: ``.url``, ``.export()``), and ``store`` (SQLite,
+then InfluxDB 1.x on ``influxd``) for the modules that import it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from typing import Any
 import pytest
 
 from wattline import wire
+from wattline.collector.stores.influx_v1 import InfluxV1Store
+from wattline.collector.stores.sqlite import SqliteStore
 
 START_TIMEOUT_S = 30.0
 
@@ -173,6 +176,19 @@ def influxd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Influxd]:
         yield Influxd(daemon)
     finally:
         daemon.stop()
+
+
+@pytest.fixture(name="store", params=["sqlite", "influxdb1"])
+def sqlite_or_influxdb1_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqliteStore | InfluxV1Store]:
+    """``store``: each test once on SQLite, once on a fresh database of the session's influxd
+    (import it into the test module to use it)."""
+    if request.param == "sqlite":
+        with SqliteStore(tmp_path / "w.db") as sqlite:
+            yield sqlite
+    else:
+        influxd: Influxd = request.getfixturevalue("influxd")
+        with InfluxV1Store(influxd.url, influxd.new_database()) as influx:
+            yield influx
 
 
 class VictoriaMetrics:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,6 +107,52 @@ def _zone_attrs(real: Path, zone: Zone) -> None:
 def set_energy(root: Path, zone: str, value: int | str) -> None:
     """Rewrite a zone's energy_uj in place (through the /sys/class/powercap symlink)."""
     write_attr(root / "sys/class/powercap" / zone / "energy_uj", value)
+
+
+class PowerAdvancer:
+    """Advances zones' energy_uj at a known power in wall time, in place, from a thread.
+
+    A zone reads ``start_uj + watts x seconds since it was added`` (``power_w`` are added at
+    construction, all at the same instant); one pwrite of a value never shorter than the last,
+    no truncation, per zone every ``period_s``, so a read never finds the file empty.
+    """
+
+    def __init__(
+        self, root: Path, power_w: Mapping[str, float] | None = None, start_uj: int = 0, period_s: float = 0.01
+    ) -> None:
+        self.root, self.start_uj, self.period_s = root, start_uj, period_s
+        now = time.monotonic()
+        self.zones: dict[str, tuple[float, float]] = {z: (w, now) for z, w in (power_w or {}).items()}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def add(self, zone: str, watts: float) -> None:
+        """Start advancing ``zone`` (an existing one) at ``watts`` from ``start_uj`` now."""
+        with self._lock:
+            self.zones[zone] = (watts, time.monotonic())
+
+    def remove(self, zone: str) -> None:
+        """Stop writing ``zone`` (before its directory goes)."""
+        with self._lock:
+            del self.zones[zone]
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            with self._lock:
+                for zone, (watts, start) in self.zones.items():
+                    value = self.start_uj + int(watts * (time.monotonic() - start) * 1e6)
+                    fd = os.open(self.root / "sys/class/powercap" / zone / "energy_uj", os.O_WRONLY)
+                    try:
+                        os.pwrite(fd, f"{value}\n".encode(), 0)
+                    finally:
+                        os.close(fd)
+
+    def close(self) -> None:
+        """Stop the thread (the counters keep their last values)."""
+        self._stop.set()
+        self._thread.join(5)
 
 
 # -- network interfaces --------------------------------------------------------------

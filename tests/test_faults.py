@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 from procs import CLI, Proc, clean_env, start_collector
 from servers import INFLUXD_CONFIG, Daemon, Influxd, find_binary, free_port
-from sysfs_trees import Zone, powercap_tree
+from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 
 from wattline.agent.disk_spool import read_segment
 from wattline.collector.stores.sqlite import SqliteStore
@@ -51,25 +51,12 @@ START_UJ = 10**11
 Key = tuple[str, int]  # (device, interval end ns)
 
 
-class Counters:
-    """Advances the RAPL counters at POWER_W in wall time (one in-place write per zone every 10 ms)."""
-
-    def __init__(self, tree: Path) -> None:
-        self.tree = tree
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        start = time.monotonic()
-        while not self.stop.wait(0.01):
-            elapsed = time.monotonic() - start
-            for zone, watts in POWER_W.items():
-                fd = os.open(self.tree / "sys/class/powercap" / zone / "energy_uj", os.O_WRONLY)
-                try:
-                    os.pwrite(fd, f"{START_UJ + int(watts * elapsed * 1e6)}\n".encode(), 0)
-                finally:
-                    os.close(fd)
+def powered_host(tmp_path: Path) -> PowerAdvancer:
+    """The host's RAPL tree (package-0 and its dram at START_UJ) in tmp_path/host, advanced at POWER_W."""
+    tree = powercap_tree(
+        tmp_path / "host", [Zone("intel-rapl:0", "package-0", START_UJ), Zone("intel-rapl:0:1", "dram", START_UJ)]
+    )
+    return PowerAdvancer(tree, POWER_W, START_UJ)
 
 
 class Ledger:
@@ -173,10 +160,8 @@ class Rig:
     def __init__(self, tmp_path: Path, store_args: list[str]) -> None:
         self.tmp = tmp_path
         self.store_args = store_args
-        self.tree = powercap_tree(
-            tmp_path / "host", [Zone("intel-rapl:0", "package-0", START_UJ), Zone("intel-rapl:0:1", "dram", START_UJ)]
-        )
-        self.counters = Counters(self.tree)
+        self.counters = powered_host(tmp_path)
+        self.tree = self.counters.root
         self.spool = tmp_path / "spool"
         self.spool.mkdir(mode=0o700)
         self.outbox = tmp_path / "outbox"  # job events of `wattline run` that no collector took yet
@@ -235,14 +220,14 @@ class Rig:
         assert status == 0, log[-3000:]
         for proc in self.collectors:
             assert proc.terminate() == 0, proc.log()[-3000:]
-        self.counters.stop.set()
+        self.counters.close()
         self.ledger.close()
         for text in [log, *(p.log() for p in self.collectors)]:
             assert "Traceback" not in text, text[-5000:]
         assert "0 dropped, 0 batches left" in log.splitlines()[-1], log[-2000:]
 
     def close(self) -> None:
-        self.counters.stop.set()
+        self.counters.close()
         self.ledger.stop.set()
         for proc in [self.agent, *self.collectors]:
             proc.kill9()

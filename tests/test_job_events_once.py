@@ -26,7 +26,7 @@ from typing import Any
 
 import grpc
 import pytest
-from servers import Influxd, make_batch
+from servers import Influxd, make_batch, sqlite_or_influxdb1_store  # noqa: F401 (fixture store)
 from test_run_cli import run
 
 from wattline import wire
@@ -41,17 +41,6 @@ from wattline.workloads.job import Job
 
 S = 10**9
 T = 1_780_000_000 * S  # a whole second, as `units 1 <unix second>` gives
-
-
-@pytest.fixture(params=["sqlite", "influxdb1"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqliteStore | InfluxV1Store]:
-    if request.param == "sqlite":
-        with SqliteStore(tmp_path / "w.db") as sqlite:
-            yield sqlite
-    else:
-        influxd: Influxd = request.getfixturevalue("influxd")
-        with InfluxV1Store(influxd.url, influxd.new_database()) as influx:
-            yield influx
 
 
 @pytest.fixture

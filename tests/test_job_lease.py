@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ import pytest
 from pipeline import T0_NS, SyntheticHost, ZoneSpec
 from procs import Proc
 from servers import Influxd
-from sysfs_trees import Zone, powercap_tree
+from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
@@ -46,35 +45,13 @@ ENV_HEARTBEAT = "WATTLINE_HEARTBEAT_S"  # wire.ENV_HEARTBEAT
 HOST = "lease-host"
 
 
-class PoweredTree:
-    """One RAPL package zone advanced at POWER_W in wall time (an in-place write every 10 ms)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = powercap_tree(root, [Zone("intel-rapl:0", "package-0", START_UJ)])
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        path = self.root / "sys/class/powercap/intel-rapl:0/energy_uj"
-        start = time.monotonic()
-        while not self._stop.wait(0.01):
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.pwrite(fd, f"{START_UJ + int(POWER_W * (time.monotonic() - start) * 1e6)}\n".encode(), 0)
-            finally:
-                os.close(fd)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 @pytest.fixture
-def tree(tmp_path: Path) -> Iterator[PoweredTree]:
-    powered = PoweredTree(tmp_path / "host")
+def tree(tmp_path: Path) -> Iterator[PowerAdvancer]:
+    """One RAPL package zone advanced at POWER_W in wall time."""
+    root = powercap_tree(tmp_path / "host", [Zone("intel-rapl:0", "package-0", START_UJ)])
+    powered = PowerAdvancer(root, {"intel-rapl:0": POWER_W}, START_UJ)
     yield powered
-    powered.stop()
+    powered.close()
 
 
 def utc_iso(ns: int) -> str:
@@ -99,7 +76,7 @@ def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def start_run(
-    tmp_path: Path, job_id: str, tree: PoweredTree, *extra: str, seconds: float = 60
+    tmp_path: Path, job_id: str, tree: PowerAdvancer, *extra: str, seconds: float = 60
 ) -> subprocess.Popen[str]:
     """`wattline run` of ``sleep`` in its own process group (so SIGKILL takes the command too)."""
     return subprocess.Popen(
@@ -112,7 +89,7 @@ def start_run(
     )
 
 
-def embedded(tree: PoweredTree) -> list[str]:
+def embedded(tree: PowerAdvancer) -> list[str]:
     return ["--sysfs-root", str(tree.root), "--source", "rapl", "--interval", "0.1"]
 
 
@@ -143,7 +120,7 @@ def kill_after_heartbeats(proc: subprocess.Popen[str], heard: Any, covered: Any,
 
 
 def test_killed_run_is_abandoned_at_its_last_heartbeat_and_the_next_job_is_charged_in_full(
-    tmp_path: Path, tree: PoweredTree
+    tmp_path: Path, tree: PowerAdvancer
 ) -> None:
     db = tmp_path / "w.db"
     dead = start_run(tmp_path, "dead", tree, *embedded(tree))
@@ -206,7 +183,7 @@ def covered(store: InfluxV1Store, t_ns: int) -> bool:
 
 
 def test_over_the_wire_a_live_job_keeps_sharing_and_a_killed_one_stops(
-    tmp_path: Path, tree: PoweredTree, influxd: Influxd, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, tree: PowerAdvancer, influxd: Influxd, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Host agent + collector into InfluxDB; three `wattline run --collector` jobs: "live"
     (runs throughout), "dead" (SIGKILL) and, after dead's lease, "short" (5 s). Short shares

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import CLI, Proc, clean_env, start_collector
+from procs import CLI, clean_env, start_collector, start_rapl_agent
 from servers import free_port
-from sysfs_trees import Zone, powercap_tree
-from test_faults import HOST, POWER_W, START_UJ, Counters
+from test_faults import HOST, POWER_W, powered_host
 
 from wattline.workloads import Job, job_window
 
@@ -69,18 +68,12 @@ def test_job_report_embedded_equals_wattline_report(tmp_path: Path) -> None:
 
 
 def test_job_report_with_a_collector_waits_for_the_agents_last_samples(tmp_path: Path) -> None:
-    tree = powercap_tree(
-        tmp_path / "host", [Zone("intel-rapl:0", "package-0", START_UJ), Zone("intel-rapl:0:1", "dram", START_UJ)]
-    )
-    counters = Counters(tree)
+    counters = powered_host(tmp_path)
+    tree = counters.root
     store = f"sqlite:///{tmp_path / 'w.db'}"
     port = free_port()
     collector = start_collector(port, ["--store", store], tmp_path / "collector.log")
-    agent = Proc(
-        ["agent", "--host-id", HOST, "--sysfs-root", str(tree), "--source", "rapl", "--interval", "0.25",
-         "--batch-interval", "2", f"--collector=127.0.0.1:{port}"],
-        tmp_path / "agent.log",
-    )  # fmt: skip
+    agent = start_rapl_agent(HOST, tree, port, 2, tmp_path / "agent.log")
     try:
         time.sleep(1.5)  # the agent samples before the job opens
         env = {"WATTLINE_AGENT_HOST_ID": HOST, "WATTLINE_AGENT_BATCH_INTERVAL": "2"}
@@ -91,7 +84,7 @@ def test_job_report_with_a_collector_waits_for_the_agents_last_samples(tmp_path:
         assert abs(got["energy_j"] - true_j) <= 0.01 * true_j, (got["energy_j"], true_j)
         assert got["dict"]["measured"]["energy_j"] == report_json(store, "py-1")["measured"]["energy_j"]
     finally:
-        counters.stop.set()
+        counters.close()
         agent.kill9()
         collector.terminate()
 

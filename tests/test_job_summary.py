@@ -9,7 +9,6 @@ give those figures. Plus the writer's own rules (debounce, retry) and the SQLite
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import threading
 import time
@@ -17,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import CLI, Proc, clean_env, start_collector
+from procs import CLI, Proc, clean_env, start_collector, start_rapl_agent
 from servers import Influxd, free_port
-from sysfs_trees import Zone, powercap_tree
+from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from test_grafana import (
     Filled,
     Fixture,
@@ -49,27 +48,6 @@ BATCH_S = 1.0
 UNITS = 'i=0; while [ $i -lt {steps} ]; do echo "done 16"; i=$((i + 1)); sleep 0.5; done'
 
 
-class Counters:
-    """Advances a host's RAPL counters at its power in wall time (every 10 ms)."""
-
-    def __init__(self, tree: Path, power_w: dict[str, float]) -> None:
-        self.tree, self.power_w = tree, power_w
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        start = time.monotonic()
-        while not self.stop.wait(0.01):
-            elapsed = time.monotonic() - start
-            for zone, watts in self.power_w.items():
-                fd = os.open(self.tree / "sys/class/powercap" / zone / "energy_uj", os.O_WRONLY)
-                try:
-                    os.pwrite(fd, f"{START_UJ + int(watts * elapsed * 1e6)}\n".encode(), 0)
-                finally:
-                    os.close(fd)
-
-
 def wattline(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {**clean_env(), "COLUMNS": "200"}
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
@@ -87,9 +65,8 @@ def run_args(job: str, job_id: str, host: str, port: int, config: Path, steps: i
 
 
 def agent(host: str, tree: Path, port: int, tmp_path: Path) -> Proc:
-    args = ["agent", "--host-id", host, "--sysfs-root", str(tree), "--source", "rapl", "--interval", "0.25"]
-    args += ["--spool-dir", str(tmp_path / f"spool-{host}"), "--outbox-dir", str(tmp_path / "outbox")]
-    return Proc([*args, "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"], tmp_path / f"{host}.log")
+    spool = ["--spool-dir", str(tmp_path / f"spool-{host}"), "--outbox-dir", str(tmp_path / "outbox")]
+    return start_rapl_agent(host, tree, port, BATCH_S, tmp_path / f"{host}.log", *spool)
 
 
 def wait_for(what: str, check: Any, timeout_s: float = 40.0) -> Any:
@@ -135,7 +112,7 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
                                               for z in power])
         for host, power in POWER_W.items()
     }  # fmt: skip
-    counters = [Counters(trees[host], power) for host, power in POWER_W.items()]
+    counters = [PowerAdvancer(trees[host], power, START_UJ) for host, power in POWER_W.items()]
     agents = [agent(host, trees[host], port, tmp_path) for host in POWER_W]
     store = InfluxV1Store(influxd.url, database)
     try:
@@ -197,7 +174,7 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
         for proc in agents:
             proc.kill9()
         for c in counters:
-            c.stop.set()
+            c.close()
         collector.terminate()
         store.close()
 

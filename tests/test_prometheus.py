@@ -8,10 +8,8 @@ in wall time while the agent samples it and Prometheus scrapes the agent every 0
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -21,24 +19,10 @@ from typing import Any
 import pytest
 import yaml
 from servers import find_binary, free_port
-from sysfs_trees import Zone, powercap_tree
+from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 POWER_W = {"intel-rapl:0": 50.0, "intel-rapl:0:1": 5.0}
-
-
-def advance_counters(tree: Path, stop: threading.Event) -> None:
-    """Rewrite energy_uj in place (one pwrite, same width) at the known power, every 0.1 s."""
-    start = time.monotonic()
-    while not stop.wait(0.1):
-        elapsed = time.monotonic() - start
-        for zone, watts in POWER_W.items():
-            path = tree / "sys/class/powercap" / zone / "energy_uj"
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.pwrite(fd, f"{10**11 + int(watts * elapsed * 1e6)}\n".encode(), 0)
-            finally:
-                os.close(fd)
 
 
 def prom_query(url: str, expr: str) -> list[dict[str, Any]]:
@@ -60,9 +44,7 @@ def test_prometheus_rate_of_energy_counter_is_the_known_power(tmp_path: Path) ->
     config["scrape_configs"] = [config["scrape_configs"][0]]
     config["scrape_configs"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{agent_port}"]}]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    stop = threading.Event()
-    writer = threading.Thread(target=advance_counters, args=(tree, stop), daemon=True)
-    writer.start()
+    counters = PowerAdvancer(tree, POWER_W, 10**11, period_s=0.1)
     agent = subprocess.Popen(
         [sys.executable, "-m", "wattline.cli.main", "agent", "--sysfs-root", str(tree), "--source", "rapl",
          "--interval", "0.1", "--prometheus-port", str(agent_port), "--collector", f"127.0.0.1:{free_port()}"],
@@ -103,7 +85,7 @@ def test_prometheus_rate_of_energy_counter_is_the_known_power(tmp_path: Path) ->
         power = prom_query(url, 'avg_over_time(wattline_power_watts{device="package-0"}[5s])')
         assert float(power[0]["value"][1]) == pytest.approx(50.0, rel=0.1)
     finally:
-        stop.set()
+        counters.close()
         for proc in (prom, agent):
             proc.terminate()
             try:

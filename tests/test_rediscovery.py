@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 from pipeline import T0_NS
 from procs import CLI, Proc, clean_env
-from sysfs_trees import Zone, powercap_tree, set_energy, zone_dir
+from sysfs_trees import PowerAdvancer, Zone, powercap_tree, set_energy, zone_dir
 
 from wattline.agent.clock import StampClock
 from wattline.agent.registry import Discovery
@@ -34,41 +33,6 @@ from wattline.collector.stores.sqlite import SqliteStore
 
 HOST = "rediscover-host"
 START_UJ = 10**9
-
-
-class Counters:
-    """Advances the energy_uj of each added zone at its power in wall time (every 10 ms)."""
-
-    def __init__(self, tree: Path) -> None:
-        self.tree = tree
-        self.zones: dict[str, tuple[float, float]] = {}  # zone -> (watts, monotonic start)
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def add(self, zone: str, watts: float) -> None:
-        with self.lock:
-            self.zones[zone] = (watts, time.monotonic())
-
-    def remove(self, zone: str) -> None:
-        with self.lock:
-            del self.zones[zone]
-
-    def _run(self) -> None:
-        while not self.stop.wait(0.01):
-            with self.lock:
-                for zone, (watts, start) in self.zones.items():
-                    value = START_UJ + int(watts * (time.monotonic() - start) * 1e6)
-                    fd = os.open(self.tree / "sys/class/powercap" / zone / "energy_uj", os.O_WRONLY)
-                    try:
-                        os.pwrite(fd, f"{value}\n".encode(), 0)
-                    finally:
-                        os.close(fd)
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(5)
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 20.0) -> None:
@@ -102,7 +66,7 @@ def test_agent_samples_a_zone_added_at_run_time_after_sighup_and_reports_a_vanis
     tmp_path: Path, store: SqliteStore
 ) -> None:
     tree = powercap_tree(tmp_path / "tree", [Zone("intel-rapl:0", "package-0", START_UJ)])
-    counters = Counters(tree)
+    counters = PowerAdvancer(tree, start_uj=START_UJ)
     counters.add("intel-rapl:0", 40.0)
     server = CollectorServer(store, "127.0.0.1:0")
     server.start()
@@ -151,7 +115,7 @@ def test_agent_samples_a_zone_added_at_run_time_after_sighup_and_reports_a_vanis
 
 def test_embedded_run_rediscovers_periodically(tmp_path: Path, store: SqliteStore) -> None:
     tree = powercap_tree(tmp_path / "tree", [Zone("intel-rapl:0", "package-0", START_UJ)])
-    counters = Counters(tree)
+    counters = PowerAdvancer(tree, start_uj=START_UJ)
     counters.add("intel-rapl:0", 30.0)
     added = tmp_path / "added"
     # The command adds package-1 to the tree after 0.5 s and runs 3 s more.

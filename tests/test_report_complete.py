@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from procs import CLI, Proc, clean_env, start_collector
+from procs import CLI, Proc, clean_env, start_collector, start_rapl_agent
 from servers import free_port
-from sysfs_trees import Zone, powercap_tree
-from test_faults import HOST, POWER_W, START_UJ, Counters
+from test_faults import HOST, POWER_W, powered_host
 
 TRUE_W = sum(POWER_W.values())  # package + dram: both are in the host's total
 BATCH_S = 2.0
@@ -37,29 +36,34 @@ def measured(report: dict[str, Any]) -> tuple[float, float]:
     return float(report["measured"]["energy_j"]), float(report["measured"]["seconds"])
 
 
+def json_run(job: str, seconds: float, port: int, store: str, log_path: Path) -> Proc:
+    """``wattline run --json`` of ``sleep seconds`` as job ``job`` (id ``job-1``) on HOST."""
+    return Proc(
+        ["run", "--job", job, "--job-id", f"{job}-1", "--host-id", HOST, "--collector", f"127.0.0.1:{port}",
+         "--store", store, "--json", "--", "sleep", str(seconds)],
+        log_path,
+    )  # fmt: skip
+
+
+def printed_report(run: Proc) -> dict[str, Any]:
+    """The JSON report a :func:`json_run` printed when its command ended."""
+    log = run.log()
+    return dict(json.loads(log[log.index("{") :]))
+
+
 def test_report_at_job_end_waits_for_the_last_samples(tmp_path: Path) -> None:
-    tree = powercap_tree(
-        tmp_path / "host", [Zone("intel-rapl:0", "package-0", START_UJ), Zone("intel-rapl:0:1", "dram", START_UJ)]
-    )
-    counters = Counters(tree)
+    counters = powered_host(tmp_path)
+    tree = counters.root
     store = f"sqlite:///{tmp_path / 'w.db'}"
     port = free_port()
     collector = start_collector(port, ["--store", store], tmp_path / "collector.log")
     # A job that starts before the host's agent does: its first seconds have no samples.
-    early = Proc(
-        ["run", "--job", "early", "--job-id", "early-1", "--host-id", HOST, "--collector", f"127.0.0.1:{port}",
-         "--store", store, "--json", "--", "sleep", "4"],
-        tmp_path / "early.log",
-    )  # fmt: skip
+    early = json_run("early", 4, port, store, tmp_path / "early.log")
     time.sleep(1.5)
-    agent = Proc(
-        ["agent", "--host-id", HOST, "--sysfs-root", str(tree), "--source", "rapl", "--interval", "0.25",
-         "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
-        tmp_path / "agent.log",
-    )  # fmt: skip
+    agent = start_rapl_agent(HOST, tree, port, BATCH_S, tmp_path / "agent.log")
     try:
         assert early.process.wait(timeout=60) == 0, early.log()
-        first = json.loads(early.log()[early.log().index("{") :])
+        first = printed_report(early)
         assert first["complete"] is False and list(first["samples_from"]) == [HOST]
         assert any(n.startswith(f"incomplete: {HOST}: samples only from") for n in first["notes"]), first["notes"]
 
@@ -78,19 +82,15 @@ def test_report_at_job_end_waits_for_the_last_samples(tmp_path: Path) -> None:
         assert abs(energy_end - TRUE_W * seconds) <= 0.01 * TRUE_W * seconds, (energy_end, TRUE_W * seconds)
 
         # The agent dies during a job: its last samples never come. The report says so.
-        job = Proc(
-            ["run", "--job", "cut", "--job-id", "cut-1", "--host-id", HOST, "--collector", f"127.0.0.1:{port}",
-             "--store", store, "--json", "--", "sleep", "3"],
-            tmp_path / "run.log",
-        )  # fmt: skip
+        job = json_run("cut", 3, port, store, tmp_path / "run.log")
         time.sleep(1.5)
         agent.kill9()
         assert job.process.wait(timeout=60) == 0, job.log()
-        cut = json.loads(job.log()[job.log().index("{") :])
+        cut = printed_report(job)
         assert cut["complete"] is False
         assert list(cut["samples_up_to"]) == [HOST]
         assert any(n.startswith(f"incomplete: {HOST}: samples up to") for n in cut["notes"]), cut["notes"]
     finally:
-        counters.stop.set()
+        counters.close()
         agent.kill9()
         collector.terminate()

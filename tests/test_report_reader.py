@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-from servers import T0, Influxd
+from servers import T0, Influxd, sqlite_or_influxdb1_store  # noqa: F401 (fixture store)
 
 from wattline import wire
 from wattline.collector.stores.influx_v1 import InfluxV1Store
@@ -18,17 +14,6 @@ from wattline.workloads.jobs_view import all_views
 S = 10**9
 DAY = 86400 * S
 WINDOW = (T0 + 100 * S, T0 + 200 * S)  # the job being reported: on h1 and h2
-
-
-@pytest.fixture(params=["sqlite", "influxdb1"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqliteStore | InfluxV1Store]:
-    if request.param == "sqlite":
-        with SqliteStore(tmp_path / "w.db") as sqlite:
-            yield sqlite
-    else:
-        influxd: Influxd = request.getfixturevalue("influxd")
-        with InfluxV1Store(influxd.url, influxd.new_database()) as influx:
-            yield influx
 
 
 def job(

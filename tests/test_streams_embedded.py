@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 import pytest
 from pipeline import equal_share_truth
-from sysfs_trees import Zone, powercap_tree
+from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 
 from wattline.collector.stores.factory import open_store
 
@@ -29,39 +28,16 @@ POWER_W = 40.0
 HOST = "host-x"
 
 
-class ConstantPower:
-    """Advances ``energy_uj`` of intel-rapl:0 in place every ~1 ms: ``POWER_W x (wall time - t0)``."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = powercap_tree(root, [Zone("intel-rapl:0", "package-0", 0)])
-        self.t0_ns = time.time_ns()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        # One pwrite of a value never shorter than the last, no truncation: a read never
-        # finds the file empty (a failed read is another matter than the one tested here).
-        fd = os.open(self.root / "sys/class/powercap/intel-rapl:0/energy_uj", os.O_WRONLY)
-        try:
-            while not self._stop.wait(0.001):
-                os.pwrite(fd, b"%d\n" % round(POWER_W * (time.time_ns() - self.t0_ns) / 1e3), 0)
-        finally:
-            os.close(fd)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 @pytest.fixture
-def tree(tmp_path: Path) -> Iterator[ConstantPower]:
-    power = ConstantPower(tmp_path / "sys-root")
+def tree(tmp_path: Path) -> Iterator[PowerAdvancer]:
+    """intel-rapl:0 advanced every ~1 ms: ``POWER_W x wall time``."""
+    root = powercap_tree(tmp_path / "sys-root", [Zone("intel-rapl:0", "package-0", 0)])
+    power = PowerAdvancer(root, {"intel-rapl:0": POWER_W}, period_s=0.001)
     yield power
-    power.stop()
+    power.close()
 
 
-def start_run(tmp_path: Path, tree: ConstantPower, job_id: str, seconds: float) -> subprocess.Popen[str]:
+def start_run(tmp_path: Path, tree: PowerAdvancer, job_id: str, seconds: float) -> subprocess.Popen[str]:
     args = ["run", "--job-id", job_id, "--host-id", HOST, "--source", "rapl", "--sysfs-root", str(tree.root)]
     args += ["--interval", "0.25", "--no-report", "--", "sleep", str(seconds)]
     env = {**os.environ, "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}"}
@@ -93,7 +69,7 @@ def windows(tmp_path: Path, *job_ids: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def test_two_overlapping_embedded_runs_count_each_joule_once(tmp_path: Path, tree: ConstantPower) -> None:
+def test_two_overlapping_embedded_runs_count_each_joule_once(tmp_path: Path, tree: PowerAdvancer) -> None:
     a = start_run(tmp_path, tree, "run-a", 6.0)
     time.sleep(1.5)
     b = start_run(tmp_path, tree, "run-b", 6.0)

@@ -438,3 +438,51 @@ def test_job_events_never_wait_for_a_summary_being_computed(tmp_path: Path) -> N
         release.set()
         writer.stop()
         store.close()
+
+
+def test_a_summary_written_incomplete_is_computed_again_when_late_samples_arrive(tmp_path: Path) -> None:
+    """The job's close reaches the store before its host's last 5 s of samples (an agent
+    whose spool delivers late): the summary written after ``wait_s`` says complete=false, and
+    the writer looks again every ``running_every_s`` until the samples have arrived; the
+    summary then equals the report (50 W x 15 s), not the 50 W x 10 s first seen."""
+    from pipeline import SyntheticHost, ZoneSpec
+
+    from wattline import wire
+    from wattline.workloads.events import EventBuilder, JobSpec
+
+    host = SyntheticHost(tmp_path / "h", "late-host", [ZoneSpec("intel-rapl:0", "package-0", 50.0)])
+    store = SqliteStore(tmp_path / "w.db")
+
+    def ship() -> None:
+        host.spool.seal()
+        while (batch := host.spool.peek()) is not None:
+            store.write(batch)
+            host.spool.ack(batch.seq)
+
+    try:
+        b = EventBuilder(JobSpec("late-1", "late", "inference", "items"))
+        host.advance(2.0, 2)
+        opened = host.t_ns
+        host.advance(10.0, 10)
+        ship()  # samples up to open + 10 s reach the store; the job closes at open + 15 s
+        events = [b.open(opened), b.close(0, opened + 15 * 10**9)]
+        store.write(wire.Batch(stream_id="wrapper", seq=1, host=wire.Host(host_id="late-host"), job_events=events))
+        sink = FlakySink(failures=0)
+        writer = SummaryWriter(store, sink, wait_s=0.2, poll_s=0.05, running_every_s=0.3).start()
+        try:
+            writer.job_events([("late-1", True)])
+            first = wait_for("the incomplete summary", lambda: sink.written, timeout_s=10)[0]
+            assert first.fields["complete"] is False
+            assert first.fields["energy_j"] == pytest.approx(50.0 * 10, rel=1e-6)
+            host.advance(7.0, 7)  # the late samples arrive
+            ship()
+            last = wait_for("a complete summary", lambda: [s for s in sink.written if s.fields["complete"]], 10)[0]
+            assert last.fields["energy_j"] == pytest.approx(50.0 * 15, rel=1e-6)
+            assert last.fields["energy_j"] == pytest.approx(build_report(store, "late-1").measured.energy_j, rel=1e-9)
+            time.sleep(1.0)  # complete: not computed again
+            assert sum(s.fields["complete"] for s in sink.written) == 1 and writer.pending() == 0
+        finally:
+            writer.stop()
+    finally:
+        store.close()
+        host.close()

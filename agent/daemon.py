@@ -97,7 +97,7 @@ def uplink_security(settings: AgentSettings) -> UplinkSecurity:
 
 @dataclass
 class Agent:
-    """A running agent; :meth:`start` then :meth:`stop` (or :func:`run_agent`)."""
+    """A running agent; :meth:`start` then :meth:`stop`."""
 
     settings: AgentSettings
     doc: Mapping[str, Any] = field(default_factory=dict)

@@ -85,6 +85,8 @@ class Reading:
     #: Extra gauges; the unit is the name's suffix (memory_used_bytes, power_limit_w).
     gauges: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    #: With ``energy_j``: what the interval's figure lacks, e.g. "counter reset" (healthy, said).
+    status: str = ""
 
 
 @dataclass(frozen=True, slots=True)

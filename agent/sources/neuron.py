@@ -87,6 +87,7 @@ from wattline.agent.sources.neuron_report import (
     ReportError,
     parse_report,
 )
+from wattline.agent.sources.sysfs import read_attr
 from wattline.agent.sources.use import DeviceUse
 from wattline.quality import Quality
 
@@ -332,11 +333,11 @@ class NeuronSource(Source):
         return found
 
     def _read_static_sysfs(self, sys_dir: Path, devices: list[int]) -> None:
-        self._dmi_instance_type = _read_text(self.path(_DMI_PRODUCT)) or ""
+        self._dmi_instance_type = read_attr(self.path(_DMI_PRODUCT))
         for dev in devices[:1]:
             arch = sys_dir / f"neuron{dev}" / "info" / "architecture"
             for name in ("device_name", "instance_type", "arch_type"):
-                if (text := _read_text(arch / name)) and (t := normalize_device_type(text)):
+                if (text := read_attr(arch / name)) and (t := normalize_device_type(text)):
                     self._sysfs_type = t
                     return
 
@@ -656,10 +657,3 @@ def _listdir(path: Path) -> list[Path]:
         return list(path.iterdir())
     except OSError:
         return []
-
-
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text().strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None

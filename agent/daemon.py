@@ -38,9 +38,8 @@ def host_identity(settings: AgentSettings, statuses: list[registry.SourceStatus]
     """Host id (configured or hostname) and labels (sources' discoveries, then config)."""
     labels: dict[str, str] = {}
     for status in statuses:
-        host_labels = getattr(status.source, "host_labels", None)
-        if callable(host_labels):
-            labels.update(host_labels())
+        if status.source is not None:
+            labels.update(status.source.host_labels())
     labels.update(settings.labels)
     return wire.Host(host_id=settings.host_id or socket.gethostname(), labels=labels, agent_version=__version__)
 

@@ -123,3 +123,7 @@ class Source(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release descriptors, child processes, libraries."""
+
+    def host_labels(self) -> dict[str, str]:
+        """Labels this source found for the whole host (instance type, zone); none by default."""
+        return {}

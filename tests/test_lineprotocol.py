@@ -19,8 +19,8 @@ from wattline.collector.lineprotocol import (
     escape_tag,
     quote_string,
 )
-from wattline.collector.stores.base import SAMPLE_FIELD_NAMES
 from wattline.collector.stores.influx_v1 import InfluxV1Store, quote_literal
+from wattline.collector.stores.schema import SAMPLE_FIELD_NAMES
 from wattline.collector.stores.sqlite import SqliteStore
 
 

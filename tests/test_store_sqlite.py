@@ -12,7 +12,8 @@ import pytest
 from servers import T0, make_batch
 
 from wattline import wire
-from wattline.collector.stores.base import SAMPLE_FIELDS, StoreUnavailable, WriteResult, host_tags
+from wattline.collector.stores.base import StoreUnavailable, WriteResult
+from wattline.collector.stores.schema import SAMPLE_FIELDS, host_tags
 from wattline.collector.stores.sqlite import _ENERGY_COLUMNS, SCHEMA_VERSION, SqliteStore, _json
 
 

@@ -26,15 +26,10 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from wattline.collector.lineprotocol import LineEncoder
-from wattline.collector.stores.base import (
-    JOB_SUMMARY,
-    JOB_SUMMARY_HOST,
-    JobSummary,
-    LineProtocolStore,
-    StoreUnavailable,
-    WriteResult,
-)
+from wattline.collector.linestore import LineProtocolStore
+from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
 from wattline.collector.stores.reader import MAX_INTERVAL_NS, StoredJobEvent, StoredSample, jobs_near, last_heard
+from wattline.collector.stores.schema import JOB_SUMMARY, JOB_SUMMARY_HOST
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +169,7 @@ def _events(series_list: list[dict[str, Any]]) -> list[StoredJobEvent]:
     """Job events from ``SELECT * FROM job_events ... GROUP BY *`` (tags apart from fields).
 
     The event time is the ``time_ns`` field; points written before it existed have none and
-    read their point time (see :data:`~wattline.collector.stores.base.SEQ_BLOCK`)."""
+    read their point time (see :data:`~wattline.collector.stores.schema.SEQ_BLOCK`)."""
     events = []
     for series in series_list:
         tags = series["tags"]

@@ -44,22 +44,19 @@ from wattline.collector.lineprotocol import (
     escape_field_key,
     job_event_point,
 )
-from wattline.collector.stores.base import (
+from wattline.collector.pointfields import sample_fields
+from wattline.collector.stores.base import JobSummary, Store, StoreUnavailable, WriteResult
+from wattline.collector.stores.reader import StoredJobEvent, StoredSample, jobs_near, last_heard
+from wattline.collector.stores.schema import (
     ENERGY,
     JOB_EVENTS,
     NOT_GAUGES,
     SAMPLE_FIELD_NAMES,
-    JobSummary,
-    Store,
-    StoreUnavailable,
-    WriteResult,
     host_tags,
     job_event_tags,
-    sample_fields,
     sample_tags,
     summary_points,
 )
-from wattline.collector.stores.reader import StoredJobEvent, StoredSample, jobs_near, last_heard
 from wattline.config import ConfigError
 
 SCHEMA_VERSION = 5

@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 from procs import CLI, Proc, clean_env, start_collector
 from servers import INFLUXD_CONFIG, Daemon, Influxd, find_binary, free_port
+from store_rows import energy_rows, job_event_rows
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 
 from wattline.agent.disk_spool import read_segment
@@ -363,7 +364,7 @@ def test_faults_sqlite(tmp_path: Path) -> None:
     finally:
         rig.close()
     with SqliteStore(db) as store:
-        rows = store.query_energy(host=HOST)
+        rows = energy_rows(store, host=HOST)
     stored = {(r["device"], r["time_ns"]): (r["stream"], r["start_ns"], r["energy_j"], r["cumulative_j"]) for r in rows}
     assert len(stored) == len(rows)
     check(rig, stored, "SQLite")
@@ -404,7 +405,7 @@ def test_faults_collector_down_during_a_run(tmp_path: Path) -> None:
 
         def stored_units() -> float:
             with SqliteStore(db) as store:
-                return sum(e["fields"].get("units", 0.0) for e in store.query_job_events("mid-run"))
+                return sum(e["fields"].get("units", 0.0) for e in job_event_rows(store, "mid-run"))
 
         while stored_units() < 3:  # the run is under way and its first events are stored...
             assert time.monotonic() - t0 < 30, "the run's events never reached the store"
@@ -428,7 +429,7 @@ def test_faults_collector_down_during_a_run(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("wattline: collector unreachable"), err
     assert str(rig.outbox) in lines[0]
     with SqliteStore(db) as store:
-        rows = store.query_energy(host=HOST)
+        rows = energy_rows(store, host=HOST)
     stored = {(r["device"], r["time_ns"]): (r["stream"], r["start_ns"], r["energy_j"], r["cumulative_j"]) for r in rows}
     check(rig, stored, "SQLite, collector down during a run")
     out = subprocess.run(

@@ -18,6 +18,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from servers import free_port, make_batch
+from store_rows import energy_rows
 from sysfs_trees import Zone, powercap_tree
 from typer.testing import CliRunner
 
@@ -127,7 +128,7 @@ def test_tls_encrypts_and_authenticates_the_collector(pki: Path, store: SqliteSt
         assert name_bad == grpc.StatusCode.UNAVAILABLE
     finally:
         server.stop()
-    assert len(store.query_energy(host="host-a")) == 4
+    assert len(energy_rows(store, host="host-a")) == 4
 
 
 def test_mutual_tls_a_host_writes_only_as_itself(pki: Path, store: SqliteStore) -> None:
@@ -148,7 +149,7 @@ def test_mutual_tls_a_host_writes_only_as_itself(pki: Path, store: SqliteStore) 
         assert refused == 1
     finally:
         server.stop()
-    assert {r["host"] for r in store.query_energy()} == {"host-a", "host-b"}
+    assert {r["host"] for r in energy_rows(store)} == {"host-a", "host-b"}
 
 
 def test_bearer_token(pki: Path, store: SqliteStore, caplog: pytest.LogCaptureFixture) -> None:
@@ -175,7 +176,7 @@ def test_bearer_token(pki: Path, store: SqliteStore, caplog: pytest.LogCaptureFi
         channel.close()
     finally:
         server.stop()
-    assert len(store.query_energy(host="host-a")) == 4
+    assert len(energy_rows(store, host="host-a")) == 4
 
 
 def test_token_check_is_exact() -> None:
@@ -307,7 +308,7 @@ def test_cli_daemons_over_mutual_tls_with_a_token(pki: Path, tmp_path: Path) -> 
             time.sleep(0.3)
             if db.exists():
                 with SqliteStore(db) as s:
-                    rows = s.query_energy(host="host-a")
+                    rows = energy_rows(s, host="host-a")
         assert len(rows) >= 5, "nothing arrived over mutual TLS"
     finally:
         agent.terminate()  # first: it flushes to the collector

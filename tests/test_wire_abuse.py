@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 import pytest
 from servers import make_batch
+from store_rows import energy_rows
 
 from wattline import wire
 from wattline.agent.spool import Spool
@@ -48,7 +49,7 @@ class GatedStore(Store):
         return self.inner.write(batch)
 
     def rows(self, host: str = "node-1") -> int:
-        return len(self.inner.query_energy(host=host))
+        return len(energy_rows(self.inner, host=host))
 
     def close(self) -> None:
         self.inner.close()

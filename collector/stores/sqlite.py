@@ -525,32 +525,6 @@ class SqliteStore(Store):
             *(fields.get("energy_error_j"), stream, gauges),
         )
 
-    def query_energy(
-        self, host: str | None = None, start_ns: int | None = None, end_ns: int | None = None
-    ) -> list[dict[str, Any]]:
-        """Energy rows with ``start_ns <= time_ns < end_ns`` (each bound optional), oldest first."""
-        where, args = self._where(("host = ?", host), ("time_ns >= ?", start_ns), ("time_ns < ?", end_ns))
-        rows = self._select(
-            f"SELECT {_ENERGY_COLUMNS} FROM energy{where} ORDER BY time_ns, host, source, component, device, quality",
-            args,
-        )
-        for row in rows:
-            row["labels"] = json.loads(row["labels"])
-            row["gauges"] = json.loads(row["gauges"])
-            row["healthy"] = bool(row["healthy"])
-        return rows
-
-    def query_job_events(self, job_id: str | None = None) -> list[dict[str, Any]]:
-        """Job event rows (``fields`` decoded), oldest first."""
-        where, args = self._where(("job_id = ?", job_id))
-        rows = self._select(
-            f"SELECT {_JOB_COLUMNS} FROM job_events{where} ORDER BY time_ns, host, job_id, event_seq", args
-        )
-        for row in rows:
-            row["labels"] = json.loads(row["labels"])
-            row["fields"] = json.loads(row["fields"])
-        return rows
-
     # -- job summaries -----------------------------------------------------------------
 
     def write_summary(self, summary: JobSummary) -> WriteResult:
@@ -658,15 +632,6 @@ class SqliteStore(Store):
         if not used:
             return "", []
         return " WHERE " + " AND ".join(sql for sql, _ in used), [arg for _, arg in used]
-
-    def _select(self, sql: str, args: list[object]) -> list[dict[str, Any]]:
-        with self._lock:
-            try:
-                cursor = self._db.execute(sql, args)
-                names = [d[0] for d in cursor.description]
-                return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-            except sqlite3.Error as exc:
-                raise StoreUnavailable(f"SQLite {self.path}: {exc}") from exc
 
     def close(self) -> None:
         with self._lock:

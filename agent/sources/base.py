@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from wattline.quality import Quality
 
@@ -126,4 +127,9 @@ class Source(abc.ABC):
 
     def host_labels(self) -> dict[str, str]:
         """Labels this source found for the whole host (instance type, zone); none by default."""
+        return {}
+
+    def details(self) -> dict[str, Any]:
+        """What the source knows beyond its readings (device health, a helper process's
+        state), JSON-ready, for ``wattline sources --json``; none by default."""
         return {}

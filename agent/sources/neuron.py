@@ -73,9 +73,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from wattline.agent.sources.base import Channel, Note, Reading, Source, SourceUnavailable
 from wattline.agent.sources.neuron_monitor import Supervisor
@@ -598,6 +598,10 @@ class NeuronSource(Source):
         """The last report parsed (whatever its age), for system-wide figures."""
         with self._lock:
             return self._latest
+
+    def details(self) -> dict[str, Any]:
+        """``monitor``: where the neuron-monitor child stands (:meth:`monitor_status`)."""
+        return {"monitor": asdict(self.monitor_status())}
 
     def monitor_status(self) -> MonitorStatus:
         """Where the neuron-monitor child stands."""

@@ -6,7 +6,7 @@ report power to integrate (``NVML_FI_DEV_POWER_INSTANT``, else ``nvmlDeviceGetPo
 a 1 s average on Ampere and newer) as INTEGRATED. With MIG enabled the physical GPU's
 energy is reported once, on the parent's channel: NVML has no per-instance energy, and
 repeating the parent's figure per instance would count it several times. Instances are
-listed by :meth:`NvmlSource.mig_devices` instead.
+listed by :meth:`NvmlSource.mig_devices` instead (``wattline sources --json``, its ``details``).
 
 Cost: a read makes three NVML calls per GPU (energy or power, utilization, memory). The
 power limit is re-read, and queries found NotSupported are retried, every
@@ -135,6 +135,12 @@ class NvmlSource(Source):
             self._shutdown()
 
     # -- views beyond read() -----------------------------------------------------------
+
+    def details(self) -> dict[str, Any]:
+        """``health`` (:meth:`device_health`), ``processes`` (:meth:`processes`, GPU UUID ->
+        ProcessUse fields) and ``mig_devices`` (:meth:`mig_devices`)."""
+        processes = {uuid: [asdict(p) for p in procs] for uuid, procs in self.processes().items()}
+        return {"health": self.device_health(), "processes": processes, "mig_devices": self.mig_devices()}
 
     def device_health(self) -> dict[str, str]:
         """GPU UUID -> "ok" or the last error of its energy/power read."""

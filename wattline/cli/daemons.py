@@ -370,6 +370,7 @@ def sources_report(
                 "error": sampler.source_errors.get(status.name, ""),
                 "channels": channels,
                 "notes": [n.text for n in status.notes],
+                "details": status.source.details() if status.source is not None else {},
             }
         )
     return report

@@ -594,11 +594,6 @@ class NeuronSource(Source):
             out.append(DeviceUse("accelerator", f"neuron{dev}", "neuroncore", running, use))
         return out
 
-    def latest_report(self) -> NeuronReport | None:
-        """The last report parsed (whatever its age), for system-wide figures."""
-        with self._lock:
-            return self._latest
-
     def details(self) -> dict[str, Any]:
         """``monitor``: where the neuron-monitor child stands (:meth:`monitor_status`)."""
         return {"monitor": asdict(self.monitor_status())}

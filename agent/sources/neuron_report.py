@@ -176,6 +176,28 @@ class DeviceStats:
     ecc: Mapping[str, int] = field(default_factory=dict)
     runtimes: int = 0
 
+    def gauges(self) -> dict[str, float]:
+        """The figures as Reading gauges (unit in the name); absent ones left out."""
+        g: dict[str, float] = {}
+        pairs = (
+            ("memory_used_bytes", self.memory_used_bytes),
+            ("host_memory_used_bytes", self.host_memory_used_bytes),
+            ("flops_per_s", self.flops_per_s),
+            ("executions_completed", self.executions_completed),
+            ("execution_errors", self.execution_errors),
+            ("execution_latency_p50_s", self.latency_p50_s),
+            ("execution_latency_p99_s", self.latency_p99_s),
+            ("runtimes", self.runtimes),
+        )
+        for name, value in pairs:
+            if value is not None:
+                g[name] = float(value)
+        for key, n in self.ecc.items():
+            # "mem_ecc_corrected" -> "ecc_mem_corrected_count"
+            m = re.fullmatch(r"(\w+?)_ecc_(\w+)", key)
+            g[f"ecc_{m.group(1)}_{m.group(2)}_count" if m else f"{key}_count"] = float(n)
+        return g
+
 
 @dataclass(frozen=True, slots=True)
 class NeuronReport:

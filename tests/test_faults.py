@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from influxd_peer import influxd_config
 from procs import CLI, Proc, clean_env, start_collector
-from servers import INFLUXD_CONFIG, Daemon, Influxd, find_binary, free_port
+from servers import Daemon, Influxd, find_binary, free_port
 from store_rows import energy_rows, job_event_rows
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 
@@ -129,7 +130,7 @@ class OwnInfluxd:
         self.root = root
         self.port, rpc = free_port(), free_port()
         self.config = root / "influxdb.conf"
-        self.config.write_text(INFLUXD_CONFIG.format(root=root, port=self.port, rpc_port=rpc))
+        self.config.write_text(influxd_config(root, self.port, rpc))
         self.url = f"http://127.0.0.1:{self.port}"
         self.daemon = self.start()
 

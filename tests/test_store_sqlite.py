@@ -15,7 +15,8 @@ from store_rows import energy_rows, job_event_rows
 from wattline import wire
 from wattline.collector.stores.base import StoreUnavailable, WriteResult
 from wattline.collector.stores.schema import SAMPLE_FIELDS, host_tags
-from wattline.collector.stores.sqlite import _ENERGY_COLUMNS, SCHEMA_VERSION, SqliteStore, _json
+from wattline.collector.stores.sqlite import SCHEMA_VERSION, SqliteStore, _json
+from wattline.collector.stores.sqlite_schema import _ENERGY_COLUMNS
 
 
 @pytest.fixture

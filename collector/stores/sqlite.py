@@ -22,13 +22,11 @@ stores the same points. ``PRAGMA user_version`` holds the schema version.
 
 from __future__ import annotations
 
-import functools
 import json
-import operator
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +39,6 @@ from wattline.collector.lineprotocol import (
     LineProtocolError,
     clip,
     describe,
-    escape_field_key,
     job_event_point,
 )
 from wattline.collector.pointfields import sample_fields
@@ -50,34 +47,29 @@ from wattline.collector.stores.reader import StoredJobEvent, StoredSample, jobs_
 from wattline.collector.stores.schema import (
     ENERGY,
     JOB_EVENTS,
-    NOT_GAUGES,
-    SAMPLE_FIELD_NAMES,
     host_tags,
     job_event_tags,
     sample_tags,
     summary_points,
 )
-from wattline.collector.stores.sqlite_schema import _MIGRATIONS, SCHEMA_VERSION, NotAStore, connect_read_only
-
-_ENERGY_COLUMNS = (
-    "host, source, component, device, quality, labels, time_ns, start_ns, energy_j, power_w, cumulative_j, "
-    "interval_s, utilization, healthy, status, energy_error_j, stream, gauges"
+from wattline.collector.stores.sqlite_schema import (
+    _EVENT_COLUMNS,
+    _EVENT_KEYS,
+    _INSERT_ENERGY,
+    _INSERT_JOB,
+    _INSERT_SERIES,
+    _MIGRATIONS,
+    _READ_COLUMNS,
+    _SAMPLE_COLUMNS,
+    _SERIES_KEY,
+    SCHEMA_VERSION,
+    GaugesTemplate,
+    NotAStore,
+    _event_fields,
+    _gauges_template,
+    _json,
+    connect_read_only,
 )
-_INSERT_ENERGY = f"INSERT OR REPLACE INTO energy ({_ENERGY_COLUMNS}) VALUES ({', '.join('?' * 18)})"
-_INSERT_SERIES = "INSERT OR IGNORE INTO series VALUES (?, ?, ?, ?, ?)"
-_SERIES_KEY = "host = ? AND source = ? AND component = ? AND device = ? AND quality = ?"
-_READ_COLUMNS = (
-    "host, source, component, device, quality, start_ns, time_ns, energy_j, cumulative_j, stream, healthy, "
-    "utilization, energy_error_j"
-)
-_JOB_COLUMNS = "host, labels, job_id, event, time_ns, event_seq, fields"
-#: What a StoredJobEvent is made of.
-_EVENT_COLUMNS = "host, job_id, event, time_ns, event_seq, fields"
-_INSERT_JOB = f"INSERT OR REPLACE INTO job_events ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
-#: Job event fields that have a column of their own (not in ``fields``).
-_EVENT_KEYS = frozenset({"event_seq", "time_ns"})
-#: Sample fields that have a column of their own; every other field is a gauge.
-_SAMPLE_COLUMNS = SAMPLE_FIELD_NAMES
 
 
 def _stored(row: tuple[Any, ...]) -> StoredSample:
@@ -88,52 +80,8 @@ def _stored(row: tuple[Any, ...]) -> StoredSample:
     )
 
 
-#: One encoder for every JSON column (``json.dumps`` with options builds a new one per call).
-_encode_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")).encode
-
-
-def _json(value: dict[str, Any]) -> str:
-    """A JSON column: keys sorted, compact, NaN and infinities refused (ValueError)."""
-    return _encode_json(value) if value else "{}"
-
-
 #: Entries kept in each per-store cache (hosts seen, gauge-name tuples seen) before it is emptied.
 _MAX_CACHED = 100_000
-
-
-#: A gauges JSON %-template and the function that picks its values from the gauges map.
-GaugesTemplate = tuple[str, Callable[[Any], tuple[float, ...]]]
-
-
-def _gauges_template(names: tuple[str, ...]) -> GaugesTemplate | None:
-    """For a sample whose gauges are ``names`` (in the map's order): a %-template of the
-    ``gauges`` JSON column and a function giving the values in its order (names sorted,
-    fixed-field and tag names left out, as :func:`sample_fields` does); None when a name is
-    not a valid field key, so the sample goes the checked way and is refused with the reason.
-    """
-    order = sorted(n for n in names if n not in NOT_GAUGES)
-    try:
-        for name in order:
-            escape_field_key(name)
-    except LineProtocolError:
-        return None
-    items = ",".join(_encode_json(name).replace("%", "%%") + ":%r" for name in order)
-    values: Callable[[Any], tuple[float, ...]]
-    if len(order) > 1:
-        values = operator.itemgetter(*order)
-    elif order:
-        values = functools.partial(_one_value, order[0])
-    else:
-        values = _no_values
-    return "{" + items + "}", values
-
-
-def _one_value(name: str, gauges: Any) -> tuple[float]:
-    return (gauges[name],)
-
-
-def _no_values(gauges: Any) -> tuple[()]:
-    return ()
 
 
 #: ``Sample.HasField`` unbound: calling it costs half of calling the bound method.
@@ -148,17 +96,6 @@ class _Prepared:
     energy: list[tuple[Any, ...]]
     jobs: list[tuple[Any, ...]]
     series: list[tuple[str, str, str, str, str]]
-
-
-def _event_fields(text: str) -> dict[str, Any]:
-    """A job event's ``fields`` column; a UNITS event's (most of a long job's events) without
-    the JSON parser: ``{"units":X}`` with X as ``float.__repr__`` wrote it, which float() reads back exactly."""
-    if text.startswith('{"units":') and "," not in text:
-        try:
-            return {"units": float(text[9:-1])}
-        except ValueError:
-            pass
-    return {} if text == "{}" else dict(json.loads(text))
 
 
 class SqliteStore(Store):

@@ -1,15 +1,22 @@
-"""The SQLite store's file: its schema versions (each one's migration script), and opening
-an existing store read-only (:func:`connect_read_only`), which creates and changes nothing."""
+"""The SQLite store's file: its schema versions (each one's migration script), its columns
+and how values sit in them (JSON columns), and opening an existing store read-only
+(:func:`connect_read_only`), which creates and changes nothing."""
 
 from __future__ import annotations
 
+import functools
+import json
+import operator
 import os
 import sqlite3
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from wattline.collector.lineprotocol import clip
+from wattline.collector.lineprotocol import LineProtocolError, clip, escape_field_key
 from wattline.collector.stores.base import StoreUnavailable
+from wattline.collector.stores.schema import NOT_GAUGES, SAMPLE_FIELD_NAMES
 from wattline.config import ConfigError
 
 SCHEMA_VERSION = 5
@@ -82,6 +89,81 @@ CREATE INDEX job_summary_time ON job_summary (time_ns);
 
 #: Schema version -> script that upgrades the version before it.
 _MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3, 4: _SCHEMA_V4, 5: _SCHEMA_V5}
+
+
+_ENERGY_COLUMNS = (
+    "host, source, component, device, quality, labels, time_ns, start_ns, energy_j, power_w, cumulative_j, "
+    "interval_s, utilization, healthy, status, energy_error_j, stream, gauges"
+)
+_INSERT_ENERGY = f"INSERT OR REPLACE INTO energy ({_ENERGY_COLUMNS}) VALUES ({', '.join('?' * 18)})"
+_INSERT_SERIES = "INSERT OR IGNORE INTO series VALUES (?, ?, ?, ?, ?)"
+_SERIES_KEY = "host = ? AND source = ? AND component = ? AND device = ? AND quality = ?"
+_READ_COLUMNS = (
+    "host, source, component, device, quality, start_ns, time_ns, energy_j, cumulative_j, stream, healthy, "
+    "utilization, energy_error_j"
+)
+_JOB_COLUMNS = "host, labels, job_id, event, time_ns, event_seq, fields"
+#: What a StoredJobEvent is made of.
+_EVENT_COLUMNS = "host, job_id, event, time_ns, event_seq, fields"
+_INSERT_JOB = f"INSERT OR REPLACE INTO job_events ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+#: Job event fields that have a column of their own (not in ``fields``).
+_EVENT_KEYS = frozenset({"event_seq", "time_ns"})
+#: Sample fields that have a column of their own; every other field is a gauge.
+_SAMPLE_COLUMNS = SAMPLE_FIELD_NAMES
+
+#: One encoder for every JSON column (``json.dumps`` with options builds a new one per call).
+_encode_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")).encode
+
+
+def _json(value: dict[str, Any]) -> str:
+    """A JSON column: keys sorted, compact, NaN and infinities refused (ValueError)."""
+    return _encode_json(value) if value else "{}"
+
+
+#: A gauges JSON %-template and the function that picks its values from the gauges map.
+GaugesTemplate = tuple[str, Callable[[Any], tuple[float, ...]]]
+
+
+def _gauges_template(names: tuple[str, ...]) -> GaugesTemplate | None:
+    """For a sample whose gauges are ``names`` (in the map's order): a %-template of the
+    ``gauges`` JSON column and a function giving the values in its order (names sorted,
+    fixed-field and tag names left out, as :func:`sample_fields` does); None when a name is
+    not a valid field key, so the sample goes the checked way and is refused with the reason.
+    """
+    order = sorted(n for n in names if n not in NOT_GAUGES)
+    try:
+        for name in order:
+            escape_field_key(name)
+    except LineProtocolError:
+        return None
+    items = ",".join(_encode_json(name).replace("%", "%%") + ":%r" for name in order)
+    values: Callable[[Any], tuple[float, ...]]
+    if len(order) > 1:
+        values = operator.itemgetter(*order)
+    elif order:
+        values = functools.partial(_one_value, order[0])
+    else:
+        values = _no_values
+    return "{" + items + "}", values
+
+
+def _one_value(name: str, gauges: Any) -> tuple[float]:
+    return (gauges[name],)
+
+
+def _no_values(gauges: Any) -> tuple[()]:
+    return ()
+
+
+def _event_fields(text: str) -> dict[str, Any]:
+    """A job event's ``fields`` column; a UNITS event's (most of a long job's events) without
+    the JSON parser: ``{"units":X}`` with X as ``float.__repr__`` wrote it, which float() reads back exactly."""
+    if text.startswith('{"units":') and "," not in text:
+        try:
+            return {"units": float(text[9:-1])}
+        except ValueError:
+            pass
+    return {} if text == "{}" else dict(json.loads(text))
 
 
 class NotAStore(ConfigError, StoreUnavailable):

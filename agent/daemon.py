@@ -38,9 +38,8 @@ def host_identity(settings: AgentSettings, statuses: list[registry.SourceStatus]
     """Host id (configured or hostname) and labels (sources' discoveries, then config)."""
     labels: dict[str, str] = {}
     for status in statuses:
-        host_labels = getattr(status.source, "host_labels", None)
-        if callable(host_labels):
-            labels.update(host_labels())
+        if status.source is not None:
+            labels.update(status.source.host_labels())
     labels.update(settings.labels)
     return wire.Host(host_id=settings.host_id or socket.gethostname(), labels=labels, agent_version=__version__)
 
@@ -97,7 +96,7 @@ def uplink_security(settings: AgentSettings) -> UplinkSecurity:
 
 @dataclass
 class Agent:
-    """A running agent; :meth:`start` then :meth:`stop` (or :func:`run_agent`)."""
+    """A running agent; :meth:`start` then :meth:`stop`."""
 
     settings: AgentSettings
     doc: Mapping[str, Any] = field(default_factory=dict)

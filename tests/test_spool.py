@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from store_rows import energy_rows
 
 from wattline import wire
 from wattline.agent.daemon import open_spool, spool_directory
@@ -337,7 +338,7 @@ def test_replays_leave_one_copy_through_the_collector(tmp_path: Path) -> None:
         assert second.backlog() == 0
         uplink.close()
         second.close()
-        rows = store.query_energy(host="node-1")
+        rows = energy_rows(store, host="node-1")
         assert len(rows) == 10  # 5 ticks x 2 channels, once each
         assert sorted(r["time_ns"] for r in rows if r["device"] == "package-0") == [T0 + i * 10**9 for i in range(1, 6)]
     finally:

@@ -24,7 +24,8 @@ from typing import Any
 
 from wattline import wire
 from wattline.collector.lineprotocol import LineEncoder
-from wattline.collector.stores.base import SAMPLE_FIELD_NAMES, host_tags, sample_fields, sample_tags
+from wattline.collector.pointfields import sample_fields
+from wattline.collector.stores.schema import SAMPLE_FIELD_NAMES, host_tags, sample_tags
 from wattline.collector.stores.sqlite import _INSERT_ENERGY, _INSERT_SERIES, SqliteStore, _json
 from wlbench.common import PYTHON, Influxd, Proc, free_port, http, median, ratio, running, start_influxd, wait_port
 from wlbench.data import fleet_batches, write_frames

@@ -22,6 +22,7 @@ from wattline.agent.settings import AgentSettings
 from wattline.collector.daemon import run_collector, store_from_settings
 from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import StoreUnavailable
+from wattline.collector.stores.reader import SummaryStore
 from wattline.config import build, check_tables, env_names, help_of, parse_pairs, read_toml, unknown_variables
 from wattline.wire import ENV_HEARTBEAT
 from wattline.workloads.events import ENV_EVENTS, ENV_JOB_ID
@@ -29,8 +30,6 @@ from wattline.workloads.report import ReportSettings
 from wattline.workloads.summary import SummaryWriter
 
 log = logging.getLogger(__name__)
-#: What a store needs for job summaries: the report's reads and a summary write.
-SUMMARY_METHODS = ("job_events", "job_events_between", "samples", "first_after", "last_before", "write_summary")
 
 CONFIG_HELP = "TOML config file ([agent], [collector], [sources.NAME] tables); env WATTLINE_* and flags override it."
 
@@ -268,7 +267,7 @@ def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:
     if not settings.summaries:
         return None
     store = store_from_settings(settings)
-    if not all(hasattr(store, name) for name in SUMMARY_METHODS):
+    if not isinstance(store, SummaryStore):
         log.warning(
             "job summaries off: a %s store cannot be read back by reports (use the InfluxDB 1.x API or SQLite)",
             store.kind,
@@ -279,7 +278,7 @@ def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:
         create = getattr(store, "create_database", None)
         if create is not None:  # InfluxDB 1.x: as ingest does before its first write
             create()
-        store.job_events("wattline-summary-probe")  # type: ignore[attr-defined]
+        store.job_events("wattline-summary-probe")
     except ValueError as exc:  # a server that answers no InfluxQL: no summary could ever be read or computed
         log.warning("job summaries off: %s", str(exc)[:300])
         store.close()
@@ -294,8 +293,8 @@ def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:
         share_rule=settings.summary_share_rule,
     )
     return SummaryWriter(
-        store,  # type: ignore[arg-type]  # checked above: it has the Reader methods
-        store.write_summary,  # type: ignore[attr-defined]
+        store,
+        store.write_summary,
         policy,
         running_every_s=settings.summary_interval,
         wait_s=settings.summary_wait,
@@ -371,6 +370,7 @@ def sources_report(
                 "error": sampler.source_errors.get(status.name, ""),
                 "channels": channels,
                 "notes": [n.text for n in status.notes],
+                "details": status.source.details() if status.source is not None else {},
             }
         )
     return report

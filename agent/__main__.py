@@ -15,13 +15,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
 
-from wattline import systemd
-from wattline.agent.daemon import Agent
+from wattline.agent.daemon import run_agent
 from wattline.agent.settings import AgentSettings
 from wattline.config import ConfigError, build, help_of, read_toml
 
@@ -68,20 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         doc = read_toml(args.config)
         flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(AgentSettings)}
-        settings = build(AgentSettings, "agent", doc, flags=flags).validate()
-        agent = Agent(settings, doc)
+        run_agent(build(AgentSettings, "agent", doc, flags=flags).validate(), doc)
     except (ConfigError, OSError, ValueError) as exc:
         print(f"wattline: error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    agent.start()
-    found = sum(1 for s in agent.statuses if s.available)
-    systemd.ready(f"sampling {found} sources every {settings.interval:g} s")
-    agent.wait(stop, on_tick=lambda: agent.alive() and systemd.watchdog(), every_s=systemd.watchdog_interval() or 1.0)
-    systemd.stopping()
-    agent.stop()
     return 0
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from wattline import wire
-from wattline.agent.daemon import open_spool, spool_directory
+from wattline.agent.assembly import open_spool, spool_directory
 from wattline.agent.disk_spool import MAGIC, DiskSpool, SpoolError, read_segment, segment_name, segment_numbers
 from wattline.agent.settings import AgentSettings
 from wattline.agent.spool import Spool

@@ -21,6 +21,7 @@ import grpc
 from wattline import __version__, wire
 from wattline.agent import registry
 from wattline.agent.disk_spool import DiskSpool
+from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
 from wattline.agent.spool import Spool
@@ -56,7 +57,7 @@ def spool_directory(settings: AgentSettings, env: Mapping[str, str] | None = Non
 
 def memory_spool(settings: AgentSettings, host: wire.pb.Host) -> Spool:
     """The in-memory spool, bounded by the settings."""
-    return Spool(host, max_batch_samples=settings.batch_max_samples, max_batches=settings.spool_max_batches)
+    return MemorySpool(host, max_batch_samples=settings.batch_max_samples, max_batches=settings.spool_max_batches)
 
 
 def open_spool(settings: AgentSettings, host: wire.pb.Host, env: Mapping[str, str] | None = None) -> Spool:

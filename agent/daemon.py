@@ -13,12 +13,12 @@ from typing import Any
 from wattline import systemd
 from wattline.agent import registry
 from wattline.agent.assembly import UplinkSecurity, assemble, make_uplink, uplink_security
-from wattline.agent.disk_spool import SpoolError
 from wattline.agent.exporter import AgentCollector, serve
 from wattline.agent.outbox import OutboxDrainer, outbox_root
 from wattline.agent.settings import AgentSettings
 from wattline.agent.sources.base import Source
 from wattline.agent.spool import Spool
+from wattline.agent.spool_format import SpoolError
 from wattline.agent.uplink import Uplink
 
 log = logging.getLogger(__name__)

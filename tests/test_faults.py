@@ -40,7 +40,7 @@ from procs import CLI, Proc, clean_env, start_collector
 from servers import INFLUXD_CONFIG, Daemon, Influxd, find_binary, free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 
-from wattline.agent.disk_spool import read_segment
+from wattline.agent.spool_format import read_segment
 from wattline.collector.stores.sqlite import SqliteStore
 
 HOST = "fault-host"

@@ -22,10 +22,11 @@ from typing import Any, Protocol
 
 from wattline import __version__, wire
 from wattline.agent.assembly import assemble, make_uplink, uplink_security
-from wattline.agent.disk_spool import SpoolError
+from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root, remove
 from wattline.agent.settings import AgentSettings
 from wattline.agent.spool import Spool
+from wattline.agent.spool_format import SpoolError
 from wattline.agent.uplink import Uplink
 from wattline.collector.stores.base import Store, StoreUnavailable
 from wattline.workloads.events import append_event_line
@@ -145,7 +146,7 @@ class CollectorSink:
         except SpoolError as exc:
             self.outbox_error = str(exc)
             log.warning("job events kept in memory only (lost if not delivered): %s", exc)
-            self.spool = Spool(host)
+            self.spool = MemorySpool(host)
         self.uplink = uplink_for(self.spool)
         self._stop = threading.Event()
         self._drain_stop = threading.Event()

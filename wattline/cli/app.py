@@ -15,6 +15,7 @@ from wattline.cli.agent_entry import start_logging
 from wattline.cli.errors import COMMON_ERRORS, exit_status, one_line, say_error
 from wattline.collector.stores.base import StoreUnavailable
 from wattline.collector.stores.influx_v1 import QueryError
+from wattline.config import ConfigError
 from wattline.workloads.run import CommandNotStarted
 
 app = typer.Typer(
@@ -81,6 +82,8 @@ def run() -> None:
         sys.exit(getattr(exc, "exit_code", 2))
     except ABORTS:
         sys.exit(130)
+    except (ConfigError, KeyboardInterrupt) as exc:  # before the store errors: some are ConfigErrors too
+        sys.exit(exit_status(exc))
     except CommandNotStarted as exc:  # wattline run: as a shell says it
         say_error(str(exc))
         sys.exit(exc.status)

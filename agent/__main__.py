@@ -1,8 +1,8 @@
 """``python -m wattline.agent``: the agent's lean entry point, for hosts where memory counts.
 
-It runs the same :class:`~wattline.agent.daemon.Agent` as ``wattline agent`` without loading
-the command-line interface (typer, click, rich, the job and report commands): about 19 MiB
-less resident memory. Settings come, as everywhere, from ``--config FILE``, then
+It runs the same agent (:func:`~wattline.agent.daemon.run_agent`) as ``wattline agent``, and
+like it loads no command-line library (typer, click, rich) nor the job and report commands;
+it also takes every ``[agent]`` option as a flag. Settings come, as everywhere, from ``--config FILE``, then
 ``WATTLINE_AGENT_*`` / ``WATTLINE_SOURCES_*`` environment variables, then flags: one
 ``--OPTION VALUE`` per ``[agent]`` option (``--sysfs-root /``, ``--interval 0.1``; lists and
 labels comma-separated: ``--sources rapl,nic``, ``--labels cluster=a,rack=3``). The spellings of

@@ -42,7 +42,7 @@ from servers import Daemon, Influxd, find_binary, free_port
 from store_rows import energy_rows, job_event_rows
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 
-from wattline.agent.disk_spool import read_segment
+from wattline.agent.spool_format import read_segment
 from wattline.collector.stores.sqlite import SqliteStore
 
 HOST = "fault-host"

@@ -26,7 +26,7 @@ from sysfs_trees import Zone, powercap_tree
 from typer.testing import CliRunner
 
 from wattline import wire
-from wattline.agent.daemon import uplink_security
+from wattline.agent.assembly import uplink_security
 from wattline.agent.settings import AgentSettings
 from wattline.agent.uplink import channel_options
 from wattline.cli.main import app

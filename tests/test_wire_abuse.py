@@ -19,7 +19,7 @@ from servers import make_batch
 from store_rows import energy_rows
 
 from wattline import wire
-from wattline.agent.spool import Spool
+from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.uplink import Uplink
 from wattline.collector.server import POOL_PER_WORKER, CollectorServer, HostLimiter
 from wattline.collector.stores.base import Store, StoreUnavailable, WriteResult
@@ -125,7 +125,7 @@ def test_the_agent_splits_what_the_collector_finds_too_large(
     serve: Serve, store: GatedStore, limit: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     _, address = serve(**({"max_message_bytes": 16 << 10} if limit == "bytes" else {"max_batch_points": 50}))
-    spool = Spool(wire.Host(host_id="node-1"), max_batch_samples=5000)
+    spool = MemorySpool(wire.Host(host_id="node-1"), max_batch_samples=5000)
     spool.add_samples(list(big_batch(400).samples))
     uplink = Uplink(spool, [address])
     spool.seal()
@@ -295,7 +295,7 @@ def test_graceful_stop_acknowledges_what_is_in_flight(serve: Serve, store: Gated
 def test_storage_down_is_unavailable_and_the_agent_resends(serve: Serve, store: GatedStore) -> None:
     server, address = serve()
     store.failures = 3
-    spool = Spool(wire.Host(host_id="node-1"))
+    spool = MemorySpool(wire.Host(host_id="node-1"))
     spool.add_samples(list(big_batch(10).samples))
     uplink = Uplink(spool, [address], max_backoff_s=0.2)
     stop = threading.Event()

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,71 +14,20 @@ import typer
 
 from wattline import systemd
 from wattline.agent import registry
-from wattline.agent.daemon import Agent
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
+from wattline.cli.agent_entry import agent_settings, read_config, run_agent_command
 from wattline.collector.daemon import run_collector, store_from_settings
 from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import StoreUnavailable
 from wattline.collector.stores.reader import SummaryStore
-from wattline.config import build, check_tables, env_names, help_of, parse_pairs, read_toml, unknown_variables
-from wattline.wire import ENV_HEARTBEAT
-from wattline.workloads.events import ENV_EVENTS, ENV_JOB_ID
+from wattline.config import build, help_of
 from wattline.workloads.report import ReportSettings
 from wattline.workloads.summary import SummaryWriter
 
 log = logging.getLogger(__name__)
 
 CONFIG_HELP = "TOML config file ([agent], [collector], [sources.NAME] tables); env WATTLINE_* and flags override it."
-
-#: Variables read outside the settings tables: set by ``wattline run`` for its command (job
-#: id, events file, heartbeat), the store of ``run``/``report``, log level and tracebacks,
-#: secrets (never flags), the Grafana provisioning file, and the test and bench harnesses.
-OTHER_VARIABLES = frozenset(
-    {
-        ENV_JOB_ID,
-        ENV_EVENTS,
-        ENV_HEARTBEAT,
-        "WATTLINE_USE_PERIOD_S",  # workloads/usage.py ENV_USE_PERIOD (not imported: the agent's path stays lean)
-        "WATTLINE_STORE",
-        "WATTLINE_LOG_LEVEL",
-        "WATTLINE_DEBUG",
-        "WATTLINE_TOKEN",
-        "WATTLINE_INFLUX_TOKEN",
-        "WATTLINE_INFLUX_PASSWORD",
-        "WATTLINE_INFLUX_URL",
-        "WATTLINE_INFLUX_DATABASE",
-        "WATTLINE_INFLUX_USER",
-        "WATTLINE_NVML_SCENARIO",
-        "WATTLINE_PYTHON",
-    }
-)
-
-
-def known_tables() -> set[str]:
-    """The tables a config file may hold (dotted)."""
-    return {"agent", "collector", "sources", *(f"sources.{name}" for name in registry.SOURCES)}
-
-
-def read_config(path: Path | None) -> dict[str, Any]:
-    """The parsed ``--config`` file; an unknown table is a ConfigError naming the closest one."""
-    doc = read_toml(path)
-    if path is not None:
-        check_tables(doc, known_tables(), path)
-    return doc
-
-
-def environment_warnings(env: Mapping[str, str] | None = None) -> list[str]:
-    """One line per ``WATTLINE_*`` variable nothing reads (a warning, not an error: the
-    environment is shared with every process of a job and a host, and a stray variable must
-    not stop a user's command)."""
-    env = os.environ if env is None else env
-    known = set(OTHER_VARIABLES) | env_names(AgentSettings, "agent") | env_names(CollectorSettings, "collector")
-    if all(name in known for name in env if name.startswith("WATTLINE_")):
-        return []
-    for name in registry.SOURCES:  # imports every source module: only when needed
-        known |= env_names(registry.source_class(name)[1], f"sources.{name}")
-    return unknown_variables(env, known)
 
 
 def _a(key: str) -> str:
@@ -104,17 +51,6 @@ def stop_event() -> threading.Event:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     return stop
-
-
-def agent_settings(config: Path | None, **flags: Any) -> tuple[AgentSettings, dict[str, Any]]:
-    """Merge file, environment and flags into AgentSettings (+ the parsed file)."""
-    doc = read_config(config)
-    if flags.get("labels"):
-        flags["labels"] = parse_pairs(flags["labels"], "--label")
-    for key in ("sources", "collectors"):
-        if not flags.get(key):
-            flags[key] = None
-    return build(AgentSettings, "agent", doc, flags=flags).validate(), doc
 
 
 def agent(
@@ -142,7 +78,7 @@ def agent(
     token_file: Path | None = typer.Option(None, help=_a("token_file")),
 ) -> None:
     """Run the per-host agent: sample every source and stream to the collector."""
-    settings, doc = agent_settings(
+    run_agent_command(
         config,
         host_id=host_id,
         labels=labels,
@@ -166,14 +102,6 @@ def agent(
         tls_server_name=tls_server_name,
         token_file=token_file,
     )
-    stop = stop_event()
-    daemon = Agent(settings, doc)
-    daemon.start()
-    found = sum(1 for s in daemon.statuses if s.available)
-    systemd.ready(f"sampling {found} sources every {settings.interval:g} s")
-    daemon.wait(stop, on_tick=lambda: daemon.alive() and systemd.watchdog(), every_s=systemd.watchdog_interval() or 1.0)
-    systemd.stopping()
-    daemon.stop()
 
 
 def collector(

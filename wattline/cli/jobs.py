@@ -19,14 +19,13 @@ import typer
 from rich.console import Console
 
 from wattline.agent.settings import AgentSettings
+from wattline.cli.agent_entry import agent_settings, read_config
 from wattline.cli.daemons import (
     INFLUX_API,
     INFLUX_BUCKET,
     INFLUX_DATABASE,
     INFLUX_ORG,
     INFLUX_TOKEN_FILE,
-    agent_settings,
-    read_config,
 )
 from wattline.collector.daemon import store_from_settings
 from wattline.collector.lineprotocol import clip

@@ -1,0 +1,126 @@
+"""The bound of one channel's energy in one window, from the samples a report read.
+
+Two ways, matching how :mod:`.report` reads energy (the terms are :mod:`.uncertainty`'s):
+
+* :func:`edge_bound`: from the samples at the window's two edges only (the cumulative
+  counter's difference), so the bound costs no more for a long job than for a short one;
+  a stretch between two samples of one stream whose energy the store lacks is an edge
+  piece like a sample, and time before the first or after the last sample is a gap. An
+  unhealthy (0 J) sample strictly inside the window is not read this way, so not bounded.
+* :func:`samples_bound`: from every sample of the window (restarts, shared hosts): every
+  uncovered stretch and every unhealthy sample is a gap.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from wattline.collector.stores.reader import StoredSample
+from wattline.workloads.attribution import Interval
+from wattline.workloads.uncertainty import Bound, edge_term, quality_terms
+
+__all__ = ["edge_bound", "p_max_w", "samples_bound"]
+
+_NS = 1e9
+#: A piece of a channel's timeline: (start_ns, end_ns, energy_j, healthy); energy None: no
+#: sample covers it.
+Piece = tuple[int, int, float | None, bool]
+_FAR = 2**62
+
+
+def p_max_w(samples: Iterable[StoredSample | Interval | None], energy_j: float, seconds: float) -> float:
+    """The channel's plausible maximum power: the highest mean power among ``samples`` and the window's."""
+    powers = [energy_j / seconds if seconds > 0 else 0.0]
+    powers += [s.energy_j * _NS / (s.end_ns - s.start_ns) for s in samples if s is not None and s.end_ns > s.start_ns]
+    return max(powers)
+
+
+def _piece_term(piece: Piece, t0: int, t1: int, p_max: float) -> Bound:
+    """Edge or gap term of a piece a window covers in part."""
+    start, end, energy, healthy = piece
+    inside = min(end, t1) - max(start, t0)
+    if inside <= 0:
+        return Bound()
+    if energy is None or not healthy:
+        return Bound(gaps_j=p_max * inside / _NS)
+    return Bound(edges_j=edge_term(start, end, energy, inside, p_max))
+
+
+def _edge_piece(before: StoredSample | None, after: StoredSample | None, t: int) -> Piece | None:
+    """The piece of the timeline straddling ``t``, if any."""
+    if after is None:
+        return None if before is None else (before.end_ns, _FAR, None, True)  # nothing after: uncovered
+    if after.start_ns < t:
+        return (after.start_ns, after.end_ns, after.energy_j, after.healthy)
+    if after.start_ns == t:
+        return None
+    if before is not None and before.stream == after.stream:  # samples the store lacks: energy spread
+        lost = after.cumulative_j - after.energy_j - before.cumulative_j
+        return (before.end_ns, after.start_ns, max(lost, 0.0), True)
+    return (before.end_ns if before is not None else -_FAR, after.start_ns, None, True)  # uncovered
+
+
+def edge_bound(
+    series: tuple[str, str],
+    at_t0: tuple[StoredSample | None, StoredSample | None],
+    at_t1: tuple[StoredSample | None, StoredSample | None],
+    window: tuple[int, int, float],
+    error_j: float | None = None,
+) -> Bound:
+    """Bound of a channel (``series``: source, quality) in ``window`` (t0, t1, energy_j) from
+    the samples ``(last ending at or before t, first ending after t)`` at each edge;
+    ``error_j``: the source's own model bound summed over the window, when it gave one."""
+    source, quality = series
+    t0, t1, energy = window
+    if t1 <= t0:
+        return Bound()
+    p_max = p_max_w([*at_t0, *at_t1], energy, (t1 - t0) / _NS)
+    bound = quality_terms(source, quality, energy, p_max, error_j)
+    if at_t0 == (None, None) and at_t1 == (None, None):
+        return bound + Bound(gaps_j=p_max * (t1 - t0) / _NS)
+    seen: set[tuple[int, int]] = set()
+    for before, after, t in ((*at_t0, t0), (*at_t1, t1)):
+        piece = _edge_piece(before, after, t)
+        if piece is not None and piece[:2] not in seen:
+            seen.add(piece[:2])
+            bound = bound + _piece_term(piece, t0, t1, p_max)
+    return bound
+
+
+def samples_bound(
+    series: tuple[str, str],
+    raw: Sequence[StoredSample],
+    merged: Sequence[Interval],
+    window: tuple[int, int, float],
+) -> Bound:
+    """Bound of a channel in ``window`` (t0, t1, energy_j) from all its samples: ``raw`` as
+    stored, ``merged`` counted once across streams (:mod:`.streams`)."""
+    source, quality = series
+    t0, t1, energy = window
+    if t1 <= t0:
+        return Bound()
+    near = [s for s in raw if s.end_ns > t0 and s.start_ns < t1]
+    p_max = p_max_w([s for s in near if s.healthy], energy, (t1 - t0) / _NS)
+    errors = [_overlap(s, t0, t1) * (s.energy_error_j or 0.0) for s in near if s.energy_error_j is not None]
+    bound = quality_terms(source, quality, energy, p_max, sum(errors) if errors else None)
+    unhealthy = sum(_overlap(s, t0, t1) * (s.end_ns - s.start_ns) for s in near if not s.healthy)
+    covered = 0
+    for iv in merged:
+        inside = min(iv.end_ns, t1) - max(iv.start_ns, t0)
+        if inside <= 0:
+            continue
+        covered += inside
+        if iv.start_ns < t0 or iv.end_ns > t1:
+            bound = bound + Bound(edges_j=edge_term(iv.start_ns, iv.end_ns, iv.energy_j, inside, p_max))
+    gap_ns = max(t1 - t0 - covered, 0) + unhealthy
+    return bound + Bound(gaps_j=p_max * gap_ns / _NS)
+
+
+def _overlap(s: StoredSample, t0: int, t1: int) -> float:
+    """Fraction of sample ``s`` inside ``[t0, t1]``."""
+    length = s.end_ns - s.start_ns
+    if length <= 0:
+        return 1.0 if t0 < s.end_ns <= t1 else 0.0
+    return max(min(s.end_ns, t1) - max(s.start_ns, t0), 0) / length

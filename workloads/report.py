@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from wattline.collector.lineprotocol import clip
 from wattline.collector.stores.reader import Reader, StoredJobEvent, StoredSample
 from wattline.quality import Quality
-from wattline.workloads import economics
+from wattline.workloads import economics, window_bounds
 from wattline.workloads.attribution import (
     ACCELERATOR_COMPONENTS,
     Attribution,
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 EXCLUDED_COMPONENTS = frozenset({"cpu_core", "cpu_uncore", "psys"})
 #: A series whose last sample before a host's close ended this long before the host's open
 #: is not taken as one the job should have had samples from (a device gone before the job).
-LAG_HORIZON_NS = 3600 * 10**9
+LAG_HORIZON_NS = window_bounds.LAG_HORIZON_NS
 #: How often :func:`build_complete_report` looks again while it waits.
 POLL_S = 0.5
 

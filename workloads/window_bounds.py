@@ -28,30 +28,54 @@ _NS = 1e9
 #: sample covers it.
 Piece = tuple[int, int, float | None, bool]
 _FAR = 2**62
+#: A series whose last sample ended this long before a window is gone (a device removed), not
+#: late: the time after it is no gap. (The report's incomplete notes use the same horizon.)
+LAG_HORIZON_NS = 3600 * 10**9
+
+
+def _powers(samples: Iterable[StoredSample | Interval | None]) -> list[float]:
+    return [s.energy_j * _NS / (s.end_ns - s.start_ns) for s in samples if s is not None and s.end_ns > s.start_ns]
 
 
 def p_max_w(samples: Iterable[StoredSample | Interval | None], energy_j: float, seconds: float) -> float:
     """The channel's plausible maximum power: the highest mean power among ``samples`` and the window's."""
-    powers = [energy_j / seconds if seconds > 0 else 0.0]
-    powers += [s.energy_j * _NS / (s.end_ns - s.start_ns) for s in samples if s is not None and s.end_ns > s.start_ns]
-    return max(powers)
+    return max([energy_j / seconds if seconds > 0 else 0.0, *_powers(samples)])
 
 
-def _piece_term(piece: Piece, t0: int, t1: int, p_max: float) -> Bound:
-    """Edge or gap term of a piece a window covers in part."""
-    start, end, energy, healthy = piece
-    inside = min(end, t1) - max(start, t0)
-    if inside <= 0:
-        return Bound()
-    if energy is None or not healthy:
-        return Bound(gaps_j=p_max * inside / _NS)
-    return Bound(edges_j=edge_term(start, end, energy, inside, p_max))
+def edge_power_w(around: Iterable[StoredSample | Interval | None], interior_w: float) -> float:
+    """The highest power inside a sample straddling an edge: the highest mean power of the
+    samples ``around`` the edge plus how much they differ (a trend between them goes on inside
+    the straddling one), and at least the mean power of the window's interior."""
+    powers = _powers(around)
+    return max(2 * max(powers) - min(powers) if powers else 0.0, interior_w)
 
 
-def _edge_piece(before: StoredSample | None, after: StoredSample | None, t: int) -> Piece | None:
-    """The piece of the timeline straddling ``t``, if any."""
-    if after is None:
-        return None if before is None else (before.end_ns, _FAR, None, True)  # nothing after: uncovered
+Around = Sequence[StoredSample | Interval | None]
+
+
+def _edge_terms(pieces: Sequence[tuple[Piece, Around]], window: tuple[int, int, float], p_max: float) -> Bound:
+    """Edge and gap terms of the pieces a window covers in part, each with the samples around it."""
+    t0, t1, energy = window
+    parts = [(p, around, inside) for p, around in pieces if (inside := min(p[1], t1) - max(p[0], t0)) > 0]
+    apportioned = sum(p[2] * inside / (p[1] - p[0]) for p, _, inside in parts if p[2] is not None and p[3])
+    interior_ns = t1 - t0 - sum(inside for *_, inside in parts)
+    interior_w = (energy - apportioned) * _NS / interior_ns if interior_ns > 0 else energy * _NS / (t1 - t0)
+    bound = Bound()
+    for (start, end, e, healthy), around, inside in parts:
+        if e is None or not healthy:
+            bound = bound + Bound(gaps_j=p_max * inside / _NS)
+        else:
+            bound = bound + Bound(edges_j=edge_term(start, end, e, inside, edge_power_w(around, interior_w)))
+    return bound
+
+
+def _edge_piece(before: StoredSample | None, after: StoredSample | None, t: int, t0: int, t1: int) -> Piece | None:
+    """The piece of the timeline straddling ``t`` (an edge of the window ``[t0, t1]``), if any.
+    A series whose samples start after the window, or ended long before it, has none."""
+    if after is None:  # nothing after: uncovered, unless long gone
+        return None if before is None or before.end_ns <= t0 - LAG_HORIZON_NS else (before.end_ns, _FAR, None, True)
+    if before is None and after.start_ns >= t1:
+        return None  # the series begins after the window
     if after.start_ns < t:
         return (after.start_ns, after.end_ns, after.energy_j, after.healthy)
     if after.start_ns == t:
@@ -78,15 +102,12 @@ def edge_bound(
         return Bound()
     p_max = p_max_w([*at_t0, *at_t1], energy, (t1 - t0) / _NS)
     bound = quality_terms(source, quality, energy, p_max, error_j)
-    if at_t0 == (None, None) and at_t1 == (None, None):
-        return bound + Bound(gaps_j=p_max * (t1 - t0) / _NS)
-    seen: set[tuple[int, int]] = set()
+    pieces: dict[tuple[int, int], tuple[Piece, Around]] = {}
     for before, after, t in ((*at_t0, t0), (*at_t1, t1)):
-        piece = _edge_piece(before, after, t)
-        if piece is not None and piece[:2] not in seen:
-            seen.add(piece[:2])
-            bound = bound + _piece_term(piece, t0, t1, p_max)
-    return bound
+        piece = _edge_piece(before, after, t, t0, t1)
+        if piece is not None:
+            pieces.setdefault(piece[:2], (piece, (before, after)))
+    return bound + _edge_terms(list(pieces.values()), window, p_max)
 
 
 def samples_bound(
@@ -107,14 +128,17 @@ def samples_bound(
     bound = quality_terms(source, quality, energy, p_max, sum(errors) if errors else None)
     unhealthy = sum(_overlap(s, t0, t1) * (s.end_ns - s.start_ns) for s in near if not s.healthy)
     covered = 0
-    for iv in merged:
+    pieces: list[tuple[Piece, Around]] = []
+    for n, iv in enumerate(merged):
         inside = min(iv.end_ns, t1) - max(iv.start_ns, t0)
         if inside <= 0:
             continue
         covered += inside
         if iv.start_ns < t0 or iv.end_ns > t1:
-            bound = bound + Bound(edges_j=edge_term(iv.start_ns, iv.end_ns, iv.energy_j, inside, p_max))
-    gap_ns = max(t1 - t0 - covered, 0) + unhealthy
+            pieces.append(((iv.start_ns, iv.end_ns, iv.energy_j, True), merged[max(n - 1, 0) : n + 2]))
+    bound = bound + _edge_terms(pieces, window, p_max)
+    present = raw and min(s.start_ns for s in raw) < t1 and max(s.end_ns for s in raw) > t0 - LAG_HORIZON_NS
+    gap_ns = (max(t1 - t0 - covered, 0) if present else 0) + unhealthy
     return bound + Bound(gaps_j=p_max * gap_ns / _NS)
 
 

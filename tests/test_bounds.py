@@ -319,3 +319,15 @@ def test_the_truth_of_a_comparison_lies_within_its_bound(tmp_path: Path) -> None
     assert isinstance(c, dict)
     truth = (true_energy(pb, 30.07, 30.57) / true_energy(pa, 10.03, 10.53) - 1) * 100
     assert abs(c["change_pct"] - truth) <= c["change_pct_bound"], (c, truth)
+
+
+def test_the_job_summary_keeps_the_measured_window_s_bound(tmp_path: Path) -> None:
+    from wattline.workloads.report import build_report
+    from wattline.workloads.summary import summary_of
+
+    nic = Series("nic", "nic", "eth0", "model", steady(10.0))
+    write_job(tmp_path / "w.db", "s", [nic], (0.0, 60.0))
+    with SqliteStore(tmp_path / "w.db") as store:
+        fields = summary_of(build_report(store, "s"), computed_ns=1).fields
+    assert fields["energy_bound_j"] == pytest.approx(600.0, rel=1e-6)  # the NIC model's ± 100 %
+    assert fields["energy_bound_rel"] == pytest.approx(1.0, rel=1e-6)

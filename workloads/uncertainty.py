@@ -10,8 +10,9 @@ in joules (README "Method: uncertainty" gives each one's source):
   resolution_j)`` (:data:`SOURCES`);
 * ``edges``: the part of a straddling sample (or of a stretch between two samples whose
   energy the store lacks) apportioned by overlap; the part holds at least
-  ``E - p_max x (outside)`` and at most ``min(E, p_max x inside)``, the bound is the
-  farther of the two from the apportioned ``E x inside / length``;
+  ``E - p x outside`` and at most ``min(E, p x inside)``, the bound is the farther of the
+  two from the apportioned ``E x inside / length`` (``p``: the highest power the samples
+  around that edge allow, :func:`~wattline.workloads.window_bounds.edge_power_w`);
 * ``integration``: power readings integrated over time (quality ``integrated``) average
   the power over ``averaging_s`` before each reading, so each edge may be off by
   ``p_max x averaging_s``;
@@ -22,7 +23,7 @@ in joules (README "Method: uncertainty" gives each one's source):
 
 ``p_max`` is the channel's plausible maximum power: the highest mean power among the
 samples the report read for it around the window, and the window's own mean power
-(an assumption: a burst shorter than one sample above that is not bounded).
+(an assumption: a burst shorter than one sample above the power around it is not bounded).
 
 Combining: within one figure all terms add linearly (worst case): a model's range is
 systematic, the same on every host, and a burst at an edge raises every component at once,
@@ -40,10 +41,12 @@ __all__ = [
     "MODEL_RANGE",
     "SOURCES",
     "Bound",
+    "Side",
     "SourceFacts",
     "change_bound",
     "edge_term",
     "facts",
+    "quality_terms",
 ]
 
 _NS = 1e9
@@ -129,12 +132,12 @@ def edge_term(start_ns: int, end_ns: int, energy_j: float, inside_ns: int, p_max
     guess = energy_j * inside_ns / length
     low = max(0.0, energy_j - p_max_w * (length - inside_ns) / _NS)
     high = min(energy_j, p_max_w * inside_ns / _NS)
-    high, low = max(high, guess), min(low, guess)  # p_max below the piece's own mean: no better than it
+    high, low = max(high, guess), min(low, guess)  # a power below the piece's own mean: no tighter than 0
     return max(guess - low, high - guess)
 
 
 def counter_term(source: str, p_max_w: float) -> Bound:
-    """Counter and averaging terms of one window (both edges) of a channel of ``source``."""
+    """Counter update and resolution term of one window (both edges) of a channel of ``source``."""
     f = facts(source)
     return Bound(resolution_j=2 * (p_max_w * f.update_s + f.resolution_j))
 

@@ -21,7 +21,7 @@ from wattline.collector.stores.reader import StoredSample
 from wattline.workloads.attribution import Interval
 from wattline.workloads.uncertainty import Bound, edge_term, quality_terms
 
-__all__ = ["edge_bound", "p_max_w", "samples_bound"]
+__all__ = ["LAG_HORIZON_NS", "edge_bound", "edge_power_w", "p_max_w", "samples_bound"]
 
 _NS = 1e9
 #: A piece of a channel's timeline: (start_ns, end_ns, energy_j, healthy); energy None: no
@@ -91,17 +91,16 @@ def edge_bound(
     at_t0: tuple[StoredSample | None, StoredSample | None],
     at_t1: tuple[StoredSample | None, StoredSample | None],
     window: tuple[int, int, float],
-    error_j: float | None = None,
 ) -> Bound:
     """Bound of a channel (``series``: source, quality) in ``window`` (t0, t1, energy_j) from
-    the samples ``(last ending at or before t, first ending after t)`` at each edge;
-    ``error_j``: the source's own model bound summed over the window, when it gave one."""
+    the samples ``(last ending at or before t, first ending after t)`` at each edge. A source's
+    own per-sample bound (``energy_error_j``) needs every sample: :func:`samples_bound`."""
     source, quality = series
     t0, t1, energy = window
     if t1 <= t0:
         return Bound()
     p_max = p_max_w([*at_t0, *at_t1], energy, (t1 - t0) / _NS)
-    bound = quality_terms(source, quality, energy, p_max, error_j)
+    bound = quality_terms(source, quality, energy, p_max, None)
     pieces: dict[tuple[int, int], tuple[Piece, Around]] = {}
     for before, after, t in ((*at_t0, t0), (*at_t1, t1)):
         piece = _edge_piece(before, after, t, t0, t1)

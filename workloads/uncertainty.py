@@ -107,11 +107,23 @@ class Bound:
         return self.resolution_j + self.edges_j + self.integration_j + self.gaps_j
 
     def __add__(self, other: Bound) -> Bound:
-        return Bound(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+        return Bound(
+            self.resolution_j + other.resolution_j,
+            self.edges_j + other.edges_j,
+            self.integration_j + other.integration_j,
+            self.model_j + other.model_j,
+            self.gaps_j + other.gaps_j,
+        )
 
     def scaled(self, factor: float) -> Bound:
         """This bound times ``factor`` (a job's share of a channel)."""
-        return Bound(*(getattr(self, f.name) * factor for f in fields(self)))
+        return Bound(
+            self.resolution_j * factor,
+            self.edges_j * factor,
+            self.integration_j * factor,
+            self.model_j * factor,
+            self.gaps_j * factor,
+        )
 
     def terms(self) -> dict[str, float]:
         """Term name -> half-width (J), for JSON."""

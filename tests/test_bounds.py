@@ -331,3 +331,16 @@ def test_the_job_summary_keeps_the_measured_window_s_bound(tmp_path: Path) -> No
         fields = summary_of(build_report(store, "s"), computed_ns=1).fields
     assert fields["energy_bound_j"] == pytest.approx(600.0, rel=1e-6)  # the NIC model's ± 100 %
     assert fields["energy_bound_rel"] == pytest.approx(1.0, rel=1e-6)
+
+
+def test_a_window_without_samples_says_what_it_could_have_held(tmp_path: Path) -> None:
+    """The agent's samples stop a second before the job opens (never shipped): 0 J counted, and
+    up to 10 s at the 50 W seen before could be missing."""
+    rapl = Series("rapl", "cpu_package", "package-0", "counter", steady(50.0))
+    store = write_job(tmp_path / "w.db", "lost", [rapl], (0.0, 10.0), samples_until_s=-1.0)
+    r = report(store, "lost")
+    assert r["energy"] == 0 and r["rel"] is None
+    holds(r, 50.0 * 10)
+    assert r["bound"] == pytest.approx(50.0 * 10 + 2 * 50.0 * 0.001, rel=1e-4)  # the gap, and the counter at both edges
+    out = CliRunner().invoke(app, ["report", "lost", "--store", store], env={"COLUMNS": "250"}).stdout
+    assert "0 J ± 500.1 J" in out and "incomplete" in out, out

@@ -289,6 +289,14 @@ def _bounded(text: str, rel: float | None) -> str:
     return f"{text} {q.plus_minus(rel)}" if text != q.NA else text
 
 
+def _energy_bounded(energy_j: float, bound: Bound) -> str:
+    """Energy with its bound: relative ("171.0 J ± 2.3 %"), in joules where none was counted ("0 J ± 20 J")."""
+    rel = bound.relative(energy_j)
+    if rel is None:
+        return f"{q.si(energy_j, 'J')} ± {q.si(bound.total_j, 'J')}"
+    return _bounded(q.si(energy_j, "J"), rel)
+
+
 def _span_figure(text: str, s: Span) -> str:
     """A span's figure derived from its charged energy: bound, then the estimate label."""
     return _tagged(_bounded(text, s.bound_rel), s.estimate)
@@ -315,10 +323,7 @@ def _report_rows(r: Report) -> list[Row]:
         ),
         (
             "energy (total)" if above else "energy",
-            lambda s: (
-                f"{_bounded(q.si(s.energy_j, 'J'), s.bound.relative(s.energy_j))}  "
-                f"{_quality_label(_qualities(*s.windows))}"
-            ).rstrip(),
+            lambda s: (f"{_energy_bounded(s.energy_j, s.bound)}  {_quality_label(_qualities(*s.windows))}").rstrip(),
         ),
     ]
     if above:
@@ -379,7 +384,7 @@ def component_table(r: Report) -> TextTable:
         rows.append(
             [
                 name,
-                _bounded(q.si(m.energy_j, "J"), m.bound.relative(m.energy_j)) if m else q.si(0.0, "J"),
+                _energy_bounded(m.energy_j, m.bound) if m else q.si(0.0, "J"),
                 q.si(watts, "W"),
                 q.si(w.energy_j if w else 0.0, "J"),
                 _quality_label(m.by_quality if m else {}),

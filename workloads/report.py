@@ -11,6 +11,8 @@ Steps (each documented where it lives):
    at the window edges (O(1) in the job's length); when the edges lie in several agent
    streams (a restart, or streams overlapping in time: counted once, :mod:`.streams`), or
    when other jobs shared the host, the samples themselves are split (:mod:`.attribution`).
+   Each channel's energy in each window carries its error bound, from the same samples
+   (:mod:`.window_bounds`, terms in :mod:`.uncertainty`).
 4. Figures per unit, cost and CO2 come from :mod:`.economics`.
 5. Completeness: a host window is complete when every series the host reported during
    the job has samples from before its open to after its close. An agent ships samples every

@@ -54,6 +54,7 @@ class Series:
     power: Power
     interval_s: float = 1.0
     update_s: float = 0.001  #: counter: how often it advances
+    update_phase_s: float = 0.0  #: counter: when it advances (phase_s + k x update_s), a multiple of 1 ms
     resolution_j: float = 1e-6  #: counter: its quantum
     model_factor: float = 1.0  #: model: estimate = truth x factor
     error_rel: float | None = None  #: model: energy_error_j = this x energy
@@ -78,8 +79,9 @@ class Series:
         return self._cumulative[k]
 
     def counter_j(self, t_s: float) -> float:
-        """The counter's reading at ``t_s``: last updated at a multiple of update_s, quantized."""
-        at = math.floor(t_s / self.update_s + 1e-9) * self.update_s
+        """The counter's reading at ``t_s``: as last updated (every update_s), quantized."""
+        phase = self.update_phase_s
+        at = math.floor((t_s - phase) / self.update_s + 1e-9) * self.update_s + phase
         return math.floor(self.energy_to(at) / self.resolution_j + 1e-9) * self.resolution_j
 
     def samples(self, span: tuple[float, float], host: str) -> list[tuple[str, dict[str, object]]]:
@@ -112,6 +114,11 @@ class Series:
             out.append((stream, fields))
             last = t
         return out
+
+
+def nvml_counter(power: Power) -> Series:
+    """An NVML energy counter: mJ, advancing every 100 ms (37 ms after the agent's reads), read at 10 Hz."""
+    return Series("nvml", "gpu", "GPU-1", "counter", power, 0.1, update_s=0.1, update_phase_s=0.037, resolution_j=1e-3)
 
 
 def write_job(
@@ -188,7 +195,7 @@ def test_a_rapl_counter_over_minutes_is_bounded_well_under_a_tenth_of_a_percent(
 def test_a_short_window_on_a_slowly_updating_counter_gets_a_wide_bound_that_holds(tmp_path: Path) -> None:
     """NVML's counter advances about every 100 ms; a 0.5 s window read every 100 ms."""
     power = lambda t: 300.0 if (t * 10) % 2 < 1 else 100.0  # noqa: E731  bursts every 100 ms
-    nvml = Series("nvml", "gpu", "GPU-1", "counter", power, interval_s=0.1, update_s=0.1, resolution_j=1e-3)
+    nvml = nvml_counter(power)
     window = (10.03, 10.53)
     store = write_job(tmp_path / "w.db", "short", [nvml], window)
     r = report(store, "short")
@@ -312,9 +319,8 @@ def test_the_truth_of_a_comparison_lies_within_its_bound(tmp_path: Path) -> None
     path = tmp_path / "w.db"
     pa = lambda t: 300.0 if (t * 10) % 2 < 1 else 100.0  # noqa: E731
     pb = lambda t: 250.0 if (t * 10) % 2 < 1 else 120.0  # noqa: E731
-    nvml = lambda p: Series("nvml", "gpu", "GPU-1", "counter", p, interval_s=0.1, update_s=0.1, resolution_j=1e-3)  # noqa: E731
-    store = write_job(path, "a", [nvml(pa)], (10.03, 10.53))
-    write_job(path, "b", [nvml(pb)], (30.07, 30.57))
+    store = write_job(path, "a", [nvml_counter(pa)], (10.03, 10.53))
+    write_job(path, "b", [nvml_counter(pb)], (30.07, 30.57))
     c = cli(store, "compare", "a", "b")["j_per_unit"]
     assert isinstance(c, dict)
     truth = (true_energy(pb, 30.07, 30.57) / true_energy(pa, 10.03, 10.53) - 1) * 100

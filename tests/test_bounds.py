@@ -23,6 +23,9 @@ from wattline import wire
 from wattline.cli.main import app
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.events import EventBuilder, JobSpec
+from wattline.workloads.report import build_report
+from wattline.workloads.summary import summary_of
+from wattline.workloads.uncertainty import Side, change_bound, edge_term
 
 S = 10**9
 T0 = 1_767_225_600 * S  # 2026-01-01T00:00:00Z
@@ -328,9 +331,6 @@ def test_the_truth_of_a_comparison_lies_within_its_bound(tmp_path: Path) -> None
 
 
 def test_the_job_summary_keeps_the_measured_window_s_bound(tmp_path: Path) -> None:
-    from wattline.workloads.report import build_report
-    from wattline.workloads.summary import summary_of
-
     nic = Series("nic", "nic", "eth0", "model", steady(10.0))
     write_job(tmp_path / "w.db", "s", [nic], (0.0, 60.0))
     with SqliteStore(tmp_path / "w.db") as store:
@@ -350,3 +350,30 @@ def test_a_window_without_samples_says_what_it_could_have_held(tmp_path: Path) -
     assert r["bound"] == pytest.approx(50.0 * 10 + 2 * 50.0 * 0.001, rel=1e-4)  # the gap, and the counter at both edges
     out = CliRunner().invoke(app, ["report", "lost", "--store", store], env={"COLUMNS": "250"}).stdout
     assert "0 J ± 500.1 J" in out and "incomplete" in out, out
+
+
+# -- the arithmetic ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ma", "mb"), [(0.0, 0.3), (0.65, 0.65), (0.1, 0.0), (0.5, 1.0)])
+def test_a_change_between_two_models_holds_every_corner_of_their_ranges(ma: float, mb: float) -> None:
+    """Systematic terms add: the change's bound holds A and B anywhere in their ranges."""
+    a, b = 10.0, 13.0  # as measured
+    bound = change_bound(b / a, Side(0.0, ma), Side(0.0, mb))
+    assert bound is not None
+    for ta in (a * (1 - ma), a, a * (1 + ma)):
+        for tb in (b * (1 - mb), b, b * (1 + mb)):
+            assert abs((tb / ta - 1) * 100 - (b / a - 1) * 100) <= bound + 1e-9, (ta, tb, bound)
+
+
+def test_a_change_cannot_be_bounded_when_a_may_be_zero() -> None:
+    assert change_bound(1.2, Side(0.5, 0.5), Side(0.0, 0.0)) is None
+    assert change_bound(1.2, Side(0.1, 0.0), Side(0.1, 0.0)) == pytest.approx(120 * (0.1 * 2**0.5) / 0.9)
+
+
+def test_an_edge_piece_is_bounded_by_what_the_power_allows() -> None:
+    s = 10**9
+    assert edge_term(0, s, 100.0, s // 4, 100.0) == 0  # steady at its mean: exactly a quarter
+    assert edge_term(0, s, 100.0, s // 4, 200.0) == pytest.approx(25.0)  # up to 50 J, down to 0: 25 J off
+    assert edge_term(0, s, 100.0, s // 4, 1e9) == pytest.approx(75.0)  # anything: all 100 J or none
+    assert edge_term(0, s, 100.0, s, 1e9) == 0  # the whole piece: nothing apportioned

@@ -74,6 +74,8 @@ def summary_of(report: Report, computed_ns: int | None = None) -> JobSummary:
         "energy_warmup_j": warm["energy_j"],
         "energy_total_j": meas["energy_j"] + warm["energy_j"],
         "mean_power_w": meas["mean_power_w"],
+        "energy_bound_j": meas["energy_bound_j"],
+        "energy_bound_rel": meas["energy_bound_rel"],
         "j_per_unit": meas["j_per_unit"],
         "kwh_per_million_units": meas["kwh_per_million_units"],
         "throughput_units_per_s": meas["throughput_units_per_s"],

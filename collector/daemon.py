@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from prometheus_client import start_http_server
 
+from wattline.collector.processes import ProcessLink
 from wattline.collector.server import CollectorServer, JobEventsHook
 from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import Store
@@ -42,10 +43,13 @@ def run_collector(
     on_tick: Callable[[], object] | None = None,
     on_stop: Callable[[], object] | None = None,
     on_job_events: JobEventsHook | None = None,
+    link: ProcessLink | None = None,
 ) -> None:
     """Serve until ``stop`` is set; in-flight batches are written and acknowledged first.
 
-    ``on_job_events``: see :class:`~wattline.collector.server.TelemetryService` (job summaries)."""
+    ``on_job_events``: see :class:`~wattline.collector.server.TelemetryService` (job summaries).
+    ``link``: this is one of several processes (:mod:`wattline.collector.processes`): the
+    port is shared, metrics and stream spans go to the supervisor."""
     # Credentials first: a bad key or a loose token file fails before anything is opened.
     settings.check_tls()
     credentials = None
@@ -66,6 +70,8 @@ def run_collector(
             token=token,
             require_identity=settings.tls_client_ca is not None,
             on_job_events=on_job_events,
+            reuse_port=link is not None,
+            live=link,
         )
     except BaseException:
         store.close()
@@ -82,6 +88,8 @@ def run_collector(
         ", bearer token" if token else "",
         store.kind,
     )
+    if link is not None:
+        link.ready(server.registry, server.port)
     if on_ready is not None:
         on_ready(server.port)
     try:

@@ -60,7 +60,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from wattline import wire
 from wattline.collector.group import Busy, GroupCommitter
 from wattline.collector.lineprotocol import clip
-from wattline.collector.livestreams import LiveStreams
+from wattline.collector.livestreams import LiveStreams, StreamWatch, duplicate_gauges
 from wattline.collector.stores.base import Store, StoreUnavailable
 from wattline.collector.validation import drop_invalid_points, validate
 from wattline.security import TokenCheck, peer_identities
@@ -143,17 +143,7 @@ class Metrics:
         self.agents = Gauge(
             "wattline_collector_connected_agents", "Agent streams heard from in the last 120 s.", registry=registry
         )
-        self.duplicate_streams = Gauge(
-            "wattline_collector_duplicate_streams",
-            "Live agent streams of one host id sending samples of the same time (only hosts that have them).",
-            ["host"],
-            registry=registry,
-        )
-        self.duplicate_hosts = Gauge(
-            "wattline_collector_hosts_with_duplicate_streams",
-            "Host ids with more than one live agent stream sending samples of the same time.",
-            registry=registry,
-        )
+        self.duplicate_streams, self.duplicate_hosts = duplicate_gauges(registry)
 
 
 class HostLimiter:
@@ -198,6 +188,7 @@ class TelemetryService:
         host_burst: float = 60.0,
         require_identity: bool = False,
         on_job_events: JobEventsHook | None = None,
+        live: StreamWatch | None = None,
     ) -> None:
         self.store = store
         self.on_job_events = on_job_events
@@ -218,7 +209,9 @@ class TelemetryService:
         self._expired = -math.inf
         self._skew_logged: dict[str, float] = {}
         self._lock = threading.Lock()
-        self.live = LiveStreams(metrics.duplicate_streams, metrics.duplicate_hosts, timeout_s=AGENT_TIMEOUT_S)
+        self.live: StreamWatch = live or LiveStreams(
+            metrics.duplicate_streams, metrics.duplicate_hosts, timeout_s=AGENT_TIMEOUT_S
+        )
 
     def _refuse(self, context: grpc.ServicerContext, reason: str, code: grpc.StatusCode, details: str) -> NoReturn:
         self.metrics.refused.labels(reason).inc()
@@ -384,16 +377,18 @@ class Gate(grpc.ServerInterceptor):  # type: ignore[type-arg]
         return _refuse_handler(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
 
 
-def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
-    """Limits and timeouts of the gRPC server (each one a defence against a bad client)."""
+def server_options(max_message_bytes: int, reuse_port: bool = False) -> list[tuple[str, int]]:
+    """Limits and timeouts of the gRPC server (each one a defence against a bad client);
+    ``reuse_port``: the port is shared with the collector's other processes."""
     return [
         # Messages a little over the limit reach push_bytes, which logs and refuses them by
         # name; beyond, gRPC refuses them (RESOURCE_EXHAUSTED) without reading them.
         ("grpc.max_receive_message_length", max_message_bytes + min(max_message_bytes, SIZE_SLACK_BYTES)),
         ("grpc.max_send_message_length", 1 << 20),
         ("grpc.max_concurrent_streams", 64),  # per connection
-        # A port in use is an error, not silently shared with another process.
-        ("grpc.so_reuseport", 0),
+        # A port in use is an error, not silently shared with another process (several
+        # processes of one collector share it: the supervisor checked and holds it).
+        ("grpc.so_reuseport", int(reuse_port)),
         # A connection that never completes its (TLS/HTTP2) handshake is closed.
         ("grpc.server_handshake_timeout_ms", 10_000),
         # Dead peers are found by pings; agents may ping every 30 s.
@@ -428,6 +423,8 @@ class CollectorServer:
         require_identity: bool = False,
         interceptors: list[Any] | None = None,
         on_job_events: JobEventsHook | None = None,
+        reuse_port: bool = False,
+        live: StreamWatch | None = None,
     ) -> None:
         if require_identity and server_credentials is None:
             raise ValueError("client identities need TLS (server_credentials with a client CA)")
@@ -443,13 +440,14 @@ class CollectorServer:
             host_burst=host_burst,
             require_identity=require_identity,
             on_job_events=on_job_events,
+            live=live,
         )
         gates: list[Any] = [Gate(TokenCheck(token), self.metrics)] if token else []
         pool = POOL_PER_WORKER * workers
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=pool, thread_name_prefix="ingest"),
             interceptors=gates + (interceptors or []),
-            options=server_options(max_message_bytes),
+            options=server_options(max_message_bytes, reuse_port),
             maximum_concurrent_rpcs=pool,
         )
         push = grpc.unary_unary_rpc_method_handler(

@@ -206,6 +206,42 @@ def test_two_agents_under_one_host_id_are_noticed_across_processes(collector: Co
     assert len(warnings) == 1 and "[process" not in warnings[0], warnings
 
 
+def collector_pids(supervisor: int) -> list[int]:
+    """The supervisor's collector processes (not multiprocessing's resource tracker)."""
+    pids = []
+    try:
+        for task in Path(f"/proc/{supervisor}/task").iterdir():
+            for pid in (task / "children").read_text().split():
+                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    pids.append(int(pid))
+    except FileNotFoundError:  # a process exited meanwhile
+        pass
+    return pids
+
+
+def test_a_process_that_keeps_dying_stops_the_collector_non_zero(collector: Collector) -> None:
+    supervisor = collector.proc.process.pid
+    killed: set[int] = set()
+    seen: set[int] = set()
+    deadline = time.monotonic() + 120
+    while collector.proc.alive() and time.monotonic() < deadline:
+        current = collector_pids(supervisor)
+        seen.update(current)
+        pids = [p for p in current if p not in killed]
+        serving = collector.proc.log().count("collector listening on")
+        if len(pids) == 2 and serving == 2 + len(killed):  # both serve: kill one again
+            subprocess.run(["kill", "-9", str(pids[0])], check=False)
+            killed.add(pids[0])
+        time.sleep(0.2)
+    assert collector.proc.process.wait(timeout=60) == 1
+    log = collector.proc.log()
+    assert "6 deaths within 60 s: giving up" in log.splitlines()[-1], log[-2000:]
+    assert log.splitlines()[-1].startswith("wattline: error: collector process")
+    assert len(killed) == 6
+    survivors = [p for p in seen if Path(f"/proc/{p}").exists()]
+    assert survivors == [], "a collector process outlived its supervisor"
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60, env=clean_env())
 

@@ -14,7 +14,6 @@ from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.factory import open_store
 from wattline.config import read_secret
-from wattline.security import read_token, server_credentials
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +50,7 @@ def run_collector(
     ``link``: this is one of several processes (:mod:`wattline.collector.processes`): the
     port is shared, metrics and stream spans go to the supervisor."""
     # Credentials first: a bad key or a loose token file fails before anything is opened.
-    settings.check_tls()
-    credentials = None
-    if settings.tls_cert is not None and settings.tls_key is not None:
-        credentials = server_credentials(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
-    token = read_token(settings.token_file, "collector.token_file")
+    credentials, token = settings.credentials()
     store = store_from_settings(settings)
     try:
         server = CollectorServer(

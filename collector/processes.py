@@ -196,6 +196,7 @@ class _Process:
         )
         self.process.start()
         child.close()
+        self.started = time.monotonic()
         self.ready = threading.Event()
         self.error = ""
         self.replies: queue.Queue[tuple[int, list[Metric]]] = queue.Queue()
@@ -281,12 +282,15 @@ class Supervisor:
         on_stop: Callable[[], object] | None = None,
     ) -> None:
         """Run the processes until ``stop``; raises RuntimeError when one cannot be kept running."""
+        self.settings.credentials()  # a bad key or token file: its own error, before any process
         held, port = reserve_port(self.settings.listen)
         host = self.settings.listen.rpartition(":")[0]
         listen = f"{host}:{port}"
         try:
             self.processes = [self._start(i, listen) for i in range(self.count)]
             self._wait_ready(self.processes, stop)
+            if stop.is_set():
+                return
             if self.settings.prometheus_port is not None:
                 addr = self.settings.prometheus_addr
                 start_http_server(self.settings.prometheus_port, addr=addr, registry=self.registry)
@@ -303,7 +307,7 @@ class Supervisor:
                 if on_tick is not None:
                     on_tick()
                 self.live.sweep(time.monotonic())
-                self._restart_dead(listen, stop)
+                self._restart_dead(listen)
         finally:
             if on_stop is not None:
                 on_stop()
@@ -313,19 +317,26 @@ class Supervisor:
             raise RuntimeError(f"collector processes did not stop cleanly: {'; '.join(failed)[:300]}")
 
     def _wait_ready(self, procs: Iterable[_Process], stop: threading.Event) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
+        """Until every one of ``procs`` serves (or ``stop``); RuntimeError if one dies or is late."""
         for proc in procs:
-            while not proc.ready.wait(0.1):
-                if not proc.alive():
-                    proc.process.join()
-                    time.sleep(0.1)  # its last message (the error) may still be in the pipe
-                    raise RuntimeError(f"collector process {proc.index} failed to start ({proc.outcome()})")
-                if stop.is_set() or time.monotonic() > deadline:
-                    raise RuntimeError(f"collector process {proc.index} not serving after {START_TIMEOUT_S:g} s")
+            while not proc.ready.wait(0.1) and not stop.is_set():
+                self._check_starting(proc)
 
-    def _restart_dead(self, listen: str, stop: threading.Event) -> None:
+    def _check_starting(self, proc: _Process) -> None:
+        if not proc.alive():
+            proc.process.join()
+            time.sleep(0.1)  # its last message (the error) may still be in the pipe
+            raise RuntimeError(f"collector process {proc.index} failed to start ({proc.outcome()})")
+        if time.monotonic() - proc.started > START_TIMEOUT_S:
+            raise RuntimeError(f"collector process {proc.index} not serving after {START_TIMEOUT_S:g} s")
+
+    def _restart_dead(self, listen: str) -> None:
+        """Start each dead process again (without waiting for it); RuntimeError on a crash loop
+        or a process that does not come up."""
         for i, proc in enumerate(self.processes):
-            if proc.alive() or stop.is_set():
+            if proc.alive():
+                if not proc.ready.is_set():
+                    self._check_starting(proc)
                 continue
             proc.process.join()
             now = time.monotonic()
@@ -337,11 +348,9 @@ class Supervisor:
                 )
             pid = proc.process.pid
             log.warning("collector process %d (pid %d) died (%s); starting it again", i, pid, proc.outcome())
-            self.up.dec()
             self.processes[i] = self._start(i, listen)
-            self._wait_ready([self.processes[i]], stop)
-            self.up.inc()
             self.restarts.inc()
+        self.up.set(sum(p.ready.is_set() and p.alive() for p in self.processes))
 
     def _stop_all(self) -> list[str]:
         """SIGTERM to every process, wait for each to drain; the ones that did not exit 0."""

@@ -39,7 +39,8 @@ that this floor imports nothing above it). Its failure is logged, never the batc
 
 The collector keeps no state beyond in-flight batches (and the per-host buckets, which
 only limit, and the live streams per host, which only watch for two agents under one host
-id: :mod:`wattline.collector.livestreams`), so several can run behind one name.
+id: :mod:`wattline.collector.livestreams`), so several can run behind one name, or as processes
+of one collector on one port (:mod:`wattline.collector.processes`).
 """
 
 from __future__ import annotations

@@ -6,8 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
+
 from wattline.config import ConfigError, option
-from wattline.security import is_loopback
+from wattline.security import is_loopback, read_token, server_credentials
 
 DEFAULT_STORE = "sqlite:///var/lib/wattline/wattline.db"
 
@@ -112,6 +114,15 @@ class CollectorSettings:
     def process_count(self) -> int:
         """How many collector processes: ``processes``, or one per core this process may use."""
         return self.processes or len(os.sched_getaffinity(0))
+
+    def credentials(self) -> tuple[grpc.ServerCredentials | None, str | None]:
+        """The server's TLS credentials and the agents' bearer token, read and checked: a
+        bad key or a loose token file fails here, before anything is opened."""
+        self.check_tls()
+        creds = None
+        if self.tls_cert is not None and self.tls_key is not None:
+            creds = server_credentials(self.tls_cert, self.tls_key, self.tls_client_ca)
+        return creds, read_token(self.token_file, "collector.token_file")
 
     def check_tls(self) -> None:
         """The TLS options go together: cert with key, a client CA only with both."""

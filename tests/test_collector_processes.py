@@ -264,3 +264,12 @@ def test_a_port_in_use_is_one_line_not_shared(influxd: Influxd) -> None:
     assert done.returncode == 1
     lines = [line for line in done.stderr.splitlines() if "error" in line]
     assert lines == [f"wattline: error: cannot listen on 127.0.0.1:{port}: Address already in use"], done.stderr
+
+
+def test_credentials_are_checked_before_any_process_starts(tmp_path: Path, influxd: Influxd) -> None:
+    missing = tmp_path / "no-token"
+    done = run_cli("collector", "--store", influxd.url, "--processes", "2", "--token-file", str(missing))
+    assert done.returncode == 2  # as with one process: a configuration error, named
+    assert done.stderr.strip().splitlines() == [
+        f"wattline: error: collector.token_file file {missing}: No such file or directory"
+    ]

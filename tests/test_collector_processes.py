@@ -242,15 +242,23 @@ def test_a_process_that_keeps_dying_stops_the_collector_non_zero(collector: Coll
     assert survivors == [], "a collector process outlived its supervisor"
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60, env=clean_env())
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60, env={**clean_env(), **(env or {})})
 
 
-def test_sqlite_with_several_processes_is_refused_in_one_line(tmp_path: Path) -> None:
-    done = run_cli("collector", "--store", f"sqlite:{tmp_path / 'w.db'}", "--processes", "2")
+@pytest.mark.parametrize("how", ["flag", "env", "config"])
+def test_sqlite_with_several_processes_is_refused_in_one_line(tmp_path: Path, how: str) -> None:
+    config = tmp_path / "wattline.toml"
+    config.write_text("[collector]\nprocesses = 3\n")
+    args, env = {
+        "flag": (["--processes", "3"], {}),
+        "env": ([], {"WATTLINE_COLLECTOR_PROCESSES": "3"}),
+        "config": (["--config", str(config)], {}),
+    }[how]
+    done = run_cli("collector", "--store", f"sqlite:{tmp_path / 'w.db'}", *args, env=env)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "wattline: error: option collector.processes: 2 processes cannot share a SQLite store (one writer per "
+        "wattline: error: option collector.processes: 3 processes cannot share a SQLite store (one writer per "
         "file); use processes = 1, or an InfluxDB store (http://...)"
     ]
 

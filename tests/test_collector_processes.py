@@ -151,7 +151,7 @@ def test_sigterm_drains_every_process_and_acks_only_what_is_stored(collector: Co
     for a in agents:
         a.start()
     deadline = time.monotonic() + 30
-    while sum(len(a.acked) for a in agents) < 40 and time.monotonic() < deadline:
+    while min(len(a.acked) for a in agents) < 3 and time.monotonic() < deadline:  # every agent under way
         time.sleep(0.05)
     collector.proc.process.send_signal(signal.SIGTERM)
     assert collector.proc.process.wait(timeout=60) == 0, collector.proc.log()[-3000:]

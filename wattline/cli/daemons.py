@@ -18,6 +18,7 @@ from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
 from wattline.cli.agent_entry import agent_settings, read_config, run_agent_command
 from wattline.collector.daemon import run_collector, store_from_settings
+from wattline.collector.processes import ProcessLink, Supervisor
 from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import StoreUnavailable
 from wattline.collector.stores.reader import SummaryStore
@@ -116,6 +117,7 @@ def collector(
     prometheus_port: int | None = typer.Option(None, help=_c("prometheus_port")),
     prometheus_addr: str | None = typer.Option(None, help=_c("prometheus_addr")),
     workers: int | None = typer.Option(None, help=_c("workers")),
+    processes: int | None = typer.Option(None, help=_c("processes")),
     max_message_mb: int | None = typer.Option(None, help=_c("max_message_mb")),
     max_batch_points: int | None = typer.Option(None, help=_c("max_batch_points")),
     host_rate: float | None = typer.Option(None, help=_c("host_rate")),
@@ -148,6 +150,7 @@ def collector(
         prometheus_port=prometheus_port,
         prometheus_addr=prometheus_addr,
         workers=workers,
+        processes=processes,
         max_message_mb=max_message_mb,
         max_batch_points=max_batch_points,
         host_rate=host_rate,
@@ -167,23 +170,43 @@ def collector(
         summary_pue=summary_pue,
     )
     settings = build(CollectorSettings, "collector", read_config(config), flags=flags).validate()
+    hooks: dict[str, Any] = dict(
+        on_ready=lambda port: systemd.ready(f"listening on port {port}"),
+        on_tick=systemd.watchdog,
+        on_stop=systemd.stopping,
+    )
+    try:
+        if settings.process_count() > 1:
+            Supervisor(settings, collector_process, settings.process_count()).serve(stop_event(), **hooks)
+        else:
+            serve_collector(settings, stop_event(), **hooks)
+    except StoreUnavailable as exc:
+        raise RuntimeError(f"store {settings.store}: {exc}") from None
+
+
+def serve_collector(
+    settings: CollectorSettings, stop: threading.Event, link: ProcessLink | None = None, **hooks: Any
+) -> None:
+    """One collector process: ingest (:func:`run_collector`, ``hooks`` its callbacks) and
+    its job summaries' writer."""
     writer: SummaryWriter | None = None
     try:
         writer = summary_writer(settings)
         run_collector(
-            settings,
-            stop_event(),
-            on_ready=lambda port: systemd.ready(f"listening on port {port}"),
-            on_tick=systemd.watchdog,
-            on_stop=systemd.stopping,
-            on_job_events=writer.job_events if writer is not None else None,
+            settings, stop, on_job_events=writer.job_events if writer is not None else None, link=link, **hooks
         )
-    except StoreUnavailable as exc:
-        raise RuntimeError(f"store {settings.store}: {exc}") from None
     finally:
         if writer is not None:
             writer.stop()
             writer.reader.close()  # type: ignore[attr-defined]
+
+
+def collector_process(settings: CollectorSettings, link: ProcessLink) -> None:
+    """The body of each of several collector processes (``--processes``)."""
+    try:
+        serve_collector(settings, link.stop, link=link)
+    except StoreUnavailable as exc:
+        raise RuntimeError(f"store {settings.store}: {exc}") from None
 
 
 def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:

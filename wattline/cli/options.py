@@ -61,6 +61,8 @@ def option_group(target: str, parse: Callable[..., Any], **options: tuple[Any, A
 
     def decorate(command: Command) -> Command:
         signature = inspect.signature(command)
+        if target not in signature.parameters:
+            raise TypeError(f"{command.__name__} has no parameter {target}")
         params: list[inspect.Parameter] = []
         for param in signature.parameters.values():
             if param.name != target:

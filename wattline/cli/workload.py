@@ -1,6 +1,7 @@
 """``wattline workload``: the study's two experiments as reference workloads.
 
-Each command runs ``wattline run``'s machinery in-process: it opens the job (embedded
+Each command parses its options, then runs ``wattline run``'s machinery in-process
+(:mod:`wattline.workloads.reference.launch`): it opens the job (embedded
 sampling into the local store, or a collector), starts the workload as a child
 ``python -m wattline.workloads.reference...`` that joins the job through the
 environment and counts its own units, then prints the workload's own figures (ramp,

@@ -9,12 +9,12 @@ from typing import Any
 
 import typer
 
-from wattline.cli.daemons import INFLUX_API, INFLUX_BUCKET, INFLUX_DATABASE, INFLUX_ORG, INFLUX_TOKEN_FILE
-from wattline.cli.jobs import CONFIG_HELP, JOB_HELP, STORE_HELP, open_reader, report_or_exit, store_choice
+from wattline.cli.options import JOB_HELP, StoreChoice, store_options
 from wattline.collector.stores.reader import Reader
 from wattline.config import ConfigError
 from wattline.workloads import export as export_rows
 from wattline.workloads.jobs_view import all_views
+from wattline.workloads.reading import report_or_exit
 from wattline.workloads.report import Report, ReportSettings, build_report
 from wattline.workloads.timeline import build_timeline
 
@@ -96,20 +96,15 @@ def export(reader: Reader, job_id: str, csv_path: str) -> None:
     typer.echo(f"wrote {n} samples to {path}", err=True)
 
 
+@store_options
 def export_command(
     job_id: str = typer.Argument(..., metavar="JOB", help=f"Job: {JOB_HELP}."),
     csv_path: str = typer.Option(..., "--csv", help="CSV file to write, or - for stdout."),
-    store: str | None = typer.Option(None, "--store", help=STORE_HELP),
-    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
-    influx_api: str | None = INFLUX_API,
-    influx_database: str | None = INFLUX_DATABASE,
-    influx_org: str | None = INFLUX_ORG,
-    influx_bucket: str | None = INFLUX_BUCKET,
-    influx_token_file: Path | None = INFLUX_TOKEN_FILE,
+    *,
+    choice: StoreChoice,
 ) -> None:
     """The job's samples as CSV: time, host, source, component, device, quality, window, energy, power."""
-    choice = store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file)
-    with open_reader(choice) as reader:
+    with choice.reader() as reader:
         export(reader, job_id, csv_path)
 
 

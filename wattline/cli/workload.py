@@ -1,6 +1,7 @@
 """``wattline workload``: the study's two experiments as reference workloads.
 
-Each command runs ``wattline run``'s machinery in-process: it opens the job (embedded
+Each command parses its options, then runs ``wattline run``'s machinery in-process
+(:mod:`wattline.workloads.reference.launch`): it opens the job (embedded
 sampling into the local store, or a collector), starts the workload as a child
 ``python -m wattline.workloads.reference...`` that joins the job through the
 environment and counts its own units, then prints the workload's own figures (ramp,
@@ -13,66 +14,20 @@ accuracy. Comparing two CPU runs (fp32 against bf16, 1 thread against 2) with
 
 from __future__ import annotations
 
-import importlib.metadata
-import json
 import os
-import sys
-import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from wattline.cli.agent_entry import agent_settings
-from wattline.cli.daemons import (
-    INFLUX_API,
-    INFLUX_BUCKET,
-    INFLUX_DATABASE,
-    INFLUX_ORG,
-    INFLUX_TOKEN_FILE,
-)
-from wattline.cli.jobs import (
-    CARBON,
-    CONFIG_HELP,
-    IDLE,
-    PRICE,
-    PUE,
-    SHARE,
-    STORE_HELP,
-    VERBOSE,
-    StoreChoice,
-    after_the_command,
-    check_host,
-    job_spec,
-    open_reader,
-    report_settings,
-    sources_line,
-    store_choice,
-)
+from wattline.cli.options import VERBOSE, StoreChoice, option_group, report_options, store_options
 from wattline.config import ConfigError
 from wattline.workloads.job import default_job_id
-from wattline.workloads.reference.common import (
-    DEMO_ONLY,
-    DEVICES,
-    DTYPES,
-    EXTRA_HINT,
-    RANDOM_WEIGHTS,
-    import_torch,
-    missing_extra,
-    probe_devices,
-    resolve_device,
-)
-from wattline.workloads.render import print_report, report_json
-from wattline.workloads.report import Report, ReportSettings, build_complete_report, report_wait_s
-from wattline.workloads.run import RunRequest, devices_from_env, parse_devices, resolve_gpu_claims, run_job
-from wattline.workloads.saturation import detect_saturation
-
-#: Version of the ``--json`` shape below (the report inside keeps its own schema).
-WORKLOAD_SCHEMA = "wattline.workload/1"
-MODULE = "wattline.workloads.reference"
+from wattline.workloads.reference.common import DEVICES, DTYPES, EXTRA_HINT, RANDOM_WEIGHTS, import_torch, missing_extra
+from wattline.workloads.reference.launch import WORKLOAD_SCHEMA, Launch, Where, resolve, run_workload, torchrun
+from wattline.workloads.report import ReportSettings
 
 app = typer.Typer(
     name="workload",
@@ -91,8 +46,6 @@ SATURATION = typer.Option(
 )
 JOB = typer.Option(None, "--job", help="Job name (default: the workload, size and sequence length).")
 JOB_ID = typer.Option(None, "--job-id", help="Job id (default: $SLURM_JOB_ID, $TORCHELASTIC_RUN_ID, or new).")
-STORE = typer.Option(None, "--store", help=STORE_HELP)
-CONFIG = typer.Option(None, "--config", "-c", help=CONFIG_HELP)
 COLLECTORS = typer.Option(
     None, "--collector", help="Send job events to this collector (a host agent samples); default: embedded sampling."
 )
@@ -109,34 +62,53 @@ COMPILE = typer.Option(False, "--compile", help="torch.compile the model (compil
 
 
 @dataclass
-class Launch:
-    """One workload run: what to start, how to tag it, where the figures go."""
+class Common:
+    """The options both workloads take beside the store's and the report's."""
 
-    name: str
-    kind: str
-    units: str
-    module: str
-    args: list[str]
-    labels: dict[str, str]
-    launcher: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class Where:
-    """Store, sampling and report options common to both commands."""
-
+    job: str | None
     job_id: str | None
-    store: str | None
-    config: Path | None
     collectors: list[str] | None
     devices: str | None
     interval: float | None
     as_json: bool
     report_json_path: Path | None
-    settings: ReportSettings
-    choice: StoreChoice
-    verbose: bool = False
+    verbose: bool
+
+
+#: The command gets ``common: Common``.
+common_options = option_group(
+    "common",
+    Common,
+    job=(str | None, JOB),
+    job_id=(str | None, JOB_ID),
+    collectors=(list[str] | None, COLLECTORS),
+    devices=(str | None, DEVICES_OPT),
+    interval=(float | None, INTERVAL),
+    as_json=(bool, AS_JSON),
+    report_json_path=(Path | None, REPORT_JSON),
+    verbose=(bool, VERBOSE),
+)
+
+
+def _run(
+    launch: Launch, common: Common, choice: StoreChoice, rsettings: ReportSettings, job_id: str | None = None
+) -> None:
+    """Run the workload as a job (:func:`run_workload`) and exit with its status."""
+    settings, doc = agent_settings(
+        choice.config, interval=common.interval, sysfs_root=None, host_id=None, collectors=common.collectors
+    )
+    store = choice.job_store()
+    where = Where(
+        job_id or common.job_id,
+        common.collectors,
+        common.devices,
+        store,
+        common.as_json,
+        common.report_json_path,
+        rsettings,
+        common.verbose,
+    )
+    raise typer.Exit(run_workload(launch, where, settings, doc))
 
 
 def require_extra() -> Any:
@@ -151,212 +123,6 @@ def require_extra() -> Any:
         raise typer.Exit(2) from None
 
 
-def resolve(torch: Any, device: str, dtype: str, threads: int | None, processes: int = 1) -> dict[str, str]:
-    """Device, dtype and threads as they will be in force: the job's labels."""
-    if dtype not in DTYPES:
-        raise ConfigError(f"option --dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
-    available = probe_devices(torch)
-    try:
-        resolved = resolve_device(device, available)
-    except ValueError as exc:
-        raise ConfigError(f"option {exc}") from None
-    if threads is not None and threads < 1:
-        raise ConfigError(f"option --threads: {threads} is below 1")
-    n = threads or max(1, int(torch.get_num_threads()) // max(processes, 1))
-    labels = {
-        "device": resolved,
-        "dtype": dtype,
-        "threads": str(n),
-        "torch": str(torch.__version__),
-        "transformers": _version("transformers"),
-        "weights": "random",
-    }
-    if resolved == "cuda":
-        labels["device_name"] = available.cuda_name
-    return labels
-
-
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def execute(launch: Launch, where: Where) -> None:
-    """Run the workload under a job, then print its figures and the report; exits with its status."""
-    claims = resolve_gpu_claims(parse_devices(where.devices) if where.devices else devices_from_env(os.environ))
-    spec = job_spec(
-        where.job_id or default_job_id(launch.name), launch.name, launch.kind, launch.units, launch.labels, claims
-    )
-    settings, doc = agent_settings(
-        where.config, interval=where.interval, sysfs_root=None, host_id=None, collectors=where.collectors
-    )
-    check_host(spec, settings)
-    with tempfile.TemporaryDirectory(prefix="wattline-workload-") as tmp:
-        result_path = Path(tmp) / "result.json"
-        command = [*(launch.launcher or [sys.executable, "-m"]), f"{MODULE}.{launch.module}", *launch.args]
-        command += ["--result-json", str(result_path)]
-        kept: list[str] = []
-        request = RunRequest(command, spec, env=launch.env, stdout_to_stderr=where.as_json)
-        live_out = sys.stderr if sys.stderr.isatty() else None  # progress: the live line (workloads/live.py)
-        with sources_line(where.verbose) as on_sources:
-            status = run_job(
-                request,
-                settings,
-                doc,
-                where.collectors,
-                on_kept=kept.append,
-                open_store=where.choice.open,
-                on_sources=on_sources,
-                live_out=live_out,
-            )
-        result = json.loads(result_path.read_text()) if result_path.exists() else None
-    if kept or (where.collectors and where.store is None):
-        recorded = f"job {spec.job_id} recorded; report: wattline report {spec.job_id} --store <the collector's store>"
-        typer.echo(f"wattline: {kept[0]}" if kept else recorded, err=True)
-        if where.as_json:
-            out = {"schema": WORKLOAD_SCHEMA, "note": RANDOM_WEIGHTS, "workload": result, "check": None, "report": None}
-            typer.echo(json.dumps(out, indent=2))
-        elif result is not None:
-            print_workload(result, None, Console(file=sys.stdout))
-        raise typer.Exit(status)
-    with after_the_command(status), open_reader(where.choice) as reader:
-        report = build_complete_report(reader, spec.job_id, where.settings, report_wait_s(settings.batch_interval))
-    check = cross_check(report, result)
-    data = report_json(report)
-    if where.report_json_path is not None:
-        where.report_json_path.write_text(json.dumps(data, indent=2) + "\n")
-    if where.as_json:
-        out = {"schema": WORKLOAD_SCHEMA, "note": RANDOM_WEIGHTS, "workload": result, "check": check, "report": data}
-        typer.echo(json.dumps(out, indent=2))
-    else:
-        console = Console(file=sys.stdout)
-        if result is not None:
-            print_workload(result, check, console)
-        print_report(report, console)
-        console.print(
-            f"Compare with another run: wattline compare {spec.job_id} OTHER_JOB_ID "
-            f"(two CPU configurations: {DEMO_ONLY})."
-        )
-    if status == 0 and result is None:
-        raise ConfigError("the workload ended without its result file")
-    raise typer.Exit(status)
-
-
-def cross_check(report: Report, result: dict[str, Any] | None) -> dict[str, Any]:
-    """Units counted by the job against units the workload processed, and where throughput
-    detection alone (ignoring any mark) puts saturation."""
-    job = report.job
-    detected = detect_saturation(
-        job.start_ns, report.end_ns, unit_events=job.unit_events or None, params=report.settings.saturation
-    )
-    processed = None if result is None else result.get("units_processed")
-    return {
-        "units_counted": job.units_total,
-        "units_processed": processed,
-        "units_match": processed is not None and float(processed) == job.units_total,
-        "saturation_method": report.saturation.method,
-        "saturation_at_s": _offset(report.saturation.at_ns, job.start_ns),
-        "detection_alone": {
-            "saturated": detected.saturated,
-            "at_s": _offset(detected.at_ns, job.start_ns),
-            "method": detected.method,
-            "reason": detected.reason,
-        },
-    }
-
-
-def _offset(at_ns: int | None, start_ns: int) -> float | None:
-    return None if at_ns is None else (at_ns - start_ns) / 1e9
-
-
-def _ms(summary: dict[str, Any], key: str) -> str:
-    value = summary.get(key)
-    return "n/a" if value is None else f"{value:,.2f}"
-
-
-def print_workload(result: dict[str, Any], check: dict[str, Any] | None, console: Console) -> None:
-    """The workload's own figures: model, ramp or warm-up, measured period, the cross-check."""
-    model = result.get("model", {})
-    console.print(
-        f"[bold]{result.get('workload')}[/bold]: {model.get('class')} {model.get('size')} "
-        f"({model.get('parameters', 0) / 1e6:.1f} M parameters) on {result.get('device')}, {result.get('dtype')}, "
-        f"{result.get('threads')} CPU thread(s) - {RANDOM_WEIGHTS}"
-    )
-    measured = result.get("measured", {})
-    if "ramp" in result:
-        ramp = Table(title=f"Load ramp (a step must gain {result['ramp']['min_gain']:.0%})")
-        for col in ("concurrency", "batch", "documents/s"):
-            ramp.add_column(col, justify="right")
-        for s in result["ramp"]["steps"]:
-            ramp.add_row(str(s["concurrency"]), str(s["batch_size"]), f"{s['throughput_per_s']:,.1f}")
-        console.print(ramp)
-        plateau = result["plateau"]
-        t = Table(
-            title=f"Plateau held {measured['seconds']:.1f} s: concurrency {plateau['concurrency']}, "
-            f"batch {plateau['batch_size']}"
-        )
-        t.add_column("latency, ms")
-        for col in ("p50", "p90", "p99", "max"):
-            t.add_column(col, justify="right")
-        for label, key in (
-            ("per batch (each document waits this)", "batch_latency_ms"),
-            ("per document", "per_document_ms"),
-        ):
-            summary = measured.get(key, {})
-            t.add_row(label, *(_ms(summary, k) for k in ("p50", "p90", "p99", "max")))
-        console.print(t)
-        console.print(
-            f"Throughput at the plateau: {measured['throughput_per_s']:,.1f} documents/s "
-            f"({measured['throughput_per_h']:,.0f} per hour)"
-        )
-    else:
-        warm = result.get("warmup", {})
-        step = measured.get("step_ms", {})
-        console.print(
-            f"seq {result.get('seq_len')}, batch {result.get('batch_size')} x {result.get('world_size')} process(es); "
-            f"warm-up {warm.get('steps')} steps, {warm.get('seconds', 0):.1f} s ({warm.get('reason')})"
-        )
-        console.print(
-            f"After warm-up: {measured.get('steps')} steps in {measured.get('seconds', 0):.1f} s, "
-            f"{measured.get('throughput_per_s', 0):,.1f} sequences/s, step p50 {_ms(step, 'p50')} ms, "
-            f"p99 {_ms(step, 'p99')} ms; final loss {result.get('final_loss', float('nan')):.3f}"
-        )
-    if check is not None:
-        match = "yes" if check["units_match"] else "NO"
-        console.print(
-            f"Units counted by the job {check['units_counted']:,.0f}, processed by the workload "
-            f"{check['units_processed'] if check['units_processed'] is not None else 'n/a'}: match {match}"
-        )
-        alone = check["detection_alone"]
-        where = f"at {alone['at_s']:.1f} s" if alone["saturated"] else f"not found ({alone['reason']})"
-        console.print(f"Throughput-plateau detection alone (ignoring any mark): {where}")
-
-
-def _where(
-    job_id: str | None,
-    store: str | None,
-    config: Path | None,
-    collectors: list[str] | None,
-    devices: str | None,
-    interval: float | None,
-    as_json: bool,
-    report_json_path: Path | None,
-    price: float | None,
-    carbon_intensity: str | None,
-    pue: float,
-    idle: str,
-    share_rule: str,
-    choice: StoreChoice,
-    verbose: bool,
-) -> Where:
-    rsettings = report_settings(price, carbon_intensity, pue, idle, share_rule)
-    return Where(
-        job_id, store, config, collectors, devices, interval, as_json, report_json_path, rsettings, choice, verbose
-    )
-
-
 def _positive(value: float | int | None, option: str) -> None:
     if value is not None and value <= 0:
         raise ConfigError(f"option {option}: {value} must be > 0")
@@ -368,6 +134,9 @@ def _check_saturation(saturation: str) -> None:
 
 
 @app.command("layoutlm-inference")
+@store_options
+@report_options
+@common_options
 def layoutlm_inference(
     size: str = typer.Option(
         "base", "--size", help="base (LayoutLM-base, 512 tokens) or tiny (CI: seconds on 2 cores)."
@@ -387,26 +156,10 @@ def layoutlm_inference(
     saturation: str = SATURATION,
     compile_model: bool = COMPILE,
     seed: int = SEED,
-    job: str | None = JOB,
-    job_id: str | None = JOB_ID,
-    store: str | None = STORE,
-    config: Path | None = CONFIG,
-    collectors: list[str] | None = COLLECTORS,
-    devices: str | None = DEVICES_OPT,
-    interval: float | None = INTERVAL,
-    as_json: bool = AS_JSON,
-    report_json_path: Path | None = REPORT_JSON,
-    price: float | None = PRICE,
-    carbon_intensity: str | None = CARBON,
-    pue: float = PUE,
-    idle: str = IDLE,
-    share_rule: str = SHARE,
-    influx_api: str | None = INFLUX_API,
-    influx_database: str | None = INFLUX_DATABASE,
-    influx_org: str | None = INFLUX_ORG,
-    influx_bucket: str | None = INFLUX_BUCKET,
-    influx_token_file: Path | None = INFLUX_TOKEN_FILE,
-    verbose: bool = VERBOSE,
+    *,
+    common: Common,
+    choice: StoreChoice,
+    rsettings: ReportSettings,
 ) -> None:
     """LayoutLM document understanding, driven to saturation; counts inferences (documents).
 
@@ -422,23 +175,6 @@ def layoutlm_inference(
     for value, option in ((duration, "--duration"), (step_seconds, "--step-seconds"), (max_batch, "--max-batch")):
         _positive(value, option)
     _positive(max_concurrency, "--max-concurrency")
-    where = _where(
-        job_id,
-        store,
-        config,
-        collectors,
-        devices,
-        interval,
-        as_json,
-        report_json_path,
-        price,
-        carbon_intensity,
-        pue,
-        idle,
-        share_rule,
-        store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file),
-        verbose,
-    )
     torch = require_extra()
     labels = resolve(torch, device, dtype, threads)
     if compile_model and labels["device"] == "neuron":
@@ -456,11 +192,14 @@ def layoutlm_inference(
             args += [flag, str(value)]
     if compile_model:
         args.append("--compile")
-    name = job or f"layoutlm-inference-{size}"
-    execute(Launch(name, "inference", "inferences", "layoutlm_inference", args, labels), where)
+    name = common.job or f"layoutlm-inference-{size}"
+    _run(Launch(name, "inference", "inferences", "layoutlm_inference", args, labels), common, choice, rsettings)
 
 
 @app.command("bert-pretrain")
+@store_options
+@report_options
+@common_options
 def bert_pretrain(
     size: str = typer.Option("large", "--size", help="large (BERT-Large) or tiny (CI: seconds on 2 cores)."),
     seq_len: int = typer.Option(128, "--seq-len", help="128 or 512 (BERT's two pre-training phases)."),
@@ -480,26 +219,10 @@ def bert_pretrain(
     nnodes: int = typer.Option(1, "--nnodes", help="Hosts in the job (needs --rdzv-endpoint and one --job-id)."),
     rdzv_endpoint: str | None = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of torchrun's rendezvous."),
     seed: int = SEED,
-    job: str | None = JOB,
-    job_id: str | None = JOB_ID,
-    store: str | None = STORE,
-    config: Path | None = CONFIG,
-    collectors: list[str] | None = COLLECTORS,
-    devices: str | None = DEVICES_OPT,
-    interval: float | None = INTERVAL,
-    as_json: bool = AS_JSON,
-    report_json_path: Path | None = REPORT_JSON,
-    price: float | None = PRICE,
-    carbon_intensity: str | None = CARBON,
-    pue: float = PUE,
-    idle: str = IDLE,
-    share_rule: str = SHARE,
-    influx_api: str | None = INFLUX_API,
-    influx_database: str | None = INFLUX_DATABASE,
-    influx_org: str | None = INFLUX_ORG,
-    influx_bucket: str | None = INFLUX_BUCKET,
-    influx_token_file: Path | None = INFLUX_TOKEN_FILE,
-    verbose: bool = VERBOSE,
+    *,
+    common: Common,
+    choice: StoreChoice,
+    rsettings: ReportSettings,
 ) -> None:
     """BERT masked-LM pre-training from scratch; counts sequences.
 
@@ -520,26 +243,9 @@ def bert_pretrain(
     _positive(nnodes, "--nnodes")
     if warmup_steps < 0:
         raise ConfigError(f"option --warmup-steps: {warmup_steps} is negative")
-    run_id = job_id or default_job_id(job or f"bert-pretrain-{size}-seq{seq_len}")
-    if nnodes > 1 and (rdzv_endpoint is None or (job_id is None and not _launcher_job_id())):
+    run_id = common.job_id or default_job_id(common.job or f"bert-pretrain-{size}-seq{seq_len}")
+    if nnodes > 1 and (rdzv_endpoint is None or (common.job_id is None and not _launcher_job_id())):
         raise ConfigError("option --nnodes: several hosts need --rdzv-endpoint and the same --job-id on every host")
-    where = _where(
-        run_id,
-        store,
-        config,
-        collectors,
-        devices,
-        interval,
-        as_json,
-        report_json_path,
-        price,
-        carbon_intensity,
-        pue,
-        idle,
-        share_rule,
-        store_choice(store, config, influx_api, influx_database, influx_org, influx_bucket, influx_token_file),
-        verbose,
-    )
     torch = require_extra()
     processes = nproc_per_node
     labels = resolve(torch, device, dtype, threads, processes)
@@ -554,25 +260,17 @@ def bert_pretrain(
     if compile_model:
         args.append("--compile")
     labels["batch_size"] = str(batch_size or DEFAULT_BATCH[(size, seq_len)])
-    launcher: list[str] = []
-    if nproc_per_node > 1 or nnodes > 1:
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc_per_node)]
-        if nnodes > 1:
-            assert rdzv_endpoint is not None
-            launcher += ["--nnodes", str(nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint]
-            launcher += ["--rdzv-id", run_id]
-        else:
-            launcher += ["--standalone"]
-        launcher.append("-m")
-        if nnodes > 1 and not collectors and (store is None or store.startswith("sqlite")):
-            typer.echo(
-                "wattline: warning: each host's SQLite store holds that host alone; "
-                "use --collector or a shared InfluxDB --store for the whole job",
-                err=True,
-            )
-    name = job or f"bert-pretrain-{size}-seq{seq_len}"
+    launcher = torchrun(nproc_per_node, nnodes, rdzv_endpoint, run_id)
+    if nnodes > 1 and not common.collectors and (choice.store is None or choice.store.startswith("sqlite")):
+        typer.echo(
+            "wattline: warning: each host's SQLite store holds that host alone; "
+            "use --collector or a shared InfluxDB --store for the whole job",
+            err=True,
+        )
+    name = common.job or f"bert-pretrain-{size}-seq{seq_len}"
     env = {"OMP_NUM_THREADS": labels["threads"]} if launcher else {}
-    execute(Launch(name, "training", "sequences", "bert_pretrain", args, labels, launcher, env), where)
+    launch = Launch(name, "training", "sequences", "bert_pretrain", args, labels, launcher, env)
+    _run(launch, common, choice, rsettings, run_id)
 
 
 def _launcher_job_id() -> bool:

@@ -50,7 +50,7 @@ from wattline.agent.sources.neuron_config import (
     parse_power_line,
 )
 from wattline.agent.sources.neuron_monitor import Supervisor
-from wattline.agent.sources.neuron_power import DevicePower, find_power_file
+from wattline.agent.sources.neuron_power import DevicePower, find_power_file, model_power
 from wattline.agent.sources.neuron_report import (
     HardwareInfo,
     InstanceInfo,
@@ -317,12 +317,7 @@ class NeuronSource(Source):
         if path is not None:
             self._power_hist.setdefault(dev, DevicePower(name)).read(reading, path, max_w, idle_w, now, self.options)
             return
-        if reading.utilization is None:
-            reading.error = f"{name} power: no NeuronCore utilization ({why or 'neuron-monitor not running'})"
-        elif max_w is None or idle_w is None:
-            reading.error = f"{name} power: device type unknown (set NeuronOptions.device_type)"
-        else:
-            reading.power_w = idle_w + reading.utilization * max(max_w - idle_w, 0.0)
+        model_power(reading, name, max_w, idle_w, why)
 
     def _no_report_reason(self, report: NeuronReport | None, age: float) -> str | None:
         mon = self._monitor

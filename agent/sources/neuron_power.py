@@ -1,6 +1,6 @@
-"""A Neuron device's power from the driver's sysfs file (``stats/power/utilization``):
-finding the file under either layout, and turning its last two minutes into watts and
-bounds (the formulas are in :mod:`.neuron_config`)."""
+"""A Neuron device's power: from the driver's sysfs file (``stats/power/utilization``),
+found under either layout, its last two minutes turned into watts and bounds; without
+the file, from NeuronCore utilization (the formulas are in :mod:`.neuron_config`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from wattline.agent.sources.base import Reading
 from wattline.agent.sources.neuron_config import NeuronOptions, PowerStats, parse_power_line
 
 POWER_REL: Final = "stats/power/utilization"
+#: A reading's error where the device type, and so its max and idle power, is not known.
+NO_DEVICE_TYPE: Final = "power: device type unknown (set NeuronOptions.device_type)"
 
 
 def find_power_file(*bases: Path) -> tuple[Path | None, str]:
@@ -62,7 +64,7 @@ class DevicePower:
             power_avg_percent=stats.avg_pct, power_min_percent=stats.min_pct, power_max_percent=stats.max_pct
         )
         if max_w is None or idle_w is None:
-            reading.error = f"{name} power: device type unknown (set NeuronOptions.device_type)"
+            reading.error = f"{name} {NO_DEVICE_TYPE}"
             return
         prev, last = self.prev, self.last or stats
         if last.epoch_s != stats.epoch_s:
@@ -74,3 +76,13 @@ class DevicePower:
             lo, hi = min(lo, prev.min_pct), max(hi, prev.max_pct)
         reading.power_w = base + stats.avg_pct / 100.0 * max_w
         reading.power_bounds_w = (base + lo / 100.0 * max_w, base + hi / 100.0 * max_w)
+
+
+def model_power(reading: Reading, name: str, max_w: float | None, idle_w: float | None, why: str | None) -> None:
+    """Power into ``reading`` from its NeuronCore utilization, or its error (``why`` no utilization)."""
+    if reading.utilization is None:
+        reading.error = f"{name} power: no NeuronCore utilization ({why or 'neuron-monitor not running'})"
+    elif max_w is None or idle_w is None:
+        reading.error = f"{name} {NO_DEVICE_TYPE}"
+    else:
+        reading.power_w = idle_w + reading.utilization * max(max_w - idle_w, 0.0)

@@ -20,8 +20,8 @@ entry points import gRPC with its client I/O on the calling thread
 
 Counters (exported on the agent's ``/metrics``): ``sent_batches`` acknowledged pushes,
 ``failed_pushes``, ``resent_batches`` (pushes of a batch whose previous push failed; what an
-earlier process left in the disk spool goes out as new batches), ``sent_bytes`` (serialized batches, resends
-included), ``rejected_batches`` / ``rejected_points``, ``failovers``.
+earlier process left in the disk spool goes out as new batches), ``sent_bytes`` (serialized
+batches, resends included), ``rejected_batches`` / ``rejected_points``, ``failovers``.
 """
 
 from __future__ import annotations
@@ -42,8 +42,6 @@ log = logging.getLogger(__name__)
 
 _FATAL = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION}
 _CREDENTIALS = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
-#: The unary call of the wire contract (the batch is serialized here, to count its bytes).
-PUSH_METHOD = f"/{wire.SERVICE_NAME}/Push"
 #: Words of a RESOURCE_EXHAUSTED that mean "this batch is too large" (gRPC's, or the collector's).
 _TOO_LARGE = ("larger than max",)
 
@@ -99,7 +97,7 @@ class Uplink:
         self._index = 0
         self._since_failover = 0.0
         self._channel: grpc.Channel | None = None
-        self._push: Any = None
+        self._stub: Any = None
         #: (stream id, seq) of the batch whose last push failed: pushing it again is a resend.
         self._failed_batch: tuple[str, int] | None = None
         self.connected = False
@@ -117,21 +115,18 @@ class Uplink:
         return self.addresses[self._index]
 
     def _connect(self) -> Any:
-        """The Push call on the current address's channel (taking serialized batches)."""
-        if self._push is None:
+        if self._stub is None:
             if self._credentials is None:
                 self._channel = grpc.insecure_channel(self.address, options=self._options)
             else:
                 self._channel = grpc.secure_channel(self.address, self._credentials, options=self._options)
-            self._push = self._channel.unary_unary(
-                PUSH_METHOD, request_serializer=None, response_deserializer=wire.Ack.FromString
-            )
-        return self._push
+            self._stub = wire.telemetry_stub(self._channel)
+        return self._stub
 
     def _switch(self, index: int) -> None:
         if self._channel is not None:
             self._channel.close()
-        self._channel, self._push = None, None
+        self._channel, self._stub = None, None
         if index != self._index:
             self.failovers += 1
         self._index = index
@@ -145,10 +140,9 @@ class Uplink:
         if self._index and time.monotonic() - self._since_failover > self.failback_s:
             log.info("trying preferred collector %s again", self.addresses[0])
             self._switch(0)
-        data = batch.SerializeToString()
-        self._count_send(batch, len(data))
+        self._count_send(batch, batch.ByteSize())
         try:
-            ack = self._connect()(data, timeout=self.timeout_s, wait_for_ready=False, metadata=self._metadata)
+            ack = self._connect().Push(batch, timeout=self.timeout_s, wait_for_ready=False, metadata=self._metadata)
         except grpc.RpcError as exc:
             code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
             details = (exc.details() if isinstance(exc, grpc.Call) else str(exc)) or ""

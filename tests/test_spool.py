@@ -326,9 +326,9 @@ def test_replays_leave_one_copy_through_the_collector(tmp_path: Path) -> None:
         first.seal()
         batch = first.peek()
         assert batch is not None
-        push = Uplink(first, [address])._connect()  # the Push call, taking serialized batches
-        assert push(batch.SerializeToString(), timeout=10).written == 8  # written; the ack never reaches the spool
-        assert push(batch.SerializeToString(), timeout=10).written == 8  # a resend
+        stub = Uplink(first, [address])._connect()
+        assert stub.Push(batch, timeout=10).written == 8  # written; the ack never reaches the spool
+        assert stub.Push(batch, timeout=10).written == 8  # a resend
         first.close()
 
         second = DiskSpool(HOST, tmp_path / "spool")

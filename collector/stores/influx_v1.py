@@ -34,7 +34,15 @@ from wattline.collector.stores.base import (
     StoreUnavailable,
     WriteResult,
 )
-from wattline.collector.stores.reader import MAX_INTERVAL_NS, StoredJobEvent, StoredSample, jobs_near, last_heard
+from wattline.collector.stores.reader import (
+    MAX_INTERVAL_NS,
+    StoredJobEvent,
+    StoredSample,
+    UnitCuts,
+    jobs_near,
+    last_heard,
+    reduce_units,
+)
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +199,27 @@ def _events(series_list: list[dict[str, Any]]) -> list[StoredJobEvent]:
     return events
 
 
+def _unit_events(found: list[dict[str, Any]]) -> list[StoredJobEvent]:
+    """UNITS events from the series of ``SELECT units, event_seq, time_ns ... GROUP BY host, job_id``."""
+    events = []
+    for series in found:
+        tags = series["tags"]
+        host, job = tags.get("host", ""), tags.get("job_id", "")
+        i_time, i_units, i_seq, i_true = _indexes(series, "units", "event_seq", "time_ns")
+        events += [
+            StoredJobEvent(
+                host,
+                job,
+                "units",
+                int(v[i_true] or v[i_time]),
+                int(v[i_seq] or 0),
+                {} if v[i_units] is None else {"units": v[i_units]},
+            )
+            for v in series.get("values", [])
+        ]
+    return events
+
+
 def quote_ident(name: str) -> str:
     """An InfluxQL identifier in double quotes."""
     return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -332,32 +361,25 @@ class InfluxV1Store(LineProtocolStore):
 
     # -- Reader (what reports need; see reader.py) -----------------------------------
 
-    def job_events(self, job_id: str | None = None) -> list[StoredJobEvent]:
+    def job_events(self, job_id: str | None = None, units: bool = True) -> list[StoredJobEvent]:
         where = f"job_id = {quote_literal(job_id)} AND " if job_id is not None else ""
         # UNITS events (most of a long job's events) with only their two fields; the others
         # with every field. GROUP BY keeps the tags out of each row.
-        units, others = self._statements(
-            f"SELECT units, event_seq, time_ns FROM job_events WHERE {where}event = 'units' GROUP BY host, job_id; "
-            f"SELECT * FROM job_events WHERE {where}event != 'units' GROUP BY *",
-            self.database,
-        )
-        events = _events(others)
-        for series in units:
-            tags = series["tags"]
-            host, job = tags.get("host", ""), tags.get("job_id", "")
-            i_time, i_units, i_seq, i_true = _indexes(series, "units", "event_seq", "time_ns")
-            events += [
-                StoredJobEvent(
-                    host,
-                    job,
-                    "units",
-                    int(v[i_true] or v[i_time]),
-                    int(v[i_seq] or 0),
-                    {} if v[i_units] is None else {"units": v[i_units]},
-                )
-                for v in series.get("values", [])
-            ]
-        return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+        others = f"SELECT * FROM job_events WHERE {where}event != 'units' GROUP BY *"
+        if not units:
+            (series,) = self._statements(others, self.database)
+            return _events(series)
+        found, series = self._statements(f"{self._units_query(where)}; {others}", self.database)
+        return sorted(_events(series) + _unit_events(found), key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def unit_events(self, job_id: str, cuts: UnitCuts) -> list[StoredJobEvent]:
+        """Every UNITS row of the job (its two fields), reduced here (:func:`reduce_units`)."""
+        (found,) = self._statements(self._units_query(f"job_id = {quote_literal(job_id)} AND "), self.database)
+        return reduce_units(_unit_events(found), cuts)
+
+    @staticmethod
+    def _units_query(where: str) -> str:
+        return f"SELECT units, event_seq, time_ns FROM job_events WHERE {where}event = 'units' GROUP BY host, job_id"
 
     def job_events_between(self, start_ns: int, end_ns: int, hosts: Collection[str]) -> list[StoredJobEvent]:
         ids = sorted(jobs_near(self._job_ids, start_ns, end_ns, hosts))

@@ -22,7 +22,9 @@ stores the same points. ``PRAGMA user_version`` holds the schema version.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import math
 import operator
 import os
 import sqlite3
@@ -59,10 +61,17 @@ from wattline.collector.stores.base import (
     sample_tags,
     summary_points,
 )
-from wattline.collector.stores.reader import StoredJobEvent, StoredSample, jobs_near, last_heard
+from wattline.collector.stores.reader import (
+    StoredJobEvent,
+    StoredSample,
+    UnitCuts,
+    jobs_near,
+    last_heard,
+    reduce_units,
+)
 from wattline.config import ConfigError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _SCHEMA_V1 = """
 CREATE TABLE energy (
@@ -130,8 +139,16 @@ CREATE TABLE job_summary (
 CREATE INDEX job_summary_time ON job_summary (time_ns);
 """
 
+#: v6: a job's UNITS events (most of a long job's events) in an index of their own that holds
+#: what a report sums (:meth:`SqliteStore.unit_events`), and its other events in another, so a
+#: report reads neither by visiting every UNITS row.
+_SCHEMA_V6 = """
+CREATE INDEX job_events_units ON job_events (job_id, host, time_ns, event_seq, fields) WHERE event = 'units';
+CREATE INDEX job_events_marks ON job_events (job_id, time_ns) WHERE event != 'units';
+"""
+
 #: Schema version -> script that upgrades the version before it.
-_MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3, 4: _SCHEMA_V4, 5: _SCHEMA_V5}
+_MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3, 4: _SCHEMA_V4, 5: _SCHEMA_V5, 6: _SCHEMA_V6}
 
 _ENERGY_COLUMNS = (
     "host, source, component, device, quality, labels, time_ns, start_ns, energy_j, power_w, cumulative_j, "
@@ -148,6 +165,9 @@ _JOB_COLUMNS = "host, labels, job_id, event, time_ns, event_seq, fields"
 #: What a StoredJobEvent is made of.
 _EVENT_COLUMNS = "host, job_id, event, time_ns, event_seq, fields"
 _INSERT_JOB = f"INSERT OR REPLACE INTO job_events ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+#: A UNITS event's ``fields`` as the store writes them, ``{"units":X}`` with X >= 0 (see
+#: :func:`_event_fields`), and its units in SQL; any other (``{}`` is 0 units) is read in Python.
+_PLAIN_UNITS = """fields GLOB '{"units":[0-9]*}'"""
 #: Job event fields that have a column of their own (not in ``fields``).
 _EVENT_KEYS = frozenset({"event_seq", "time_ns"})
 #: Sample fields that have a column of their own; every other field is a gauge.
@@ -233,6 +253,40 @@ def _event_fields(text: str) -> dict[str, Any]:
         except ValueError:
             pass
     return {} if text == "{}" else dict(json.loads(text))
+
+
+#: Spans of :meth:`SqliteStore.unit_events` per statement (3 variables each).
+_SPANS_PER_QUERY = 3000
+#: A row of job_events_units as one text (exact: integers and the fields' own text).
+_PACK = "time_ns || ' ' || event_seq || ' ' || fields"
+_UNITS_OF = "FROM job_events WHERE job_id = ? AND event = 'units'"
+_IN_SPAN = (
+    "FROM job_events WHERE job_id = ?1 AND event = 'units' AND host = s.host AND time_ns > s.lo AND time_ns <= s.hi"
+)
+#: Per span: its first three rows (a newline between them), its last, and the sum of its units
+#: (inf when a row's units are not written as this store writes them).
+_SPAN_COLUMNS = (
+    f"(SELECT group_concat(r, char(10)) FROM (SELECT {_PACK} AS r {_IN_SPAN} ORDER BY time_ns, event_seq LIMIT 3)), "
+    f"(SELECT {_PACK} {_IN_SPAN} ORDER BY time_ns DESC, event_seq DESC LIMIT 1), "
+    f"(SELECT SUM(CASE WHEN {_PLAIN_UNITS} THEN CAST(substr(fields, 10) AS REAL) "
+    f"WHEN fields = '{{}}' THEN 0 ELSE 9e999 END) {_IN_SPAN})"
+)
+
+
+@functools.lru_cache(maxsize=8)
+def _spans_query(n: int) -> str:
+    """The statement of :meth:`SqliteStore.unit_events` for ``n`` spans (?1: the job id)."""
+    values = ", ".join(f"(?{3 * i + 2}, ?{3 * i + 3}, ?{3 * i + 4})" for i in range(n))
+    return f"WITH s(host, lo, hi) AS (VALUES {values}) SELECT {_SPAN_COLUMNS} FROM s"
+
+
+def _packed(host: str, job_id: str, text: str) -> StoredJobEvent:
+    t, seq, fields = text.split(" ", 2)
+    return StoredJobEvent(host, job_id, "units", int(t), int(seq), _event_fields(fields))
+
+
+def _with_units(e: StoredJobEvent, units: float) -> StoredJobEvent:
+    return StoredJobEvent(e.host, e.job_id, e.event, e.time_ns, e.event_seq, {**e.fields, "units": units})
 
 
 class NotAStore(ConfigError, StoreUnavailable):
@@ -587,13 +641,52 @@ class SqliteStore(Store):
 
     # -- Reader (what reports need; see reader.py) -----------------------------------
 
-    def job_events(self, job_id: str | None = None) -> list[StoredJobEvent]:
+    def job_events(self, job_id: str | None = None, units: bool = True) -> list[StoredJobEvent]:
         where, args = self._where(("job_id = ?", job_id))
+        if not units:
+            where += f"{' AND' if where else ' WHERE'} event != 'units'"  # index job_events_marks
         sql = f"SELECT {_EVENT_COLUMNS} FROM job_events{where} ORDER BY time_ns, host, event_seq"
+        return self._events(sql, args)
+
+    def _events(self, sql: str, args: list[object]) -> list[StoredJobEvent]:
         return [
             StoredJobEvent(host, job, event, t, seq, _event_fields(fields))
             for host, job, event, t, seq, fields in self._rows(sql, args)
         ]
+
+    def unit_events(self, job_id: str, cuts: UnitCuts) -> list[StoredJobEvent]:
+        """Per host and span of ``cuts``, index lookups along job_events_units (its first rows,
+        its last, :func:`reduce_units`) and one sum, all in one statement: no row leaves
+        SQLite but those, so a report's cost does not grow with the job's UNITS events."""
+        bounds = [-(2**63), *cuts.instants, 2**63 - 1]
+        spans = [(host, lo, hi) for host in self._unit_hosts(job_id) for lo, hi in itertools.pairwise(bounds)]
+        found: list[tuple[Any, ...]] = []
+        for i in range(0, len(spans), _SPANS_PER_QUERY):
+            chunk = spans[i : i + _SPANS_PER_QUERY]
+            found += self._rows(_spans_query(len(chunk)), [job_id, *itertools.chain.from_iterable(chunk)])
+        if any(total == math.inf for *_, total in found):  # units not as this store writes them
+            return reduce_units(self._events(f"SELECT {_EVENT_COLUMNS} {_UNITS_OF}", [job_id]), cuts)
+        out: list[StoredJobEvent] = []
+        for (host, lo, hi), (first, last, total) in zip(spans, found, strict=True):
+            rows = [_packed(host, job_id, text) for text in first.split("\n")] if first else []
+            if len(rows) > 1 and rows[1].time_ns == rows[0].time_ns:  # events at one instant: read the span
+                sql = f"SELECT {_EVENT_COLUMNS} {_UNITS_OF} AND host = ? AND time_ns > ? AND time_ns <= ?"
+                span = self._events(sql, [job_id, host, lo, hi])
+                out += reduce_units(span, cuts)
+            elif len(rows) < 3:
+                out += rows
+            else:
+                rest = total - float(rows[0].fields.get("units", 0))
+                out += [rows[0], _with_units(_packed(host, job_id, last), rest)]
+        return sorted(out, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _unit_hosts(self, job_id: str) -> list[str]:
+        """The hosts with UNITS events of ``job_id``: one index lookup each."""
+        sql = "SELECT host FROM job_events WHERE job_id = ? AND event = 'units' AND host > ? ORDER BY host LIMIT 1"
+        hosts = [h for (h,) in self._rows(sql.replace("AND host > ? ", ""), [job_id])]
+        while hosts and (more := self._rows(sql, [job_id, hosts[-1]])):
+            hosts.append(more[0][0])
+        return hosts
 
     def job_events_between(self, start_ns: int, end_ns: int, hosts: Collection[str]) -> list[StoredJobEvent]:
         ids = sorted(jobs_near(self._job_ids, start_ns, end_ns, hosts))

@@ -12,7 +12,6 @@ saturation grid, rows an older version wrote.
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 import sqlite3
@@ -22,13 +21,19 @@ from servers import T0, sqlite_or_influxdb1_store  # noqa: F401 (fixture store)
 
 from wattline import wire
 from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.reader import UnitCuts, reduce_units
+from wattline.collector.stores.reader import StoredJobEvent, UnitCuts, reduce_units
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.attribution import window_energy
 from wattline.workloads.events import EventBuilder, JobSpec
 from wattline.workloads.jobs_view import BadJob, build_view
 from wattline.workloads.report import build_report
-from wattline.workloads.saturation import SaturationParams, detect_saturation, grid_bins
+from wattline.workloads.saturation import (
+    SaturationParams,
+    _bin_rates,
+    cumulative_from_events,
+    detect_saturation,
+    grid_bins,
+)
 from wattline.workloads.timeline import build_timeline, spread
 
 S = 10**9
@@ -124,29 +129,25 @@ def test_units_read_by_the_store_equal_the_reference_reduction(store: Store) -> 
 
 
 def test_reduced_units_give_the_same_count_at_every_cut() -> None:
-    """The pure reduction on random events: the unit count apportioned up to each cut and the
-    merged timeline at each cut are those of every event."""
+    """The pure reduction on random events (many at one instant): the unit count apportioned
+    up to each cut and the saturation grid's bin rates are those of every event."""
     rng = random.Random(5)
-    from wattline.collector.stores.reader import StoredJobEvent
-
+    end = 100 * S
     events = [StoredJobEvent(h, "j", "open", 0, 1) for h in ("a", "b")]
     events += [
-        StoredJobEvent(
-            rng.choice("ab"), "j", "units", rng.randrange(1, 10_000), seq, {"units": float(rng.randrange(9))}
-        )
-        for seq in range(2, 800)
+        StoredJobEvent(rng.choice("ab"), "j", "units", rng.randrange(1, end // S) * S // 4, seq, {"units": float(k)})
+        for seq, k in enumerate(rng.choices(range(9), k=1500), start=2)
     ]
-    cuts = UnitCuts(0, 10_000, 37, (1234, 5000))
+    cuts = UnitCuts(0, end, grid_bins(0, end, SaturationParams()), (1234, 50 * S + 7))
     full = build_view("j", events)
-    reduced = build_view("j", [e for e in events if e.event == "open"] + reduce_units(events[2:], cuts))
+    reduced = build_view("j", events[:2] + reduce_units(events[2:], cuts))
     assert len(reduced.unit_events) < len(full.unit_events) / 2
+    assert reduced.units_total == full.units_total
     for c in cuts.instants:
         assert window_energy(reduced.unit_intervals, 0, c) == window_energy(full.unit_intervals, 0, c)
-    grid = cuts.instants
-    for lo, hi in itertools.pairwise(grid):
-        a = detect_saturation(lo, hi, unit_events=full.unit_events, saturated_after_ns=0)
-        r = detect_saturation(lo, hi, unit_events=reduced.unit_events, saturated_after_ns=0)
-        assert a == r
+    grid = UnitCuts(0, end, cuts.bins).instants
+    rates = [_bin_rates(grid, cumulative_from_events(v.unit_events)) for v in (full, reduced)]
+    assert rates[0] == rates[1]
 
 
 def test_sqlite_rows_of_an_older_version_are_read_as_before(tmp_path: object) -> None:

@@ -204,7 +204,7 @@ def reduce_units(events: Iterable[StoredJobEvent], cuts: UnitCuts) -> list[Store
         rest = group[len(first) :]
         if len(rest) > 1:
             units = sum(float(e.fields.get("units", 0)) for e in rest)
-            rest = [dataclasses.replace(rest[-1], fields={**rest[-1].fields, "units": units})]
+            rest = [dataclasses.replace(rest[-1], fields={"units": units})]
         out += first + rest
     return sorted(out, key=lambda e: (e.time_ns, e.host, e.event_seq))
 

@@ -263,10 +263,11 @@ _UNITS_OF = "FROM job_events WHERE job_id = ? AND event = 'units'"
 _IN_SPAN = (
     "FROM job_events WHERE job_id = ?1 AND event = 'units' AND host = s.host AND time_ns > s.lo AND time_ns <= s.hi"
 )
-#: Per span: its first three rows (a newline between them), its last, and the sum of its units
-#: (inf when a row's units are not written as this store writes them).
+#: Per span: its first two rows, its last, and the sum of its units (inf when a row's units
+#: are not written as this store writes them).
 _SPAN_COLUMNS = (
-    f"(SELECT group_concat(r, char(10)) FROM (SELECT {_PACK} AS r {_IN_SPAN} ORDER BY time_ns, event_seq LIMIT 3)), "
+    f"(SELECT {_PACK} {_IN_SPAN} ORDER BY time_ns, event_seq LIMIT 1), "
+    f"(SELECT {_PACK} {_IN_SPAN} ORDER BY time_ns, event_seq LIMIT 1 OFFSET 1), "
     f"(SELECT {_PACK} {_IN_SPAN} ORDER BY time_ns DESC, event_seq DESC LIMIT 1), "
     f"(SELECT SUM(CASE WHEN {_PLAIN_UNITS} THEN CAST(substr(fields, 10) AS REAL) "
     f"WHEN fields = '{{}}' THEN 0 ELSE 9e999 END) {_IN_SPAN})"
@@ -283,10 +284,6 @@ def _spans_query(n: int) -> str:
 def _packed(host: str, job_id: str, text: str) -> StoredJobEvent:
     t, seq, fields = text.split(" ", 2)
     return StoredJobEvent(host, job_id, "units", int(t), int(seq), _event_fields(fields))
-
-
-def _with_units(e: StoredJobEvent, units: float) -> StoredJobEvent:
-    return StoredJobEvent(e.host, e.job_id, e.event, e.time_ns, e.event_seq, {**e.fields, "units": units})
 
 
 class NotAStore(ConfigError, StoreUnavailable):
@@ -667,17 +664,21 @@ class SqliteStore(Store):
         if any(total == math.inf for *_, total in found):  # units not as this store writes them
             return reduce_units(self._events(f"SELECT {_EVENT_COLUMNS} {_UNITS_OF}", [job_id]), cuts)
         out: list[StoredJobEvent] = []
-        for (host, lo, hi), (first, last, total) in zip(spans, found, strict=True):
-            rows = [_packed(host, job_id, text) for text in first.split("\n")] if first else []
-            if len(rows) > 1 and rows[1].time_ns == rows[0].time_ns:  # events at one instant: read the span
+        for (host, lo, hi), (first, second, last, total) in zip(spans, found, strict=True):
+            if first is None:
+                continue
+            head = _packed(host, job_id, first)
+            if second is None:
+                out.append(head)
+            elif second.split(" ", 1)[0] == first.split(" ", 1)[0]:  # events at one instant: read the span
                 sql = f"SELECT {_EVENT_COLUMNS} {_UNITS_OF} AND host = ? AND time_ns > ? AND time_ns <= ?"
-                span = self._events(sql, [job_id, host, lo, hi])
-                out += reduce_units(span, cuts)
-            elif len(rows) < 3:
-                out += rows
-            else:
-                rest = total - float(rows[0].fields.get("units", 0))
-                out += [rows[0], _with_units(_packed(host, job_id, last), rest)]
+                out += reduce_units(self._events(sql, [job_id, host, lo, hi]), cuts)
+            elif second == last:  # two events
+                out += [head, _packed(host, job_id, last)]
+            else:  # the last one carries the units of all but the first
+                t, seq, _fields = last.split(" ", 2)
+                rest = total - float(head.fields.get("units", 0))
+                out += [head, StoredJobEvent(host, job_id, "units", int(t), int(seq), {"units": rest})]
         return sorted(out, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     def _unit_hosts(self, job_id: str) -> list[str]:
@@ -693,9 +694,9 @@ class SqliteStore(Store):
         events: list[StoredJobEvent] = []
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
-            sql = (
+            sql = (  # "!= 'units'": along index job_events_marks, not past a long job's UNITS rows
                 f"SELECT {_EVENT_COLUMNS} FROM job_events "
-                f"WHERE job_id IN ({', '.join('?' * len(chunk))}) AND event IN ('open', 'close')"
+                f"WHERE job_id IN ({', '.join('?' * len(chunk))}) AND event IN ('open', 'close') AND event != 'units'"
             )
             events += [
                 StoredJobEvent(host, job, event, t, seq, json.loads(fields))

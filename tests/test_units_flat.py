@@ -15,11 +15,14 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
+from pathlib import Path
 
 import pytest
 from servers import T0, sqlite_or_influxdb1_store  # noqa: F401 (fixture store)
+from typer.testing import CliRunner
 
 from wattline import wire
+from wattline.cli.main import app
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.reader import StoredJobEvent, UnitCuts, reduce_units
 from wattline.collector.stores.sqlite import SqliteStore
@@ -150,7 +153,7 @@ def test_reduced_units_give_the_same_count_at_every_cut() -> None:
     assert rates[0] == rates[1]
 
 
-def test_sqlite_rows_of_an_older_version_are_read_as_before(tmp_path: object) -> None:
+def test_sqlite_rows_of_an_older_version_are_read_as_before(tmp_path: Path) -> None:
     """Units fields another writer spelled differently are summed in Python; a bad one makes
     the report say what is wrong, as before."""
     path = f"{tmp_path}/old.db"
@@ -172,3 +175,16 @@ def test_sqlite_rows_of_an_older_version_are_read_as_before(tmp_path: object) ->
         with pytest.raises(BadJob) as before:
             build_view("j", store.job_events("j"))
         assert str(bad.value) == str(before.value)
+
+
+def test_wattline_report_json_gives_the_units_of_every_event(tmp_path: Path) -> None:
+    """Through the CLI (the job named by its id): the units figures a user sees."""
+    path = tmp_path / "w.db"
+    with SqliteStore(path) as store:
+        written = fill(store, "cli-j", 1800, 7)
+        old = build_report(store, "cli-j")
+        total, warm, _at, _rate = old_figures(store, "cli-j", old.end_ns)
+    out = CliRunner().invoke(app, ["report", "cli-j", "--json", "--store", f"sqlite:///{path}"])
+    assert out.exit_code == 0, out.output
+    units = json.loads(out.stdout)["units"]
+    assert units == {"total": written, "warmup": warm, "measured": written - warm} and total == written

@@ -259,9 +259,9 @@ def resolve_job(reader: Reader, ref: str) -> str:
     job name (its latest run); else a unique prefix of an id. :class:`JobNotFound` or
     :class:`AmbiguousJob` (one line, listing candidates) otherwise.
 
-    An exact id costs one query for that job; the others read the store's job events once
-    (no report is built)."""
-    if reader.job_events(ref):
+    An exact id costs a query for that job (not one row per UNITS event); the others read the
+    store's job events once (no report is built)."""
+    if reader.job_events(ref, units=False) or reader.unit_events(ref, UnitCuts(0, 0)):
         return ref
     opens: dict[str, tuple[int, str]] = {}  # job id -> (its first event, the name its open gives)
     for e in reader.job_events():

@@ -403,7 +403,7 @@ def _host_attribution(
         for v, start, end in windows_of
         if start < close_ns and end > open_ns
     ]
-    other_events = {w.job_id: reader.job_events(w.job_id) for w in concurrent}
+    other_events = {w.job_id: reader.job_events(w.job_id, units=False) for w in concurrent}
     other_uses = {k: use_timelines(v, host) for k, v in other_events.items()}
     if concurrent or uses:
         lo = min([open_ns] + [w.start_ns for w in concurrent])

@@ -143,7 +143,8 @@ CREATE INDEX job_summary_time ON job_summary (time_ns);
 #: what a report sums (:meth:`SqliteStore.unit_events`), and its other events in another, so a
 #: report reads neither by visiting every UNITS row.
 _SCHEMA_V6 = """
-CREATE INDEX IF NOT EXISTS job_events_units ON job_events (job_id, host, time_ns, event_seq, fields) WHERE event = 'units';
+CREATE INDEX IF NOT EXISTS job_events_units ON job_events (job_id, host, time_ns, event_seq, fields)
+    WHERE event = 'units';
 CREATE INDEX IF NOT EXISTS job_events_marks ON job_events (job_id, time_ns) WHERE event != 'units';
 """
 

@@ -188,3 +188,24 @@ def test_wattline_report_json_gives_the_units_of_every_event(tmp_path: Path) -> 
     assert out.exit_code == 0, out.output
     units = json.loads(out.stdout)["units"]
     assert units == {"total": written, "warmup": warm, "measured": written - warm} and total == written
+
+
+@pytest.mark.parametrize("after_s", [10, 10**6])  # running (heard within the lease), abandoned
+def test_heartbeats_are_read_at_each_hosts_first_and_last(store: Store, after_s: int) -> None:
+    """A job beating every 30 s for 2 h on two hosts, closed on one: the report's window, state
+    and last-heard times are those of every event, from two heartbeats per host."""
+    end = T0 + 7200 * S
+    for host in ("h1", "h2"):
+        b = builder("beating")
+        beats = [b.heartbeat(t + (host == "h2") * 7) for t in range(T0 + 30 * S, end, 30 * S)]
+        write(
+            store, host, [b.open(T0), b.units(5.0, T0 + 60 * S), *beats, *([b.close(0, end)] if host == "h1" else [])]
+        )
+    now = end + after_s * S
+    report = build_report(store, "beating", now_ns=now)
+    full = build_view("beating", store.job_events("beating"))
+    assert (report.state, report.end_ns) == (full.state(now), full.end_ns(now))
+    assert {h: w.last_ns for h, w in report.job.hosts.items()} == {h: w.last_ns for h, w in full.hosts.items()}
+    assert report.state == ("running" if after_s == 10 else "abandoned")
+    read = [e for e in store.job_events("beating", every=False) if e.event == "heartbeat"]
+    assert len(read) == 4 and {e.host for e in read} == {"h1", "h2"}

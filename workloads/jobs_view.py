@@ -164,7 +164,7 @@ def view_at(reader: Reader, job_id: str, cuts: UnitCuts, others: list[StoredJobE
     """:func:`build_view` of the job with its UNITS events read for figures at ``cuts`` only
     (:meth:`Reader.unit_events`: cost flat in the job's length); ``others``: its other events,
     when already read."""
-    marks = reader.job_events(job_id, units=False) if others is None else others
+    marks = reader.job_events(job_id, every=False) if others is None else others
     view = build_view(job_id, [*marks, *reader.unit_events(job_id, cuts)])
     view.unit_cuts = cuts
     return view
@@ -261,7 +261,7 @@ def resolve_job(reader: Reader, ref: str) -> str:
 
     An exact id costs a query for that job (not one row per UNITS event); the others read the
     store's job events once (no report is built)."""
-    if reader.job_events(ref, units=False) or reader.unit_events(ref, UnitCuts(0, 0)):
+    if reader.job_events(ref, every=False) or reader.unit_events(ref, UnitCuts(0, 0)):
         return ref
     opens: dict[str, tuple[int, str]] = {}  # job id -> (its first event, the name its open gives)
     for e in reader.job_events():

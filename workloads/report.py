@@ -180,7 +180,7 @@ def build_report(
     """Compute the report of ``job_id`` from the store behind ``reader``."""
     settings = settings or ReportSettings()
     now_ns = now_ns or time.time_ns()
-    events = reader.job_events(job_id, units=False)
+    events = reader.job_events(job_id, every=False)
     job = _view(reader, job_id, events, now_ns, settings)
     end_ns = job.end_ns(now_ns)  # an abandoned job ends when it was last heard
     state = job.state(now_ns)
@@ -403,7 +403,7 @@ def _host_attribution(
         for v, start, end in windows_of
         if start < close_ns and end > open_ns
     ]
-    other_events = {w.job_id: reader.job_events(w.job_id, units=False) for w in concurrent}
+    other_events = {w.job_id: reader.job_events(w.job_id, every=False) for w in concurrent}
     other_uses = {k: use_timelines(v, host) for k, v in other_events.items()}
     if concurrent or uses:
         lo = min([open_ns] + [w.start_ns for w in concurrent])

@@ -361,14 +361,15 @@ class InfluxV1Store(LineProtocolStore):
 
     # -- Reader (what reports need; see reader.py) -----------------------------------
 
-    def job_events(self, job_id: str | None = None, units: bool = True) -> list[StoredJobEvent]:
+    def job_events(self, job_id: str | None = None, every: bool = True) -> list[StoredJobEvent]:
         where = f"job_id = {quote_literal(job_id)} AND " if job_id is not None else ""
+        if not every:
+            if job_id is None:
+                raise ValueError("job_events(every=False) reads one job")
+            return self._marks(job_id)
         # UNITS events (most of a long job's events) with only their two fields; the others
         # with every field. GROUP BY keeps the tags out of each row.
         others = f"SELECT * FROM job_events WHERE {where}event != 'units' GROUP BY *"
-        if not units:
-            (series,) = self._statements(others, self.database)
-            return _events(series)
         found, series = self._statements(f"{self._units_query(where)}; {others}", self.database)
         return sorted(_events(series) + _unit_events(found), key=lambda e: (e.time_ns, e.host, e.event_seq))
 
@@ -376,6 +377,29 @@ class InfluxV1Store(LineProtocolStore):
         """Every UNITS row of the job (its two fields), reduced here (:func:`reduce_units`)."""
         (found,) = self._statements(self._units_query(f"job_id = {quote_literal(job_id)} AND "), self.database)
         return reduce_units(_unit_events(found), cuts)
+
+    def _marks(self, job_id: str) -> list[StoredJobEvent]:
+        """The events but UNITS and heartbeats, and a heartbeat at each host's first and last:
+        ``min``/``max(time_ns)`` (the true time), else the point time of ``first``/``last``
+        (points written before time_ns existed)."""
+        where = f"job_id = {quote_literal(job_id)} AND "
+        beats = f"FROM job_events WHERE {where}event = 'heartbeat' GROUP BY host"
+        series, *heard = self._statements(
+            f"SELECT * FROM job_events WHERE {where}event != 'units' AND event != 'heartbeat' GROUP BY *; "
+            f"SELECT min(time_ns) {beats}; SELECT max(time_ns) {beats}; "
+            f"SELECT first(event_seq) {beats}; SELECT last(event_seq) {beats}",
+            self.database,
+        )
+        times: dict[tuple[str, int], int] = {}
+        for k, (found, column) in enumerate(zip(heard, ("min", "max", "time", "time"), strict=True)):
+            for one in found:
+                i = one["columns"].index(column)
+                for values in one.get("values", []):
+                    if values[i] is not None:
+                        times.setdefault((one["tags"]["host"], k % 2), int(values[i]))  # the true time first
+        heard = sorted({(t, host) for (host, _), t in times.items()})
+        events = _events(series) + [StoredJobEvent(host, job_id, "heartbeat", t, 0) for t, host in heard]
+        return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     @staticmethod
     def _units_query(where: str) -> str:

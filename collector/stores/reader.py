@@ -70,9 +70,11 @@ class StoredJobEvent:
 class Reader(Protocol):
     """Queries a report needs; every store that reports read from implements them."""
 
-    def job_events(self, job_id: str | None = None, units: bool = True) -> list[StoredJobEvent]:
-        """Every event of ``job_id`` (all jobs when None), ordered by time; without the UNITS
-        events when not ``units`` (see :meth:`unit_events`)."""
+    def job_events(self, job_id: str | None = None, every: bool = True) -> list[StoredJobEvent]:
+        """Every event of ``job_id`` (all jobs when None), ordered by time. Not ``every`` (one
+        job): what a view needs beside its UNITS events (:meth:`unit_events`), read without
+        visiting the rows a long job adds: no UNITS event, and of the heartbeats only each
+        host's first and last (when the job was first and last heard there)."""
         ...
 
     def unit_events(self, job_id: str, cuts: UnitCuts) -> list[StoredJobEvent]:

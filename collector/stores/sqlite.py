@@ -140,12 +140,13 @@ CREATE INDEX job_summary_time ON job_summary (time_ns);
 """
 
 #: v6: a job's UNITS events (most of a long job's events) in an index of their own that holds
-#: what a report sums (:meth:`SqliteStore.unit_events`), and its other events in another, so a
-#: report reads neither by visiting every UNITS row.
+#: what a report sums (:meth:`SqliteStore.unit_events`), its heartbeats in another, and its
+#: other events in a third, so a report visits neither the UNITS rows nor every heartbeat.
 _SCHEMA_V6 = """
 CREATE INDEX IF NOT EXISTS job_events_units ON job_events (job_id, host, time_ns, event_seq, fields)
     WHERE event = 'units';
-CREATE INDEX IF NOT EXISTS job_events_marks ON job_events (job_id, time_ns) WHERE event != 'units';
+CREATE INDEX IF NOT EXISTS job_events_beats ON job_events (job_id, host, time_ns) WHERE event = 'heartbeat';
+CREATE INDEX IF NOT EXISTS job_events_marks ON job_events (job_id, time_ns) WHERE event NOT IN ('units', 'heartbeat');
 """
 
 #: Schema version -> script that upgrades the version before it.
@@ -261,6 +262,8 @@ _SPANS_PER_QUERY = 3000
 #: A row of job_events_units as one text (exact: integers and the fields' own text).
 _PACK = "time_ns || ' ' || event_seq || ' ' || fields"
 _UNITS_OF = "FROM job_events WHERE job_id = ? AND event = 'units'"
+#: The events along index job_events_marks (the term must read as in the index).
+_MARKS = "event NOT IN ('units', 'heartbeat')"
 _IN_SPAN = (
     "FROM job_events WHERE job_id = ?1 AND event = 'units' AND host = s.host AND time_ns > s.lo AND time_ns <= s.hi"
 )
@@ -639,12 +642,19 @@ class SqliteStore(Store):
 
     # -- Reader (what reports need; see reader.py) -----------------------------------
 
-    def job_events(self, job_id: str | None = None, units: bool = True) -> list[StoredJobEvent]:
+    def job_events(self, job_id: str | None = None, every: bool = True) -> list[StoredJobEvent]:
         where, args = self._where(("job_id = ?", job_id))
-        if not units:
-            where += f"{' AND' if where else ' WHERE'} event != 'units'"  # index job_events_marks
-        sql = f"SELECT {_EVENT_COLUMNS} FROM job_events{where} ORDER BY time_ns, host, event_seq"
-        return self._events(sql, args)
+        if every:
+            sql = f"SELECT {_EVENT_COLUMNS} FROM job_events{where} ORDER BY time_ns, host, event_seq"
+            return self._events(sql, args)
+        if job_id is None:
+            raise ValueError("job_events(every=False) reads one job")
+        events = self._events(f"SELECT {_EVENT_COLUMNS} FROM job_events WHERE job_id = ? AND {_MARKS}", [job_id])
+        beat = f"SELECT {_EVENT_COLUMNS} FROM job_events WHERE job_id = ? AND event = 'heartbeat' AND host = ? "
+        for host in self._hosts_with(job_id, "heartbeat"):  # along job_events_beats
+            first, last = (self._events(f"{beat}ORDER BY time_ns {d} LIMIT 1", [job_id, host]) for d in ("", "DESC"))
+            events += first + (last if last != first else [])
+        return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     def _events(self, sql: str, args: list[object]) -> list[StoredJobEvent]:
         return [
@@ -657,7 +667,7 @@ class SqliteStore(Store):
         its last, :func:`reduce_units`) and one sum, all in one statement: no row leaves
         SQLite but those, so a report's cost does not grow with the job's UNITS events."""
         bounds = [-(2**63), *cuts.instants, 2**63 - 1]
-        spans = [(host, lo, hi) for host in self._unit_hosts(job_id) for lo, hi in itertools.pairwise(bounds)]
+        spans = [(host, lo, hi) for host in self._hosts_with(job_id, "units") for lo, hi in itertools.pairwise(bounds)]
         found: list[tuple[Any, ...]] = []
         for i in range(0, len(spans), _SPANS_PER_QUERY):
             chunk = spans[i : i + _SPANS_PER_QUERY]
@@ -682,9 +692,10 @@ class SqliteStore(Store):
                 out += [head, StoredJobEvent(host, job_id, "units", int(t), int(seq), {"units": rest})]
         return sorted(out, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
-    def _unit_hosts(self, job_id: str) -> list[str]:
-        """The hosts with UNITS events of ``job_id``: one index lookup each."""
-        sql = "SELECT host FROM job_events WHERE job_id = ? AND event = 'units' AND host > ? ORDER BY host LIMIT 1"
+    def _hosts_with(self, job_id: str, event: str) -> list[str]:
+        """The hosts with ``event`` events (units, heartbeat) of ``job_id``: one lookup each
+        along that kind's index."""
+        sql = f"SELECT host FROM job_events WHERE job_id = ? AND event = '{event}' AND host > ? ORDER BY host LIMIT 1"
         hosts = [h for (h,) in self._rows(sql.replace("AND host > ? ", ""), [job_id])]
         while hosts and (more := self._rows(sql, [job_id, hosts[-1]])):
             hosts.append(more[0][0])
@@ -695,9 +706,9 @@ class SqliteStore(Store):
         events: list[StoredJobEvent] = []
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
-            sql = (  # "!= 'units'": along index job_events_marks, not past a long job's UNITS rows
+            sql = (  # along index job_events_marks, not past a long job's UNITS rows and heartbeats
                 f"SELECT {_EVENT_COLUMNS} FROM job_events "
-                f"WHERE job_id IN ({', '.join('?' * len(chunk))}) AND event IN ('open', 'close') AND event != 'units'"
+                f"WHERE job_id IN ({', '.join('?' * len(chunk))}) AND event IN ('open', 'close') AND {_MARKS}"
             )
             events += [
                 StoredJobEvent(host, job, event, t, seq, json.loads(fields))

@@ -16,7 +16,9 @@ message as the reason; the other points of the batch are written.
 from __future__ import annotations
 
 import base64
+import bisect
 import http.client
+import itertools
 import json
 import logging
 import re
@@ -39,6 +41,7 @@ from wattline.collector.stores.reader import (
     StoredJobEvent,
     StoredSample,
     UnitCuts,
+    good_units,
     jobs_near,
     last_heard,
     reduce_units,
@@ -374,9 +377,31 @@ class InfluxV1Store(LineProtocolStore):
         return sorted(_events(series) + _unit_events(found), key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     def unit_events(self, job_id: str, cuts: UnitCuts) -> list[StoredJobEvent]:
-        """Every UNITS row of the job (its two fields), reduced here (:func:`reduce_units`)."""
+        """Every UNITS row of the job (its two fields), reduced here as :func:`reduce_units`
+        does, on the rows as they come (no event object for a row the reduction drops)."""
         (found,) = self._statements(self._units_query(f"job_id = {quote_literal(job_id)} AND "), self.database)
-        return reduce_units(_unit_events(found), cuts)
+        instants = cuts.instants
+        out: list[StoredJobEvent] = []
+        for series in found:
+            host = series["tags"].get("host", "")
+            i_time, i_units, i_seq, i_true = _indexes(series, "units", "event_seq", "time_ns")
+            values = series.get("values", [])
+            rows = sorted((int(v[i_true] or v[i_time]), int(v[i_seq] or 0), v[i_units]) for v in values)
+            if not all(good_units(0 if u is None else u) for _t, _s, u in rows):
+                return reduce_units(_unit_events(found), cuts)  # the view says what is wrong
+            k = 0
+            for span in itertools.groupby(rows, key=lambda row: bisect.bisect_left(instants, row[0], lo=k)):
+                group = list(span[1])
+                k = span[0]
+                first = [row for row in group if row[0] == group[0][0]]
+                rest = group[len(first) :]
+                if len(rest) > 1:
+                    rest = [(rest[-1][0], rest[-1][1], sum(0.0 if u is None else float(u) for _t, _s, u in rest))]
+                out += [
+                    StoredJobEvent(host, job_id, "units", t, seq, {} if u is None else {"units": u})
+                    for t, seq, u in first + rest
+                ]
+        return sorted(out, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     def _marks(self, job_id: str) -> list[StoredJobEvent]:
         """The events but UNITS and heartbeats, and a heartbeat at each host's first and last:

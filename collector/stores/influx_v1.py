@@ -409,14 +409,14 @@ class InfluxV1Store(LineProtocolStore):
         (points written before time_ns existed)."""
         where = f"job_id = {quote_literal(job_id)} AND "
         beats = f"FROM job_events WHERE {where}event = 'heartbeat' GROUP BY host"
-        series, *heard = self._statements(
+        series, *kinds = self._statements(
             f"SELECT * FROM job_events WHERE {where}event != 'units' AND event != 'heartbeat' GROUP BY *; "
             f"SELECT min(time_ns) {beats}; SELECT max(time_ns) {beats}; "
             f"SELECT first(event_seq) {beats}; SELECT last(event_seq) {beats}",
             self.database,
         )
         times: dict[tuple[str, int], int] = {}
-        for k, (found, column) in enumerate(zip(heard, ("min", "max", "time", "time"), strict=True)):
+        for k, (found, column) in enumerate(zip(kinds, ("min", "max", "time", "time"), strict=True)):
             for one in found:
                 i = one["columns"].index(column)
                 for values in one.get("values", []):

@@ -1,8 +1,8 @@
 """``python -m wattline.agent``: the agent's lean entry point, for hosts where memory counts.
 
-It runs the same :class:`~wattline.agent.daemon.Agent` as ``wattline agent`` without loading
-the command-line interface (typer, click, rich, the job and report commands): about 19 MiB
-less resident memory. Settings come, as everywhere, from ``--config FILE``, then
+It runs the same agent (:func:`~wattline.agent.daemon.run_agent`) as ``wattline agent``, and
+like it loads no command-line library (typer, click, rich) nor the job and report commands;
+it also takes every ``[agent]`` option as a flag. Settings come, as everywhere, from ``--config FILE``, then
 ``WATTLINE_AGENT_*`` / ``WATTLINE_SOURCES_*`` environment variables, then flags: one
 ``--OPTION VALUE`` per ``[agent]`` option (``--sysfs-root /``, ``--interval 0.1``; lists and
 labels comma-separated: ``--sources rapl,nic``, ``--labels cluster=a,rack=3``). The spellings of
@@ -15,13 +15,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
 
-from wattline import systemd
-from wattline.agent.daemon import Agent
+from wattline.agent.daemon import run_agent
 from wattline.agent.settings import AgentSettings
 from wattline.config import ConfigError, build, help_of, read_toml
 
@@ -68,20 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         doc = read_toml(args.config)
         flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(AgentSettings)}
-        settings = build(AgentSettings, "agent", doc, flags=flags).validate()
-        agent = Agent(settings, doc)
+        run_agent(build(AgentSettings, "agent", doc, flags=flags).validate(), doc)
     except (ConfigError, OSError, ValueError) as exc:
         print(f"wattline: error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    agent.start()
-    found = sum(1 for s in agent.statuses if s.available)
-    systemd.ready(f"sampling {found} sources every {settings.interval:g} s")
-    agent.wait(stop, on_tick=lambda: agent.alive() and systemd.watchdog(), every_s=systemd.watchdog_interval() or 1.0)
-    systemd.stopping()
-    agent.stop()
     return 0
 
 

@@ -36,7 +36,7 @@ power meanwhile, so each failed read's interval counts 0 J, unhealthy, nothing i
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from wattline.agent.sources.base import Channel, Reading
@@ -47,6 +47,24 @@ PLAUSIBILITY_FACTOR = 1.5
 #: Longest gap of failed reads held for the next good read to count; beyond, it is given up
 #: (said in the store as an unhealthy interval rather than held back indefinitely).
 MAX_GAP_S = 60.0
+#: Status of an interval whose counter went backwards without a plausible wrap (rules 2, 3).
+COUNTER_RESET = "counter reset"
+
+
+def counter_ticks(
+    prev: int, raw: int, wrap_at: int | None, plausible: Callable[[int], bool] | None = None
+) -> int | None:
+    """Counter units from ``prev`` to ``raw`` (rules 1-3): forward, or backward a wrap at ``wrap_at``
+    when ``plausible(ticks)``; None for a reset (what was counted meanwhile is unknown: count none).
+
+    Every raw counter, a measured energy counter or a model's byte counter, goes through here.
+    """
+    if raw >= prev:
+        return raw - prev
+    if wrap_at is None:
+        return None
+    ticks = wrap_at - prev + raw
+    return ticks if plausible is None or plausible(ticks) else None
 
 
 def wrap_period_s(channel: Channel) -> float | None:
@@ -140,7 +158,7 @@ class EnergyCounter:
         if reading.power_w is not None:
             return self._from_power(reading, dt, prev_t is None)
         if reading.energy_j is not None:
-            return self._from_energy(reading.energy_j, dt, prev_t is None)
+            return self._from_energy(reading.energy_j, dt, prev_t is None, reading.status)
         if prev_t is None:
             return None
         return self._emit(0.0, dt, status="no value", healthy=False)
@@ -167,12 +185,12 @@ class EnergyCounter:
 
     def _count(self, raw: int, prev: int, dt: float) -> Delta:
         ch = self.channel
-        if raw >= prev:
-            ticks = raw - prev
-        elif ch.counter_max is not None and self._plausible((ch.counter_max - prev + raw) * ch.counter_scale_j, dt):
-            ticks = ch.counter_max - prev + raw
+        if raw >= prev:  # the usual case, inlined: counter_ticks rule 1
+            ticks: int | None = raw - prev
         else:
-            return self._emit(0.0, dt, status="counter reset")
+            ticks = counter_ticks(prev, raw, ch.counter_max, lambda t: self._plausible(t * ch.counter_scale_j, dt))
+        if ticks is None:
+            return self._emit(0.0, dt, status=COUNTER_RESET)
         energy = ticks * ch.counter_scale_j
         bound = ch.max_power_w
         if bound is not None and energy > bound * PLAUSIBILITY_FACTOR * max(dt, 1e-3):  # _plausible, inlined
@@ -205,12 +223,12 @@ class EnergyCounter:
             error = max(abs(high - mean), abs(mean - low)) * dt
         return self._emit(mean * dt, dt, error=error)
 
-    def _from_energy(self, energy: float, dt: float, first: bool) -> Delta | None:
+    def _from_energy(self, energy: float, dt: float, first: bool, status: str) -> Delta | None:
         if first:
             return None
         if not math.isfinite(energy) or energy < 0 or not self._plausible(energy, dt):
             return self._emit(0.0, dt, status=f"implausible energy {energy} J", healthy=False)
-        return self._emit(energy, dt)
+        return self._emit(energy, dt, status=status)
 
     # -- helpers -------------------------------------------------------------------
 

@@ -3,30 +3,23 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import grpc
-
-from wattline import __version__, wire
+from wattline import systemd
 from wattline.agent import registry
-from wattline.agent.disk_spool import DiskSpool, SpoolError
+from wattline.agent.assembly import UplinkSecurity, assemble, make_uplink, uplink_security
 from wattline.agent.exporter import AgentCollector, serve
 from wattline.agent.outbox import OutboxDrainer, outbox_root
-from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
 from wattline.agent.sources.base import Source
 from wattline.agent.spool import Spool
+from wattline.agent.spool_format import SpoolError
 from wattline.agent.uplink import Uplink
-from wattline.config import ConfigError
-from wattline.security import channel_credentials, is_loopback, read_token
 
 log = logging.getLogger(__name__)
 
@@ -34,70 +27,9 @@ log = logging.getLogger(__name__)
 OUTBOX_EVERY_S = 5.0
 
 
-def host_identity(settings: AgentSettings, statuses: list[registry.SourceStatus]) -> wire.pb.Host:
-    """Host id (configured or hostname) and labels (sources' discoveries, then config)."""
-    labels: dict[str, str] = {}
-    for status in statuses:
-        host_labels = getattr(status.source, "host_labels", None)
-        if callable(host_labels):
-            labels.update(host_labels())
-    labels.update(settings.labels)
-    return wire.Host(host_id=settings.host_id or socket.gethostname(), labels=labels, agent_version=__version__)
-
-
-def spool_directory(settings: AgentSettings, env: Mapping[str, str] | None = None) -> Path | None:
-    """Where the disk spool lives: ``spool_dir``, else ``$STATE_DIRECTORY/spool`` (systemd); None: memory."""
-    if settings.spool_dir == "memory":
-        return None
-    if settings.spool_dir:
-        return Path(settings.spool_dir).expanduser()
-    state = (os.environ if env is None else env).get("STATE_DIRECTORY", "")
-    first = state.split(":")[0]
-    return Path(first) / "spool" if first else None
-
-
-def open_spool(settings: AgentSettings, host: wire.pb.Host, env: Mapping[str, str] | None = None) -> Spool:
-    """The disk spool when a directory is configured (or given by systemd), else the in-memory one."""
-    directory = spool_directory(settings, env)
-    if directory is None:
-        return Spool(host, max_batch_samples=settings.batch_max_samples, max_batches=settings.spool_max_batches)
-    return DiskSpool(
-        host,
-        directory,
-        max_batch_samples=settings.batch_max_samples,
-        max_bytes=max(1, int(settings.spool_max_mb * 2**20)),
-        max_age_s=settings.spool_max_age,
-    )
-
-
-@dataclass
-class UplinkSecurity:
-    """What the uplink needs to authenticate the collector and itself."""
-
-    credentials: grpc.ChannelCredentials | None = None
-    token: str | None = None
-    server_name: str | None = None
-
-
-def uplink_security(settings: AgentSettings) -> UplinkSecurity:
-    """TLS credentials and token from the settings' files; refuses a token in clear text beyond loopback."""
-    token = read_token(settings.token_file, "agent.token_file")
-    credentials = None
-    if settings.uses_tls:
-        credentials = channel_credentials(settings.tls_ca, settings.tls_cert, settings.tls_key)
-    elif token is not None:
-        remote = [a for a in settings.collectors if not is_loopback(a)]
-        if remote:
-            raise ConfigError(
-                f"option agent.token_file: the token would cross the network in clear text to {remote[0]}; "
-                "enable TLS (agent.tls_ca, or agent.tls = true)"
-            )
-    return UplinkSecurity(credentials, token, settings.tls_server_name or None)
-
-
 @dataclass
 class Agent:
-    """A running agent; :meth:`start` then :meth:`stop` (or :func:`run_agent`)."""
+    """A running agent; :meth:`start` then :meth:`stop` (or :func:`run_agent`, which does both)."""
 
     settings: AgentSettings
     doc: Mapping[str, Any] = field(default_factory=dict)
@@ -105,21 +37,8 @@ class Agent:
 
     def __post_init__(self) -> None:
         security = uplink_security(self.settings)  # bad credentials fail before anything starts
-        self.discovery = registry.Discovery(
-            self.settings.sources,
-            self.settings.sysfs_root,
-            self.doc,
-            self.env,
-            interval_s=self.settings.interval,
-            every_s=self.settings.rediscover_interval,
-        )
-        self.host = host_identity(self.settings, self.statuses)
-        try:
-            self.spool = open_spool(self.settings, self.host, self.env)
-        except BaseException:
-            self._close_sources()
-            raise
-        self.sampler = Sampler(self.sources, self.spool.add_samples)
+        parts = assemble(self.settings, self.doc, self.env)
+        self.discovery, self.host, self.spool, self.sampler = parts.discovery, parts.host, parts.spool, parts.sampler
         self.uplink = self._uplink(self.spool, security)
         self.outbox: OutboxDrainer | None = None
         try:
@@ -133,17 +52,7 @@ class Agent:
         self._previous_sighup: Any = None
 
     def _uplink(self, spool: Spool, security: UplinkSecurity, quiet: bool = False) -> Uplink:
-        return Uplink(
-            spool,
-            self.settings.collectors,
-            timeout_s=self.settings.push_timeout,
-            batch_interval_s=self.settings.batch_interval,
-            failback_s=self.settings.failback,
-            credentials=security.credentials,
-            token=security.token,
-            server_name=security.server_name,
-            quiet=quiet,
-        )
+        return make_uplink(spool, self.settings, security, quiet=quiet)
 
     @property
     def statuses(self) -> list[registry.SourceStatus]:
@@ -233,3 +142,19 @@ class Agent:
         while not stop.wait(every_s):
             if on_tick is not None:
                 on_tick()
+
+
+def run_agent(settings: AgentSettings, doc: Mapping[str, Any] | None = None) -> None:
+    """The agent process: start, tell systemd, run until SIGTERM or SIGINT, deliver what is left, stop.
+
+    ``wattline agent`` and ``python -m wattline.agent`` both end here."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    agent = Agent(settings, doc or {})
+    agent.start()
+    found = sum(1 for s in agent.statuses if s.available)
+    systemd.ready(f"sampling {found} sources every {settings.interval:g} s")
+    agent.wait(stop, on_tick=lambda: agent.alive() and systemd.watchdog(), every_s=systemd.watchdog_interval() or 1.0)
+    systemd.stopping()
+    agent.stop()

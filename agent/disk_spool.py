@@ -1,23 +1,11 @@
 """A crash-safe spool on disk: append-only segment files, one record per sampler tick.
 
-Same interface as the in-memory :class:`~wattline.agent.spool.Spool` (the agent, the
-uplink and the exporter do not know which one they have).
+One implementation of :class:`~wattline.agent.spool.Spool` (the agent, the uplink and the
+exporter do not know which one they have). The files' format is :mod:`wattline.agent.spool_format`;
+reading back what earlier processes left is :mod:`wattline.agent.spool_recovery`.
 
-Layout of the spool directory (``agent.spool_dir``; under systemd ``$STATE_DIRECTORY/spool``)::
-
-    lock                       flock(2)-held by the running agent: one agent per directory
-    seg-0000000000000001.wls   segments, numbered in write order
-    cursor                     "done up to (segment, offset)": everything before it was
-                               acknowledged by a collector or dropped by a bound
-
-A segment is an 8-byte header ``WLSPOOL1`` followed by records::
-
-    >I payload length | >I CRC32 of (written_ns, payload) | >q written_ns | payload
-
-and each payload is a serialized :class:`wire.Batch` *fragment*: the stream id, the host,
-and the samples (or job events) of one ``add_*`` call, i.e. of one sampler tick. A batch
-sent to the collector is a run of consecutive fragments of one stream (at most
-``max_batch_samples`` samples, never across segments).
+A batch sent to the collector is a run of consecutive records (fragments) of one stream (at
+most ``max_batch_samples`` samples, never across segments).
 
 Durability
     Every ``add_samples`` is one ``write(2)`` of one record, done before it returns, so
@@ -32,12 +20,10 @@ Durability
     collapse (one copy per point).
 
 Recovery
-    Segments are read in order from the cursor. A record whose header, length or CRC is
-    wrong (torn by a crash mid-write, or the zeros a power cut can leave at the end of a
-    file) ends its segment: the file is truncated there and the discarded bytes are
-    logged. A restarted agent starts a **new stream** (new stream id: ``cumulative_j``
-    restarts with each process) in a new segment; the spooled fragments are replayed
-    first, in order, under their **own** stream id and host (records are
+    What earlier processes left is read back from the cursor on (torn or corrupt ends
+    truncated, logged). A restarted agent starts a **new stream** (new stream id:
+    ``cumulative_j`` restarts with each process) in a new segment; the spooled fragments
+    are replayed first, in order, under their **own** stream id and host (records are
     self-describing). Their batches are numbered again (after the cursor's last
     acknowledged seq for that stream): seq only pairs a batch with its acknowledgement,
     the stores key points on (host, series, interval end).
@@ -52,46 +38,37 @@ Bounds
 from __future__ import annotations
 
 import collections
-import contextlib
-import fcntl
 import logging
 import os
-import struct
 import threading
 import time
-import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from google.protobuf.message import DecodeError
-
 from wattline import wire
 from wattline.agent.encoding import EncodedSamples
-from wattline.agent.spool import Spool
+from wattline.agent.spool import SpoolBase
+from wattline.agent.spool_format import (
+    MAGIC,
+    SpoolError,
+    create_segment,
+    encode_record,
+    read_batch,
+    read_range,
+    save_cursor,
+    scan,
+    segment_name,
+    sync_files,
+    take_lock,
+    write_record,
+)
+from wattline.agent.spool_recovery import recover, unlink
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"WLSPOOL1"
-_HEADER = struct.Struct(">IIq")
-#: A record longer than this is corruption, not data (a batch is at most a few MB).
-MAX_RECORD_BYTES = 64 << 20
 #: Least time between two cursor rewrites.
 CURSOR_EVERY_S = 0.5
-
-
-class SpoolError(RuntimeError):
-    """The spool directory cannot be used (locked by another agent, not writable)."""
-
-
-@dataclass(slots=True)
-class Record:
-    """One record read back from a segment."""
-
-    offset: int
-    end: int
-    written_ns: int
-    batch: wire.pb.Batch
 
 
 @dataclass(slots=True)
@@ -109,58 +86,7 @@ class _Run:
     seq: int = 0
 
 
-def segment_name(number: int) -> str:
-    return f"seg-{number:016d}.wls"
-
-
-def segment_numbers(directory: Path) -> list[int]:
-    """Numbers of the segment files in ``directory``, ascending."""
-    numbers = []
-    for path in directory.glob("seg-*.wls"):
-        digits = path.name[4:-4]
-        if digits.isdigit():
-            numbers.append(int(digits))
-    return sorted(numbers)
-
-
-def encode_record(payload: bytes, written_ns: int) -> bytes:
-    """Header + payload of one record."""
-    stamp = struct.pack(">q", written_ns)
-    return _HEADER.pack(len(payload), zlib.crc32(stamp + payload), written_ns) + payload
-
-
-def scan(data: bytes, offset: int = len(MAGIC)) -> tuple[list[tuple[int, int, int, bytes]], int]:
-    """Valid records of a segment's bytes from ``offset``: (offset, end, written_ns, payload) each,
-    and the offset where valid data ends (the first torn or corrupt record)."""
-    records = []
-    while offset + _HEADER.size <= len(data):
-        length, crc, written_ns = _HEADER.unpack_from(data, offset)
-        body = offset + _HEADER.size
-        if length == 0 or length > MAX_RECORD_BYTES or body + length > len(data):
-            break
-        payload = data[body : body + length]
-        if zlib.crc32(data[offset + 8 : body] + payload) != crc:
-            break
-        records.append((offset, body + length, written_ns, payload))
-        offset = body + length
-    return records, offset
-
-
-def read_segment(path: Path) -> Iterator[Record]:
-    """Every valid record of one segment file, without modifying it (tools and tests)."""
-    data = path.read_bytes()
-    if not data.startswith(MAGIC):
-        return
-    records, _end = scan(data)
-    for offset, end, written_ns, payload in records:
-        try:
-            batch = wire.Batch.FromString(payload)
-        except DecodeError:
-            continue
-        yield Record(offset, end, written_ns, batch)
-
-
-class DiskSpool(Spool):
+class DiskSpool(SpoolBase):
     """Spool of one agent stream on disk, replaying what earlier processes left."""
 
     def __init__(
@@ -172,7 +98,7 @@ class DiskSpool(Spool):
         max_bytes: int = 512 << 20,
         max_age_s: float = 86400.0,
     ) -> None:
-        super().__init__(host, max_batch_samples=max_batch_samples, max_batches=0)
+        super().__init__(host, max_batch_samples)
         self.directory = Path(directory)
         self.where = str(self.directory)
         self.max_bytes = max_bytes
@@ -202,7 +128,7 @@ class DiskSpool(Spool):
         self._dirty = False
         self._dir_dirty = False
         self._io_lock = threading.Lock()
-        self._lock_fd = self._take_lock()
+        self._lock_fd = take_lock(self.directory)
         try:
             self._recover()
             self._roll()
@@ -213,89 +139,18 @@ class DiskSpool(Spool):
 
     # -- start-up ------------------------------------------------------------------
 
-    def _take_lock(self) -> int:
-        try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise SpoolError(f"spool directory {self.directory}: {exc.strerror or exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise SpoolError(f"spool directory {self.directory} is in use by another agent (pid {holder})") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        return fd
-
-    def _read_cursor(self) -> None:
-        try:
-            text = (self.directory / "cursor").read_text()
-        except FileNotFoundError:
-            return
-        except (OSError, UnicodeError) as exc:
-            log.warning("spool %s: cursor unreadable (%s); replaying every segment", self.directory, exc)
-            return
-        parts = text.split()
-        body = " ".join(parts[:-1])
-        if len(parts) != 6 or parts[0] != "v1" or f"{zlib.crc32(body.encode()):08x}" != parts[-1]:
-            log.warning("spool %s: cursor corrupt; replaying every segment", self.directory)
-            return
-        self._cursor = (int(parts[1]), int(parts[2]))
-        self._cursor_stream = (parts[3], int(parts[4]))
-
     def _recover(self) -> None:
-        self._read_cursor()
+        found = recover(self.directory)
+        self._cursor, self._cursor_stream = found.cursor, found.cursor_stream
+        self._segments, self._highest, self.corrupt_bytes = found.segments, found.highest, found.corrupt_bytes
         seqs: dict[str, int] = {}
         if self._cursor_stream[0] != "-":
             seqs[self._cursor_stream[0]] = self._cursor_stream[1]
-        for number in segment_numbers(self.directory):
-            self._highest = max(self._highest, number)
-            path = self.directory / segment_name(number)
-            if number < self._cursor[0]:
-                self._unlink(path)  # acknowledged before the last stop
-                continue
-            data = path.read_bytes()
-            if len(data) < len(MAGIC) and MAGIC.startswith(data):
-                self._unlink(path)  # created, killed before its header was complete: nothing in it
-                continue
-            if not data.startswith(MAGIC):
-                log.warning(
-                    "spool %s: %s has no spool header (%d bytes); discarded", self.directory, path.name, len(data)
-                )
-                self.corrupt_bytes += len(data)
-                self._unlink(path)
-                continue
-            start = max(len(MAGIC), self._cursor[1]) if number == self._cursor[0] else len(MAGIC)
-            if start > len(data):
-                start = len(data)  # the cursor ran past a file a power cut shortened: all done
-            records, end = scan(data, start)
-            if end < len(data):
-                log.warning(
-                    "spool %s: %s: torn or corrupt record at offset %d; %d bytes discarded (truncated)",
-                    self.directory,
-                    path.name,
-                    end,
-                    len(data) - end,
-                )
-                self.corrupt_bytes += len(data) - end
-                os.truncate(path, end)
-            self._segments[number] = end
-            for offset, rec_end, written_ns, payload in records:
-                try:
-                    fragment = wire.Batch.FromString(payload)
-                except DecodeError:
-                    log.warning(
-                        "spool %s: %s: undecodable record at offset %d skipped", self.directory, path.name, offset
-                    )
-                    self.corrupt_bytes += rec_end - offset
-                    continue
-                samples, events = len(fragment.samples), len(fragment.job_events)
-                run = self._extend(number, offset, rec_end, written_ns, fragment.stream_id, samples, events)
-                if run is not None:
-                    seqs[run.stream_id] = run.seq = seqs.get(run.stream_id, 0) + 1
-                    self._runs.append(run)
+        for f in found.fragments:
+            run = self._extend(f.segment, f.offset, f.end, f.written_ns, f.stream_id, f.samples, f.events)
+            if run is not None:
+                seqs[run.stream_id] = run.seq = seqs.get(run.stream_id, 0) + 1
+                self._runs.append(run)
         if self._open is not None:
             seqs[self._open.stream_id] = self._open.seq = seqs.get(self._open.stream_id, 0) + 1
             self._runs.append(self._open)
@@ -365,7 +220,7 @@ class DiskSpool(Spool):
                 if self._fd < 0 or self._segments[self._active] >= self.segment_bytes:
                     self._roll()
                 offset = self._segments[self._active]
-                self._write_all(record)
+                write_record(self._fd, record, offset)
             except (OSError, SpoolError) as exc:
                 self.write_errors += 1
                 self.dropped_batches += 1
@@ -387,34 +242,12 @@ class DiskSpool(Spool):
                 self._ready.append(closed)
             self._enforce_size()
 
-    def _write_all(self, record: bytes) -> None:
-        size = self._segments[self._active]
-        done = 0
-        try:
-            while done < len(record):
-                done += os.write(self._fd, record[done:])
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, size)  # no torn record behind us
-            raise
-
     def _roll(self) -> None:
         """Start a new segment (called with the lock held, or during start-up)."""
         # Never below a number seen before, nor the cursor's: numbers order the data.
         number = max([*self._segments, self._cursor[0], self._highest]) + 1
         self._highest = number
-        path = self.directory / segment_name(number)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise SpoolError(f"spool directory {self.directory}: cannot create {path.name}: {exc.strerror}") from None
-        try:
-            os.write(fd, MAGIC)
-        except OSError:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                path.unlink()
-            raise
+        fd = create_segment(self.directory / segment_name(number))
         if self._fd >= 0:
             self._unsynced.append(self._fd)
         if self._open is not None:
@@ -479,16 +312,8 @@ class DiskSpool(Spool):
             if number >= first or number == self._active:
                 break
             del self._segments[number]
-            self._unlink(self.directory / segment_name(number))
+            unlink(self.directory, self.directory / segment_name(number))
             self._dir_dirty = True
-
-    def _unlink(self, path: Path) -> None:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            log.warning("spool %s: cannot delete %s: %s", self.directory, path.name, exc.strerror)
 
     # -- the uplink's side -----------------------------------------------------------
 
@@ -516,22 +341,7 @@ class DiskSpool(Spool):
     def _sync(self, fds: list[int], sync_dir: bool) -> None:
         """fsync (outside the lock: the sampler never waits for the disk), then close."""
         with self._io_lock:
-            for fd in fds:
-                try:
-                    os.fsync(fd)
-                except OSError as exc:
-                    log.error("spool %s: fsync failed: %s", self.directory, exc.strerror)
-                finally:
-                    os.close(fd)
-            if sync_dir:
-                try:
-                    dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                    try:
-                        os.fsync(dir_fd)
-                    finally:
-                        os.close(dir_fd)
-                except OSError as exc:
-                    log.error("spool %s: directory fsync failed: %s", self.directory, exc.strerror)
+            sync_files(self.directory, fds, sync_dir)
             self._save_cursor(force=False)
 
     def _save_cursor(self, force: bool) -> None:
@@ -543,13 +353,7 @@ class DiskSpool(Spool):
             stream, seq = self._cursor_stream
             self._cursor_dirty = False
             self._cursor_saved = time.monotonic()
-        body = f"v1 {segment} {offset} {stream or '-'} {seq}"
-        tmp = self.directory / "cursor.tmp"
-        try:
-            tmp.write_text(f"{body} {zlib.crc32(body.encode()):08x}\n")
-            os.replace(tmp, self.directory / "cursor")
-        except OSError as exc:
-            log.warning("spool %s: cannot save the cursor: %s", self.directory, exc.strerror)
+        save_cursor(self.directory, segment, offset, stream, seq)
 
     def peek(self) -> wire.pb.Batch | None:
         with self._lock:
@@ -573,25 +377,9 @@ class DiskSpool(Spool):
 
     def _load(self, run: _Run) -> wire.pb.Batch | None:
         """The batch of ``run``, read back from its segment (CRC checked again)."""
-        path = self.directory / segment_name(run.segment)
-        try:
-            with path.open("rb") as fh:
-                fh.seek(run.start)
-                data = fh.read(run.end - run.start)
-        except OSError as exc:
-            log.error("spool %s: cannot read %s: %s", self.directory, path.name, exc.strerror)
-            return None
-        records, end = scan(data, 0)
-        if end != len(data) or len(records) != run.records:
-            log.error("spool %s: %s changed on disk at offset %d", self.directory, path.name, run.start + end)
-            return None
-        batch = wire.Batch()
-        try:
-            for _offset, _end, _ns, payload in records:
-                batch.MergeFromString(payload)
-        except DecodeError:
-            return None
-        batch.seq = run.seq
+        batch = read_batch(self.directory / segment_name(run.segment), run.start, run.end, run.records)
+        if batch is not None:
+            batch.seq = run.seq
         return batch
 
     def ack(self, seq: int, stream_id: str | None = None) -> None:
@@ -618,9 +406,7 @@ class DiskSpool(Spool):
             head = self._runs[0]
             path = self.directory / segment_name(head.segment)
             try:
-                with path.open("rb") as fh:
-                    fh.seek(head.start)
-                    records, _end = scan(fh.read(head.end - head.start), 0)
+                records, _end = scan(read_range(path, head.start, head.end), 0)
             except OSError:
                 return False
             cut = len(records) // 2

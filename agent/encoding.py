@@ -25,13 +25,11 @@ from wattline import wire
 _START = b"\x20"  # 4, varint
 _END = b"\x28"  # 5, varint
 _HEALTHY = b"\x58\x01"  # 11 = true
-_STATUS = b"\x62"  # 12, length-delimited
 _GAUGE = b"\x72"  # 14, length-delimited map entry
 _SAMPLE = b"\x22"  # Batch.samples, 4, length-delimited
 #: energy_j (6), power_w (7), cumulative_j (8): fixed64 doubles.
 ENERGY = struct.Struct("<BdBdBd")
 _UTILIZATION = struct.Struct("<Bd")  # 9, optional double
-_DOUBLE = struct.Struct("<d")
 _TAG_ENERGY, _TAG_POWER, _TAG_CUMULATIVE = 0x31, 0x39, 0x41
 _TAG_UTILIZATION, _TAG_ERROR = 0x49, 0x69
 
@@ -116,12 +114,12 @@ def encode_sample(
     energy_error_j: float | None = None,
     gauges: Mapping[str, float] | None = None,
 ) -> bytes:
-    """One ``Batch.samples`` entry. ``start``/``end`` are :func:`stamp` bytes, ``energy`` is ENERGY packed."""
+    """One ``Batch.samples`` entry. ``start``/``end`` are :func:`stamp_fields` bytes, ``energy`` is ENERGY packed."""
     body = head.head + start + end + energy
     if healthy:
         body += _HEALTHY
     if status:
-        body += _string(0x62, status)
+        body += _string(0x62, status)  # 12, length-delimited
     if utilization is not None:
         body += _UTILIZATION.pack(_TAG_UTILIZATION, utilization)
     if energy_error_j is not None:

@@ -30,8 +30,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from wattline import wire
-from wattline.agent.disk_spool import DiskSpool, SpoolError
+from wattline.agent.disk_spool import DiskSpool
 from wattline.agent.spool import Spool
+from wattline.agent.spool_format import SpoolError
 from wattline.agent.uplink import Uplink
 
 log = logging.getLogger(__name__)

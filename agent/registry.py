@@ -7,52 +7,102 @@ vanish are reported.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import logging
 import time
-import types
-import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from wattline.agent.counter import check_interval, wrap_period_s
 from wattline.agent.sources.base import Channel, Note, Source, SourceUnavailable
-from wattline.config import ConfigError, build
+from wattline.config import ConfigError, build, table
 
 log = logging.getLogger(__name__)
 
-#: Source name -> module under wattline.agent.sources, in discovery order. RAPL comes
-#: before the CPU model so the model can stand down when RAPL measures the CPU.
-SOURCES: dict[str, str] = {
-    "rapl": "rapl",
-    "nvml": "nvml",
-    "neuron": "neuron",
-    "nic": "nic",
-    "cpu_model": "cpu_model",
+#: A source's class and its options dataclass, imported when first asked for: a module (and
+#: what it imports, e.g. psutil) loads only for the sources a host runs.
+Loaded = tuple[type[Source], type[Any]]
+
+
+def _rapl() -> Loaded:
+    from wattline.agent.sources.rapl import Options, RaplSource
+
+    return RaplSource, Options
+
+
+def _nvml() -> Loaded:
+    from wattline.agent.sources.nvml import NvmlOptions, NvmlSource
+
+    return NvmlSource, NvmlOptions
+
+
+def _neuron() -> Loaded:
+    from wattline.agent.sources.neuron import NeuronOptions, NeuronSource
+
+    return NeuronSource, NeuronOptions
+
+
+def _nic() -> Loaded:
+    from wattline.agent.sources.nic import NicSource, Options
+
+    return NicSource, Options
+
+
+def _cpu_model() -> Loaded:
+    from wattline.agent.sources.cpu_model import CpuModelSource, Options
+
+    return CpuModelSource, Options
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """One row of the source table."""
+
+    load: Callable[[], Loaded]
+    #: A model that stands down (is not even built) when an earlier source measures this
+    #: component, so a model is never reported beside a measurement of the same thing.
+    stands_down_for: str = ""
+    stand_down_reason: str = ""
+    #: Options the source no longer has, with why: a config naming one gets a warning.
+    retired: Mapping[str, str] = field(default_factory=dict)
+
+
+#: Source name -> its row, in discovery order. RAPL comes before the CPU model so the model
+#: can stand down when RAPL measures the CPU.
+SOURCES: dict[str, Registered] = {
+    "rapl": Registered(_rapl),
+    "nvml": Registered(_nvml),
+    "neuron": Registered(_neuron),
+    "nic": Registered(_nic),
+    "cpu_model": Registered(
+        _cpu_model,
+        stands_down_for="cpu_package",
+        stand_down_reason="RAPL present: measured CPU energy is used instead",
+        retired={"rapl_present": "the agent stands the model down itself when RAPL measures the CPU"},
+    ),
 }
 
 
-def source_class(name: str) -> tuple[type[Source], type[Any]]:
+def source_class(name: str) -> Loaded:
     """The Source subclass of source ``name`` and its options dataclass (imported lazily)."""
     if name not in SOURCES:
         raise ConfigError(f"option agent.sources: unknown source {name!r} (known: {', '.join(SOURCES)})")
-    module = importlib.import_module(f"wattline.agent.sources.{SOURCES[name]}")
-    for obj in vars(module).values():
-        if isinstance(obj, type) and issubclass(obj, Source) and obj is not Source and obj.name == name:
-            return obj, _options_type(obj)
-    raise ImportError(f"module {module.__name__} defines no Source named {name!r}")
+    return SOURCES[name].load()
 
 
-def _options_type(cls: type[Source]) -> type[Any]:
-    hint = typing.get_type_hints(cls.__init__)["options"]
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
-    if not dataclasses.is_dataclass(hint):
-        raise TypeError(f"{cls.__name__}: options must be a dataclass")
-    return typing.cast(type[Any], hint)
+def _options(name: str, doc: Mapping[str, Any] | None, env: Mapping[str, str] | None, warn: bool) -> Any:
+    """Source ``name``'s options from config; a retired option is dropped, with a warning when ``warn``."""
+    row, section = SOURCES[name], f"sources.{name}"
+    given = table(doc or {}, section)
+    retired = [key for key in given if key in row.retired]
+    for key in retired:
+        if warn:
+            log.warning("config [%s]: option %r is retired and ignored: %s", section, key, row.retired[key])
+        del given[key]
+    if retired:
+        doc = {"sources": {**table(doc or {}, "sources"), name: given}}
+    return build(source_class(name)[1], section, doc, env)
 
 
 @dataclass(slots=True)
@@ -85,15 +135,18 @@ def discover(
     """
     statuses: list[SourceStatus] = []
     present = {s.name: s.source for s in current if s.source is not None}
-    rapl_cpu = False
     for name in names:
-        cls, options_cls = source_class(name)
+        cls = source_class(name)[0]
+        row = SOURCES[name]
         source = present.get(name)
+        if row.stands_down_for and any(ch.component == row.stands_down_for for s in statuses for ch in s.channels):
+            if source is not None:
+                source.close()
+            statuses.append(SourceStatus(name, None, reason=row.stand_down_reason))
+            continue
         if source is None:
-            source = typing.cast(Any, cls)(root, build(options_cls, f"sources.{name}", doc, env))
-        options: Any = getattr(source, "options", None)
-        if name == "cpu_model" and hasattr(options, "rapl_present"):
-            options.rapl_present = rapl_cpu
+            build_source = cast(Callable[[Path, Any], Source], cls)
+            source = build_source(root, _options(name, doc, env, warn=not current))
         try:
             channels = source.discover()
         except SourceUnavailable as exc:
@@ -105,8 +158,6 @@ def discover(
             source.close()
             statuses.append(SourceStatus(name, None, reason=f"discovery failed: {exc}", notes=list(source.notes)))
             continue
-        if name == "rapl":
-            rapl_cpu = any(ch.component == "cpu_package" for ch in channels)
         statuses.append(SourceStatus(name, source, channels, notes=list(source.notes)))
     return statuses
 

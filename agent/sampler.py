@@ -1,4 +1,4 @@
-"""One tick: every source read once, one timestamp pair, Samples out.
+"""One tick: every source read once, each stamped when it is read, Samples out.
 
 The sampler never waits on the network or storage: it hands samples to a sink (the
 spool) that only appends to memory or a local file.
@@ -46,7 +46,6 @@ class ChannelState:
     gauges: dict[str, float] = field(default_factory=dict)
     healthy: bool = True
     status: str = ""
-    wire_quality: wire.pb.Quality = wire.pb.QUALITY_UNSPECIFIED  #: channel.quality.wire, looked up once
     #: The channel's constant sample bytes (source, component, device, quality), encoded once.
     head: SampleHead | None = None
     #: ``start_ns`` field of the next sample: last_end_ns, encoded when it was the end.
@@ -123,9 +122,8 @@ class Sampler:
         key = (ch.source, ch.component, ch.device)
         state = self.channels.get(key)
         if state is None:
-            quality = ch.quality.wire
-            head = SampleHead(ch.source, ch.component, ch.device, quality)
-            state = self.channels[key] = ChannelState(ch, EnergyCounter(ch), wire_quality=quality, head=head)
+            head = SampleHead(ch.source, ch.component, ch.device, ch.quality.wire)
+            state = self.channels[key] = ChannelState(ch, EnergyCounter(ch), head=head)
         self._by_channel[id(ch)] = (ch, state)  # holds ch, so its id is not reused meanwhile
         return state
 
@@ -199,8 +197,7 @@ class Sampler:
                     continue
                 if ch != state.channel:  # e.g. a new power limit: bounds follow the new channel
                     state.channel = state.counter.channel = ch
-                    state.wire_quality = ch.quality.wire
-                    state.head = SampleHead(ch.source, ch.component, ch.device, state.wire_quality)
+                    state.head = SampleHead(ch.source, ch.component, ch.device, ch.quality.wire)
                 self._by_channel[id(ch)] = (ch, state)
             for name in list(self.source_errors):
                 if all(src.name != name for src in self.sources):
@@ -219,7 +216,6 @@ class Sampler:
                     dict(s.gauges),
                     s.healthy,
                     s.status,
-                    s.wire_quality,
                     s.head,
                     s.start_field,
                 )

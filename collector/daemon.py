@@ -8,12 +8,12 @@ from collections.abc import Callable
 
 from prometheus_client import start_http_server
 
+from wattline.collector.processes import ProcessLink
 from wattline.collector.server import CollectorServer, JobEventsHook
 from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.factory import open_store
 from wattline.config import read_secret
-from wattline.security import read_token, server_credentials
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +42,15 @@ def run_collector(
     on_tick: Callable[[], object] | None = None,
     on_stop: Callable[[], object] | None = None,
     on_job_events: JobEventsHook | None = None,
+    link: ProcessLink | None = None,
 ) -> None:
     """Serve until ``stop`` is set; in-flight batches are written and acknowledged first.
 
-    ``on_job_events``: see :class:`~wattline.collector.server.TelemetryService` (job summaries)."""
+    ``on_job_events``: see :class:`~wattline.collector.server.TelemetryService` (job summaries).
+    ``link``: this is one of several processes (:mod:`wattline.collector.processes`): the
+    port is shared, metrics and stream spans go to the supervisor."""
     # Credentials first: a bad key or a loose token file fails before anything is opened.
-    settings.check_tls()
-    credentials = None
-    if settings.tls_cert is not None and settings.tls_key is not None:
-        credentials = server_credentials(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
-    token = read_token(settings.token_file, "collector.token_file")
+    credentials, token = settings.credentials()
     store = store_from_settings(settings)
     try:
         server = CollectorServer(
@@ -66,6 +65,8 @@ def run_collector(
             token=token,
             require_identity=settings.tls_client_ca is not None,
             on_job_events=on_job_events,
+            reuse_port=link is not None,
+            live=link,
         )
     except BaseException:
         store.close()
@@ -82,6 +83,8 @@ def run_collector(
         ", bearer token" if token else "",
         store.kind,
     )
+    if link is not None:
+        link.ready(server.registry, server.port)
     if on_ready is not None:
         on_ready(server.port)
     try:

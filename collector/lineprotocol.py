@@ -45,7 +45,7 @@ every back-end (SQLite included, via :meth:`LineEncoder.check`) stores the same 
 Speed: each series' escaped ``measurement,tags`` prefix is cached in a bounded dict
 keyed by its tag values, and escaped field keys are cached too, so the steady state
 costs one dict lookup per point plus the field values. Samples take a fused path
-compiled from the field table (:data:`~wattline.collector.stores.base.SAMPLE_FIELDS`):
+compiled from the field table (:data:`~wattline.collector.stores.schema.SAMPLE_FIELDS`):
 one f-string per point, read straight from the protobuf message, with no per-point dict.
 Any point it is not sure of (a non-finite or unusual value, a field key not yet checked)
 goes through the general path, which writes the same line or refuses it with the reason.
@@ -60,17 +60,16 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
 from wattline import wire
-from wattline.collector.stores.base import (
+from wattline.collector.pointfields import compile_function, sample_fields
+from wattline.collector.stores.schema import (
     ENERGY,
     JOB_EVENTS,
     NOT_GAUGES,
     SAMPLE_FIELDS,
-    compile_function,
     host_tags,
     job_event_fields,
     job_event_tags,
     job_event_time,
-    sample_fields,
     sample_tags,
 )
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Protocol
 
-from prometheus_client import Gauge
+from prometheus_client import CollectorRegistry, Gauge
 
 from wattline import wire
 
@@ -37,6 +38,39 @@ class _Span:
     start_ns: int
     end_ns: int
     heard: float
+
+
+def batch_span(batch: wire.pb.Batch) -> tuple[int, int] | None:
+    """The sample time a batch covers, from its first and last sample; None without samples
+    (job events only: `wattline run --collector`, the Job API: not a sampler)."""
+    if not batch.samples:
+        return None
+    first, last = batch.samples[0], batch.samples[-1]
+    return min(first.start_ns, last.start_ns), max(first.end_ns, last.end_ns)
+
+
+def duplicate_gauges(registry: CollectorRegistry) -> tuple[Gauge, Gauge]:
+    """The two gauges a :class:`LiveStreams` sets: streams per flagged host, flagged hosts."""
+    per_host = Gauge(
+        "wattline_collector_duplicate_streams",
+        "Live agent streams of one host id sending samples of the same time (only hosts that have them).",
+        ["host"],
+        registry=registry,
+    )
+    hosts = Gauge(
+        "wattline_collector_hosts_with_duplicate_streams",
+        "Host ids with more than one live agent stream sending samples of the same time.",
+        registry=registry,
+    )
+    return per_host, hosts
+
+
+class StreamWatch(Protocol):
+    """What ingest tells about the streams it hears: :class:`LiveStreams`, or a relay to it."""
+
+    def seen(self, batch: wire.pb.Batch, now: float) -> None: ...
+
+    def sweep(self, now: float) -> None: ...
 
 
 def _overlapping(spans: dict[str, _Span]) -> int:
@@ -59,16 +93,17 @@ class LiveStreams:
 
     def seen(self, batch: wire.pb.Batch, now: float) -> None:
         """Account one batch (O(streams of its host)); batches without samples are ignored."""
-        if not batch.samples:
-            return  # job events only (`wattline run --collector`, the Job API): not a sampler
-        first, last = batch.samples[0], batch.samples[-1]
-        start, end = min(first.start_ns, last.start_ns), max(first.end_ns, last.end_ns)
-        host = batch.host.host_id
+        span = batch_span(batch)
+        if span is not None:
+            self.span(batch.host.host_id, batch.stream_id, span[0], span[1], now)
+
+    def span(self, host: str, stream_id: str, start: int, end: int, now: float) -> None:
+        """Account sample time ``start..end`` (ns) sent by ``stream_id`` of ``host``."""
         with self._lock:
             spans = self._spans.setdefault(host, {})
-            span = spans.get(batch.stream_id)
+            span = spans.get(stream_id)
             if span is None:
-                spans[batch.stream_id] = _Span(start, end, now)
+                spans[stream_id] = _Span(start, end, now)
                 while len(spans) > self.max_streams:
                     del spans[min(spans, key=lambda k: spans[k].heard)]
             else:

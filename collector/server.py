@@ -20,11 +20,12 @@ misbehaving, cannot starve the others; batches beyond ``max_batch_points`` point
 ``max_message_bytes`` are refused the same way (the agent splits them). Memory is thus
 bounded by ``POOL_PER_WORKER * workers`` messages.
 
-Bad input: a batch without host id, stream id or seq is INVALID_ARGUMENT (the agent drops
-it); a malformed sample or job event (bad interval, negative or non-finite energy, a
-quality or event kind this version does not know) is refused alone, counted in
-``Ack.rejected`` with the reason, and the rest of the batch is written. Unknown fields
-of a newer agent are ignored. Undecodable bytes are INVALID_ARGUMENT.
+Bad input (:mod:`wattline.collector.validation`): a batch without host id, stream id or
+seq is INVALID_ARGUMENT (the agent drops it); a malformed sample or job event (bad
+interval, negative or non-finite energy, a quality or event kind this version does not
+know) is refused alone, counted in ``Ack.rejected`` with the reason, and the rest of the
+batch is written. Unknown fields of a newer agent are ignored. Undecodable bytes are
+INVALID_ARGUMENT.
 
 Security (see :mod:`wattline.security`): the bearer token is checked on gRPC's polling
 thread before anything is read; with mutual TLS a batch's ``host.host_id`` must be a
@@ -38,7 +39,8 @@ that this floor imports nothing above it). Its failure is logged, never the batc
 
 The collector keeps no state beyond in-flight batches (and the per-host buckets, which
 only limit, and the live streams per host, which only watch for two agents under one host
-id: :mod:`wattline.collector.livestreams`), so several can run behind one name.
+id: :mod:`wattline.collector.livestreams`), so several can run behind one name, or as processes
+of one collector on one port (:mod:`wattline.collector.processes`).
 """
 
 from __future__ import annotations
@@ -59,8 +61,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from wattline import wire
 from wattline.collector.group import Busy, GroupCommitter
 from wattline.collector.lineprotocol import clip
-from wattline.collector.livestreams import LiveStreams
+from wattline.collector.livestreams import LiveStreams, StreamWatch, duplicate_gauges
 from wattline.collector.stores.base import Store, StoreUnavailable
+from wattline.collector.validation import drop_invalid_points, validate
 from wattline.security import TokenCheck, peer_identities
 
 log = logging.getLogger(__name__)
@@ -141,17 +144,7 @@ class Metrics:
         self.agents = Gauge(
             "wattline_collector_connected_agents", "Agent streams heard from in the last 120 s.", registry=registry
         )
-        self.duplicate_streams = Gauge(
-            "wattline_collector_duplicate_streams",
-            "Live agent streams of one host id sending samples of the same time (only hosts that have them).",
-            ["host"],
-            registry=registry,
-        )
-        self.duplicate_hosts = Gauge(
-            "wattline_collector_hosts_with_duplicate_streams",
-            "Host ids with more than one live agent stream sending samples of the same time.",
-            registry=registry,
-        )
+        self.duplicate_streams, self.duplicate_hosts = duplicate_gauges(registry)
 
 
 class HostLimiter:
@@ -196,6 +189,7 @@ class TelemetryService:
         host_burst: float = 60.0,
         require_identity: bool = False,
         on_job_events: JobEventsHook | None = None,
+        live: StreamWatch | None = None,
     ) -> None:
         self.store = store
         self.on_job_events = on_job_events
@@ -216,7 +210,9 @@ class TelemetryService:
         self._expired = -math.inf
         self._skew_logged: dict[str, float] = {}
         self._lock = threading.Lock()
-        self.live = LiveStreams(metrics.duplicate_streams, metrics.duplicate_hosts, timeout_s=AGENT_TIMEOUT_S)
+        self.live: StreamWatch = live or LiveStreams(
+            metrics.duplicate_streams, metrics.duplicate_hosts, timeout_s=AGENT_TIMEOUT_S
+        )
 
     def _refuse(self, context: grpc.ServicerContext, reason: str, code: grpc.StatusCode, details: str) -> NoReturn:
         self.metrics.refused.labels(reason).inc()
@@ -355,72 +351,6 @@ class TelemetryService:
             )
 
 
-def validate(batch: wire.pb.Batch) -> str:
-    """Why ``batch`` as a whole can never be stored, or "" when it is acceptable."""
-    if not batch.host.host_id:
-        return "host.host_id is empty"
-    if not batch.stream_id or batch.seq == 0:
-        return "stream_id and seq are required"
-    return ""
-
-
-def sample_problem(s: wire.pb.Sample) -> str:
-    """Why one sample can never be stored, or ""."""
-    if not (s.source and s.component and s.device):
-        return "source, component and device are required"
-    if s.end_ns <= 0 or s.start_ns > s.end_ns:
-        return f"bad interval {s.start_ns}..{s.end_ns}"
-    for name, value in (("energy_j", s.energy_j), ("power_w", s.power_w), ("cumulative_j", s.cumulative_j)):
-        if not math.isfinite(value) or value < 0:
-            return f"{name} {value} is negative or not finite"
-    if s.quality not in wire.QUALITY_NAMES:
-        return f"unknown quality {s.quality} (a newer agent? upgrade the collector)"
-    return ""
-
-
-def event_problem(e: wire.pb.JobEvent) -> str:
-    """Why one job event can never be stored, or ""."""
-    if not e.job_id or e.time_ns <= 0:
-        return "job_id and time_ns are required"
-    if e.kind not in wire.pb.JobEvent.Kind.values():
-        return f"unknown job event kind {e.kind} (a newer agent? upgrade the collector)"
-    return ""
-
-
-_INF = math.inf
-_QUALITIES = frozenset(wire.QUALITY_NAMES)
-
-
-def _sample_ok(s: wire.pb.Sample) -> bool:
-    """:func:`sample_problem` is "" (the fast test run on every sample; NaN fails every comparison)."""
-    return bool(
-        s.source
-        and s.component
-        and s.device
-        and s.end_ns > 0
-        and s.start_ns <= s.end_ns
-        and 0 <= s.energy_j < _INF
-        and 0 <= s.power_w < _INF
-        and 0 <= s.cumulative_j < _INF
-        and s.quality in _QUALITIES
-    )
-
-
-def drop_invalid_points(batch: wire.pb.Batch) -> list[str]:
-    """Remove the samples and job events that can never be stored; the reasons, one per point."""
-    samples = batch.samples
-    bad_samples = [] if all(map(_sample_ok, samples)) else [(i, sample_problem(s)) for i, s in enumerate(samples)]
-    bad_samples = [(i, p) for i, p in bad_samples if p]
-    for i, _problem in reversed(bad_samples):
-        del samples[i]
-    bad_events = [(i, p) for i, event in enumerate(batch.job_events) if (p := event_problem(event))]
-    for i, _problem in reversed(bad_events):
-        del batch.job_events[i]
-    reasons = [f"sample {i}: {problem}" for i, problem in bad_samples]
-    reasons += [f"job event {i}: {problem}" for i, problem in bad_events]
-    return reasons
-
-
 def _refuse_handler(code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler[Any, Any]:
     """A handler that answers ``code`` at once, without reading the request."""
 
@@ -448,16 +378,18 @@ class Gate(grpc.ServerInterceptor):  # type: ignore[type-arg]
         return _refuse_handler(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
 
 
-def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
-    """Limits and timeouts of the gRPC server (each one a defence against a bad client)."""
+def server_options(max_message_bytes: int, reuse_port: bool = False) -> list[tuple[str, int]]:
+    """Limits and timeouts of the gRPC server (each one a defence against a bad client);
+    ``reuse_port``: the port is shared with the collector's other processes."""
     return [
         # Messages a little over the limit reach push_bytes, which logs and refuses them by
         # name; beyond, gRPC refuses them (RESOURCE_EXHAUSTED) without reading them.
         ("grpc.max_receive_message_length", max_message_bytes + min(max_message_bytes, SIZE_SLACK_BYTES)),
         ("grpc.max_send_message_length", 1 << 20),
         ("grpc.max_concurrent_streams", 64),  # per connection
-        # A port in use is an error, not silently shared with another process.
-        ("grpc.so_reuseport", 0),
+        # A port in use is an error, not silently shared with another process (several
+        # processes of one collector share it: the supervisor checked and holds it).
+        ("grpc.so_reuseport", int(reuse_port)),
         # A connection that never completes its (TLS/HTTP2) handshake is closed.
         ("grpc.server_handshake_timeout_ms", 10_000),
         # Dead peers are found by pings; agents may ping every 30 s.
@@ -492,6 +424,8 @@ class CollectorServer:
         require_identity: bool = False,
         interceptors: list[Any] | None = None,
         on_job_events: JobEventsHook | None = None,
+        reuse_port: bool = False,
+        live: StreamWatch | None = None,
     ) -> None:
         if require_identity and server_credentials is None:
             raise ValueError("client identities need TLS (server_credentials with a client CA)")
@@ -507,13 +441,14 @@ class CollectorServer:
             host_burst=host_burst,
             require_identity=require_identity,
             on_job_events=on_job_events,
+            live=live,
         )
         gates: list[Any] = [Gate(TokenCheck(token), self.metrics)] if token else []
         pool = POOL_PER_WORKER * workers
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=pool, thread_name_prefix="ingest"),
             interceptors=gates + (interceptors or []),
-            options=server_options(max_message_bytes),
+            options=server_options(max_message_bytes, reuse_port),
             maximum_concurrent_rpcs=pool,
         )
         push = grpc.unary_unary_rpc_method_handler(

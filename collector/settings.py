@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
+
 from wattline.config import ConfigError, option
-from wattline.security import is_loopback
+from wattline.security import is_loopback, read_token, server_credentials
 
 DEFAULT_STORE = "sqlite:///var/lib/wattline/wattline.db"
 
@@ -33,6 +36,10 @@ class CollectorSettings:
         8,
         "Concurrent group commits (SQLite: 1); 16 calls per worker may wait for them; "
         "a batch no writer takes within 1 s is answered 'busy'.",
+    )
+    processes: int = option(
+        1,
+        "Collector processes sharing the listen port (0: one per core); more than 1 needs an InfluxDB store.",
     )
     max_message_mb: int = option(16, "Largest accepted batch, MiB.")
     max_batch_points: int = option(20000, "Most samples + job events in one batch (agents split larger ones).")
@@ -75,6 +82,13 @@ class CollectorSettings:
             raise ConfigError(f"option collector.influx_api: {self.influx_api!r} is not auto, v1 or v2")
         if self.workers < 1 or self.max_message_mb < 1 or self.max_batch_points < 1:
             raise ConfigError("option collector.workers/max_message_mb/max_batch_points: must be at least 1")
+        if self.processes < 0:
+            raise ConfigError(f"option collector.processes: {self.processes} is negative (0: one per core)")
+        if self.process_count() > 1 and not self.store.lower().startswith(("http://", "https://")):
+            raise ConfigError(
+                f"option collector.processes: {self.process_count()} processes cannot share a SQLite store "
+                "(one writer per file); use processes = 1, or an InfluxDB store (http://...)"
+            )
         if self.host_rate < 0 or self.host_burst < 1:
             raise ConfigError("option collector.host_rate/host_burst: rate >= 0 and burst >= 1")
         if self.summary_idle not in {"none", "subtract"}:
@@ -96,6 +110,19 @@ class CollectorSettings:
                 "tls_key, or insecure_listen = true (--insecure-listen) on a network protected otherwise"
             )
         return self
+
+    def process_count(self) -> int:
+        """How many collector processes: ``processes``, or one per core this process may use."""
+        return self.processes or len(os.sched_getaffinity(0))
+
+    def credentials(self) -> tuple[grpc.ServerCredentials | None, str | None]:
+        """The server's TLS credentials and the agents' bearer token, read and checked: a
+        bad key or a loose token file fails here, before anything is opened."""
+        self.check_tls()
+        creds = None
+        if self.tls_cert is not None and self.tls_key is not None:
+            creds = server_credentials(self.tls_cert, self.tls_key, self.tls_client_ca)
+        return creds, read_token(self.token_file, "collector.token_file")
 
     def check_tls(self) -> None:
         """The TLS options go together: cert with key, a client CA only with both."""

@@ -15,8 +15,8 @@ from sysfs_trees import INTEL_RANGE_UJ, Zone, powercap_tree, set_energy
 
 from wattline.agent import registry
 from wattline.agent.clock import StampClock
+from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.sampler import Sampler
-from wattline.agent.spool import Spool
 from wattline.agent.uplink import Uplink
 from wattline.wire import Host
 
@@ -52,7 +52,7 @@ class SyntheticHost:
         statuses = registry.discover(["rapl"], self.root, {}, {})
         self.sources = [s.source for s in statuses if s.source is not None]
         assert self.sources, statuses[0].reason
-        self.spool = Spool(Host(host_id=self.host_id, labels=self.labels, agent_version="test"))
+        self.spool = MemorySpool(Host(host_id=self.host_id, labels=self.labels, agent_version="test"))
         clock = StampClock(wall=lambda: self.t_ns, mono=lambda: self.t_ns - T0_NS)
         self.sampler = Sampler(self.sources, self.spool.add_samples, clock)
         self.uplink = Uplink(self.spool, [self.collector], timeout_s=10) if self.collector else None

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from influxd_peer import influxd_config, query_rows
 
 from wattline import wire
 from wattline.collector.stores.influx_v1 import InfluxV1Store
@@ -111,29 +112,6 @@ def start(make: Callable[[int], Daemon], ready_path: str, name: str) -> Daemon:
     pytest.fail(f"{name} did not start:\n{daemon.log_tail()}", pytrace=False)
 
 
-INFLUXD_CONFIG = """\
-reporting-disabled = true
-bind-address = "127.0.0.1:{rpc_port}"
-[meta]
-  dir = "{root}/meta"
-[data]
-  dir = "{root}/data"
-  wal-dir = "{root}/wal"
-  wal-fsync-delay = "0s"
-  query-log-enabled = false
-[monitor]
-  store-enabled = false
-[http]
-  bind-address = "127.0.0.1:{port}"
-  log-enabled = false
-  pprof-enabled = false
-[continuous_queries]
-  enabled = false
-[logging]
-  level = "warn"
-"""
-
-
 class Influxd:
     """A running ``influxd`` 1.x."""
 
@@ -152,13 +130,7 @@ class Influxd:
         params = {"q": influxql, "epoch": "ns", **({"db": database} if database else {})}
         status, body = http("POST", self.url + "/query", urllib.parse.urlencode(params).encode())
         assert status == 200, body
-        rows: list[dict[str, Any]] = []
-        for result in json.loads(body)["results"]:
-            assert "error" not in result, result["error"]
-            for series in result.get("series", []):
-                tags = series.get("tags", {})
-                rows += [{**tags, **dict(zip(series["columns"], v, strict=True))} for v in series["values"]]
-        return rows
+        return query_rows(body)
 
 
 @pytest.fixture(scope="session")
@@ -168,7 +140,7 @@ def influxd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Influxd]:
 
     def make(port: int) -> Daemon:
         config = root / "influxdb.conf"
-        config.write_text(INFLUXD_CONFIG.format(root=root, port=port, rpc_port=free_port()))
+        config.write_text(influxd_config(root, port, free_port()))
         return Daemon([binary, "-config", str(config)], root / "influxd.log", f"http://127.0.0.1:{port}")
 
     daemon = start(make, "/ping", "influxd")

@@ -230,7 +230,7 @@ def test_every_variable_wattline_reads_is_known() -> None:
     (``wattline run`` sets WATTLINE_JOB_ID / WATTLINE_EVENTS for its command, and so on)."""
     import re
 
-    from wattline.cli.daemons import environment_warnings
+    from wattline.cli.agent_entry import environment_warnings
 
     root = Path(__file__).resolve().parent.parent
     files = [

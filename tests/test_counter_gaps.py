@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from pipeline import SyntheticHost, ZoneSpec
+from store_rows import energy_rows
 from sysfs_trees import set_energy
 
 from wattline.collector.server import CollectorServer
@@ -69,7 +70,7 @@ def advance_failing(host: SyntheticHost, ticks: int, how: str, monkeypatch: pyte
 
 
 def rows(store: SqliteStore, device: str) -> list[dict[str, Any]]:
-    return [r for r in store.query_energy("gap-host") if r["device"] == device]
+    return [r for r in energy_rows(store, "gap-host") if r["device"] == device]
 
 
 def window_j(samples: list[dict[str, Any]], t0: int, t1: int) -> float | None:

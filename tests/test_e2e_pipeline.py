@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pipeline import SyntheticHost, ZoneSpec
 from prometheus_client import generate_latest
 from servers import Influxd, VictoriaMetrics
+from store_rows import energy_rows
 from sysfs_trees import INTEL_RANGE_UJ
 
 from wattline.collector.server import CollectorServer
@@ -104,10 +105,9 @@ def test_exact_joules_through_v2_write_api(tmp_path: Path, victoria_metrics: Vic
 
 def test_exact_joules_in_sqlite_default(tmp_path: Path, sqlite_store: Store) -> None:
     host = run_pipeline(tmp_path, sqlite_store)
-    query: Callable[..., list[dict[str, object]]] = sqlite_store.query_energy  # type: ignore[attr-defined]
     sums: dict[str, float] = defaultdict(float)
-    for row in query(host="host-a"):
-        sums[str(row["device"])] += float(row["energy_j"])  # type: ignore[arg-type]
+    for row in energy_rows(sqlite_store, host="host-a"):
+        sums[str(row["device"])] += float(row["energy_j"])
         assert row["quality"] == "counter"
     assert sums == pytest.approx(expected(host), rel=1e-12)
 
@@ -121,7 +121,7 @@ def test_replayed_batches_leave_one_copy(tmp_path: Path, sqlite_store: Store) ->
     assert batch is not None
     sqlite_store.write(batch)
     sqlite_store.write(batch)
-    rows = sqlite_store.query_energy(host="host-a")  # type: ignore[attr-defined]
+    rows = energy_rows(sqlite_store, host="host-a")
     assert len(rows) == 4
     assert math.fsum(r["energy_j"] for r in rows) == pytest.approx(100.0)
     host.close()

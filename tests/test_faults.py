@@ -36,11 +36,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from influxd_peer import influxd_config
 from procs import CLI, Proc, clean_env, start_collector
-from servers import INFLUXD_CONFIG, Daemon, Influxd, find_binary, free_port
+from servers import Daemon, Influxd, find_binary, free_port
+from store_rows import energy_rows, job_event_rows
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 
-from wattline.agent.disk_spool import read_segment
+from wattline.agent.spool_format import read_segment
 from wattline.collector.stores.sqlite import SqliteStore
 
 HOST = "fault-host"
@@ -128,7 +130,7 @@ class OwnInfluxd:
         self.root = root
         self.port, rpc = free_port(), free_port()
         self.config = root / "influxdb.conf"
-        self.config.write_text(INFLUXD_CONFIG.format(root=root, port=self.port, rpc_port=rpc))
+        self.config.write_text(influxd_config(root, self.port, rpc))
         self.url = f"http://127.0.0.1:{self.port}"
         self.daemon = self.start()
 
@@ -363,7 +365,7 @@ def test_faults_sqlite(tmp_path: Path) -> None:
     finally:
         rig.close()
     with SqliteStore(db) as store:
-        rows = store.query_energy(host=HOST)
+        rows = energy_rows(store, host=HOST)
     stored = {(r["device"], r["time_ns"]): (r["stream"], r["start_ns"], r["energy_j"], r["cumulative_j"]) for r in rows}
     assert len(stored) == len(rows)
     check(rig, stored, "SQLite")
@@ -404,7 +406,7 @@ def test_faults_collector_down_during_a_run(tmp_path: Path) -> None:
 
         def stored_units() -> float:
             with SqliteStore(db) as store:
-                return sum(e["fields"].get("units", 0.0) for e in store.query_job_events("mid-run"))
+                return sum(e["fields"].get("units", 0.0) for e in job_event_rows(store, "mid-run"))
 
         while stored_units() < 3:  # the run is under way and its first events are stored...
             assert time.monotonic() - t0 < 30, "the run's events never reached the store"
@@ -428,7 +430,7 @@ def test_faults_collector_down_during_a_run(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("wattline: collector unreachable"), err
     assert str(rig.outbox) in lines[0]
     with SqliteStore(db) as store:
-        rows = store.query_energy(host=HOST)
+        rows = energy_rows(store, host=HOST)
     stored = {(r["device"], r["time_ns"]): (r["stream"], r["start_ns"], r["energy_j"], r["cumulative_j"]) for r in rows}
     check(rig, stored, "SQLite, collector down during a run")
     out = subprocess.run(

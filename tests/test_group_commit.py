@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import grpc
 import pytest
+from store_rows import energy_rows
 
 from tests.servers import T0, Influxd, make_batch
 from wattline import wire
@@ -52,7 +53,7 @@ def batch(i: int, samples: int = 3) -> wire.pb.Batch:
 
 
 def rows(store: SqliteStore) -> int:
-    return len(store.query_energy())
+    return len(energy_rows(store))
 
 
 def test_waiting_batches_are_committed_together_and_each_call_gets_its_own_result(tmp_path: Path) -> None:

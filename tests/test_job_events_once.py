@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 import pytest
 from servers import Influxd, make_batch, sqlite_or_influxdb1_store  # noqa: F401 (fixture store)
+from store_rows import energy_rows
 from test_run_cli import run
 
 from wattline import wire
@@ -267,7 +268,7 @@ def test_sqlite_refuses_exactly_what_influxdb_refuses(tmp_path: Path, influxd: I
         for r in results:
             assert "longer than" in r.reasons[0] and all("outside InfluxDB's range" in x for x in r.reasons[1:])
         assert len(influxd.query("SELECT energy_j FROM energy", influx.database)) == 1  # influxd took the longest
-        assert len(sqlite.query_energy()) == 1
+        assert len(energy_rows(sqlite)) == 1
 
 
 def test_a_10_mib_tag_is_refused_with_a_short_message_and_acknowledged(

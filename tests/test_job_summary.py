@@ -34,7 +34,8 @@ from test_grafana import (
     whole_run_j,
 )
 
-from wattline.collector.stores.base import JobSummary, LineProtocolStore, StoreUnavailable, WriteResult
+from wattline.collector.linestore import LineProtocolStore
+from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
 from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.render import report_json

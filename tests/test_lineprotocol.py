@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from servers import T0, Influxd, make_batch
+from store_rows import energy_rows, job_event_rows
 
 from wattline import wire
 from wattline.collector.lineprotocol import (
@@ -19,8 +20,8 @@ from wattline.collector.lineprotocol import (
     escape_tag,
     quote_string,
 )
-from wattline.collector.stores.base import SAMPLE_FIELD_NAMES
 from wattline.collector.stores.influx_v1 import InfluxV1Store, quote_literal
+from wattline.collector.stores.schema import SAMPLE_FIELD_NAMES
 from wattline.collector.stores.sqlite import SqliteStore
 
 
@@ -179,7 +180,7 @@ def test_user_strings_round_trip(
 
     where = " WHERE example = 'x'"
     energy = influx.query("SELECT * FROM energy" + where)
-    rows = sqlite.query_energy()
+    rows = energy_rows(sqlite)
     assert len(energy) == len(rows) == sample_ok
     if sample_ok:
         (point,) = energy
@@ -195,7 +196,7 @@ def test_user_strings_round_trip(
         assert influx.query(f"SELECT energy_j FROM energy WHERE host = {quote_literal(host)}")[0]["energy_j"] == 250.125
 
     events = influx.query("SELECT * FROM job_events" + where)
-    rows = sqlite.query_job_events()
+    rows = job_event_rows(sqlite)
     assert len(events) == len(rows) == event_ok
     if event_ok:
         (point,) = events

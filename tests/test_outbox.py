@@ -27,7 +27,7 @@ from servers import free_port
 from sysfs_trees import Zone, powercap_tree
 
 from wattline import wire
-from wattline.agent.disk_spool import read_segment
+from wattline.agent.spool_format import read_segment
 from wattline.agent.uplink import Uplink
 
 HOST = "outbox-host"

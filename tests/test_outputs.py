@@ -193,7 +193,7 @@ def test_html_page_is_self_contained_and_renders_in_chromium(store_url: str, tmp
     assert html.count("<svg") == 1 and "nic — ESTIMATE (model)" in html  # the figure, inline
     for text in ("Measured window", "Energy by component", "Coverage", "Notes", "Provenance", "wattline.report/1"):
         assert text in html
-    assert "4.5 kJ  counter + partly ESTIMATE (3 % model)" in html and "300 gCO2/kWh" in html
+    assert "4.5 kJ ± 2.8 %  counter + partly ESTIMATE (3 % model)" in html and "300 gCO2/kWh" in html
     assert "rapl</td><td>cpu_core" in html  # every sampled series is listed
     assert chromium(page, shot) == []
     import matplotlib.image

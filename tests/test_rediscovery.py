@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from pipeline import T0_NS
 from procs import CLI, Proc, clean_env
+from store_rows import energy_rows
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree, set_energy, zone_dir
 
 from wattline.agent.clock import StampClock
@@ -44,7 +45,7 @@ def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 20.0) -> N
 
 
 def samples(store: SqliteStore, device: str) -> list[dict[str, Any]]:
-    return [r for r in store.query_energy(HOST) if r["device"] == device]
+    return [r for r in energy_rows(store, HOST) if r["device"] == device]
 
 
 def assert_power(rows: list[dict[str, Any]], watts: float) -> None:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from servers import T0, Influxd, sqlite_or_influxdb1_store  # noqa: F401 (fixture store)
 
 from wattline import wire
 from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.reader import JOB_LOOKBACK_NS, StoredJobEvent
+from wattline.collector.stores.influx_v2 import InfluxV2Store
+from wattline.collector.stores.reader import JOB_LOOKBACK_NS, Reader, StoredJobEvent, SummaryStore
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.events import EventBuilder, JobSpec
 from wattline.workloads.jobs_view import all_views
+from wattline.workloads.summary import record_local_summary
 
 S = 10**9
 DAY = 86400 * S
@@ -107,3 +112,17 @@ def test_job_events_of_one_job_and_of_all(store: SqliteStore | InfluxV1Store) ->
     assert len(store.job_events()) == 13 * 4 - 3 + 3  # 13 host parts of jobs, three never closed, 3 heartbeats
     views = [v.job_id for v in all_views(store)]
     assert views[0] == "ancient" and set(views[1:4]) == {"abandoned", "beating", "long"} and views[-1] == "future"
+
+
+def test_only_stores_that_are_read_back_type_as_readers(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Reports, summaries and ``open_reader`` decide by the Reader protocol: SQLite and InfluxDB
+    1.x are read back, an InfluxDB 2.x store (write-only here) is not, and a run into it says so."""
+    sqlite = SqliteStore(str(tmp_path / "w.db"))
+    v1 = InfluxV1Store("http://127.0.0.1:9", "wattline")
+    v2 = InfluxV2Store("http://127.0.0.1:9", "org", "bucket", "token")
+    assert isinstance(sqlite, SummaryStore) and isinstance(v1, SummaryStore)
+    assert not isinstance(v2, Reader) and not isinstance(v2, SummaryStore)
+    record_local_summary(None, "job-v2", opener=lambda: v2)
+    assert "job job-v2: no summary written (a influxdb2 store is not read back)" in caplog.text
+    sqlite.close()
+    v1.close()

@@ -11,10 +11,11 @@ from sysfs_trees import Iface, Zone, net_tree, powercap_tree
 
 from wattline import wire
 from wattline.agent import registry
-from wattline.agent.disk_spool import DiskSpool, read_segment, segment_numbers
+from wattline.agent.disk_spool import DiskSpool
 from wattline.agent.encoding import EncodedSamples, SampleHead, encode_sample, energy_fields, stamp_fields
+from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.sampler import Sampler
-from wattline.agent.spool import Spool
+from wattline.agent.spool_format import read_segment, segment_numbers
 
 stamps = st.integers(min_value=0, max_value=2**63 - 1)
 floats = st.floats(allow_nan=False, width=64)
@@ -110,7 +111,7 @@ def test_sampler_sinks_see_the_same_samples(tmp_path: Path) -> None:
     statuses = registry.discover(["rapl", "nic"], tree, env={})
     sources = [s.source for s in statuses if s.source is not None]
     seen: list[wire.pb.Sample] = []
-    memory = Spool(wire.Host(host_id="h"))
+    memory = MemorySpool(wire.Host(host_id="h"))
     disk = DiskSpool(wire.Host(host_id="h"), tmp_path / "spool")
 
     def sink(samples: object) -> None:

@@ -6,11 +6,14 @@ its agent) are made at test time with the ``openssl`` command-line tool.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,11 +21,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from servers import free_port, make_batch
+from store_rows import energy_rows
 from sysfs_trees import Zone, powercap_tree
 from typer.testing import CliRunner
 
 from wattline import wire
-from wattline.agent.daemon import uplink_security
+from wattline.agent.assembly import uplink_security
 from wattline.agent.settings import AgentSettings
 from wattline.agent.uplink import channel_options
 from wattline.cli.main import app
@@ -127,7 +131,7 @@ def test_tls_encrypts_and_authenticates_the_collector(pki: Path, store: SqliteSt
         assert name_bad == grpc.StatusCode.UNAVAILABLE
     finally:
         server.stop()
-    assert len(store.query_energy(host="host-a")) == 4
+    assert len(energy_rows(store, host="host-a")) == 4
 
 
 def test_mutual_tls_a_host_writes_only_as_itself(pki: Path, store: SqliteStore) -> None:
@@ -148,7 +152,7 @@ def test_mutual_tls_a_host_writes_only_as_itself(pki: Path, store: SqliteStore) 
         assert refused == 1
     finally:
         server.stop()
-    assert {r["host"] for r in store.query_energy()} == {"host-a", "host-b"}
+    assert {r["host"] for r in energy_rows(store)} == {"host-a", "host-b"}
 
 
 def test_bearer_token(pki: Path, store: SqliteStore, caplog: pytest.LogCaptureFixture) -> None:
@@ -175,7 +179,7 @@ def test_bearer_token(pki: Path, store: SqliteStore, caplog: pytest.LogCaptureFi
         channel.close()
     finally:
         server.stop()
-    assert len(store.query_energy(host="host-a")) == 4
+    assert len(energy_rows(store, host="host-a")) == 4
 
 
 def test_token_check_is_exact() -> None:
@@ -272,12 +276,65 @@ def test_is_loopback(address: str, loopback: bool) -> None:
     assert is_loopback(address) is loopback
 
 
-def test_help_shows_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WATTLINE_TOKEN", TOKEN)
-    for command in ("agent", "collector"):
-        out = CliRunner().invoke(app, [command, "--help"], env={"WATTLINE_TOKEN": TOKEN, "COLUMNS": "200"})
-        assert out.exit_code == 0, out.output
-        assert "--token-file" in out.output and TOKEN not in out.output
+def metrics_text(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return response.read().decode()
+
+
+def test_tokens_never_show_in_help_logs_metrics_or_errors(tmp_path: Path) -> None:
+    """A collector holding a token from a file and an agent sending another from the
+    environment (refused, again and again) at debug level: neither token appears in
+    ``--help``, the log lines, either ``/metrics``, nor the error line of a refused token."""
+    tree = powercap_tree(tmp_path / "host", [Zone("intel-rapl:0", "package-0", 10**9)])
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    other = "0th3r-s3cr3t-t0ken-fedcba9876543210"
+    port, collector_metrics, agent_metrics = free_port(), free_port(), free_port()
+    cli = [sys.executable, "-m", "wattline.cli.main", "--log-level", "debug"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WATTLINE_")}
+    collector = subprocess.Popen(
+        [*cli, "collector", "--listen", f"127.0.0.1:{port}", "--store", f"sqlite:///{tmp_path / 'w.db'}",
+         "--token-file", str(token_file), "--prometheus-port", str(collector_metrics)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    agent = subprocess.Popen(
+        [*cli, "agent", "--host-id", "host-a", "--sysfs-root", str(tree), "--source", "rapl",
+         "--interval", "0.1", "--batch-interval", "0.2", "--collector", f"127.0.0.1:{port}",
+         "--spool-dir", "memory", "--prometheus-port", str(agent_metrics)],
+        env={**env, "WATTLINE_TOKEN": other}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    seen = ""
+    try:
+        deadline = time.monotonic() + 30
+        refused = 'wattline_collector_refused_calls_total{reason="unauthenticated"}'
+        while time.monotonic() < deadline and not re.search(re.escape(refused) + r" [1-9]", seen):
+            time.sleep(0.2)
+            with contextlib.suppress(OSError):
+                seen = metrics_text(collector_metrics)
+        assert re.search(re.escape(refused) + r" [1-9]", seen), "the agent's pushes were never refused"
+        seen += metrics_text(agent_metrics)
+    finally:
+        agent.terminate()
+        collector.terminate()
+        logs = agent.communicate(timeout=20)[0] + collector.communicate(timeout=20)[0]
+    assert "bearer token" in logs  # the refusals were logged (at debug level: everything there is)
+    runner = CliRunner()
+    outputs = [
+        runner.invoke(app, [c, "--help"], env={"WATTLINE_TOKEN": TOKEN, "COLUMNS": "200"}).output
+        for c in ("agent", "collector")
+    ]
+    assert all("--token-file" in out for out in outputs)
+    for bad in ("s3cr3t with a space 0123456789", "sh0rt-s3cr3t"):  # refused tokens: one line, not quoted
+        out = subprocess.run(
+            [*cli, "collector", "--store", f"sqlite:///{tmp_path / 'w.db'}"],
+            env={**env, "WATTLINE_TOKEN": bad}, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert out.returncode != 0 and "WATTLINE_TOKEN" in out.stderr and "Traceback" not in out.stderr
+        outputs.append(out.stdout + out.stderr)
+        assert bad not in out.stderr
+    for text in [seen, logs, *outputs]:
+        assert TOKEN not in text and other not in text
 
 
 def test_cli_daemons_over_mutual_tls_with_a_token(pki: Path, tmp_path: Path) -> None:
@@ -307,7 +364,7 @@ def test_cli_daemons_over_mutual_tls_with_a_token(pki: Path, tmp_path: Path) -> 
             time.sleep(0.3)
             if db.exists():
                 with SqliteStore(db) as s:
-                    rows = s.query_energy(host="host-a")
+                    rows = energy_rows(s, host="host-a")
         assert len(rows) >= 5, "nothing arrived over mutual TLS"
     finally:
         agent.terminate()  # first: it flushes to the collector

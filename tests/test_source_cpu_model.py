@@ -11,7 +11,7 @@ import pytest
 from sysfs_trees import Zone, powercap_tree
 
 from wattline.agent.counter import EnergyCounter
-from wattline.agent.registry import discover
+from wattline.agent.registry import SourceStatus, discover
 from wattline.agent.sources.base import SourceUnavailable
 from wattline.agent.sources.cpu_model import CpuModelSource, Options
 from wattline.quality import Quality
@@ -38,12 +38,6 @@ class Utilization:
 
     def __call__(self) -> float:
         return self.values.pop(0)
-
-
-def test_rapl_present_stands_down() -> None:
-    with pytest.raises(SourceUnavailable) as exc:
-        CpuModelSource(options=Options(rapl_present=True)).discover()
-    assert str(exc.value) == "RAPL present: measured CPU energy is used instead"
 
 
 def test_power_is_idle_plus_share_of_tdp() -> None:
@@ -120,7 +114,7 @@ def test_counter_integrates_the_modeled_power() -> None:
     assert energies == [None, pytest.approx((20.0 + 60.0) / 2 * 2), pytest.approx((60.0 + 100.0) / 2)]
 
 
-def test_registry_sets_rapl_present_after_rapl_found_packages(tmp_path: Path) -> None:
+def test_registry_stands_the_model_down_after_rapl_found_packages(tmp_path: Path) -> None:
     powercap_tree(tmp_path, [Zone("intel-rapl:0", "package-0", 1)])
     rapl_status, model_status = discover(["rapl", "cpu_model"], tmp_path, env={})
     assert rapl_status.available and not model_status.available
@@ -131,6 +125,34 @@ def test_registry_sets_rapl_present_after_rapl_found_packages(tmp_path: Path) ->
     assert model_only.available
 
 
+def test_a_running_model_stands_down_when_rapl_appears(tmp_path: Path) -> None:
+    (model,) = discover(["rapl", "cpu_model"], tmp_path, env={})[1:]
+    assert model.available and model.source is not None
+    closed: list[bool] = []
+    model.source.close = lambda: closed.append(True)  # type: ignore[method-assign]
+    powercap_tree(tmp_path, [Zone("intel-rapl:0", "package-0", 1)])
+    rapl_status, again = discover(["rapl", "cpu_model"], tmp_path, env={}, current=[model])
+    assert not again.available and again.reason.startswith("RAPL present") and closed == [True]
+    assert rapl_status.source is not None
+    rapl_status.source.close()
+
+
+def test_an_old_config_naming_rapl_present_warns_once_and_runs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The retired option (the agent decides) is ignored with one warning line, not refused:
+    an upgraded agent with its old config still starts."""
+    doc = {"sources": {"cpu_model": {"rapl_present": True, "tdp_w": 80.0}}}
+    (status,) = discover(["cpu_model"], tmp_path, doc, env={})
+    assert status.available and status.channels[0].max_power_w == 80.0  # the other options still apply
+    (line,) = [r.getMessage() for r in caplog.records if "rapl_present" in r.getMessage()]
+    assert line.startswith("config [sources.cpu_model]: option 'rapl_present' is retired and ignored")
+    assert status.source is not None
+    discover(["cpu_model"], tmp_path, doc, env={}, current=[SourceStatus("nic", None)])  # a rediscovery
+    assert len([r for r in caplog.records if "rapl_present" in r.getMessage()]) == 1
+    status.source.close()
+
+
 def test_psutil_is_not_imported_where_rapl_measures_the_cpu(tmp_path: Path) -> None:
     """The agent's resident memory: psutil (~2.7 MiB) loads only when the model actually runs."""
     import subprocess
@@ -138,7 +160,7 @@ def test_psutil_is_not_imported_where_rapl_measures_the_cpu(tmp_path: Path) -> N
 
     powercap_tree(tmp_path, [Zone("intel-rapl:0", "package-0", 1000)])
     code = (
-        "import sys; from pathlib import Path; from wattline.agent.registry import discover; "
+        "import sys; from pathlib import Path; from wattline.agent.registry import SourceStatus, discover; "
         f"s = discover(['rapl', 'cpu_model'], Path({str(tmp_path)!r}), env={{}}); "
         "assert [x.available for x in s] == [True, False], s; print('psutil' in sys.modules)"
     )

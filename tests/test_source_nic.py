@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from sysfs_trees import Iface, copy_fixture, efa_tree, net_tree, set_stat
 
-from wattline.agent.counter import EnergyCounter
+from wattline.agent.counter import EnergyCounter, counter_ticks
 from wattline.agent.registry import source_class
 from wattline.agent.sources.base import SourceUnavailable
-from wattline.agent.sources.nic import NicSource, Options, _delta
+from wattline.agent.sources.nic import NicSource, Options
 from wattline.config import build
 from wattline.quality import Quality
 
@@ -128,23 +128,33 @@ def test_rediscovery_keeps_each_interfaces_baseline(host: Path) -> None:
     src.close()
 
 
-def test_counter_reset_counts_bytes_since_reset(host: Path) -> None:
+def test_counter_reset_counts_idle_only_and_says_so(host: Path) -> None:
+    """counter.py's reset policy: bytes moved across a reset are unknown, never counted (the
+    old NIC policy counted the new value as bytes moved); the model's idle power still is."""
     clock = FakeClock()
-    src = NicSource(host, Options(idle_w=0.0, j_per_byte=1e-6, interfaces=["eth0"]), clock=clock)
-    src.discover()
-    src.read()
+    src = NicSource(host, Options(idle_w=2.0, j_per_byte=1e-6, interfaces=["eth0"]), clock=clock)
+    counter = EnergyCounter(src.discover()[0])
+    counter.update(src.read()[0], clock.t)
     set_stat(host, "eth0", "rx_bytes", 1000)  # driver reload: counters restart from 0
     set_stat(host, "eth0", "tx_bytes", 500)
     clock.t += 1
-    assert src.read()[0].energy_j == pytest.approx(1500 * 1e-6)
+    delta = counter.update(src.read()[0], clock.t)
+    assert delta is not None and delta.energy_j == pytest.approx(2.0) and delta.healthy
+    assert delta.status.startswith("counter reset")
+    set_stat(host, "eth0", "rx_bytes", 3000)  # counting goes on from the new baseline
+    clock.t += 1
+    delta = counter.update(src.read()[0], clock.t)
+    assert delta is not None and delta.energy_j == pytest.approx(2.0 + 2000 * 1e-6) and delta.status == ""
     src.close()
 
 
-def test_delta() -> None:
-    assert _delta(10, 25) == 15
-    assert _delta(10, 10) == 0
-    assert _delta(2**63, 7) == 7  # a drop is a reset, never a wrap
-    assert _delta(2**64 - 10, 2**64 - 1) == 9
+def test_counter_ticks() -> None:
+    assert counter_ticks(10, 25, None) == 15
+    assert counter_ticks(10, 10, None) == 0
+    assert counter_ticks(2**63, 7, None) is None  # no wrap range: a drop is a reset, never a wrap
+    assert counter_ticks(2**64 - 10, 2**64 - 1, None) == 9
+    assert counter_ticks(90, 5, 100) == 15  # a wrap at 100
+    assert counter_ticks(90, 5, 100, lambda ticks: ticks < 10) is None  # an implausible wrap is a reset
 
 
 def test_large_counters_stay_exact(tmp_path: Path) -> None:

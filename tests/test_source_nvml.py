@@ -333,3 +333,24 @@ def test_unopened_source_is_empty() -> None:
 def test_options_are_checked(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         NvmlOptions(**bad)
+
+
+def test_sources_json_shows_health_processes_and_mig_instances(stub_dir: Path, tmp_path: Path) -> None:
+    """``wattline sources --json`` carries what NVML knows beyond energy: each GPU's health, its
+    compute processes, and the MIG instances (which carry no energy of their own)."""
+    a100, h100 = "GPU-a100a100-0000-4000-8000-000000000000", "GPU-h100h100-0000-4000-8000-000000000000"
+    env = dict(os.environ, LD_LIBRARY_PATH=str(stub_dir), WATTLINE_NVML_SCENARIO=str(SCENARIOS / "mig.txt"))
+    cmd = [sys.executable, "-m", "wattline.cli.main", "sources", "--json", "--source", "nvml", "--sample", "0"]
+    proc = subprocess.run([*cmd, "--sysfs-root", str(tmp_path)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (nvml,) = json.loads(proc.stdout)
+    details = nvml["details"]
+    assert details["health"] == {a100: "ok", h100: "ok"}
+    assert [(p["pid"], p["gpu_instance_id"]) for p in details["processes"][a100]] == [(7001, 1), (7002, 5), (7003, 5)]
+    assert details["processes"][h100] == [
+        {"pid": 8001, "used_memory_bytes": 1000, "sm_util": 55, "gpu_instance_id": None}
+    ]
+    assert [(m["mig_uuid"][:12], m["gpu_instance_id"], m["memory_total_bytes"]) for m in details["mig_devices"]] == [
+        ("MIG-11111111", 1, 10737418240),
+        ("MIG-22222222", 5, 21474836480),
+    ]

@@ -10,7 +10,7 @@ import pytest
 from sysfs_trees import AMD_RANGE_UJ, INTEL_RANGE_UJ, Constraint, Zone, copy_fixture, powercap_tree, set_energy
 
 from wattline.agent.counter import EnergyCounter
-from wattline.agent.sources import rapl
+from wattline.agent.sources import sysfs
 from wattline.agent.sources.base import Channel, SourceUnavailable
 from wattline.agent.sources.rapl import Options, RaplSource
 from wattline.quality import Quality
@@ -218,14 +218,14 @@ def test_control_type_directories_alone_are_no_zones(tmp_path: Path) -> None:
 
 def test_permission_denied_says_how_to_grant_access(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     powercap_tree(tmp_path, [Zone("intel-rapl:0", "package-0", 1), Zone("intel-rapl:0:0", "core", 2)])
-    real_open = rapl._open_ro
+    real_open = sysfs.open_ro
 
     def root_only(path: str) -> int:
         if path.endswith("intel-rapl:0:0/energy_uj"):
             raise PermissionError(errno.EACCES, "Permission denied", path)
         return real_open(path)
 
-    monkeypatch.setattr(rapl, "_open_ro", root_only)
+    monkeypatch.setattr(sysfs, "open_ro", root_only)
     before = open_fds()
     with pytest.raises(SourceUnavailable) as exc:
         RaplSource(tmp_path).discover()
@@ -306,7 +306,7 @@ def test_read_is_one_pread_per_zone_on_kept_descriptors(xps7390: Path, monkeypat
         raise AssertionError(f"read() opened {path}")
 
     monkeypatch.setattr(os, "pread", counting)
-    monkeypatch.setattr(rapl, "_open_ro", no_open)
+    monkeypatch.setattr(sysfs, "open_ro", no_open)
     src.read()
     src.read()
     assert len(calls) == 2 * len(channels)

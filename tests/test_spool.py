@@ -17,12 +17,15 @@ import time
 from pathlib import Path
 
 import pytest
+from store_rows import energy_rows
 
 from wattline import wire
-from wattline.agent.daemon import open_spool, spool_directory
-from wattline.agent.disk_spool import MAGIC, DiskSpool, SpoolError, read_segment, segment_name, segment_numbers
+from wattline.agent.assembly import open_spool, spool_directory
+from wattline.agent.disk_spool import DiskSpool
+from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.settings import AgentSettings
 from wattline.agent.spool import Spool
+from wattline.agent.spool_format import MAGIC, SpoolError, read_segment, segment_name, segment_numbers
 from wattline.agent.uplink import Uplink
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.sqlite import SqliteStore
@@ -70,7 +73,7 @@ def ends(batches: list[wire.pb.Batch]) -> list[int]:
 
 
 def test_memory_spool_drops_the_oldest_and_counts(caplog: pytest.LogCaptureFixture) -> None:
-    spool = Spool(HOST, max_batch_samples=4, max_batches=3)
+    spool = MemorySpool(HOST, max_batch_samples=4, max_batches=3)
     for i in range(1, 11):
         spool.add_samples(tick(i))  # 20 samples -> 5 batches of 4
     with caplog.at_level(logging.WARNING):
@@ -84,7 +87,7 @@ def test_memory_spool_drops_the_oldest_and_counts(caplog: pytest.LogCaptureFixtu
 
 
 def test_ack_names_its_stream() -> None:
-    spool = Spool(HOST)
+    spool = MemorySpool(HOST)
     spool.add_samples(tick(1))
     spool.seal()
     spool.ack(1, "another-stream")
@@ -94,7 +97,7 @@ def test_ack_names_its_stream() -> None:
 
 
 def test_split_head_renumbers_what_follows() -> None:
-    spool = Spool(HOST, max_batch_samples=8)
+    spool = MemorySpool(HOST, max_batch_samples=8)
     for i in range(1, 9):
         spool.add_samples(tick(i))
     spool.seal()
@@ -102,7 +105,7 @@ def test_split_head_renumbers_what_follows() -> None:
     batches = drain(spool)
     assert [(b.seq, len(b.samples)) for b in batches] == [(1, 4), (2, 4), (3, 8)]  # later ones stay
     assert ends(batches) == [T0 + i * 10**9 for i in range(1, 9)]
-    one = Spool(HOST)
+    one = MemorySpool(HOST)
     one.add_samples(tick(1, channels=1))
     one.seal()
     assert not one.split_head()
@@ -306,7 +309,7 @@ def test_spool_directory_from_settings_and_systemd(tmp_path: Path) -> None:
     spool = open_spool(AgentSettings(spool_max_mb=1), HOST, {"STATE_DIRECTORY": str(tmp_path)})
     assert isinstance(spool, DiskSpool) and spool.directory == tmp_path / "spool" and spool.max_bytes == 1 << 20
     spool.close()
-    assert type(open_spool(AgentSettings(), HOST, {})) is Spool
+    assert type(open_spool(AgentSettings(), HOST, {})) is MemorySpool
 
 
 def test_replays_leave_one_copy_through_the_collector(tmp_path: Path) -> None:
@@ -337,7 +340,7 @@ def test_replays_leave_one_copy_through_the_collector(tmp_path: Path) -> None:
         assert second.backlog() == 0
         uplink.close()
         second.close()
-        rows = store.query_energy(host="node-1")
+        rows = energy_rows(store, host="node-1")
         assert len(rows) == 10  # 5 ticks x 2 channels, once each
         assert sorted(r["time_ns"] for r in rows if r["device"] == "package-0") == [T0 + i * 10**9 for i in range(1, 6)]
     finally:

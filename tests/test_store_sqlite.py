@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 from servers import T0, make_batch
+from store_rows import energy_rows, job_event_rows
 
 from wattline import wire
-from wattline.collector.stores.base import SAMPLE_FIELDS, StoreUnavailable, WriteResult, host_tags
-from wattline.collector.stores.sqlite import _ENERGY_COLUMNS, SCHEMA_VERSION, SqliteStore, _json
+from wattline.collector.stores.base import StoreUnavailable, WriteResult
+from wattline.collector.stores.schema import SAMPLE_FIELDS, host_tags
+from wattline.collector.stores.sqlite import SCHEMA_VERSION, SqliteStore, _json
+from wattline.collector.stores.sqlite_schema import _ENERGY_COLUMNS
 
 
 @pytest.fixture
@@ -26,7 +29,7 @@ def store(tmp_path: Path) -> Iterator[SqliteStore]:
 def test_samples_come_back_exactly(store: SqliteStore) -> None:
     result = store.write(make_batch(samples=4))
     assert (result.written, result.rejected, result.reasons) == (4, 0, [])
-    rows = store.query_energy()
+    rows = energy_rows(store)
     assert [r["time_ns"] for r in rows] == [T0 + (i + 1) * 10**9 for i in range(4)]
     assert rows[0] == {
         "host": "node-1",
@@ -65,7 +68,7 @@ def test_float_precision_is_exact(store: SqliteStore) -> None:
     for i, value in enumerate(values):
         batch.samples[0].gauges[f"g{i}"] = value
     store.write(batch)
-    (row,) = store.query_energy()
+    (row,) = energy_rows(store)
     assert row["energy_j"] == values[0]
     assert [row["gauges"][f"g{i}"] for i in range(len(values))] == values
 
@@ -76,16 +79,16 @@ def test_writing_a_batch_twice_leaves_one_copy_and_the_last_write_wins(store: Sq
     batch.samples[0].energy_j = 1.25
     batch.job_events[1].units = 7.0
     assert store.write(batch).written == 10
-    rows = store.query_energy()
+    rows = energy_rows(store)
     assert len(rows) == 6 and rows[0]["energy_j"] == 1.25
-    events = store.query_job_events()
+    events = job_event_rows(store)
     assert len(events) == 4 and events[1]["fields"]["units"] == 7.0
 
 
 def test_job_events_are_stored(store: SqliteStore) -> None:
     store.write(make_batch(samples=0, job_id="job-1"))
     store.write(make_batch(host="node-2", samples=0, job_id="job-2"))
-    rows = store.query_job_events("job-1")
+    rows = job_event_rows(store, "job-1")
     assert [(r["event"], r["event_seq"], r["time_ns"], r["host"]) for r in rows] == [
         ("open", 1, T0, "node-1"),
         ("units", 2, T0 + 1_500_000_000, "node-1"),
@@ -102,14 +105,14 @@ def test_job_events_are_stored(store: SqliteStore) -> None:
     }
     assert rows[0]["labels"] == {"cluster": "c1", "region": "eu-west-1"}
     assert rows[3]["fields"] == {"exit_code": 137}
-    assert len(store.query_job_events()) == 8
+    assert len(job_event_rows(store)) == 8
 
 
 def test_energy_filters(store: SqliteStore) -> None:
     store.write(make_batch(host="a", samples=4))
     store.write(make_batch(host="b", samples=4))
-    assert len(store.query_energy(host="a")) == 4
-    window = store.query_energy(start_ns=T0 + 2 * 10**9, end_ns=T0 + 4 * 10**9)
+    assert len(energy_rows(store, host="a")) == 4
+    window = energy_rows(store, start_ns=T0 + 2 * 10**9, end_ns=T0 + 4 * 10**9)
     assert [(r["host"], r["time_ns"]) for r in window] == [
         ("a", T0 + 2 * 10**9),
         ("b", T0 + 2 * 10**9),
@@ -124,7 +127,7 @@ def test_points_influxdb_refuses_are_refused_here_too(store: SqliteStore) -> Non
     result = store.write(batch)
     assert (result.written, result.rejected) == (2, 5)
     assert "'bad' is inf" in result.reasons[0] and "line feed" in result.reasons[1]
-    assert len(store.query_energy()) == 2 and store.query_job_events() == []
+    assert len(energy_rows(store)) == 2 and job_event_rows(store) == []
 
 
 def test_schema_is_versioned_and_reopened(tmp_path: Path) -> None:
@@ -132,7 +135,7 @@ def test_schema_is_versioned_and_reopened(tmp_path: Path) -> None:
     with SqliteStore(path) as store:
         store.write(make_batch(samples=2))
     with SqliteStore(path) as store:
-        assert len(store.query_energy()) == 2
+        assert len(energy_rows(store)) == 2
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
@@ -158,7 +161,7 @@ def test_concurrent_writers(store: SqliteStore) -> None:
         try:
             for seq in range(10):
                 store.write(make_batch(host=host, samples=5, t0=T0 + seq * 10**10, seq=seq, job_id=f"j{seq}"))
-                store.query_energy(host=host)
+                energy_rows(store, host=host)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -168,13 +171,13 @@ def test_concurrent_writers(store: SqliteStore) -> None:
     for thread in threads:
         thread.join()
     assert errors == []
-    assert len(store.query_energy()) == 200 and len(store.query_job_events()) == 160
+    assert len(energy_rows(store)) == 200 and len(job_event_rows(store)) == 160
 
 
 def test_in_memory() -> None:
     with SqliteStore(":memory:") as store:
         assert store.write(make_batch(samples=1)).written == 1
-        assert len(store.query_energy()) == 1
+        assert len(energy_rows(store)) == 1
 
 
 # -- group commit --------------------------------------------------------------------------
@@ -190,13 +193,13 @@ def test_a_group_is_written_at_once_with_a_result_per_batch(store: SqliteStore) 
     assert results[0].reasons == [] and results[2].reasons == []
     (reason,) = results[1].reasons
     assert "host='b'" in reason and "'bad' is nan" in reason
-    rows = store.query_energy()
+    rows = energy_rows(store)
     assert sorted({r["host"] for r in rows}) == ["a", "b", "c"] and len(rows) == 7
-    assert len(store.query_job_events()) == 8
+    assert len(job_event_rows(store)) == 8
     # resending the whole group (its acknowledgement was lost) leaves one copy
     again = store.write_group([good_a, bad_b, good_c])
     assert [(r.written, r.rejected) for r in again] == [(3, 0), (6, 1), (6, 0)]
-    assert len(store.query_energy()) == 7 and len(store.query_job_events()) == 8
+    assert len(energy_rows(store)) == 7 and len(job_event_rows(store)) == 8
     assert store.write_group([]) == []
 
 
@@ -227,12 +230,12 @@ def test_a_failed_group_writes_none_of_its_batches(tmp_path: Path) -> None:
         group = [make_batch(host="a", samples=4), make_batch(host="b", samples=2, job_id="boom")]
         with pytest.raises(StoreUnavailable, match="injected failure"):
             store.write_group(group)
-        assert store.query_energy() == [] and store.query_job_events() == []
+        assert energy_rows(store) == [] and job_event_rows(store) == []
         assert _series_rows(path) == []
         store._db.execute("DROP TRIGGER boom")
         # the retry writes everything, series included (a rolled-back series is not taken as known)
         assert [r.written for r in store.write_group(group)] == [4, 6]
-        assert len(store.query_energy()) == 6 and len(store.query_job_events()) == 4
+        assert len(energy_rows(store)) == 6 and len(job_event_rows(store)) == 4
     assert _series_rows(path) == [
         ("a", "nvml", "gpu", "GPU-0", "counter"),
         ("a", "nvml", "gpu", "GPU-1", "counter"),

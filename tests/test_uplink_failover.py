@@ -14,6 +14,7 @@ import pytest
 from pipeline import SyntheticHost, ZoneSpec
 from procs import start_collector
 from servers import Influxd, free_port
+from store_rows import energy_rows
 from sysfs_trees import Zone, powercap_tree
 from test_wire_abuse import GatedStore
 
@@ -93,7 +94,7 @@ def test_failover_and_failback_between_two_collectors(tmp_path: Path) -> None:
         host.close()
         a.stop(grace_s=1)
         b.stop(grace_s=1)
-    rows = store.query_energy(host="host-a")
+    rows = energy_rows(store, host="host-a")
     assert len(rows) == 30 * 2  # every tick of both channels, once
     total = {z.name: sum(r["energy_j"] for r in rows if r["device"].endswith(z.name)) for z in ZONES}
     assert total == pytest.approx({"package-0": 50.0 * 15, "dram": 6.5 * 15}, rel=1e-12)

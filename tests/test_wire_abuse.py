@@ -16,9 +16,10 @@ from typing import Any
 import grpc
 import pytest
 from servers import make_batch
+from store_rows import energy_rows
 
 from wattline import wire
-from wattline.agent.spool import Spool
+from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.uplink import Uplink
 from wattline.collector.server import POOL_PER_WORKER, CollectorServer, HostLimiter
 from wattline.collector.stores.base import Store, StoreUnavailable, WriteResult
@@ -48,7 +49,7 @@ class GatedStore(Store):
         return self.inner.write(batch)
 
     def rows(self, host: str = "node-1") -> int:
-        return len(self.inner.query_energy(host=host))
+        return len(energy_rows(self.inner, host=host))
 
     def close(self) -> None:
         self.inner.close()
@@ -124,7 +125,7 @@ def test_the_agent_splits_what_the_collector_finds_too_large(
     serve: Serve, store: GatedStore, limit: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     _, address = serve(**({"max_message_bytes": 16 << 10} if limit == "bytes" else {"max_batch_points": 50}))
-    spool = Spool(wire.Host(host_id="node-1"), max_batch_samples=5000)
+    spool = MemorySpool(wire.Host(host_id="node-1"), max_batch_samples=5000)
     spool.add_samples(list(big_batch(400).samples))
     uplink = Uplink(spool, [address])
     spool.seal()
@@ -241,15 +242,20 @@ def test_silent_clients_do_not_block_the_others(serve: Serve) -> None:
 
 def test_one_host_over_its_rate_does_not_starve_another(serve: Serve) -> None:
     server, address = serve(host_rate=0.5, host_burst=3)
+    now = [100.0]
+    server.service.limiter = HostLimiter(0.5, 3, clock=lambda: now[0])  # time moves when the test says
     client = stub(address)
     for seq in (1, 2, 3):
         client.Push(make_batch(host="noisy", seq=seq), timeout=10)
     code, details = status_of(lambda: client.Push(make_batch(host="noisy", seq=4), timeout=10))
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and details == "host 'noisy' is over 0.5 batches/s; back off"
     assert client.Push(make_batch(host="quiet"), timeout=10).written == 4
-    time.sleep(2.1)
+    now[0] += 1.9
+    code, _ = status_of(lambda: client.Push(make_batch(host="noisy", seq=4), timeout=10))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED  # not yet one token back at 0.5 batches/s
+    now[0] += 0.1
     assert client.Push(make_batch(host="noisy", seq=4), timeout=10).written == 4  # the bucket refilled
-    assert server.registry.get_sample_value("wattline_collector_refused_calls_total", {"reason": "rate_limited"}) == 1
+    assert server.registry.get_sample_value("wattline_collector_refused_calls_total", {"reason": "rate_limited"}) == 2
 
 
 def test_busy_collector_answers_quickly_instead_of_queueing(serve: Serve, store: GatedStore) -> None:
@@ -289,7 +295,7 @@ def test_graceful_stop_acknowledges_what_is_in_flight(serve: Serve, store: Gated
 def test_storage_down_is_unavailable_and_the_agent_resends(serve: Serve, store: GatedStore) -> None:
     server, address = serve()
     store.failures = 3
-    spool = Spool(wire.Host(host_id="node-1"))
+    spool = MemorySpool(wire.Host(host_id="node-1"))
     spool.add_samples(list(big_batch(10).samples))
     uplink = Uplink(spool, [address], max_backoff_s=0.2)
     stop = threading.Event()

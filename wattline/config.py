@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import functools
 import os
 import stat
@@ -108,6 +107,8 @@ def env_names(cls: type[Any], table_name: str) -> set[str]:
 
 def closest(name: str, known: Iterable[str], fmt: str = "{}") -> str:
     """`` (did you mean X?)`` with the known name closest to ``name`` (difflib), or ""."""
+    import difflib  # only for a message: not loaded by a process whose settings are right
+
     match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f" (did you mean {fmt.format(match[0])}?)" if match else ""
 

@@ -24,8 +24,6 @@ Floor 1: imports nothing of the project but :mod:`wattline.config`.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import ipaddress
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -91,6 +89,10 @@ class TokenCheck:
     """Constant-time check of ``authorization: Bearer <token>`` metadata."""
 
     def __init__(self, token: str) -> None:
+        import hashlib  # here, not at the top: the agent (a client) never checks a token
+        import hmac
+
+        self._sha256, self._equal = hashlib.sha256, hmac.compare_digest
         self._digest = hashlib.sha256(f"Bearer {token}".encode()).digest()
 
     def __repr__(self) -> str:
@@ -104,7 +106,7 @@ class TokenCheck:
                 continue
             raw = value if isinstance(value, bytes) else value.encode("utf-8", "replace")
             # Digests of equal length: the comparison time depends on neither content nor length.
-            ok |= hmac.compare_digest(hashlib.sha256(raw).digest(), self._digest)
+            ok |= self._equal(self._sha256(raw).digest(), self._digest)
         return ok
 
 

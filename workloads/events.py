@@ -34,7 +34,7 @@ from wattline.collector.lineprotocol import (
     clip,
     job_event_point,
 )
-from wattline.collector.stores.base import JOB_EVENTS, host_tags
+from wattline.collector.stores.schema import JOB_EVENTS, host_tags
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,8 @@ never says "0.04 vs 0.01 USD, -68 %".
 * ``count(x)``: whole numbers with thousands separators, else 4 significant digits;
   ``rate(x, unit)`` the same below a million, else "17.94 million tokens/h";
 * ``duration(s)``: 12.35 s, 2 min 05 s, 3 h 12 min;
-* ``share(f)``: 42 %, and "<1 %" / ">99 %" for a part that would round to none or all.
+* ``share(f)``: 42 %, and "<1 %" / ">99 %" for a part that would round to none or all;
+* ``plus_minus(rel)``: a relative bound, 2 significant digits: "± 2.3 %", "± 0.0017 %".
 """
 
 from __future__ import annotations
@@ -157,3 +158,11 @@ def percent_shown(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or a == 0:
         return None
     return (b / a - 1.0) * 100.0
+
+
+def plus_minus(rel: float | None, unit: str = "%") -> str:
+    """A relative half-width (0.023) as "± 2.3 %" (2 significant digits; ``unit`` "pp" for
+    percentage points); "± n/a" when unknown."""
+    if rel is None or not math.isfinite(rel):
+        return f"± {NA}"
+    return f"± {_fixed(round_sig(rel * 100.0, 2), 2)} {unit}"

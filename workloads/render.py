@@ -26,6 +26,7 @@ from wattline.workloads import economics
 from wattline.workloads import quantities as q
 from wattline.workloads.jobs_view import utc_iso
 from wattline.workloads.report import Report, WindowEnergy, report_coverage
+from wattline.workloads.uncertainty import Bound, Side, change_bound
 
 #: Version of the JSON shapes below; bumped on any incompatible change.
 REPORT_SCHEMA = "wattline.report/1"
@@ -49,11 +50,39 @@ def _window_json(w: WindowEnergy) -> dict[str, Any]:
                 "dynamic_energy_j": c.dynamic_j,
                 "mean_power_w": c.energy_j / w.seconds if w.seconds > 0 else None,
                 "energy_j_by_quality": dict(sorted(c.by_quality.items())),
+                "energy_bound_j": c.bound.total_j,
             }
             for c in sorted(w.components.values(), key=lambda c: c.component)
         ],
         "by_host": [{"host": h, "energy_j": j} for h, j in sorted(w.hosts.items())],
         **_estimate_json(w),
+        **_bound_json(w.bound, w.energy_j),
+        "mean_power_w_bound": w.bound.total_j / w.seconds if w.seconds > 0 else None,
+    }
+
+
+def _bound_json(bound: Bound, energy_j: float) -> dict[str, Any]:
+    """How far ``energy_j`` may be off: half-width (J), relative, and by term (README "Method: uncertainty")."""
+    return {
+        "energy_bound_j": bound.total_j,
+        "energy_bound_rel": bound.relative(energy_j),
+        "energy_bound_terms_j": bound.terms(),
+    }
+
+
+#: Figures proportional to the charged energy (units, time, intensity exact): the bound's share of each.
+BOUNDED_FIGURES = (
+    "j_per_unit",
+    "kwh_per_million_units",
+    "co2_g_per_run",
+    "co2_g_per_million_units",
+)
+
+
+def _figure_bounds_json(figures: dict[str, Any], rel: float | None) -> dict[str, Any]:
+    """``<figure>_bound``: the half-width of each figure derived from energy (null when unknown)."""
+    return {
+        f"{k}_bound": None if figures.get(k) is None or rel is None else abs(figures[k]) * rel for k in BOUNDED_FIGURES
     }
 
 
@@ -101,6 +130,16 @@ class Span:
     def estimate(self) -> float:
         return estimate_share(*self.windows)
 
+    @property
+    def bound(self) -> Bound:
+        """How far the energy may be off: the windows' bounds added (worst case)."""
+        return sum((w.bound for w in self.windows), Bound())
+
+    @property
+    def bound_rel(self) -> float | None:
+        """The bound relative to the energy the figures use (total, or above idle)."""
+        return self.bound.relative(self.figures.measured.energy_j)
+
 
 def spans(r: Report) -> tuple[Span, Span]:
     """(measured window, whole run) of a report; the whole run's figures use the same
@@ -130,7 +169,7 @@ def _figures_json(f: economics.Figures) -> dict[str, Any]:
 
 
 def _whole_run_json(whole: Span) -> dict[str, Any]:
-    return {
+    out = {
         "seconds": whole.seconds,
         "units": whole.units,
         "energy_j": whole.energy_j,
@@ -138,12 +177,14 @@ def _whole_run_json(whole: Span) -> dict[str, Any]:
         "mean_power_w": whole.energy_j / whole.seconds if whole.seconds > 0 else None,
         **_figures_json(whole.figures),
         **_estimate_json(*whole.windows),
+        **_bound_json(whole.bound, whole.energy_j),
+        "mean_power_w_bound": whole.bound.total_j / whole.seconds if whole.seconds > 0 else None,
     }
+    return out | _figure_bounds_json(out, whole.bound_rel)
 
 
 def report_json(r: Report) -> dict[str, Any]:
     """The ``--json`` / ``--report-json`` shape (see README "Report JSON")."""
-    f = r.figures
     job = r.job
     return {
         "schema": REPORT_SCHEMA,
@@ -180,11 +221,7 @@ def report_json(r: Report) -> dict[str, Any]:
             "measured": r.measured.seconds,
         },
         "units": {"total": job.units_total, "warmup": r.units_warmup, "measured": r.units_measured},
-        "measured": {
-            **_window_json(r.measured),
-            **_figures_json(f),
-            "coverage": report_coverage(r),
-        },
+        "measured": _measured_json(r),
         "warmup": _window_json(r.warmup),
         "whole_run": _whole_run_json(spans(r)[1]),
         "figures_from": "dynamic_energy_j" if r.settings.idle == "subtract" else "energy_j",
@@ -199,6 +236,11 @@ def report_json(r: Report) -> dict[str, Any]:
         "device_shares": [asdict(d) for d in r.device_shares],
         "notes": r.notes,
     }
+
+
+def _measured_json(r: Report) -> dict[str, Any]:
+    out = {**_window_json(r.measured), **_figures_json(r.figures)}
+    return out | _figure_bounds_json(out, spans(r)[0].bound_rel) | {"coverage": report_coverage(r)}
 
 
 def status_text(state: str, exit_code: int | None, last_heard_ns: int | None) -> str:
@@ -242,6 +284,24 @@ def _tagged(text: str, share: float) -> str:
     return f"{text} {tag}" if tag and text != q.NA else text
 
 
+def _bounded(text: str, rel: float | None) -> str:
+    """A figure with its relative bound: "171.0 J ± 2.3 %"."""
+    return f"{text} {q.plus_minus(rel)}" if text != q.NA else text
+
+
+def _energy_bounded(energy_j: float, bound: Bound) -> str:
+    """Energy with its bound: relative ("171.0 J ± 2.3 %"), in joules where none was counted ("0 J ± 20 J")."""
+    rel = bound.relative(energy_j)
+    if rel is None:
+        return f"{q.si(energy_j, 'J')} ± {q.si(bound.total_j, 'J')}"
+    return _bounded(q.si(energy_j, "J"), rel)
+
+
+def _span_figure(text: str, s: Span) -> str:
+    """A span's figure derived from its charged energy: bound, then the estimate label."""
+    return _tagged(_bounded(text, s.bound_rel), s.estimate)
+
+
 #: (figure name, its text in a span) for the report's main table.
 Row = tuple[str, Callable[[Span], str]]
 
@@ -263,15 +323,15 @@ def _report_rows(r: Report) -> list[Row]:
         ),
         (
             "energy (total)" if above else "energy",
-            lambda s: f"{q.si(s.energy_j, 'J')}  {_quality_label(_qualities(*s.windows))}".rstrip(),
+            lambda s: (f"{_energy_bounded(s.energy_j, s.bound)}  {_quality_label(_qualities(*s.windows))}").rstrip(),
         ),
     ]
     if above:
-        rows.append(("energy above idle", lambda s: _tagged(q.si(s.dynamic_j, "J"), s.estimate)))
+        rows.append(("energy above idle", lambda s: _span_figure(q.si(s.dynamic_j, "J"), s)))
     rows += [
-        (f"mean power{tag}", lambda s: _tagged(q.si(s.figures.mean_power_w, "W"), s.estimate)),
-        (f"energy per {one}{tag}", lambda s: _tagged(q.si(s.figures.j_per_unit, "J"), s.estimate)),
-        (f"per million {unit}{tag}", lambda s: _tagged(q.kwh(s.figures.kwh_per_million_units), s.estimate)),
+        (f"mean power{tag}", lambda s: _span_figure(q.si(s.figures.mean_power_w, "W"), s)),
+        (f"energy per {one}{tag}", lambda s: _span_figure(q.si(s.figures.j_per_unit, "J"), s)),
+        (f"per million {unit}{tag}", lambda s: _span_figure(q.kwh(s.figures.kwh_per_million_units), s)),
     ]
     if r.settings.price_per_instance_hour is not None:
         rows += [
@@ -280,8 +340,8 @@ def _report_rows(r: Report) -> list[Row]:
         ]
     if r.settings.carbon_intensity is not None:
         rows += [
-            (f"CO2 per run{tag}", lambda s: _tagged(q.co2(s.figures.co2_per_run_g), s.estimate)),
-            (f"CO2 per million {unit}{tag}", lambda s: _tagged(q.co2(s.figures.co2_per_million_units_g), s.estimate)),
+            (f"CO2 per run{tag}", lambda s: _span_figure(q.co2(s.figures.co2_per_run_g), s)),
+            (f"CO2 per million {unit}{tag}", lambda s: _span_figure(q.co2(s.figures.co2_per_million_units_g), s)),
         ]
     if not r.energy_data:  # no sample at all: no energy figure, not "0 J"
         rows = [(name, _no_samples) if name.startswith(ENERGY_ROWS) else (name, text) for name, text in rows]
@@ -324,7 +384,7 @@ def component_table(r: Report) -> TextTable:
         rows.append(
             [
                 name,
-                q.si(m.energy_j if m else 0.0, "J"),
+                _energy_bounded(m.energy_j, m.bound) if m else q.si(0.0, "J"),
                 q.si(watts, "W"),
                 q.si(w.energy_j if w else 0.0, "J"),
                 _quality_label(m.by_quality if m else {}),
@@ -537,15 +597,30 @@ def _compare_rows(a: Report, b: Report, cmp: economics.Comparison) -> list[tuple
     return rows
 
 
+def _side(r: Report) -> Side | None:
+    """A job's relative bound in a comparison (of the energy its figures use)."""
+    return Side.of(r.measured.bound, r.figures.measured.energy_j)
+
+
+def change_significance(a: Report, b: Report, c: economics.Change) -> tuple[float | None, bool | None]:
+    """(half-width of B's percent change, in percentage points; whether the change is within
+    it) of a figure proportional to energy; None where it cannot be bounded."""
+    bound = change_bound(c.ratio, _side(a), _side(b))
+    pct = c.pct
+    return bound, None if bound is None or pct is None else abs(pct) <= bound
+
+
 def comparison_json(a: Report, b: Report, cmp: economics.Comparison) -> dict[str, Any]:
     """The ``compare --json`` shape: both jobs' figures and each change (b relative to a);
-    a figure derived from energy says whether either side is an estimate."""
+    a figure derived from energy says whether either side is an estimate, the change's bound
+    (``change_pct_bound``, percentage points) and whether it is ``within_uncertainty``."""
     estimate = estimate_share(a.measured) > 0 or estimate_share(b.measured) > 0
 
     def change(c: economics.Change, energy: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {"a": c.a, "b": c.b, "ratio": c.ratio, "change_pct": c.pct}
         if energy:
-            out["estimate"] = estimate
+            bound, within = change_significance(a, b, c)
+            out |= {"estimate": estimate, "change_pct_bound": bound, "within_uncertainty": within}
         return out
 
     def side(r: Report) -> dict[str, Any]:
@@ -555,6 +630,7 @@ def comparison_json(a: Report, b: Report, cmp: economics.Comparison) -> dict[str
             "unit": r.job.unit_name,
             "saturated": r.saturated,
             **_estimate_json(r.measured),
+            "energy_bound_rel": r.measured.bound.relative(r.figures.measured.energy_j),
         }
 
     out: dict[str, Any] = {
@@ -587,6 +663,14 @@ def comparison_json(a: Report, b: Report, cmp: economics.Comparison) -> dict[str
     return out
 
 
+def _significance_text(change: str, bound: float | None, within: bool | None) -> str:
+    """ "-12 % ± 3.1 pp", and ", within uncertainty" when the change does not exceed its bound."""
+    if change == q.NA:
+        return change
+    width = q.plus_minus(None if bound is None else bound / 100.0, "pp")
+    return f"{change} {width}" + (", within uncertainty" if within else "")
+
+
 def print_comparison(a: Report, b: Report, cmp: economics.Comparison, console: Console | None = None) -> None:
     """The study-style table: each figure for A and B and B's change relative to A, the
     change computed from the figures as shown; figures from estimated energy say so."""
@@ -600,7 +684,10 @@ def print_comparison(a: Report, b: Report, cmp: economics.Comparison, console: C
         text_a, text_b = kind.text(c.a), kind.text(c.b)
         if kind.energy:
             text_a, text_b = _tagged(text_a, share_a), _tagged(text_b, share_b)
-        t.add_row(escape(name), escape(text_a), escape(text_b), economics.format_percent(change_percent(c, kind)))
+        change = economics.format_percent(change_percent(c, kind))
+        if kind.energy:
+            change = _significance_text(change, *change_significance(a, b, c))
+        t.add_row(escape(name), escape(text_a), escape(text_b), escape(change))
     console.print(t)
     if a.job.unit_name != b.job.unit_name:
         console.print(

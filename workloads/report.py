@@ -11,6 +11,8 @@ Steps (each documented where it lives):
    at the window edges (O(1) in the job's length); when the edges lie in several agent
    streams (a restart, or streams overlapping in time: counted once, :mod:`.streams`), or
    when other jobs shared the host, the samples themselves are split (:mod:`.attribution`).
+   Each channel's energy in each window carries its error bound, from the same samples
+   (:mod:`.window_bounds`, terms in :mod:`.uncertainty`).
 4. Figures per unit, cost and CO2 come from :mod:`.economics`.
 5. Completeness: a host window is complete when every series the host reported during
    the job has samples from before its open to after its close. An agent ships samples every
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from wattline.collector.lineprotocol import clip
 from wattline.collector.stores.reader import Reader, StoredJobEvent, StoredSample, UnitCuts
 from wattline.quality import Quality
-from wattline.workloads import economics
+from wattline.workloads import economics, window_bounds
 from wattline.workloads.attribution import (
     ACCELERATOR_COMPONENTS,
     Attribution,
@@ -55,6 +57,8 @@ from wattline.workloads.device_shares import DeviceShare, device_shares, use_sco
 from wattline.workloads.jobs_view import JobView, inspect_view, utc_iso, view_at, views_of
 from wattline.workloads.saturation import Saturation, SaturationParams, detect_saturation, grid_bins
 from wattline.workloads.streams import StreamMerge, StreamSample, merge_streams
+from wattline.workloads.uncertainty import Bound
+from wattline.workloads.window_bounds import edge_bound, samples_bound
 
 if TYPE_CHECKING:
     from wattline.workloads.carbon import IntensitySeries
@@ -63,7 +67,7 @@ if TYPE_CHECKING:
 EXCLUDED_COMPONENTS = frozenset({"cpu_core", "cpu_uncore", "psys"})
 #: A series whose last sample before a host's close ended this long before the host's open
 #: is not taken as one the job should have had samples from (a device gone before the job).
-LAG_HORIZON_NS = 3600 * 10**9
+LAG_HORIZON_NS = window_bounds.LAG_HORIZON_NS
 #: How often :func:`build_complete_report` looks again while it waits.
 POLL_S = 0.5
 
@@ -71,6 +75,8 @@ POLL_S = 0.5
 EXPECTED = {"cpu": ("cpu_package", "cpu"), "memory": ("dram",), "network": ("nic",)}
 
 Series = tuple[str, str, str, str, str]  # host, source, component, device, quality
+#: (window key, component, device, quality) -> (the channel's bound in that window, its energy there).
+Bounds = dict[tuple[str, str, str, str], tuple[Bound, float]]
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,8 @@ class ComponentEnergy:
     by_quality: dict[str, float] = field(default_factory=dict)
     #: Of energy_j, the part the job got as its measured share of a shared device.
     split_by_use_j: float = 0.0
+    #: How far energy_j may be off (:mod:`.uncertainty`).
+    bound: Bound = field(default_factory=Bound)
 
 
 @dataclass
@@ -117,6 +125,11 @@ class WindowEnergy:
     @property
     def dynamic_j(self) -> float:
         return math.fsum(c.dynamic_j for c in self.components.values())
+
+    @property
+    def bound(self) -> Bound:
+        """How far energy_j may be off: the components' bounds added (worst case)."""
+        return sum((c.bound for c in self.components.values()), Bound())
 
     def by_quality(self) -> dict[Quality, float]:
         out: dict[Quality, float] = defaultdict(float)
@@ -217,14 +230,15 @@ def build_report(
             idle_busy[host] = busy
             notes.append(_idle_busy_note(host, settings.idle_lookback_s, busy))
         split = min(max(start, window.open_ns), close)
+        bounds: Bounds = {}
         attribution, host_missing, host_notes, host_shares = _host_attribution(
-            reader, (job, events), host, (window.open_ns, split, close), others, settings, now_ns, end_ns
+            reader, (job, events), host, (window.open_ns, split, close), others, settings, now_ns, end_ns, bounds
         )
         missing |= host_missing
         notes += host_notes
         shares += host_shares
-        _accumulate(warm, attribution, f"{job_id}#warmup", host)
-        _accumulate(meas, attribution, f"{job_id}#measured", host)
+        _accumulate(warm, attribution, f"{job_id}#warmup", host, bounds)
+        _accumulate(meas, attribution, f"{job_id}#measured", host, bounds)
     units_warm = window_energy(job.unit_intervals, job.start_ns, start)  # apportioned like energy
     units_meas = job.units_total - units_warm
     energy = meas.dynamic_j if settings.idle == "subtract" else meas.energy_j
@@ -388,13 +402,16 @@ def _host_attribution(
     settings: ReportSettings,
     now_ns: int,
     end_ns: int,
+    bounds: Bounds,
 ) -> tuple[Attribution, set[str], list[str], list[DeviceShare]]:
     """Split one host's energy over [open, close) (``edges``: open, split, close) between this
     job's two windows and others. Another job's window ends at its close, at its last heard
     time once abandoned at ``now_ns`` (it shares nothing after that), or at ``end_ns``.
-    Accelerators the jobs measured their use of are split by it (:mod:`.device_shares`)."""
+    Accelerators the jobs measured their use of are split by it (:mod:`.device_shares`).
+    Each channel's bound in the job's two windows goes to ``bounds``."""
     job, events = job_and_events
     open_ns, split_ns, close_ns = edges
+    keys = (f"{job.job_id}#warmup", f"{job.job_id}#measured")
     notes: list[str] = []
     uses = use_timelines(events, host)
     windows_of = ((v, v.hosts[host].open_ns, v.hosts[host].end_ns(now_ns, end_ns)) for v in others if host in v.hosts)
@@ -408,11 +425,11 @@ def _host_attribution(
     if concurrent or uses:
         lo = min([open_ns] + [w.start_ns for w in concurrent])
         hi = max([close_ns] + [w.end_ns for w in concurrent])
-        channels = _channels_from_samples(reader.samples(host, lo, hi), host, settings, notes)
+        channels = _channels_from_samples(reader.samples(host, lo, hi), host, settings, notes, (keys, edges, bounds))
         if concurrent:
             notes.append(f"{host}: shared with {len(concurrent)} other job(s); split by rule {settings.share_rule!r}")
     else:
-        channels = _channels_from_edges(reader, host, (open_ns, split_ns, close_ns), settings, notes)
+        channels = _channels_from_edges(reader, host, (open_ns, split_ns, close_ns), settings, notes, (keys, bounds))
     every_device = frozenset().union(*(c.claim_keys for c in channels))
 
     def claims(given: Iterable[str], measured: object, scope: frozenset[str]) -> frozenset[str]:
@@ -447,7 +464,6 @@ def _host_attribution(
     if not channels:
         notes.append(f"{host}: no energy samples in the job's window (is an agent running there?)")
     attribution = split_shared(channels, windows, rule, idle=idle)
-    keys = (windows[0].job_id, windows[1].job_id)
     shares = device_shares(attribution, keys, channels, (open_ns, close_ns), uses)
     notes += [s.note() for s in shares if s.basis != "claimed" or job.hosts[host].devices]
     return attribution, missing, notes, shares
@@ -469,15 +485,26 @@ def _channel(series: Series, intervals: list[Interval], settings: ReportSettings
 
 
 def _channels_from_samples(
-    samples: Iterable[StoredSample], host: str, settings: ReportSettings, notes: list[str]
+    samples: Iterable[StoredSample],
+    host: str,
+    settings: ReportSettings,
+    notes: list[str],
+    out: tuple[tuple[str, str], tuple[int, int, int], Bounds],
 ) -> list[ChannelEnergy]:
-    """One channel per series, each instant counted once across overlapping streams."""
+    """One channel per series, each instant counted once across overlapping streams; each
+    one's bound in the job's two windows (``out``: their keys, the edges, where to put them)."""
     grouped: dict[Series, list[StoredSample]] = defaultdict(list)
     for s in samples:
         if s.component not in EXCLUDED_COMPONENTS:
             grouped[s.series].append(s)
     merges = {k: _merge(v) for k, v in sorted(grouped.items())}
     _stream_notes(host, merges.values(), notes, restarts=False)
+    keys, edges, bounds = out
+    for key, merged in merges.items():
+        for window, (t0, t1) in zip(keys, itertools.pairwise(edges), strict=True):
+            energy = window_energy(merged.intervals, t0, t1)
+            bound = samples_bound((key[1], key[4]), grouped[key], merged.intervals, (t0, t1, energy))
+            bounds[(window, key[2], key[3], key[4])] = (bound, energy)
     return [_channel(k, list(m.intervals), settings) for k, m in merges.items()]
 
 
@@ -500,9 +527,15 @@ def _edge(s: StoredSample | None) -> EdgeSample | None:
 
 
 def _channels_from_edges(
-    reader: Reader, host: str, edges: tuple[int, ...], settings: ReportSettings, notes: list[str]
+    reader: Reader,
+    host: str,
+    edges: tuple[int, ...],
+    settings: ReportSettings,
+    notes: list[str],
+    out: tuple[tuple[str, ...], Bounds],
 ) -> list[ChannelEnergy]:
-    """One Interval per window per series, from the cumulative counter at the edges.
+    """One Interval per window per series, from the cumulative counter at the edges; its
+    bound from the same edge samples (``out``: the windows' keys, where to put the bounds).
 
     When the edge samples of a series inside the job's span come from more than one
     stream (an agent restarted, or two agents sample the host), its samples in the span
@@ -533,14 +566,25 @@ def _channels_from_edges(
                 )
                 for i, t0, t1 in windows
             ]
-        if None in energies:
+        merged: StreamMerge | None = None
+        # A restart, or a source's own bound per sample (summed over the window): read the samples.
+        if None in energies or any(s.energy_error_j is not None for s in inside):
             if samples is None:
                 samples = defaultdict(list)
                 for s in reader.samples(host, lo, hi):
                     samples[s.series].append(s)
             merged = _merge(samples.get(key, []))
-            merges.append(merged)
-            energies = [window_energy(merged.intervals, t0, t1) for _i, t0, t1 in windows]
+            if None in energies:
+                merges.append(merged)
+                energies = [window_energy(merged.intervals, t0, t1) for _i, t0, t1 in windows]
+        for (i, t0, t1), e in zip(windows, energies, strict=True):
+            window = (t0, t1, e or 0.0)
+            if merged is not None and samples is not None:
+                bound = samples_bound((key[1], key[4]), samples.get(key, []), merged.intervals, window)
+            else:
+                at_t0, at_t1 = (before[i].get(key), after[i].get(key)), (before[i + 1].get(key), after[i + 1].get(key))
+                bound = edge_bound((key[1], key[4]), at_t0, at_t1, window)
+            out[1][(out[0][i], key[2], key[3], key[4])] = (bound, e or 0.0)
         intervals = [Interval(t0, t1, e or 0.0) for (_i, t0, t1), e in zip(windows, energies, strict=True)]
         channels.append(_channel(key, intervals, settings))
     _stream_notes(host, merges, notes, restarts=True)
@@ -608,11 +652,13 @@ def _idle_busy_note(host: str, lookback_s: float, busy: list[str]) -> str:
     )
 
 
-def _accumulate(window: WindowEnergy, attribution: Attribution, job_key: str, host: str) -> None:
+def _accumulate(window: WindowEnergy, attribution: Attribution, job_key: str, host: str, bounds: Bounds) -> None:
     for share in attribution.shares:
         if share.job_id != job_key or share.host != host:
             continue
         comp = window.components.setdefault(share.component, ComponentEnergy(share.component))
+        bound, channel_j = bounds.get((job_key, share.component, share.device, share.quality.value), (Bound(), 0.0))
+        comp.bound += bound.scaled(min(share.energy_j / channel_j, 1.0) if channel_j > 0 else 1.0)
         comp.energy_j += share.energy_j
         comp.dynamic_j += share.dynamic_j
         comp.split_by_use_j += share.measured_j

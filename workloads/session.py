@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from wattline import __version__, wire
-from wattline.agent import registry
-from wattline.agent.daemon import host_identity, uplink_security
-from wattline.agent.disk_spool import SpoolError
+from wattline.agent.assembly import assemble, make_uplink, uplink_security
+from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root, remove
-from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
 from wattline.agent.spool import Spool
+from wattline.agent.spool_format import SpoolError
 from wattline.agent.uplink import Uplink
 from wattline.collector.stores.base import Store, StoreUnavailable
 from wattline.workloads.events import append_event_line
@@ -56,18 +55,10 @@ class EmbeddedSession:
     def __init__(self, store: Store, settings: AgentSettings, doc: Mapping[str, Any] | None = None) -> None:
         self.store = store
         self.settings = settings
-        self.discovery = registry.Discovery(
-            settings.sources,
-            settings.sysfs_root,
-            doc,
-            interval_s=settings.interval,
-            every_s=settings.rediscover_interval,
-        )
-        host = host_identity(settings, self.discovery.statuses)
-        self.host_id = host.host_id
-        self.spool = Spool(host, max_batch_samples=settings.batch_max_samples, max_batches=settings.spool_max_batches)
         self.meter = PowerMeter()  # power now and energy so far, for the live line
-        self.sampler = Sampler(self.discovery.sources, self.meter.wrap(self.spool.add_samples))
+        parts = assemble(settings, doc, memory=True, tap=self.meter.wrap)
+        self.discovery, self.spool, self.sampler = parts.discovery, parts.spool, parts.sampler
+        self.host_id = parts.host.host_id
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.write_errors = 0
@@ -133,15 +124,13 @@ class CollectorSink:
         self.kept: str | None = None
         host = wire.Host(host_id=self.host_id, labels=dict(settings.labels), agent_version=__version__)
 
-        def make_uplink(spool: Spool) -> Uplink:
-            return Uplink(
+        def uplink_for(spool: Spool) -> Uplink:
+            return make_uplink(
                 spool,
-                settings.collectors,
+                settings,
+                security,
                 timeout_s=min(settings.push_timeout, max(flush_s, 1.0)),
                 batch_interval_s=0.5,
-                credentials=security.credentials,
-                token=security.token,
-                server_name=security.server_name,
                 quiet=True,  # close() says it in one line
             )
 
@@ -153,12 +142,12 @@ class CollectorSink:
             outbox = open_outbox(root, host)
             self.spool: Spool = outbox
             self.directory = outbox.directory
-            drainer = OutboxDrainer(root, host, make_uplink, own=self.directory)
+            drainer = OutboxDrainer(root, host, uplink_for, own=self.directory)
         except SpoolError as exc:
             self.outbox_error = str(exc)
             log.warning("job events kept in memory only (lost if not delivered): %s", exc)
-            self.spool = Spool(host)
-        self.uplink = make_uplink(self.spool)
+            self.spool = MemorySpool(host)
+        self.uplink = uplink_for(self.spool)
         self._stop = threading.Event()
         self._drain_stop = threading.Event()
         self._thread = threading.Thread(target=self.uplink.run, args=(self._stop,), daemon=True)

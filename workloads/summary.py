@@ -30,7 +30,7 @@ from typing import Any
 
 from wattline.collector.stores.base import JobSummary, Store, StoreUnavailable, SummaryValue, WriteResult
 from wattline.collector.stores.factory import open_store
-from wattline.collector.stores.reader import Reader
+from wattline.collector.stores.reader import Reader, SummaryStore
 from wattline.workloads.embedded import default_store_url
 from wattline.workloads.jobs_view import BadJob, JobNotFound
 from wattline.workloads.render import report_json
@@ -39,8 +39,6 @@ from wattline.workloads.report import Report, ReportSettings, build_report, repo
 log = logging.getLogger(__name__)
 
 SCHEMA = "wattline.job_summary/1"
-#: What a report reads (a store that has these is a Reader).
-READER_METHODS = ("job_events", "job_events_between", "samples", "first_after", "last_before")
 #: A job summary sink: a store's ``write_summary``.
 Sink = Callable[[JobSummary], WriteResult]
 
@@ -76,6 +74,8 @@ def summary_of(report: Report, computed_ns: int | None = None) -> JobSummary:
         "energy_warmup_j": warm["energy_j"],
         "energy_total_j": meas["energy_j"] + warm["energy_j"],
         "mean_power_w": meas["mean_power_w"],
+        "energy_bound_j": meas["energy_bound_j"],
+        "energy_bound_rel": meas["energy_bound_rel"],
         "j_per_unit": meas["j_per_unit"],
         "kwh_per_million_units": meas["kwh_per_million_units"],
         "throughput_units_per_s": meas["throughput_units_per_s"],
@@ -135,11 +135,10 @@ def record_local_summary(store_url: str | None, job_id: str, opener: Callable[[]
     ``store_url``); a failure is one warning, never the run's (the command's exit status stands)."""
     try:
         with opener() if opener is not None else open_store(store_url or default_store_url()) as store:
-            write = getattr(store, "write_summary", None)
-            if write is None or not all(hasattr(store, m) for m in READER_METHODS):
+            if not isinstance(store, SummaryStore):
                 log.warning("job %s: no summary written (a %s store is not read back)", job_id[:100], store.kind)
                 return
-            record_summary(store, write, job_id)  # type: ignore[arg-type]  # checked: a Reader
+            record_summary(store, store.write_summary, job_id)
     except Exception as exc:
         log.warning("job %s: summary not written: %s: %s", job_id[:100], type(exc).__name__, str(exc)[:300])
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from wattline.quality import Quality
 
@@ -85,6 +86,8 @@ class Reading:
     #: Extra gauges; the unit is the name's suffix (memory_used_bytes, power_limit_w).
     gauges: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    #: With ``energy_j``: what the interval's figure lacks, e.g. "counter reset" (healthy, said).
+    status: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,3 +124,12 @@ class Source(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release descriptors, child processes, libraries."""
+
+    def host_labels(self) -> dict[str, str]:
+        """Labels this source found for the whole host (instance type, zone); none by default."""
+        return {}
+
+    def details(self) -> dict[str, Any]:
+        """What the source knows beyond its readings (device health, a helper process's
+        state), JSON-ready, for ``wattline sources --json``; none by default."""
+        return {}

@@ -4,9 +4,9 @@
 :func:`psutil.cpu_times` (the live ``/proc/stat``; ``root`` does not apply). The counter module
 integrates the power. Time the hypervisor stole counts as not busy: that power is spent on
 another guest. In a container, ``/proc/stat`` and :func:`os.cpu_count` are the host's, so the
-estimate is the whole host's CPU, not the container's share. The source stands down when RAPL
-measures the CPU (``rapl_present``), so a model is never reported beside a measurement of the
-same component.
+estimate is the whole host's CPU, not the container's share. The registry stands the source down
+when RAPL measures the CPU (:data:`wattline.agent.registry.SOURCES`), so a model is never
+reported beside a measurement of the same component.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ class Options:
     idle_w_fraction: float = option(
         0.3, "idle power as a fraction of tdp_w (assumption: CPU packages idle at roughly a quarter to a third of TDP)"
     )
-    rapl_present: bool = option(False, "set by the agent when RAPL measures CPU packages: the model stands down")
 
 
 def _busy_total(times: Mapping[str, float]) -> tuple[float, float]:
@@ -81,8 +80,6 @@ class CpuModelSource(Source):
 
     def discover(self) -> list[Channel]:
         opts = self.options
-        if opts.rapl_present:
-            raise SourceUnavailable("RAPL present: measured CPU energy is used instead")
         cpus = os.cpu_count() or 1
         self.tdp_w = opts.tdp_w if opts.tdp_w is not None else DEFAULT_W_PER_CPU * cpus
         self.idle_w = opts.idle_w if opts.idle_w is not None else opts.idle_w_fraction * self.tdp_w

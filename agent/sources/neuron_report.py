@@ -14,7 +14,9 @@ Both known generations parse: older reports (2022/23) have a short
 add ``neuron_device_type``, memory size and LNC, and per-core ``flops`` (docs) or
 ``effective_flops`` (seen in captures). Every field is optional and type-checked: a value
 of the wrong type reads as absent, never as an exception. Every non-empty ``error`` string
-anywhere in the report is collected in :attr:`NeuronReport.errors`.
+anywhere in the report is collected in :attr:`NeuronReport.errors`. Only what the source
+uses is parsed: per-runtime core use, memory, FLOPs and execution counts, ECC counters,
+the instance's type and place, the device layout; not the system's vCPU and memory figures.
 """
 
 from __future__ import annotations
@@ -32,11 +34,9 @@ __all__ = [
     "HardwareInfo",
     "HwCounters",
     "InstanceInfo",
-    "MemoryInfo",
     "NeuronReport",
     "ReportError",
     "RuntimeReport",
-    "VcpuUsage",
     "parse_report",
     "parse_report_obj",
 ]
@@ -94,18 +94,11 @@ class ExecutionStats:
     three one-second reports while ``completed`` stays at 260.
     """
 
-    period_s: float | None = None
     completed: int = 0
-    completed_with_err: int = 0
-    completed_with_num_err: int = 0
-    timed_out: int = 0
-    incorrect_input: int = 0
-    failed_to_queue: int = 0
     #: ``error_summary``: generic, numerical, transient, model, runtime, hardware.
     errors: Mapping[str, int] = field(default_factory=dict)
     #: ``latency_stats.total_latency``: percentile name ("p50") -> seconds.
     total_latency_s: Mapping[str, float] = field(default_factory=dict)
-    device_latency_s: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def error_count(self) -> int:
@@ -131,8 +124,6 @@ class RuntimeReport:
     device_memory_bytes: int | None = None
     #: Device indices named by ``loaded_models[].subgraphs[].neuron_device_index``.
     model_devices: frozenset[int] = frozenset()
-    vcpu_user_pct: float | None = None
-    vcpu_system_pct: float | None = None
     execution: ExecutionStats | None = None
 
     @property
@@ -152,41 +143,12 @@ class HwCounters:
 
 
 @dataclass(frozen=True, slots=True)
-class VcpuUsage:
-    """System ``vcpu_usage.average_usage`` in percent, plus context switches."""
-
-    user: float | None = None
-    nice: float | None = None
-    system: float | None = None
-    idle: float | None = None
-    io_wait: float | None = None
-    irq: float | None = None
-    soft_irq: float | None = None
-    context_switch_count: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryInfo:
-    """System ``memory_info`` in bytes."""
-
-    total_bytes: int | None = None
-    used_bytes: int | None = None
-    swap_total_bytes: int | None = None
-    swap_used_bytes: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class InstanceInfo:
     """``instance_info`` (EC2 metadata as neuron-monitor sees it)."""
 
-    instance_name: str = ""
-    instance_id: str = ""
     instance_type: str = ""
     availability_zone: str = ""
-    availability_zone_id: str = ""
     region: str = ""
-    ami_id: str = ""
-    subnet_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +158,7 @@ class HardwareInfo:
     device_count: int | None = None
     cores_per_device: int | None = None
     device_type: str | None = None  #: "trainium2", newer reports only
-    device_version: str | None = None
-    core_version: str | None = None
     device_memory_bytes: int | None = None
-    logical_core_config: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +176,28 @@ class DeviceStats:
     ecc: Mapping[str, int] = field(default_factory=dict)
     runtimes: int = 0
 
+    def gauges(self) -> dict[str, float]:
+        """The figures as Reading gauges (unit in the name); absent ones left out."""
+        g: dict[str, float] = {}
+        pairs = (
+            ("memory_used_bytes", self.memory_used_bytes),
+            ("host_memory_used_bytes", self.host_memory_used_bytes),
+            ("flops_per_s", self.flops_per_s),
+            ("executions_completed", self.executions_completed),
+            ("execution_errors", self.execution_errors),
+            ("execution_latency_p50_s", self.latency_p50_s),
+            ("execution_latency_p99_s", self.latency_p99_s),
+            ("runtimes", self.runtimes),
+        )
+        for name, value in pairs:
+            if value is not None:
+                g[name] = float(value)
+        for key, n in self.ecc.items():
+            # "mem_ecc_corrected" -> "ecc_mem_corrected_count"
+            m = re.fullmatch(r"(\w+?)_ecc_(\w+)", key)
+            g[f"ecc_{m.group(1)}_{m.group(2)}_count" if m else f"{key}_count"] = float(n)
+        return g
+
 
 @dataclass(frozen=True, slots=True)
 class NeuronReport:
@@ -224,8 +205,6 @@ class NeuronReport:
 
     runtimes: tuple[RuntimeReport, ...] = ()
     hw_counters: Mapping[int, HwCounters] = field(default_factory=dict)
-    vcpu: VcpuUsage | None = None
-    memory: MemoryInfo | None = None
     instance: InstanceInfo | None = None
     hardware: HardwareInfo | None = None
     #: Every non-empty error in the report, prefixed by where it was ("runtime 1337: ...").
@@ -337,8 +316,6 @@ def parse_report_obj(obj: Mapping[str, Any]) -> NeuronReport:
         if err := _str(_dict(group).get("error")):
             errors.append(f"{name}: {err}")
     hw = _hw_counters(_dict(system.get("neuron_hw_counters")))
-    vcpu = _vcpu(system["vcpu_usage"]) if isinstance(system.get("vcpu_usage"), dict) else None
-    memory = _memory(system["memory_info"]) if isinstance(system.get("memory_info"), dict) else None
     instance = hardware = None
     if isinstance(inst := obj.get("instance_info"), dict):
         instance = _instance(inst)
@@ -348,7 +325,7 @@ def parse_report_obj(obj: Mapping[str, Any]) -> NeuronReport:
         hardware = _hardware(hwi)
         if err := _str(hwi.get("error")):
             errors.append(f"neuron_hardware_info: {err}")
-    return NeuronReport(runtimes, hw, vcpu, memory, instance, hardware, tuple(errors))
+    return NeuronReport(runtimes, hw, instance, hardware, tuple(errors))
 
 
 def _runtime(r: Mapping[str, Any], errors: list[str]) -> RuntimeReport:
@@ -393,7 +370,6 @@ def _runtime(r: Mapping[str, Any], errors: list[str]) -> RuntimeReport:
             if (dev := _int(_dict(sub).get("neuron_device_index"))) is not None:
                 model_devices.add(dev)
 
-    vcpu = _dict(_dict(report.get("neuron_runtime_vcpu_usage")).get("vcpu_usage"))
     execution = _execution(report["execution_stats"]) if isinstance(report.get("execution_stats"), dict) else None
     return RuntimeReport(
         pid=pid,
@@ -405,8 +381,6 @@ def _runtime(r: Mapping[str, Any], errors: list[str]) -> RuntimeReport:
         host_memory_bytes=_int(used.get("host")),
         device_memory_bytes=_int(used.get("neuron_device")),
         model_devices=frozenset(model_devices),
-        vcpu_user_pct=_float(vcpu.get("user")),
-        vcpu_system_pct=_float(vcpu.get("system")),
         execution=execution,
     )
 
@@ -419,20 +393,10 @@ def _execution(g: Mapping[str, Any]) -> ExecutionStats:
     summary = _dict(g.get("execution_summary"))
     latency = _dict(g.get("latency_stats"))
 
-    def count(name: str) -> int:
-        return _int(summary.get(name)) or 0
-
     return ExecutionStats(
-        period_s=_float(g.get("period")),
-        completed=count("completed"),
-        completed_with_err=count("completed_with_err"),
-        completed_with_num_err=count("completed_with_num_err"),
-        timed_out=count("timed_out"),
-        incorrect_input=count("incorrect_input"),
-        failed_to_queue=count("failed_to_queue"),
+        completed=_int(summary.get("completed")) or 0,
         errors={k: n for k, v in _dict(g.get("error_summary")).items() if (n := _int(v)) is not None},
         total_latency_s=_percentiles(latency.get("total_latency")),
-        device_latency_s=_percentiles(latency.get("device_latency")),
     )
 
 
@@ -447,39 +411,11 @@ def _hw_counters(g: Mapping[str, Any]) -> dict[int, HwCounters]:
     return out
 
 
-def _vcpu(g: Mapping[str, Any]) -> VcpuUsage:
-    avg = _dict(g.get("average_usage"))
-    return VcpuUsage(
-        user=_float(avg.get("user")),
-        nice=_float(avg.get("nice")),
-        system=_float(avg.get("system")),
-        idle=_float(avg.get("idle")),
-        io_wait=_float(avg.get("io_wait")),
-        irq=_float(avg.get("irq")),
-        soft_irq=_float(avg.get("soft_irq")),
-        context_switch_count=_int(g.get("context_switch_count")),
-    )
-
-
-def _memory(g: Mapping[str, Any]) -> MemoryInfo:
-    return MemoryInfo(
-        total_bytes=_int(g.get("memory_total_bytes")),
-        used_bytes=_int(g.get("memory_used_bytes")),
-        swap_total_bytes=_int(g.get("swap_total_bytes")),
-        swap_used_bytes=_int(g.get("swap_used_bytes")),
-    )
-
-
 def _instance(g: Mapping[str, Any]) -> InstanceInfo:
     return InstanceInfo(
-        instance_name=_str(g.get("instance_name")),
-        instance_id=_str(g.get("instance_id")),
         instance_type=_str(g.get("instance_type")),
         availability_zone=_str(g.get("instance_availability_zone")),
-        availability_zone_id=_str(g.get("instance_availability_zone_id")),
         region=_str(g.get("instance_region")),
-        ami_id=_str(g.get("ami_id")),
-        subnet_id=_str(g.get("subnet_id")),
     )
 
 
@@ -488,8 +424,5 @@ def _hardware(g: Mapping[str, Any]) -> HardwareInfo:
         device_count=_int(g.get("neuron_device_count")),
         cores_per_device=_int(g.get("neuroncore_per_device_count")),
         device_type=_str(g.get("neuron_device_type")) or None,
-        device_version=_str(g.get("neuron_device_version")) or None,
-        core_version=_str(g.get("neuroncore_version")) or None,
         device_memory_bytes=_int(g.get("neuron_device_memory_size")),
-        logical_core_config=_int(g.get("logical_neuroncore_config")),
     )

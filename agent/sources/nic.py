@@ -2,7 +2,9 @@
 
 Energy over an interval = ``idle_w`` x seconds + ``j_per_byte`` x (rx + tx bytes moved). Both
 coefficients are assumptions, not measurements (see :class:`Options`); the Readings are
-quality MODEL and carry the raw totals as gauges.
+quality MODEL and carry the raw totals as gauges. The byte counters go through
+:func:`wattline.agent.counter.counter_ticks`, as every raw counter does: they are 64-bit (no
+wrap), so a drop is a reset, and that interval counts idle power only, with status "counter reset".
 
 Interfaces come from ``/sys/class/net/<iface>/statistics/{rx,tx}_{bytes,packets}``
 (``Documentation/ABI/testing/sysfs-class-net-statistics``). Skipped unless asked for: loopback
@@ -23,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from wattline.agent.counter import COUNTER_RESET, counter_ticks
 from wattline.agent.sources.base import Channel, Note, Reading, Source, SourceUnavailable
-from wattline.agent.sources.rapl import CounterFile
+from wattline.agent.sources.sysfs import CounterFile, read_attr
 from wattline.config import option
 from wattline.quality import Quality
 
@@ -68,11 +71,6 @@ class Options:
     include_down: bool = option(False, "also model interfaces whose operstate is down/lowerlayerdown/notpresent")
     include_virtual: bool = option(False, "also model virtual interfaces (veth, bridges, tun); counts bytes twice")
     efa: bool = option(True, "also model EFA ports found under /sys/class/infiniband/*/ports/*/hw_counters")
-
-
-def _delta(prev: int, cur: int) -> int:
-    """Bytes since ``prev``. The counters are 64-bit on 64-bit kernels (no wrap): a drop is a reset."""
-    return cur - prev if cur >= prev else cur
 
 
 @dataclass(slots=True)
@@ -144,12 +142,16 @@ class NicSource(Source):
             gauges[gauge] = float(value)
             if is_bytes:
                 moved += value
-        energy = 0.0
+        energy, status = 0.0, ""
         if port.prev_bytes is not None:
             opts = self.options
-            energy = opts.idle_w * max(now - port.prev_t, 0.0) + opts.j_per_byte * _delta(port.prev_bytes, moved)
+            # 64-bit counters on 64-bit kernels never wrap: a drop is a reset, its bytes unknown.
+            ticks = counter_ticks(port.prev_bytes, moved, None)
+            if ticks is None:
+                ticks, status = 0, f"{COUNTER_RESET}: bytes moved not counted, idle power only"
+            energy = opts.idle_w * max(now - port.prev_t, 0.0) + opts.j_per_byte * ticks
         port.prev_bytes, port.prev_t = moved, now
-        return Reading(port.channel, energy_j=energy, gauges=gauges)
+        return Reading(port.channel, energy_j=energy, gauges=gauges, status=status)
 
     # -- discovery -----------------------------------------------------------------
 
@@ -218,7 +220,4 @@ class NicSource(Source):
         return f"NIC energy is a model: {opts.idle_w} W idle + {opts.j_per_byte} J/byte moved (assumptions)"
 
     def _attr(self, path: str) -> str:
-        try:
-            return self.path(path).read_text().strip()
-        except (OSError, UnicodeDecodeError):
-            return ""
+        return read_attr(self.path(path))

@@ -6,7 +6,7 @@ report power to integrate (``NVML_FI_DEV_POWER_INSTANT``, else ``nvmlDeviceGetPo
 a 1 s average on Ampere and newer) as INTEGRATED. With MIG enabled the physical GPU's
 energy is reported once, on the parent's channel: NVML has no per-instance energy, and
 repeating the parent's figure per instance would count it several times. Instances are
-listed by :meth:`NvmlSource.mig_devices` instead.
+listed by :meth:`NvmlSource.mig_devices` instead (``wattline sources --json``, its ``details``).
 
 Cost: a read makes three NVML calls per GPU (energy or power, utilization, memory). The
 power limit is re-read, and queries found NotSupported are retried, every
@@ -20,18 +20,17 @@ import contextlib
 import threading
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from wattline.agent.sources.base import Channel, Note, Reading, Source, SourceUnavailable
+from wattline.agent.sources.nvml_procs import Gpu, ProcessUse, process_list, utilization_samples
 from wattline.agent.sources.use import DeviceUse
 from wattline.quality import Quality
 
 #: The one-line reason when there is no usable NVML library or driver.
 LIBRARY_MISSING = "NVML library not found (no NVIDIA driver): libnvidia-ml.so.1"
-#: nvmlProcessInfo_t.gpuInstanceId outside MIG.
-_NO_INSTANCE = 0xFFFFFFFF
 _ENERGY, _FIELD, _USAGE = "total_energy_consumption", "power_instant", "power_usage"
 #: NVML_FI_DEV_POWER_INSTANT (mW), not named by older nvidia-ml-py releases.
 _FI_DEV_POWER_INSTANT = 186
@@ -59,36 +58,6 @@ class NvmlOptions:
             raise ValueError("limit_refresh_reads must be >= 1")
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessUse:
-    """One compute process on one GPU (or MIG instance)."""
-
-    pid: int
-    #: GPU memory of the process; None where the driver cannot tell (Windows WDDM).
-    used_memory_bytes: int | None
-    #: Percent of SM time in the driver's samples since the previous call; None: no sample.
-    sm_util: int | None = None
-    #: The MIG GPU instance running the process; None outside MIG.
-    gpu_instance_id: int | None = None
-
-
-@dataclass(slots=True)
-class _Gpu:
-    index: int
-    handle: Any
-    uuid: str
-    channel: Channel | None = None
-    mode: str = ""
-    mig: bool = False
-    limit_w: float | None = None
-    #: Optional queries that answered NotSupported; not retried until the next refresh.
-    unsupported: set[str] = field(default_factory=set)
-    health: str = "ok"
-    last_sample_us: int = 0
-    #: Newest per-process utilization sample seen by process_use() (CPU time, us).
-    last_use_us: int = 0
-
-
 class NvmlSource(Source):
     """Energy, utilization and memory of every NVIDIA GPU that NVML sees."""
 
@@ -98,7 +67,7 @@ class NvmlSource(Source):
         super().__init__(root)  # NVML reads no files; root is kept for uniformity.
         self.options = options or NvmlOptions()
         self._nv: Any = None  # the pynvml module once nvmlInit succeeded
-        self._gpus: list[_Gpu] = []
+        self._gpus: list[Gpu] = []
         self._unidentified: dict[str, str] = {}
         self._reads = 0
         self._lock = threading.Lock()
@@ -136,6 +105,12 @@ class NvmlSource(Source):
 
     # -- views beyond read() -----------------------------------------------------------
 
+    def details(self) -> dict[str, Any]:
+        """``health`` (:meth:`device_health`), ``processes`` (:meth:`processes`, GPU UUID ->
+        ProcessUse fields) and ``mig_devices`` (:meth:`mig_devices`)."""
+        processes = {uuid: [asdict(p) for p in procs] for uuid, procs in self.processes().items()}
+        return {"health": self.device_health(), "processes": processes, "mig_devices": self.mig_devices()}
+
     def device_health(self) -> dict[str, str]:
         """GPU UUID -> "ok" or the last error of its energy/power read."""
         with self._lock:
@@ -150,7 +125,7 @@ class NvmlSource(Source):
         with self._lock:
             if self._nv is None:
                 return {}
-            return {g.uuid: self._process_list(g.handle, None if g.mig else g) for g in self._gpus}
+            return {g.uuid: process_list(self._nv, g.handle, None if g.mig else g) for g in self._gpus}
 
     def process_use(self, since_us: int | None = None) -> list[DeviceUse]:
         """Every GPU's per-process use since the previous call (or since ``since_us``, CPU
@@ -171,11 +146,11 @@ class NvmlSource(Source):
                     continue
                 if since_us is not None:
                     gpu.last_use_us = since_us
-                running = frozenset(p.pid for p in self._process_list(gpu.handle, None))
+                running = frozenset(p.pid for p in process_list(self._nv, gpu.handle, None))
                 if gpu.mig:
                     out.append(self._mig_use(gpu, running))
                     continue
-                samples = self._utilization_samples(gpu, gpu.last_use_us)
+                samples = utilization_samples(self._nv, gpu, gpu.last_use_us)
                 if samples is None:  # not supported
                     out.append(DeviceUse("gpu", gpu.uuid, "sm", running, {}, supported=False))
                     continue
@@ -193,20 +168,20 @@ class NvmlSource(Source):
                     out.append(DeviceUse("gpu", gpu.uuid, "sm", running, sm))
             return out
 
-    def _mig_use(self, gpu: _Gpu, running: frozenset[int]) -> DeviceUse:
+    def _mig_use(self, gpu: Gpu, running: frozenset[int]) -> DeviceUse:
         nv = self._nv
         parent = self._call(nv.nvmlDeviceGetMemoryInfo, gpu.handle)
         use: dict[int, float] = {}
         for handle in self._mig_handles(gpu):
             memory = self._call(nv.nvmlDeviceGetMemoryInfo, handle)
-            pids = [p.pid for p in self._process_list(handle, None)]
+            pids = [p.pid for p in process_list(self._nv, handle, None)]
             if memory is None or parent is None or not int(parent.total) or not pids:
                 continue
             for pid in pids:
                 use[pid] = use.get(pid, 0.0) + 100.0 * int(memory.total) / int(parent.total) / len(pids)
         return DeviceUse("gpu", gpu.uuid, "mig-memory", running, use, total=100.0)
 
-    def _mig_handles(self, gpu: _Gpu) -> list[Any]:
+    def _mig_handles(self, gpu: Gpu) -> list[Any]:
         """Handles of the MIG instances of ``gpu`` (none when MIG is off)."""
         nv = self._nv
         count = self._call(nv.nvmlDeviceGetMaxMigDeviceCount, gpu.handle) if gpu.mig else None
@@ -242,7 +217,7 @@ class NvmlSource(Source):
                             "gpu_instance_id": self._call(nv.nvmlDeviceGetGpuInstanceId, handle),
                             "memory_used_bytes": None if memory is None else int(memory.used),
                             "memory_total_bytes": None if memory is None else int(memory.total),
-                            "processes": [asdict(p) for p in self._process_list(handle, None)],
+                            "processes": [asdict(p) for p in process_list(self._nv, handle, None)],
                         }
                     )
             return out
@@ -285,7 +260,7 @@ class NvmlSource(Source):
                 self._unidentified[f"gpu{index}"] = str(exc)
                 self.notes.append(Note("warning", f"GPU {index}: {exc}; skipped"))
                 continue
-            gpu = _Gpu(index, handle, uuid)
+            gpu = Gpu(index, handle, uuid)
             self._gpus.append(gpu)
             self._open(nv, gpu)
         channels = [g.channel for g in self._gpus if g.channel is not None]
@@ -294,7 +269,7 @@ class NvmlSource(Source):
             raise SourceUnavailable(f"none of {count} GPU(s) reports energy or power ({'; '.join(errors)})")
         return channels
 
-    def _open(self, nv: Any, gpu: _Gpu) -> None:
+    def _open(self, nv: Any, gpu: Gpu) -> None:
         """Probe one GPU and give it a channel, or record why it has none."""
         name = _text(self._call(nv.nvmlDeviceGetName, gpu.handle)) or "unknown"
         label = f"GPU {gpu.index} {gpu.uuid} ({name})"
@@ -358,7 +333,7 @@ class NvmlSource(Source):
         modes = self._call(self._nv.nvmlDeviceGetMigMode, handle)
         return modes is not None and modes[0] == self._nv.NVML_DEVICE_MIG_ENABLE
 
-    def _power_limit_w(self, gpu: _Gpu) -> float | None:
+    def _power_limit_w(self, gpu: Gpu) -> float | None:
         nv = self._nv
         for fn in (nv.nvmlDeviceGetEnforcedPowerLimit, nv.nvmlDeviceGetPowerManagementLimit):
             milliwatts = self._optional(gpu, fn.__name__, fn)
@@ -368,7 +343,7 @@ class NvmlSource(Source):
 
     # -- reading -------------------------------------------------------------------------
 
-    def _read_gpu(self, gpu: _Gpu, channel: Channel) -> Reading:
+    def _read_gpu(self, gpu: Gpu, channel: Channel) -> Reading:
         nv = self._nv
         reading = Reading(channel)
         try:
@@ -401,53 +376,9 @@ class NvmlSource(Source):
         member = _VALUE_MEMBERS.get(int(value.valueType), "uiVal")
         return float(getattr(value.value, member)) / 1000.0
 
-    def _process_list(self, handle: Any, sampled: _Gpu | None) -> list[ProcessUse]:
-        """Compute processes on ``handle``; SM use from ``sampled``'s samples when given."""
-        nv = self._nv
-        try:
-            infos = nv.nvmlDeviceGetComputeRunningProcesses(handle)
-        except (nv.NVMLError, getattr(nv, "NVMLLibraryMismatchError", nv.NVMLError)):
-            return []
-        sm = self._sm_samples(sampled) if sampled is not None else {}
-        out = []
-        for info in infos:
-            pid = int(info.pid)
-            memory = getattr(info, "usedGpuMemory", None)
-            instance = getattr(info, "gpuInstanceId", _NO_INSTANCE)
-            gi = None if instance is None or instance == _NO_INSTANCE else int(instance)
-            out.append(ProcessUse(pid, None if memory is None else int(memory), sm.get(pid), gi))
-        return out
-
-    def _utilization_samples(self, gpu: _Gpu, since_us: int) -> list[Any] | None:
-        """Per-process utilization samples newer than ``since_us``: [] when there is none
-        (NVML_ERROR_NOT_FOUND), None when the query is not supported or failed."""
-        nv = self._nv
-        if "process_utilization" in gpu.unsupported:
-            return None
-        try:
-            return list(nv.nvmlDeviceGetProcessUtilization(gpu.handle, since_us))
-        except nv.NVMLError_NotFound:
-            return []
-        except (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound):
-            gpu.unsupported.add("process_utilization")
-        except nv.NVMLError:
-            pass
-        return None
-
-    def _sm_samples(self, gpu: _Gpu) -> dict[int, int]:
-        """pid -> SM percent of the newest sample since the previous call."""
-        samples = self._utilization_samples(gpu, gpu.last_sample_us)
-        newest: dict[int, tuple[int, int]] = {}
-        for sample in samples or ():  # NotFound (no samples since then) -> none
-            stamp, pid = int(sample.timeStamp), int(sample.pid)
-            if stamp >= newest.get(pid, (-1, 0))[0]:
-                newest[pid] = (stamp, int(sample.smUtil))
-            gpu.last_sample_us = max(gpu.last_sample_us, stamp)
-        return {pid: sm for pid, (_, sm) in newest.items()}
-
     # -- helpers ---------------------------------------------------------------------------
 
-    def _optional(self, gpu: _Gpu, key: str, fn: Callable[[Any], Any]) -> Any:
+    def _optional(self, gpu: Gpu, key: str, fn: Callable[[Any], Any]) -> Any:
         """``fn(handle)``, or None when it fails; NotSupported is remembered until refresh."""
         nv = self._nv
         if key in gpu.unsupported:

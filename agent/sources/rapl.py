@@ -17,13 +17,13 @@ handling belong to :mod:`wattline.agent.counter`. ``energy_uj`` is root-only (04
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from wattline.agent.sources.base import Channel, Note, Reading, Source, SourceUnavailable
+from wattline.agent.sources.sysfs import CounterFile, read_attr
 from wattline.config import option
 from wattline.quality import Quality
 
@@ -31,8 +31,6 @@ POWERCAP = "/sys/class/powercap"
 _ZONE_RE = re.compile(r"^(intel-rapl|intel-rapl-mmio)((?::[0-9a-f]+)+)$")
 _PACKAGE_RE = re.compile(r"^package-\d+(?:-die-\d+)?$")
 _COMPONENTS = {"core": "cpu_core", "uncore": "cpu_uncore", "dram": "dram", "psys": "psys"}
-#: Bytes read per pread: energy_uj is at most 20 digits and a newline.
-_READ_SIZE = 32
 _GRANT = (
     "grant read access: groupadd -r powercap; chgrp powercap /sys/class/powercap/intel-rapl:*/energy_uj; "
     "chmod g+r /sys/class/powercap/intel-rapl:*/energy_uj; add the agent's user to group powercap"
@@ -53,52 +51,6 @@ class Options:
         "multiplier on a zone's largest constraint_*_max_power_uw (W) for the plausibility bound: "
         "that value is the TDP and turbo (PL2) runs above it, up to ~2.9x on mobile parts",
     )
-
-
-class CounterFile:
-    """One sysfs attribute holding a decimal counter, opened once and read with ``pread``.
-
-    Reading costs one syscall. After a read failure (the device went away) the descriptor is
-    closed, and the next :meth:`read` reopens the path, so a re-registered zone or interface
-    comes back by itself.
-    """
-
-    __slots__ = ("fd", "path")
-
-    def __init__(self, path: str, fd: int | None = None) -> None:
-        self.path = path
-        self.fd = fd
-
-    @classmethod
-    def open(cls, path: str) -> CounterFile:
-        """Open ``path`` read-only; OSError (PermissionError included) propagates."""
-        return cls(path, _open_ro(path))
-
-    def read(self) -> int | str:
-        """The counter value, or a one-line error message; never raises."""
-        try:
-            if self.fd is None:
-                self.fd = _open_ro(self.path)
-            data = os.pread(self.fd, _READ_SIZE, 0)
-        except OSError as exc:
-            self.close()
-            return f"cannot read {self.path}: {exc.strerror or exc}"
-        text = data.strip()
-        if not text.isdigit():
-            return f"bad value in {self.path}: {text.decode(errors='replace')!r}"
-        return int(text)
-
-    def close(self) -> None:
-        """Close the descriptor (idempotent)."""
-        fd, self.fd = self.fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
-def _open_ro(path: str) -> int:
-    """The one place files are opened (a seam for permission tests: tests run as root)."""
-    return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,10 +179,7 @@ class RaplSource(Source):
 
     def _attr(self, zone: str, attr: str) -> str:
         """A zone attribute, stripped; "" when missing or unreadable."""
-        try:
-            return self.path(f"{POWERCAP}/{zone}/{attr}").read_text().strip()
-        except (OSError, UnicodeDecodeError):
-            return ""
+        return read_attr(self.path(f"{POWERCAP}/{zone}/{attr}"))
 
     def _note(self, level: str, text: str) -> None:
         self.notes.append(Note(level, text))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -18,6 +17,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from influxd_peer import BENCH_EXTRA, influxd_config, query_rows
 
 BENCH = Path(__file__).resolve().parent.parent
 REPO = BENCH.parent
@@ -224,30 +225,6 @@ def wait_port(port: int, proc: Proc, timeout_s: float = 30.0) -> None:
 
 # -- peers ----------------------------------------------------------------------------------
 
-INFLUXD_CONFIG = """\
-reporting-disabled = true
-bind-address = "127.0.0.1:{rpc_port}"
-[meta]
-  dir = "{root}/meta"
-[data]
-  dir = "{root}/data"
-  wal-dir = "{root}/wal"
-  wal-fsync-delay = "0s"
-  query-log-enabled = false
-  cache-max-memory-size = "4g"
-[monitor]
-  store-enabled = false
-[http]
-  bind-address = "127.0.0.1:{port}"
-  log-enabled = false
-  pprof-enabled = false
-  max-body-size = 0
-[continuous_queries]
-  enabled = false
-[logging]
-  level = "warn"
-"""
-
 
 def binary(env: str, name: str) -> str | None:
     path = os.environ.get(env) or f"/usr/bin/{name}"
@@ -264,14 +241,7 @@ class Influxd:
         status, body = http("POST", self.url + "/query", urllib.parse.urlencode(params).encode())
         if status != 200:
             raise RuntimeError(f"influxd query {influxql!r}: {status} {body[:300]!r}")
-        rows: list[dict[str, Any]] = []
-        for result in json.loads(body)["results"]:
-            if "error" in result:
-                raise RuntimeError(result["error"])
-            for series in result.get("series", []):
-                tags = series.get("tags", {})
-                rows += [{**tags, **dict(zip(series["columns"], v, strict=True))} for v in series["values"]]
-        return rows
+        return query_rows(body)
 
 
 def start_influxd(root: Path) -> Influxd:
@@ -281,7 +251,7 @@ def start_influxd(root: Path) -> Influxd:
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     config = root / "influxdb.conf"
-    config.write_text(INFLUXD_CONFIG.format(root=root, port=port, rpc_port=free_port()))
+    config.write_text(influxd_config(root, port, free_port(), **BENCH_EXTRA))
     proc = Proc([path, "-config", str(config)], root / "influxd.log")
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/ping", proc)

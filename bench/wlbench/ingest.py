@@ -1,10 +1,13 @@
 """Part "ingest": collector throughput into InfluxDB, into a null sink, and into SQLite.
 
-- **InfluxDB**: agents' batches (pre-serialized, 4 concurrent streams, ~5,000 samples each)
-  through gRPC and the real ``wattline collector`` into a real ``influxd``, against the
-  ceiling measured in the same run: the same points, pre-encoded as line protocol, POSTed
-  straight to ``/write`` in the same chunks over 4 kept-alive connections. Runs alternate
-  (ceiling, gRPC, ceiling, gRPC...) into fresh databases; medians.
+- **InfluxDB**: agents' batches (pre-serialized, 4 concurrent streams on 4 connections,
+  ~5,000 samples each) through gRPC and the real ``wattline collector`` (``--processes`` 1
+  and 2) into a real ``influxd``, against the ceiling measured in the same run: the same
+  points, pre-encoded as line protocol, POSTed straight to ``/write`` in the same chunks
+  over 4 kept-alive connections. Runs alternate (ceiling, 1 process, 2 processes, ...)
+  into fresh databases; medians. CPU per point of every party (influxd, the /write
+  client, the collector's processes, the pusher) gives the floor: the ratio the cores
+  allow when the collector's work shares them with influxd.
 - **Null sink**: the collector's gRPC server over a store that encodes each batch with the
   real :class:`LineEncoder` and discards it: points per CPU-second of the collector
   process (decode + validate + encode). Yardstick, same run: ``repr()`` of the same floats
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import http.client as httpclient
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -24,9 +28,24 @@ from typing import Any
 
 from wattline import wire
 from wattline.collector.lineprotocol import LineEncoder
-from wattline.collector.stores.base import SAMPLE_FIELD_NAMES, host_tags, sample_fields, sample_tags
+from wattline.collector.pointfields import sample_fields
+from wattline.collector.stores.schema import SAMPLE_FIELD_NAMES, host_tags, sample_tags
 from wattline.collector.stores.sqlite import _INSERT_ENERGY, _INSERT_SERIES, SqliteStore, _json
-from wlbench.common import PYTHON, Influxd, Proc, free_port, http, median, ratio, running, start_influxd, wait_port
+from wattline.collector.validation import drop_invalid_points, validate
+from wlbench.common import (
+    PYTHON,
+    Influxd,
+    Proc,
+    RusagePopen,
+    cpu_s,
+    free_port,
+    http,
+    median,
+    ratio,
+    running,
+    start_influxd,
+    wait_port,
+)
 from wlbench.data import fleet_batches, write_frames
 
 STREAMS = 4
@@ -44,6 +63,7 @@ def run(work: Path, quick: bool) -> dict[str, Any]:
         result["null_sink"]["points_per_cpu_s"], result["encoder"]["repr_floor_samples_per_s"]
     )
     result["influx"] = influx(batches, work, pairs=1 if quick else 3)
+    result["influx"]["steps_us_per_point"] = collector_steps(batches[:8], rounds=3 if quick else 7)
     result["sqlite"] = sqlite(batches[: max(4, len(batches) // (3 if quick else 2))], work, rounds=1 if quick else 2)
     return result
 
@@ -73,6 +93,30 @@ def encoder_bench(batches: list[wire.pb.Batch], rounds: int) -> dict[str, Any]:
     }
 
 
+def collector_steps(batches: list[wire.pb.Batch], rounds: int) -> dict[str, float]:
+    """CPU per point of each step a collector process takes in Python, run bare in a loop
+    (best of ``rounds``): decode the bytes, validate, encode line protocol, build the
+    request body. The rest of its CPU per point (the run's figure) is gRPC, HTTP and threads."""
+    datas = [b.SerializeToString() for b in batches]
+    points = sum(len(b.samples) for b in batches)
+    decoded = [wire.Batch.FromString(d) for d in datas]
+    encoder = LineEncoder()
+    lines = [encoder.batch(b).lines for b in decoded]
+
+    def validate_all() -> None:
+        for b in decoded:
+            validate(b)
+            drop_invalid_points(b)
+
+    steps = {
+        "decode": lambda: [wire.Batch.FromString(d) for d in datas],
+        "validate": validate_all,
+        "encode": lambda: [encoder.batch(b) for b in decoded],
+        "body": lambda: ["\n".join(chunk).encode() for chunk in lines],
+    }
+    return {name: min(_timed(fn) for _ in range(rounds)) / points * 1e6 for name, fn in steps.items()}
+
+
 def _timed(fn: Any) -> float:
     t = time.perf_counter()
     fn()
@@ -83,14 +127,16 @@ def _timed(fn: Any) -> float:
 
 
 def push(target: str, frames: Path, out: Path, logs: Path) -> dict[str, Any]:
+    """Push ``frames`` with STREAMS connections; the pusher's JSON, plus its CPU seconds."""
     argv = [PYTHON, "-m", "wlbench.pusher", "--target", target, "--frames", str(frames)]
-    proc = Proc([*argv, "--streams", str(STREAMS), "--out", str(out)], logs / f"{out.stem}.log")
+    proc = Proc([*argv, "--streams", str(STREAMS), "--out", str(out)], logs / f"{out.stem}.log", popen=RusagePopen)
     if proc.popen.wait(timeout=600) != 0:
         raise RuntimeError(f"pusher failed:\n{proc.tail()}")
     proc.stop()
     doc: dict[str, Any] = json.loads(out.read_text())
     if doc["errors"]:
         raise RuntimeError(f"pusher errors: {doc['errors'][:3]}")
+    doc["cpu_s"] = proc.popen.cpu_s() if isinstance(proc.popen, RusagePopen) else None
     return doc
 
 
@@ -151,39 +197,99 @@ def count_points(influxd: Influxd, db: str) -> int:
     return int(rows[0]["count"]) if rows else 0
 
 
+#: Collector processes (``--processes``) measured against the same ceiling.
+PROCESSES = (1, 2)
+
+
 def influx(batches: list[wire.pb.Batch], work: Path, pairs: int) -> dict[str, Any]:
+    """Ceiling, then the collector with each of PROCESSES, alternating, each into a fresh
+    database; CPU per point of each party (influxd, the /write client, the collector's
+    processes, the pusher) to show what caps the ratio when they share the cores."""
     encoder = LineEncoder()
     bodies = ["\n".join(encoder.batch(b).lines).encode() for b in batches]
     points = sum(len(b.samples) for b in batches)
     frames = work / "frames.bin"
     procs: list[Proc] = []
-    ceilings: list[float] = []
-    grpcs: list[float] = []
-    stored: list[int] = []
+    rates: dict[str, list[float]] = {"ceiling": [], **{f"grpc_{n}": [] for n in PROCESSES}}
+    cpu: dict[str, list[dict[str, float]]] = {k: [] for k in rates}
+    stored: dict[str, list[int]] = {f"grpc_{n}": [] for n in PROCESSES}
     with running(procs):
         influxd = start_influxd(work / "influxd")
         procs.append(influxd.proc)
         for i in range(pairs):
-            ceilings.append(points / write_direct(influxd, f"ceiling{i}", bodies))
-            port = free_port()
-            argv = [str(Path(PYTHON).parent / "wattline"), "collector", "--listen", f"127.0.0.1:{port}"]
-            argv += ["--store", influxd.url, "--influx-api", "v1", "--influx-database", f"grpc{i}"]
-            collector = Proc(argv, work / f"collector-{i}.log")
-            procs.append(collector)
-            wait_port(port, collector)
-            doc = push(f"127.0.0.1:{port}", frames, work / f"push-influx-{i}.json", work)
-            grpcs.append(doc["acked"] / (doc["end"] - doc["start"]))
-            collector.stop()
-            stored.append(count_points(influxd, f"grpc{i}"))
-    ceiling, via = median(ceilings), median(grpcs)
-    return {
+            i0, c0 = influxd.proc.cpu_s(), time.process_time()
+            rates["ceiling"].append(points / write_direct(influxd, f"ceiling{i}", bodies))
+            us = 1e6 / points
+            cpu["ceiling"].append(
+                {"influxd": (influxd.proc.cpu_s() - i0) * us, "client": (time.process_time() - c0) * us}
+            )
+            for n in PROCESSES:
+                key = f"grpc_{n}"
+                rate, parts = via_collector(influxd, n, frames, work, f"{key}_{i}")
+                rates[key].append(rate)
+                cpu[key].append({k: v * us for k, v in parts.items()})
+                stored[key].append(count_points(influxd, f"{key}_{i}"))
+    m = {k: median(v) for k, v in rates.items()}
+    result: dict[str, Any] = {
         "points": points,
-        "ceiling_points_per_s": ceiling,
-        "grpc_points_per_s": via,
-        "ratio": ratio(via, ceiling),
-        "runs": {"ceiling": ceilings, "grpc": grpcs},
+        "ceiling_points_per_s": m["ceiling"],
+        "runs": rates,
+        "cpu_us_per_point": {k: {p: median([c[p] for c in v]) for p in v[0]} for k, v in cpu.items()},
         "stored_per_grpc_run": stored,
+        "cores": len(os.sched_getaffinity(0)),
     }
+    for n in PROCESSES:
+        result[f"grpc_{n}_points_per_s"] = m[f"grpc_{n}"]
+        result[f"ratio_{n}"] = ratio(m[f"grpc_{n}"], m["ceiling"])
+        result[f"floor_{n}"] = cpu_floor(result["cpu_us_per_point"][f"grpc_{n}"], m["ceiling"], result["cores"])
+    best = max(PROCESSES, key=lambda n: result[f"ratio_{n}"] or 0.0)
+    result.update(processes=best, grpc_points_per_s=m[f"grpc_{best}"], ratio=result[f"ratio_{best}"])
+    return result
+
+
+def cpu_floor(cpu: dict[str, float], ceiling: float | None, cores: int) -> float | None:
+    """The best ratio the cores allow the collector path: ``cores`` CPU-seconds a second
+    over its CPU per point (influxd + the collector's processes + the pusher, all on these
+    cores), against the ceiling; 1 when the cores are not what limits it."""
+    via = sum(cpu.values())
+    if not via or not ceiling:
+        return None
+    return min(1.0, cores / (via / 1e6) / ceiling)
+
+
+def via_collector(influxd: Influxd, n: int, frames: Path, work: Path, db: str) -> tuple[float, dict[str, float]]:
+    """Push ``frames`` through ``wattline collector --processes n`` into ``db``: points/s,
+    and CPU seconds of influxd, the collector (all its processes) and the pusher."""
+    port = free_port()
+    argv = [str(Path(PYTHON).parent / "wattline"), "collector", "--listen", f"127.0.0.1:{port}"]
+    argv += ["--store", influxd.url, "--influx-api", "v1", "--influx-database", db, "--processes", str(n)]
+    collector = Proc(argv, work / f"collector-{db}.log")
+    try:
+        wait_port(port, collector)
+        ready = "collector listening on" if n == 1 else f"collector: {n} processes on port"
+        deadline = time.monotonic() + 60
+        while ready not in collector.tail(20_000) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tree = [collector.pid, *descendants(collector.pid)]
+        i0, c0 = influxd.proc.cpu_s(), sum(cpu_s(p) for p in tree)
+        doc = push(f"127.0.0.1:{port}", frames, work / f"push-{db}.json", work)
+        parts = {
+            "influxd": influxd.proc.cpu_s() - i0,
+            "collector": sum(cpu_s(p) for p in tree) - c0,
+            "pusher": doc["cpu_s"] or 0.0,
+        }
+    finally:
+        collector.stop()
+    return doc["acked"] / (doc["end"] - doc["start"]), parts
+
+
+def descendants(pid: int) -> list[int]:
+    """Child processes of ``pid``, recursively (Linux /proc)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            found += [int(child), *descendants(int(child))]
+    return found
 
 
 # -- SQLite ------------------------------------------------------------------------------------

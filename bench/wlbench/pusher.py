@@ -31,7 +31,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     frames = list(read_frames(args.frames))
-    options = [("grpc.max_send_message_length", 64 << 20)]
+    # One connection per stream, as separate agents have (a process's channels otherwise
+    # share one), so a collector's processes (SO_REUSEPORT) each get some.
+    options = [("grpc.max_send_message_length", 64 << 20), ("grpc.use_local_subchannel_pool", 1)]
     channels = [grpc.insecure_channel(args.target, options=options) for _ in range(args.streams)]
     for channel in channels:
         grpc.channel_ready_future(channel).result(timeout=30)

@@ -1,10 +1,11 @@
 """Part "scale": 100 and 1,000 concurrent agents at 1 Hz into one collector.
 
 The agents are simulated by asyncio gRPC clients in a few processes (:mod:`wlbench.fleet`),
-each agent with its own channel and real batches (12 RAPL + NIC samples a second, sealed and
-pushed every 1.5 s, the agent's default ``batch_interval``, on its own phase, kept until
-acknowledged, retried for up to 60 s after the run). The collector is the real gRPC server
-over the real store (SQLite, the default; also InfluxDB 1.x at 1,000 agents in full mode),
+each agent with its own channel and connection and real batches (12 RAPL + NIC samples a
+second, sealed and pushed every 1.5 s, the agent's default ``batch_interval``, on its own
+phase, kept until acknowledged, retried for up to 60 s after the run). The collector is the
+real gRPC server over the real store (SQLite, the default; also InfluxDB 1.x at 1,000 agents
+in full mode, with 1 and 2 collector processes sharing the port as ``--processes`` does),
 wrapped to record for every sample the delay from its timestamp (interval end) to the commit
 of its batch: visible in storage. That delay includes up to 1.5 s spent waiting in the agent
 for the next push, as in a real deployment.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -30,26 +32,59 @@ from wlbench.common import PYTHON, Proc, RusagePopen, free_port, running, start_
 from wlbench.data import HostStream
 from wlbench.fleet import AGENT_PUSH_EVERY_S
 
+#: Collector processes sharing the port (as ``wattline collector --processes``) at 1,000
+#: agents into InfluxDB.
+COLLECTOR_PROCESSES = (1, 2)
+
 
 def run(work: Path, quick: bool) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     duration = 10.0 if quick else 30.0
-    plan = [(100, "sqlite")] if quick else [(100, "sqlite"), (1000, "sqlite"), (1000, "influxdb1")]
+    plan = [(100, "sqlite", 1)] if quick else [(100, "sqlite", 1), (1000, "sqlite", 1)]
+    plan += [(1000, "influxdb1", n) for n in ([] if quick else COLLECTOR_PROCESSES)]
     result: dict[str, Any] = {"duration_s": duration, "push_every_s": AGENT_PUSH_EVERY_S}
     result["sqlite_tx_per_s"] = sqlite_tx_rate(work / "tx.db")
     procs: list[Proc] = []
     with running(procs):
         influx_url = ""
-        if any(store == "influxdb1" for _, store in plan):
+        if any(store == "influxdb1" for _, store, _ in plan):
             influxd = start_influxd(work / "influxd")
             procs.append(influxd.proc)
             influx_url = influxd.url
         sizes = {}
-        for agents, store in plan:
+        for agents, store, n in plan:
             url = influx_url if store == "influxdb1" else f"sqlite:{work / f'fleet-{agents}.db'}"
-            sizes[f"{agents} ({store})"] = size(agents, store, url, duration, work / f"n{agents}-{store}")
+            name = f"{agents} ({store}{f', {n} processes' if n > 1 else ''})"
+            sizes[name] = size(agents, store, url, duration, work / f"n{agents}-{store}-{n}", n)
     result["sizes"] = sizes
     return result
+
+
+def merge_stats(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The stats of several sink processes as one: counts added, delay percentiles from
+    the merged millisecond histograms."""
+    by_host: Counter[str] = Counter()
+    per_second: Counter[str] = Counter()
+    hist: Counter[int] = Counter()
+    for doc in docs:
+        by_host.update(doc["by_host"])
+        per_second.update(doc["per_second"])
+        hist.update({int(k): v for k, v in doc["delay_hist_ms"].items()})
+    total = sum(hist.values())
+
+    def pct(p: float) -> float | None:
+        if not total:
+            return None
+        rank, seen = min(total - 1, int(p / 100 * total)), 0
+        for ms in sorted(hist):
+            seen += hist[ms]
+            if seen > rank:
+                return float(ms)
+        return None
+
+    worst = [d["delay_ms"]["max"] for d in docs if d["delay_ms"]["max"] is not None]
+    delay = {"count": total, "p50": pct(50), "p99": pct(99), "max": max(worst) if worst else None}
+    return {"by_host": dict(by_host), "per_second": dict(per_second), "delay_ms": delay}
 
 
 def sqlite_tx_rate(path: Path, batches: int = 300) -> float:
@@ -64,18 +99,23 @@ def sqlite_tx_rate(path: Path, batches: int = 300) -> float:
     return rate
 
 
-def size(agents: int, store: str, url: str, duration: float, work: Path) -> dict[str, Any]:
+def size(agents: int, store: str, url: str, duration: float, work: Path, sinks: int = 1) -> dict[str, Any]:
+    """``agents`` simulated agents into ``sinks`` collector processes sharing one port."""
     work.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    stats_file = work / "collector.json"
-    argv = [PYTHON, "-m", "wlbench.sink", "--listen", f"127.0.0.1:{port}", "--stats", str(stats_file)]
-    sink = Proc([*argv, "--store", url], work / "collector.log")
+    stats_files = [work / f"collector-{k}.json" for k in range(sinks)]
+    procs: list[Proc] = []
+    for k, stats_file in enumerate(stats_files):
+        argv = [PYTHON, "-m", "wlbench.sink", "--listen", f"127.0.0.1:{port}", "--stats", str(stats_file)]
+        procs.append(Proc([*argv, "--store", url, *(["--reuse-port"] if sinks > 1 else [])], work / f"sink-{k}.log"))
+    collectors = list(procs)
     processes = 1 if agents <= 100 else 4
-    procs: list[Proc] = [sink]
     fleets: list[Proc] = []
     with running(procs):
-        wait_port(port, sink)
-        c0 = sink.cpu_s()
+        for sink in collectors:
+            wait_port(port, sink)
+        time.sleep(0.5 if sinks > 1 else 0.0)  # every sink listening before the first connection
+        c0 = sum(sink.cpu_s() for sink in collectors)
         per = agents // processes
         outs = []
         for p in range(processes):
@@ -88,10 +128,11 @@ def size(agents: int, store: str, url: str, duration: float, work: Path) -> dict
         for proc in fleets:
             if proc.popen.wait(timeout=duration + 180) != 0:
                 raise RuntimeError(f"fleet process failed:\n{proc.tail()}")
-        collector_cpu = sink.cpu_s() - c0
-        hwm = sink.hwm_mib()
-        sink.stop()
-    collector = json.loads(stats_file.read_text())
+        collector_cpu = sum(sink.cpu_s() for sink in collectors) - c0
+        hwm = sum(sink.hwm_mib() for sink in collectors)
+        for sink in collectors:
+            sink.stop()
+    collector = merge_stats([json.loads(f.read_text()) for f in stats_files])
     runs = [json.loads(o.read_text()) for o in outs]
     start, end = min(r["start"] for r in runs), max(r["end"] for r in runs)
     wall = max(r["finished"] for r in runs) - start
@@ -105,6 +146,7 @@ def size(agents: int, store: str, url: str, duration: float, work: Path) -> dict
         "agents": agents,
         "store": store,
         "simulator_processes": processes,
+        "collector_processes": sinks,
         "sent": sent,
         "stored": stored,
         # acknowledged to an agent but not stored: lost for good (an agent keeps the rest)

@@ -11,7 +11,8 @@ Usage: ``python -m wlbench.sink --listen 127.0.0.1:PORT --stats FILE [--store nu
   committed for SQLite, acknowledged by ``/write`` for InfluxDB).
 
 On SIGTERM the server stops (in-flight batches finish) and FILE gets JSON: samples per host,
-points written, and delay percentiles.
+points written, delay percentiles and histogram. With ``--reuse-port`` several sinks share
+the port as ``wattline collector --processes`` does (their FILEs are merged by the caller).
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class BenchStore(Store):
             "points": self.points,
             "rejected": self.rejected,
             "delay_ms": {"count": len(delays), "p50": pct(50), "p99": pct(99), "max": delays[-1] if delays else None},
+            # whole milliseconds -> samples, so the delays of several sink processes merge
+            "delay_hist_ms": {str(k): v for k, v in sorted(Counter(int(d) for d in delays).items())},
             "per_second": {str(k): v for k, v in sorted(self.per_second.items())},
         }
 
@@ -96,12 +99,15 @@ def main() -> None:
     ap.add_argument("--stats", required=True, type=Path)
     ap.add_argument("--store", default="null")
     ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--reuse-port", action="store_true", help="share the port with other sinks (SO_REUSEPORT)")
     args = ap.parse_args()
     if args.store in ("null", "encode"):
         store = BenchStore(None, encode=args.store == "encode")
     else:  # a real store: sqlite:PATH or an InfluxDB URL
         store = BenchStore(open_store(args.store, api="v1" if args.store.startswith("http") else None), encode=False)
-    server = CollectorServer(store, args.listen, workers=args.workers, max_message_bytes=64 << 20)
+    server = CollectorServer(
+        store, args.listen, workers=args.workers, max_message_bytes=64 << 20, reuse_port=args.reuse_port
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     server.start()

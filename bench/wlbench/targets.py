@@ -176,17 +176,20 @@ def agent_rows(r: dict[str, Any]) -> list[Row]:
 
 def ingest_rows(r: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
-    inf = r.get("influx")
-    if inf:
+    inf: dict[str, Any] = r.get("influx") or {}
+    for n in (1, 2):
+        if f"ratio_{n}" not in inf:
+            continue
         rows.append(
             Row(
                 "ingest",
-                "agents -> gRPC -> collector -> influxd",
-                num(inf["grpc_points_per_s"], "points/s"),
-                f"direct /write {num(inf['ceiling_points_per_s'], 'points/s')}",
-                inf["ratio"],
+                f"agents -> gRPC -> collector ({n} process{'es' if n > 1 else ''}) -> influxd",
+                num(inf[f"grpc_{n}_points_per_s"], "points/s"),
+                f"direct /write {num(inf['ceiling_points_per_s'], 'points/s')}; "
+                f"CPU floor on {inf['cores']} cores {fmt_ratio(inf[f'floor_{n}'])}",
+                inf[f"ratio_{n}"],
                 ">= 0.9x",
-                at_least(inf["ratio"], 0.9),
+                at_least(inf[f"ratio_{n}"], 0.9),
             )
         )
     null = r.get("null_sink")

@@ -15,7 +15,8 @@ import urllib.parse
 from typing import Literal
 
 from wattline.collector.stores.base import Store
-from wattline.collector.stores.influx_v1 import HttpClient, InfluxV1Store
+from wattline.collector.stores.influx_http import HttpClient
+from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.sqlite import SqliteStore
 
 Api = Literal["v1", "v2"]

@@ -20,8 +20,9 @@ from influxdb_client.domain.write_precision import WritePrecision
 from influxdb_client.rest import ApiException
 
 from wattline.collector.lineprotocol import LineEncoder
-from wattline.collector.stores.base import LineProtocolStore, StoreUnavailable, WriteResult
-from wattline.collector.stores.influx_v1 import error_message, rejected_points, shorten
+from wattline.collector.linestore import LineProtocolStore
+from wattline.collector.stores.base import StoreUnavailable, WriteResult
+from wattline.collector.stores.influx_http import error_message, rejected_points, shorten
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,10 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, Self, runtime_checkable
 
 from wattline import wire
+from wattline.collector.stores.base import JobSummary, WriteResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +68,10 @@ class StoredJobEvent:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
+@runtime_checkable
 class Reader(Protocol):
-    """Queries a report needs; every store that reports read from implements them."""
+    """Queries a report needs; every store that reports read from implements them
+    (``isinstance(store, Reader)`` tells whether a store can be read back)."""
 
     def job_events(self, job_id: str | None = None, every: bool = True) -> list[StoredJobEvent]:
         """Every event of ``job_id`` (all jobs when None), ordered by time. Not ``every`` (one
@@ -101,6 +104,26 @@ class Reader(Protocol):
     def last_before(self, host: str, t_ns: int) -> list[StoredSample]:
         """Per series of ``host``: the last sample whose interval ends at or before ``t_ns``."""
         ...
+
+
+@runtime_checkable
+class OpenReader(Reader, Protocol):
+    """A store opened for reports: the queries, and closing it (it is a context manager)."""
+
+    kind: str
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+@runtime_checkable
+class SummaryStore(OpenReader, Protocol):
+    """A store that reports read and job summaries are written to."""
+
+    def write_summary(self, summary: JobSummary) -> WriteResult: ...
 
 
 #: Longest sample interval a window query looks back for (a sample is stamped at its

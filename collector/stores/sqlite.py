@@ -1,6 +1,7 @@
 """The embedded default back-end: one SQLite file (stdlib ``sqlite3``, WAL mode).
 
-All of wattline's SQL lives in this module. Tables mirror the InfluxDB schema and its
+All of wattline's SQL lives in this module and its schema's, :mod:`.sqlite_schema`
+(versions, migrations, opening read-only). Tables mirror the InfluxDB schema and its
 point identity (host labels are metadata here):
 
 - ``energy``: one row per Sample, UNIQUE (host, source, component, device, quality,
@@ -25,12 +26,10 @@ import functools
 import itertools
 import json
 import math
-import operator
 import os
 import sqlite3
 import threading
-import urllib.parse
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,24 +42,10 @@ from wattline.collector.lineprotocol import (
     LineProtocolError,
     clip,
     describe,
-    escape_field_key,
     job_event_point,
 )
-from wattline.collector.stores.base import (
-    ENERGY,
-    JOB_EVENTS,
-    NOT_GAUGES,
-    SAMPLE_FIELD_NAMES,
-    JobSummary,
-    Store,
-    StoreUnavailable,
-    WriteResult,
-    host_tags,
-    job_event_tags,
-    sample_fields,
-    sample_tags,
-    summary_points,
-)
+from wattline.collector.pointfields import sample_fields
+from wattline.collector.stores.base import JobSummary, Store, StoreUnavailable, WriteResult
 from wattline.collector.stores.reader import (
     StoredJobEvent,
     StoredSample,
@@ -69,192 +54,36 @@ from wattline.collector.stores.reader import (
     last_heard,
     reduce_units,
 )
-from wattline.config import ConfigError
-
-SCHEMA_VERSION = 6
-
-_SCHEMA_V1 = """
-CREATE TABLE energy (
-    host TEXT NOT NULL, source TEXT NOT NULL, component TEXT NOT NULL, device TEXT NOT NULL,
-    quality TEXT NOT NULL, labels TEXT NOT NULL, time_ns INTEGER NOT NULL, start_ns INTEGER NOT NULL,
-    energy_j REAL NOT NULL, power_w REAL NOT NULL, cumulative_j REAL NOT NULL, interval_s REAL NOT NULL,
-    utilization REAL, healthy INTEGER NOT NULL, status TEXT NOT NULL, energy_error_j REAL,
-    stream TEXT NOT NULL, gauges TEXT NOT NULL,
-    UNIQUE (host, source, component, device, quality, time_ns)
-);
-CREATE INDEX energy_time ON energy (time_ns);
-CREATE TABLE job_events (
-    host TEXT NOT NULL, labels TEXT NOT NULL, job_id TEXT NOT NULL, event TEXT NOT NULL,
-    time_ns INTEGER NOT NULL, event_seq INTEGER NOT NULL, fields TEXT NOT NULL,
-    UNIQUE (host, job_id, event, time_ns)
-);
-CREATE INDEX job_events_job ON job_events (job_id, time_ns);
-"""
-
-#: v2: the series of each host, so edge queries are one index lookup per series.
-_SCHEMA_V2 = """
-CREATE TABLE series (
-    host TEXT NOT NULL, source TEXT NOT NULL, component TEXT NOT NULL, device TEXT NOT NULL,
-    quality TEXT NOT NULL, PRIMARY KEY (host, source, component, device, quality)
-) WITHOUT ROWID;
-INSERT OR IGNORE INTO series SELECT DISTINCT host, source, component, device, quality FROM energy;
-"""
-
-#: v3: job events by host, kind and time, so a report finds the jobs near its window
-#: without reading every job's events.
-_SCHEMA_V3 = """
-CREATE INDEX job_events_host ON job_events (host, event, time_ns);
-"""
-
-#: v4: a job event's identity is (host, job_id, event_seq), not its time. Rows of v3 that
-#: share a (host, job_id, event_seq) were distinct events (several processes of one job on
-#: one host each numbered from 1): the first (by time) keeps its seq, the others get -rowid,
-#: which no wire event can have (event_seq is unsigned), so nothing is lost.
-_SCHEMA_V4 = """
-CREATE TABLE job_events_v4 (
-    host TEXT NOT NULL, labels TEXT NOT NULL, job_id TEXT NOT NULL, event TEXT NOT NULL,
-    time_ns INTEGER NOT NULL, event_seq INTEGER NOT NULL, fields TEXT NOT NULL,
-    UNIQUE (host, job_id, event_seq)
-);
-INSERT INTO job_events_v4
-    SELECT host, labels, job_id, event, time_ns,
-        CASE WHEN row_number() OVER (PARTITION BY host, job_id, event_seq ORDER BY time_ns, event, rowid) = 1
-            THEN event_seq ELSE -rowid END,
-        fields
-    FROM job_events;
-DROP TABLE job_events;
-ALTER TABLE job_events_v4 RENAME TO job_events;
-CREATE INDEX job_events_job ON job_events (job_id, time_ns);
-CREATE INDEX job_events_host ON job_events (host, event, time_ns);
-"""
-
-#: The oldest schema a read-only connection reads as it is (reads need the v2 ``series`` table).
-MIN_READABLE_VERSION = 2
-#: v5: each job's summary (the job_summary and job_summary_host measurements), one row per job.
-_SCHEMA_V5 = """
-CREATE TABLE job_summary (
-    job_id TEXT PRIMARY KEY, time_ns INTEGER NOT NULL, tags TEXT NOT NULL, fields TEXT NOT NULL,
-    hosts TEXT NOT NULL
-);
-CREATE INDEX job_summary_time ON job_summary (time_ns);
-"""
-
-#: v6: a job's UNITS events (most of a long job's events) in an index of their own that holds
-#: what a report sums (:meth:`SqliteStore.unit_events`), its heartbeats in another, and its
-#: other events in a third, so a report visits neither the UNITS rows nor every heartbeat.
-_SCHEMA_V6 = """
-CREATE INDEX IF NOT EXISTS job_events_units ON job_events (job_id, host, time_ns, event_seq, fields)
-    WHERE event = 'units';
-CREATE INDEX IF NOT EXISTS job_events_beats ON job_events (job_id, host, time_ns) WHERE event = 'heartbeat';
-CREATE INDEX IF NOT EXISTS job_events_marks ON job_events (job_id, time_ns) WHERE event NOT IN ('units', 'heartbeat');
-"""
-
-#: Schema version -> script that upgrades the version before it.
-_MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3, 4: _SCHEMA_V4, 5: _SCHEMA_V5, 6: _SCHEMA_V6}
-
-_ENERGY_COLUMNS = (
-    "host, source, component, device, quality, labels, time_ns, start_ns, energy_j, power_w, cumulative_j, "
-    "interval_s, utilization, healthy, status, energy_error_j, stream, gauges"
+from wattline.collector.stores.schema import (
+    ENERGY,
+    JOB_EVENTS,
+    host_tags,
+    job_event_tags,
+    sample_tags,
+    summary_points,
 )
-_INSERT_ENERGY = f"INSERT OR REPLACE INTO energy ({_ENERGY_COLUMNS}) VALUES ({', '.join('?' * 18)})"
-_INSERT_SERIES = "INSERT OR IGNORE INTO series VALUES (?, ?, ?, ?, ?)"
-_SERIES_KEY = "host = ? AND source = ? AND component = ? AND device = ? AND quality = ?"
-_READ_COLUMNS = (
-    "host, source, component, device, quality, start_ns, time_ns, energy_j, cumulative_j, stream, healthy, "
-    "utilization, energy_error_j"
+from wattline.collector.stores.sqlite_schema import (
+    _EVENT_COLUMNS,
+    _EVENT_KEYS,
+    _INSERT_ENERGY,
+    _INSERT_JOB,
+    _INSERT_SERIES,
+    _MIGRATIONS,
+    _READ_COLUMNS,
+    _SAMPLE_COLUMNS,
+    _SERIES_KEY,
+    SCHEMA_VERSION,
+    GaugesTemplate,
+    NotAStore,
+    _event_fields,
+    _gauges_template,
+    _json,
+    connect_read_only,
 )
-_JOB_COLUMNS = "host, labels, job_id, event, time_ns, event_seq, fields"
-#: What a StoredJobEvent is made of.
-_EVENT_COLUMNS = "host, job_id, event, time_ns, event_seq, fields"
-_INSERT_JOB = f"INSERT OR REPLACE INTO job_events ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+
 #: A UNITS event's ``fields`` as the store writes them, ``{"units":X}`` with X >= 0 (see
 #: :func:`_event_fields`), and its units in SQL; any other (``{}`` is 0 units) is read in Python.
 _PLAIN_UNITS = """fields GLOB '{"units":[0-9]*}'"""
-#: Job event fields that have a column of their own (not in ``fields``).
-_EVENT_KEYS = frozenset({"event_seq", "time_ns"})
-#: Sample fields that have a column of their own; every other field is a gauge.
-_SAMPLE_COLUMNS = SAMPLE_FIELD_NAMES
-
-
-def _stored(row: tuple[Any, ...]) -> StoredSample:
-    """A row of ``_READ_COLUMNS`` as a StoredSample."""
-    host, source, component, device, quality, start, end, energy, cumulative, stream, healthy, util, err = row
-    return StoredSample(
-        host, source, component, device, quality, start, end, energy, cumulative, stream, bool(healthy), util, err
-    )
-
-
-#: One encoder for every JSON column (``json.dumps`` with options builds a new one per call).
-_encode_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")).encode
-
-
-def _json(value: dict[str, Any]) -> str:
-    """A JSON column: keys sorted, compact, NaN and infinities refused (ValueError)."""
-    return _encode_json(value) if value else "{}"
-
-
-#: Entries kept in each per-store cache (hosts seen, gauge-name tuples seen) before it is emptied.
-_MAX_CACHED = 100_000
-
-
-#: A gauges JSON %-template and the function that picks its values from the gauges map.
-GaugesTemplate = tuple[str, Callable[[Any], tuple[float, ...]]]
-
-
-def _gauges_template(names: tuple[str, ...]) -> GaugesTemplate | None:
-    """For a sample whose gauges are ``names`` (in the map's order): a %-template of the
-    ``gauges`` JSON column and a function giving the values in its order (names sorted,
-    fixed-field and tag names left out, as :func:`sample_fields` does); None when a name is
-    not a valid field key, so the sample goes the checked way and is refused with the reason.
-    """
-    order = sorted(n for n in names if n not in NOT_GAUGES)
-    try:
-        for name in order:
-            escape_field_key(name)
-    except LineProtocolError:
-        return None
-    items = ",".join(_encode_json(name).replace("%", "%%") + ":%r" for name in order)
-    values: Callable[[Any], tuple[float, ...]]
-    if len(order) > 1:
-        values = operator.itemgetter(*order)
-    elif order:
-        values = functools.partial(_one_value, order[0])
-    else:
-        values = _no_values
-    return "{" + items + "}", values
-
-
-def _one_value(name: str, gauges: Any) -> tuple[float]:
-    return (gauges[name],)
-
-
-def _no_values(gauges: Any) -> tuple[()]:
-    return ()
-
-
-#: ``Sample.HasField`` unbound: calling it costs half of calling the bound method.
-_has_field = wire.pb.Sample.HasField
-
-
-@dataclass(slots=True)
-class _Prepared:
-    """One batch, checked and turned into rows (outside the lock)."""
-
-    result: WriteResult
-    energy: list[tuple[Any, ...]]
-    jobs: list[tuple[Any, ...]]
-    series: list[tuple[str, str, str, str, str]]
-
-
-def _event_fields(text: str) -> dict[str, Any]:
-    """A job event's ``fields`` column; a UNITS event's (most of a long job's events) without
-    the JSON parser: ``{"units":X}`` with X as ``float.__repr__`` wrote it, which float() reads back exactly."""
-    if text.startswith('{"units":') and "," not in text:
-        try:
-            return {"units": float(text[9:-1])}
-        except ValueError:
-            pass
-    return {} if text == "{}" else dict(json.loads(text))
 
 
 #: Spans of :meth:`SqliteStore.unit_events` per statement (3 variables each).
@@ -290,67 +119,30 @@ def _packed(host: str, job_id: str, text: str) -> StoredJobEvent:
     return StoredJobEvent(host, job_id, "units", int(t), int(seq), _event_fields(fields))
 
 
-class NotAStore(ConfigError, StoreUnavailable):
-    """The path holds no wattline store (missing, a directory, not SQLite, another schema):
-    input to fix (a ConfigError, exit 2 in the CLI), and a store that cannot be used."""
+def _stored(row: tuple[Any, ...]) -> StoredSample:
+    """A row of ``_READ_COLUMNS`` as a StoredSample."""
+    host, source, component, device, quality, start, end, energy, cumulative, stream, healthy, util, err = row
+    return StoredSample(
+        host, source, component, device, quality, start, end, energy, cumulative, stream, bool(healthy), util, err
+    )
 
 
-def connect_read_only(path: str, timeout_s: float) -> sqlite3.Connection:
-    """A connection that reads an existing wattline store and creates or changes nothing.
-
-    No file or directory is created for a mistyped path (``mode=rw`` never creates) and no
-    statement may write (``query_only``); SQLite's ``-wal``/``-shm`` side files, when no
-    writer holds them, exist only while the connection is open (a ``mode=ro`` connection
-    would leave them behind, owned by the reader). On a read-only mount the file is read
-    as ``immutable`` (nothing can change it there). Raises NotAStore (the path is not a
-    wattline store, one line) or StoreUnavailable (SQLite failed).
-    """
-    target = Path(path)
-    if not target.exists():
-        raise NotAStore(f"no store at {clip(path)} (nothing created): check --store or $WATTLINE_STORE")
-    if target.is_dir():
-        raise NotAStore(f"store {clip(path)} is a directory, not a SQLite file")
-    if not os.access(target, os.R_OK):
-        raise NotAStore(f"store {clip(path)}: permission denied")
-    uri = "file:" + urllib.parse.quote(str(target.resolve()))
-    try:
-        try:
-            return _checked(path, uri + "?mode=rw", timeout_s)
-        except sqlite3.OperationalError:
-            if os.access(target.parent, os.W_OK):
-                raise
-            return _checked(path, uri + "?mode=ro&immutable=1", timeout_s)  # a read-only mount
-    except sqlite3.DatabaseError as exc:
-        if exc.sqlite_errorcode == sqlite3.SQLITE_NOTADB:
-            raise NotAStore(f"store {clip(path)} is not a SQLite file (not a wattline store)") from None
-        raise StoreUnavailable(f"SQLite {clip(path)}: {exc}") from exc
+#: Entries kept in each per-store cache (hosts seen, gauge-name tuples seen) before it is emptied.
+_MAX_CACHED = 100_000
 
 
-def _checked(path: str, uri: str, timeout_s: float) -> sqlite3.Connection:
-    """Connect to ``uri`` and check it holds a wattline schema it can read (MIN_READABLE_VERSION
-    up to SCHEMA_VERSION: an older store is read as it is, not upgraded)."""
-    db = sqlite3.connect(uri, uri=True, timeout=timeout_s, check_same_thread=False, isolation_level=None)
-    try:
-        db.execute("PRAGMA query_only = 1")
-        (version,) = db.execute("PRAGMA user_version").fetchone()
-        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except BaseException:
-        db.close()
-        raise
-    problem = ""
-    if version == 0 or "job_events" not in tables:
-        problem = "is a SQLite file but not a wattline store (no job_events table)"
-    elif version > SCHEMA_VERSION:
-        problem = f"has schema version {version}, newer than this wattline's {SCHEMA_VERSION}: upgrade wattline"
-    elif version < MIN_READABLE_VERSION:
-        problem = (
-            f"has schema version {version}, older than {MIN_READABLE_VERSION}: open it once with write access "
-            "(wattline collector or wattline run --store) to upgrade it"
-        )
-    if problem:
-        db.close()
-        raise NotAStore(f"store {clip(path)} {problem}")
-    return db
+#: ``Sample.HasField`` unbound: calling it costs half of calling the bound method.
+_has_field = wire.pb.Sample.HasField
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """One batch, checked and turned into rows (outside the lock)."""
+
+    result: WriteResult
+    energy: list[tuple[Any, ...]]
+    jobs: list[tuple[Any, ...]]
+    series: list[tuple[str, str, str, str, str]]
 
 
 class SqliteStore(Store):
@@ -583,32 +375,6 @@ class SqliteStore(Store):
             *(fields.get("energy_error_j"), stream, gauges),
         )
 
-    def query_energy(
-        self, host: str | None = None, start_ns: int | None = None, end_ns: int | None = None
-    ) -> list[dict[str, Any]]:
-        """Energy rows with ``start_ns <= time_ns < end_ns`` (each bound optional), oldest first."""
-        where, args = self._where(("host = ?", host), ("time_ns >= ?", start_ns), ("time_ns < ?", end_ns))
-        rows = self._select(
-            f"SELECT {_ENERGY_COLUMNS} FROM energy{where} ORDER BY time_ns, host, source, component, device, quality",
-            args,
-        )
-        for row in rows:
-            row["labels"] = json.loads(row["labels"])
-            row["gauges"] = json.loads(row["gauges"])
-            row["healthy"] = bool(row["healthy"])
-        return rows
-
-    def query_job_events(self, job_id: str | None = None) -> list[dict[str, Any]]:
-        """Job event rows (``fields`` decoded), oldest first."""
-        where, args = self._where(("job_id = ?", job_id))
-        rows = self._select(
-            f"SELECT {_JOB_COLUMNS} FROM job_events{where} ORDER BY time_ns, host, job_id, event_seq", args
-        )
-        for row in rows:
-            row["labels"] = json.loads(row["labels"])
-            row["fields"] = json.loads(row["fields"])
-        return rows
-
     # -- job summaries -----------------------------------------------------------------
 
     def write_summary(self, summary: JobSummary) -> WriteResult:
@@ -767,15 +533,6 @@ class SqliteStore(Store):
         if not used:
             return "", []
         return " WHERE " + " AND ".join(sql for sql, _ in used), [arg for _, arg in used]
-
-    def _select(self, sql: str, args: list[object]) -> list[dict[str, Any]]:
-        with self._lock:
-            try:
-                cursor = self._db.execute(sql, args)
-                names = [d[0] for d in cursor.description]
-                return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-            except sqlite3.Error as exc:
-                raise StoreUnavailable(f"SQLite {self.path}: {exc}") from exc
 
     def close(self) -> None:
         with self._lock:

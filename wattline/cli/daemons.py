@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,72 +14,21 @@ import typer
 
 from wattline import systemd
 from wattline.agent import registry
-from wattline.agent.daemon import Agent
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
+from wattline.cli.agent_entry import agent_settings, read_config, run_agent_command
 from wattline.collector.daemon import run_collector, store_from_settings
+from wattline.collector.processes import ProcessLink, Supervisor
 from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import StoreUnavailable
-from wattline.config import build, check_tables, env_names, help_of, parse_pairs, read_toml, unknown_variables
-from wattline.wire import ENV_HEARTBEAT
-from wattline.workloads.events import ENV_EVENTS, ENV_JOB_ID
+from wattline.collector.stores.reader import SummaryStore
+from wattline.config import build, help_of
 from wattline.workloads.report import ReportSettings
 from wattline.workloads.summary import SummaryWriter
 
 log = logging.getLogger(__name__)
-#: What a store needs for job summaries: the report's reads and a summary write.
-SUMMARY_METHODS = ("job_events", "job_events_between", "samples", "first_after", "last_before", "write_summary")
 
 CONFIG_HELP = "TOML config file ([agent], [collector], [sources.NAME] tables); env WATTLINE_* and flags override it."
-
-#: Variables read outside the settings tables: set by ``wattline run`` for its command (job
-#: id, events file, heartbeat), the store of ``run``/``report``, log level and tracebacks,
-#: secrets (never flags), the Grafana provisioning file, and the test and bench harnesses.
-OTHER_VARIABLES = frozenset(
-    {
-        ENV_JOB_ID,
-        ENV_EVENTS,
-        ENV_HEARTBEAT,
-        "WATTLINE_USE_PERIOD_S",  # workloads/usage.py ENV_USE_PERIOD (not imported: the agent's path stays lean)
-        "WATTLINE_STORE",
-        "WATTLINE_LOG_LEVEL",
-        "WATTLINE_DEBUG",
-        "WATTLINE_TOKEN",
-        "WATTLINE_INFLUX_TOKEN",
-        "WATTLINE_INFLUX_PASSWORD",
-        "WATTLINE_INFLUX_URL",
-        "WATTLINE_INFLUX_DATABASE",
-        "WATTLINE_INFLUX_USER",
-        "WATTLINE_NVML_SCENARIO",
-        "WATTLINE_PYTHON",
-    }
-)
-
-
-def known_tables() -> set[str]:
-    """The tables a config file may hold (dotted)."""
-    return {"agent", "collector", "sources", *(f"sources.{name}" for name in registry.SOURCES)}
-
-
-def read_config(path: Path | None) -> dict[str, Any]:
-    """The parsed ``--config`` file; an unknown table is a ConfigError naming the closest one."""
-    doc = read_toml(path)
-    if path is not None:
-        check_tables(doc, known_tables(), path)
-    return doc
-
-
-def environment_warnings(env: Mapping[str, str] | None = None) -> list[str]:
-    """One line per ``WATTLINE_*`` variable nothing reads (a warning, not an error: the
-    environment is shared with every process of a job and a host, and a stray variable must
-    not stop a user's command)."""
-    env = os.environ if env is None else env
-    known = set(OTHER_VARIABLES) | env_names(AgentSettings, "agent") | env_names(CollectorSettings, "collector")
-    if all(name in known for name in env if name.startswith("WATTLINE_")):
-        return []
-    for name in registry.SOURCES:  # imports every source module: only when needed
-        known |= env_names(registry.source_class(name)[1], f"sources.{name}")
-    return unknown_variables(env, known)
 
 
 def _a(key: str) -> str:
@@ -105,17 +52,6 @@ def stop_event() -> threading.Event:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     return stop
-
-
-def agent_settings(config: Path | None, **flags: Any) -> tuple[AgentSettings, dict[str, Any]]:
-    """Merge file, environment and flags into AgentSettings (+ the parsed file)."""
-    doc = read_config(config)
-    if flags.get("labels"):
-        flags["labels"] = parse_pairs(flags["labels"], "--label")
-    for key in ("sources", "collectors"):
-        if not flags.get(key):
-            flags[key] = None
-    return build(AgentSettings, "agent", doc, flags=flags).validate(), doc
 
 
 def agent(
@@ -143,7 +79,7 @@ def agent(
     token_file: Path | None = typer.Option(None, help=_a("token_file")),
 ) -> None:
     """Run the per-host agent: sample every source and stream to the collector."""
-    settings, doc = agent_settings(
+    run_agent_command(
         config,
         host_id=host_id,
         labels=labels,
@@ -167,14 +103,6 @@ def agent(
         tls_server_name=tls_server_name,
         token_file=token_file,
     )
-    stop = stop_event()
-    daemon = Agent(settings, doc)
-    daemon.start()
-    found = sum(1 for s in daemon.statuses if s.available)
-    systemd.ready(f"sampling {found} sources every {settings.interval:g} s")
-    daemon.wait(stop, on_tick=lambda: daemon.alive() and systemd.watchdog(), every_s=systemd.watchdog_interval() or 1.0)
-    systemd.stopping()
-    daemon.stop()
 
 
 def collector(
@@ -189,6 +117,7 @@ def collector(
     prometheus_port: int | None = typer.Option(None, help=_c("prometheus_port")),
     prometheus_addr: str | None = typer.Option(None, help=_c("prometheus_addr")),
     workers: int | None = typer.Option(None, help=_c("workers")),
+    processes: int | None = typer.Option(None, help=_c("processes")),
     max_message_mb: int | None = typer.Option(None, help=_c("max_message_mb")),
     max_batch_points: int | None = typer.Option(None, help=_c("max_batch_points")),
     host_rate: float | None = typer.Option(None, help=_c("host_rate")),
@@ -221,6 +150,7 @@ def collector(
         prometheus_port=prometheus_port,
         prometheus_addr=prometheus_addr,
         workers=workers,
+        processes=processes,
         max_message_mb=max_message_mb,
         max_batch_points=max_batch_points,
         host_rate=host_rate,
@@ -240,23 +170,43 @@ def collector(
         summary_pue=summary_pue,
     )
     settings = build(CollectorSettings, "collector", read_config(config), flags=flags).validate()
+    hooks: dict[str, Any] = dict(
+        on_ready=lambda port: systemd.ready(f"listening on port {port}"),
+        on_tick=systemd.watchdog,
+        on_stop=systemd.stopping,
+    )
+    try:
+        if settings.process_count() > 1:
+            Supervisor(settings, collector_process, settings.process_count()).serve(stop_event(), **hooks)
+        else:
+            serve_collector(settings, stop_event(), **hooks)
+    except StoreUnavailable as exc:
+        raise RuntimeError(f"store {settings.store}: {exc}") from None
+
+
+def serve_collector(
+    settings: CollectorSettings, stop: threading.Event, link: ProcessLink | None = None, **hooks: Any
+) -> None:
+    """One collector process: ingest (:func:`run_collector`, ``hooks`` its callbacks) and
+    its job summaries' writer."""
     writer: SummaryWriter | None = None
     try:
         writer = summary_writer(settings)
         run_collector(
-            settings,
-            stop_event(),
-            on_ready=lambda port: systemd.ready(f"listening on port {port}"),
-            on_tick=systemd.watchdog,
-            on_stop=systemd.stopping,
-            on_job_events=writer.job_events if writer is not None else None,
+            settings, stop, on_job_events=writer.job_events if writer is not None else None, link=link, **hooks
         )
-    except StoreUnavailable as exc:
-        raise RuntimeError(f"store {settings.store}: {exc}") from None
     finally:
         if writer is not None:
             writer.stop()
             writer.reader.close()  # type: ignore[attr-defined]
+
+
+def collector_process(settings: CollectorSettings, link: ProcessLink) -> None:
+    """The body of each of several collector processes (``--processes``)."""
+    try:
+        serve_collector(settings, link.stop, link=link)
+    except StoreUnavailable as exc:
+        raise RuntimeError(f"store {settings.store}: {exc}") from None
 
 
 def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:
@@ -268,7 +218,7 @@ def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:
     if not settings.summaries:
         return None
     store = store_from_settings(settings)
-    if not all(hasattr(store, name) for name in SUMMARY_METHODS):
+    if not isinstance(store, SummaryStore):
         log.warning(
             "job summaries off: a %s store cannot be read back by reports (use the InfluxDB 1.x API or SQLite)",
             store.kind,
@@ -279,7 +229,7 @@ def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:
         create = getattr(store, "create_database", None)
         if create is not None:  # InfluxDB 1.x: as ingest does before its first write
             create()
-        store.job_events("wattline-summary-probe")  # type: ignore[attr-defined]
+        store.job_events("wattline-summary-probe")
     except ValueError as exc:  # a server that answers no InfluxQL: no summary could ever be read or computed
         log.warning("job summaries off: %s", str(exc)[:300])
         store.close()
@@ -294,8 +244,8 @@ def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:
         share_rule=settings.summary_share_rule,
     )
     return SummaryWriter(
-        store,  # type: ignore[arg-type]  # checked above: it has the Reader methods
-        store.write_summary,  # type: ignore[attr-defined]
+        store,
+        store.write_summary,
         policy,
         running_every_s=settings.summary_interval,
         wait_s=settings.summary_wait,
@@ -371,6 +321,7 @@ def sources_report(
                 "error": sampler.source_errors.get(status.name, ""),
                 "channels": channels,
                 "notes": [n.text for n in status.notes],
+                "details": status.source.details() if status.source is not None else {},
             }
         )
     return report

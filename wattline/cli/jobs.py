@@ -19,21 +19,20 @@ import typer
 from rich.console import Console
 
 from wattline.agent.settings import AgentSettings
+from wattline.cli.agent_entry import agent_settings, read_config
 from wattline.cli.daemons import (
     INFLUX_API,
     INFLUX_BUCKET,
     INFLUX_DATABASE,
     INFLUX_ORG,
     INFLUX_TOKEN_FILE,
-    agent_settings,
-    read_config,
 )
 from wattline.collector.daemon import store_from_settings
 from wattline.collector.lineprotocol import clip
 from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import Store, StoreUnavailable
 from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
-from wattline.collector.stores.reader import Reader
+from wattline.collector.stores.reader import OpenReader, Reader
 from wattline.config import ConfigError, build, parse_pairs
 from wattline.units import parse_duration
 from wattline.workloads import economics
@@ -109,14 +108,13 @@ def store_choice(
     return StoreChoice(store, config, influx)
 
 
-def open_reader(choice: StoreChoice) -> Any:
+def open_reader(choice: StoreChoice) -> OpenReader:
     """Open the store a report reads, read-only: a SQLite file must already be a wattline
     store (nothing is created), an InfluxDB database must exist (ConfigError, exit 2)."""
     settings = choice.settings()
     opened = store_from_settings(settings, read_only=True)
     try:
-        needed = ("job_events", "job_events_between", "samples", "first_after", "last_before")
-        if not all(hasattr(opened, m) for m in needed):
+        if not isinstance(opened, OpenReader):
             raise ConfigError(
                 f"store {settings.store}: reports cannot read from a {opened.kind} store "
                 "(use the InfluxDB 1.x API, --influx-api v1, or SQLite)"

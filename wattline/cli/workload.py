@@ -26,13 +26,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from wattline.cli.agent_entry import agent_settings
 from wattline.cli.daemons import (
     INFLUX_API,
     INFLUX_BUCKET,
     INFLUX_DATABASE,
     INFLUX_ORG,
     INFLUX_TOKEN_FILE,
-    agent_settings,
 )
 from wattline.cli.jobs import (
     CARBON,

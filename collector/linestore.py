@@ -1,0 +1,53 @@
+"""The stores fed InfluxDB line protocol (InfluxDB 1.x and 2.x): encode, then write lines."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+from wattline import wire
+from wattline.collector.lineprotocol import EncodedBatch, LineEncoder
+from wattline.collector.stores.base import JobSummary, Store, WriteResult
+from wattline.collector.stores.schema import summary_points
+
+
+class LineProtocolStore(Store):
+    """A store fed InfluxDB line protocol: encodes with its :attr:`encoder` (points it
+    cannot encode are rejected with the reason), then :meth:`write_lines`."""
+
+    encoder: LineEncoder
+
+    def write(self, batch: wire.pb.Batch) -> WriteResult:
+        encoded = self.encoder.batch(batch)
+        return _with_encoder_refusals(self.write_lines(encoded.lines), encoded)
+
+    def write_group(self, batches: Sequence[wire.pb.Batch]) -> list[WriteResult]:
+        """All batches' lines in one write (one request per MAX_BODY_BYTES)."""
+        if len(batches) == 1:
+            return [self.write(batches[0])]
+        encoded = [self.encoder.batch(batch) for batch in batches]
+        together = self.write_lines([line for e in encoded for line in e.lines])
+        if together.rejected:
+            # The server refused some points without saying whose: write each batch again
+            # alone (idempotent) so that every Ack counts its own refusals.
+            return [_with_encoder_refusals(self.write_lines(e.lines), e) for e in encoded]
+        return [_with_encoder_refusals(WriteResult(written=len(e.lines)), e) for e in encoded]
+
+    @abc.abstractmethod
+    def write_lines(self, lines: Sequence[str]) -> WriteResult:
+        """Write already-encoded points; raises StoreUnavailable when they must be retried."""
+
+    def write_summary(self, summary: JobSummary) -> WriteResult:
+        """Write a job's summary points (:func:`summary_points`); same key, same point: idempotent."""
+        try:
+            lines = [self.encoder.line(*point) for point in summary_points(summary)]
+        except ValueError as exc:  # LineProtocolError: no retry can store it
+            return WriteResult(rejected=1, reasons=[f"job summary of {summary.job_id[:100]!r}: {exc}"])
+        return self.write_lines(lines)
+
+
+def _with_encoder_refusals(result: WriteResult, encoded: EncodedBatch) -> WriteResult:
+    """``result`` of writing ``encoded.lines``, plus the points the encoder refused."""
+    result.rejected += len(encoded.rejected)
+    result.reasons[:0] = encoded.rejected
+    return result

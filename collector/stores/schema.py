@@ -1,0 +1,156 @@
+"""The storage schema (see README "Storage schema"), shared by every back-end.
+
+Measurement ``energy``: one point per Sample; tags host, source, component, device,
+quality + host labels; the fixed fields of :data:`SAMPLE_FIELDS` and the gauges.
+Measurement ``job_events``: tags host, job_id, event, seq_block; fields event_seq, time_ns
+and per event kind. InfluxDB keys a point by series + time, so a job event's ``event_seq``
+rides in both (:func:`job_event_tags`, :func:`job_event_time`); the SQLite store enforces
+(host, job id, event_seq) with a UNIQUE index. ``job_summary`` and ``job_summary_host``: a
+job's summary (:func:`summary_points`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wattline import wire
+from wattline.collector.stores.base import JobSummary, SummaryValue
+
+#: Measurement names, shared by every back-end.
+ENERGY = "energy"
+JOB_EVENTS = "job_events"
+#: One point per job (its report's figures) and one per (job, host) (that host's share).
+JOB_SUMMARY = "job_summary"
+JOB_SUMMARY_HOST = "job_summary_host"
+
+
+def host_tags(batch: wire.pb.Batch) -> dict[str, str]:
+    """Tags every point of ``batch`` carries: host id plus the host's labels.
+
+    Host labels never override the reserved tag names.
+    """
+    tags = {k: v for k, v in batch.host.labels.items() if k not in RESERVED_TAGS}
+    tags["host"] = batch.host.host_id
+    return tags
+
+
+#: Tag names with fixed meaning; host labels of these names are ignored.
+RESERVED_TAGS = frozenset({"host", "source", "component", "device", "quality", "job_id", "event", "seq_block"})
+
+
+def sample_tags(sample: wire.pb.Sample) -> dict[str, str]:
+    """Series tags of a sample (besides the host tags)."""
+    return {
+        "source": sample.source,
+        "component": sample.component,
+        "device": sample.device,
+        "quality": wire.QUALITY_NAMES.get(sample.quality, "unspecified"),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class SampleField:
+    """One fixed field of an ``energy`` point."""
+
+    name: str
+    kind: type[float] | type[int] | type[bool] | type[str]
+    #: The value: a Python expression over the Sample ``s`` and the batch's ``stream`` id.
+    #: Integers come from int64 proto fields, so they always fit line protocol's int64.
+    value: str
+    #: When the field is written: "" for every point, else a condition over ``s``.
+    when: str = ""
+
+
+#: The fixed fields of an ``energy`` point, in the order they are written. This table is the
+#: ONE definition of them: :func:`wattline.collector.pointfields.sample_fields` and the line
+#: encoder's fused per-sample path (:mod:`wattline.collector.lineprotocol`) are both compiled
+#: from it.
+SAMPLE_FIELDS: tuple[SampleField, ...] = (
+    SampleField("energy_j", float, "s.energy_j"),
+    SampleField("power_w", float, "s.power_w"),
+    SampleField("cumulative_j", float, "s.cumulative_j"),
+    SampleField("interval_s", float, "(s.end_ns - s.start_ns) / 1e9"),
+    SampleField("start_ns", int, "s.start_ns"),
+    SampleField("healthy", bool, "s.healthy"),
+    SampleField("stream", str, "stream"),
+    SampleField("status", str, "s.status", when="s.status"),
+    SampleField("utilization", float, "s.utilization", when="s.HasField('utilization')"),
+    SampleField("energy_error_j", float, "s.energy_error_j", when="s.HasField('energy_error_j')"),
+)
+
+#: Fixed field names of an ``energy`` point; a gauge of such a name (or of a tag's name) is
+#: dropped, else it would shadow an absent optional field with another type (a float
+#: ``status`` conflicts with the string ones) or clash with a tag.
+SAMPLE_FIELD_NAMES = frozenset(f.name for f in SAMPLE_FIELDS)
+#: Gauge names that never become fields (see SAMPLE_FIELD_NAMES).
+NOT_GAUGES = SAMPLE_FIELD_NAMES | RESERVED_TAGS
+
+
+#: Job event kind names as stored in the ``event`` tag.
+EVENT_NAMES = {
+    wire.pb.JobEvent.KIND_OPEN: "open",
+    wire.pb.JobEvent.KIND_UNITS: "units",
+    wire.pb.JobEvent.KIND_PHASE: "phase",
+    wire.pb.JobEvent.KIND_CLOSE: "close",
+    wire.pb.JobEvent.KIND_HEARTBEAT: "heartbeat",  # no fields of its own: its time is what counts
+    wire.pb.JobEvent.KIND_USE: "use",
+}
+
+
+#: A job event's point in InfluxDB: tag ``seq_block`` = event_seq // SEQ_BLOCK, time = the
+#: event time floored to the millisecond + event_seq % SEQ_BLOCK ns, the true time in the
+#: field ``time_ns``. So (host, job id, event_seq) <-> (series, time) one to one: a resent
+#: event lands on its own point, two events at one instant on two points; a process's events
+#: share one series per million, and the point time stays within the event's millisecond.
+SEQ_BLOCK = 10**6
+_MS = 10**6
+
+
+def job_event_tags(event: wire.pb.JobEvent) -> dict[str, str]:
+    """Series tags of a job event (besides the host tags)."""
+    return {
+        "job_id": event.job_id,
+        "event": EVENT_NAMES.get(event.kind, "unspecified"),
+        "seq_block": str(event.event_seq // SEQ_BLOCK),
+    }
+
+
+def job_event_time(event: wire.pb.JobEvent) -> int:
+    """The time of a job event's point (see :data:`SEQ_BLOCK`)."""
+    return event.time_ns - event.time_ns % _MS + event.event_seq % SEQ_BLOCK
+
+
+def job_event_fields(event: wire.pb.JobEvent) -> dict[str, float | int | str | bool]:
+    """Field values of a job event's point; which fields depends on the kind."""
+    fields: dict[str, float | int | str | bool] = {"event_seq": int(event.event_seq), "time_ns": int(event.time_ns)}
+    if event.kind == wire.pb.JobEvent.KIND_OPEN:
+        fields.update(name=event.name, job_kind=event.job_kind, unit_name=event.unit_name)
+        fields["devices"] = ",".join(event.devices)
+        for key, value in event.labels.items():
+            fields[f"label_{key}"] = value
+    elif event.kind == wire.pb.JobEvent.KIND_UNITS:
+        fields["units"] = event.units
+    elif event.kind == wire.pb.JobEvent.KIND_PHASE:
+        fields["phase"] = event.phase
+    elif event.kind == wire.pb.JobEvent.KIND_CLOSE:
+        fields["exit_code"] = int(event.exit_code)
+        if event.use_scope:
+            fields["use_scope"] = ",".join(event.use_scope)
+    elif event.kind == wire.pb.JobEvent.KIND_USE:
+        fields.update(device=event.use_device, period_ns=int(event.use_period_ns), metric=event.use_metric)
+        fields.update(job_use=float(event.job_use), device_use=float(event.device_use))
+    return fields
+
+
+SummaryPoint = tuple[str, dict[str, str], dict[str, SummaryValue], int]
+
+
+def summary_points(summary: JobSummary) -> list[SummaryPoint]:
+    """(measurement, tags, fields, time) of a summary: one ``job_summary`` point and one
+    ``job_summary_host`` point per host (tags job_id, host; field energy_j)."""
+    tags = {"job_id": summary.job_id, **summary.tags}
+    points: list[SummaryPoint] = [(JOB_SUMMARY, tags, dict(summary.fields), summary.time_ns)]
+    for host, energy_j in sorted(summary.hosts.items()):
+        host_tags = {"job_id": summary.job_id, "host": host, **summary.tags}
+        points.append((JOB_SUMMARY_HOST, host_tags, {"energy_j": float(energy_j)}, summary.time_ns))
+    return points

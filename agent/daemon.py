@@ -75,7 +75,7 @@ class Agent:
     def start(self) -> None:
         """Start sampling, shipping and (if configured) the Prometheus endpoint."""
         if self.settings.prometheus_port is not None:
-            collector = AgentCollector(self.sampler, self.spool, self.source_up)
+            collector = AgentCollector(self.sampler, self.spool, self.source_up, self.uplink)
             self.prometheus_port = serve(collector, self.settings.prometheus_port, self.settings.prometheus_addr)
             log.info("prometheus metrics on http://%s:%d/metrics", self.settings.prometheus_addr, self.prometheus_port)
         self.sampler.tick()  # baseline readings before the first interval
@@ -137,8 +137,17 @@ class Agent:
     def _close_sources(self) -> None:
         self.discovery.close()
 
-    def wait(self, stop: threading.Event, on_tick: Callable[[], object] | None = None, every_s: float = 1.0) -> None:
-        """Block until ``stop`` is set, calling ``on_tick`` (e.g. the systemd watchdog)."""
+    def wait(
+        self, stop: threading.Event, on_tick: Callable[[], object] | None = None, every_s: float | None = 1.0
+    ) -> None:
+        """Block until ``stop`` is set, calling ``on_tick`` (e.g. the systemd watchdog) every ``every_s``.
+
+        ``every_s`` None: no call and no wake-up at all (a wake-up a second is a tenth of a
+        1 Hz tick's CPU); signal handlers still run, the wait is interrupted for them.
+        """
+        if every_s is None:
+            stop.wait()
+            return
         while not stop.wait(every_s):
             if on_tick is not None:
                 on_tick()
@@ -155,6 +164,6 @@ def run_agent(settings: AgentSettings, doc: Mapping[str, Any] | None = None) -> 
     agent.start()
     found = sum(1 for s in agent.statuses if s.available)
     systemd.ready(f"sampling {found} sources every {settings.interval:g} s")
-    agent.wait(stop, on_tick=lambda: agent.alive() and systemd.watchdog(), every_s=systemd.watchdog_interval() or 1.0)
+    agent.wait(stop, on_tick=lambda: agent.alive() and systemd.watchdog(), every_s=systemd.watchdog_interval())
     systemd.stopping()
     agent.stop()

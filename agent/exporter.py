@@ -4,7 +4,7 @@ Series (Prometheus naming: base units, ``_total`` for counters, no kWh):
 ``wattline_energy_joules_total`` and ``wattline_power_watts`` per
 {source, component, device, quality}; ``wattline_utilization_ratio``;
 ``wattline_channel_healthy``; ``wattline_source_up{source}``; and the agent's own
-delivery counters.
+delivery counters: the spool's, and the uplink's pushes, failures, resends and bytes.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from wattline.agent.spool import Spool
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
     from prometheus_client.registry import Collector
+
+    from wattline.agent.uplink import Uplink
 
 LABELS = ["source", "component", "device", "quality"]
 
@@ -34,10 +36,12 @@ class AgentCollector:
         sampler: Sampler,
         spool: Spool | None = None,
         source_up: Callable[[], dict[str, bool]] | None = None,
+        uplink: Uplink | None = None,
     ) -> None:
         self.sampler = sampler
         self.spool = spool
         self.source_up = source_up
+        self.uplink = uplink
 
     def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -85,6 +89,24 @@ class AgentCollector:
             yield CounterMetricFamily(
                 "wattline_agent_acked_samples", "Samples acknowledged by a collector.", value=self.spool.acked_samples
             )
+        if self.uplink is not None:
+            yield from uplink_metrics(self.uplink)
+
+
+def uplink_metrics(uplink: Uplink) -> Iterator[Metric]:
+    """The uplink's delivery counters."""
+    from prometheus_client.core import CounterMetricFamily
+
+    for name, text, value in (
+        ("pushes", "Batches pushed and acknowledged by a collector.", uplink.sent_batches),
+        ("push_failures", "Pushes that failed (nothing acknowledged; the batch is sent again).", uplink.failed_pushes),
+        ("resent_batches", "Pushes of a batch whose previous push failed.", uplink.resent_batches),
+        ("sent_bytes", "Bytes of serialized batches pushed, resends included.", uplink.sent_bytes),
+        ("refused_batches", "Batches a collector refused for good (dropped).", uplink.rejected_batches),
+        ("refused_points", "Points a collector refused as invalid in acknowledged batches.", uplink.rejected_points),
+        ("failovers", "Switches to another collector address.", uplink.failovers),
+    ):
+        yield CounterMetricFamily(f"wattline_agent_{name}", text, value=value)
 
 
 def serve(collector: AgentCollector, port: int, addr: str = "127.0.0.1") -> int:

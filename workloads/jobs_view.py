@@ -27,7 +27,7 @@ from typing import Any
 
 from wattline import wire
 from wattline.collector.lineprotocol import clip
-from wattline.collector.stores.reader import Reader, StoredJobEvent
+from wattline.collector.stores.reader import Reader, StoredJobEvent, UnitCuts
 from wattline.workloads.events import SATURATED
 
 
@@ -89,6 +89,9 @@ class JobView:
     phases: list[tuple[int, str, str]] = field(default_factory=list)  #: (time_ns, host, phase)
     #: What is wrong with its stored events (empty for a good job); bad events are left out.
     problems: list[str] = field(default_factory=list)
+    #: None: built from every UNITS event; else from those :func:`view_at` read, which give
+    #: the units total and the unit count at these cuts only.
+    unit_cuts: UnitCuts | None = None
 
     def check(self) -> JobView:
         """This view; :class:`BadJob` (one line: the first problem and how many) if it has problems."""
@@ -155,6 +158,16 @@ def build_view(job_id: str, events: list[StoredJobEvent]) -> JobView:
     """Fold events (any order) into a :class:`JobView`; JobNotFound when there are none,
     :class:`BadJob` when one of them is bad."""
     return inspect_view(job_id, events).check()
+
+
+def view_at(reader: Reader, job_id: str, cuts: UnitCuts, others: list[StoredJobEvent] | None = None) -> JobView:
+    """:func:`build_view` of the job with its UNITS events read for figures at ``cuts`` only
+    (:meth:`Reader.unit_events`: cost flat in the job's length); ``others``: its other events,
+    when already read."""
+    marks = reader.job_events(job_id, every=False) if others is None else others
+    view = build_view(job_id, [*marks, *reader.unit_events(job_id, cuts)])
+    view.unit_cuts = cuts
+    return view
 
 
 def _number(fields: dict[str, Any], name: str, integer: bool = False) -> float:
@@ -246,9 +259,9 @@ def resolve_job(reader: Reader, ref: str) -> str:
     job name (its latest run); else a unique prefix of an id. :class:`JobNotFound` or
     :class:`AmbiguousJob` (one line, listing candidates) otherwise.
 
-    An exact id costs one query for that job; the others read the store's job events once
-    (no report is built)."""
-    if reader.job_events(ref):
+    An exact id costs a query for that job (not one row per UNITS event); the others read the
+    store's job events once (no report is built)."""
+    if reader.job_events(ref, every=False) or reader.unit_events(ref, UnitCuts(0, 0)):
         return ref
     opens: dict[str, tuple[int, str]] = {}  # job id -> (its first event, the name its open gives)
     for e in reader.job_events():

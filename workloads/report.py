@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wattline.collector.lineprotocol import clip
-from wattline.collector.stores.reader import Reader, StoredJobEvent, StoredSample
+from wattline.collector.stores.reader import Reader, StoredJobEvent, StoredSample, UnitCuts
 from wattline.quality import Quality
 from wattline.workloads import economics, window_bounds
 from wattline.workloads.attribution import (
@@ -54,8 +54,8 @@ from wattline.workloads.attribution import (
     window_energy,
 )
 from wattline.workloads.device_shares import DeviceShare, device_shares, use_scope, use_timelines
-from wattline.workloads.jobs_view import JobView, build_view, utc_iso, views_of
-from wattline.workloads.saturation import Saturation, SaturationParams, detect_saturation
+from wattline.workloads.jobs_view import JobView, inspect_view, utc_iso, view_at, views_of
+from wattline.workloads.saturation import Saturation, SaturationParams, detect_saturation, grid_bins
 from wattline.workloads.streams import StreamMerge, StreamSample, merge_streams
 from wattline.workloads.uncertainty import Bound
 from wattline.workloads.window_bounds import edge_bound, samples_bound
@@ -193,8 +193,8 @@ def build_report(
     """Compute the report of ``job_id`` from the store behind ``reader``."""
     settings = settings or ReportSettings()
     now_ns = now_ns or time.time_ns()
-    events = reader.job_events(job_id)
-    job = build_view(job_id, events)
+    events = reader.job_events(job_id, every=False)
+    job = _view(reader, job_id, events, now_ns, settings)
     end_ns = job.end_ns(now_ns)  # an abandoned job ends when it was last heard
     state = job.state(now_ns)
     notes: list[str] = []
@@ -356,6 +356,20 @@ def _concurrent_jobs(reader: Reader, job: JobView, end_ns: int) -> list[JobView]
     return [v for v in views_of(events) if v.job_id != job.job_id]
 
 
+def _view(reader: Reader, job_id: str, others: list[StoredJobEvent], now_ns: int, settings: ReportSettings) -> JobView:
+    """The job, its UNITS events read for what the report needs (:func:`.jobs_view.view_at`):
+    its units total and count at its start, its saturation mark and each edge of the
+    saturation grid. The grid spans the job's window: its opens and closes give it, and for
+    a job not closed everywhere the times it was last heard (the first read)."""
+    first = inspect_view(job_id, others) if others else None
+    if first is None or not first.hosts or not first.closed:
+        first = inspect_view(job_id, [*others, *reader.unit_events(job_id, UnitCuts(0, 0))])
+    start, end = first.start_ns, first.end_ns(now_ns)
+    bins = grid_bins(start, end, settings.saturation) if end > start else 0
+    mark = first.saturation_mark_ns
+    return view_at(reader, job_id, UnitCuts(start, end, bins, (start,) if mark is None else (start, mark)), others)
+
+
 def _saturation(reader: Reader, job: JobView, end_ns: int, settings: ReportSettings) -> Saturation:
     utilization = None
     if not job.unit_events and job.saturation_mark_ns is None:
@@ -406,7 +420,7 @@ def _host_attribution(
         for v, start, end in windows_of
         if start < close_ns and end > open_ns
     ]
-    other_events = {w.job_id: reader.job_events(w.job_id) for w in concurrent}
+    other_events = {w.job_id: reader.job_events(w.job_id, every=False) for w in concurrent}
     other_uses = {k: use_timelines(v, host) for k, v in other_events.items()}
     if concurrent or uses:
         lo = min([open_ns] + [w.start_ns for w in concurrent])

@@ -65,6 +65,7 @@ __all__ = [
     "SaturationParams",
     "cumulative_from_events",
     "detect_saturation",
+    "grid_bins",
 ]
 
 _NS = 1_000_000_000
@@ -228,13 +229,19 @@ def _clean_timeline(points: Sequence[tuple[int, float]] | None) -> list[tuple[in
     return out
 
 
+def grid_bins(start_ns: int, end_ns: int, p: SaturationParams) -> int:
+    """How many bins detection cuts ``[start_ns, end_ns)`` into (edges ``start_ns + length * j // n``);
+    0 when the job is too short for ``min_bins`` of them."""
+    n = min(p.target_bins, int((end_ns - start_ns) / (p.min_bin_s * _NS)))
+    return n if n >= p.min_bins else 0
+
+
 def _grid(start_ns: int, end_ns: int, p: SaturationParams) -> list[int] | None:
     """Bin edges (n+1 integers), or None when the job is too short for min_bins bins."""
-    length = end_ns - start_ns
-    n = min(p.target_bins, int(length / (p.min_bin_s * _NS)))
-    if n < p.min_bins:
+    n = grid_bins(start_ns, end_ns, p)
+    if not n:
         return None
-    return [start_ns + (length * j) // n for j in range(n + 1)]
+    return [start_ns + ((end_ns - start_ns) * j) // n for j in range(n + 1)]
 
 
 def _cum_at(timeline: Sequence[tuple[int, float]], t: int) -> float:

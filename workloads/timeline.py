@@ -22,7 +22,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from wattline.collector.stores.reader import Reader, StoredSample
+from wattline.collector.stores.reader import Reader, StoredSample, UnitCuts
+from wattline.workloads.jobs_view import JobView, view_at
 from wattline.workloads.report import EXCLUDED_COMPONENTS, Report
 from wattline.workloads.streams import StreamSample, merge_streams
 
@@ -105,9 +106,17 @@ def build_timeline(
     timeline.power_w = {k: [_per_s(j, timeline.width_s(i)) for i, j in enumerate(v)] for k, v in sorted(energy.items())}
     if job.unit_intervals:
         units = [0.0] * n
-        spread(job.unit_intervals, start, end, edges, units)
+        spread(_units_at(reader, job, edges).unit_intervals, start, end, edges, units)
         timeline.units_per_s = [_per_s(u, timeline.width_s(i)) for i, u in enumerate(units)]
     return timeline
+
+
+def _units_at(reader: Reader, job: JobView, edges: list[int]) -> JobView:
+    """``job``, its UNITS events read again for ``edges`` where the report read them for other cuts."""
+    if job.unit_cuts is None or set(edges) <= set(job.unit_cuts.instants):
+        return job
+    grid = UnitCuts(edges[0], edges[-1], len(edges) - 1) if edges[-1] > edges[0] else UnitCuts(0, 0)
+    return view_at(reader, job.job_id, grid if grid.instants == edges else UnitCuts(0, 0, 0, tuple(edges)))
 
 
 def _per_s(amount: float, seconds: float) -> float:

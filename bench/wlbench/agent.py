@@ -11,6 +11,9 @@ from ``/proc/PID/stat`` (utime + stime, every thread):
   second: the push is most of the cost at 1 Hz);
 - ``floor``: not an agent: a plain Python loop reading the same 24 files with ``os.pread`` at
   the same rate (:mod:`wlbench.floor`), the least any Python sampler can cost;
+- ``floor+grpc``: the same loop plus one empty unary gRPC call to the sink every default
+  ``batch_interval``, on a channel set up as the agent's: the least a Python agent shipping
+  over gRPC at the default settings can cost (the push's floor);
 - ``all``: every source: RAPL, NIC, 8 GPUs through the NVML stand-in library
   (``LD_LIBRARY_PATH``), one Neuron device from tests/neuron_replay.py as ``monitor_path``
   (the replay child's own CPU is not the agent's and is not counted);
@@ -41,8 +44,8 @@ from wlbench.common import PYTHON, Proc, binary, free_port, median, ratio, runni
 from wlbench.fixtures import FixtureHost, make_host
 
 #: Channels of each agent kind on the fixture host.
-CHANNELS = {"rapl+nic": 12, "lean": 12, "batch10": 12, "scraped": 12, "all": 12 + 8 + 1, "floor": 12}
-KINDS = ("rapl+nic", "lean", "batch10", "all", "scraped", "floor")
+CHANNELS = {"rapl+nic": 12, "lean": 12, "batch10": 12, "scraped": 12, "all": 12 + 8 + 1, "floor": 12, "floor+grpc": 12}
+KINDS = ("rapl+nic", "lean", "batch10", "all", "scraped", "floor", "floor+grpc")
 
 
 @dataclass
@@ -76,8 +79,9 @@ class Subject:
 
 
 def start_agent(kind: str, rate: float, host: FixtureHost, sink: int, name: str, logs: Path) -> Subject:
-    if kind == "floor":
-        return Subject(kind, Proc([PYTHON, "-m", "wlbench.floor", str(host.tree), repr(rate)], logs / f"{name}.log"))
+    if kind.startswith("floor"):
+        argv = [PYTHON, "-m", "wlbench.floor", str(host.tree), repr(rate)]
+        return Subject(kind, Proc(argv + ([f"127.0.0.1:{sink}"] if kind == "floor+grpc" else []), logs / f"{name}.log"))
     if kind == "lean":
         argv = [PYTHON, "-m", "wattline.agent", "--sysfs-root", str(host.tree), "--interval", repr(1.0 / rate)]
         argv += ["--collectors", f"127.0.0.1:{sink}", "--host-id", name, "--sources", "rapl,nic"]
@@ -125,7 +129,7 @@ def wait_agents_ready(subjects: list[Subject], timeout_s: float = 60.0) -> None:
     for s in subjects:
         if s.kind == "node_exporter":
             continue
-        ready = "floor:" if s.kind == "floor" else "sampling every"
+        ready = "floor:" if s.kind.startswith("floor") else "sampling every"
         while ready not in s.proc.tail(20000):
             if not s.proc.alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"agent did not start:\n{s.proc.tail()}")
@@ -230,6 +234,10 @@ def summarize(
     agent_tick = out["rapl+nic"]["cpu_ms_per_tick"]
     out["ratios"] = {
         "agent_tick_vs_floor": ratio(agent_tick, out["floor"]["cpu_ms_per_tick"]),
+        "agent_tick_vs_floor_grpc": ratio(agent_tick, out["floor+grpc"]["cpu_ms_per_tick"]),
+        "floor_grpc_tick_vs_node_exporter_scrape": ratio(
+            out["floor+grpc"]["cpu_ms_per_tick"], out["node_exporter"]["cpu_ms_per_scrape"]
+        ),
         "agent_tick_vs_node_exporter_scrape": ratio(agent_tick, out["node_exporter"]["cpu_ms_per_scrape"]),
         "agent_tick_vs_codecarbon_steady": ratio(agent_tick, (cc or {}).get("steady_ms_per_measurement")),
         "agent_tick_vs_codecarbon_whole_run": ratio(agent_tick, (cc or {}).get("whole_run_ms_per_measurement")),

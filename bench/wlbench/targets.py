@@ -91,6 +91,17 @@ def agent_rows(r: dict[str, Any]) -> list[Row]:
                 ratios.get("agent_tick_vs_floor"),
             )
         )
+        if "floor+grpc" in d:
+            rows.append(
+                Row(
+                    "agent",
+                    f"CPU per tick, RAPL+NIC, {hz}, vs pread loop + empty gRPC call per batch interval",
+                    num(a["cpu_ms_per_tick"], "ms"),
+                    f"floor+grpc {num(d['floor+grpc']['cpu_ms_per_tick'], 'ms')} "
+                    f"({num(ratios.get('floor_grpc_tick_vs_node_exporter_scrape'))}x node_exporter)",
+                    ratios.get("agent_tick_vs_floor_grpc"),
+                )
+            )
         if "batch10" in d:
             b10 = d["batch10"]["cpu_ms_per_tick"]
             rows.append(

@@ -15,6 +15,8 @@ message as the reason; the other points of the batch are written.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import logging
 import urllib.parse
@@ -25,7 +27,16 @@ from wattline.collector.lineprotocol import LineEncoder
 from wattline.collector.linestore import LineProtocolStore
 from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
 from wattline.collector.stores.influx_http import HttpClient, error_message, rejected_points, shorten
-from wattline.collector.stores.reader import MAX_INTERVAL_NS, StoredJobEvent, StoredSample, jobs_near, last_heard
+from wattline.collector.stores.reader import (
+    MAX_INTERVAL_NS,
+    StoredJobEvent,
+    StoredSample,
+    UnitCuts,
+    good_units,
+    jobs_near,
+    last_heard,
+    reduce_units,
+)
 from wattline.collector.stores.schema import JOB_SUMMARY, JOB_SUMMARY_HOST
 
 log = logging.getLogger(__name__)
@@ -67,6 +78,27 @@ def _events(series_list: list[dict[str, Any]]) -> list[StoredJobEvent]:
                     tags.get("host", ""), tags.get("job_id", ""), tags.get("event", ""), time_ns, seq, fields
                 )
             )
+    return events
+
+
+def _unit_events(found: list[dict[str, Any]]) -> list[StoredJobEvent]:
+    """UNITS events from the series of ``SELECT units, event_seq, time_ns ... GROUP BY host, job_id``."""
+    events = []
+    for series in found:
+        tags = series["tags"]
+        host, job = tags.get("host", ""), tags.get("job_id", "")
+        i_time, i_units, i_seq, i_true = _indexes(series, "units", "event_seq", "time_ns")
+        events += [
+            StoredJobEvent(
+                host,
+                job,
+                "units",
+                int(v[i_true] or v[i_time]),
+                int(v[i_seq] or 0),
+                {} if v[i_units] is None else {"units": v[i_units]},
+            )
+            for v in series.get("values", [])
+        ]
     return events
 
 
@@ -211,32 +243,71 @@ class InfluxV1Store(LineProtocolStore):
 
     # -- Reader (what reports need; see reader.py) -----------------------------------
 
-    def job_events(self, job_id: str | None = None) -> list[StoredJobEvent]:
+    def job_events(self, job_id: str | None = None, every: bool = True) -> list[StoredJobEvent]:
         where = f"job_id = {quote_literal(job_id)} AND " if job_id is not None else ""
+        if not every:
+            if job_id is None:
+                raise ValueError("job_events(every=False) reads one job")
+            return self._marks(job_id)
         # UNITS events (most of a long job's events) with only their two fields; the others
         # with every field. GROUP BY keeps the tags out of each row.
-        units, others = self._statements(
-            f"SELECT units, event_seq, time_ns FROM job_events WHERE {where}event = 'units' GROUP BY host, job_id; "
-            f"SELECT * FROM job_events WHERE {where}event != 'units' GROUP BY *",
+        others = f"SELECT * FROM job_events WHERE {where}event != 'units' GROUP BY *"
+        found, series = self._statements(f"{self._units_query(where)}; {others}", self.database)
+        return sorted(_events(series) + _unit_events(found), key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def unit_events(self, job_id: str, cuts: UnitCuts) -> list[StoredJobEvent]:
+        """Every UNITS row of the job (its two fields), reduced here as :func:`reduce_units`
+        does, on the rows as they come (no event object for a row the reduction drops)."""
+        (found,) = self._statements(self._units_query(f"job_id = {quote_literal(job_id)} AND "), self.database)
+        instants = cuts.instants
+        out: list[StoredJobEvent] = []
+        for series in found:
+            host = series["tags"].get("host", "")
+            i_time, i_units, i_seq, i_true = _indexes(series, "units", "event_seq", "time_ns")
+            values = series.get("values", [])
+            rows = sorted((int(v[i_true] or v[i_time]), int(v[i_seq] or 0), v[i_units]) for v in values)
+            if not all(good_units(0 if u is None else u) for _t, _s, u in rows):
+                return reduce_units(_unit_events(found), cuts)  # the view says what is wrong
+            k = 0
+            for span in itertools.groupby(rows, key=lambda row: bisect.bisect_left(instants, row[0], lo=k)):
+                group = list(span[1])
+                k = span[0]
+                first = [row for row in group if row[0] == group[0][0]]
+                rest = group[len(first) :]
+                if len(rest) > 1:
+                    rest = [(rest[-1][0], rest[-1][1], sum(0.0 if u is None else float(u) for _t, _s, u in rest))]
+                out += [
+                    StoredJobEvent(host, job_id, "units", t, seq, {} if u is None else {"units": u})
+                    for t, seq, u in first + rest
+                ]
+        return sorted(out, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _marks(self, job_id: str) -> list[StoredJobEvent]:
+        """The events but UNITS and heartbeats, and a heartbeat at each host's first and last:
+        ``min``/``max(time_ns)`` (the true time), else the point time of ``first``/``last``
+        (points written before time_ns existed)."""
+        where = f"job_id = {quote_literal(job_id)} AND "
+        beats = f"FROM job_events WHERE {where}event = 'heartbeat' GROUP BY host"
+        series, *kinds = self._statements(
+            f"SELECT * FROM job_events WHERE {where}event != 'units' AND event != 'heartbeat' GROUP BY *; "
+            f"SELECT min(time_ns) {beats}; SELECT max(time_ns) {beats}; "
+            f"SELECT first(event_seq) {beats}; SELECT last(event_seq) {beats}",
             self.database,
         )
-        events = _events(others)
-        for series in units:
-            tags = series["tags"]
-            host, job = tags.get("host", ""), tags.get("job_id", "")
-            i_time, i_units, i_seq, i_true = _indexes(series, "units", "event_seq", "time_ns")
-            events += [
-                StoredJobEvent(
-                    host,
-                    job,
-                    "units",
-                    int(v[i_true] or v[i_time]),
-                    int(v[i_seq] or 0),
-                    {} if v[i_units] is None else {"units": v[i_units]},
-                )
-                for v in series.get("values", [])
-            ]
+        times: dict[tuple[str, int], int] = {}
+        for k, (found, column) in enumerate(zip(kinds, ("min", "max", "time", "time"), strict=True)):
+            for one in found:
+                i = one["columns"].index(column)
+                for values in one.get("values", []):
+                    if values[i] is not None:
+                        times.setdefault((one["tags"]["host"], k % 2), int(values[i]))  # the true time first
+        heard = sorted({(t, host) for (host, _), t in times.items()})
+        events = _events(series) + [StoredJobEvent(host, job_id, "heartbeat", t, 0) for t, host in heard]
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    @staticmethod
+    def _units_query(where: str) -> str:
+        return f"SELECT units, event_seq, time_ns FROM job_events WHERE {where}event = 'units' GROUP BY host, job_id"
 
     def job_events_between(self, start_ns: int, end_ns: int, hosts: Collection[str]) -> list[StoredJobEvent]:
         ids = sorted(jobs_near(self._job_ids, start_ns, end_ns, hosts))

@@ -6,6 +6,13 @@ its windows, not for every sample of the job: its cost does not grow with the jo
 length. :meth:`Reader.samples` (every sample in a window) is the fallback when an agent
 restarted inside the window, and the input of concurrent-job splitting.
 
+A job's UNITS events (one a minute per process for as long as it runs) are read the same
+way: a report needs its unit count only at a few instants (the saturation grid, the
+saturation point), so :meth:`Reader.unit_events` gives, per host and per span between two
+such instants, the events at the span's first instant and one at its last that carries
+the units of the others (:func:`reduce_units`); a view built from them has the same
+figures at those instants as one built from every event, and the store sums the rest itself.
+
 Finding the jobs that shared a job's hosts reads only the open, close and heartbeat events
 near the job's window, and the last event of each job still open there
 (:meth:`Reader.job_events_between`), never every event of the store, so a report's cost
@@ -14,6 +21,10 @@ does not grow with what else the store holds.
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
+import math
+from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Self, runtime_checkable
@@ -62,8 +73,16 @@ class Reader(Protocol):
     """Queries a report needs; every store that reports read from implements them
     (``isinstance(store, Reader)`` tells whether a store can be read back)."""
 
-    def job_events(self, job_id: str | None = None) -> list[StoredJobEvent]:
-        """Every event of ``job_id`` (all jobs when None), ordered by time."""
+    def job_events(self, job_id: str | None = None, every: bool = True) -> list[StoredJobEvent]:
+        """Every event of ``job_id`` (all jobs when None), ordered by time. Not ``every`` (one
+        job): what a view needs beside its UNITS events (:meth:`unit_events`), read without
+        visiting the rows a long job adds: no UNITS event, and of the heartbeats only each
+        host's first and last (when the job was first and last heard there)."""
+        ...
+
+    def unit_events(self, job_id: str, cuts: UnitCuts) -> list[StoredJobEvent]:
+        """The UNITS events of ``job_id`` reduced to what figures at ``cuts`` need
+        (:func:`reduce_units`), read without reading every event where the store can."""
         ...
 
     def job_events_between(self, start_ns: int, end_ns: int, hosts: Collection[str]) -> list[StoredJobEvent]:
@@ -156,3 +175,65 @@ def last_heard(events: Collection[StoredJobEvent], lookup: LastHeardQuery) -> li
         for job_id, host in unclosed
         if (job_id, host) in heard
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class UnitCuts:
+    """The instants at which a job's unit count is read: ``bins`` equal spans from ``start_ns``
+    to ``end_ns`` (edges ``start_ns + (end_ns - start_ns) * j // bins``, as the saturation
+    grid and the timeline cut them; no grid when ``bins`` is 0) and the ``extra`` instants."""
+
+    start_ns: int
+    end_ns: int
+    bins: int = 0
+    extra: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.bins < 0 or (self.bins and self.end_ns <= self.start_ns):
+            raise ValueError(f"no grid of {self.bins} bins from {self.start_ns} to {self.end_ns}")
+
+    @property
+    def instants(self) -> list[int]:
+        """Every cut, sorted, without repeats."""
+        length = self.end_ns - self.start_ns
+        grid = (self.start_ns + length * j // self.bins for j in range(self.bins + 1)) if self.bins else ()
+        return sorted({*grid, *self.extra})
+
+    def span(self, t_ns: int) -> int:
+        """The span ``t_ns`` falls in: how many cuts lie before it (a span ends at its cut)."""
+        return bisect.bisect_left(self.instants, t_ns)
+
+
+def reduce_units(events: Iterable[StoredJobEvent], cuts: UnitCuts) -> list[StoredJobEvent]:
+    """UNITS events reduced, per host and span of ``cuts``, to the events at the span's first
+    instant and one more at its last instant (its last event by event_seq) that carries the
+    units of all the others.
+
+    A job's unit count at a cut (every event up to it, and the share of the next event
+    apportioned over the time since the host's previous one) and the merged timeline
+    between its neighbours (the saturation grid) depend only on those: a view of the
+    reduced events has the same figures at every cut (to float rounding of the sums;
+    exactly for whole unit counts). Events whose units are not a finite number >= 0
+    (stored by an older version) are returned as they are, so the view says what is wrong."""
+    events = list(events)
+    if not all(good_units(e.fields.get("units", 0)) for e in events):
+        return events
+    spans: dict[tuple[str, int], list[StoredJobEvent]] = defaultdict(list)
+    instants = cuts.instants
+    for e in events:
+        spans[e.host, bisect.bisect_left(instants, e.time_ns)].append(e)
+    out: list[StoredJobEvent] = []
+    for group in spans.values():
+        group.sort(key=lambda e: (e.time_ns, e.event_seq))
+        first = [e for e in group if e.time_ns == group[0].time_ns]
+        rest = group[len(first) :]
+        if len(rest) > 1:
+            units = sum(float(e.fields.get("units", 0)) for e in rest)
+            rest = [dataclasses.replace(rest[-1], fields={"units": units})]
+        out += first + rest
+    return sorted(out, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+
+def good_units(value: Any) -> bool:
+    """A unit count a view takes: a finite number >= 0 (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf

@@ -1,7 +1,7 @@
 """Reports and samples as CSV rows: one row per job (joinable with a scheduler's accounting)
 and one row per sample of a job.
 
-Job rows take their figures from the report JSON (:func:`.render.report_json`), so every
+Job rows take their figures from the report JSON (:func:`.report_json.report_json`), so every
 energy column is the figure ``wattline report --json`` prints. Sample rows are the job's
 samples on each of its hosts, cut at the host's window and at the saturation point (the
 energy of a sample straddling an edge is apportioned by overlap, as the report does), so

@@ -19,7 +19,7 @@ Two inputs, both optional, at least one required:
   is searched for under each device directory and the layout found is reported as a note.
 
 Power (the formulas, the device power table and where each figure comes from) is in
-:mod:`.neuron_config`.
+:mod:`.neuron_config`; finding and reading the driver power file in :mod:`.neuron_power`.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from wattline.agent.sources.neuron_config import (
     parse_power_line,
 )
 from wattline.agent.sources.neuron_monitor import Supervisor
+from wattline.agent.sources.neuron_power import DevicePower, find_power_file, model_power
 from wattline.agent.sources.neuron_report import (
     HardwareInfo,
     InstanceInfo,
@@ -79,7 +80,6 @@ log = logging.getLogger(__name__)
 SYSFS_DIR: Final = "/sys/devices/virtual/neuron_device"
 _CLASS_DIR: Final = "/sys/class/neuron_device"
 _DMI_PRODUCT: Final = "/sys/devices/virtual/dmi/id/product_name"
-_POWER_REL: Final = "stats/power/utilization"
 _DEFAULT_BIN_DIR: Final = "/opt/aws/neuron/bin"  # not on PATH under systemd/sudo
 _BAD_LINE_LOG_S: Final = 60.0
 _MAX_REPORT_NOTES: Final = 20
@@ -116,7 +116,7 @@ class NeuronSource(Source):
         self._devices: list[int] = []
         self._channels: list[Channel] = []
         self._power_files: dict[int, Path | None] = {}
-        self._power_hist: dict[int, tuple[PowerStats | None, PowerStats]] = {}
+        self._power_hist: dict[int, DevicePower] = {}
         self._sysfs_type: str | None = None
         self._dmi_instance_type = ""
         #: Per-runtime use since the last process_use(): (pid, core) -> summed percent; reports.
@@ -215,7 +215,7 @@ class NeuronSource(Source):
         self._monitor.start()
 
     def _channel(self, dev: int, sys_dir: Path) -> Channel:
-        power_file, layout = self._find_power_file(sys_dir / f"neuron{dev}", dev)
+        power_file, layout = find_power_file(sys_dir / f"neuron{dev}", self.path(_CLASS_DIR) / f"neuron{dev}")
         self._power_files[dev] = power_file
         dtype = self._device_type()
         max_w = self._max_w(dtype)
@@ -237,19 +237,6 @@ class NeuronSource(Source):
             max_power_w=max_w * 1.2,
             info=tuple(info),
         )
-
-    def _find_power_file(self, dev_dir: Path, dev: int) -> tuple[Path | None, str]:
-        for base in (dev_dir, self.path(_CLASS_DIR) / f"neuron{dev}"):
-            if (base / _POWER_REL).is_file():
-                return base / _POWER_REL, f"sysfs {_POWER_REL}"
-            for parent, dirs, files in os.walk(base):
-                depth = len(Path(parent).relative_to(base).parts)
-                if depth >= 4:
-                    dirs.clear()
-                if Path(parent).name == "power" and "utilization" in files:
-                    found = Path(parent) / "utilization"
-                    return found, f"sysfs {found.relative_to(base)} (moved layout)"
-        return None, "utilization model (no stats/power/utilization)"
 
     # -- background reader -----------------------------------------------------------
 
@@ -328,43 +315,9 @@ class NeuronSource(Source):
         max_w, idle_w = self._max_w(dtype), self._idle_w(dtype)
         path = self._power_files.get(dev)
         if path is not None:
-            try:
-                stats = parse_power_line(path.read_text())
-            except (OSError, ValueError) as exc:
-                reading.error = f"{name} power: unreadable ({exc})"
-                return
-            age = now - stats.epoch_s
-            if stats.epoch_s > 0:
-                reading.gauges["power_age_s"] = age
-            if stats.status != "VALID":
-                reading.error = f"{name} power: {stats.status}"
-                return
-            if abs(age) > self.options.power_stale_s:
-                reading.error = f"{name} power: stale ({age:.0f} s old)"
-                return
-            reading.gauges.update(
-                power_avg_percent=stats.avg_pct, power_min_percent=stats.min_pct, power_max_percent=stats.max_pct
-            )
-            if max_w is None or idle_w is None:
-                reading.error = f"{name} power: device type unknown (set NeuronOptions.device_type)"
-                return
-            prev, last = self._power_hist.get(dev, (None, stats))
-            if last.epoch_s != stats.epoch_s:
-                prev = last
-            self._power_hist[dev] = (prev, stats)
-            base = idle_w if self.options.add_background_power else 0.0
-            lo, hi = stats.min_pct, stats.max_pct
-            if prev is not None and prev.status == "VALID" and 0 < stats.epoch_s - prev.epoch_s <= 120:
-                lo, hi = min(lo, prev.min_pct), max(hi, prev.max_pct)
-            reading.power_w = base + stats.avg_pct / 100.0 * max_w
-            reading.power_bounds_w = (base + lo / 100.0 * max_w, base + hi / 100.0 * max_w)
+            self._power_hist.setdefault(dev, DevicePower(name)).read(reading, path, max_w, idle_w, now, self.options)
             return
-        if reading.utilization is None:
-            reading.error = f"{name} power: no NeuronCore utilization ({why or 'neuron-monitor not running'})"
-        elif max_w is None or idle_w is None:
-            reading.error = f"{name} power: device type unknown (set NeuronOptions.device_type)"
-        else:
-            reading.power_w = idle_w + reading.utilization * max(max_w - idle_w, 0.0)
+        model_power(reading, name, max_w, idle_w, why)
 
     def _no_report_reason(self, report: NeuronReport | None, age: float) -> str | None:
         mon = self._monitor

@@ -1,0 +1,37 @@
+"""How a figure's energy was obtained: its share by quality and what was not measured."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from wattline.quality import Quality
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """Share of energy per quality (summing to 1 when any energy) and the missing sources."""
+
+    shares: dict[Quality, float]
+    total_j: float
+    missing: tuple[str, ...] = ()
+
+    @property
+    def measured_share(self) -> float:
+        """Share from measurements (counter + integrated), 0 when no energy."""
+        return math.fsum(v for q, v in self.shares.items() if q.measured)
+
+
+def coverage(energy_by_quality: Mapping[Quality, float], missing: Iterable[str] = ()) -> Coverage:
+    """Shares of energy by quality; ``missing`` (e.g. "nic on host-3: no counters") passes through."""
+    if any(v < 0 for v in energy_by_quality.values()):
+        raise ValueError("energy must be >= 0")
+    total = math.fsum(energy_by_quality.values())
+    shares: dict[Quality, float] = {}
+    if total > 0:
+        nonzero = [(q, v) for q, v in energy_by_quality.items() if v > 0]
+        for q, v in nonzero[:-1]:
+            shares[q] = v / total
+        shares[nonzero[-1][0]] = 1.0 - math.fsum(shares.values())
+    return Coverage(shares, total, tuple(missing))

@@ -10,12 +10,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Folder (real, not the symlinks under wattline/) -> its package and floor.
+#: Folder -> its package and floor.
 PACKAGES = {
     "wattline/cli": ("wattline.cli", 4),
-    "workloads": ("wattline.workloads", 3),
-    "agent": ("wattline.agent", 2),
-    "collector": ("wattline.collector", 2),
+    "wattline/workloads": ("wattline.workloads", 3),
+    "wattline/agent": ("wattline.agent", 2),
+    "wattline/collector": ("wattline.collector", 2),
 }
 #: Most lines a CLI module may hold (#21: the CLI only parses and calls).
 CLI_MAX_LINES = 450
@@ -87,12 +87,12 @@ def test_the_check_finds_an_upward_import_and_a_private_name(tmp_path: Path) -> 
     for folder in PACKAGES:
         (tmp_path / folder).mkdir(parents=True, exist_ok=True)
     (tmp_path / "wattline/units.py").write_text("from wattline.agent.counter import EnergyCounter\n")
-    (tmp_path / "agent/uplink.py").write_text("import os\n\nfrom wattline.collector import server\n")
+    (tmp_path / "wattline/agent/uplink.py").write_text("import os\n\nfrom wattline.collector import server\n")
     (tmp_path / "wattline/cli/report.py").write_text("def f():\n    from wattline.workloads.render import _iso\n")
-    (tmp_path / "workloads/render.py").write_text("from .report import _window\n")  # same package: allowed
+    (tmp_path / "wattline/workloads/render.py").write_text("from .report import _window\n")  # same package: allowed
     assert violations(tmp_path) == [
         "wattline/cli/report.py:2 imports wattline.workloads.render: private _iso",
-        "agent/uplink.py:3 imports wattline.collector: floor 2 imports floor 2",
+        "wattline/agent/uplink.py:3 imports wattline.collector: floor 2 imports floor 2",
         "wattline/units.py:1 imports wattline.agent.counter: floor 1 imports floor 2",
     ]
 

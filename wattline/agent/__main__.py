@@ -20,7 +20,7 @@ from pathlib import Path
 
 from wattline.agent.grpc_io import import_grpc
 
-import_grpc()  # first: gRPC reads its I/O settings when imported (agent/grpc_io.py)
+import_grpc()  # first: gRPC reads its I/O settings when imported (wattline/agent/grpc_io.py)
 
 from wattline.agent.daemon import run_agent  # noqa: E402
 from wattline.agent.settings import AgentSettings  # noqa: E402

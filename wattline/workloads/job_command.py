@@ -60,7 +60,7 @@ class Job:
     collectors: list[str] | None
     store: JobStore
     verbose: bool = False
-    live_out: IO[str] | None = None  # a terminal's stderr: the live line (workloads/live.py)
+    live_out: IO[str] | None = None  # a terminal's stderr: the live line (wattline/workloads/live.py)
 
 
 def claimed_devices(devices: str | None) -> list[str]:

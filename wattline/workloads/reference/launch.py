@@ -134,7 +134,7 @@ def run_workload(launch: Launch, where: Where, settings: AgentSettings, doc: dic
         command = [*(launch.launcher or [sys.executable, "-m"]), f"{MODULE}.{launch.module}", *launch.args]
         command += ["--result-json", str(result_path)]
         request = RunRequest(command, spec, env=launch.env, stdout_to_stderr=where.as_json)
-        live_out = sys.stderr if sys.stderr.isatty() else None  # progress: the live line (workloads/live.py)
+        live_out = sys.stderr if sys.stderr.isatty() else None  # progress: the live line (wattline/workloads/live.py)
         job = Job(request, settings, doc, where.collectors, where.store, where.verbose, live_out)
         status, elsewhere = run_in_job(job)
         result = json.loads(result_path.read_text()) if result_path.exists() else None

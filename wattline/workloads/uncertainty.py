@@ -70,11 +70,11 @@ SOURCES: dict[str, SourceFacts] = {
 #: Relative half-width of a model estimate without a per-sample bound, per source.
 MODEL_RANGE: dict[str, float] = {
     # 4.0 W per logical CPU assumed against the 3.1-6.6 W of the examples it comes from
-    # (agent/sources/cpu_model.py): the truth may be up to 65 % above.
+    # (wattline/agent/sources/cpu_model.py): the truth may be up to 65 % above.
     "cpu_model": 0.65,
-    # idle W and J/byte are order-of-magnitude assumptions (agent/sources/nic.py): a factor of 2.
+    # idle W and J/byte are order-of-magnitude assumptions (wattline/agent/sources/nic.py): a factor of 2.
     "nic": 1.0,
-    # utilization x an assumed device power (agent/sources/neuron.py's table): a factor of 2.
+    # utilization x an assumed device power (wattline/agent/sources/neuron.py's table): a factor of 2.
     "neuron": 1.0,
 }
 #: Any other model source.

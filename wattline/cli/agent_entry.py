@@ -37,7 +37,7 @@ OTHER_VARIABLES = frozenset(
         ENV_JOB_ID,
         ENV_EVENTS,
         ENV_HEARTBEAT,
-        "WATTLINE_USE_PERIOD_S",  # wattline/workloads/usage.py ENV_USE_PERIOD (not imported: the agent's path stays lean)
+        "WATTLINE_USE_PERIOD_S",  # workloads.usage.ENV_USE_PERIOD (not imported: the agent's path stays lean)
         "WATTLINE_STORE",
         "WATTLINE_LOG_LEVEL",
         "WATTLINE_DEBUG",

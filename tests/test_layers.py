@@ -1,6 +1,6 @@
 """The README's layers hold in the source: imports point down only (cli 4 -> workloads 3 ->
 agent, collector 2 -> wattline/*.py 1; agent and collector never import each other), no
-module takes a private name from another package, and no CLI module outgrows the size rule."""
+module takes a private name from another package, and no module outgrows the size rule."""
 
 from __future__ import annotations
 
@@ -19,6 +19,11 @@ PACKAGES = {
 }
 #: Most lines a CLI module may hold (#21: the CLI only parses and calls).
 CLI_MAX_LINES = 450
+#: Most lines any hand-written module may hold (#21: each piece in its one place).
+MAX_LINES = 450
+#: Folders of hand-written code, and the generated one among them.
+SOURCE_FOLDERS = ("wattline", "bench")
+GENERATED = "wattline/v1"
 
 
 def package_of(module: str) -> tuple[str, int] | None:
@@ -100,3 +105,30 @@ def test_the_check_finds_an_upward_import_and_a_private_name(tmp_path: Path) -> 
 def test_cli_modules_stay_small() -> None:
     sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in (ROOT / "wattline/cli").glob("*.py")}
     assert {name: n for name, n in sizes.items() if n > CLI_MAX_LINES} == {}
+
+
+def oversized(root: Path) -> dict[str, int]:
+    """Each hand-written module over :data:`MAX_LINES` (relative path -> lines), generated
+    code (:data:`GENERATED`) aside."""
+    found: dict[str, int] = {}
+    for folder in SOURCE_FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            lines = len(path.read_text(encoding="utf-8").splitlines())
+            if lines > MAX_LINES and not path.is_relative_to(root / GENERATED):
+                found[path.relative_to(root).as_posix()] = lines
+    return found
+
+
+def test_no_module_outgrows_the_size_rule() -> None:
+    assert oversized(ROOT) == {}
+
+
+def test_the_size_check_finds_a_long_module(tmp_path: Path) -> None:
+    """The check can fail: a module one line over is named, one at the limit and generated
+    code are not."""
+    for folder in ("wattline/agent/sources", "wattline/v1", "bench"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "wattline/agent/sources/long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (tmp_path / "bench/edge.py").write_text("x = 1\n" * MAX_LINES)
+    (tmp_path / "wattline/v1/telemetry_pb2.py").write_text("x = 1\n" * 2 * MAX_LINES)
+    assert oversized(tmp_path) == {"wattline/agent/sources/long.py": MAX_LINES + 1}

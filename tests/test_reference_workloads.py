@@ -45,7 +45,7 @@ from wattline.workloads.reference.common import (
     percentile,
     resolve_device,
 )
-from wattline.workloads.reference.layoutlm_inference import Config, Ramp, doubling, knee
+from wattline.workloads.reference.loadgen import Config, Ramp, doubling, knee
 
 E2E_TIMEOUT_S = 150
 

@@ -43,7 +43,6 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from wattline import wire
@@ -51,6 +50,7 @@ from wattline.agent.encoding import EncodedSamples
 from wattline.agent.spool import SpoolBase
 from wattline.agent.spool_format import (
     MAGIC,
+    Run,
     SpoolError,
     create_segment,
     encode_record,
@@ -69,21 +69,6 @@ log = logging.getLogger(__name__)
 
 #: Least time between two cursor rewrites.
 CURSOR_EVERY_S = 0.5
-
-
-@dataclass(slots=True)
-class _Run:
-    """Consecutive fragments of one stream in one segment: one batch once sealed."""
-
-    segment: int
-    start: int
-    end: int
-    stream_id: str
-    written_ns: int  #: when its newest record was written (the age bound drops whole runs)
-    samples: int = 0
-    events: int = 0
-    records: int = 0
-    seq: int = 0
 
 
 class DiskSpool(SpoolBase):
@@ -114,14 +99,14 @@ class DiskSpool(SpoolBase):
         self._prefix = prefix.SerializeToString()
         self._segments: dict[int, int] = {}  # number -> size in bytes, ascending
         self._highest = 0  # highest segment number ever seen here
-        self._runs: collections.deque[_Run] = collections.deque()  # sealed, oldest first
-        self._ready: list[_Run] = []
-        self._open: _Run | None = None
+        self._runs: collections.deque[Run] = collections.deque()  # sealed, oldest first
+        self._ready: list[Run] = []
+        self._open: Run | None = None
         self._cursor = (0, 0)
         self._cursor_stream = ("", 0)
         self._cursor_dirty = False
         self._cursor_saved = 0.0
-        self._head: tuple[_Run, wire.pb.Batch] | None = None
+        self._head: tuple[Run, wire.pb.Batch] | None = None
         self._fd = -1
         self._active = 0
         self._unsynced: list[int] = []
@@ -171,7 +156,7 @@ class DiskSpool(SpoolBase):
 
     def _extend(
         self, segment: int, offset: int, end: int, written_ns: int, stream_id: str, samples: int, events: int
-    ) -> _Run | None:
+    ) -> Run | None:
         """Add one record (``samples`` samples, ``events`` job events) to the open run; the run it closed, if any."""
         run, closed = self._open, None
         if (
@@ -182,7 +167,7 @@ class DiskSpool(SpoolBase):
             or (run.samples and run.samples + samples > self.max_batch_samples)
         ):
             closed = run
-            run = self._open = _Run(segment, offset, offset, stream_id, written_ns)
+            run = self._open = Run(segment, offset, offset, stream_id, written_ns)
         run.end = end
         run.written_ns = written_ns
         run.samples += samples
@@ -280,7 +265,7 @@ class DiskSpool(SpoolBase):
 
     def _enforce_age(self) -> None:
         limit = time.time_ns() - self.max_age_ns
-        dropped: list[_Run] = []
+        dropped: list[Run] = []
         while self._runs and self._runs[0].written_ns < limit:
             run = self._runs.popleft()
             dropped.append(run)
@@ -375,7 +360,7 @@ class DiskSpool(SpoolBase):
                 return batch
             return None
 
-    def _load(self, run: _Run) -> wire.pb.Batch | None:
+    def _load(self, run: Run) -> wire.pb.Batch | None:
         """The batch of ``run``, read back from its segment (CRC checked again)."""
         batch = read_batch(self.directory / segment_name(run.segment), run.start, run.end, run.records)
         if batch is not None:
@@ -410,7 +395,7 @@ class DiskSpool(SpoolBase):
             except OSError:
                 return False
             cut = len(records) // 2
-            second = _Run(head.segment, head.start + records[cut][0], head.end, head.stream_id, records[cut][2])
+            second = Run(head.segment, head.start + records[cut][0], head.end, head.stream_id, records[cut][2])
             second.records = len(records) - cut
             for _offset, _end2, _ns, payload in records[cut:]:
                 fragment = wire.Batch.FromString(payload)

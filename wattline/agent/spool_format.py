@@ -61,6 +61,21 @@ class Record:
     batch: wire.pb.Batch
 
 
+@dataclass(slots=True)
+class Run:
+    """Consecutive fragments of one stream in one segment: one batch once sealed."""
+
+    segment: int
+    start: int
+    end: int
+    stream_id: str
+    written_ns: int  #: when its newest record was written (the age bound drops whole runs)
+    samples: int = 0
+    events: int = 0
+    records: int = 0
+    seq: int = 0
+
+
 def segment_name(number: int) -> str:
     return f"seg-{number:016d}.wls"
 

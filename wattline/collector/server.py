@@ -28,9 +28,9 @@ batch is written. Unknown fields of a newer agent are ignored. Undecodable bytes
 INVALID_ARGUMENT.
 
 Security (see :mod:`wattline.security`): the bearer token is checked on gRPC's polling
-thread before anything is read; with mutual TLS a batch's ``host.host_id`` must be a
-name of the client certificate (PERMISSION_DENIED otherwise). The health service stays
-open (probes carry no credentials).
+thread before anything is read (:mod:`wattline.collector.admission`); with mutual TLS a
+batch's ``host.host_id`` must be a name of the client certificate (PERMISSION_DENIED
+otherwise). The health service stays open (probes carry no credentials).
 
 Job hook: after a batch with job events is written, ``on_job_events`` (if given) gets its
 jobs as (job id, whether a close is among them); it must not block (the job summaries'
@@ -56,12 +56,14 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
 from wattline import wire
+from wattline.collector.admission import Gate, HostLimiter, server_options
 from wattline.collector.group import Busy, GroupCommitter
 from wattline.collector.lineprotocol import clip
-from wattline.collector.livestreams import LiveStreams, StreamWatch, duplicate_gauges
+from wattline.collector.livestreams import LiveStreams, StreamWatch
+from wattline.collector.metrics import Metrics
 from wattline.collector.stores.base import Store, StoreUnavailable
 from wattline.collector.validation import drop_invalid_points, validate
 from wattline.security import TokenCheck, peer_identities
@@ -77,8 +79,6 @@ BUSY_WAIT_S = 1.0
 #: 1 Hz x 30 ms: 30); calls beyond the bound are refused at once, so it must not be lower.
 #: Memory bound: each admitted call holds at most one message of max_message_bytes (+ slack).
 POOL_PER_WORKER = 16
-#: Messages up to this much beyond max_message_bytes are read, logged and refused by name.
-SIZE_SLACK_BYTES = 1 << 20
 #: Clock skew beyond which a host is named in the log (at most every SKEW_LOG_EVERY_S).
 SKEW_WARN_S = 5.0
 SKEW_LOG_EVERY_S = 600.0
@@ -87,91 +87,6 @@ MAX_ACK_MESSAGE = 2000
 
 #: ``on_job_events`` hook: the jobs of a written batch, (job id, a close among its events).
 JobEventsHook = Callable[[list[tuple[str, bool]]], None]
-
-#: Refusal reasons, the label values of ``wattline_collector_refused``.
-REASONS = (
-    "invalid",
-    "too_large",
-    "unauthenticated",
-    "permission_denied",
-    "rate_limited",
-    "busy",
-    "store_unavailable",
-)
-
-
-class Metrics:
-    """The collector's own Prometheus metrics."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.points = Counter("wattline_collector_points_written", "Points written to storage.", registry=registry)
-        self.rejected = Counter(
-            "wattline_collector_points_rejected", "Points refused by storage or validation.", registry=registry
-        )
-        self.batches = Counter("wattline_collector_batches", "Batches acknowledged.", registry=registry)
-        self.errors = Counter(
-            "wattline_collector_write_errors", "Batch writes that failed (not acknowledged).", registry=registry
-        )
-        self.refused = Counter(
-            "wattline_collector_refused_calls",
-            "Push calls answered with an error status, by reason.",
-            ["reason"],
-            registry=registry,
-        )
-        for reason in REASONS:
-            self.refused.labels(reason)
-        self.latency = Histogram(
-            "wattline_collector_write_seconds",
-            "Time to write one group of batches to storage (one commit).",
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-            registry=registry,
-        )
-        self.group = Histogram(
-            "wattline_collector_batches_per_commit",
-            "Batches written together in one commit (group commit).",
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
-            registry=registry,
-        )
-        self.skew = Histogram(
-            "wattline_collector_agent_clock_skew_seconds",
-            "Collector receive time minus the agent's send stamp (includes transit).",
-            buckets=(-60, -5, -1, -0.1, 0, 0.1, 1, 5, 60),
-            registry=registry,
-        )
-        self.in_flight = Gauge(
-            "wattline_collector_unacked_batches", "Batches received, not yet written/acknowledged.", registry=registry
-        )
-        self.agents = Gauge(
-            "wattline_collector_connected_agents", "Agent streams heard from in the last 120 s.", registry=registry
-        )
-        self.duplicate_streams, self.duplicate_hosts = duplicate_gauges(registry)
-
-
-class HostLimiter:
-    """Token bucket per host: ``rate`` batches/s, bursts of ``burst``; rate 0 is no limit."""
-
-    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate = rate
-        self.burst = max(burst, 1.0)
-        self._clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}
-        self._lock = threading.Lock()
-        self._swept = clock()
-
-    def allow(self, host: str) -> bool:
-        if self.rate <= 0:
-            return True
-        now = self._clock()
-        with self._lock:
-            tokens, last = self._buckets.get(host, (self.burst, now))
-            tokens = min(self.burst, tokens + (now - last) * self.rate)
-            allowed = tokens >= 1.0
-            self._buckets[host] = (tokens - 1.0 if allowed else tokens, now)
-            if now - self._swept > 60.0:  # forget hosts whose bucket is full again
-                self._swept = now
-                full_after = self.burst / self.rate
-                self._buckets = {h: v for h, v in self._buckets.items() if now - v[1] < full_after}
-            return allowed
 
 
 class TelemetryService:
@@ -349,60 +264,6 @@ class TelemetryService:
                 clip(host),
                 -skew,
             )
-
-
-def _refuse_handler(code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler[Any, Any]:
-    """A handler that answers ``code`` at once, without reading the request."""
-
-    def refuse(_requests: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(code, details)
-
-    return grpc.stream_unary_rpc_method_handler(refuse)
-
-
-class Gate(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    """Bearer-token check, run on gRPC's polling thread before a call gets a worker."""
-
-    def __init__(self, token: TokenCheck, metrics: Metrics) -> None:
-        self.token = token
-        self.metrics = metrics
-        self._logged = -math.inf
-
-    def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
-        if details.method.startswith("/grpc.health.v1.Health/") or self.token.check(details.invocation_metadata):
-            return continuation(details)
-        self.metrics.refused.labels("unauthenticated").inc()
-        if time.monotonic() - self._logged > 60.0:
-            self._logged = time.monotonic()
-            log.warning("refused a %s call: missing or wrong bearer token", details.method)
-        return _refuse_handler(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
-
-
-def server_options(max_message_bytes: int, reuse_port: bool = False) -> list[tuple[str, int]]:
-    """Limits and timeouts of the gRPC server (each one a defence against a bad client);
-    ``reuse_port``: the port is shared with the collector's other processes."""
-    return [
-        # Messages a little over the limit reach push_bytes, which logs and refuses them by
-        # name; beyond, gRPC refuses them (RESOURCE_EXHAUSTED) without reading them.
-        ("grpc.max_receive_message_length", max_message_bytes + min(max_message_bytes, SIZE_SLACK_BYTES)),
-        ("grpc.max_send_message_length", 1 << 20),
-        ("grpc.max_concurrent_streams", 64),  # per connection
-        # A port in use is an error, not silently shared with another process (several
-        # processes of one collector share it: the supervisor checked and holds it).
-        ("grpc.so_reuseport", int(reuse_port)),
-        # A connection that never completes its (TLS/HTTP2) handshake is closed.
-        ("grpc.server_handshake_timeout_ms", 10_000),
-        # Dead peers are found by pings; agents may ping every 30 s.
-        ("grpc.keepalive_time_ms", 60_000),
-        ("grpc.keepalive_timeout_ms", 20_000),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
-        # Idle connections are closed; every connection is recycled after 30 min (a
-        # stalled call on it ends 60 s later), which also rebalances agents over replicas.
-        ("grpc.max_connection_idle_ms", 300_000),
-        ("grpc.max_connection_age_ms", 1_800_000),
-        ("grpc.max_connection_age_grace_ms", 60_000),
-    ]
 
 
 class CollectorServer:

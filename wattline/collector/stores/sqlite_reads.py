@@ -1,0 +1,220 @@
+"""What reports read from a SQLite store: the :class:`~.reader.Reader` queries and the job
+summaries, as :class:`SqliteReads`, which :class:`~.sqlite.SqliteStore` inherits (its
+connection, lock and path)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import math
+import sqlite3
+import threading
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from wattline.collector.stores.base import JobSummary, StoreUnavailable
+from wattline.collector.stores.reader import (
+    StoredJobEvent,
+    StoredSample,
+    UnitCuts,
+    jobs_near,
+    last_heard,
+    reduce_units,
+)
+from wattline.collector.stores.sqlite_schema import _EVENT_COLUMNS, _READ_COLUMNS, _SERIES_KEY, _event_fields
+
+#: A UNITS event's ``fields`` as the store writes them, ``{"units":X}`` with X >= 0 (see
+#: :func:`_event_fields`), and its units in SQL; any other (``{}`` is 0 units) is read in Python.
+_PLAIN_UNITS = """fields GLOB '{"units":[0-9]*}'"""
+
+
+#: Spans of :meth:`SqliteStore.unit_events` per statement (3 variables each).
+_SPANS_PER_QUERY = 3000
+#: A row of job_events_units as one text (exact: integers and the fields' own text).
+_PACK = "time_ns || ' ' || event_seq || ' ' || fields"
+_UNITS_OF = "FROM job_events WHERE job_id = ? AND event = 'units'"
+#: The events along index job_events_marks (the term must read as in the index).
+_MARKS = "event NOT IN ('units', 'heartbeat')"
+_IN_SPAN = (
+    "FROM job_events WHERE job_id = ?1 AND event = 'units' AND host = s.host AND time_ns > s.lo AND time_ns <= s.hi"
+)
+#: Per span: its first two rows, its last, and the sum of its units (inf when a row's units
+#: are not written as this store writes them).
+_SPAN_COLUMNS = (
+    f"(SELECT {_PACK} {_IN_SPAN} ORDER BY time_ns, event_seq LIMIT 1), "
+    f"(SELECT {_PACK} {_IN_SPAN} ORDER BY time_ns, event_seq LIMIT 1 OFFSET 1), "
+    f"(SELECT {_PACK} {_IN_SPAN} ORDER BY time_ns DESC, event_seq DESC LIMIT 1), "
+    f"(SELECT SUM(CASE WHEN {_PLAIN_UNITS} THEN CAST(substr(fields, 10) AS REAL) "
+    f"WHEN fields = '{{}}' THEN 0 ELSE 9e999 END) {_IN_SPAN})"
+)
+
+
+@functools.lru_cache(maxsize=8)
+def _spans_query(n: int) -> str:
+    """The statement of :meth:`SqliteStore.unit_events` for ``n`` spans (?1: the job id)."""
+    values = ", ".join(f"(?{3 * i + 2}, ?{3 * i + 3}, ?{3 * i + 4})" for i in range(n))
+    return f"WITH s(host, lo, hi) AS (VALUES {values}) SELECT {_SPAN_COLUMNS} FROM s"
+
+
+def _packed(host: str, job_id: str, text: str) -> StoredJobEvent:
+    t, seq, fields = text.split(" ", 2)
+    return StoredJobEvent(host, job_id, "units", int(t), int(seq), _event_fields(fields))
+
+
+def _stored(row: tuple[Any, ...]) -> StoredSample:
+    """A row of ``_READ_COLUMNS`` as a StoredSample."""
+    host, source, component, device, quality, start, end, energy, cumulative, stream, healthy, util, err = row
+    return StoredSample(
+        host, source, component, device, quality, start, end, energy, cumulative, stream, bool(healthy), util, err
+    )
+
+
+class SqliteReads:
+    """The queries of :class:`~.sqlite.SqliteStore`, over its one connection behind its lock."""
+
+    path: str
+    _lock: threading.Lock
+    _db: sqlite3.Connection
+
+    def job_summary(self, job_id: str) -> JobSummary | None:
+        """The stored summary of ``job_id`` (None when there is none)."""
+        found = self.job_summaries(job_id)
+        return found[0] if found else None
+
+    def job_summaries(self, job_id: str | None = None) -> list[JobSummary]:
+        """Stored summaries (of ``job_id``, else all), oldest start first."""
+        where, args = self._where(("job_id = ?", job_id))
+        sql = f"SELECT job_id, time_ns, tags, fields, hosts FROM job_summary{where} ORDER BY time_ns, job_id"
+        return [
+            JobSummary(job, t, json.loads(tags), json.loads(fields), json.loads(hosts))
+            for job, t, tags, fields, hosts in self._rows(sql, args)
+        ]
+
+    # -- Reader (what reports need; see reader.py) -----------------------------------
+
+    def job_events(self, job_id: str | None = None, every: bool = True) -> list[StoredJobEvent]:
+        where, args = self._where(("job_id = ?", job_id))
+        if every:
+            sql = f"SELECT {_EVENT_COLUMNS} FROM job_events{where} ORDER BY time_ns, host, event_seq"
+            return self._events(sql, args)
+        if job_id is None:
+            raise ValueError("job_events(every=False) reads one job")
+        events = self._events(f"SELECT {_EVENT_COLUMNS} FROM job_events WHERE job_id = ? AND {_MARKS}", [job_id])
+        beat = f"SELECT {_EVENT_COLUMNS} FROM job_events WHERE job_id = ? AND event = 'heartbeat' AND host = ? "
+        for host in self._hosts_with(job_id, "heartbeat"):  # along job_events_beats
+            first, last = (self._events(f"{beat}ORDER BY time_ns {d} LIMIT 1", [job_id, host]) for d in ("", "DESC"))
+            events += first + (last if last != first else [])
+        return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _events(self, sql: str, args: list[object]) -> list[StoredJobEvent]:
+        return [
+            StoredJobEvent(host, job, event, t, seq, _event_fields(fields))
+            for host, job, event, t, seq, fields in self._rows(sql, args)
+        ]
+
+    def unit_events(self, job_id: str, cuts: UnitCuts) -> list[StoredJobEvent]:
+        """Per host and span of ``cuts``, index lookups along job_events_units (its first rows,
+        its last, :func:`reduce_units`) and one sum, all in one statement: no row leaves
+        SQLite but those, so a report's cost does not grow with the job's UNITS events."""
+        bounds = [-(2**63), *cuts.instants, 2**63 - 1]
+        spans = [(host, lo, hi) for host in self._hosts_with(job_id, "units") for lo, hi in itertools.pairwise(bounds)]
+        found: list[tuple[Any, ...]] = []
+        for i in range(0, len(spans), _SPANS_PER_QUERY):
+            chunk = spans[i : i + _SPANS_PER_QUERY]
+            found += self._rows(_spans_query(len(chunk)), [job_id, *itertools.chain.from_iterable(chunk)])
+        if any(total == math.inf for *_, total in found):  # units not as this store writes them
+            return reduce_units(self._events(f"SELECT {_EVENT_COLUMNS} {_UNITS_OF}", [job_id]), cuts)
+        out: list[StoredJobEvent] = []
+        for (host, lo, hi), (first, second, last, total) in zip(spans, found, strict=True):
+            if first is None:
+                continue
+            head = _packed(host, job_id, first)
+            if second is None:
+                out.append(head)
+            elif second.split(" ", 1)[0] == first.split(" ", 1)[0]:  # events at one instant: read the span
+                sql = f"SELECT {_EVENT_COLUMNS} {_UNITS_OF} AND host = ? AND time_ns > ? AND time_ns <= ?"
+                out += reduce_units(self._events(sql, [job_id, host, lo, hi]), cuts)
+            elif second == last:  # two events
+                out += [head, _packed(host, job_id, last)]
+            else:  # the last one carries the units of all but the first
+                t, seq, _fields = last.split(" ", 2)
+                rest = total - float(head.fields.get("units", 0))
+                out += [head, StoredJobEvent(host, job_id, "units", int(t), int(seq), {"units": rest})]
+        return sorted(out, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _hosts_with(self, job_id: str, event: str) -> list[str]:
+        """The hosts with ``event`` events (units, heartbeat) of ``job_id``: one lookup each
+        along that kind's index."""
+        sql = f"SELECT host FROM job_events WHERE job_id = ? AND event = '{event}' AND host > ? ORDER BY host LIMIT 1"
+        hosts = [h for (h,) in self._rows(sql.replace("AND host > ? ", ""), [job_id])]
+        while hosts and (more := self._rows(sql, [job_id, hosts[-1]])):
+            hosts.append(more[0][0])
+        return hosts
+
+    def job_events_between(self, start_ns: int, end_ns: int, hosts: Collection[str]) -> list[StoredJobEvent]:
+        ids = sorted(jobs_near(self._job_ids, start_ns, end_ns, hosts))
+        events: list[StoredJobEvent] = []
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            sql = (  # along index job_events_marks, not past a long job's UNITS rows and heartbeats
+                f"SELECT {_EVENT_COLUMNS} FROM job_events "
+                f"WHERE job_id IN ({', '.join('?' * len(chunk))}) AND event IN ('open', 'close') AND {_MARKS}"
+            )
+            events += [
+                StoredJobEvent(host, job, event, t, seq, json.loads(fields))
+                for host, job, event, t, seq, fields in self._rows(sql, list(chunk))
+            ]
+        events += last_heard(events, self._last_heard)
+        return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _last_heard(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """Time of each (job, host)'s latest event: read backwards along job_events_job
+        (``+host`` keeps the planner on that index), so one row per pair, not the job's events."""
+        sql = "SELECT time_ns FROM job_events WHERE job_id = ? AND +host = ? ORDER BY time_ns DESC LIMIT 1"
+        out: dict[tuple[str, str], int] = {}
+        for job_id, host in pairs:
+            for (t,) in self._rows(sql, [job_id, host]):
+                out[job_id, host] = t
+        return out
+
+    def _job_ids(self, event: str, hosts: Collection[str], since_ns: int, until_ns: int) -> set[str]:
+        """Jobs with an ``event`` on one of ``hosts`` in [since_ns, until_ns] (index job_events_host)."""
+        out: set[str] = set()
+        sql = "SELECT DISTINCT job_id FROM job_events WHERE host = ? AND event = ? AND time_ns BETWEEN ? AND ?"
+        for host in hosts:
+            out.update(job_id for (job_id,) in self._rows(sql, [host, event, since_ns, until_ns]))
+        return out
+
+    def samples(self, host: str, start_ns: int, end_ns: int) -> list[StoredSample]:
+        sql = f"SELECT {_READ_COLUMNS} FROM energy WHERE host = ? AND time_ns > ? AND start_ns < ? ORDER BY time_ns"
+        return [_stored(row) for row in self._rows(sql, [host, start_ns, end_ns])]
+
+    def first_after(self, host: str, t_ns: int) -> list[StoredSample]:
+        return self._edges(host, "time_ns >= ? ORDER BY time_ns LIMIT 1", t_ns)
+
+    def last_before(self, host: str, t_ns: int) -> list[StoredSample]:
+        return self._edges(host, "time_ns <= ? ORDER BY time_ns DESC LIMIT 1", t_ns)
+
+    def _edges(self, host: str, condition: str, t_ns: int) -> list[StoredSample]:
+        """One index lookup per series of ``host``: cost independent of the data's length."""
+        series = self._rows("SELECT host, source, component, device, quality FROM series WHERE host = ?", [host])
+        sql = f"SELECT {_READ_COLUMNS} FROM energy WHERE {_SERIES_KEY} AND {condition}"
+        out: list[StoredSample] = []
+        for key in series:
+            out += [_stored(row) for row in self._rows(sql, [*key, t_ns])]
+        return out
+
+    def _rows(self, sql: str, args: list[object]) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"SQLite {self.path}: {exc}") from exc
+
+    @staticmethod
+    def _where(*conditions: tuple[str, object]) -> tuple[str, list[object]]:
+        used = [(sql, arg) for sql, arg in conditions if arg is not None]
+        if not used:
+            return "", []
+        return " WHERE " + " AND ".join(sql for sql, _ in used), [arg for _, arg in used]

@@ -126,3 +126,41 @@ def test_only_stores_that_are_read_back_type_as_readers(tmp_path: Path, caplog: 
     assert "job job-v2: no summary written (a influxdb2 store is not read back)" in caplog.text
     sqlite.close()
     v1.close()
+
+
+def test_around_reads_every_edge_at_once_as_the_single_edge_queries_do(store: SqliteStore | InfluxV1Store) -> None:
+    """``around`` (one round trip per host in InfluxDB) gives, per instant, exactly what
+    ``last_before`` and ``first_after`` give: instants on a sample's end, between samples,
+    before the first and after the last; two series with different intervals; another host."""
+    batch = wire.Batch(stream_id="s", seq=1)
+    batch.host.host_id = "h1"
+    for device, step in (("package-0", 1), ("package-0/dram", 3)):
+        for k in range(1, 10):
+            end = T0 + k * step * S
+            batch.samples.append(
+                wire.Sample(
+                    source="rapl",
+                    component="cpu_package" if step == 1 else "dram",
+                    device=device,
+                    quality=wire.pb.QUALITY_COUNTER,
+                    start_ns=end - step * S,
+                    end_ns=end,
+                    energy_j=2.0 * k,
+                    cumulative_j=float(k * k),
+                    healthy=True,
+                )
+            )
+    assert store.write(batch).rejected == 0
+    other = wire.Batch(stream_id="o", seq=1)
+    other.host.host_id = "h2"
+    other.samples.append(wire.Sample(source="rapl", component="dram", device="d", start_ns=T0, end_ns=T0 + 4 * S))
+    assert store.write(other).rejected == 0
+    instants = [T0 - S, T0 + 3 * S, T0 + 3 * S + S // 2, T0 + 9 * S, T0 + 27 * S, T0 + 40 * S]
+    found = store.around("h1", instants)
+    assert found == [(store.last_before("h1", t), store.first_after("h1", t)) for t in instants]
+    assert [(len(b), len(a)) for b, a in found] == [(0, 2), (2, 2), (2, 2), (2, 2), (2, 1), (2, 0)]
+    assert {s.end_ns for s in found[1][0]} == {T0 + 3 * S} and {s.end_ns for s in found[2][1]} == {
+        T0 + 4 * S,
+        T0 + 6 * S,
+    }
+    assert store.around("h1", []) == []

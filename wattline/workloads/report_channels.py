@@ -99,8 +99,9 @@ def channels_from_edges(
     nothing: the edges' stream measured the whole job; it is only not noted.
     """
     lo, hi = edges[0], edges[-1]
-    before = [{s.series: s for s in reader.last_before(host, t)} for t in edges]
-    after = [{s.series: s for s in reader.first_after(host, t)} for t in edges]
+    found = reader.around(host, edges)
+    before = [{s.series: s for s in last} for last, _first in found]
+    after = [{s.series: s for s in first} for _last, first in found]
     series = sorted({k for d in before[1:] + after[:-1] for k in d if k[2] not in EXCLUDED_COMPONENTS})
     windows = [(i, t0, t1) for i, (t0, t1) in enumerate(itertools.pairwise(edges)) if t1 > t0]
     channels: list[ChannelEnergy] = []

@@ -25,10 +25,9 @@ def idle_baselines(
     if settings.idle != "subtract":
         return {}
     t0 = open_ns - int(settings.idle_lookback_s * 1e9)
-    before0 = {s.series: s for s in reader.last_before(host, t0)}
-    after0 = {s.series: s for s in reader.first_after(host, t0)}
-    before1 = {s.series: s for s in reader.last_before(host, open_ns)}
-    after1 = {s.series: s for s in reader.first_after(host, open_ns)}
+    (last0, first0), (last1, first1) = reader.around(host, (t0, open_ns))
+    before0, after0 = {s.series: s for s in last0}, {s.series: s for s in first0}
+    before1, after1 = {s.series: s for s in last1}, {s.series: s for s in first1}
     baselines: dict[tuple[str, str, str], float] = {}
     for key in before1:
         first = after0.get(key)

@@ -27,6 +27,9 @@ from wattline.collector.lineprotocol import LineEncoder
 from wattline.collector.linestore import LineProtocolStore
 from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
 from wattline.collector.stores.influx_http import HttpClient, error_message, rejected_points, shorten
+from wattline.collector.stores.influx_rows import indexes, stored_samples
+from wattline.collector.stores.influx_rows import job_events as job_events_of
+from wattline.collector.stores.influx_rows import unit_events as unit_events_of
 from wattline.collector.stores.reader import (
     MAX_INTERVAL_NS,
     StoredJobEvent,
@@ -52,54 +55,7 @@ class QueryError(ValueError):
 
 
 _READ_FIELDS = "energy_j, cumulative_j, start_ns, stream, healthy, utilization, energy_error_j"
-
-
-def _indexes(series: dict[str, Any], *names: str) -> tuple[int, ...]:
-    """Positions of ``time`` and of ``names`` in a series' columns."""
-    columns = series["columns"]
-    return (columns.index("time"), *(columns.index(name) for name in names))
-
-
-def _events(series_list: list[dict[str, Any]]) -> list[StoredJobEvent]:
-    """Job events from ``SELECT * FROM job_events ... GROUP BY *`` (tags apart from fields).
-
-    The event time is the ``time_ns`` field; points written before it existed have none and
-    read their point time (see :data:`~wattline.collector.stores.schema.SEQ_BLOCK`)."""
-    events = []
-    for series in series_list:
-        tags = series["tags"]
-        columns = series["columns"]
-        for values in series.get("values", []):
-            fields = {k: v for k, v in zip(columns, values, strict=True) if v is not None and k != "time"}
-            seq = int(fields.pop("event_seq", 0))
-            time_ns = int(fields.pop("time_ns", None) or values[columns.index("time")])
-            events.append(
-                StoredJobEvent(
-                    tags.get("host", ""), tags.get("job_id", ""), tags.get("event", ""), time_ns, seq, fields
-                )
-            )
-    return events
-
-
-def _unit_events(found: list[dict[str, Any]]) -> list[StoredJobEvent]:
-    """UNITS events from the series of ``SELECT units, event_seq, time_ns ... GROUP BY host, job_id``."""
-    events = []
-    for series in found:
-        tags = series["tags"]
-        host, job = tags.get("host", ""), tags.get("job_id", "")
-        i_time, i_units, i_seq, i_true = _indexes(series, "units", "event_seq", "time_ns")
-        events += [
-            StoredJobEvent(
-                host,
-                job,
-                "units",
-                int(v[i_true] or v[i_time]),
-                int(v[i_seq] or 0),
-                {} if v[i_units] is None else {"units": v[i_units]},
-            )
-            for v in series.get("values", [])
-        ]
-    return events
+_FIRST, _LAST = " ORDER BY time ASC LIMIT 1", " ORDER BY time DESC LIMIT 1"
 
 
 def quote_ident(name: str) -> str:
@@ -253,7 +209,7 @@ class InfluxV1Store(LineProtocolStore):
         # with every field. GROUP BY keeps the tags out of each row.
         others = f"SELECT * FROM job_events WHERE {where}event != 'units' GROUP BY *"
         found, series = self._statements(f"{self._units_query(where)}; {others}", self.database)
-        return sorted(_events(series) + _unit_events(found), key=lambda e: (e.time_ns, e.host, e.event_seq))
+        return sorted(job_events_of(series) + unit_events_of(found), key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     def unit_events(self, job_id: str, cuts: UnitCuts) -> list[StoredJobEvent]:
         """Every UNITS row of the job (its two fields), reduced here as :func:`reduce_units`
@@ -263,11 +219,11 @@ class InfluxV1Store(LineProtocolStore):
         out: list[StoredJobEvent] = []
         for series in found:
             host = series["tags"].get("host", "")
-            i_time, i_units, i_seq, i_true = _indexes(series, "units", "event_seq", "time_ns")
+            i_time, i_units, i_seq, i_true = indexes(series, "units", "event_seq", "time_ns")
             values = series.get("values", [])
             rows = sorted((int(v[i_true] or v[i_time]), int(v[i_seq] or 0), v[i_units]) for v in values)
             if not all(good_units(0 if u is None else u) for _t, _s, u in rows):
-                return reduce_units(_unit_events(found), cuts)  # the view says what is wrong
+                return reduce_units(unit_events_of(found), cuts)  # the view says what is wrong
             k = 0
             for span in itertools.groupby(rows, key=lambda row: bisect.bisect_left(instants, row[0], lo=k)):
                 group = list(span[1])
@@ -302,7 +258,7 @@ class InfluxV1Store(LineProtocolStore):
                     if values[i] is not None:
                         times.setdefault((one["tags"]["host"], k % 2), int(values[i]))  # the true time first
         heard = sorted({(t, host) for (host, _), t in times.items()})
-        events = _events(series) + [StoredJobEvent(host, job_id, "heartbeat", t, 0) for t, host in heard]
+        events = job_events_of(series) + [StoredJobEvent(host, job_id, "heartbeat", t, 0) for t, host in heard]
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     @staticmethod
@@ -318,7 +274,7 @@ class InfluxV1Store(LineProtocolStore):
                 f"SELECT * FROM job_events WHERE ({which}) AND (event = 'open' OR event = 'close') GROUP BY *",
                 self.database,
             )
-            events += _events(series)
+            events += job_events_of(series)
         events += last_heard(events, self._last_heard)
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
@@ -356,34 +312,33 @@ class InfluxV1Store(LineProtocolStore):
         return sorted(self._read(host, condition, ""), key=lambda s: s.end_ns)
 
     def first_after(self, host: str, t_ns: int) -> list[StoredSample]:
-        return self._read(host, f"time >= {t_ns}", " ORDER BY time ASC LIMIT 1")
+        return self._read(host, f"time >= {t_ns}", _FIRST)
 
     def last_before(self, host: str, t_ns: int) -> list[StoredSample]:
-        return self._read(host, f"time <= {t_ns}", " ORDER BY time DESC LIMIT 1")
+        return self._read(host, f"time <= {t_ns}", _LAST)
 
-    def _read(self, host: str, condition: str, tail: str) -> list[StoredSample]:
-        rows = self.query(
+    def around(self, host: str, instants: Sequence[int]) -> list[tuple[list[StoredSample], list[StoredSample]]]:
+        """Every instant's two edge queries in one request (``;``-separated statements)."""
+        if not instants:
+            return []
+        statements = []
+        for t in instants:
+            statements += [self._select(host, f"time <= {t}", _LAST), self._select(host, f"time >= {t}", _FIRST)]
+        found = [stored_samples(host, series) for series in self._statements("; ".join(statements), self.database)]
+        return [(found[2 * i], found[2 * i + 1]) for i in range(len(instants))]
+
+    @staticmethod
+    def _select(host: str, condition: str, tail: str) -> str:
+        return (
             f"SELECT {_READ_FIELDS} FROM energy WHERE host = {quote_literal(host)} AND {condition} "
             f"GROUP BY source, component, device, quality{tail}"
         )
+
+    def _read(self, host: str, condition: str, tail: str) -> list[StoredSample]:
         return [
-            StoredSample(
-                host,
-                r["source"],
-                r["component"],
-                r["device"],
-                r["quality"],
-                int(r["start_ns"]),
-                int(r["time"]),
-                float(r["energy_j"]),
-                float(r["cumulative_j"]),
-                r["stream"] or "",
-                r["healthy"] is not False,
-                None if r["utilization"] is None else float(r["utilization"]),
-                None if r["energy_error_j"] is None else float(r["energy_error_j"]),
-            )
-            for r in rows
-            if r.get("energy_j") is not None
+            sample
+            for series in self._statements(self._select(host, condition, tail), self.database)
+            for sample in stored_samples(host, series)
         ]
 
     # -- job summaries (one point per job, rewritten in place) ---------------------------

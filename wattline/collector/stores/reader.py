@@ -105,6 +105,11 @@ class Reader(Protocol):
         """Per series of ``host``: the last sample whose interval ends at or before ``t_ns``."""
         ...
 
+    def around(self, host: str, instants: Sequence[int]) -> list[tuple[list[StoredSample], list[StoredSample]]]:
+        """Per instant: (:meth:`last_before`, :meth:`first_after`) of ``host``, in one round
+        trip where the store allows (a report reads every edge of a host at once)."""
+        ...
+
 
 @runtime_checkable
 class OpenReader(Reader, Protocol):

@@ -196,6 +196,9 @@ class SqliteReads:
     def last_before(self, host: str, t_ns: int) -> list[StoredSample]:
         return self._edges(host, "time_ns <= ? ORDER BY time_ns DESC LIMIT 1", t_ns)
 
+    def around(self, host: str, instants: Sequence[int]) -> list[tuple[list[StoredSample], list[StoredSample]]]:
+        return [(self.last_before(host, t), self.first_after(host, t)) for t in instants]
+
     def _edges(self, host: str, condition: str, t_ns: int) -> list[StoredSample]:
         """One index lookup per series of ``host``: cost independent of the data's length."""
         series = self._rows("SELECT host, source, component, device, quality FROM series WHERE host = ?", [host])

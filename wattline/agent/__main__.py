@@ -18,13 +18,9 @@ import logging
 import sys
 from pathlib import Path
 
-from wattline.agent.grpc_io import import_grpc
-
-import_grpc()  # first: gRPC reads its I/O settings when imported (wattline/agent/grpc_io.py)
-
-from wattline.agent.daemon import run_agent  # noqa: E402
-from wattline.agent.settings import AgentSettings  # noqa: E402
-from wattline.config import ConfigError, build, help_of, read_toml  # noqa: E402
+from wattline.agent.daemon import run_agent
+from wattline.agent.settings import AgentSettings
+from wattline.config import ConfigError, build, help_of, read_toml
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

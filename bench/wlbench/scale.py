@@ -13,9 +13,11 @@ for the next push, as in a real deployment.
 Reported: samples sent and stored per second during the run, samples lost (acknowledged
 but not stored), samples still unacknowledged 60 s after the run (real agents keep them in
 their spool and retry), delay p50/p99, the collector's CPU and peak RSS, the fleet
-simulator's CPU (it shares the 2 cores). Yardstick in the same run: the SQLite store's own
-rate for one-batch transactions of 12 samples (in process): without group commit, each push
-needs one.
+simulator's CPU (it shares the 2 cores) and the collector's CPU per push. Yardsticks in the
+same run: the SQLite store's own rate for one-batch transactions of 12 samples (in process):
+without group commit, each push needs one; and (full mode) 1,000 agents into the same gRPC
+server with no store behind it (``null``): what the server and its admission path cost per
+push, and the delay to the acknowledgement, on these cores.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def run(work: Path, quick: bool) -> dict[str, Any]:
     duration = 10.0 if quick else 30.0
     plan = [(100, "sqlite", 1)] if quick else [(100, "sqlite", 1), (1000, "sqlite", 1)]
     plan += [(1000, "influxdb1", n) for n in ([] if quick else COLLECTOR_PROCESSES)]
+    plan += [] if quick else [(1000, "null", 1)]  # yardstick: the gRPC server with no store
     result: dict[str, Any] = {"duration_s": duration, "push_every_s": AGENT_PUSH_EVERY_S}
     result["sqlite_tx_per_s"] = sqlite_tx_rate(work / "tx.db")
     procs: list[Proc] = []
@@ -53,7 +56,7 @@ def run(work: Path, quick: bool) -> dict[str, Any]:
             influx_url = influxd.url
         sizes = {}
         for agents, store, n in plan:
-            url = influx_url if store == "influxdb1" else f"sqlite:{work / f'fleet-{agents}.db'}"
+            url = {"influxdb1": influx_url, "null": "null"}.get(store, f"sqlite:{work / f'fleet-{agents}.db'}")
             name = f"{agents} ({store}{f', {n} processes' if n > 1 else ''})"
             sizes[name] = size(agents, store, url, duration, work / f"n{agents}-{store}-{n}", n)
     result["sizes"] = sizes
@@ -64,6 +67,7 @@ def merge_stats(docs: list[dict[str, Any]]) -> dict[str, Any]:
     """The stats of several sink processes as one: counts added, delay percentiles from
     the merged millisecond histograms."""
     by_host: Counter[str] = Counter()
+    batches = sum(doc.get("batches", 0) for doc in docs)
     per_second: Counter[str] = Counter()
     hist: Counter[int] = Counter()
     for doc in docs:
@@ -84,7 +88,7 @@ def merge_stats(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
     worst = [d["delay_ms"]["max"] for d in docs if d["delay_ms"]["max"] is not None]
     delay = {"count": total, "p50": pct(50), "p99": pct(99), "max": max(worst) if worst else None}
-    return {"by_host": dict(by_host), "per_second": dict(per_second), "delay_ms": delay}
+    return {"by_host": dict(by_host), "per_second": dict(per_second), "delay_ms": delay, "batches": batches}
 
 
 def sqlite_tx_rate(path: Path, batches: int = 300) -> float:
@@ -163,6 +167,7 @@ def size(agents: int, store: str, url: str, duration: float, work: Path, sinks: 
         "delay_p99_s": delay["p99"] / 1e3 if delay["p99"] is not None else None,
         "delay_max_s": delay["max"] / 1e3 if delay["max"] is not None else None,
         "collector_core_pct": collector_cpu / wall * 100,
+        "collector_cpu_ms_per_push": collector_cpu * 1e3 / collector["batches"] if collector["batches"] else None,
         "simulator_core_pct": fleet_cpu / wall * 100,
         "collector_hwm_mib": hwm,
         "cores": os.cpu_count(),

@@ -3,7 +3,8 @@
 Usage: ``python -m wlbench.sink --listen 127.0.0.1:PORT --stats FILE [--store null|encode|URL]``
 
 - ``null``: counts samples per host and discards them (agent-overhead runs: the collector
-  should cost the machine as little as possible).
+  should cost the machine as little as possible; the scale part's yardstick: the gRPC
+  server and its admission path with no store behind them, delays to the acknowledgement).
 - ``encode``: encodes every batch with the real :class:`LineEncoder`, then discards the lines
   (decode + encode through gRPC, per core).
 - ``sqlite:PATH`` or ``http://influxd:8086``: the real store; after each write, the delay
@@ -44,6 +45,7 @@ class BenchStore(Store):
         self.encoder = LineEncoder() if encode else None
         self.by_host: Counter[str] = Counter()
         self.points = 0
+        self.batches = 0
         self.rejected = 0
         self.delays_ms: list[float] = []
         self.per_second: Counter[int] = Counter()  #: samples committed per wall-clock second
@@ -61,11 +63,12 @@ class BenchStore(Store):
         else:
             results = [WriteResult(len(b.samples) + len(b.job_events)) for b in batches]
         done_ns = time.time_ns()
-        delays = [(done_ns - s.end_ns) / 1e6 for b in batches for s in b.samples] if self.inner is not None else []
+        delays = [(done_ns - s.end_ns) / 1e6 for b in batches for s in b.samples] if self.encoder is None else []
         with self._lock:
             for batch, result in zip(batches, results, strict=True):
                 self.by_host[batch.host.host_id] += len(batch.samples)
                 self.points += result.written
+                self.batches += 1
                 self.rejected += result.rejected
                 self.per_second[done_ns // 10**9] += len(batch.samples)
             self.delays_ms += delays
@@ -81,6 +84,7 @@ class BenchStore(Store):
         return {
             "by_host": dict(self.by_host),
             "points": self.points,
+            "batches": self.batches,
             "rejected": self.rejected,
             "delay_ms": {"count": len(delays), "p50": pct(50), "p99": pct(99), "max": delays[-1] if delays else None},
             # whole milliseconds -> samples, so the delays of several sink processes merge

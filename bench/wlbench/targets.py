@@ -292,8 +292,9 @@ def scale_rows(r: dict[str, Any]) -> list[Row]:
         rows.append(
             Row(
                 "scale",
-                f"{size}: collector peak RSS, CPU",
-                f"{num(d['collector_hwm_mib'], 'MiB')}, {num(d['collector_core_pct'], '% core')}",
+                f"{size}: collector peak RSS, CPU, CPU per push",
+                f"{num(d['collector_hwm_mib'], 'MiB')}, {num(d['collector_core_pct'], '% core')}, "
+                f"{num(d.get('collector_cpu_ms_per_push'), 'ms')}",
                 f"simulated agents {num(d['simulator_core_pct'], '% core')} (same 2 cores)",
             )
         )

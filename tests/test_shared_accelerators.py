@@ -11,6 +11,7 @@ A replayed neuron-monitor stream with two runtimes on one device does the same f
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -231,6 +232,25 @@ def two_runtime_stream(path: Path) -> Path:
     return path
 
 
+def by_the_rule(job: str, windows: dict[str, tuple[int, int]], uses: dict[str, list[tuple[int, int, float]]]) -> float:
+    """Device-seconds charged to ``job`` by the README's rule, for two jobs claiming one
+    device: where some active job's use interval covers the time, each job its measured
+    ratio (these ratios never sum above 1); where none does (before a wrapper's first use
+    period), by the claims: equal parts among the active jobs."""
+    cuts = sorted(
+        {t for w in windows.values() for t in w} | {t for u in uses.values() for a, b, _ in u for t in (a, b)}
+    )
+    start, end = windows[job]
+    seconds = 0.0
+    for a, b in itertools.pairwise(cuts):
+        if a < start or b > end:
+            continue
+        active = [j for j, (s, e) in windows.items() if s <= a and b <= e]
+        covered = {j: r for j in active for ua, ub, r in uses[j] if ua <= a and b <= ub}
+        seconds += (b - a) / 1e9 * (covered.get(job, 0.0) if covered else 1 / len(active))
+    return seconds
+
+
 def test_two_neuron_runtimes_on_one_device_split_it_by_their_neuroncore_use(tmp_path: Path) -> None:
     """Two jobs, each a process that neuron-monitor (the replayed stream) reports as a runtime
     on neuron0: job A's runtime has 75 % of the device's NeuronCore use, B's 25 %. Each job is
@@ -262,18 +282,25 @@ def test_two_neuron_runtimes_on_one_device_split_it_by_their_neuroncore_use(tmp_
     ]
     finish(jobs)
     got = reports(db, "job-a", "job-b")
+    windows = {job: (got[job].job.start_ns, got[job].end_ns) for job in got}
     with open_store(f"sqlite:///{db}") as store:
+        uses = {job: [e for e in store.job_events(job) if e.event == "use"] for job in got}
+        timelines = {
+            job: [
+                (e.time_ns - e.fields["period_ns"], e.time_ns, e.fields["job_use"] / e.fields["device_use"]) for e in u
+            ]
+            for job, u in uses.items()
+        }
         for job, share in (("job-a", 0.75), ("job-b", 0.25)):
-            uses = [e for e in store.job_events(job) if e.event == "use"]
-            assert uses and all(e.fields["device"] == "neuron:0" for e in uses)
-            ratios = [e.fields["job_use"] / e.fields["device_use"] for e in uses]
+            assert uses[job] and all(e.fields["device"] == "neuron:0" for e in uses[job])
+            ratios = [r for _a, _b, r in timelines[job]]
             # the first period may begin before the process became the runtime (the pid map)
             assert ratios[0] <= share * 1.01 and ratios[1:] == pytest.approx([share] * (len(ratios) - 1), rel=0.01)
             [ds] = got[job].device_shares
             assert (ds.device, ds.basis) == ("neuron0", "measured share")
-            window_s = (got[job].end_ns - got[job].job.start_ns) / 1e9
+            window_s = (windows[job][1] - windows[job][0]) / 1e9
             power_w = ds.device_energy_j / window_s  # the model's power is constant here
-            expected = sum(r * e.fields["period_ns"] / 1e9 * power_w for r, e in zip(ratios, uses, strict=True))
+            expected = by_the_rule(job, windows, timelines) * power_w
             assert ds.energy_j == pytest.approx(expected, rel=0.01)
             assert ds.energy_j == pytest.approx(share * ds.device_energy_j, rel=0.1)
     da, db_ = got["job-a"].device_shares[0], got["job-b"].device_shares[0]

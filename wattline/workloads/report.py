@@ -108,12 +108,13 @@ def build_report(
     shares: list[DeviceShare] = []
     for host, window in sorted(job.hosts.items()):
         close = window.end_ns(now_ns, end_ns)  # an abandoned host's window ends when last heard
-        late = _samples_from(reader, host, window.open_ns, close)
+        at_open, at_close = reader.around(host, (window.open_ns, close))
+        late = _samples_from(at_open, window.open_ns, close)
         if late is not None:
             late_start[host] = late[0]
             notes.append(_late_note(host, window.open_ns, *late))
         if window.close_ns is not None or window.abandoned(now_ns):
-            lag = _samples_up_to(reader, host, window.open_ns, close)
+            lag = _samples_up_to(at_close, window.open_ns)
             if lag is not None:
                 incomplete[host] = lag[0]
                 notes.append(_incomplete_note(host, close, *lag))
@@ -185,14 +186,17 @@ def build_complete_report(
         time.sleep(min(POLL_S, left_s))
 
 
-def _samples_up_to(reader: Reader, host: str, open_ns: int, close_ns: int) -> tuple[int, list[str]] | None:
-    """None when every series of ``host`` active around the job has a sample ending at or
-    after ``close_ns``; else (the earliest last-sample end among those that lack one, their
-    names)."""
-    after = {s.series for s in reader.first_after(host, close_ns)}
+Edges = tuple[list[StoredSample], list[StoredSample]]  #: (last before, first after) an instant
+
+
+def _samples_up_to(at_close: Edges, open_ns: int) -> tuple[int, list[str]] | None:
+    """None when every series of the host active around the job has a sample ending at or
+    after its close (``at_close``: the host's samples around it); else (the earliest
+    last-sample end among those that lack one, their names)."""
+    after = {s.series for s in at_close[1]}
     lagging = sorted(
         (s.end_ns, _name(s))
-        for s in reader.last_before(host, close_ns)
+        for s in at_close[0]
         if s.series not in after and s.component not in EXCLUDED_COMPONENTS and s.end_ns > open_ns - LAG_HORIZON_NS
     )
     if not lagging:
@@ -200,12 +204,13 @@ def _samples_up_to(reader: Reader, host: str, open_ns: int, close_ns: int) -> tu
     return lagging[0][0], [name for _, name in lagging]
 
 
-def _samples_from(reader: Reader, host: str, open_ns: int, close_ns: int) -> tuple[int, list[str]] | None:
-    """None when every series of ``host`` with samples in the job's window also covers its
-    open; else (the latest first-sample start among those that begin after it, their names)."""
-    before = {s.series for s in reader.last_before(host, open_ns)}
+def _samples_from(at_open: Edges, open_ns: int, close_ns: int) -> tuple[int, list[str]] | None:
+    """None when every series of the host with samples in the job's window also covers its
+    open (``at_open``: the host's samples around it); else (the latest first-sample start
+    among those that begin after it, their names)."""
+    before = {s.series for s in at_open[0]}
     late = sorted(
-        ((s.start_ns, _name(s)) for s in reader.first_after(host, open_ns) if s.series not in before),
+        ((s.start_ns, _name(s)) for s in at_open[1] if s.series not in before),
         reverse=True,
     )
     late = [(t, name) for t, name in late if open_ns < t < close_ns and name.split("/")[1] not in EXCLUDED_COMPONENTS]

@@ -528,9 +528,17 @@ def test_a_job_on_a_mig_instance_gets_its_instances_share_of_the_parent(tmp_path
     [ds] = got.device_shares
     assert (ds.device, ds.basis) == (GPU_MIG, "MIG instance share")
     assert ds.span_energy_j == pytest.approx(truth, rel=0.01)
-    # a MIG process is seen running at each ask (every 0.5 s here), not sampled in between:
-    # its last interval before it stops (at most one ask) may go unattributed
-    assert 0.25 * (truth - W_PER_SM * 50 * 0.5) <= gpu_j(got) <= 0.25 * truth * 1.01
+    # a MIG process is seen running at each ask (every 0.5 s here, later under load), not
+    # sampled in between: the job is charged 25 % of the parent's power over its use periods
+    with open_store(f"sqlite:///{db}") as store:
+        uses = [e for e in store.job_events("job-m") if e.event == "use"]
+    assert uses and all(e.fields["job_use"] / e.fields["device_use"] == pytest.approx(0.25) for e in uses)
+    busy_s = sum(  # the parent draws 100 W in [T0, T0 + 4 s)
+        max(0.0, min(e.time_ns / 1e9, t0 + 4.0) - max((e.time_ns - e.fields["period_ns"]) / 1e9, t0)) for e in uses
+    )
+    assert busy_s > 2.0
+    assert gpu_j(got) == pytest.approx(0.25 * W_PER_SM * 50 * busy_s, rel=0.02)
+    assert gpu_j(got) <= 0.25 * truth * 1.01
     assert ds.energy_j + ds.unattributed_j == pytest.approx(ds.span_energy_j, rel=1e-9)
     assert any("MIG instance's share" in n and "not a measurement" in n for n in got.notes)
     assert t0 > 0

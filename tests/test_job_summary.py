@@ -8,6 +8,7 @@ give those figures. Plus the writer's own rules (debounce, retry) and the SQLite
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import threading
@@ -405,9 +406,9 @@ def test_collector_hook_names_each_written_jobs_events_and_never_fails_a_batch(t
     store = SqliteStore(tmp_path / "h.db")
     server = CollectorServer(store, "127.0.0.1:0", on_job_events=hook)
     try:
-        ack = server.service.Push(make_batch(job_id="hooked"), None)  # type: ignore[arg-type]
+        ack = asyncio.run(server.service.Push(make_batch(job_id="hooked"), None))  # type: ignore[arg-type]
         assert ack.written == 8 and ack.rejected == 0
-        server.service.Push(make_batch(seq=2), None)  # type: ignore[arg-type]  # no job events: no call
+        asyncio.run(server.service.Push(make_batch(seq=2), None))  # type: ignore[arg-type]  # no job events: no call
         assert calls == [[("hooked", True)]]
         assert len(store.job_events("hooked")) == 4
     finally:

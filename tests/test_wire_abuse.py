@@ -21,6 +21,7 @@ from store_rows import energy_rows
 from wattline import wire
 from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.uplink import Uplink
+from wattline.collector import server as server_module
 from wattline.collector.server import POOL_PER_WORKER, CollectorServer, HostLimiter
 from wattline.collector.stores.base import Store, StoreUnavailable, WriteResult
 from wattline.collector.stores.sqlite import SqliteStore
@@ -238,6 +239,41 @@ def test_silent_clients_do_not_block_the_others(serve: Serve) -> None:
                 call.result(timeout=10)
         stalled_channel.close()
     assert stub(address).Push(make_batch(seq=3), timeout=10).written == 4  # threads came back
+
+
+def test_a_call_without_its_batch_is_refused_and_frees_its_slot(serve: Serve, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that opens a Push and closes it without a message is refused at once (gRPC's
+    asyncio server would leave such a unary call waiting forever); one that sends nothing
+    is refused after REQUEST_TIMEOUT_S and its admission slot comes back: with every slot of
+    a 1-worker server taken by silent calls, a real push goes through once they time out."""
+    monkeypatch.setattr(server_module, "REQUEST_TIMEOUT_S", 1.0)
+    _server, address = serve(workers=1)
+    channel = grpc.insecure_channel(address)
+    call = channel.stream_unary(PUSH)
+    started = time.monotonic()
+    code, details = status_of(lambda: call(iter(()), timeout=10))
+    assert (code, details) == (grpc.StatusCode.INVALID_ARGUMENT, "a Push carries one batch, not 0")
+    code, details = status_of(lambda: call(iter((b"", b"")), timeout=10))
+    assert (code, details) == (grpc.StatusCode.INVALID_ARGUMENT, "a Push carries one batch, not 2")
+    assert time.monotonic() - started < 2.0
+    release = threading.Event()
+
+    def silent() -> Iterator[bytes]:
+        release.wait(30)
+        return
+        yield b""
+
+    held = [call.future(silent(), timeout=30) for _ in range(POOL_PER_WORKER)]
+    try:
+        for future in held:
+            with pytest.raises(grpc.RpcError) as refused:
+                future.result(timeout=10)
+            assert refused.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
+            assert "no batch within 1 s" in refused.value.details()  # type: ignore[attr-defined]
+        assert stub(address).Push(make_batch(), timeout=10).written == 4
+    finally:
+        release.set()
+        channel.close()
 
 
 def test_one_host_over_its_rate_does_not_starve_another(serve: Serve) -> None:

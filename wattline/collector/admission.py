@@ -7,7 +7,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -52,23 +52,27 @@ class HostLimiter:
 def _refuse_handler(code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler[Any, Any]:
     """A handler that answers ``code`` at once, without reading the request."""
 
-    def refuse(_requests: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(code, details)
+    async def refuse(_requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        await context.abort(code, details)
 
     return grpc.stream_unary_rpc_method_handler(refuse)
 
 
-class Gate(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    """Bearer-token check, run on gRPC's polling thread before a call gets a worker."""
+class Gate(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Bearer-token check, on the server's event loop before the call's handler runs."""
 
     def __init__(self, token: TokenCheck, metrics: Metrics) -> None:
         self.token = token
         self.metrics = metrics
         self._logged = -math.inf
 
-    def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
         if details.method.startswith("/grpc.health.v1.Health/") or self.token.check(details.invocation_metadata):
-            return continuation(details)
+            return await continuation(details)
         self.metrics.refused.labels("unauthenticated").inc()
         if time.monotonic() - self._logged > 60.0:
             self._logged = time.monotonic()

@@ -1,32 +1,41 @@
 """Group commit: the batches waiting for storage are written together, one commit per group.
 
-Every Push call waits until its batch is committed (the Ack follows the write), so a
-collector serving many agents spends its time in commits: one SQLite transaction
-(fsync) or one InfluxDB request per batch caps it at a few hundred batches a second
-whatever the batch size. Here the calls that arrive while a commit is running queue up;
-the next free writer takes all of them (up to ``max_group_points`` points) and hands the
-store one :meth:`Store.write_group`. Under light load a group is one batch and nothing
-waits; under heavy load the commit rate stays the same and each commit carries more.
+Every Push is answered only after its batch is committed (the Ack follows the write), so a
+collector serving many agents spends its time in commits: one SQLite transaction (fsync)
+or one InfluxDB request per batch caps it at a few hundred batches a second whatever the
+batch size. Here a call hands its batch to the committer and waits on a future; up to
+``writers`` writer threads each take all the batches waiting (up to ``max_group_points``
+points) and hand the store one :meth:`Store.write_group`. Under light load a group is one
+batch and nothing waits; under load (the last group, or the queue, held more than one
+batch) a writer lets the group gather for ``linger_s`` first, so each commit carries more
+(one InfluxDB request or SQLite transaction for many agents' batches: what costs the
+store's CPU is the number of commits more than the number of points). Writers start as the
+load needs them: another one only when the oldest waiting batch has waited twice the
+linger and none is free.
 
-No thread of its own: the waiting calls' own threads take turns as writers (leader and
-followers). At most ``writers`` groups are written at once. Each waiting call sleeps on its
-own condition and is woken only when its batch is done or it should lead the next group
-(never every waiting call after each commit: that is O(waiting calls) thread wake-ups per
-commit, each one a GIL hand-off). A batch that no writer has taken within ``busy_wait_s``
-leaves the queue and its call gets :class:`Busy` (the agent backs off), so the wait is
-bounded; memory is bounded by the calls gRPC admits.
+A waiting call holds no thread: the gRPC handlers await the future on the server's event
+loop (:meth:`GroupCommitter.write_async`); :meth:`GroupCommitter.write` blocks for callers
+that have a thread to spare. A batch that no writer has taken within ``busy_wait_s`` is
+withdrawn (its future cancelled, so no writer takes it later) and its call gets
+:class:`Busy` (the agent backs off), so the wait is bounded; memory is bounded by the
+calls gRPC admits.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
+from time import monotonic, perf_counter
 
 from wattline import wire
 from wattline.collector.stores.base import Store, StoreUnavailable, WriteResult
+
+log = logging.getLogger(__name__)
 
 
 class Busy(Exception):
@@ -37,16 +46,12 @@ class Busy(Exception):
 class _Pending:
     batch: wire.pb.Batch
     points: int
-    #: Its call's own wake-up, on the committer's lock.
-    wake: threading.Condition
-    taken: bool = False
-    done: bool = False
-    result: WriteResult | None = None
-    error: StoreUnavailable | None = None
+    future: Future[WriteResult]
+    queued: float
 
 
 class GroupCommitter:
-    """Writes batches to ``store`` in groups; :meth:`write` returns once its batch is committed."""
+    """Writes batches to ``store`` in groups, on up to ``writers`` threads of its own."""
 
     def __init__(
         self,
@@ -55,6 +60,7 @@ class GroupCommitter:
         writers: int,
         max_group_points: int = 50_000,
         busy_wait_s: float = 1.0,
+        linger_s: float = 0.0,
         on_commit: Callable[[int, float], None] | None = None,
     ) -> None:
         if writers < 1:
@@ -63,78 +69,123 @@ class GroupCommitter:
         self.writers = writers
         self.max_group_points = max_group_points
         self.busy_wait_s = busy_wait_s
-        #: Called after each successful commit with (batches, seconds).
+        #: How long a writer lets a group gather before committing it (unless it is full).
+        self.linger_s = linger_s
+        #: Called after each successful commit with (batches, seconds), on a writer thread.
         self.on_commit = on_commit
-        self._lock = threading.Lock()
+        self._ready = threading.Condition(threading.Lock())
         self._queue: deque[_Pending] = deque()
-        self._active = 0
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._last_group = 0
+        self._closed = False
+
+    def submit(self, batch: wire.pb.Batch) -> Future[WriteResult]:
+        """Queue ``batch``; its future gets the result, or StoreUnavailable, once committed."""
+        item = _Pending(batch, len(batch.samples) + len(batch.job_events), Future(), monotonic())
+        with self._ready:
+            if self._closed:
+                raise StoreUnavailable("the collector is stopping")
+            self._queue.append(item)
+            if self._idle:
+                self._ready.notify()
+            elif len(self._threads) < self.writers and self._behind():
+                thread = threading.Thread(target=self._run, name=f"commit-{len(self._threads)}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
+        return item.future
 
     def write(self, batch: wire.pb.Batch) -> WriteResult:
-        """Commit ``batch`` (with whatever else is waiting); raises Busy or StoreUnavailable."""
-        item = _Pending(batch, len(batch.samples) + len(batch.job_events), threading.Condition(self._lock))
-        deadline = time.monotonic() + self.busy_wait_s
-        with self._lock:
-            self._queue.append(item)
+        """Commit ``batch`` (with whatever else is waiting), blocking; raises Busy or StoreUnavailable."""
+        future = self.submit(batch)
+        try:
+            return future.result(timeout=self.busy_wait_s)
+        except TimeoutError:
+            if future.cancel():  # no writer took it: withdrawn
+                raise Busy(f"no writer free within {self.busy_wait_s:g} s") from None
+            return future.result()
+
+    async def write_async(self, batch: wire.pb.Batch) -> WriteResult:
+        """:meth:`write` for a coroutine: the call waits without holding a thread."""
+        future = self.submit(batch)
+        waiting = asyncio.wrap_future(future)
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiting), self.busy_wait_s)
+        except TimeoutError:
+            if future.cancel():
+                raise Busy(f"no writer free within {self.busy_wait_s:g} s") from None
+            return await waiting
+
+    def close(self) -> None:
+        """Commit what is queued, then stop the writer threads."""
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join()
+
+    def _run(self) -> None:
         while True:
-            group: list[_Pending] = []
-            with self._lock:
-                while not item.done:
-                    if self._queue and self._active < self.writers:
-                        group = self._take()
-                        self._active += 1
-                        break
-                    if item.taken:
-                        item.wake.wait()
-                        continue
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        self._queue.remove(item)
-                        raise Busy(f"no writer free within {self.busy_wait_s:g} s")
-                    item.wake.wait(remaining)
-            if not group:
-                if item.error is not None:
-                    raise item.error
-                assert item.result is not None
-                return item.result
-            try:
+            with self._ready:
+                while not self._queue and not self._closed:
+                    self._idle += 1
+                    self._ready.wait()
+                    self._idle -= 1
+                if self._queue and self.linger_s > 0 and (len(self._queue) > 1 or self._last_group > 1):
+                    self._linger()
+                group = self._take()
+                self._last_group = len(group) or self._last_group
+                if not group and self._closed:
+                    return
+            if group:
                 self._commit(group)
-            finally:
-                with self._lock:
-                    self._active -= 1
-                    for pending in group:
-                        pending.done = True
-                        pending.wake.notify()
-                    if self._queue:  # a writer is free: the oldest waiting call leads next
-                        self._queue[0].wake.notify()
+
+    def _behind(self) -> bool:
+        """Whether another writer should start: none yet, or the oldest waiting batch has
+        waited twice the linger (the writers are busy committing, not gathering)."""
+        return not self._threads or monotonic() - self._queue[0].queued > 2 * self.linger_s
+
+    def _linger(self) -> None:
+        """Wait (lock held, released while waiting) until the oldest batch has waited linger_s
+        or the queue holds a full group."""
+        deadline = self._queue[0].queued + self.linger_s
+        while not self._closed and (left := deadline - monotonic()) > 0:
+            if sum(p.points for p in self._queue) >= self.max_group_points:
+                return
+            self._ready.wait(left)
 
     def _take(self) -> list[_Pending]:
-        """The oldest waiting batches, at least one, up to max_group_points points."""
-        group = [self._queue.popleft()]
-        points = group[0].points
-        while self._queue and points + self._queue[0].points <= self.max_group_points:
-            pending = self._queue.popleft()
-            points += pending.points
-            group.append(pending)
-        for pending in group:
-            pending.taken = True
+        """The oldest batches still waiting (not withdrawn), up to max_group_points points."""
+        group: list[_Pending] = []
+        points = 0
+        while self._queue:
+            pending = self._queue[0]
+            if group and points + pending.points > self.max_group_points:
+                break
+            self._queue.popleft()
+            if pending.future.set_running_or_notify_cancel():
+                group.append(pending)
+                points += pending.points
         return group
 
     def _commit(self, group: Sequence[_Pending]) -> None:
-        started = time.perf_counter()
+        started = perf_counter()
         try:
             results = self.store.write_group([p.batch for p in group])
             if len(results) != len(group):
                 raise TypeError(f"write_group returned {len(results)} results for {len(group)} batches")
         except StoreUnavailable as exc:
             for pending in group:
-                pending.error = exc
+                pending.future.set_exception(exc)
             return
         except Exception as exc:  # a store bug: fail the group's calls, never leave them waiting
+            log.exception("%s failed a commit of %d batches", type(self.store).__name__, len(group))
             error = StoreUnavailable(f"{type(self.store).__name__}: {type(exc).__name__}: {exc}")
             for pending in group:
-                pending.error = error
-            raise
+                pending.future.set_exception(error)
+            return
         for pending, result in zip(group, results, strict=True):
-            pending.result = result
+            pending.future.set_result(result)
         if self.on_commit is not None:
-            self.on_commit(len(group), time.perf_counter() - started)
+            self.on_commit(len(group), perf_counter() - started)

@@ -14,7 +14,7 @@ Back-pressure, not unbounded memory: at most ``workers`` group commits run at on
 for SQLite); a batch that no writer takes within ``BUSY_WAIT_S`` is answered
 RESOURCE_EXHAUSTED ("busy") so its agent backs off or fails over, and gRPC admits at most
 ``POOL_PER_WORKER * workers`` calls in all (beyond: RESOURCE_EXHAUSTED at once, no
-thread, no message read). Per host, a token bucket (``host_rate`` batches/s, bursts of
+message read; a waiting call holds no thread, see :class:`CollectorServer`). Per host, a token bucket (``host_rate`` batches/s, bursts of
 ``host_burst``) answers RESOURCE_EXHAUSTED too, so one host replaying a long outage, or
 misbehaving, cannot starve the others; batches beyond ``max_batch_points`` points or
 ``max_message_bytes`` are refused the same way (the agent splits them). Memory is thus
@@ -27,8 +27,8 @@ know) is refused alone, counted in ``Ack.rejected`` with the reason, and the res
 batch is written. Unknown fields of a newer agent are ignored. Undecodable bytes are
 INVALID_ARGUMENT.
 
-Security (see :mod:`wattline.security`): the bearer token is checked on gRPC's polling
-thread before anything is read (:mod:`wattline.collector.admission`); with mutual TLS a
+Security (see :mod:`wattline.security`): the bearer token is checked before the call's
+handler runs, before anything is read (:mod:`wattline.collector.admission`); with mutual TLS a
 batch's ``host.host_id`` must be a name of the client certificate (PERMISSION_DENIED
 otherwise). The health service stays open (probes carry no credentials).
 
@@ -45,17 +45,18 @@ of one collector on one port (:mod:`wattline.collector.processes`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable
-from concurrent import futures
-from typing import Any, NoReturn
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import _async as health_aio  # = grpc_health.v1.health.aio (which mypy cannot see)
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from wattline import wire
@@ -74,11 +75,15 @@ log = logging.getLogger(__name__)
 AGENT_TIMEOUT_S = 120.0
 #: How long a batch waits for a free writer before the answer is "busy".
 BUSY_WAIT_S = 1.0
-#: gRPC threads (and most calls admitted at once) per store writer. A call waits for its
-#: group commit, so the calls in flight are about batches/s x commit time (1000 agents at
-#: 1 Hz x 30 ms: 30); calls beyond the bound are refused at once, so it must not be lower.
+#: How long a group gathers under load before its commit (see :mod:`wattline.collector.group`).
+GROUP_LINGER_S = 0.05
+#: Calls admitted at once, per worker. A call waits for its group commit (holding no
+#: thread), so the calls in flight are about batches/s x (linger + commit time): 1,000
+#: agents pushing every 1.5 s x 80 ms, about 55; calls beyond the bound are refused at once.
 #: Memory bound: each admitted call holds at most one message of max_message_bytes (+ slack).
 POOL_PER_WORKER = 16
+#: How long a call may take to bring its batch (then it is refused and its slot freed).
+REQUEST_TIMEOUT_S = 30.0
 #: Clock skew beyond which a host is named in the log (at most every SKEW_LOG_EVERY_S).
 SKEW_WARN_S = 5.0
 SKEW_LOG_EVERY_S = 600.0
@@ -87,6 +92,7 @@ MAX_ACK_MESSAGE = 2000
 
 #: ``on_job_events`` hook: the jobs of a written batch, (job id, a close among its events).
 JobEventsHook = Callable[[list[tuple[str, bool]]], None]
+T = TypeVar("T")
 
 
 class TelemetryService:
@@ -119,6 +125,7 @@ class TelemetryService:
             writers=writers,
             max_group_points=max(max_batch_points, 50_000),
             busy_wait_s=BUSY_WAIT_S,
+            linger_s=GROUP_LINGER_S,
             on_commit=self._committed,
         )
         self._streams: dict[str, float] = {}
@@ -129,11 +136,38 @@ class TelemetryService:
             metrics.duplicate_streams, metrics.duplicate_hosts, timeout_s=AGENT_TIMEOUT_S
         )
 
-    def _refuse(self, context: grpc.ServicerContext, reason: str, code: grpc.StatusCode, details: str) -> NoReturn:
+    async def _refuse(
+        self, context: grpc.aio.ServicerContext[Any, Any], reason: str, code: grpc.StatusCode, details: str
+    ) -> NoReturn:
         self.metrics.refused.labels(reason).inc()
-        context.abort(code, details)
+        await context.abort(code, details)
+        raise AssertionError("abort returned")  # abort raises; this keeps NoReturn honest
 
-    def push_bytes(self, request: bytes, context: grpc.ServicerContext) -> wire.pb.Ack:
+    async def push_call(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> wire.pb.Ack:
+        """The wire entry point: one message per call. (Push is unary on the wire; read as a
+        stream here because gRPC's asyncio server leaves a unary call whose client closed
+        without a message waiting forever.) A call whose message does not come within
+        ``REQUEST_TIMEOUT_S`` is refused, so a silent client frees its admission slot."""
+        messages: list[bytes] = []
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                async for message in requests:
+                    messages.append(message)
+                    if len(messages) > 1:
+                        break
+        except TimeoutError:
+            await self._refuse(
+                context, "invalid", grpc.StatusCode.DEADLINE_EXCEEDED, f"no batch within {REQUEST_TIMEOUT_S:g} s"
+            )
+        if len(messages) != 1:
+            await self._refuse(
+                context, "invalid", grpc.StatusCode.INVALID_ARGUMENT, f"a Push carries one batch, not {len(messages)}"
+            )
+        return await self.push_bytes(messages[0], context)
+
+    async def push_bytes(self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> wire.pb.Ack:
         """The wire entry point: size check and decoding are ours, so both are logged clearly."""
         if len(request) > self.max_message_bytes:
             log.warning(
@@ -142,7 +176,7 @@ class TelemetryService:
                 context.peer(),
                 self.max_message_bytes,
             )
-            self._refuse(
+            await self._refuse(
                 context,
                 "too_large",
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -152,22 +186,22 @@ class TelemetryService:
             batch = wire.Batch.FromString(request)
         except DecodeError as exc:
             log.warning("refused undecodable bytes (%d) from %s: %s", len(request), context.peer(), exc)
-            self._refuse(context, "invalid", grpc.StatusCode.INVALID_ARGUMENT, f"not a wattline.v1.Batch: {exc}")
-        return self.Push(batch, context)
+            await self._refuse(context, "invalid", grpc.StatusCode.INVALID_ARGUMENT, f"not a wattline.v1.Batch: {exc}")
+        return await self.Push(batch, context)
 
-    def Push(self, batch: wire.pb.Batch, context: grpc.ServicerContext) -> wire.pb.Ack:
+    async def Push(self, batch: wire.pb.Batch, context: grpc.aio.ServicerContext[Any, Any]) -> wire.pb.Ack:
         problem = validate(batch)
         if problem:
             log.warning("refused batch from %s: %s", clip(batch.host.host_id), problem)
             self.metrics.rejected.inc(len(batch.samples) + len(batch.job_events))
-            self._refuse(context, "invalid", grpc.StatusCode.INVALID_ARGUMENT, problem)
+            await self._refuse(context, "invalid", grpc.StatusCode.INVALID_ARGUMENT, problem)
         host = batch.host.host_id
         points = len(batch.samples) + len(batch.job_events)
         if points > self.max_batch_points:
             log.warning(
                 "refused batch %d of %s: %d points, more than %d", batch.seq, clip(host), points, self.max_batch_points
             )
-            self._refuse(
+            await self._refuse(
                 context,
                 "too_large",
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -177,14 +211,14 @@ class TelemetryService:
             names = peer_identities(context.auth_context())
             if host not in names:
                 log.warning("refused batch for host %s from a certificate of %s", clip(host), sorted(names))
-                self._refuse(
+                await self._refuse(
                     context,
                     "permission_denied",
                     grpc.StatusCode.PERMISSION_DENIED,
                     f"the client certificate does not name host {clip(host)}",
                 )
         if not self.limiter.allow(host):
-            self._refuse(
+            await self._refuse(
                 context,
                 "rate_limited",
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -194,13 +228,13 @@ class TelemetryService:
         self._seen(batch)
         self.metrics.in_flight.inc()
         try:
-            result = self.committer.write(batch)
+            result = await self.committer.write_async(batch)
         except Busy:
-            self._refuse(context, "busy", grpc.StatusCode.RESOURCE_EXHAUSTED, "collector busy; back off")
+            await self._refuse(context, "busy", grpc.StatusCode.RESOURCE_EXHAUSTED, "collector busy; back off")
         except StoreUnavailable as exc:
             self.metrics.errors.inc()
             log.warning("store unavailable, batch %s/%d not acknowledged: %s", clip(batch.stream_id), batch.seq, exc)
-            self._refuse(context, "store_unavailable", grpc.StatusCode.UNAVAILABLE, f"storage unavailable: {exc}")
+            await self._refuse(context, "store_unavailable", grpc.StatusCode.UNAVAILABLE, f"storage unavailable: {exc}")
         finally:
             self.metrics.in_flight.dec()
         self.metrics.points.inc(result.written)
@@ -267,7 +301,13 @@ class TelemetryService:
 
 
 class CollectorServer:
-    """A running gRPC server with the Telemetry and health services."""
+    """A running gRPC server with the Telemetry and health services.
+
+    The server is gRPC's asyncio server on an event loop of its own thread: a call waiting
+    for its group commit holds no thread (a thread per waiting call, as gRPC's threaded
+    server needs, cost about as much CPU per push as the whole store path, measured in
+    ``bench/run``'s scale part). The store's writes run on the committer's writer threads.
+    The methods here are plain calls from any thread."""
 
     def __init__(
         self,
@@ -283,7 +323,6 @@ class CollectorServer:
         server_credentials: grpc.ServerCredentials | None = None,
         token: str | None = None,
         require_identity: bool = False,
-        interceptors: list[Any] | None = None,
         on_job_events: JobEventsHook | None = None,
         reuse_port: bool = False,
         live: StreamWatch | None = None,
@@ -304,33 +343,71 @@ class CollectorServer:
             on_job_events=on_job_events,
             live=live,
         )
-        gates: list[Any] = [Gate(TokenCheck(token), self.metrics)] if token else []
-        pool = POOL_PER_WORKER * workers
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=pool, thread_name_prefix="ingest"),
-            interceptors=gates + (interceptors or []),
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="ingest-loop", daemon=True)
+        self._thread.start()
+        self._stopped = False
+        gates = [Gate(TokenCheck(token), self.metrics)] if token else []
+        try:
+            self.server, self.health, self.port = self._run(
+                self._build(gates, POOL_PER_WORKER * workers, max_message_bytes, reuse_port, server_credentials, listen)
+            )
+        except BaseException:
+            self._close_loop()
+            raise
+
+    async def _build(
+        self,
+        gates: list[Gate],
+        calls: int,
+        max_message_bytes: int,
+        reuse_port: bool,
+        credentials: grpc.ServerCredentials | None,
+        listen: str,
+    ) -> tuple[grpc.aio.Server, health_aio.HealthServicer, int]:
+        server = grpc.aio.server(
+            interceptors=gates,
             options=server_options(max_message_bytes, reuse_port),
-            maximum_concurrent_rpcs=pool,
+            maximum_concurrent_rpcs=calls,
         )
-        push = grpc.unary_unary_rpc_method_handler(
-            self.service.push_bytes, request_deserializer=None, response_serializer=wire.pb.Ack.SerializeToString
+        push = grpc.stream_unary_rpc_method_handler(
+            self.service.push_call, request_deserializer=None, response_serializer=wire.pb.Ack.SerializeToString
         )
-        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(wire.SERVICE_NAME, {"Push": push}),))
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        if server_credentials is None:
-            self.port = self.server.add_insecure_port(listen)
-        else:
-            self.port = self.server.add_secure_port(listen, server_credentials)
-        if self.port == 0:
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(wire.SERVICE_NAME, {"Push": push}),))
+        servicer = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+        port = server.add_insecure_port(listen) if credentials is None else server.add_secure_port(listen, credentials)
+        if port == 0:
             raise OSError(f"cannot listen on {listen}")
+        return server, servicer, port
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def start(self) -> None:
-        self.server.start()
+        self._run(self._start())
+
+    async def _start(self) -> None:
+        await self.server.start()
         for name in ("", wire.SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Stop accepting calls; in-flight writes finish (and are acknowledged) first."""
-        self.health.enter_graceful_shutdown()
-        self.server.stop(grace_s).wait()
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self._run(self._stop(grace_s))
+        finally:
+            self._close_loop()
+            self.service.committer.close()
+
+    async def _stop(self, grace_s: float) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace_s)
+
+    def _close_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()

@@ -15,10 +15,11 @@ for SQLite); a batch that no writer takes within ``BUSY_WAIT_S`` is answered
 RESOURCE_EXHAUSTED ("busy") so its agent backs off or fails over, and gRPC admits at most
 ``POOL_PER_WORKER * workers`` calls in all (beyond: RESOURCE_EXHAUSTED at once, no
 message read; a waiting call holds no thread, see :class:`CollectorServer`). Per host, a
-token bucket (``host_rate`` batches/s, bursts of ``host_burst``) answers RESOURCE_EXHAUSTED too, so one host replaying a long outage, or
-misbehaving, cannot starve the others; batches beyond ``max_batch_points`` points or
-``max_message_bytes`` are refused the same way (the agent splits them). Memory is thus
-bounded by ``POOL_PER_WORKER * workers`` messages.
+token bucket (``host_rate`` batches/s, bursts of ``host_burst``) answers
+RESOURCE_EXHAUSTED too, so one host replaying a long outage, or misbehaving, cannot
+starve the others; batches beyond ``max_batch_points`` points or ``max_message_bytes``
+are refused the same way (the agent splits them). Memory is thus bounded by
+``POOL_PER_WORKER * workers`` messages.
 
 Bad input (:mod:`wattline.collector.validation`): a batch without host id, stream id or
 seq is INVALID_ARGUMENT (the agent drops it); a malformed sample or job event (bad

@@ -220,12 +220,19 @@ def test_silent_clients_do_not_block_the_others(serve: Serve) -> None:
     stalled_channel = grpc.insecure_channel(address)
     stalled_call = stalled_channel.stream_unary(PUSH)
     stalled = [stalled_call.future(never_sends(), timeout=30) for _ in range(3)]
+    own: list[grpc.Channel] = []
     try:
         time.sleep(0.3)
         started = time.monotonic()
         assert stub(address).Push(make_batch(), timeout=10).written == 4
         assert time.monotonic() - started < 2.0
-        more = [stalled_call.future(never_sends(), timeout=30) for _ in range(POOL_PER_WORKER)]  # > admitted
+        # > admitted, over connections of their own (a connection carries at most 64 streams)
+        own = [grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)]) for _ in range(2)]
+        more = [
+            channel.stream_unary(PUSH).future(never_sends(), timeout=30)
+            for channel in own
+            for _ in range(POOL_PER_WORKER // 2)
+        ]
         time.sleep(0.3)
         code, _details = status_of(lambda: stub(address).Push(make_batch(seq=2), timeout=10))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED  # at once, not queued behind the stalled ones
@@ -238,6 +245,8 @@ def test_silent_clients_do_not_block_the_others(serve: Serve) -> None:
             with contextlib.suppress(grpc.RpcError):
                 call.result(timeout=10)
         stalled_channel.close()
+        for channel in own:
+            channel.close()
     assert stub(address).Push(make_batch(seq=3), timeout=10).written == 4  # threads came back
 
 

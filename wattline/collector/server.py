@@ -80,9 +80,11 @@ BUSY_WAIT_S = 1.0
 GROUP_LINGER_S = 0.05
 #: Calls admitted at once, per worker. A call waits for its group commit (holding no
 #: thread), so the calls in flight are about batches/s x (linger + commit time): 1,000
-#: agents pushing every 1.5 s x 80 ms, about 55; calls beyond the bound are refused at once.
+#: agents pushing every 1.5 s x 80 ms, about 55, many more while the host is short of CPU;
+#: calls beyond the bound are refused at once (at 16 per worker, 1,000 agents on the
+#: benchmark VM were refused thousands of times a run, each refusal a push later).
 #: Memory bound: each admitted call holds at most one message of max_message_bytes (+ slack).
-POOL_PER_WORKER = 16
+POOL_PER_WORKER = 64
 #: How long a call may take to bring its batch (then it is refused and its slot freed).
 REQUEST_TIMEOUT_S = 30.0
 #: Clock skew beyond which a host is named in the log (at most every SKEW_LOG_EVERY_S).

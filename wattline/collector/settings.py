@@ -34,7 +34,7 @@ class CollectorSettings:
     prometheus_addr: str = option("127.0.0.1", "Address for the Prometheus endpoint.")
     workers: int = option(
         8,
-        "Concurrent group commits (SQLite: 1); 16 calls per worker may wait for them; "
+        "Concurrent group commits (SQLite: 1); 64 calls per worker may wait for them; "
         "a batch no writer takes within 1 s is answered 'busy'.",
     )
     processes: int = option(

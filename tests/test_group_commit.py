@@ -225,6 +225,26 @@ def test_under_load_a_group_lingers_to_gather_more_and_alone_a_batch_does_not_wa
     sqlite.close()
 
 
+def test_a_group_of_linger_points_commits_without_lingering(tmp_path: Path) -> None:
+    """Large batches (a few clients pushing as fast as they are answered) are not held back:
+    once the queue holds linger_points points the group is committed at once."""
+    sqlite = SqliteStore(tmp_path / "w.db")
+    store = Gated(sqlite)
+    committer = GroupCommitter(store, writers=1, busy_wait_s=30, linger_s=5.0, linger_points=6)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        first = pool.submit(committer.write, batch(0))
+        assert store.entered.wait(5)
+        waiting = [pool.submit(committer.write, batch(i)) for i in (1, 2)]  # 3 + 3 points
+        time.sleep(0.2)
+        started = time.monotonic()
+        store.gate.set()
+        assert [f.result(10).written for f in [first, *waiting]] == [3, 3, 3]
+        assert time.monotonic() - started < 2.0  # not the 5 s linger
+    assert store.groups == [1, 2]
+    committer.close()
+    sqlite.close()
+
+
 def test_line_protocol_group_attributes_refused_points_to_their_own_batch(influxd: Influxd) -> None:
     with InfluxV1Store(influxd.url, influxd.new_database()) as store:
         # A string field of the name the next batches send as a float: InfluxDB refuses those

@@ -7,9 +7,10 @@ batch size. Here a call hands its batch to the committer and waits on a future; 
 ``writers`` writer threads each take all the batches waiting (up to ``max_group_points``
 points) and hand the store one :meth:`Store.write_group`. Under light load a group is one
 batch and nothing waits; under load (the last group, or the queue, held more than one
-batch) a writer lets the group gather for ``linger_s`` first, so each commit carries more
-(one InfluxDB request or SQLite transaction for many agents' batches: what costs the
-store's CPU is the number of commits more than the number of points). Writers start as the
+batch) a writer lets the group gather for ``linger_s`` (or up to ``linger_points`` points)
+first, so each commit carries more (one InfluxDB request or SQLite transaction for many
+agents' batches: what costs the store's CPU is the number of commits more than the number
+of points; a few clients sending large batches are not held back). Writers start as the
 load needs them: another one only when the oldest waiting batch has waited twice the
 linger and none is free.
 
@@ -61,6 +62,7 @@ class GroupCommitter:
         max_group_points: int = 50_000,
         busy_wait_s: float = 1.0,
         linger_s: float = 0.0,
+        linger_points: int = 5000,
         on_commit: Callable[[int, float], None] | None = None,
     ) -> None:
         if writers < 1:
@@ -71,6 +73,8 @@ class GroupCommitter:
         self.busy_wait_s = busy_wait_s
         #: How long a writer lets a group gather before committing it (unless it is full).
         self.linger_s = linger_s
+        #: A group this large commits at once (InfluxDB's advice: 5,000 points a write).
+        self.linger_points = min(linger_points, max_group_points)
         #: Called after each successful commit with (batches, seconds), on a writer thread.
         self.on_commit = on_commit
         self._ready = threading.Condition(threading.Lock())
@@ -148,10 +152,10 @@ class GroupCommitter:
 
     def _linger(self) -> None:
         """Wait (lock held, released while waiting) until the oldest batch has waited linger_s
-        or the queue holds a full group."""
+        or the queue holds linger_points points."""
         deadline = self._queue[0].queued + self.linger_s
         while not self._closed and (left := deadline - monotonic()) > 0:
-            if sum(p.points for p in self._queue) >= self.max_group_points:
+            if sum(p.points for p in self._queue) >= self.linger_points:
                 return
             self._ready.wait(left)
 

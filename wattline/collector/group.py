@@ -11,8 +11,8 @@ batch) a writer lets the group gather for ``linger_s`` (or up to ``linger_points
 first, so each commit carries more (one InfluxDB request or SQLite transaction for many
 agents' batches: what costs the store's CPU is the number of commits more than the number
 of points; a few clients sending large batches are not held back). Writers start as the
-load needs them: another one only when the oldest waiting batch has waited twice the
-linger and none is free.
+load needs them: another one only when none is free and a full group (``linger_points``)
+waits, or the oldest waiting batch has waited twice the linger.
 
 A waiting call holds no thread: the gRPC handlers await the future on the server's event
 loop (:meth:`GroupCommitter.write_async`); :meth:`GroupCommitter.write` blocks for callers
@@ -146,9 +146,14 @@ class GroupCommitter:
                 self._commit(group)
 
     def _behind(self) -> bool:
-        """Whether another writer should start: none yet, or the oldest waiting batch has
-        waited twice the linger (the writers are busy committing, not gathering)."""
-        return not self._threads or monotonic() - self._queue[0].queued > 2 * self.linger_s
+        """Whether another writer should start: none yet, a full group (linger_points) is
+        waiting, or the oldest waiting batch has waited twice the linger (the writers are
+        busy committing, not gathering)."""
+        return (
+            not self._threads
+            or monotonic() - self._queue[0].queued > 2 * self.linger_s
+            or sum(p.points for p in self._queue) >= self.linger_points
+        )
 
     def _linger(self) -> None:
         """Wait (lock held, released while waiting) until the oldest batch has waited linger_s

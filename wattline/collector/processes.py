@@ -51,9 +51,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
 from wattline import wire
+from wattline.collector.listen import check_free
 from wattline.collector.livestreams import LiveStreams, batch_span, duplicate_gauges
 from wattline.collector.settings import CollectorSettings
-from wattline.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -160,19 +160,7 @@ def reserve_port(listen: str) -> tuple[socket.socket, int]:
     """Check that nothing listens on ``listen`` and hold its port (port 0: a free one) with a
     bound, not listening, ``SO_REUSEPORT`` socket, so that only the collector's processes
     (same user, same option) can bind it while the collector runs."""
-    host, _, port_text = listen.rpartition(":")
-    host = host.strip("[]")
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, int(port_text), type=socket.SOCK_STREAM)[0]
-    except (socket.gaierror, ValueError) as exc:
-        raise ConfigError(f"option collector.listen: cannot resolve {listen[:100]!r}: {exc}") from None
-    if address[1]:  # a given port: fail at once if something (without SO_REUSEPORT too) listens there
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(address)
-            except OSError as exc:
-                raise OSError(f"cannot listen on {listen}: {exc.strerror}") from None
+    family, kind, proto, address = check_free(listen)
     held = socket.socket(family, kind, proto)
     held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)

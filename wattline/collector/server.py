@@ -64,6 +64,7 @@ from wattline import wire
 from wattline.collector.admission import Gate, HostLimiter, server_options
 from wattline.collector.group import Busy, GroupCommitter
 from wattline.collector.lineprotocol import clip
+from wattline.collector.listen import check_free
 from wattline.collector.livestreams import LiveStreams, StreamWatch
 from wattline.collector.metrics import Metrics
 from wattline.collector.stores.base import Store, StoreUnavailable
@@ -379,7 +380,14 @@ class CollectorServer:
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(wire.SERVICE_NAME, {"Push": push}),))
         servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-        port = server.add_insecure_port(listen) if credentials is None else server.add_secure_port(listen, credentials)
+        if not reuse_port:  # (several processes: the supervisor checked and holds the port)
+            check_free(listen)
+        try:
+            port = (
+                server.add_insecure_port(listen) if credentials is None else server.add_secure_port(listen, credentials)
+            )
+        except RuntimeError:  # gRPC's "Failed to bind": lost a race with another process
+            port = 0
         if port == 0:
             raise OSError(f"cannot listen on {listen}")
         return server, servicer, port

@@ -80,6 +80,7 @@ class GroupCommitter:
         self._ready = threading.Condition(threading.Lock())
         self._queue: deque[_Pending] = deque()
         self._threads: list[threading.Thread] = []
+        self._queued_points = 0  #: points in the queue (withdrawn batches until a writer drops them)
         self._idle = 0
         self._last_group = 0
         self._closed = False
@@ -91,7 +92,8 @@ class GroupCommitter:
             if self._closed:
                 raise StoreUnavailable("the collector is stopping")
             self._queue.append(item)
-            if self._idle:
+            self._queued_points += item.points
+            if self._idle or self._queued_points >= self.linger_points:  # (wakes a lingering writer too)
                 self._ready.notify()
             elif len(self._threads) < self.writers and self._behind():
                 thread = threading.Thread(target=self._run, name=f"commit-{len(self._threads)}", daemon=True)
@@ -105,8 +107,7 @@ class GroupCommitter:
         try:
             return future.result(timeout=self.busy_wait_s)
         except TimeoutError:
-            if future.cancel():  # no writer took it: withdrawn
-                raise Busy(f"no writer free within {self.busy_wait_s:g} s") from None
+            self._withdraw(future)
             return future.result()
 
     async def write_async(self, batch: wire.pb.Batch) -> WriteResult:
@@ -116,9 +117,13 @@ class GroupCommitter:
         try:
             return await asyncio.wait_for(asyncio.shield(waiting), self.busy_wait_s)
         except TimeoutError:
-            if future.cancel():
-                raise Busy(f"no writer free within {self.busy_wait_s:g} s") from None
+            self._withdraw(future)
             return await waiting
+
+    def _withdraw(self, future: Future[WriteResult]) -> None:
+        """Raise Busy if no writer has taken the batch yet (it never will now)."""
+        if future.cancel():
+            raise Busy(f"no writer free within {self.busy_wait_s:g} s") from None
 
     def close(self) -> None:
         """Commit what is queued, then stop the writer threads."""
@@ -152,7 +157,7 @@ class GroupCommitter:
         return (
             not self._threads
             or monotonic() - self._queue[0].queued > 2 * self.linger_s
-            or sum(p.points for p in self._queue) >= self.linger_points
+            or self._queued_points >= self.linger_points
         )
 
     def _linger(self) -> None:
@@ -160,7 +165,7 @@ class GroupCommitter:
         or the queue holds linger_points points."""
         deadline = self._queue[0].queued + self.linger_s
         while not self._closed and (left := deadline - monotonic()) > 0:
-            if sum(p.points for p in self._queue) >= self.linger_points:
+            if self._queued_points >= self.linger_points:
                 return
             self._ready.wait(left)
 
@@ -173,6 +178,7 @@ class GroupCommitter:
             if group and points + pending.points > self.max_group_points:
                 break
             self._queue.popleft()
+            self._queued_points -= pending.points
             if pending.future.set_running_or_notify_cancel():
                 group.append(pending)
                 points += pending.points

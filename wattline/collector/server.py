@@ -308,8 +308,8 @@ class CollectorServer:
     """A running gRPC server with the Telemetry and health services.
 
     The server is gRPC's asyncio server on an event loop of its own thread: a call waiting
-    for its group commit holds no thread (a thread per waiting call, as gRPC's threaded
-    server needs, cost about as much CPU per push as the whole store path, measured in
+    for its group commit holds no thread (gRPC's threaded server needs one per waiting call:
+    at 1,000 agents into InfluxDB it spent 1.47-1.59 ms of CPU per push, this one 1.1-1.35,
     ``bench/run``'s scale part). The store's writes run on the committer's writer threads.
     The methods here are plain calls from any thread."""
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
+import operator
+from collections.abc import Sequence
 from typing import Any
 
 from wattline.collector.stores.reader import StoredJobEvent, StoredSample
@@ -53,6 +58,42 @@ def unit_events(found: list[dict[str, Any]]) -> list[StoredJobEvent]:
             for v in series.get("values", [])
         ]
     return events
+
+
+def reduced_units(job_id: str, series: dict[str, Any], instants: Sequence[int]) -> list[StoredJobEvent] | None:
+    """One host's UNITS events (a series of ``SELECT units, event_seq, time_ns ... GROUP BY
+    host, job_id``) reduced as :func:`~.reader.reduce_units` does for ``instants``, without a
+    Python step per row: the rows come in point-time order, so where their event times
+    strictly increase (the usual case) that is the (time, event_seq) order, a span is a slice
+    found by bisection, and its middle units are summed in C (the same additions in the same
+    order). None when that does not hold (events at one instant or out of order, a units
+    value that is not a plain number >= 0): the caller reduces the rows one by one."""
+    i_time, i_units, i_seq, i_true = indexes(series, "units", "event_seq", "time_ns")
+    values = series.get("values", [])
+    times = [v[i_true] or v[i_time] for v in values]
+    units = [v[i_units] for v in values]
+    if not (
+        set(map(type, times)) <= {int}
+        and all(map(operator.lt, times, itertools.islice(times, 1, None)))
+        and set(map(type, units)) <= {int, float}
+        and (not units or (min(units) >= 0 and max(units) < math.inf))
+    ):
+        return None
+    host = series["tags"].get("host", "")
+
+    def event(i: int, count: float) -> StoredJobEvent:
+        return StoredJobEvent(host, job_id, "units", times[i], int(values[i][i_seq] or 0), {"units": count})
+
+    out: list[StoredJobEvent] = []
+    ends = [bisect.bisect_right(times, t) for t in instants]  # events up to each cut
+    for lo, hi in itertools.pairwise([0, *ends, len(times)]):
+        if hi > lo:
+            out.append(event(lo, units[lo]))  # the span's first instant: one event (times strictly increase)
+        if hi - lo == 2:
+            out.append(event(lo + 1, units[lo + 1]))
+        elif hi - lo > 2:  # the last one carries the units of all but the first
+            out.append(event(hi - 1, sum(map(float, units[lo + 1 : hi]))))
+    return out
 
 
 def stored_samples(host: str, series: list[dict[str, Any]]) -> list[StoredSample]:

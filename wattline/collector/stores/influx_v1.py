@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import logging
 import urllib.parse
 from collections.abc import Collection, Sequence
@@ -26,8 +25,8 @@ from typing import Any
 from wattline.collector.lineprotocol import LineEncoder
 from wattline.collector.linestore import LineProtocolStore
 from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
-from wattline.collector.stores.influx_http import HttpClient, error_message, rejected_points, shorten
-from wattline.collector.stores.influx_rows import indexes, stored_samples
+from wattline.collector.stores.influx_http import HttpClient, error_message, loads, rejected_points, shorten
+from wattline.collector.stores.influx_rows import indexes, reduced_units, stored_samples
 from wattline.collector.stores.influx_rows import job_events as job_events_of
 from wattline.collector.stores.influx_rows import unit_events as unit_events_of
 from wattline.collector.stores.reader import (
@@ -184,7 +183,7 @@ class InfluxV1Store(LineProtocolStore):
         if status != 200:
             raise QueryError(shorten(f"{influxql!r}: {error_message(data, headers)}"))
         out: list[list[dict[str, Any]]] = []
-        for result in json.loads(data).get("results", []):
+        for result in loads(data).get("results", []):
             if "error" in result:
                 raise QueryError(shorten(f"{influxql!r}: {result['error']}"))
             series = result.get("series", [])
@@ -213,11 +212,16 @@ class InfluxV1Store(LineProtocolStore):
 
     def unit_events(self, job_id: str, cuts: UnitCuts) -> list[StoredJobEvent]:
         """Every UNITS row of the job (its two fields), reduced here as :func:`reduce_units`
-        does, on the rows as they come (no event object for a row the reduction drops)."""
+        does, per host by slices of its rows (:func:`.influx_rows.reduced_units`), else on the
+        rows one by one (no event object for a row the reduction drops)."""
         (found,) = self._statements(self._units_query(f"job_id = {quote_literal(job_id)} AND "), self.database)
         instants = cuts.instants
         out: list[StoredJobEvent] = []
         for series in found:
+            fast = reduced_units(job_id, series, instants)
+            if fast is not None:
+                out += fast
+                continue
             host = series["tags"].get("host", "")
             i_time, i_units, i_seq, i_true = indexes(series, "units", "event_seq", "time_ns")
             values = series.get("values", [])

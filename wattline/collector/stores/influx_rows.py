@@ -7,9 +7,11 @@ import itertools
 import math
 import operator
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from wattline.collector.stores.reader import StoredJobEvent, StoredSample
+from wattline.collector.stores.schema import SEQ_BLOCK
 
 
 def indexes(series: dict[str, Any], *names: str) -> tuple[int, ...]:
@@ -60,39 +62,79 @@ def unit_events(found: list[dict[str, Any]]) -> list[StoredJobEvent]:
     return events
 
 
-def reduced_units(job_id: str, series: dict[str, Any], instants: Sequence[int]) -> list[StoredJobEvent] | None:
-    """One host's UNITS events (a series of ``SELECT units, event_seq, time_ns ... GROUP BY
-    host, job_id``) reduced as :func:`~.reader.reduce_units` does for ``instants``, without a
-    Python step per row: the rows come in point-time order, so where their event times
-    strictly increase (the usual case) that is the (time, event_seq) order, a span is a slice
-    found by bisection, and its middle units are summed in C (the same additions in the same
-    order). None when that does not hold (events at one instant or out of order, a units
-    value that is not a plain number >= 0): the caller reduces the rows one by one."""
-    i_time, i_units, i_seq, i_true = indexes(series, "units", "event_seq", "time_ns")
-    values = series.get("values", [])
-    times = [v[i_true] or v[i_time] for v in values]
-    units = [v[i_units] for v in values]
-    if not (
-        set(map(type, times)) <= {int}
-        and all(map(operator.lt, times, itertools.islice(times, 1, None)))
-        and set(map(type, units)) <= {int, float}
-        and (not units or (min(units) >= 0 and max(units) < math.inf))
-    ):
-        return None
-    host = series["tags"].get("host", "")
+@dataclass(slots=True)
+class UnitRows:
+    """One host's UNITS rows as columns, ordered by (time_ns, event_seq)."""
 
-    def event(i: int, count: float) -> StoredJobEvent:
-        return StoredJobEvent(host, job_id, "units", times[i], int(values[i][i_seq] or 0), {"units": count})
+    times: list[int] = field(default_factory=list)
+    seqs: list[int] = field(default_factory=list)
+    units: list[Any] = field(default_factory=list)  #: as InfluxDB gives them (None: no field)
 
+
+def unit_rows(found: list[dict[str, Any]]) -> dict[str, UnitRows] | None:
+    """Per host, the UNITS rows of ``SELECT units, time_ns ... GROUP BY host, seq_block`` (the
+    event_seq, not read, is the ``seq_block`` tag's million plus the point time's nanoseconds
+    past its millisecond, see :data:`~.schema.SEQ_BLOCK`) or of ``SELECT units, event_seq,
+    time_ns ...``. None for rows without ``seq_block`` or ``time_ns`` (an older version wrote
+    them) in a series without ``event_seq``: read that too."""
+    hosts: dict[str, list[tuple[list[int], list[int], list[Any]]]] = {}
+    for series in found:
+        columns = series["columns"]
+        values = series.get("values", [])
+        i_time, i_units, i_true = indexes(series, "units", "time_ns")
+        if "event_seq" in columns:
+            i_seq = columns.index("event_seq")
+            times = [v[i_true] or v[i_time] for v in values]
+            seqs = [v[i_seq] or 0 for v in values]
+        else:
+            block = series["tags"].get("seq_block", "")
+            times = [v[i_true] for v in values]
+            if not block.isdigit() or None in times:
+                return None
+            base = int(block) * SEQ_BLOCK
+            seqs = [base + v[i_time] % SEQ_BLOCK for v in values]
+        hosts.setdefault(series["tags"].get("host", ""), []).append((times, seqs, [v[i_units] for v in values]))
+    out = {}
+    for host, parts in hosts.items():
+        times, seqs, units = (list(itertools.chain.from_iterable(column)) for column in zip(*parts, strict=True))
+        if len(parts) > 1 or not all(map(operator.lt, times, itertools.islice(times, 1, None))):
+            keys = list(zip(times, seqs, strict=True))  # several writers, or events at one instant
+            order = sorted(range(len(keys)), key=keys.__getitem__)
+            times, seqs, units = ([column[k] for k in order] for column in (times, seqs, units))
+        out[host] = UnitRows(times, seqs, units)
+    return out
+
+
+def good_unit_rows(rows: UnitRows) -> bool:
+    """Whether every units value is one a view takes (:func:`~.reader.good_units`; none is 0)."""
+    units = rows.units if None not in rows.units else [u for u in rows.units if u is not None]
+    return set(map(type, units)) <= {int, float} and (not units or (min(units) >= 0 and max(units) < math.inf))
+
+
+def reduce_unit_rows(job_id: str, host: str, rows: UnitRows, instants: Sequence[int] | None) -> list[StoredJobEvent]:
+    """:func:`~.reader.reduce_units` of one host's (good) rows, by slices rather than a Python
+    step per row: a span's rows are found by bisection at the cuts, and its middle units summed
+    in C (the same additions in the same order). Every row as an event when ``instants`` is None."""
+    times, seqs, units = rows.times, rows.seqs, rows.units
+    plain = None not in units
+
+    def event(i: int, count: Any) -> StoredJobEvent:
+        return StoredJobEvent(host, job_id, "units", times[i], seqs[i], {} if count is None else {"units": count})
+
+    if instants is None:
+        return [event(i, u) for i, u in enumerate(units)]
     out: list[StoredJobEvent] = []
-    ends = [bisect.bisect_right(times, t) for t in instants]  # events up to each cut
+    ends = [bisect.bisect_right(times, t) for t in instants]  # rows up to each cut
     for lo, hi in itertools.pairwise([0, *ends, len(times)]):
-        if hi > lo:
-            out.append(event(lo, units[lo]))  # the span's first instant: one event (times strictly increase)
-        if hi - lo == 2:
-            out.append(event(lo + 1, units[lo + 1]))
-        elif hi - lo > 2:  # the last one carries the units of all but the first
-            out.append(event(hi - 1, sum(map(float, units[lo + 1 : hi]))))
+        if hi == lo:
+            continue
+        first = bisect.bisect_right(times, times[lo], lo, hi)  # the rows at the span's first instant
+        out += [event(i, units[i]) for i in range(lo, first)]
+        if hi - first == 1:
+            out.append(event(first, units[first]))
+        elif hi - first > 1:  # the last one carries the units of all the others
+            middle = units[first:hi]
+            out.append(event(hi - 1, sum(map(float, middle)) if plain else sum(float(u or 0) for u in middle)))
     return out
 
 

@@ -97,7 +97,7 @@ def unit_rows(found: list[dict[str, Any]]) -> dict[str, UnitRows] | None:
     out = {}
     for host, parts in hosts.items():
         times, seqs, units = (list(itertools.chain.from_iterable(column)) for column in zip(*parts, strict=True))
-        if len(parts) > 1 or not all(map(operator.lt, times, itertools.islice(times, 1, None))):
+        if not all(map(operator.lt, times, itertools.islice(times, 1, None))):
             keys = list(zip(times, seqs, strict=True))  # several writers, or events at one instant
             order = sorted(range(len(keys)), key=keys.__getitem__)
             times, seqs, units = ([column[k] for k in order] for column in (times, seqs, units))

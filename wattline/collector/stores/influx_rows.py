@@ -6,8 +6,8 @@ import bisect
 import itertools
 import math
 import operator
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from wattline.collector.stores.reader import StoredJobEvent, StoredSample
@@ -62,13 +62,33 @@ def unit_events(found: list[dict[str, Any]]) -> list[StoredJobEvent]:
     return events
 
 
-@dataclass(slots=True)
+#: Row -> its event_seq.
+SeqOf = Callable[[int], int]
+
+
+@dataclass(frozen=True, slots=True)
 class UnitRows:
     """One host's UNITS rows as columns, ordered by (time_ns, event_seq)."""
 
-    times: list[int] = field(default_factory=list)
-    seqs: list[int] = field(default_factory=list)
-    units: list[Any] = field(default_factory=list)  #: as InfluxDB gives them (None: no field)
+    times: list[int]
+    units: list[Any]  #: as InfluxDB gives them (None: no field)
+    seq: SeqOf  #: row -> its event_seq (made only for the rows that become events)
+
+
+def _columns(series: dict[str, Any]) -> tuple[list[int], list[Any], SeqOf] | None:
+    """One series' times, units and event_seq of a row (see :func:`unit_rows`)."""
+    columns, values = series["columns"], series.get("values", [])
+    i_time, i_units, i_true = indexes(series, "units", "time_ns")
+    units = list(map(operator.itemgetter(i_units), values))
+    if "event_seq" in columns:
+        i_seq = columns.index("event_seq")
+        return [v[i_true] or v[i_time] for v in values], units, lambda i: int(values[i][i_seq] or 0)
+    block = series["tags"].get("seq_block", "")
+    times = list(map(operator.itemgetter(i_true), values))
+    if not block.isdigit() or None in times:
+        return None
+    base = int(block) * SEQ_BLOCK
+    return times, units, lambda i: base + values[i][i_time] % SEQ_BLOCK
 
 
 def unit_rows(found: list[dict[str, Any]]) -> dict[str, UnitRows] | None:
@@ -77,31 +97,25 @@ def unit_rows(found: list[dict[str, Any]]) -> dict[str, UnitRows] | None:
     past its millisecond, see :data:`~.schema.SEQ_BLOCK`) or of ``SELECT units, event_seq,
     time_ns ...``. None for rows without ``seq_block`` or ``time_ns`` (an older version wrote
     them) in a series without ``event_seq``: read that too."""
-    hosts: dict[str, list[tuple[list[int], list[int], list[Any]]]] = {}
+    hosts: dict[str, list[tuple[list[int], list[Any], SeqOf]]] = {}
     for series in found:
-        columns = series["columns"]
-        values = series.get("values", [])
-        i_time, i_units, i_true = indexes(series, "units", "time_ns")
-        if "event_seq" in columns:
-            i_seq = columns.index("event_seq")
-            times = [v[i_true] or v[i_time] for v in values]
-            seqs = [v[i_seq] or 0 for v in values]
-        else:
-            block = series["tags"].get("seq_block", "")
-            times = [v[i_true] for v in values]
-            if not block.isdigit() or None in times:
-                return None
-            base = int(block) * SEQ_BLOCK
-            seqs = [base + v[i_time] % SEQ_BLOCK for v in values]
-        hosts.setdefault(series["tags"].get("host", ""), []).append((times, seqs, [v[i_units] for v in values]))
+        part = _columns(series)
+        if part is None:
+            return None
+        hosts.setdefault(series["tags"].get("host", ""), []).append(part)
     out = {}
     for host, parts in hosts.items():
-        times, seqs, units = (list(itertools.chain.from_iterable(column)) for column in zip(*parts, strict=True))
-        if not all(map(operator.lt, times, itertools.islice(times, 1, None))):
-            keys = list(zip(times, seqs, strict=True))  # several writers, or events at one instant
+        times, units, seq = parts[0]
+        if len(parts) > 1:  # several writers (or a million events): one list of each
+            times = [t for part in parts for t in part[0]]
+            units = [u for part in parts for u in part[1]]
+            seq = [part[2](i) for part in parts for i in range(len(part[0]))].__getitem__
+        if not all(map(operator.lt, times, itertools.islice(times, 1, None))):  # out of (time, seq) order
+            keys = [(t, seq(i)) for i, t in enumerate(times)]
             order = sorted(range(len(keys)), key=keys.__getitem__)
-            times, seqs, units = ([column[k] for k in order] for column in (times, seqs, units))
-        out[host] = UnitRows(times, seqs, units)
+            times, units = [times[k] for k in order], [units[k] for k in order]
+            seq = [keys[k][1] for k in order].__getitem__
+        out[host] = UnitRows(times, units, seq)
     return out
 
 
@@ -115,26 +129,27 @@ def reduce_unit_rows(job_id: str, host: str, rows: UnitRows, instants: Sequence[
     """:func:`~.reader.reduce_units` of one host's (good) rows, by slices rather than a Python
     step per row: a span's rows are found by bisection at the cuts, and its middle units summed
     in C (the same additions in the same order). Every row as an event when ``instants`` is None."""
-    times, seqs, units = rows.times, rows.seqs, rows.units
-    plain = None not in units
+    times, units, seq = rows.times, rows.units, rows.seq
 
     def event(i: int, count: Any) -> StoredJobEvent:
-        return StoredJobEvent(host, job_id, "units", times[i], seqs[i], {} if count is None else {"units": count})
+        return StoredJobEvent(host, job_id, "units", times[i], seq(i), {} if count is None else {"units": count})
 
     if instants is None:
         return [event(i, u) for i, u in enumerate(units)]
+    plain = None not in units
     out: list[StoredJobEvent] = []
-    ends = [bisect.bisect_right(times, t) for t in instants]  # rows up to each cut
-    for lo, hi in itertools.pairwise([0, *ends, len(times)]):
-        if hi == lo:
-            continue
-        first = bisect.bisect_right(times, times[lo], lo, hi)  # the rows at the span's first instant
-        out += [event(i, units[i]) for i in range(lo, first)]
-        if hi - first == 1:
-            out.append(event(first, units[first]))
-        elif hi - first > 1:  # the last one carries the units of all the others
-            middle = units[first:hi]
-            out.append(event(hi - 1, sum(map(float, middle)) if plain else sum(float(u or 0) for u in middle)))
+    lo = 0
+    for hi in [*(bisect.bisect_right(times, t) for t in instants), len(times)]:  # rows up to each cut
+        if hi > lo:
+            first = bisect.bisect_right(times, times[lo], lo, hi)  # the rows at the span's first instant
+            for i in range(lo, first):
+                out.append(event(i, units[i]))
+            if hi - first == 1:
+                out.append(event(first, units[first]))
+            elif hi - first > 1:  # the last one carries the units of all the others
+                middle = units[first:hi]
+                out.append(event(hi - 1, sum(map(float, middle)) if plain else sum(float(u or 0) for u in middle)))
+        lo = hi
     return out
 
 

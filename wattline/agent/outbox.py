@@ -28,12 +28,15 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wattline import wire
-from wattline.agent.disk_spool import DiskSpool
 from wattline.agent.spool import Spool
 from wattline.agent.spool_format import SpoolError
 from wattline.agent.uplink import Uplink
+
+if TYPE_CHECKING:  # imported where a spool is opened: an agent without leftovers never loads it
+    from wattline.agent.disk_spool import DiskSpool
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,8 @@ def outbox_root(setting: str, env: Mapping[str, str] | None = None) -> Path:
 
 def open_outbox(root: Path, host: wire.pb.Host) -> DiskSpool:
     """A fresh spool directory of this process under ``root``; raises SpoolError if none can be made."""
+    from wattline.agent.disk_spool import DiskSpool
+
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
@@ -159,6 +164,8 @@ class OutboxDrainer:
 
     def _drain(self, directory: Path, stop: threading.Event) -> int | None:
         """1: delivered and removed; 0: live, unreadable or left; None: the collector failed."""
+        from wattline.agent.disk_spool import DiskSpool
+
         try:
             spool = DiskSpool(self.host, directory, max_bytes=MAX_BYTES, max_age_s=MAX_AGE_S)
         except SpoolError as exc:

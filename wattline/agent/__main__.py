@@ -24,9 +24,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from wattline.agent.daemon import run_agent
-from wattline.agent.settings import AgentSettings
-from wattline.config import ConfigError, build, help_of, read_toml
+from wattline.agent.grpc_io import import_grpc
+
+import_grpc()  # first: gRPC reads its I/O settings when imported (wattline/agent/grpc_io.py)
+
+from wattline.agent.daemon import run_agent  # noqa: E402
+from wattline.agent.settings import AgentSettings  # noqa: E402
+from wattline.config import ConfigError, build, help_of, read_toml  # noqa: E402
 
 if TYPE_CHECKING:
     import argparse

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -56,17 +57,50 @@ def rows(store: SqliteStore) -> int:
     return len(energy_rows(store))
 
 
-def test_waiting_batches_are_committed_together_and_each_call_gets_its_own_result(tmp_path: Path) -> None:
+class Caller:
+    """Calls a committer as blocking callers do (``write`` on a thread of their own) or as
+    the gRPC handlers do (``write_async`` on an event loop's thread)."""
+
+    def __init__(self, committer: GroupCommitter, pool: ThreadPoolExecutor, loop: asyncio.AbstractEventLoop | None):
+        self.committer, self.pool, self.loop = committer, pool, loop
+
+    def start(self, b: wire.pb.Batch) -> Future[WriteResult]:
+        if self.loop is None:
+            return self.pool.submit(self.committer.write, b)
+        return asyncio.run_coroutine_threadsafe(self.committer.write_async(b), self.loop)
+
+    def write(self, b: wire.pb.Batch) -> WriteResult:
+        return self.start(b).result(30)
+
+
+@pytest.fixture(params=["blocking", "asyncio"])
+def calls(request: pytest.FixtureRequest) -> Iterator[Callable[[GroupCommitter], Caller]]:
+    pool = ThreadPoolExecutor(max_workers=32)
+    loop = asyncio.new_event_loop() if request.param == "asyncio" else None
+    thread = threading.Thread(target=loop.run_forever, daemon=True) if loop else None
+    if thread:
+        thread.start()
+    yield lambda committer: Caller(committer, pool, loop)
+    if loop and thread:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+    pool.shutdown()
+
+
+def test_waiting_batches_are_committed_together_and_each_call_gets_its_own_result(
+    tmp_path: Path, calls: Callable[[GroupCommitter], Caller]
+) -> None:
     sqlite = SqliteStore(tmp_path / "w.db")
     store = Gated(sqlite)
     committer = GroupCommitter(store, writers=1, busy_wait_s=30)
-    with ThreadPoolExecutor(max_workers=20) as pool:
-        first = pool.submit(committer.write, batch(0, samples=1))
-        assert store.entered.wait(5)  # the first commit is running (and held)
-        rest = [pool.submit(committer.write, batch(i, samples=i)) for i in range(1, 20)]
-        time.sleep(0.3)  # they all queue behind it
-        store.gate.set()
-        results = [first.result(10)] + [f.result(10) for f in rest]
+    call = calls(committer)
+    first = call.start(batch(0, samples=1))
+    assert store.entered.wait(5)  # the first commit is running (and held)
+    rest = [call.start(batch(i, samples=i)) for i in range(1, 20)]
+    time.sleep(0.3)  # they all queue behind it
+    store.gate.set()
+    results = [first.result(10)] + [f.result(10) for f in rest]
     assert [r.written for r in results] == [1, *range(1, 20)]
     assert store.groups == [1, 19]  # one commit for the 19 that waited
     assert rows(sqlite) == sum(range(1, 20)) + 1
@@ -88,52 +122,83 @@ def test_group_size_is_bounded_by_points(tmp_path: Path) -> None:
     sqlite.close()
 
 
-def test_a_batch_no_writer_takes_in_time_is_busy_and_not_written(tmp_path: Path) -> None:
+def test_a_batch_no_writer_takes_in_time_is_busy_and_not_written(
+    tmp_path: Path, calls: Callable[[GroupCommitter], Caller]
+) -> None:
     sqlite = SqliteStore(tmp_path / "w.db")
     store = Gated(sqlite)
     committer = GroupCommitter(store, writers=1, busy_wait_s=0.2)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        first = pool.submit(committer.write, batch(0))
-        assert store.entered.wait(5)
-        with pytest.raises(Busy):
-            committer.write(batch(1))
-        store.gate.set()
-        assert first.result(10).written == 3
+    call = calls(committer)
+    first = call.start(batch(0))
+    assert store.entered.wait(5)
+    with pytest.raises(Busy):
+        call.write(batch(1))
+    store.gate.set()
+    assert first.result(10).written == 3
     assert store.groups == [1] and rows(sqlite) == 3
-    assert committer.write(batch(2)).written == 3  # the queue is empty again, not stuck
+    assert call.write(batch(2)).written == 3  # the queue is empty again, not stuck
     sqlite.close()
 
 
-def test_a_failed_commit_fails_every_call_of_its_group(tmp_path: Path) -> None:
+def test_a_failed_commit_fails_every_call_of_its_group(
+    tmp_path: Path, calls: Callable[[GroupCommitter], Caller]
+) -> None:
     sqlite = SqliteStore(tmp_path / "w.db")
     store = Gated(sqlite)
     committer = GroupCommitter(store, writers=1, busy_wait_s=30)
-    with ThreadPoolExecutor(max_workers=6) as pool:
-        first = pool.submit(committer.write, batch(0))
-        assert store.entered.wait(5)
-        rest = [pool.submit(committer.write, batch(i)) for i in range(1, 6)]
-        time.sleep(0.3)
-        store.fail = StoreUnavailable("disk gone")
-        store.gate.set()
-        for future in [first, *rest]:
-            with pytest.raises(StoreUnavailable, match="disk gone"):
-                future.result(10)
+    call = calls(committer)
+    first = call.start(batch(0))
+    assert store.entered.wait(5)
+    rest = [call.start(batch(i)) for i in range(1, 6)]
+    time.sleep(0.3)
+    store.fail = StoreUnavailable("disk gone")
+    store.gate.set()
+    for future in [first, *rest]:
+        with pytest.raises(StoreUnavailable, match="disk gone"):
+            future.result(10)
     store.fail = None
-    assert committer.write(batch(9)).written == 3  # later batches go through
+    assert call.write(batch(9)).written == 3  # later batches go through
     sqlite.close()
 
 
-def test_a_store_bug_does_not_leave_the_group_waiting(tmp_path: Path) -> None:
+def test_a_call_that_goes_away_while_its_group_waits_leaves_the_others_their_results(tmp_path: Path) -> None:
+    """A gRPC call cancelled (its agent gone) while its batch waits: the batch is still
+    committed with its group (as its retry would find it: idempotent), the others answered."""
+    sqlite = SqliteStore(tmp_path / "w.db")
+    store = Gated(sqlite)
+    committer = GroupCommitter(store, writers=1, busy_wait_s=30)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    first = asyncio.run_coroutine_threadsafe(committer.write_async(batch(0)), loop)
+    assert store.entered.wait(5)
+    rest = [asyncio.run_coroutine_threadsafe(committer.write_async(batch(i, samples=i)), loop) for i in range(1, 6)]
+    time.sleep(0.3)
+    rest[1].cancel()
+    store.gate.set()
+    assert first.result(10).written == 3
+    assert [f.result(10).written for i, f in enumerate(rest) if i != 1] == [1, 3, 4, 5]
+    assert rest[1].cancelled() and rows(sqlite) == 3 + 1 + 2 + 3 + 4 + 5
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    loop.close()
+    sqlite.close()
+
+
+def test_a_store_bug_does_not_leave_the_group_waiting(
+    tmp_path: Path, calls: Callable[[GroupCommitter], Caller]
+) -> None:
     class Broken(SqliteStore):
         def write_group(self, batches: Sequence[wire.pb.Batch]) -> list[WriteResult]:
             raise KeyError("bug")
 
     store = Broken(tmp_path / "w.db")
     committer = GroupCommitter(store, writers=1)
+    call = calls(committer)
     with pytest.raises(StoreUnavailable, match="Broken: KeyError: 'bug'"):  # the call is answered UNAVAILABLE
-        committer.write(batch(0))
+        call.write(batch(0))
     with pytest.raises(StoreUnavailable):  # and the writer lives on for the next one
-        committer.write(batch(1))
+        call.write(batch(1))
     committer.close()
     store.close()
 

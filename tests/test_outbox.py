@@ -285,3 +285,38 @@ def test_without_a_usable_outbox_the_line_says_the_events_are_lost(host: Host) -
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("wattline: collector unreachable (") and "job events lost: no outbox" in last, last
     assert "Traceback" not in out.stderr
+
+
+def test_the_agent_keeps_no_outbox_thread_and_delivers_between_its_pushes(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With nothing left in the outbox no thread of the agent waits for it; a directory that a
+    dead process left is delivered (from the uplink's look between pushes) and removed."""
+    from wattline.agent import daemon
+    from wattline.agent.outbox import open_outbox
+    from wattline.agent.settings import AgentSettings
+
+    monkeypatch.setattr(daemon, "OUTBOX_EVERY_S", 0.3)
+    host.start_collector()
+    tree = powercap_tree(host.tmp / "sys", [Zone("intel-rapl:0", "package-0", 10**9)])
+    settings = AgentSettings(
+        host_id=HOST, collectors=[host.address], sysfs_root=tree, sources=["rapl"], interval=0.2,
+        batch_interval=0.2, spool_dir="memory", outbox_dir=str(host.outbox),
+    )  # fmt: skip
+    agent = daemon.Agent(settings)
+    agent.start()
+    try:
+        wait_until(lambda: agent.uplink.connected, 30, "no collector answered")
+        time.sleep(1.0)  # several looks at the empty outbox
+        assert "wattline-outbox" not in [t.name for t in threading.enumerate()]
+        left = open_outbox(host.outbox, wire.Host(host_id=HOST))
+        left.add_job_events(
+            [wire.JobEvent(job_id="left", kind=wire.pb.JobEvent.KIND_OPEN, time_ns=time.time_ns(), event_seq=1)]
+        )
+        left.seal()
+        left.close()  # its process is gone: the lock is free
+        wait_until(lambda: not left.directory.exists(), 30, "the left directory was not delivered")
+    finally:
+        agent.stop()
+    assert "left" in host.jobs()
+    assert "wattline-outbox" not in [t.name for t in threading.enumerate()]

@@ -23,6 +23,7 @@ import grpc
 
 from wattline import wire
 from wattline.agent.settings import AgentSettings
+from wattline.agent.uplink import channel_options
 from wlbench.data import HostStream
 
 METHOD = "/wattline.v1.Telemetry/Push"
@@ -38,8 +39,10 @@ async def agent(index: int, target: str, end: float, drain_s: float, push_every:
     next_tick = int(now) + 1 + tick_phase
     stream = HostStream(f"fleet-{index:05d}", kind="rapl+nic", seed=index, t0_ns=int((next_tick - 1) * NS))
     pending: list[wire.pb.Batch] = []
-    # Its own connection, as a real agent (a process's channels otherwise share one).
-    async with grpc.aio.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
+    # Its own connection, as a real agent (a process's channels otherwise share one), with
+    # the real agent's channel settings.
+    options = [*channel_options(), ("grpc.use_local_subchannel_pool", 1)]
+    async with grpc.aio.insecure_channel(target, options=options) as channel:
         push = channel.unary_unary(
             METHOD, request_serializer=wire.Batch.SerializeToString, response_deserializer=wire.Ack.FromString
         )

@@ -24,6 +24,9 @@ from pathlib import Path
 
 def empty_call(address: str) -> Callable[[], object]:
     """One empty unary call on a kept channel configured as the agent's uplink."""
+    from wattline.agent.grpc_io import import_grpc
+
+    import_grpc()
     import grpc
     from grpc_health.v1 import health_pb2
 

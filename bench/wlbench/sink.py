@@ -19,6 +19,7 @@ the port as ``wattline collector --processes`` does (their FILEs are merged by t
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import signal
 import threading
@@ -115,6 +116,7 @@ def main() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     server.start()
+    gc.freeze()  # as the collector's daemon does after startup
     stop.wait()
     server.stop(5.0)
     args.stats.write_text(json.dumps(store.stats()))

@@ -8,22 +8,80 @@ it also takes every ``[agent]`` option as a flag. Settings come, as everywhere, 
 labels comma-separated: ``--sources rapl,nic``, ``--labels cluster=a,rack=3``). The spellings of
 ``wattline agent`` work too, so a unit or manifest can switch entry points unchanged: repeated
 ``--source``, ``--collector`` and ``--label``/``-l``, ``-i`` for ``--interval``, a bare ``--tls``.
+
+An argv of only those options, each with its value, is read without :mod:`argparse` (building
+its parser is about 0.4 MiB of the agent's peak memory); anything else (``--help``, an unknown
+or abbreviated option, a missing value, a value that starts with ``-``) goes to argparse, which
+prints the help or the usage error.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
-from wattline.agent.daemon import run_agent
-from wattline.agent.settings import AgentSettings
-from wattline.config import ConfigError, build, help_of, read_toml
+from wattline.agent.grpc_io import import_grpc
+
+import_grpc()  # first: gRPC reads its I/O settings when imported (wattline/agent/grpc_io.py)
+
+from wattline.agent.daemon import run_agent  # noqa: E402
+from wattline.agent.settings import AgentSettings  # noqa: E402
+from wattline.config import ConfigError, build, help_of, read_toml  # noqa: E402
+
+if TYPE_CHECKING:
+    import argparse
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace | SimpleNamespace:
+    """The options of ``argv`` (default: the process's): one attribute per ``[agent]`` option
+    (a string, None when not given), ``config`` and ``log_level``."""
+    argv = sys.argv[1:] if argv is None else argv
+    plain = _plain_args(argv)
+    return plain if plain is not None else _argparse_args(argv)
+
+
+def _plain_args(argv: list[str]) -> SimpleNamespace | None:
+    """:func:`parse_args` of an argv of ``--OPTION VALUE`` / ``--OPTION=VALUE`` pairs and bare
+    ``--tls``, as argparse reads them; None for anything else."""
+    single = {"--config": "config", "-c": "config", "--log-level": "log_level", "-i": "interval"}
+    single.update({"--" + f.name.replace("_", "-"): f.name for f in dataclasses.fields(AgentSettings)})
+    repeated = {name: dest for flag, short, dest in _REPEATED for name in (flag, *short)}
+    values: dict[str, str | None] = dict.fromkeys(single.values())
+    values["log_level"] = "info"
+    more: dict[str, list[str]] = {}
+    i = 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=") if argv[i].startswith("--") else (argv[i], "", "")
+        following = argv[i + 1] if i + 1 < len(argv) else None
+        if name == "--tls" and not eq and (following is None or following.startswith("-")):
+            values["tls"], i = "true", i + 1  # bare --tls
+            continue
+        if name not in single and name not in repeated:
+            return None
+        if not eq:
+            if following is None:
+                return None
+            value, i = following, i + 1
+        if value.startswith("-"):
+            return None
+        if name in repeated:
+            more.setdefault(repeated[name], []).append(value)
+        else:
+            values[single[name]] = value
+        i += 1
+    for dest, added in more.items():
+        values[dest] = ",".join(filter(None, [values[dest], *added]))
+    config = values.pop("config")
+    return SimpleNamespace(config=Path(config) if config is not None else None, **values)
+
+
+def _argparse_args(argv: list[str]) -> argparse.Namespace:
+    import argparse
+
     ap = argparse.ArgumentParser(prog="python -m wattline.agent", description=__doc__.splitlines()[0])
     ap.add_argument("--config", "-c", type=Path, help="TOML config file ([agent], [sources.NAME] tables)")
     ap.add_argument("--log-level", default="info", help="debug, info, warning or error")

@@ -20,7 +20,6 @@ import grpc
 
 from wattline import __version__, wire
 from wattline.agent import registry
-from wattline.agent.disk_spool import DiskSpool
 from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
@@ -64,6 +63,8 @@ def open_spool(settings: AgentSettings, host: wire.pb.Host, env: Mapping[str, st
     directory = spool_directory(settings, env)
     if directory is None:
         return memory_spool(settings, host)
+    from wattline.agent.disk_spool import DiskSpool  # here: an agent with the memory spool never loads it
+
     return DiskSpool(
         host,
         directory,

@@ -48,6 +48,7 @@ class Agent:
             log.warning("job-event outbox not drained: %s", exc)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._outbox_due = 0.0  #: monotonic time of the next look at the outbox
         self.prometheus_port: int | None = None
         self._previous_sighup: Any = None
 
@@ -83,20 +84,12 @@ class Agent:
             self._previous_sighup = signal.signal(signal.SIGHUP, lambda *_: self.discovery.request())
         for name, target in (
             ("sampler", lambda: self.sampler.run(self.settings.interval, self._stop, self.discovery)),
-            ("uplink", lambda: self.uplink.run(self._stop)),
+            ("uplink", lambda: self.uplink.run(self._stop, self._look_at_outbox)),
         ):
             thread = threading.Thread(target=target, name=f"wattline-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
-        if self.outbox is not None:  # job events that ended or killed `wattline run`s left on this host
-            drain = threading.Thread(
-                target=self.outbox.run,
-                args=(self._stop, lambda: self.uplink.connected, OUTBOX_EVERY_S),
-                name="wattline-outbox",
-                daemon=True,
-            )
-            drain.start()
-            self._threads.append(drain)
+        if self.outbox is not None:
             log.info("delivering job events that runs left in the outbox %s", self.outbox.root)
         log.info(
             "agent %s (stream %s) sampling every %.3g s, shipping to %s%s; spool: %s",
@@ -108,6 +101,19 @@ class Agent:
             self.spool.where,
         )
 
+    def _look_at_outbox(self) -> None:
+        """Between the uplink's pushes (a collector answers): every OUTBOX_EVERY_S, a pass over
+        the job events that ended or killed runs (``wattline run``) left on this host, on a thread
+        of its own while it lasts."""
+        now = time.monotonic()
+        if self.outbox is None or now < self._outbox_due:
+            return
+        self._outbox_due = now + OUTBOX_EVERY_S
+        try:
+            self.outbox.start_pass(self._stop)
+        except Exception:  # a bug here must not end the agent's own delivery
+            log.exception("outbox: pass over %s failed", self.outbox.root)
+
     def stop(self, flush_s: float = 5.0) -> bool:
         """Stop sampling, deliver what is left (up to ``flush_s``), close sources."""
         self._stop.set()
@@ -116,6 +122,8 @@ class Agent:
             self._previous_sighup = None
         for thread in self._threads:
             thread.join(timeout=10)
+        if self.outbox is not None:
+            self.outbox.join(10)
         self.sampler.tick(final=True)  # the last partial interval
         delivered = self.uplink.flush(flush_s)
         left = self.spool.backlog()

@@ -28,12 +28,15 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wattline import wire
-from wattline.agent.disk_spool import DiskSpool
 from wattline.agent.spool import Spool
 from wattline.agent.spool_format import SpoolError
 from wattline.agent.uplink import Uplink
+
+if TYPE_CHECKING:  # imported where a spool is opened: an agent without leftovers never loads it
+    from wattline.agent.disk_spool import DiskSpool
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,8 @@ def outbox_root(setting: str, env: Mapping[str, str] | None = None) -> Path:
 
 def open_outbox(root: Path, host: wire.pb.Host) -> DiskSpool:
     """A fresh spool directory of this process under ``root``; raises SpoolError if none can be made."""
+    from wattline.agent.disk_spool import DiskSpool
+
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
@@ -128,6 +133,7 @@ class OutboxDrainer:
         self.own = own
         self.delivered_dirs = 0
         self._refused: set[str] = set()
+        self._pass: threading.Thread | None = None
 
     def leftovers(self) -> list[Path]:
         """Other processes' directories, oldest first (live ones included: their lock decides)."""
@@ -159,6 +165,8 @@ class OutboxDrainer:
 
     def _drain(self, directory: Path, stop: threading.Event) -> int | None:
         """1: delivered and removed; 0: live, unreadable or left; None: the collector failed."""
+        from wattline.agent.disk_spool import DiskSpool
+
         try:
             spool = DiskSpool(self.host, directory, max_bytes=MAX_BYTES, max_age_s=MAX_AGE_S)
         except SpoolError as exc:
@@ -185,12 +193,28 @@ class OutboxDrainer:
             log.info("outbox: delivered %d batches of job events left in %s by an earlier process", batches, directory)
         return 1 if remove(directory) else 0
 
-    def run(self, stop: threading.Event, ready: Callable[[], bool], every_s: float) -> None:
-        """Drain every ``every_s`` while ``ready()`` (a collector answered this process) until ``stop``."""
-        while not stop.is_set():
-            if ready():
-                try:
-                    self.drain_once(stop)
-                except Exception:  # a bug here must not end the process's own delivery
-                    log.exception("outbox: pass over %s failed", self.root)
-            stop.wait(every_s)
+    def start_pass(self, stop: threading.Event) -> bool:
+        """Start one pass over the outbox on a thread of its own when something is there and no
+        pass runs; True when one started.
+
+        The agent calls it from its uplink's thread every few seconds while a collector answers:
+        an empty outbox costs one directory listing there, and no thread waits in between.
+        """
+        if self._pass is not None and self._pass.is_alive():
+            return False
+        if not self.leftovers():
+            return False
+        self._pass = threading.Thread(target=self._one_pass, args=(stop,), name="wattline-outbox", daemon=True)
+        self._pass.start()
+        return True
+
+    def _one_pass(self, stop: threading.Event) -> None:
+        try:
+            self.drain_once(stop)
+        except Exception:  # a bug here must not end the process's own delivery
+            log.exception("outbox: pass over %s failed", self.root)
+
+    def join(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for a pass that runs."""
+        if self._pass is not None:
+            self._pass.join(timeout_s)

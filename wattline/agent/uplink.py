@@ -28,6 +28,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -196,14 +197,19 @@ class Uplink:
         while self.push_once():
             pass
 
-    def run(self, stop: threading.Event) -> None:
-        """Seal and send every ``batch_interval_s`` until ``stop``; back off on failures."""
+    def run(self, stop: threading.Event, between: Callable[[], object] | None = None) -> None:
+        """Seal and send every ``batch_interval_s`` until ``stop``; back off on failures.
+
+        ``between`` is called on this thread after each round a collector answered (the
+        agent's look at its job-event outbox: no thread of its own waking up)."""
         backoff = 0.0
         while not stop.is_set():
             self.spool.seal()
             try:
                 self.drain()
                 backoff = 0.0
+                if between is not None:
+                    between()
                 stop.wait(self.batch_interval_s)
             except ConnectionError:
                 backoff = min(max(backoff * 2, 0.2), self.max_backoff_s)

@@ -22,8 +22,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from wattline.cli.agent_entry import agent_command
-from wattline.cli.errors import COMMON_ERRORS, exit_status
+from wattline.agent.grpc_io import import_grpc
+
+import_grpc()  # first: gRPC reads its I/O settings when imported (wattline/agent/grpc_io.py)
+
+from wattline.cli.agent_entry import agent_command  # noqa: E402
+from wattline.cli.errors import COMMON_ERRORS, exit_status  # noqa: E402
 
 
 def main() -> None:

@@ -14,9 +14,10 @@ of points; a few clients sending large batches are not held back). Writers start
 load needs them: another one only when none is free and a full group (``linger_points``)
 waits, or the oldest waiting batch has waited twice the linger.
 
-A waiting call holds no thread: the gRPC handlers await the future on the server's event
-loop (:meth:`GroupCommitter.write_async`); :meth:`GroupCommitter.write` blocks for callers
-that have a thread to spare. A batch that no writer has taken within ``busy_wait_s`` is
+A waiting call holds no thread: the gRPC handlers await an asyncio future on the server's
+event loop (:meth:`GroupCommitter.write_async`), and a writer settles all of a group's waiting
+calls with one wake-up of that loop; :meth:`GroupCommitter.write` blocks for callers that
+have a thread to spare. A batch that no writer has taken within ``busy_wait_s`` is
 withdrawn (its future cancelled, so no writer takes it later) and its call gets
 :class:`Busy` (the agent backs off), so the wait is bounded; memory is bounded by the
 calls gRPC admits.
@@ -25,9 +26,10 @@ calls gRPC admits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -43,12 +45,29 @@ class Busy(Exception):
     """No writer took the batch within the wait; nothing was written."""
 
 
+#: An asyncio caller's future, and the loop it waits on.
+_Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[WriteResult]"]
+
+
 @dataclass(slots=True, eq=False)
 class _Pending:
     batch: wire.pb.Batch
     points: int
+    #: Taken by a writer (running) or withdrawn (cancelled); its result for blocking callers.
     future: Future[WriteResult]
     queued: float
+    waiter: _Waiter | None = None
+
+
+def _settle(outcomes: list[tuple[asyncio.Future[WriteResult], WriteResult | BaseException]]) -> None:
+    """Give each waiting call its outcome (on the loop's thread; a call gone since is skipped)."""
+    for waiter, outcome in outcomes:
+        if waiter.done():
+            continue
+        if isinstance(outcome, BaseException):
+            waiter.set_exception(outcome)
+        else:
+            waiter.set_result(outcome)
 
 
 class GroupCommitter:
@@ -85,9 +104,10 @@ class GroupCommitter:
         self._last_group = 0
         self._closed = False
 
-    def submit(self, batch: wire.pb.Batch) -> Future[WriteResult]:
-        """Queue ``batch``; its future gets the result, or StoreUnavailable, once committed."""
-        item = _Pending(batch, len(batch.samples) + len(batch.job_events), Future(), monotonic())
+    def submit(self, batch: wire.pb.Batch, waiter: _Waiter | None = None) -> Future[WriteResult]:
+        """Queue ``batch``; once committed, its future (or, if given, ``waiter``'s asyncio
+        future) gets the result, or StoreUnavailable."""
+        item = _Pending(batch, len(batch.samples) + len(batch.job_events), Future(), monotonic(), waiter)
         with self._ready:
             if self._closed:
                 raise StoreUnavailable("the collector is stopping")
@@ -112,13 +132,19 @@ class GroupCommitter:
 
     async def write_async(self, batch: wire.pb.Batch) -> WriteResult:
         """:meth:`write` for a coroutine: the call waits without holding a thread."""
-        future = self.submit(batch)
-        waiting = asyncio.wrap_future(future)
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[WriteResult] = loop.create_future()
+        future = self.submit(batch, (loop, waiter))
+        timer = loop.call_later(self.busy_wait_s, self._expire, future, waiter)
         try:
-            return await asyncio.wait_for(asyncio.shield(waiting), self.busy_wait_s)
-        except TimeoutError:
-            self._withdraw(future)
-            return await waiting
+            return await waiter
+        finally:
+            timer.cancel()
+
+    def _expire(self, future: Future[WriteResult], waiter: asyncio.Future[WriteResult]) -> None:
+        """The wait is over: a batch no writer has taken is withdrawn and its call gets Busy."""
+        if future.cancel() and not waiter.done():
+            waiter.set_exception(Busy(f"no writer free within {self.busy_wait_s:g} s"))
 
     def _withdraw(self, future: Future[WriteResult]) -> None:
         """Raise Busy if no writer has taken the batch yet (it never will now)."""
@@ -191,16 +217,33 @@ class GroupCommitter:
             if len(results) != len(group):
                 raise TypeError(f"write_group returned {len(results)} results for {len(group)} batches")
         except StoreUnavailable as exc:
-            for pending in group:
-                pending.future.set_exception(exc)
+            self._finish(group, [exc] * len(group))
             return
         except Exception as exc:  # a store bug: fail the group's calls, never leave them waiting
             log.exception("%s failed a commit of %d batches", type(self.store).__name__, len(group))
             error = StoreUnavailable(f"{type(self.store).__name__}: {type(exc).__name__}: {exc}")
-            for pending in group:
-                pending.future.set_exception(error)
+            self._finish(group, [error] * len(group))
             return
-        for pending, result in zip(group, results, strict=True):
-            pending.future.set_result(result)
+        self._finish(group, results)
         if self.on_commit is not None:
             self.on_commit(len(group), perf_counter() - started)
+
+    @staticmethod
+    def _finish(group: Sequence[_Pending], outcomes: Sequence[WriteResult | BaseException]) -> None:
+        """Hand each batch's call its outcome: blocking callers through their future, asyncio
+        callers with one wake-up of each loop for the whole group."""
+        by_loop: defaultdict[
+            asyncio.AbstractEventLoop, list[tuple[asyncio.Future[WriteResult], WriteResult | BaseException]]
+        ]
+        by_loop = defaultdict(list)
+        for pending, outcome in zip(group, outcomes, strict=True):
+            if pending.waiter is not None:
+                loop, waiter = pending.waiter
+                by_loop[loop].append((waiter, outcome))
+            elif isinstance(outcome, BaseException):
+                pending.future.set_exception(outcome)
+            else:
+                pending.future.set_result(outcome)
+        for loop, outcomes_of_loop in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_settle, outcomes_of_loop)

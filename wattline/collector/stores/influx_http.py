@@ -7,13 +7,38 @@ message quotes at most :data:`MESSAGE_END_CHARS` of what the server said.
 from __future__ import annotations
 
 import base64
+import contextlib
+import gc
 import http.client
 import json
 import re
 import threading
 import urllib.parse
+from collections.abc import Iterator
+from typing import Any
 
 from wattline.collector.stores.base import StoreUnavailable
+
+
+def loads(data: bytes) -> Any:
+    """``json.loads`` with Python's cyclic garbage collector paused: a query's answer decodes
+    to many small lists (a row each) and no cycle, yet allocating them sets off collections
+    that walk the whole heap (a 23,000-row answer in a process holding 200,000 objects: 26 ms
+    mean, 12 ms paused). Left alone where the collector is already off."""
+    with _gc_paused():
+        return json.loads(data)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 class HttpClient:

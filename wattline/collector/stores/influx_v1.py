@@ -15,9 +15,6 @@ message as the reason; the other points of the batch are written.
 
 from __future__ import annotations
 
-import bisect
-import itertools
-import json
 import logging
 import urllib.parse
 from collections.abc import Collection, Sequence
@@ -26,8 +23,8 @@ from typing import Any
 from wattline.collector.lineprotocol import LineEncoder
 from wattline.collector.linestore import LineProtocolStore
 from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
-from wattline.collector.stores.influx_http import HttpClient, error_message, rejected_points, shorten
-from wattline.collector.stores.influx_rows import indexes, stored_samples
+from wattline.collector.stores.influx_http import HttpClient, error_message, loads, rejected_points, shorten
+from wattline.collector.stores.influx_rows import good_unit_rows, reduce_unit_rows, stored_samples, unit_rows
 from wattline.collector.stores.influx_rows import job_events as job_events_of
 from wattline.collector.stores.influx_rows import unit_events as unit_events_of
 from wattline.collector.stores.reader import (
@@ -35,10 +32,8 @@ from wattline.collector.stores.reader import (
     StoredJobEvent,
     StoredSample,
     UnitCuts,
-    good_units,
     jobs_near,
     last_heard,
-    reduce_units,
 )
 from wattline.collector.stores.schema import JOB_SUMMARY, JOB_SUMMARY_HOST
 
@@ -184,7 +179,7 @@ class InfluxV1Store(LineProtocolStore):
         if status != 200:
             raise QueryError(shorten(f"{influxql!r}: {error_message(data, headers)}"))
         out: list[list[dict[str, Any]]] = []
-        for result in json.loads(data).get("results", []):
+        for result in loads(data).get("results", []):
             if "error" in result:
                 raise QueryError(shorten(f"{influxql!r}: {result['error']}"))
             series = result.get("series", [])
@@ -212,30 +207,21 @@ class InfluxV1Store(LineProtocolStore):
         return sorted(job_events_of(series) + unit_events_of(found), key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     def unit_events(self, job_id: str, cuts: UnitCuts) -> list[StoredJobEvent]:
-        """Every UNITS row of the job (its two fields), reduced here as :func:`reduce_units`
-        does, on the rows as they come (no event object for a row the reduction drops)."""
-        (found,) = self._statements(self._units_query(f"job_id = {quote_literal(job_id)} AND "), self.database)
-        instants = cuts.instants
-        out: list[StoredJobEvent] = []
-        for series in found:
-            host = series["tags"].get("host", "")
-            i_time, i_units, i_seq, i_true = indexes(series, "units", "event_seq", "time_ns")
-            values = series.get("values", [])
-            rows = sorted((int(v[i_true] or v[i_time]), int(v[i_seq] or 0), v[i_units]) for v in values)
-            if not all(good_units(0 if u is None else u) for _t, _s, u in rows):
-                return reduce_units(unit_events_of(found), cuts)  # the view says what is wrong
-            k = 0
-            for span in itertools.groupby(rows, key=lambda row: bisect.bisect_left(instants, row[0], lo=k)):
-                group = list(span[1])
-                k = span[0]
-                first = [row for row in group if row[0] == group[0][0]]
-                rest = group[len(first) :]
-                if len(rest) > 1:
-                    rest = [(rest[-1][0], rest[-1][1], sum(0.0 if u is None else float(u) for _t, _s, u in rest))]
-                out += [
-                    StoredJobEvent(host, job_id, "units", t, seq, {} if u is None else {"units": u})
-                    for t, seq, u in first + rest
-                ]
+        """Every UNITS row of the job (units and time_ns; event_seq where an older version
+        wrote rows that do not give it), reduced here as :func:`reduce_units` does, by slices
+        of each host's rows (:func:`.influx_rows.reduce_unit_rows`, no event object for a row
+        the reduction drops)."""
+        where = f"job_id = {quote_literal(job_id)} AND "
+        (found,) = self._statements(self._units_query(where, "units, time_ns", "seq_block"), self.database)
+        hosts = unit_rows(found)
+        if hosts is None:
+            (found,) = self._statements(self._units_query(where), self.database)
+            hosts = unit_rows(found)
+            assert hosts is not None
+        if not all(good_unit_rows(rows) for rows in hosts.values()):  # the view says what is wrong
+            every = [e for host, rows in hosts.items() for e in reduce_unit_rows(job_id, host, rows, None)]
+            return sorted(every, key=lambda e: (e.time_ns, e.host, e.event_seq))
+        out = [e for host, rows in hosts.items() for e in reduce_unit_rows(job_id, host, rows, cuts.instants)]
         return sorted(out, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     def _marks(self, job_id: str) -> list[StoredJobEvent]:
@@ -262,8 +248,8 @@ class InfluxV1Store(LineProtocolStore):
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     @staticmethod
-    def _units_query(where: str) -> str:
-        return f"SELECT units, event_seq, time_ns FROM job_events WHERE {where}event = 'units' GROUP BY host, job_id"
+    def _units_query(where: str, fields: str = "units, event_seq, time_ns", by: str = "job_id") -> str:
+        return f"SELECT {fields} FROM job_events WHERE {where}event = 'units' GROUP BY host, {by}"
 
     def job_events_between(self, start_ns: int, end_ns: int, hosts: Collection[str]) -> list[StoredJobEvent]:
         ids = sorted(jobs_near(self._job_ids, start_ns, end_ns, hosts))

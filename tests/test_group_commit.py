@@ -291,21 +291,68 @@ def test_under_load_a_group_lingers_to_gather_more_and_alone_a_batch_does_not_wa
 
 
 def test_a_group_of_linger_points_commits_without_lingering(tmp_path: Path) -> None:
-    """Large batches (a few clients pushing as fast as they are answered) are not held back:
-    once the queue holds linger_points points the group is committed at once."""
+    """Small batches gathering under load: once the queue holds linger_points points the
+    group is committed at once, not at the end of the linger."""
     sqlite = SqliteStore(tmp_path / "w.db")
     store = Gated(sqlite)
-    committer = GroupCommitter(store, writers=1, busy_wait_s=30, linger_s=5.0, linger_points=6)
+    committer = GroupCommitter(store, writers=1, busy_wait_s=30, linger_s=5.0, linger_points=40)
+    with ThreadPoolExecutor(max_workers=24) as pool:
+        first = pool.submit(committer.write, batch(0, samples=2))
+        assert store.entered.wait(5)
+        waiting = [pool.submit(committer.write, batch(i, samples=2)) for i in range(1, 21)]  # 20 x 2 points
+        time.sleep(0.3)
+        started = time.monotonic()
+        store.gate.set()
+        assert [f.result(10).written for f in [first, *waiting]] == [2] * 21
+        assert time.monotonic() - started < 2.0  # not the 5 s linger
+    assert store.groups == [1, 20]
+    committer.close()
+    sqlite.close()
+
+
+def test_large_batches_under_load_are_not_held_back(tmp_path: Path) -> None:
+    """Batches of a tenth of linger_points or more (here 3 of 30) already amortize their
+    commit: under load they are committed at once, not after the linger."""
+    sqlite = SqliteStore(tmp_path / "w.db")
+    store = Gated(sqlite)
+    committer = GroupCommitter(store, writers=1, busy_wait_s=30, linger_s=5.0, linger_points=30)
     with ThreadPoolExecutor(max_workers=4) as pool:
         first = pool.submit(committer.write, batch(0))
         assert store.entered.wait(5)
-        waiting = [pool.submit(committer.write, batch(i)) for i in (1, 2)]  # 3 + 3 points
+        waiting = [pool.submit(committer.write, batch(i)) for i in (1, 2)]  # load: 2 queued
         time.sleep(0.2)
         started = time.monotonic()
         store.gate.set()
         assert [f.result(10).written for f in [first, *waiting]] == [3, 3, 3]
         assert time.monotonic() - started < 2.0  # not the 5 s linger
     assert store.groups == [1, 2]
+    committer.close()
+    sqlite.close()
+
+
+def test_a_full_group_waiting_behind_a_busy_writer_starts_another(tmp_path: Path) -> None:
+    """Clients that push large batches and wait for their answers (no further call comes to
+    notice the backlog): a full group queued behind a commit in progress is committed by a
+    second writer at the same time, not after the first commit."""
+    sqlite = SqliteStore(tmp_path / "w.db")
+    store = Gated(sqlite, max_concurrent_writes=4)
+    inside = threading.Semaphore(0)
+    write_group = store.write_group
+
+    def counted(batches: Sequence[wire.pb.Batch]) -> list[WriteResult]:
+        inside.release()
+        return write_group(batches)
+
+    store.write_group = counted  # type: ignore[method-assign]
+    committer = GroupCommitter(store, writers=4, busy_wait_s=30, linger_s=5.0, linger_points=10)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        first = pool.submit(committer.write, batch(0, samples=6))
+        assert inside.acquire(timeout=5)  # the first commit is in progress (held)
+        rest = [pool.submit(committer.write, batch(i, samples=6)) for i in (1, 2)]  # 12 >= 10 points
+        assert inside.acquire(timeout=3), "the full group waited for the first commit"
+        store.gate.set()
+        assert [f.result(10).written for f in [first, *rest]] == [6, 6, 6]
+    assert sorted(store.groups) == [1, 2]
     committer.close()
     sqlite.close()
 

@@ -7,10 +7,12 @@ batch size. Here a call hands its batch to the committer and waits on a future; 
 ``writers`` writer threads each take all the batches waiting (up to ``max_group_points``
 points) and hand the store one :meth:`Store.write_group`. Under light load a group is one
 batch and nothing waits; under load (the last group, or the queue, held more than one
-batch) a writer lets the group gather for ``linger_s`` (or up to ``linger_points`` points)
-first, so each commit carries more (one InfluxDB request or SQLite transaction for many
-agents' batches: what costs the store's CPU is the number of commits more than the number
-of points; a few clients sending large batches are not held back). Writers start as the
+batch) of small batches a writer lets the group gather for ``linger_s`` (or up to
+``linger_points`` points) first, so each commit carries more (one InfluxDB request or
+SQLite transaction for many agents' batches: what costs the store's CPU is the number of
+commits more than the number of points). Large batches (on average a tenth of
+``linger_points`` or more: a few clients sending as fast as they are answered) already
+amortize their commit and are not held back. Writers start as the
 load needs them: another one only when none is free and a full group (``linger_points``)
 waits, or the oldest waiting batch has waited twice the linger.
 
@@ -113,13 +115,20 @@ class GroupCommitter:
                 raise StoreUnavailable("the collector is stopping")
             self._queue.append(item)
             self._queued_points += item.points
-            if self._idle or self._queued_points >= self.linger_points:  # (wakes a lingering writer too)
+            if self._idle:
                 self._ready.notify()
-            elif len(self._threads) < self.writers and self._behind():
-                thread = threading.Thread(target=self._run, name=f"commit-{len(self._threads)}", daemon=True)
-                self._threads.append(thread)
-                thread.start()
+            else:
+                if self._queued_points >= self.linger_points:
+                    self._ready.notify()  # a lingering writer: its group is full
+                self._start_writer_if_behind()
         return item.future
+
+    def _start_writer_if_behind(self) -> None:
+        """Start another writer (lock held) if there may be one more and :meth:`_behind`."""
+        if len(self._threads) < self.writers and self._queue and self._behind():
+            thread = threading.Thread(target=self._run, name=f"commit-{len(self._threads)}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
 
     def write(self, batch: wire.pb.Batch) -> WriteResult:
         """Commit ``batch`` (with whatever else is waiting), blocking; raises Busy or StoreUnavailable."""
@@ -167,14 +176,26 @@ class GroupCommitter:
                     self._idle += 1
                     self._ready.wait()
                     self._idle -= 1
-                if self._queue and self.linger_s > 0 and (len(self._queue) > 1 or self._last_group > 1):
+                if self._should_linger():
                     self._linger()
                 group = self._take()
                 self._last_group = len(group) or self._last_group
+                self._start_writer_if_behind()  # what is left may wait for no new call to notice it
                 if not group and self._closed:
                     return
             if group:
                 self._commit(group)
+
+    def _should_linger(self) -> bool:
+        """Under load (the queue or the last group held more than one batch) and the waiting
+        batches are small (on average under a tenth of linger_points points)."""
+        waiting = len(self._queue)
+        return (
+            waiting > 0
+            and self.linger_s > 0
+            and (waiting > 1 or self._last_group > 1)
+            and self._queued_points * 10 < self.linger_points * waiting
+        )
 
     def _behind(self) -> bool:
         """Whether another writer should start: none yet, a full group (linger_points) is

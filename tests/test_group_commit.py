@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -73,19 +74,25 @@ class Caller:
         return self.start(b).result(30)
 
 
-@pytest.fixture(params=["blocking", "asyncio"])
-def calls(request: pytest.FixtureRequest) -> Iterator[Callable[[GroupCommitter], Caller]]:
-    pool = ThreadPoolExecutor(max_workers=32)
-    loop = asyncio.new_event_loop() if request.param == "asyncio" else None
-    thread = threading.Thread(target=loop.run_forever, daemon=True) if loop else None
-    if thread:
-        thread.start()
-    yield lambda committer: Caller(committer, pool, loop)
-    if loop and thread:
+@contextlib.contextmanager
+def loop_thread() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop running on a thread of its own (as the collector's server loop)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield loop
+    finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
-    pool.shutdown()
+
+
+@pytest.fixture(params=["blocking", "asyncio"])
+def calls(request: pytest.FixtureRequest) -> Iterator[Callable[[GroupCommitter], Caller]]:
+    with ThreadPoolExecutor(max_workers=32) as pool, contextlib.ExitStack() as stack:
+        loop = stack.enter_context(loop_thread()) if request.param == "asyncio" else None
+        yield lambda committer: Caller(committer, pool, loop)
 
 
 def test_waiting_batches_are_committed_together_and_each_call_gets_its_own_result(
@@ -167,21 +174,16 @@ def test_a_call_that_goes_away_while_its_group_waits_leaves_the_others_their_res
     sqlite = SqliteStore(tmp_path / "w.db")
     store = Gated(sqlite)
     committer = GroupCommitter(store, writers=1, busy_wait_s=30)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    first = asyncio.run_coroutine_threadsafe(committer.write_async(batch(0)), loop)
-    assert store.entered.wait(5)
-    rest = [asyncio.run_coroutine_threadsafe(committer.write_async(batch(i, samples=i)), loop) for i in range(1, 6)]
-    time.sleep(0.3)
-    rest[1].cancel()
-    store.gate.set()
-    assert first.result(10).written == 3
-    assert [f.result(10).written for i, f in enumerate(rest) if i != 1] == [1, 3, 4, 5]
-    assert rest[1].cancelled() and rows(sqlite) == 3 + 1 + 2 + 3 + 4 + 5
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
+    with loop_thread() as loop:
+        first = asyncio.run_coroutine_threadsafe(committer.write_async(batch(0)), loop)
+        assert store.entered.wait(5)
+        rest = [asyncio.run_coroutine_threadsafe(committer.write_async(batch(i, samples=i)), loop) for i in range(1, 6)]
+        time.sleep(0.3)
+        rest[1].cancel()
+        store.gate.set()
+        assert first.result(10).written == 3
+        assert [f.result(10).written for i, f in enumerate(rest) if i != 1] == [1, 3, 4, 5]
+        assert rest[1].cancelled() and rows(sqlite) == 3 + 1 + 2 + 3 + 4 + 5
     sqlite.close()
 
 

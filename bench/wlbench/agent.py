@@ -28,19 +28,33 @@ from ``/proc/PID/stat`` (utime + stime, every thread):
   and children (``os.wait4``).
 
 Back-to-back scrapes (no pacing) of node_exporter and of the agent's ``/metrics`` are
-measured after the paced windows.
+measured after the paced windows. Before each rate, the interpreter's, its environment's and
+node_exporter's files leave the page cache (those no running process maps), so peak RSS does
+not depend on what an install or an earlier part left cached.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from wlbench import ccvenv
-from wlbench.common import PYTHON, Proc, binary, free_port, median, ratio, running, wait_port
+from wlbench.common import (
+    PYTHON,
+    Proc,
+    binary,
+    evict_page_cache,
+    free_port,
+    median,
+    ratio,
+    running,
+    shared_objects,
+    wait_port,
+)
 from wlbench.fixtures import FixtureHost, make_host
 
 #: Channels of each agent kind on the fixture host.
@@ -151,6 +165,7 @@ def run_rate(rate: float, plan: Plan, host: FixtureHost, sink: int, work: Path, 
     logs = work / f"logs-{rate:g}hz"
     window = plan.window_s[rate]
     procs: list[Proc] = []
+    evicted = evict_page_cache(binaries())
     with running(procs):
         codecarbon = None
         if cc is not None and rate in plan.codecarbon_rates:
@@ -186,7 +201,22 @@ def run_rate(rate: float, plan: Plan, host: FixtureHost, sink: int, work: Path, 
         for s in scraped:
             s.scrapes = in_window(paced["done"][s.url], t0, t1)
         cc_result = codecarbon.finish() if codecarbon is not None else None
-    return summarize(rate, t1 - t0, subjects, paced, cc_result)
+    result = summarize(rate, t1 - t0, subjects, paced, cc_result)
+    result["page_cache_evicted_mib"] = evicted / 2**20
+    return result
+
+
+def binaries() -> list[Path | str]:
+    """What the subjects map from disk: the interpreter, its environment's shared objects, node_exporter.
+
+    Evicted from the page cache before each rate (see :func:`wlbench.common.evict_page_cache`),
+    so peak RSS does not depend on what an install or an earlier part left cached.
+    """
+    files: list[Path | str] = [os.path.realpath(PYTHON), *shared_objects()]
+    node_exporter = binary("NODE_EXPORTER", "prometheus-node-exporter")
+    if node_exporter:
+        files.append(node_exporter)
+    return files
 
 
 def summarize(

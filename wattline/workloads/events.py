@@ -34,7 +34,7 @@ from wattline.collector.lineprotocol import (
     clip,
     job_event_point,
 )
-from wattline.collector.stores.schema import JOB_EVENTS, host_tags
+from wattline.collector.stores.schema import JOB_EVENTS, SEQ_COUNTER_BITS, host_tags
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +61,6 @@ class JobSpec:
         check_job_id(self.job_id)
 
 
-#: Bits of an event_seq counted by one builder; the bits above are its random base.
-SEQ_COUNTER_BITS = 32
-
-
 def seq_base() -> int:
     """A random first event_seq - 1: ``(1..2**31-1) << 32``, so the event_seq of several
     processes of one job on one host (torch ranks using the Job API with one job id) never
@@ -74,20 +70,37 @@ def seq_base() -> int:
 
 class EventBuilder:
     """Numbered job events of one job on one host: event_seq, the event's identity with
-    (host, job id), counts up from a random base (:func:`seq_base`)."""
+    (host, job id), counts up from a random base (:func:`seq_base`).
+
+    UNITS events carry ``units_total``, the units of this builder's UNITS events so far
+    (numbered in the same step, so a later event_seq has the larger total), as long as
+    their times never go backwards; from the first one stamped before its predecessor on
+    they carry none (readers then sum the events, see ``SqliteReads.unit_events``)."""
 
     def __init__(self, spec: JobSpec) -> None:
         self.spec = spec
         self._seq = seq_base()
         self._lock = threading.Lock()
+        self._units_total: float | None = 0.0  #: None once a UNITS time went backwards
+        self._units_last_ns = 0
 
     def make(self, kind: Kind, time_ns: int | None = None, **fields: Any) -> wire.pb.JobEvent:
+        t = time_ns or time.time_ns()
         with self._lock:
             self._seq += 1
             seq = self._seq
-        return wire.JobEvent(
-            job_id=self.spec.job_id, kind=kind, time_ns=time_ns or time.time_ns(), event_seq=seq, **fields
-        )
+            if kind == wire.pb.JobEvent.KIND_UNITS:
+                fields = self._with_total(t, fields)
+        return wire.JobEvent(job_id=self.spec.job_id, kind=kind, time_ns=t, event_seq=seq, **fields)
+
+    def _with_total(self, time_ns: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """UNITS ``fields`` with ``units_total`` while the times are in order (under the lock)."""
+        if self._units_total is None or time_ns < self._units_last_ns:
+            self._units_total = None
+            return fields
+        self._units_last_ns = time_ns
+        self._units_total += float(fields.get("units", 0.0))
+        return {**fields, "units_total": self._units_total}
 
     def open(self, time_ns: int | None = None) -> wire.pb.JobEvent:
         s = self.spec

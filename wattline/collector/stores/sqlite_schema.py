@@ -167,10 +167,13 @@ def _no_values(gauges: Any) -> tuple[()]:
 
 def _event_fields(text: str) -> dict[str, Any]:
     """A job event's ``fields`` column; a UNITS event's (most of a long job's events) without
-    the JSON parser: ``{"units":X}`` with X as ``float.__repr__`` wrote it, which float() reads back exactly."""
-    if text.startswith('{"units":') and "," not in text:
+    the JSON parser: ``{"units":X}`` or ``{"units":X,"units_total":Y}`` with X and Y as
+    ``float.__repr__`` wrote them, which float() reads back exactly."""
+    if text.startswith('{"units":'):
+        units, _, total = text[9:-1].partition(',"units_total":')
         try:
-            return {"units": float(text[9:-1])}
+            if "," not in units and "," not in total:
+                return {"units": float(units), "units_total": float(total)} if total else {"units": float(units)}
         except ValueError:
             pass
     return {} if text == "{}" else dict(json.loads(text))

@@ -16,6 +16,7 @@ checks the collector applies on the wire (:mod:`wattline.collector.lineprotocol`
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import threading
@@ -75,7 +76,8 @@ class EventBuilder:
     UNITS events carry ``units_total``, the units of this builder's UNITS events so far
     (numbered in the same step, so a later event_seq has the larger total), as long as
     their times never go backwards; from the first one stamped before its predecessor on
-    they carry none (readers then sum the events, see ``SqliteReads.unit_events``)."""
+    they carry none (readers then sum the events, see ``SqliteReads.unit_events``), and so from
+    a count no store keeps (not finite, negative) on."""
 
     def __init__(self, spec: JobSpec) -> None:
         self.spec = spec
@@ -94,12 +96,14 @@ class EventBuilder:
         return wire.JobEvent(job_id=self.spec.job_id, kind=kind, time_ns=t, event_seq=seq, **fields)
 
     def _with_total(self, time_ns: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """UNITS ``fields`` with ``units_total`` while the times are in order (under the lock)."""
-        if self._units_total is None or time_ns < self._units_last_ns:
+        """UNITS ``fields`` with ``units_total`` while the times are in order and every count is one
+        a store keeps (a refused event's units must not count in the totals after it); under the lock."""
+        units = float(fields.get("units", 0.0))
+        if self._units_total is None or time_ns < self._units_last_ns or not 0 <= units < math.inf:
             self._units_total = None
             return fields
         self._units_last_ns = time_ns
-        self._units_total += float(fields.get("units", 0.0))
+        self._units_total += units
         return {**fields, "units_total": self._units_total}
 
     def open(self, time_ns: int | None = None) -> wire.pb.JobEvent:

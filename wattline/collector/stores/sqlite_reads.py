@@ -24,7 +24,13 @@ from wattline.collector.stores.reader import (
     reduce_units,
 )
 from wattline.collector.stores.schema import SEQ_COUNTER_BITS
-from wattline.collector.stores.sqlite_schema import _EVENT_COLUMNS, _READ_COLUMNS, _SERIES_KEY, _event_fields
+from wattline.collector.stores.sqlite_schema import (
+    _EVENT_COLUMNS,
+    _READ_COLUMNS,
+    _SERIES_KEY,
+    _event_fields,
+    _units_total,
+)
 
 #: A UNITS event's ``fields`` as the store writes them, ``{"units":X}`` with X >= 0 (see
 #: :func:`_event_fields`), and its units in SQL; any other (``{}`` is 0 units) is read in Python.
@@ -76,10 +82,10 @@ def _packed(host: str, job_id: str, text: str) -> StoredJobEvent:
     return StoredJobEvent(host, job_id, "units", int(t), int(seq), _event_fields(fields))
 
 
-def _total(event: StoredJobEvent) -> float:
-    """A UNITS event's ``units_total`` (nan when it has none, so no difference of it adds up)."""
-    value = event.fields.get("units_total")
-    return float(value) if good_units(value) and value is not None else math.nan
+def _total(text: str) -> float:
+    """The ``units_total`` of a packed row (nan when it has none, so no difference of it adds up)."""
+    value = _units_total(text.split(" ", 2)[2])
+    return value if value is not None and good_units(value) else math.nan
 
 
 def _stored(row: tuple[Any, ...]) -> StoredSample:
@@ -173,7 +179,8 @@ class SqliteReads:
         ((low, high, last),) = self._rows(_WRITERS, [host, job_id])
         if last is None or low >> SEQ_COUNTER_BITS != high >> SEQ_COUNTER_BITS:
             return False
-        return good_units(_event_fields(last).get("units_total"))
+        total = _units_total(last)
+        return total is not None and good_units(total)
 
     def _host_units(
         self,
@@ -194,7 +201,7 @@ class SqliteReads:
             head = _packed(host, job_id, first)
             tail = head if last == first else _packed(host, job_id, last)
             if before is None:  # the writer's total before its first stored event
-                before = _total(head) - float(head.fields.get("units", 0)) if total is None else 0.0
+                before = _total(first) - float(head.fields.get("units", 0)) if total is None else 0.0
             if second is None:
                 out.append(head)
             elif second.split(" ", 1)[0] == first.split(" ", 1)[0]:  # events at one instant: read the span
@@ -203,14 +210,14 @@ class SqliteReads:
             elif second == last:  # two events
                 out += [head, tail]
             else:  # the last one carries the units of all but the first
-                rest = (total if total is not None else _total(tail) - before) - float(head.fields.get("units", 0))
+                rest = (total if total is not None else _total(last) - before) - float(head.fields.get("units", 0))
                 if total is None and not rest >= 0:
-                    if not rest > -1e-9 * max(1.0, _total(tail)):  # more than the totals' rounding
+                    if not rest > -1e-9 * max(1.0, _total(last)):  # more than the totals' rounding
                         return None
                     rest = 0.0
                 out += [head, StoredJobEvent(host, job_id, "units", tail.time_ns, tail.event_seq, {"units": rest})]
             if total is None:
-                before = _total(tail)
+                before = _total(last)
         return out
 
     def _hosts_with(self, job_id: str, event: str) -> list[str]:

@@ -194,7 +194,7 @@ class SqliteReads:
         and its sum (None: from the ``units_total`` of its last row and of the previous span's
         last). None when those totals do not add up."""
         out: list[StoredJobEvent] = []
-        before: float | None = None  # units_total of the last row before the span
+        before: float | str | None = None  # the total before the span, or the row (packed) that has it
         for (lo, hi), (first, second, last, total) in zip(edges, found, strict=True):
             if first is None:
                 continue
@@ -210,14 +210,20 @@ class SqliteReads:
             elif second == last:  # two events
                 out += [head, tail]
             else:  # the last one carries the units of all but the first
-                rest = (total if total is not None else _total(last) - before) - float(head.fields.get("units", 0))
-                if total is None and not rest >= 0:
-                    if not rest > -1e-9 * max(1.0, _total(last)):  # more than the totals' rounding
-                        return None
-                    rest = 0.0
+                units = float(head.fields.get("units", 0))
+                if total is not None:
+                    rest = total - units
+                else:
+                    last_total = _total(last)
+                    rest = last_total - (_total(before) if isinstance(before, str) else before) - units
+                    if not rest >= 0:
+                        if not rest > -1e-9 * max(1.0, last_total):  # more than the totals' rounding
+                            return None
+                        rest = 0.0
+                    before = last_total
                 out += [head, StoredJobEvent(host, job_id, "units", tail.time_ns, tail.event_seq, {"units": rest})]
-            if total is None:
-                before = _total(last)
+                continue
+            before = last
         return out
 
     def _hosts_with(self, job_id: str, event: str) -> list[str]:

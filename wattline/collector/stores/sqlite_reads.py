@@ -199,7 +199,6 @@ class SqliteReads:
             if first is None:
                 continue
             head = _packed(host, job_id, first)
-            tail = head if last == first else _packed(host, job_id, last)
             if before is None:  # the writer's total before its first stored event
                 before = _total(first) - float(head.fields.get("units", 0)) if total is None else 0.0
             if second is None:
@@ -208,7 +207,7 @@ class SqliteReads:
                 sql = f"SELECT {_EVENT_COLUMNS} {_UNITS_OF} AND host = ? AND time_ns > ? AND time_ns <= ?"
                 out += reduce_units(self._events(sql, [job_id, host, lo, hi]), cuts)
             elif second == last:  # two events
-                out += [head, tail]
+                out += [head, _packed(host, job_id, last)]
             else:  # the last one carries the units of all but the first
                 units = float(head.fields.get("units", 0))
                 if total is not None:
@@ -221,7 +220,8 @@ class SqliteReads:
                             return None
                         rest = 0.0
                     before = last_total
-                out += [head, StoredJobEvent(host, job_id, "units", tail.time_ns, tail.event_seq, {"units": rest})]
+                t, seq, _fields = last.split(" ", 2)
+                out += [head, StoredJobEvent(host, job_id, "units", int(t), int(seq), {"units": rest})]
                 continue
             before = last
         return out

@@ -16,6 +16,7 @@ call (cold) and the median of 3 more; the report's energy is checked against the
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from pathlib import Path
@@ -66,6 +67,7 @@ def run(work: Path, quick: bool) -> dict[str, Any]:
             latency: dict[str, dict[str, float]] = {"marks only": {}, "units every 60 s": {}}
             detail: dict[str, Any] = {label: {} for label in lengths}
             store = open_store(store_name, influxd, work)
+            _builder.cache_clear()  # each store's jobs from processes of their own
             t0 = time.monotonic()
             for batch in other_jobs():
                 store.write(batch)
@@ -113,18 +115,27 @@ def timed_reports(store: Any, job_id: str, seconds: int) -> tuple[list[float], f
 def job_events(
     job_id: str, open_ns: int, seconds: int, units_only: bool = False, hosts: int = HOSTS, host_prefix: str = "host"
 ) -> list[wire.pb.Batch]:
-    """Per host: open, the saturation mark and close; or (``units_only``) the UNITS events."""
+    """Per host: open, the saturation mark and close; or (``units_only``) the UNITS events;
+    each host's events from one builder, as one process of a job writes them."""
     batches = []
     for h in range(hosts):
-        builder = EventBuilder(JobSpec(job_id, job_id, "training", "sequences", {"suite": "bench"}))
+        builder = _builder(job_id, f"{host_prefix}-{h:02d}")
         batch = wire.Batch(stream_id=f"events-{job_id}-{h}", seq=2 if units_only else 1)
         batch.host.host_id = f"{host_prefix}-{h:02d}"
-        marks = [builder.open(open_ns), builder.phase("saturated", open_ns + seconds * NS // 20)]
-        marks.append(builder.close(0, open_ns + seconds * NS))
-        units = [builder.units(600.0, open_ns + k * NS) for k in range(UNITS_EVERY_S, seconds, UNITS_EVERY_S)]
-        batch.job_events.extend(units if units_only else marks)
+        if units_only:
+            units = range(UNITS_EVERY_S, seconds, UNITS_EVERY_S)
+            batch.job_events.extend(builder.units(600.0, open_ns + k * NS) for k in units)
+        else:
+            marks = [builder.open(open_ns), builder.phase("saturated", open_ns + seconds * NS // 20)]
+            batch.job_events.extend([*marks, builder.close(0, open_ns + seconds * NS)])
         batches.append(batch)
     return batches
+
+
+@functools.cache
+def _builder(job_id: str, host: str) -> EventBuilder:
+    """The one process of ``job_id`` on ``host``: it numbers the job's events there."""
+    return EventBuilder(JobSpec(job_id, job_id, "training", "sequences", {"suite": "bench"}))
 
 
 def other_jobs() -> list[wire.pb.Batch]:

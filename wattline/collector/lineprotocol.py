@@ -421,6 +421,8 @@ def job_event_point(
         raise LineProtocolError("event_seq is 0: a job event needs its sequence number (its identity)")
     if event.kind == wire.pb.JobEvent.KIND_UNITS:
         check_units(event.units)
+        if event.HasField("units_total"):
+            check_units(event.units_total)
     elif event.kind == wire.pb.JobEvent.KIND_USE:
         check_use(event)
     return {**host, **job_event_tags(event)}, job_event_fields(event), job_event_time(event)

@@ -16,6 +16,7 @@ checks the collector applies on the wire (:mod:`wattline.collector.lineprotocol`
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import threading
@@ -34,7 +35,7 @@ from wattline.collector.lineprotocol import (
     clip,
     job_event_point,
 )
-from wattline.collector.stores.schema import JOB_EVENTS, host_tags
+from wattline.collector.stores.schema import JOB_EVENTS, SEQ_COUNTER_BITS, host_tags
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +62,6 @@ class JobSpec:
         check_job_id(self.job_id)
 
 
-#: Bits of an event_seq counted by one builder; the bits above are its random base.
-SEQ_COUNTER_BITS = 32
-
-
 def seq_base() -> int:
     """A random first event_seq - 1: ``(1..2**31-1) << 32``, so the event_seq of several
     processes of one job on one host (torch ranks using the Job API with one job id) never
@@ -74,20 +71,40 @@ def seq_base() -> int:
 
 class EventBuilder:
     """Numbered job events of one job on one host: event_seq, the event's identity with
-    (host, job id), counts up from a random base (:func:`seq_base`)."""
+    (host, job id), counts up from a random base (:func:`seq_base`).
+
+    UNITS events carry ``units_total``, the units of this builder's UNITS events so far
+    (numbered in the same step, so a later event_seq has the larger total), as long as
+    their times never go backwards; from the first one stamped before its predecessor on
+    they carry none (readers then sum the events, see ``SqliteReads.unit_events``), and so from
+    a count no store keeps (not finite, negative) on."""
 
     def __init__(self, spec: JobSpec) -> None:
         self.spec = spec
         self._seq = seq_base()
         self._lock = threading.Lock()
+        self._units_total: float | None = 0.0  #: None once a UNITS time went backwards
+        self._units_last_ns = 0
 
     def make(self, kind: Kind, time_ns: int | None = None, **fields: Any) -> wire.pb.JobEvent:
+        t = time_ns or time.time_ns()
         with self._lock:
             self._seq += 1
             seq = self._seq
-        return wire.JobEvent(
-            job_id=self.spec.job_id, kind=kind, time_ns=time_ns or time.time_ns(), event_seq=seq, **fields
-        )
+            if kind == wire.pb.JobEvent.KIND_UNITS:
+                fields = self._with_total(t, fields)
+        return wire.JobEvent(job_id=self.spec.job_id, kind=kind, time_ns=t, event_seq=seq, **fields)
+
+    def _with_total(self, time_ns: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """UNITS ``fields`` with ``units_total`` while the times are in order and every count is one
+        a store keeps (a refused event's units must not count in the totals after it); under the lock."""
+        units = float(fields.get("units", 0.0))
+        if self._units_total is None or time_ns < self._units_last_ns or not 0 <= units < math.inf:
+            self._units_total = None
+            return fields
+        self._units_last_ns = time_ns
+        self._units_total += units
+        return {**fields, "units_total": self._units_total}
 
     def open(self, time_ns: int | None = None) -> wire.pb.JobEvent:
         s = self.spec

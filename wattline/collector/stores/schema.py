@@ -103,6 +103,9 @@ EVENT_NAMES = {
 #: event lands on its own point, two events at one instant on two points; a process's events
 #: share one series per million, and the point time stays within the event's millisecond.
 SEQ_BLOCK = 10**6
+#: Bits of an event_seq counted by one writer (a job's process on a host); the bits
+#: above are its random base, so ``event_seq >> SEQ_COUNTER_BITS`` tells writers apart.
+SEQ_COUNTER_BITS = 32
 _MS = 10**6
 
 
@@ -130,6 +133,8 @@ def job_event_fields(event: wire.pb.JobEvent) -> dict[str, float | int | str | b
             fields[f"label_{key}"] = value
     elif event.kind == wire.pb.JobEvent.KIND_UNITS:
         fields["units"] = event.units
+        if event.HasField("units_total"):
+            fields["units_total"] = event.units_total
     elif event.kind == wire.pb.JobEvent.KIND_PHASE:
         fields["phase"] = event.phase
     elif event.kind == wire.pb.JobEvent.KIND_CLOSE:

@@ -18,11 +18,19 @@ from wattline.collector.stores.reader import (
     StoredJobEvent,
     StoredSample,
     UnitCuts,
+    good_units,
     jobs_near,
     last_heard,
     reduce_units,
 )
-from wattline.collector.stores.sqlite_schema import _EVENT_COLUMNS, _READ_COLUMNS, _SERIES_KEY, _event_fields
+from wattline.collector.stores.schema import SEQ_COUNTER_BITS
+from wattline.collector.stores.sqlite_schema import (
+    _EVENT_COLUMNS,
+    _READ_COLUMNS,
+    _SERIES_KEY,
+    _event_fields,
+    _units_total,
+)
 
 #: A UNITS event's ``fields`` as the store writes them, ``{"units":X}`` with X >= 0 (see
 #: :func:`_event_fields`), and its units in SQL; any other (``{}`` is 0 units) is read in Python.
@@ -39,27 +47,45 @@ _MARKS = "event NOT IN ('units', 'heartbeat')"
 _IN_SPAN = (
     "FROM job_events WHERE job_id = ?1 AND event = 'units' AND host = s.host AND time_ns > s.lo AND time_ns <= s.hi"
 )
-#: Per span: its first two rows, its last, and the sum of its units (inf when a row's units
-#: are not written as this store writes them).
-_SPAN_COLUMNS = (
+#: Per span: its first two rows and its last.
+_SPAN_EDGES = (
     f"(SELECT {_PACK} {_IN_SPAN} ORDER BY time_ns, event_seq LIMIT 1), "
     f"(SELECT {_PACK} {_IN_SPAN} ORDER BY time_ns, event_seq LIMIT 1 OFFSET 1), "
-    f"(SELECT {_PACK} {_IN_SPAN} ORDER BY time_ns DESC, event_seq DESC LIMIT 1), "
+    f"(SELECT {_PACK} {_IN_SPAN} ORDER BY time_ns DESC, event_seq DESC LIMIT 1)"
+)
+#: ... and the sum of its units (inf when a row's units are not written as this store writes them).
+_SPAN_SUM = (
     f"(SELECT SUM(CASE WHEN {_PLAIN_UNITS} THEN CAST(substr(fields, 10) AS REAL) "
     f"WHEN fields = '{{}}' THEN 0 ELSE 9e999 END) {_IN_SPAN})"
+)
+#: A host's writers of a job's events (its lowest and highest event_seq: one lookup each along
+#: the UNIQUE index; min and max in one SELECT would read every row) and the fields of its last
+#: UNITS event by event_seq (along the same index, from its end).
+_OF_HOST = "FROM job_events WHERE host = ?1 AND job_id = ?2"
+_WRITERS = (
+    f"SELECT (SELECT min(event_seq) {_OF_HOST}), (SELECT max(event_seq) {_OF_HOST}), "
+    f"(SELECT fields {_OF_HOST} AND event = 'units' ORDER BY event_seq DESC LIMIT 1)"
 )
 
 
 @functools.lru_cache(maxsize=8)
-def _spans_query(n: int) -> str:
-    """The statement of :meth:`SqliteStore.unit_events` for ``n`` spans (?1: the job id)."""
+def _spans_query(n: int, summed: bool = True) -> str:
+    """The statement of :meth:`SqliteStore.unit_events` for ``n`` spans (?1: the job id):
+    per span its edges and (``summed``) its sum."""
     values = ", ".join(f"(?{3 * i + 2}, ?{3 * i + 3}, ?{3 * i + 4})" for i in range(n))
-    return f"WITH s(host, lo, hi) AS (VALUES {values}) SELECT {_SPAN_COLUMNS} FROM s"
+    columns = f"{_SPAN_EDGES}, {_SPAN_SUM}" if summed else f"{_SPAN_EDGES}, NULL"
+    return f"WITH s(host, lo, hi) AS (VALUES {values}) SELECT {columns} FROM s"
 
 
 def _packed(host: str, job_id: str, text: str) -> StoredJobEvent:
     t, seq, fields = text.split(" ", 2)
     return StoredJobEvent(host, job_id, "units", int(t), int(seq), _event_fields(fields))
+
+
+def _total(text: str) -> float:
+    """The ``units_total`` of a packed row (nan when it has none, so no difference of it adds up)."""
+    value = _units_total(text.split(" ", 2)[2])
+    return value if value is not None and good_units(value) else math.nan
 
 
 def _stored(row: tuple[Any, ...]) -> StoredSample:
@@ -115,21 +141,66 @@ class SqliteReads:
 
     def unit_events(self, job_id: str, cuts: UnitCuts) -> list[StoredJobEvent]:
         """Per host and span of ``cuts``, index lookups along job_events_units (its first rows,
-        its last, :func:`reduce_units`) and one sum, all in one statement: no row leaves
-        SQLite but those, so a report's cost does not grow with the job's UNITS events."""
+        its last, :func:`reduce_units`), all in one statement: no row leaves SQLite but those,
+        so a report's cost does not grow with the job's UNITS events. A span's other units are
+        the difference of two ``units_total`` where one writer wrote every UNITS event of the
+        host and each carries one (:meth:`_totalled`); else SQLite sums the span's rows."""
         bounds = [-(2**63), *cuts.instants, 2**63 - 1]
-        spans = [(host, lo, hi) for host in self._hosts_with(job_id, "units") for lo, hi in itertools.pairwise(bounds)]
+        edges = list(itertools.pairwise(bounds))
+        hosts = self._hosts_with(job_id, "units")
+        out: list[StoredJobEvent] = []
+        totalled = [h for h in hosts if self._totalled(job_id, h)]
+        found = self._span_rows(job_id, [(h, lo, hi) for h in totalled for lo, hi in edges], summed=False)
+        summed = [h for h in hosts if h not in totalled]
+        for i, host in enumerate(totalled):
+            got = self._host_units(job_id, host, edges, found[i * len(edges) : (i + 1) * len(edges)], cuts)
+            if got is None:  # totals that do not add up: sum the rows
+                summed.append(host)
+            else:
+                out += got
+        found = self._span_rows(job_id, [(h, lo, hi) for h in summed for lo, hi in edges], summed=True)
+        if any(total == math.inf for *_, total in found):  # units not as this store writes them
+            return reduce_units(self._events(f"SELECT {_EVENT_COLUMNS} {_UNITS_OF}", [job_id]), cuts)
+        for i, host in enumerate(summed):
+            out += self._host_units(job_id, host, edges, found[i * len(edges) : (i + 1) * len(edges)], cuts) or []
+        return sorted(out, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _span_rows(self, job_id: str, spans: list[tuple[str, int, int]], summed: bool) -> list[tuple[Any, ...]]:
         found: list[tuple[Any, ...]] = []
         for i in range(0, len(spans), _SPANS_PER_QUERY):
             chunk = spans[i : i + _SPANS_PER_QUERY]
-            found += self._rows(_spans_query(len(chunk)), [job_id, *itertools.chain.from_iterable(chunk)])
-        if any(total == math.inf for *_, total in found):  # units not as this store writes them
-            return reduce_units(self._events(f"SELECT {_EVENT_COLUMNS} {_UNITS_OF}", [job_id]), cuts)
+            found += self._rows(_spans_query(len(chunk), summed), [job_id, *itertools.chain.from_iterable(chunk)])
+        return found
+
+    def _totalled(self, job_id: str, host: str) -> bool:
+        """Whether one writer (one event_seq base) wrote every event of ``job_id`` on ``host`` and
+        its last UNITS event carries ``units_total``: then every one of its UNITS events does,
+        stamped in the order of their event_seq (see ``EventBuilder``). Three index lookups."""
+        ((low, high, last),) = self._rows(_WRITERS, [host, job_id])
+        if last is None or low >> SEQ_COUNTER_BITS != high >> SEQ_COUNTER_BITS:
+            return False
+        total = _units_total(last)
+        return total is not None and good_units(total)
+
+    def _host_units(
+        self,
+        job_id: str,
+        host: str,
+        edges: list[tuple[int, int]],
+        found: list[tuple[Any, ...]],
+        cuts: UnitCuts,
+    ) -> list[StoredJobEvent] | None:
+        """:func:`reduce_units` of ``host``'s UNITS events from each span's first two rows, its last
+        and its sum (None: from the ``units_total`` of its last row and of the previous span's
+        last). None when those totals do not add up."""
         out: list[StoredJobEvent] = []
-        for (host, lo, hi), (first, second, last, total) in zip(spans, found, strict=True):
+        before: float | str | None = None  # the total before the span, or the row (packed) that has it
+        for (lo, hi), (first, second, last, total) in zip(edges, found, strict=True):
             if first is None:
                 continue
             head = _packed(host, job_id, first)
+            if before is None:  # the writer's total before its first stored event
+                before = _total(first) - float(head.fields.get("units", 0)) if total is None else 0.0
             if second is None:
                 out.append(head)
             elif second.split(" ", 1)[0] == first.split(" ", 1)[0]:  # events at one instant: read the span
@@ -138,10 +209,22 @@ class SqliteReads:
             elif second == last:  # two events
                 out += [head, _packed(host, job_id, last)]
             else:  # the last one carries the units of all but the first
+                units = float(head.fields.get("units", 0))
+                if total is not None:
+                    rest = total - units
+                else:
+                    last_total = _total(last)
+                    rest = last_total - (_total(before) if isinstance(before, str) else before) - units
+                    if not rest >= 0:
+                        if not rest > -1e-9 * max(1.0, last_total):  # more than the totals' rounding
+                            return None
+                        rest = 0.0
+                    before = last_total
                 t, seq, _fields = last.split(" ", 2)
-                rest = total - float(head.fields.get("units", 0))
                 out += [head, StoredJobEvent(host, job_id, "units", int(t), int(seq), {"units": rest})]
-        return sorted(out, key=lambda e: (e.time_ns, e.host, e.event_seq))
+                continue
+            before = last
+        return out
 
     def _hosts_with(self, job_id: str, event: str) -> list[str]:
         """The hosts with ``event`` events (units, heartbeat) of ``job_id``: one lookup each

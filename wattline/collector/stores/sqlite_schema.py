@@ -166,14 +166,33 @@ def _no_values(gauges: Any) -> tuple[()]:
 
 
 def _event_fields(text: str) -> dict[str, Any]:
-    """A job event's ``fields`` column; a UNITS event's (most of a long job's events) without
-    the JSON parser: ``{"units":X}`` with X as ``float.__repr__`` wrote it, which float() reads back exactly."""
-    if text.startswith('{"units":') and "," not in text:
+    """A job event's ``fields`` column, but a UNITS event's ``units_total`` (what readers need of
+    it: :func:`_units_total`; InfluxDB's readers do not read it either); a UNITS event's (most
+    of a long job's events) without the JSON parser: ``{"units":X}`` or
+    ``{"units":X,"units_total":Y}`` with X as ``float.__repr__`` wrote it, which float() reads
+    back exactly."""
+    if text.startswith('{"units":'):
+        units = text[9:-1].partition(',"units_total":')[0]
+        if "," not in units:
+            try:
+                return {"units": float(units)}
+            except ValueError:
+                pass
+    fields = {} if text == "{}" else dict(json.loads(text))
+    fields.pop("units_total", None)
+    return fields
+
+
+def _units_total(text: str) -> float | None:
+    """The ``units_total`` of a UNITS event's ``fields`` column as this store writes it (None
+    when it has none, or spelled otherwise)."""
+    _, found, total = text.partition(',"units_total":')
+    if found and total.endswith("}"):
         try:
-            return {"units": float(text[9:-1])}
+            return float(total[:-1])
         except ValueError:
             pass
-    return {} if text == "{}" else dict(json.loads(text))
+    return None
 
 
 class NotAStore(ConfigError, StoreUnavailable):

@@ -1,0 +1,171 @@
+"""UNITS events that carry their process's running total (``units_total``): a report takes a
+span's units as the difference of two totals, and gives exactly the figures of every event.
+
+Truth: the unit counts written (whole numbers, so every sum and difference is exact), and the
+figures computed from every stored event (``store.job_events``), as tests/test_units_flat.py
+does. Hard cases, each on its own host of one job: one process with events at one instant,
+resent batches and events on the grid's edges (totals used); two processes (two event_seq
+bases); stamps out of order (the builder stops giving totals); an older writer (no totals);
+a writer whose first events the store never got.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from servers import T0, Influxd, sqlite_or_influxdb1_store  # noqa: F401 (fixture store)
+from test_units_flat import builder, old_figures, write
+from typer.testing import CliRunner
+
+from wattline import wire
+from wattline.cli.main import app
+from wattline.collector.stores.influx_v1 import InfluxV1Store
+from wattline.collector.stores.reader import UnitCuts, reduce_units
+from wattline.collector.stores.sqlite import SqliteStore
+from wattline.workloads.report import build_report
+from wattline.workloads.saturation import SaturationParams, grid_bins
+
+S = 10**9
+Store = SqliteStore | InfluxV1Store
+SECONDS = 1800
+
+
+def test_builder_totals_count_its_units_until_a_stamp_goes_back() -> None:
+    b = builder("j")
+    events = [b.units(u, T0 + t * S) for u, t in ((3.0, 1), (4.0, 2), (5.0, 2), (6.0, 5))]
+    assert [e.units_total for e in events] == [3.0, 7.0, 12.0, 18.0]
+    later = [b.units(1.0, T0 + 4 * S), b.units(2.0, T0 + 9 * S)]  # 4 s: before the previous one
+    assert not any(e.HasField("units_total") for e in later)
+    assert builder("j").units(2.0, T0).units_total == 2.0  # another process counts its own
+    bad = builder("j")  # a count the collector refuses: the totals after it would count it
+    assert [bad.units(u, T0).HasField("units_total") for u in (1.0, float("inf"), 1.0)] == [True, False, False]
+    assert not b.open(T0).HasField("units_total")
+
+
+def _units(b: object, start: int, every_s: int, rng: random.Random, *, ordered: bool = True) -> list[wire.pb.JobEvent]:
+    """A ramp to a plateau of UNITS events from builder ``b``, some at one instant, some on the grid's edges."""
+    events = []
+    for k, t in enumerate(range(start + every_s * S, start + SECONDS * S, every_s * S)):
+        if not ordered and k % 7 == 3:
+            t -= 2 * every_s * S
+        events.append(b.units(float(min(k, 20) * 3 + rng.randrange(3)), t))  # type: ignore[attr-defined]
+        if k % 11 == 5:
+            events.append(b.units(4.0, t))  # type: ignore[attr-defined]
+    return events
+
+
+def fill(store: Store, job_id: str) -> float:
+    """``job_id`` on six hosts, one hard case each (module docstring); returns the units written."""
+    rng = random.Random(job_id)
+    start, end = T0, T0 + SECONDS * S
+    total = 0.0
+    grid = UnitCuts(start, end, grid_bins(start, end, SaturationParams())).instants
+    for host in ("one", "edges", "two", "unordered", "old", "late"):
+        main = builder(job_id)
+        write(store, host, [main.open(start)])
+        events = _units(main, start, 5 if host != "edges" else 60, rng, ordered=host != "unordered")
+        if host == "edges":  # on every grid edge and 1 ns either side of it
+            events = [main.units(float(k % 5), t + d) for k, t in enumerate(grid[1:-1]) for d in (-1, 0, 1)]
+        if host == "two":
+            events += _units(builder(job_id), start, 7, rng)
+        if host == "old":
+            for e in events:
+                e.ClearField("units_total")
+        if host == "late":  # its first events never reached the store
+            events = events[10:]
+        assert events
+        write(store, host, events[::2])
+        write(store, host, events[1::2], times=2)  # resent
+        write(store, host, [main.close(0, end)])
+        total += sum(e.units for e in events)
+    return total
+
+
+def test_report_figures_from_totals_equal_those_from_every_event(store: Store) -> None:
+    written = fill(store, "j")
+    report = build_report(store, "j")
+    total, warm, at_ns, rate = old_figures(store, "j", report.end_ns)
+    assert report.job.units_total == total == written
+    assert (report.saturation.at_ns, report.saturation.plateau_rate) == (at_ns, rate)
+    assert report.saturation.method == "throughput-plateau"
+    assert report.units_warmup == warm and report.units_measured == written - warm
+    every = [e for e in store.job_events("j") if e.event == "units"]
+    if isinstance(store, SqliteStore):  # the totals are stored (InfluxDB: see the last test)
+        rows = store._db.execute("SELECT fields FROM job_events WHERE event = 'units'").fetchall()
+        assert sum('"units_total":' in fields for (fields,) in rows) > len(rows) / 2
+    start, end = report.job.start_ns, report.end_ns
+    for cuts in (UnitCuts(start, end, 60, (start + 123_456_789,)), UnitCuts(0, 0), UnitCuts(start, end, 13)):
+        assert store.unit_events("j", cuts) == reduce_units(every, cuts)
+
+
+def test_sqlite_sums_no_rows_where_the_totals_tell(tmp_path: Path) -> None:
+    """One process per host with totals: SQLite answers from index lookups, no SUM over the rows;
+    the same job with one host of an older writer sums that host's rows, and only those."""
+    with SqliteStore(tmp_path / "w.db") as store:
+        rng = random.Random(1)
+        for host in ("a", "b"):
+            b = builder("j")
+            events = [b.open(T0), *_units(b, T0, 3, rng), b.close(0, T0 + SECONDS * S)]
+            write(store, host, events)
+        statements: list[str] = []
+        store._db.set_trace_callback(statements.append)
+        report = build_report(store, "j")
+        assert not [s for s in statements if "SUM(" in s]
+        total, warm, at_ns, _rate = old_figures(store, "j", report.end_ns)
+        assert (report.job.units_total, report.units_warmup, report.saturation.at_ns) == (total, warm, at_ns)
+        old = builder("j")
+        events = [old.open(T0), *_units(old, T0, 3, rng)]
+        for e in events:
+            e.ClearField("units_total")
+        write(store, "c", events)
+        statements.clear()
+        report = build_report(store, "j")
+        summed = [s for s in statements if "SUM(" in s]
+        assert summed and all("('c', " in s and "('a', " not in s and "('b', " not in s for s in summed)
+        total, warm, at_ns, _rate = old_figures(store, "j", report.end_ns)
+        assert (report.job.units_total, report.units_warmup, report.saturation.at_ns) == (total, warm, at_ns)
+
+
+def test_totals_that_do_not_add_up_are_not_used(tmp_path: Path) -> None:
+    """A writer whose totals fall (not as wattline writes them): the rows are summed instead."""
+    with SqliteStore(tmp_path / "w.db") as store:
+        b = builder("j")
+        events = [b.open(T0), *(b.units(5.0, T0 + k * S) for k in range(1, 200)), b.close(0, T0 + 200 * S)]
+        for e in events[150:-1]:
+            e.units_total = 1.0
+        write(store, "h", events)
+        assert build_report(store, "j").job.units_total == 5.0 * 199
+
+
+def test_a_bad_total_is_refused_at_the_door(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "w.db") as store:
+        event = builder("j").units(1.0, T0)
+        event.units_total = float("nan")
+        batch = wire.Batch(stream_id="s", seq=1)
+        batch.host.host_id = "h"
+        batch.job_events.append(event)
+        result = store.write(batch)
+        assert result.rejected == 1 and "units must be finite and >= 0" in result.reasons[0]
+
+
+def test_wattline_report_json_from_totals(tmp_path: Path) -> None:
+    path = tmp_path / "w.db"
+    with SqliteStore(path) as store:
+        written = fill(store, "cli-j")
+        old = build_report(store, "cli-j")
+        _total, warm, _at, _rate = old_figures(store, "cli-j", old.end_ns)
+    out = CliRunner().invoke(app, ["report", "cli-j", "--json", "--store", f"sqlite:///{path}"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["units"] == {"total": written, "warmup": warm, "measured": written - warm}
+
+
+def test_influxdb_stores_the_total_as_a_float_field(influxd: Influxd) -> None:
+    store = InfluxV1Store(influxd.url, influxd.new_database())
+    b = builder("j")
+    write(store, "h", [b.open(T0), b.units(2.0, T0 + S), b.units(3.0, T0 + 2 * S)])
+    rows = store.query("SELECT units, units_total FROM job_events WHERE event = 'units'")
+    assert [(r["units"], r["units_total"]) for r in rows] == [(2, 2), (3, 5)]
+    fields = store.query("SHOW FIELD KEYS FROM job_events")
+    assert {"fieldKey": "units_total", "fieldType": "float"} in fields

@@ -153,12 +153,16 @@ class GroupCommitter:
     def _expire(self, future: Future[WriteResult], waiter: asyncio.Future[WriteResult]) -> None:
         """The wait is over: a batch no writer has taken is withdrawn and its call gets Busy."""
         if future.cancel() and not waiter.done():
-            waiter.set_exception(Busy(f"no writer free within {self.busy_wait_s:g} s"))
+            waiter.set_exception(self._busy())
 
     def _withdraw(self, future: Future[WriteResult]) -> None:
         """Raise Busy if no writer has taken the batch yet (it never will now)."""
         if future.cancel():
-            raise Busy(f"no writer free within {self.busy_wait_s:g} s") from None
+            raise self._busy() from None
+
+    def _busy(self) -> Busy:
+        """What a call gets when no writer took its batch within ``busy_wait_s``."""
+        return Busy(f"no writer free within {self.busy_wait_s:g} s")
 
     def close(self) -> None:
         """Commit what is queued, then stop the writer threads."""

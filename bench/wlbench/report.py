@@ -11,8 +11,13 @@ Then again with one UNITS event per host per minute added to the measured jobs. 
 written fast: line protocol straight to ``/write`` for InfluxDB, the store's own INSERT in
 large transactions for SQLite (job events through the store). After each bulk write the run
 waits for influxd to go idle (its compactions would slow whatever runs next). Latency: first
-call (cold) and the median of ``WARM_CALLS`` more (one slow call, a collection or a compaction,
-must not move it); the report's energy is checked against the truth.
+call (cold) and the median of ``WARM_CALLS`` more, the jobs' calls alternating (one slow call, a
+collection or a compaction, must not move it); the report's energy is checked against the truth.
+
+InfluxDB's floor (``units_floor``, same run, same data): what the store's read of a job's UNITS
+events costs against influxd alone returning the rows, and against the cheapest queries that
+could replace it: one aggregate function over a GROUP BY time() grid (it still visits every
+row), the five an exact per-span reduction would need, and one statement per cut.
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ import statistics
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from wattline import wire
 from wattline.collector.stores.influx_v1 import InfluxV1Store
+from wattline.collector.stores.reader import UnitCuts
 from wattline.collector.stores.sqlite import _INSERT_ENERGY, _INSERT_SERIES, SqliteStore
 from wattline.workloads.events import EventBuilder, JobSpec
 from wattline.workloads.report import build_report
+from wattline.workloads.saturation import SaturationParams, grid_bins
 from wlbench.common import Influxd, Proc, http, running, start_influxd, wait_idle
 from wlbench.data import T0_NS
 
@@ -88,10 +96,14 @@ def run(work: Path, quick: bool) -> dict[str, Any]:
                         for batch in job_events(f"bench-{label}", starts[label], seconds, units_only=True):
                             store.write(batch)
                 detail["settle_s"] = wait_idle(influxd.proc)
+                timed = timed_reports(store, lengths)
                 for label, seconds in lengths.items():
-                    timings, error = timed_reports(store, f"bench-{label}", seconds)
+                    timings, error = timed[label]
                     latency[variant][label] = statistics.median(timings[1:])
                     detail[label][variant] = {"cold_s": timings[0], "runs_s": timings[1:], "energy_error": error}
+                    if units and isinstance(store, InfluxV1Store):
+                        floor = units_floor(store, influxd, f"bench-{label}", starts[label], seconds)
+                        detail[label]["units_floor_s"] = floor
             store.close()
             result["stores"][store_name] = {
                 "latency_s": latency,
@@ -102,17 +114,68 @@ def run(work: Path, quick: bool) -> dict[str, Any]:
     return result
 
 
-def timed_reports(store: Any, job_id: str, seconds: int) -> tuple[list[float], float]:
-    timings = []
-    report = None
-    for _ in range(1 + WARM_CALLS):
-        t = time.perf_counter()
-        report = build_report(store, job_id)
-        timings.append(time.perf_counter() - t)
-    assert report is not None
-    truth = HOSTS * sum(w for _, _, w in SERIES) * seconds
-    total = report.warmup.energy_j + report.measured.energy_j
-    return timings, abs(total - truth) / truth
+def timed_reports(store: Any, lengths: dict[str, int]) -> dict[str, tuple[list[float], float]]:
+    """Per job (``bench-LABEL``): its cold call's latency, then WARM_CALLS more, and its energy's
+    relative error against the truth. The jobs' warm calls alternate (each round in the other
+    order), so a slow spell of the store's (a compaction, a cache snapshot) falls on every job
+    alike and the ratio compares like with like."""
+    labels = list(lengths)
+    timings: dict[str, list[float]] = {label: [] for label in labels}
+    reports = {}
+    for k in range(1 + WARM_CALLS):
+        for label in labels if k % 2 == 0 else reversed(labels):
+            t = time.perf_counter()
+            reports[label] = build_report(store, f"bench-{label}")
+            timings[label].append(time.perf_counter() - t)
+    out = {}
+    for label, seconds in lengths.items():
+        truth = HOSTS * sum(w for _, _, w in SERIES) * seconds
+        total = reports[label].warmup.energy_j + reports[label].measured.energy_j
+        out[label] = (timings[label], abs(total - truth) / truth)
+    return out
+
+
+def units_floor(store: InfluxV1Store, influxd: Influxd, job_id: str, open_ns: int, seconds: int) -> dict[str, float]:
+    """Median of WARM_CALLS timings each: the store's UNITS read at the report's cuts (the grid
+    and the saturation mark); influxd alone answering the rows it reads (the HTTP answer, not
+    decoded); and queries that visit the rows inside influxd instead: one function over the
+    grid, the five an exact reduction needs (a span's units from ``units_total``, its first
+    and last instants, the first event's units), one ``last()`` statement per cut."""
+    end_ns = open_ns + seconds * NS
+    bins = grid_bins(open_ns, end_ns, SaturationParams())
+    cuts = UnitCuts(open_ns, end_ns, bins, (open_ns, open_ns + seconds * NS // 20))
+    step = (end_ns - open_ns) // bins
+    where = f"FROM job_events WHERE job_id = '{job_id}' AND event = 'units'"
+    grid = f"AND time >= {open_ns} AND time < {end_ns} GROUP BY time({step}ns, {open_ns % step}ns), host, seq_block"
+    queries = {
+        "influxd_rows_s": f"SELECT units, time_ns {where} GROUP BY host, seq_block",
+        "influxd_one_function_s": f"SELECT sum(units) {where} {grid}",
+        "influxd_exact_functions_s": (
+            f"SELECT last(units_total), min(time_ns), max(time_ns), first(units), first(time_ns) {where} {grid}"
+        ),
+        "influxd_statement_per_cut_s": "; ".join(
+            f"SELECT last(units_total) {where} AND time < {t - t % 10**6} GROUP BY host, seq_block"
+            for t in cuts.instants
+        ),
+    }
+
+    def median_s(call: Any) -> float:
+        timings = []
+        for _ in range(WARM_CALLS):
+            t = time.perf_counter()
+            call()
+            timings.append(time.perf_counter() - t)
+        return statistics.median(timings)
+
+    def answer(influxql: str) -> None:
+        status, body = http("POST", f"{influxd.url}/query?db={DATABASE}&epoch=ns", f"q={quote(influxql)}".encode())
+        if status != 200 or b'"error"' in body:
+            raise RuntimeError(f"influxd answered {status}: {body[:200]!r}")
+
+    out = {"store_units_read_s": median_s(lambda: store.unit_events(job_id, cuts)), "cuts": float(len(cuts.instants))}
+    for name, influxql in queries.items():
+        out[name] = median_s(functools.partial(answer, influxql))
+    return out
 
 
 def job_events(

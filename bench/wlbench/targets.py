@@ -325,6 +325,20 @@ def report_rows(r: dict[str, Any]) -> list[Row]:
                     met=at_most(flat, 1.5),
                 )
             )
+        for length in r["lengths_s"]:
+            floor = d["detail"].get(length, {}).get("units_floor_s")
+            if floor:
+                rows.append(
+                    Row(
+                        "report",
+                        f"{store}, {length} job: UNITS read at {floor['cuts']:.0f} cuts, ms",
+                        num(floor["store_units_read_s"] * 1e3, "ms"),
+                        f"influxd alone: rows {num(floor['influxd_rows_s'] * 1e3, 'ms')}, 1 function "
+                        f"{num(floor['influxd_one_function_s'] * 1e3, 'ms')}, 5 functions "
+                        f"{num(floor['influxd_exact_functions_s'] * 1e3, 'ms')}, a statement per cut "
+                        f"{num(floor['influxd_statement_per_cut_s'] * 1e3, 'ms')}",
+                    )
+                )
     return rows
 
 

@@ -10,11 +10,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wattline import systemd
-from wattline.agent import registry
+from wattline import systemd, wire
+from wattline.agent import holders, registry
 from wattline.agent.assembly import UplinkSecurity, assemble, make_uplink, uplink_security
 from wattline.agent.exporter import AgentCollector, serve
-from wattline.agent.outbox import OutboxDrainer, outbox_root
+from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root
 from wattline.agent.settings import AgentSettings
 from wattline.agent.sources.base import Source
 from wattline.agent.spool import Spool
@@ -102,17 +102,31 @@ class Agent:
         )
 
     def _look_at_outbox(self) -> None:
-        """Between the uplink's pushes (a collector answers): every OUTBOX_EVERY_S, a pass over
-        the job events that ended or killed runs (``wattline run``) left on this host, on a thread
-        of its own while it lasts."""
+        """Between the uplink's pushes (a collector answers): every OUTBOX_EVERY_S, end the jobs
+        of this host whose holder is gone (:mod:`.holders`), then a pass over the job events that
+        ended or killed runs (``wattline run``) left on this host, on a thread of its own while
+        it lasts."""
         now = time.monotonic()
         if self.outbox is None or now < self._outbox_due:
             return
         self._outbox_due = now + OUTBOX_EVERY_S
         try:
+            holders.end_dead(self.outbox.root, self._held_here, self._to_outbox)
             self.outbox.start_pass(self._stop)
         except Exception:  # a bug here must not end the agent's own delivery
             log.exception("outbox: pass over %s failed", self.outbox.root)
+
+    def _held_here(self, record: holders.HolderRecord) -> bool:
+        return record.sink == "collector" and record.host_id == self.host.host_id
+
+    def _to_outbox(self, host: wire.pb.Host, events: list[wire.pb.JobEvent]) -> None:
+        """Keep ``events`` in an outbox directory of their own: the pass that follows delivers them."""
+        assert self.outbox is not None
+        spool = open_outbox(self.outbox.root, host)
+        try:
+            spool.add_job_events(events)
+        finally:
+            spool.close()
 
     def stop(self, flush_s: float = 5.0) -> bool:
         """Stop sampling, deliver what is left (up to ``flush_s``), close sources."""

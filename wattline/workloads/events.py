@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from wattline import wire
+from wattline.agent import holders
 from wattline.collector.lineprotocol import (
     LineEncoder,
     check_job_id,
@@ -81,7 +82,7 @@ class EventBuilder:
 
     def __init__(self, spec: JobSpec) -> None:
         self.spec = spec
-        self._seq = seq_base()
+        self._base = self._seq = seq_base()
         self._lock = threading.Lock()
         self._units_total: float | None = 0.0  #: None once a UNITS time went backwards
         self._units_last_ns = 0
@@ -106,9 +107,16 @@ class EventBuilder:
         self._units_total += units
         return {**fields, "units_total": self._units_total}
 
-    def open(self, time_ns: int | None = None) -> wire.pb.JobEvent:
+    @property
+    def reserved_seq(self) -> int:
+        """The last event_seq of this builder's block, which it never numbers an event with: the
+        close another process makes for the job if this one dies (:mod:`wattline.agent.holders`)."""
+        return self._base | ((1 << SEQ_COUNTER_BITS) - 1)
+
+    def open(self, time_ns: int | None = None, holder: holders.Identity | None = None) -> wire.pb.JobEvent:
+        """The open event, saying who holds the job here: ``holder``, by default this process."""
         s = self.spec
-        return self.make(
+        event = self.make(
             wire.pb.JobEvent.KIND_OPEN,
             time_ns,
             name=s.name,
@@ -117,6 +125,7 @@ class EventBuilder:
             labels=s.labels,
             devices=s.devices,
         )
+        return holders.stamp(event, holder)
 
     def units(self, count: float, time_ns: int | None = None) -> wire.pb.JobEvent:
         return self.make(wire.pb.JobEvent.KIND_UNITS, time_ns, units=count)

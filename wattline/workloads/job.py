@@ -31,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from wattline.agent.holders import Holding
 from wattline.agent.settings import AgentSettings
 from wattline.config import build
 from wattline.workloads.events import (
@@ -42,6 +43,7 @@ from wattline.workloads.events import (
     UnitAccumulator,
 )
 from wattline.workloads.heartbeat import Heartbeat
+from wattline.workloads.holding import ended_ids, hold_job
 from wattline.workloads.session import CollectorSink, EventSink, ParentSink
 from wattline.workloads.usage import JobUse
 
@@ -97,6 +99,7 @@ class Job:
         self._units: UnitAccumulator | None = None
         self._heartbeat: Heartbeat | None = None
         self._use: JobUse | None = None
+        self._holding: Holding | None = None
         self.exit_code: int | None = None
         self._store = store
         self._batch_interval_s = AgentSettings().batch_interval
@@ -123,7 +126,9 @@ class Job:
                 self._sink = embedded_session(self._store)
         self._units = UnitAccumulator(self._builder, self._sink.send)
         if not self.joined:  # a joined job's lease is renewed by its `wattline run`
-            self._sink.send([self._builder.open()])
+            opened = self._builder.open()
+            self._sink.send([opened])
+            self._holding = hold_job(self._sink, self._builder, opened)
             self._heartbeat = Heartbeat(self._builder, self._sink.send).start()
             discovery = getattr(self._sink, "discovery", None)  # the calling process and its children:
             self._use = JobUse(self._builder, self._sink.send, [os.getpid()], discovery=discovery).start()
@@ -158,7 +163,13 @@ class Job:
         self.exit_code = 0 if exc_type is None else (130 if exc_type is KeyboardInterrupt else 1)
         if not self.joined:
             self._sink.send([self._builder.close(self.exit_code, use_scope=self._use.scope if self._use else ())])
+        if self._holding is not None:
+            self._holding.release()
         self._sink.close()
+        if ended_ids(self._sink) and not self._collector and not self._sink_given:
+            from wattline.workloads.summary import record_local_summary  # summaries read reports: loaded only here
+
+            record_local_summary(self._store, None, changed=ended_ids(self._sink))
 
     def report(self, settings: ReportSettings | None = None, reader: Reader | None = None) -> Report:
         """The job's report after its window: the figures ``wattline report`` prints (its

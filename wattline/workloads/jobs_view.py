@@ -53,6 +53,9 @@ class HostWindow:
     exit_code: int | None = None
     devices: list[str] = field(default_factory=list)
     last_ns: int = 0  #: when the job was last heard on this host (its latest event)
+    #: Why another wattline process closed the window (its holder was found gone; see
+    #: :mod:`wattline.agent.holders`); empty for a close by the job's own wrapper.
+    end_reason: str = ""
 
     def __post_init__(self) -> None:
         self.last_ns = max(self.last_ns, self.open_ns)
@@ -117,20 +120,32 @@ class JobView:
         ``abandoned`` (a host without a close, none of them heard within the lease)."""
         unclosed = [w for w in self.hosts.values() if w.close_ns is None]
         if not unclosed:
-            return "closed"
+            return "abandoned" if self.end_reason else "closed"
         return "abandoned" if all(w.abandoned(now_ns) for w in unclosed) else "running"
 
+    @property
+    def end_reason(self) -> str:
+        """Why the job was closed for its dead holder (the first host's reason); empty otherwise."""
+        return next((w.end_reason for w in self.hosts.values() if w.end_reason), "")
+
     def last_heard_ns(self) -> int:
-        """When the job was last heard on a host without a close (or on any host)."""
+        """When the job was last heard on a host without a close (or on any host); for a job
+        closed for its dead holder, when that holder was last known alive."""
         unclosed = [w.last_ns for w in self.hosts.values() if w.close_ns is None]
+        if not unclosed and self.end_reason:
+            return max(w.close_ns or 0 for w in self.hosts.values() if w.end_reason)
         return max(unclosed or [w.last_ns for w in self.hosts.values()])
 
+    @property
+    def heard_at_ns(self) -> int | None:
+        """:meth:`last_heard_ns` where it tells something (a job not closed by its own wrapper
+        everywhere), else None."""
+        return None if self.closed and not self.end_reason else self.last_heard_ns()
+
     def status(self, now_ns: int) -> str:
-        """:meth:`state` as shown to people: an abandoned job says when it was last heard."""
+        """:meth:`state` as shown to people: an abandoned job says why and when it was last heard."""
         state = self.state(now_ns)
-        if state == "abandoned":
-            return f"abandoned (no close; last heard at {utc_iso(self.last_heard_ns())})"
-        return state
+        return abandoned_text(self.end_reason, self.last_heard_ns()) if state == "abandoned" else state
 
     @property
     def units_total(self) -> float:
@@ -147,6 +162,14 @@ class JobView:
     def exit_code(self) -> int | None:
         codes = [w.exit_code for w in self.hosts.values() if w.exit_code is not None]
         return max(codes, key=abs) if codes else None
+
+
+def abandoned_text(reason: str, last_heard_ns: int) -> str:
+    """The status of an abandoned job: "abandoned (wrapper gone: ...; last alive at T)" when a
+    wattline process on its host found its holder gone, else "abandoned (no close; last heard at T)"."""
+    if reason:
+        return f"abandoned ({reason}; last alive at {utc_iso(last_heard_ns)})"
+    return f"abandoned (no close; last heard at {utc_iso(last_heard_ns)})"
 
 
 def utc_iso(ns: int) -> str:
@@ -230,10 +253,16 @@ def _fold(view: JobView, e: StoredJobEvent, last_units: dict[str, int]) -> None:
     elif e.event == "phase":
         view.phases.append((e.time_ns, e.host, str(f.get("phase", ""))))
     elif e.event == "close":
-        exit_code = _number(f, "exit_code", integer=True)
+        reason = " ".join(str(f.get("abandoned") or "").split())[:200]
+        exit_code = None if reason else int(_number(f, "exit_code", integer=True))
         window = view.hosts.setdefault(e.host, HostWindow(e.host, e.time_ns))
+        if reason and window.close_ns is not None and not window.end_reason:
+            return  # the wrapper's own close stands: it saw the workload end
+        if not reason and window.end_reason:  # ... and replaces one made for it by another process
+            window.close_ns, window.end_reason = None, ""
         window.close_ns = max(window.close_ns or e.time_ns, e.time_ns)
-        window.exit_code = int(exit_code)
+        window.exit_code = exit_code if exit_code is not None else window.exit_code
+        window.end_reason = reason
 
 
 def all_views(reader: Reader) -> list[JobView]:

@@ -7,7 +7,7 @@ import signal
 
 from wattline.quality import Quality
 from wattline.workloads import quantities as q
-from wattline.workloads.jobs_view import utc_iso
+from wattline.workloads.jobs_view import abandoned_text
 from wattline.workloads.report import WindowEnergy
 
 #: The text of a figure derived from energy where no sample was stored at all (not "0 J").
@@ -36,13 +36,13 @@ def tagged(text: str, share: float) -> str:
     return f"{text} {tag}" if tag and text != q.NA else text
 
 
-def status_text(state: str, exit_code: int | None, last_heard_ns: int | None) -> str:
+def status_text(state: str, exit_code: int | None, last_heard_ns: int | None, end_reason: str = "") -> str:
     """How a job ended, for people: "ok (exit 0)", "failed (exit 143, SIGTERM)", "running",
-    "abandoned (no close; last heard at T)"."""
+    "abandoned (no close; last heard at T)", "abandoned (wrapper gone: ...; last alive at T)"."""
     if state == "running":
         return "running"
     if state == "abandoned":
-        return f"abandoned (no close; last heard at {utc_iso(last_heard_ns or 0)})"
+        return abandoned_text(end_reason, last_heard_ns or 0)
     if not exit_code:
         return "ok (exit 0)"
     number = -exit_code if exit_code < 0 else exit_code - 128

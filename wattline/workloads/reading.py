@@ -78,7 +78,8 @@ def job_rows(reader: Reader, energy: bool) -> list[dict[str, Any]]:
             "start_ns": view.start_ns,
             "closed": view.closed,
             "status": view.state(now_ns),  # closed | running | abandoned
-            "last_heard_ns": None if view.closed else view.last_heard_ns(),
+            "last_heard_ns": view.heard_at_ns,
+            "end_reason": view.end_reason,
             "exit_code": view.exit_code,
             "duration_s": (view.end_ns(now_ns) - view.start_ns) / 1e9,
             "units": view.units_total,

@@ -35,6 +35,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from wattline import wire
 from wattline.collector.stores.reader import Reader, StoredJobEvent, StoredSample, UnitCuts
 from wattline.workloads import economics, window_bounds
 from wattline.workloads.attribution import (
@@ -155,6 +156,7 @@ def build_report(
         state,
         idle_busy,
         shares,
+        *_sharing(job, others, now_ns, end_ns),
     )
     if settings.carbon_series is not None:
         from wattline.workloads.carbon import apply_series  # carbon reads the report's timeline
@@ -251,6 +253,24 @@ def _concurrent_jobs(reader: Reader, job: JobView, end_ns: int) -> list[JobView]
         return []
     events = reader.job_events_between(job.start_ns, end_ns, sorted(job.hosts))
     return [v for v in views_of(events) if v.job_id != job.job_id]
+
+
+def _sharing(job: JobView, others: list[JobView], now_ns: int, end_ns: int) -> tuple[list[str], int | None]:
+    """The other jobs whose window overlapped the job's on one of its hosts, and the earliest
+    time one of them that still runs would be abandoned if not heard again (its lease's
+    end): the figures may change then, or when one of them closes."""
+    shared: set[str] = set()
+    until: list[int] = []
+    for v in others:
+        for host, window in job.hosts.items():
+            theirs = v.hosts.get(host)
+            if theirs is None:
+                continue
+            if theirs.open_ns < window.end_ns(now_ns, end_ns) and theirs.end_ns(now_ns, end_ns) > window.open_ns:
+                shared.add(v.job_id)
+                if theirs.close_ns is None and not theirs.abandoned(now_ns):
+                    until.append(theirs.last_ns + wire.lease_ns())
+    return sorted(shared), min(until, default=None)
 
 
 def _view(reader: Reader, job_id: str, others: list[StoredJobEvent], now_ns: int, settings: ReportSettings) -> JobView:

@@ -119,9 +119,9 @@ def report_json(r: Report) -> dict[str, Any]:
             "end": utc_iso(r.end_ns),
             "closed": job.closed,
             "status": r.state,  #: closed | running | abandoned
-            "last_heard": None if job.closed else utc_iso(job.last_heard_ns()),
+            "last_heard": None if job.heard_at_ns is None else utc_iso(job.heard_at_ns),
             "exit_code": job.exit_code,
-            "status_text": status_text(r.state, job.exit_code, None if job.closed else job.last_heard_ns()),
+            "status_text": status_text(r.state, job.exit_code, job.heard_at_ns, job.end_reason),
         },
         "complete": r.complete,
         "samples_up_to": {host: utc_iso(ns) for host, ns in sorted(r.incomplete.items())},

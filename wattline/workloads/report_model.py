@@ -104,6 +104,11 @@ class Report:
     idle_busy: dict[str, list[str]] = field(default_factory=dict)
     #: The job's charge per accelerator: measured share or claimed (:mod:`.device_shares`).
     device_shares: list[DeviceShare] = field(default_factory=list)
+    #: The other jobs that shared one of its hosts during its window (their windows
+    #: changing after the fact changes these figures).
+    shared_with: list[str] = field(default_factory=list)
+    #: When one of those that still ran would be abandoned if not heard again; None if none runs.
+    depends_until_ns: int | None = None
 
     @property
     def saturated(self) -> bool:

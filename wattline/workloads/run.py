@@ -48,6 +48,7 @@ from wattline.workloads.events import (
     UnitAccumulator,
 )
 from wattline.workloads.heartbeat import Heartbeat
+from wattline.workloads.holding import ended_ids, hold_job
 from wattline.workloads.session import CollectorSink, EventSink
 from wattline.workloads.summary import record_local_summary
 
@@ -234,6 +235,7 @@ class JobRunner:
             status = 126 if exc.errno in (errno.EACCES, errno.ENOEXEC, errno.EISDIR, errno.EPERM) else 127
             raise CommandNotStarted(f"{self.request.command[0][:100]}: {exc.strerror}", status) from None
         self.sink.send([opened])
+        holding = hold_job(self.sink, self.builder, opened)
         heartbeat = Heartbeat(self.builder, self.sink.send).start()
         live = self._live_line()
         use = self.use(self.builder, child.pid).start() if self.use is not None else None
@@ -266,6 +268,8 @@ class JobRunner:
         status = exit_status(returncode)
         scope = use.scope if use is not None else ()
         self.sink.send([self.builder.close(status, self.close_ns, scope)])
+        if holding is not None:
+            holding.release()
         shutil.rmtree(workdir, ignore_errors=True)
         return status
 
@@ -390,5 +394,5 @@ def run_job(
     finally:
         sink.close()
     if not collectors:  # embedded: the run writes its job's summary (a collector does otherwise)
-        record_local_summary(store_url, request.spec.job_id, open_store)
+        record_local_summary(store_url, request.spec.job_id, open_store, changed=ended_ids(sink))
     return status

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from wattline import __version__, wire
+from wattline.agent import holders
 from wattline.agent.assembly import assemble, make_uplink, uplink_security
 from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root, remove
@@ -59,11 +61,18 @@ class EmbeddedSession:
         parts = assemble(settings, doc, memory=True, tap=self.meter.wrap)
         self.discovery, self.spool, self.sampler = parts.discovery, parts.spool, parts.sampler
         self.host_id = parts.host.host_id
+        self.host = parts.host
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.write_errors = 0
+        self.holders_root = _holders_root(settings)
+        self.holder_sink = store_key(store)
+        self.ended: list[holders.HolderRecord] = []
+        self._holdings: list[holders.Holding] = []
 
     def start(self) -> None:
+        if self.holder_sink:  # before our own job opens: a dead run's job must not share this one
+            self.ended = holders.end_dead(self.holders_root, self._same_store, self._write_events)
         self.sampler.tick()
         for name, target in (("sampler", self._sample), ("writer", self._write_loop)):
             thread = threading.Thread(target=target, name=f"wattline-{name}", daemon=True)
@@ -77,17 +86,35 @@ class EmbeddedSession:
         while not self._stop.wait(self.settings.batch_interval):
             self.deliver()
 
+    def renew(self, holding: holders.Holding) -> None:
+        """Renew ``holding`` as samples reach the store: were this process killed, the job it
+        holds would end where its stored samples end (the samples it held in memory die with it)."""
+        self._holdings.append(holding)
+
     def deliver(self) -> None:
         """Write every sealed batch to the store; keep it on failure (retried later)."""
         self.spool.seal()
+        stored_to = 0
         while (batch := self.spool.peek()) is not None:
             try:
                 self.store.write(batch)
             except StoreUnavailable as exc:
                 self.write_errors += 1
                 log.warning("local store write failed, will retry: %s", exc)
-                return
+                break
             self.spool.ack(batch.seq)
+            stored_to = max([stored_to, *(s.end_ns for s in batch.samples)])
+        if stored_to:
+            for holding in self._holdings:
+                holding.alive_at(stored_to)
+
+    def _same_store(self, record: holders.HolderRecord) -> bool:
+        return record.sink == self.holder_sink
+
+    def _write_events(self, host: wire.pb.Host, events: list[wire.pb.JobEvent]) -> None:
+        result = self.store.write(wire.Batch(host=host, job_events=events))
+        if result.rejected:
+            raise ValueError("; ".join(result.reasons) or "refused by the store")
 
     def send(self, events: list[wire.pb.JobEvent]) -> None:
         self.spool.add_job_events(events)
@@ -122,7 +149,7 @@ class CollectorSink:
         self.flush_s = flush_s
         self.on_kept = on_kept
         self.kept: str | None = None
-        host = wire.Host(host_id=self.host_id, labels=dict(settings.labels), agent_version=__version__)
+        host = self.host = wire.Host(host_id=self.host_id, labels=dict(settings.labels), agent_version=__version__)
 
         def uplink_for(spool: Spool) -> Uplink:
             return make_uplink(
@@ -136,9 +163,13 @@ class CollectorSink:
 
         self.directory: Path | None = None
         self.outbox_error = ""
+        self.holders_root: Path | None = None
+        self.holder_sink = "collector"
+        self.ended: list[holders.HolderRecord] = []
         drainer = None
         try:
             root = outbox_root(settings.outbox_dir)
+            self.holders_root = root
             outbox = open_outbox(root, host)
             self.spool: Spool = outbox
             self.directory = outbox.directory
@@ -148,6 +179,9 @@ class CollectorSink:
             log.warning("job events kept in memory only (lost if not delivered): %s", exc)
             self.spool = MemorySpool(host)
         self.uplink = uplink_for(self.spool)
+        # Before our own job opens: a dead run's job must not share this one. Its close goes
+        # through our outbox, delivered with our events.
+        self.ended = holders.end_dead(self.holders_root, self._this_host, lambda _host, events: self.send(events))
         self._stop = threading.Event()
         self._drain_stop = threading.Event()
         self._thread = threading.Thread(target=self.uplink.run, args=(self._stop,), daemon=True)
@@ -163,6 +197,9 @@ class CollectorSink:
             if self.uplink.connected:
                 drainer.drain_once(self._drain_stop)
                 return
+
+    def _this_host(self, record: holders.HolderRecord) -> bool:
+        return record.sink == self.holder_sink and record.host_id == self.host_id
 
     def send(self, events: list[wire.pb.JobEvent]) -> None:
         self.spool.add_job_events(events)
@@ -205,6 +242,24 @@ def clip(text: str, limit: int = 100) -> str:
     """``text`` on one line, at most ``limit`` characters."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _holders_root(settings: AgentSettings) -> Path | None:
+    try:
+        return outbox_root(settings.outbox_dir)
+    except SpoolError:
+        return None
+
+
+def store_key(store: Store) -> str:
+    """What a holder record says of an embedded job's store, so that only a process writing the
+    same store ends it: its kind and file (or URL); empty when the store names neither."""
+    where = str(getattr(store, "path", "") or getattr(store, "url", ""))
+    if not where or where == ":memory:":
+        return ""
+    if store.kind == "sqlite":
+        where = os.path.realpath(where)
+    return f"store:{store.kind}:{where}"
 
 
 class ParentSink:

@@ -130,17 +130,43 @@ def record_summary(reader: Reader, sink: Sink, job_id: str, settings: ReportSett
     return report
 
 
-def record_local_summary(store_url: str | None, job_id: str, opener: Callable[[], Store] | None = None) -> None:
+def record_local_summary(
+    store_url: str | None,
+    job_id: str | None,
+    opener: Callable[[], Store] | None = None,
+    changed: Iterable[str] = (),
+) -> None:
     """The embedded run's summary, into its local store (``opener()``, else the store at
-    ``store_url``); a failure is one warning, never the run's (the command's exit status stands)."""
+    ``store_url``); a failure is one warning, never the run's (the command's exit status stands).
+
+    ``changed``: jobs whose window changed after the fact (ended here for a dead holder):
+    their summaries and those of the jobs that shared a host with them are written again."""
+    changed = list(changed)
+    if job_id is None and not changed:
+        return
+    shown = (job_id or ",".join(changed))[:100]
     try:
         with opener() if opener is not None else open_store(store_url or default_store_url()) as store:
             if not isinstance(store, SummaryStore):
-                log.warning("job %s: no summary written (a %s store is not read back)", job_id[:100], store.kind)
+                log.warning("job %s: no summary written (a %s store is not read back)", shown, store.kind)
                 return
-            record_summary(store, store.write_summary, job_id)
+            again: list[str] = []
+            for jid in [*changed, *([job_id] if job_id else [])]:
+                report = _record_or_warn(store, jid)
+                if report is not None and jid in changed:
+                    again += report.shared_with
+            for jid in dict.fromkeys(j for j in again if j != job_id and j not in changed):
+                _record_or_warn(store, jid)
+    except Exception as exc:
+        log.warning("job %s: summary not written: %s: %s", shown, type(exc).__name__, str(exc)[:300])
+
+
+def _record_or_warn(store: SummaryStore, job_id: str) -> Report | None:
+    try:
+        return record_summary(store, store.write_summary, job_id)
     except Exception as exc:
         log.warning("job %s: summary not written: %s: %s", job_id[:100], type(exc).__name__, str(exc)[:300])
+        return None
 
 
 class SummaryWriter:
@@ -304,12 +330,26 @@ class SummaryWriter:
                 )
             if closing_at is not None and not report.complete and self._clock() - closing_at < self.recheck_s:
                 self._again(job_id, self.running_every_s)  # late samples may still come: look again
+            self._converge(job_id, report, closing_at is not None)
         self._forget(job_id)
         with self._cond:
             self._done[job_id] = self._clock()
             if len(self._done) > self.max_jobs:  # forget the oldest
                 for old in sorted(self._done, key=self._done.__getitem__)[: len(self._done) - self.max_jobs]:
                     del self._done[old]
+
+    def _converge(self, job_id: str, report: Report, closed_now: bool) -> None:
+        """No stored summary stays wrong once the store knows better: a job's close (its own, or
+        one made for its dead holder, possibly long after the fact) changes the figures of the
+        jobs that shared its hosts, so they are computed again; a summary that counted another
+        job as still running is computed again when that job's lease ends."""
+        if closed_now:
+            for other in report.shared_with:
+                self._again(other, 0.0)
+        if report.depends_until_ns is not None and report.job.closed:
+            delay_s = (report.depends_until_ns - time.time_ns()) / 1e9 + self.poll_s
+            if 0 < delay_s < self.recheck_s:
+                self._again(job_id, delay_s)
 
     def _forget(self, job_id: str) -> None:
         with self._cond:

@@ -131,6 +131,9 @@ def job_event_fields(event: wire.pb.JobEvent) -> dict[str, float | int | str | b
         fields["devices"] = ",".join(event.devices)
         for key, value in event.labels.items():
             fields[f"label_{key}"] = value
+        if event.holder_pid:
+            fields.update(holder_pid=int(event.holder_pid), holder_start_ticks=int(event.holder_start_ticks))
+            fields["holder_boot_id"] = event.holder_boot_id
     elif event.kind == wire.pb.JobEvent.KIND_UNITS:
         fields["units"] = event.units
         if event.HasField("units_total"):
@@ -138,7 +141,10 @@ def job_event_fields(event: wire.pb.JobEvent) -> dict[str, float | int | str | b
     elif event.kind == wire.pb.JobEvent.KIND_PHASE:
         fields["phase"] = event.phase
     elif event.kind == wire.pb.JobEvent.KIND_CLOSE:
-        fields["exit_code"] = int(event.exit_code)
+        if event.abandoned:  # nobody saw the workload end: its exit status is unknown
+            fields["abandoned"] = event.abandoned
+        else:
+            fields["exit_code"] = int(event.exit_code)
         if event.use_scope:
             fields["use_scope"] = ",".join(event.use_scope)
     elif event.kind == wire.pb.JobEvent.KIND_USE:

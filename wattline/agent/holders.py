@@ -1,0 +1,298 @@
+"""Who holds each open job on this host, so that a dead holder's job ends at once.
+
+A job window is *held* by the process that will close it: ``wattline run`` (the
+wrapper), the Python ``Job``. While it holds the job it keeps a small record under the
+outbox root (``<root>/holders/``)::
+
+    <root>/holders/j<pid>-<random>.json   job id, host, the holder's pid, process start
+                                          time and boot id, where its events go, its
+                                          reserved close event_seq; the file's mtime is renewed
+                                          every ALIVE_S: when the holder was last alive
+
+and removes it once its own close event is on its way. A wattline process on the host
+that finds the holder gone (the agent every few seconds; ``wattline run`` and ``Job`` at
+start) ends the job there with a close event marked ``abandoned`` at the time the holder
+was last known alive (:func:`end_dead`). That event's identity (host, job id, the
+event_seq the record reserves) is the same whoever makes it, so two processes ending
+one job store one close. The heartbeat lease (``wire.lease_ns``) still covers what the
+host cannot check: a lost host, a holder in another PID namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from wattline import wire
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two renewals of a holder's record: how far before its death a dead
+#: holder's job may end.
+ALIVE_S = 1.0
+#: Name of a holder's record (nothing else under ``holders/`` is touched).
+_NAME = re.compile(r"j[0-9]+-[0-9a-f]{12}\.json")
+#: A record larger than this is not one of ours.
+_MAX_BYTES = 64 << 10
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A process as the kernel tells it apart: pid, start time (ticks since boot), boot id, pid namespace."""
+
+    pid: int
+    start_ticks: int
+    boot_id: str
+    pid_ns: int
+
+
+def _boot_id(proc: Path) -> str:
+    try:
+        return (proc / "sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _start_ticks(proc: Path, pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (after the command name, which may hold spaces and parentheses)."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    try:
+        return int(stat[stat.rindex(")") + 2 :].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def _pid_ns(proc: Path, pid: int | str) -> int:
+    try:
+        return os.stat(proc / str(pid) / "ns" / "pid").st_ino
+    except OSError:
+        return 0
+
+
+def identity(pid: int | None = None, proc: Path = Path("/proc")) -> Identity | None:
+    """This process's identity (or ``pid``'s); None where /proc does not tell it."""
+    pid = os.getpid() if pid is None else pid
+    ticks = _start_ticks(proc, pid)
+    if ticks is None:
+        return None
+    return Identity(pid, ticks, _boot_id(proc), _pid_ns(proc, pid))
+
+
+def gone(holder: Identity, proc: Path = Path("/proc")) -> bool | None:
+    """True when ``holder`` no longer runs; False when it does; None when this process cannot
+    tell (another pid namespace, no /proc)."""
+    here = _pid_ns(proc, "self")
+    if not here or not holder.pid_ns or here != holder.pid_ns:
+        return None
+    boot = _boot_id(proc)
+    if not boot or not holder.boot_id:
+        return None
+    if boot != holder.boot_id:
+        return True  # the host rebooted since
+    return _start_ticks(proc, holder.pid) != holder.start_ticks  # exited, or its pid was reused
+
+
+@dataclass
+class HolderRecord:
+    """What a holder's file says."""
+
+    job_id: str
+    host_id: str
+    #: Where the job's events go: ``collector`` (the host's outbox), or ``store:URL`` (embedded).
+    sink: str
+    pid: int
+    start_ticks: int
+    boot_id: str
+    pid_ns: int
+    open_ns: int
+    close_seq: int  #: the event_seq of the close made for it: one its holder never uses
+    host_labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def identity(self) -> Identity:
+        return Identity(self.pid, self.start_ticks, self.boot_id, self.pid_ns)
+
+    def close_event(self, last_alive_ns: int) -> wire.pb.JobEvent:
+        """The close that ends the job for its dead holder: the same event whoever makes it."""
+        return wire.JobEvent(
+            job_id=self.job_id,
+            kind=wire.pb.JobEvent.KIND_CLOSE,
+            time_ns=max(last_alive_ns, self.open_ns),
+            event_seq=self.close_seq,
+            abandoned=f"wrapper gone: pid {self.pid} no longer runs",
+        )
+
+    def host(self) -> wire.pb.Host:
+        return wire.Host(host_id=self.host_id, labels=self.host_labels)
+
+
+def holders_dir(outbox_root: Path) -> Path:
+    return outbox_root / "holders"
+
+
+class Holding:
+    """This process's record of one job it holds; :meth:`release` after its own close is sent.
+
+    Renewed every ``every_s`` from a thread of its own, or (``every_s`` None) by the owner's
+    :meth:`alive_at` calls: an embedded run renews it as its samples reach the store, so a
+    job it held ends where its samples do, not where the samples it lost with it would."""
+
+    def __init__(self, directory: Path, record: HolderRecord, every_s: float | None = ALIVE_S) -> None:
+        self.path = directory / f"j{os.getpid()}-{uuid.uuid4().hex[:12]}.json"
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(record)))
+        tmp.replace(self.path)  # readers never see half a record
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if every_s is not None:
+            self._thread = threading.Thread(target=self._renew, args=(every_s,), name="wattline-holding", daemon=True)
+            self._thread.start()
+
+    def _renew(self, every_s: float) -> None:
+        while not self._stop.wait(every_s) and self.alive_at():
+            pass
+
+    def alive_at(self, time_ns: int | None = None) -> bool:
+        """Say the holder was alive at ``time_ns`` (default now); False once the record is gone."""
+        try:
+            if time_ns is None:
+                os.utime(self.path)
+            else:
+                os.utime(self.path, ns=(time_ns, time_ns))
+        except FileNotFoundError:
+            return False  # ended for us by another process (it thought us gone): nothing to renew
+        except OSError as exc:
+            log.debug("holder record %s not renewed: %s", self.path, exc)
+        return True
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+def hold(
+    outbox_root: Path | None,
+    event: wire.pb.JobEvent,
+    host: wire.pb.Host,
+    sink: str,
+    close_seq: int,
+    every_s: float | None = ALIVE_S,
+) -> Holding | None:
+    """Record that this process holds the job ``event`` (its open) opened; None (and a debug
+    line) where no record can be kept: the heartbeat lease then ends the job if we die."""
+    me = identity()
+    if outbox_root is None or me is None:
+        return None
+    record = HolderRecord(
+        event.job_id,
+        host.host_id,
+        sink,
+        me.pid,
+        me.start_ticks,
+        me.boot_id,
+        me.pid_ns,
+        event.time_ns,
+        close_seq,
+        dict(host.labels),
+    )
+    try:
+        return Holding(holders_dir(outbox_root), record, every_s)
+    except OSError as exc:
+        log.debug("no holder record for job %s: %s", event.job_id[:100], exc)
+        return None
+
+
+def stamp(event: wire.pb.JobEvent, me: Identity | None = None) -> wire.pb.JobEvent:
+    """``event`` (an open) saying who holds the job: this process."""
+    me = me or identity()
+    if me is not None:
+        event.holder_pid, event.holder_start_ticks, event.holder_boot_id = me.pid, me.start_ticks, me.boot_id
+    return event
+
+
+@dataclass
+class DeadHolder:
+    """A record whose holder is gone, and when it was last known alive."""
+
+    path: Path
+    record: HolderRecord
+    last_alive_ns: int
+
+
+def _read(path: Path) -> HolderRecord | None:
+    try:
+        if path.stat().st_size > _MAX_BYTES:
+            return None
+        data = json.loads(path.read_text())
+        return HolderRecord(**{k: data[k] for k in HolderRecord.__dataclass_fields__ if k in data})
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def dead_holders(
+    outbox_root: Path, accept: Callable[[HolderRecord], bool], proc: Path = Path("/proc")
+) -> list[DeadHolder]:
+    """Records under ``outbox_root`` that ``accept`` takes and whose holder is gone."""
+    directory = holders_dir(outbox_root)
+    try:
+        names = [p for p in directory.iterdir() if _NAME.fullmatch(p.name)]
+    except OSError:
+        return []
+    found = []
+    for path in names:
+        record = _read(path)
+        if record is None or not accept(record) or gone(record.identity, proc) is not True:
+            continue
+        try:
+            last_alive = path.stat().st_mtime_ns
+        except OSError:
+            continue  # released meanwhile
+        found.append(DeadHolder(path, record, last_alive))
+    return found
+
+
+def end_dead(
+    outbox_root: Path | None,
+    accept: Callable[[HolderRecord], bool],
+    deliver: Callable[[wire.pb.Host, list[wire.pb.JobEvent]], None],
+    proc: Path = Path("/proc"),
+) -> list[HolderRecord]:
+    """End the job of every dead holder whose record ``accept`` takes: ``deliver`` its close (raises when it
+    cannot take it: the record stays for the next look), then drop the record. Returns what was ended."""
+    if outbox_root is None:
+        return []
+    ended = []
+    for dead in dead_holders(outbox_root, accept, proc):
+        event = dead.record.close_event(dead.last_alive_ns)
+        try:
+            deliver(dead.record.host(), [event])
+        except Exception as exc:  # the next look tries again; the event's identity makes that safe
+            log.warning("job %s: its holder is gone, but its close was not kept: %s", dead.record.job_id[:100], exc)
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            dead.path.unlink()
+        log.info(
+            "job %s on %s ended: its holder (pid %d) is gone, last alive at %s",
+            dead.record.job_id[:100],
+            dead.record.host_id[:100],
+            dead.record.pid,
+            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(dead.last_alive_ns / 1e9)),
+        )
+        ended.append(dead.record)
+    return ended

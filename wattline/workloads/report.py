@@ -273,6 +273,21 @@ def _sharing(job: JobView, others: list[JobView], now_ns: int, end_ns: int) -> t
     return sorted(shared), min(until, default=None)
 
 
+def neighbours(reader: Reader, job: JobView, until_ns: int) -> list[str]:
+    """The other jobs on the job's hosts from its open to ``until_ns``: those whose figures may
+    have counted it as running there, before its window was known to end earlier (a close
+    made for its dead holder, events that came late)."""
+    others = _concurrent_jobs(reader, job, until_ns)
+    return sorted(
+        v.job_id
+        for v in others
+        if any(
+            host in v.hosts and v.hosts[host].open_ns < until_ns and v.hosts[host].end_ns(until_ns) > w.open_ns
+            for host, w in job.hosts.items()
+        )
+    )
+
+
 def _view(reader: Reader, job_id: str, others: list[StoredJobEvent], now_ns: int, settings: ReportSettings) -> JobView:
     """The job, its UNITS events read for what the report needs (:func:`.jobs_view.view_at`):
     its units total and count at its start, its saturation mark and each edge of the

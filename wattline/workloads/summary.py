@@ -34,7 +34,7 @@ from wattline.collector.stores.reader import Reader, SummaryStore
 from wattline.workloads.embedded import default_store_url
 from wattline.workloads.jobs_view import BadJob, JobNotFound
 from wattline.workloads.render import report_json
-from wattline.workloads.report import Report, ReportSettings, build_report, report_wait_s
+from wattline.workloads.report import Report, ReportSettings, build_report, neighbours, report_wait_s
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def record_local_summary(
             for jid in [*changed, *([job_id] if job_id else [])]:
                 report = _record_or_warn(store, jid)
                 if report is not None and jid in changed:
-                    again += report.shared_with
+                    again += neighbours(store, report.job, time.time_ns())
             for jid in dict.fromkeys(j for j in again if j != job_id and j not in changed):
                 _record_or_warn(store, jid)
     except Exception as exc:
@@ -344,7 +344,7 @@ class SummaryWriter:
         jobs that shared its hosts, so they are computed again; a summary that counted another
         job as still running is computed again when that job's lease ends."""
         if closed_now:
-            for other in report.shared_with:
+            for other in neighbours(self.reader, report.job, time.time_ns()):
                 self._again(other, 0.0)
         if report.depends_until_ns is not None and report.job.closed:
             delay_s = (report.depends_until_ns - time.time_ns()) / 1e9 + self.poll_s

@@ -1,18 +1,29 @@
 """Test session set-up: the real-server fixtures, and a private state and data home.
 
-``wattline run`` keeps undelivered job events in ``$XDG_STATE_HOME/wattline/outbox`` and
-the embedded store in ``$XDG_DATA_HOME/wattline``; every wattline process delivers the
-outbox leftovers of dead ones to the collector it reaches. Tests point both at fresh
-directories of their own, so a job a test left undelivered (a SIGKILLed wrapper, a
-collector that never came up) never lands in another test's store, and nothing is written
-to the home of whoever runs the tests.
+``wattline run`` keeps undelivered job events and the records of the jobs it holds in
+``$XDG_STATE_HOME/wattline/outbox`` and the embedded store in ``$XDG_DATA_HOME/wattline``;
+every wattline process delivers the outbox leftovers of dead ones to the collector it
+reaches, and ends the jobs of dead holders it finds there. Each test gets a state home of
+its own, so a job a test left undelivered or held by a killed wrapper never lands in
+another test's store, and nothing is written to the home of whoever runs the tests.
 """
 
 import os
 import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from servers import influxd, victoria_metrics  # noqa: F401
 
 _HOME = tempfile.mkdtemp(prefix="wattline-tests-")
 os.environ["XDG_STATE_HOME"] = os.path.join(_HOME, "state")
 os.environ["XDG_DATA_HOME"] = os.path.join(_HOME, "data")
+
+
+@pytest.fixture(autouse=True)
+def own_state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A state home of the test's own (outbox, holder records)."""
+    state = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    yield state

@@ -1,0 +1,265 @@
+"""A dead wrapper's job ends at once (issue #27, item 1): a `wattline run` killed with SIGKILL,
+and the next job on the host started 5 s later (a scheduler's kill after its grace period,
+then the next job at once). The next job finds the dead holder (pid, start time, boot id in
+its record) and ends its job where it was last alive, so the next job's report printed at
+its end and its stored summary are its own: P x its window, not half of it. Through an
+agent and a collector the same, the summary written by the collector; and where no process
+could check the holder (its record elsewhere), the stored summaries converge once one does.
+
+Real processes on a fake powercap tree advanced at a known power; the truth is P times the
+window the stored open and close events give (never a figure of the report).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from procs import Proc, start_collector
+from servers import free_port
+from sysfs_trees import PowerAdvancer, Zone, powercap_tree
+
+from wattline.collector.stores.sqlite import SqliteStore
+from wattline.wire import Batch, Host, JobEvent
+from wattline.workloads.events import EventBuilder, JobSpec
+
+WATTLINE = [sys.executable, "-m", "wattline.cli.main"]
+POWER_W = 40.0
+START_UJ = 10**11
+HOST = "holder-host"
+BATCH_S = 0.5
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[PowerAdvancer]:
+    root = powercap_tree(tmp_path / "host", [Zone("intel-rapl:0", "package-0", START_UJ)])
+    powered = PowerAdvancer(root, {"intel-rapl:0": POWER_W}, START_UJ)
+    yield powered
+    powered.close()
+
+
+def env(tmp_path: Path, state: str = "state") -> dict[str, str]:
+    """Default heartbeat (a 90 s lease): only the holder check can end the dead job in time."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("WATTLINE_")},
+        "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}",
+        "WATTLINE_AGENT_BATCH_INTERVAL": str(BATCH_S),
+        "XDG_STATE_HOME": str(tmp_path / state),
+        "COLUMNS": "250",
+    }
+
+
+def cli(tmp_path: Path, *args: str, state: str = "state") -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([*WATTLINE, *args], capture_output=True, text=True, timeout=120, env=env(tmp_path, state))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def embedded(tree: PowerAdvancer) -> list[str]:
+    return ["--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl"]
+
+
+def start_dead(tmp_path: Path, where: list[str], state: str = "state") -> subprocess.Popen[str]:
+    """`wattline run` of a long sleep in its own session, so SIGKILL of its group takes both."""
+    return subprocess.Popen(
+        [*WATTLINE, "run", "--job-id", "dead", "--no-report", *where, "--", "sleep", "120"],
+        env=env(tmp_path, state),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def kill_after(proc: subprocess.Popen[str], seconds: float) -> int:
+    """SIGKILL ``proc``'s group after ``seconds``; the kill's time (ns)."""
+    time.sleep(seconds)
+    assert proc.poll() is None, "the wrapper ended by itself"
+    killed = time.time_ns()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    return killed
+
+
+def events(db: Path, job_id: str) -> dict[str, list[dict[str, Any]]]:
+    """The stored events of ``job_id`` by kind: {kind: [{time_ns, fields}]}."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT event, time_ns, fields FROM job_events WHERE job_id = ?", (job_id,)).fetchall()
+    for kind, t, fields in rows:
+        out.setdefault(kind, []).append({"time_ns": t, **json.loads(fields)})
+    return out
+
+
+def truth_j(db: Path, job_id: str) -> float:
+    """P x the job's window (its stored open and close)."""
+    ev = events(db, job_id)
+    return POWER_W * (ev["close"][0]["time_ns"] - ev["open"][0]["time_ns"]) / 1e9
+
+
+def summary(db: Path, job_id: str) -> dict[str, Any]:
+    with sqlite3.connect(db) as conn:
+        row = conn.execute("SELECT fields FROM job_summary WHERE job_id = ?", (job_id,)).fetchone()
+    assert row is not None, f"no summary of {job_id}"
+    return dict(json.loads(row[0]))
+
+
+def total_j(report: dict[str, Any]) -> float:
+    return float(report["measured"]["energy_j"] + report["warmup"]["energy_j"])
+
+
+def check_dead(db: Path, tmp_path: Path, killed_ns: int, opened_by_kill_s: float) -> None:
+    """The dead job ends once, where its holder was last alive (within a batch interval and a
+    renewal of the kill), marked abandoned, and its figures are P x that window."""
+    ev = events(db, "dead")
+    assert len(ev["close"]) == 1, ev["close"]
+    close = ev["close"][0]
+    assert close["abandoned"].startswith("wrapper gone: pid ")
+    assert "exit_code" not in close  # nobody saw the command end
+    assert killed_ns - (BATCH_S + 1.5) * 1e9 <= close["time_ns"] <= killed_ns
+    assert close["time_ns"] - ev["open"][0]["time_ns"] >= (opened_by_kill_s - BATCH_S - 1.5) * 1e9
+    report = json.loads(cli(tmp_path, "report", "dead", "--json", "--store", f"sqlite:///{db}").stdout)
+    assert report["job"]["status"] == "abandoned"
+    assert report["job"]["status_text"].startswith("abandoned (wrapper gone: pid ")
+    assert total_j(report) == pytest.approx(truth_j(db, "dead"), rel=0.01)
+    rows = {r["id"]: r for r in json.loads(cli(tmp_path, "jobs", "--json", "--store", f"sqlite:///{db}").stdout)}
+    assert rows["dead"]["status"] == "abandoned"
+    dead_summary = summary(db, "dead")
+    assert dead_summary["status"] == "abandoned"
+    assert dead_summary["energy_total_j"] == pytest.approx(truth_j(db, "dead"), rel=0.01)
+
+
+def test_embedded_next_job_5_s_after_a_killed_run_is_its_own(tmp_path: Path, tree: PowerAdvancer) -> None:
+    db = tmp_path / "w.db"
+    dead = start_dead(tmp_path, embedded(tree))
+    killed = kill_after(dead, 6.0)
+    time.sleep(5.0)
+    printed = json.loads(cli(tmp_path, "run", "--job-id", "next", "--json", *embedded(tree), "--", "sleep", "4").stdout)
+
+    truth = truth_j(db, "next")
+    assert truth == pytest.approx(POWER_W * 4.0, rel=0.05)  # the window is the command's
+    assert total_j(printed) == pytest.approx(truth, rel=0.01)  # today: -50 %, shared with the dead job
+    assert not any("shared" in n for n in printed["notes"]), printed["notes"]
+    assert summary(db, "next")["energy_total_j"] == pytest.approx(truth, rel=0.01)
+    check_dead(db, tmp_path, killed, 6.0)
+
+
+def test_fleet_next_job_5_s_after_a_killed_run_is_its_own(tmp_path: Path, tree: PowerAdvancer) -> None:
+    """Host agent + `wattline collector` (SQLite, summaries on): the agent or the next run ends
+    the dead job, the collector writes the summaries."""
+    db = tmp_path / "w.db"
+    port = free_port()
+    collector = start_collector(port, ["--store", f"sqlite:///{db}"], tmp_path / "collector.log")
+    agent = Proc(
+        ["agent", "--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl",
+         "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
+        tmp_path / "agent.log",
+    )  # fmt: skip
+    where = ["--host-id", HOST, f"--collector=127.0.0.1:{port}", "--store", f"sqlite:///{db}"]
+    try:
+        time.sleep(2.0)
+        dead = start_dead(tmp_path, where)
+        killed = kill_after(dead, 6.0)
+        time.sleep(5.0)
+        printed = json.loads(cli(tmp_path, "run", "--job-id", "next", "--json", *where, "--", "sleep", "4").stdout)
+        truth = truth_j(db, "next")
+        assert total_j(printed) == pytest.approx(truth, rel=0.01)
+        assert not any("shared" in n for n in printed["notes"]), printed["notes"]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the collector's summaries
+            time.sleep(0.5)
+            with sqlite3.connect(db) as conn:
+                done = {r[0] for r in conn.execute("SELECT job_id FROM job_summary")}
+            if {"dead", "next"} <= done:
+                break
+        assert summary(db, "next")["energy_total_j"] == pytest.approx(truth, rel=0.01)
+        check_dead(db, tmp_path, killed, 6.0)
+    finally:
+        agent.terminate()
+        collector.terminate()
+
+
+def test_stored_summaries_converge_once_the_dead_holder_is_found(tmp_path: Path, tree: PowerAdvancer) -> None:
+    """The dead run kept its record where neither the agent nor the next run looks (another
+    state home), so the next job's summary is first computed with the dead job still inside its
+    lease: half. A later run of the dead one's home ends it; the collector then computes the
+    next job's summary again: its own figure."""
+    db = tmp_path / "w.db"
+    port = free_port()
+    collector = start_collector(port, ["--store", f"sqlite:///{db}"], tmp_path / "collector.log")
+    agent = Proc(
+        ["agent", "--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl",
+         "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
+        tmp_path / "agent.log",
+    )  # fmt: skip
+    where = ["--host-id", HOST, f"--collector=127.0.0.1:{port}", "--store", f"sqlite:///{db}"]
+    try:
+        time.sleep(2.0)
+        dead = start_dead(tmp_path, where, state="elsewhere")
+        kill_after(dead, 4.0)
+        time.sleep(2.0)
+        printed = json.loads(cli(tmp_path, "run", "--job-id", "next", "--json", *where, "--", "sleep", "4").stdout)
+        truth = truth_j(db, "next")
+        assert total_j(printed) == pytest.approx(truth / 2, rel=0.02)  # the lease: nobody could check
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            with sqlite3.connect(db) as conn:
+                if conn.execute("SELECT 1 FROM job_summary WHERE job_id = 'next'").fetchone():
+                    break
+        first = summary(db, "next")
+        assert first["energy_total_j"] == pytest.approx(truth / 2, rel=0.02)
+
+        cli(tmp_path, "run", "--job-id", "later", "--no-report", *where, "--", "true", state="elsewhere")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and summary(db, "next")["computed_ns"] == first["computed_ns"]:
+            time.sleep(0.5)
+        assert events(db, "dead")["close"][0]["abandoned"].startswith("wrapper gone")
+        assert summary(db, "next")["energy_total_j"] == pytest.approx(truth, rel=0.01)
+    finally:
+        agent.terminate()
+        collector.terminate()
+
+
+def test_two_processes_finding_one_dead_holder_store_one_close(tmp_path: Path, tree: PowerAdvancer) -> None:
+    db = tmp_path / "w.db"
+    dead = start_dead(tmp_path, embedded(tree))
+    kill_after(dead, 3.0)
+    runs = [
+        subprocess.Popen(
+            [*WATTLINE, "run", "--job-id", f"next{i}", "--no-report", *embedded(tree), "--", "sleep", "1"],
+            env=env(tmp_path),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i in range(3)
+    ]
+    assert [r.wait(timeout=60) for r in runs] == [0, 0, 0]
+    assert len(events(db, "dead")["close"]) == 1
+
+
+def test_the_wrappers_own_close_wins_over_one_made_for_it(tmp_path: Path) -> None:
+    """A wrapper killed between sending its close and dropping its record: the close a later
+    process makes for it (earlier or later) must not turn an ended job into an abandoned one."""
+    db = tmp_path / "w.db"
+    builder = EventBuilder(JobSpec("both", "both"))
+    t0 = 1_800_000_000 * 10**9
+    opened = builder.open(t0)
+    own = builder.close(3, t0 + 10 * 10**9)
+    made = JobEvent(job_id="both", kind=JobEvent.KIND_CLOSE, time_ns=t0 + 11 * 10**9,
+                    event_seq=builder.reserved_seq, abandoned="wrapper gone: pid 1 no longer runs")  # fmt: skip
+    for order in ([opened, made, own], [opened, own, made]):
+        with SqliteStore(db) as store:
+            store.write(Batch(host=Host(host_id=HOST), job_events=order))
+        rows = {r["id"]: r for r in json.loads(cli(tmp_path, "jobs", "--json", "--store", f"sqlite:///{db}").stdout)}
+        assert rows["both"]["status"] == "closed" and rows["both"]["exit_code"] == 3
+        assert rows["both"]["duration_s"] == pytest.approx(10.0)

@@ -164,3 +164,29 @@ def test_around_reads_every_edge_at_once_as_the_single_edge_queries_do(store: Sq
         T0 + 6 * S,
     }
     assert store.around("h1", []) == []
+
+
+def test_neuroncores_per_device_is_read_back_where_a_sample_has_it(store: SqliteStore | InfluxV1Store) -> None:
+    """The Neuron source's ``neuroncores_per_device`` gauge comes back on every read (samples,
+    edges) as the sample's count; a sample without it (an older agent, another source) reads None."""
+    batch = wire.Batch(stream_id="s", seq=1)
+    batch.host.host_id = "trn"
+    for k, cores in ((1, None), (2, 8.0), (3, 8.0)):
+        sample = wire.Sample(source="neuron", component="accelerator", device="neuron0", quality=wire.pb.QUALITY_MODEL,
+                             start_ns=T0 + (k - 1) * S, end_ns=T0 + k * S, energy_j=1.0, cumulative_j=k, healthy=True)  # fmt: skip
+        if cores is not None:
+            sample.gauges["neuroncores_per_device"] = cores
+            sample.gauges["memory_used_bytes"] = 1e9
+        batch.samples.append(sample)
+    batch.samples.append(wire.Sample(source="rapl", component="dram", device="d", start_ns=T0, end_ns=T0 + S))
+    assert store.write(batch).rejected == 0
+    got = {(s.device, s.end_ns): s.neuroncores_per_device for s in store.samples("trn", T0, T0 + 3 * S)}
+    assert got == {
+        ("neuron0", T0 + S): None,
+        ("neuron0", T0 + 2 * S): 8,
+        ("neuron0", T0 + 3 * S): 8,
+        ("d", T0 + S): None,
+    }
+    [(before, after)] = store.around("trn", [T0 + 2 * S])
+    assert {(s.device, s.neuroncores_per_device) for s in before} == {("neuron0", 8), ("d", None)}
+    assert {(s.device, s.neuroncores_per_device) for s in after} == {("neuron0", 8)}

@@ -497,6 +497,7 @@ def test_replayed_stream(tmp_path: Path, sources: list[NeuronSource]) -> None:
     assert r.gauges["memory_used_bytes"] in (101876188, 102298328)
     assert r.gauges["execution_errors"] >= 23654
     assert r.gauges["ecc_mem_uncorrected_count"] == 0.0
+    assert r.gauges["neuroncores_per_device"] == 2.0  # the report's count, stored for reports' core claims
     # No power file: utilization model, idle 60 W + u x (300 - 60) W.
     assert r.power_w == pytest.approx(60.0 + r.utilization * 240.0)
     assert r.power_bounds_w is None
@@ -524,6 +525,16 @@ def test_sysfs_power_with_monitor(tmp_path: Path, sources: list[NeuronSource]) -
     (r,) = src.read()
     assert r.error is None and r.power_w == pytest.approx(120.0)
     assert r.utilization is not None and r.gauges["memory_used_bytes"] > 0
+
+
+def test_the_configured_cores_per_device_is_the_count_samples_carry(
+    tmp_path: Path, sources: list[NeuronSource]
+) -> None:
+    src = replay_source(sources, tmp_path, cores_per_device=4)
+    src.discover()
+    wait_until(lambda: src.monitor_status().reports >= 1)
+    (r,) = src.read()
+    assert r.gauges["neuroncores_per_device"] == 4.0  # the override wins over the report's 2
 
 
 def test_rediscovery_keeps_the_monitor_and_finds_a_new_device(tmp_path: Path, sources: list[NeuronSource]) -> None:

@@ -174,6 +174,8 @@ class ChannelEnergy:
     quality: Quality
     intervals: Sequence[Interval]
     keys: frozenset[str] = frozenset()
+    #: What ``keys`` had to assume (said in a report when a claim matched them); "" when nothing.
+    assumed: str = ""
 
     @property
     def claim_keys(self) -> frozenset[str]:

@@ -398,6 +398,8 @@ def _host_attribution(
     attribution = split_shared(channels, windows, rule, idle=idle)
     shares = device_shares(attribution, keys, channels, (open_ns, close_ns), uses)
     notes += [s.note() for s in shares if s.basis != "claimed" or job.hosts[host].devices]
+    claimed = frozenset().union(*(w.devices for w in windows))
+    notes += sorted({c.assumed for c in channels if c.assumed and c.claim_keys & claimed})
     return attribution, missing, notes, shares
 
 

@@ -20,23 +20,37 @@ from wattline.workloads.window_bounds import edge_bound, samples_bound
 EXCLUDED_COMPONENTS = frozenset({"cpu_core", "cpu_uncore", "psys"})
 
 Series = tuple[str, str, str, str, str]  # host, source, component, device, quality
+#: A NeuronCores-per-device count above this is not a device's (a bad writer): not taken.
+MAX_NEURONCORES_PER_DEVICE = 128
 #: (window key, component, device, quality) -> (the channel's bound in that window, its energy there).
 Bounds = dict[tuple[str, str, str, str], tuple[Bound, float]]
 
 
-def _claim_keys(component: str, device: str, settings: ReportSettings) -> frozenset[str]:
-    """Device claims that charge a channel: GPU by UUID, Neuron device by its cores."""
-    if component == "gpu":
-        return frozenset({f"gpu:{device}"})
-    if component == "accelerator" and device.startswith("neuron") and device[6:].isdigit():
-        n, per = int(device[6:]), settings.cores_per_neuron_device
-        return frozenset({f"neuron:{n}", *(f"neuroncore:{c}" for c in range(n * per, (n + 1) * per))})
-    return frozenset()
-
-
-def _channel(series: Series, intervals: list[Interval], settings: ReportSettings) -> ChannelEnergy:
+def _channel(
+    series: Series, intervals: list[Interval], settings: ReportSettings, samples: Iterable[StoredSample]
+) -> ChannelEnergy:
+    """A series' channel; its claim keys: a GPU by UUID, a Neuron device by itself and its
+    cores, numbered by the count its samples carry (the host's own: trn1 and trn2 differ),
+    else by ``settings.cores_per_neuron_device``, an assumption the channel states."""
     host, _source, component, device, quality = series
-    return ChannelEnergy(host, component, device, Quality(quality), intervals, _claim_keys(component, device, settings))
+    keys: frozenset[str] = frozenset()
+    assumed = ""
+    if component == "gpu":
+        keys = frozenset({f"gpu:{device}"})
+    elif component == "accelerator" and device.startswith("neuron") and device[6:].isdigit():
+        found = [
+            c
+            for s in sorted(samples, key=lambda s: s.end_ns)
+            if (c := s.neuroncores_per_device) is not None and 0 < c <= MAX_NEURONCORES_PER_DEVICE
+        ]
+        n, per = int(device[6:]), found[-1] if found else settings.cores_per_neuron_device
+        keys = frozenset({f"neuron:{n}", *(f"neuroncore:{c}" for c in range(n * per, (n + 1) * per))})
+        if not found:
+            assumed = (
+                f"{host}: its Neuron samples do not say how many NeuronCores a device has (an older agent); "
+                f"assumed {per} to map neuroncore claims to devices"
+            )
+    return ChannelEnergy(host, component, device, Quality(quality), intervals, keys, assumed)
 
 
 def channels_from_samples(
@@ -60,7 +74,7 @@ def channels_from_samples(
             energy = window_energy(merged.intervals, t0, t1)
             bound = samples_bound((key[1], key[4]), grouped[key], merged.intervals, (t0, t1, energy))
             bounds[(window, key[2], key[3], key[4])] = (bound, energy)
-    return [_channel(k, list(m.intervals), settings) for k, m in merges.items()]
+    return [_channel(k, list(m.intervals), settings, grouped[k]) for k, m in merges.items()]
 
 
 def _merge(samples: Iterable[StoredSample]) -> StreamMerge:
@@ -142,6 +156,7 @@ def channels_from_edges(
                 bound = edge_bound((key[1], key[4]), at_t0, at_t1, window)
             out[1][(out[0][i], key[2], key[3], key[4])] = (bound, e or 0.0)
         intervals = [Interval(t0, t1, e or 0.0) for (_i, t0, t1), e in zip(windows, energies, strict=True)]
-        channels.append(_channel(key, intervals, settings))
+        at_edges = (s for d in before + after if (s := d.get(key)) is not None)
+        channels.append(_channel(key, intervals, settings, at_edges))
     _stream_notes(host, merges, notes, restarts=True)
     return channels

@@ -30,6 +30,7 @@ class ReportSettings:
     idle_lookback_s: float = 60.0  #: idle baseline measured over this long before the job
     share_rule: str = "equal"  #: equal | device-share | exclusive
     deviceless_share: float = 0.1
+    #: NeuronCores per device where a host's samples do not say (older agents; see report_channels).
     cores_per_neuron_device: int = 2
     saturation: SaturationParams = field(default_factory=SaturationParams)
     #: Carbon intensity over time (a CSV file), applied interval by interval (:mod:`.carbon`).

@@ -300,6 +300,8 @@ class NeuronSource(Source):
         for ch, dev in zip(self._channels, self._devices, strict=True):
             stats = fresh.device_stats(dev, cores, count) if fresh is not None else None
             reading = Reading(channel=ch, utilization=stats.utilization if stats else None)
+            if cores:  # stored with the samples: reports map neuroncore claims to devices by it
+                reading.gauges["neuroncores_per_device"] = float(cores)
             if stats is not None:
                 reading.gauges.update(stats.gauges())
                 if mem_total is not None:

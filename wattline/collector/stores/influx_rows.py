@@ -176,6 +176,7 @@ def stored_samples(host: str, series: list[dict[str, Any]]) -> list[StoredSample
             r["healthy"] is not False,
             None if r["utilization"] is None else float(r["utilization"]),
             None if r["energy_error_j"] is None else float(r["energy_error_j"]),
+            None if r.get("neuroncores_per_device") is None else int(r["neuroncores_per_device"]),
         )
         for r in rows
         if r.get("energy_j") is not None

@@ -49,7 +49,7 @@ class QueryError(ValueError):
     InfluxQL at all (VictoriaMetrics); retrying cannot help."""
 
 
-_READ_FIELDS = "energy_j, cumulative_j, start_ns, stream, healthy, utilization, energy_error_j"
+_READ_FIELDS = "energy_j, cumulative_j, start_ns, stream, healthy, utilization, energy_error_j, neuroncores_per_device"
 _FIRST, _LAST = " ORDER BY time ASC LIMIT 1", " ORDER BY time DESC LIMIT 1"
 
 

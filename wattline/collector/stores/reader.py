@@ -50,6 +50,9 @@ class StoredSample:
     healthy: bool = True
     utilization: float | None = None
     energy_error_j: float | None = None
+    #: NeuronCores per device as the agent found them (gauge ``neuroncores_per_device`` of a
+    #: Neuron device's samples); None for other channels and samples of older agents.
+    neuroncores_per_device: int | None = None
 
     @property
     def series(self) -> tuple[str, str, str, str, str]:

@@ -90,9 +90,10 @@ def _total(text: str) -> float:
 
 def _stored(row: tuple[Any, ...]) -> StoredSample:
     """A row of ``_READ_COLUMNS`` as a StoredSample."""
-    host, source, component, device, quality, start, end, energy, cumulative, stream, healthy, util, err = row
+    host, source, component, device, quality, start, end, energy, cumulative, stream, healthy, util, err, cores = row
     return StoredSample(
-        host, source, component, device, quality, start, end, energy, cumulative, stream, bool(healthy), util, err
+        *(host, source, component, device, quality, start, end, energy, cumulative, stream, bool(healthy), util, err),
+        None if cores is None else int(cores),
     )
 
 

@@ -110,7 +110,7 @@ _INSERT_SERIES = "INSERT OR IGNORE INTO series VALUES (?, ?, ?, ?, ?)"
 _SERIES_KEY = "host = ? AND source = ? AND component = ? AND device = ? AND quality = ?"
 _READ_COLUMNS = (
     "host, source, component, device, quality, start_ns, time_ns, energy_j, cumulative_j, stream, healthy, "
-    "utilization, energy_error_j"
+    "utilization, energy_error_j, json_extract(gauges, '$.neuroncores_per_device')"
 )
 _JOB_COLUMNS = "host, labels, job_id, event, time_ns, event_seq, fields"
 #: What a StoredJobEvent is made of.

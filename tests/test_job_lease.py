@@ -3,7 +3,10 @@ job; its heartbeats stop, and once the lease has passed the job is abandoned at 
 heartbeat: its report stops growing, `wattline jobs` says so, and the next job on the host
 is charged in full. A live job keeps renewing its lease and keeps sharing.
 
-Real processes on a fake powercap tree advanced at a known power; lowered heartbeat
+The lease is for what the host cannot check: the killed runs here keep their holder
+records in a state home of their own (as a wrapper in another PID namespace would be out
+of reach), so no later process ends their jobs at once (tests/test_dead_holder.py: when one
+can). Real processes on a fake powercap tree advanced at a known power; lowered heartbeat
 (``WATTLINE_HEARTBEAT_S``) so the lease is about a second.
 """
 
@@ -59,9 +62,10 @@ def utc_iso(ns: int) -> str:
     return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.UTC).isoformat(timespec="milliseconds")
 
 
-def env(tmp_path: Path) -> dict[str, str]:
+def env(tmp_path: Path, state: str = "state") -> dict[str, str]:
     return {
         **os.environ,
+        "XDG_STATE_HOME": str(tmp_path / state),
         "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}",
         "WATTLINE_AGENT_BATCH_INTERVAL": "0.2",
         ENV_HEARTBEAT: str(HEARTBEAT_S),
@@ -78,10 +82,11 @@ def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def start_run(
     tmp_path: Path, job_id: str, tree: PowerAdvancer, *extra: str, seconds: float = 60
 ) -> subprocess.Popen[str]:
-    """`wattline run` of ``sleep`` in its own process group (so SIGKILL takes the command too)."""
+    """`wattline run` of ``sleep`` in its own process group (so SIGKILL takes the command too),
+    its holder record out of the other processes' reach."""
     return subprocess.Popen(
         [*WATTLINE, "run", "--job-id", job_id, "--no-report", "--host-id", HOST, *extra, "--", "sleep", str(seconds)],
-        env=env(tmp_path),
+        env=env(tmp_path, state=f"state-{job_id}"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,

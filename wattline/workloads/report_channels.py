@@ -52,7 +52,7 @@ def channels_from_samples(
     for s in samples:
         if s.component not in EXCLUDED_COMPONENTS:
             grouped[s.series].append(s)
-    merges = {k: _merge(v) for k, v in sorted(grouped.items())}
+    merges = {k: _merge(grouped[k]) for k in _known_quality(host, grouped, notes)}
     _stream_notes(host, merges.values(), notes, restarts=False)
     keys, edges, bounds = out
     for key, merged in merges.items():
@@ -61,6 +61,17 @@ def channels_from_samples(
             bound = samples_bound((key[1], key[4]), grouped[key], merged.intervals, (t0, t1, energy))
             bounds[(window, key[2], key[3], key[4])] = (bound, energy)
     return [_channel(k, list(m.intervals), settings) for k, m in merges.items()]
+
+
+def _known_quality(host: str, series: Iterable[Series], notes: list[str]) -> list[Series]:
+    """The series whose quality a report can present, sorted; one note names the others (rows
+    an older collector stored as "unspecified": how their energy was obtained is unknown)."""
+    keys = sorted(series)
+    known = {q.value for q in Quality}
+    if unknown := [f"{k[1]} {k[2]} {k[3]} ({k[4]})" for k in keys if k[4] not in known]:
+        why = "stored with no known quality (how its energy was obtained is unknown)"
+        notes.append(f"{host}: left out of the figures, {why}: {', '.join(unknown)}")
+    return [k for k in keys if k[4] in known]
 
 
 def _merge(samples: Iterable[StoredSample]) -> StreamMerge:
@@ -102,7 +113,8 @@ def channels_from_edges(
     found = reader.around(host, edges)
     before = [{s.series: s for s in last} for last, _first in found]
     after = [{s.series: s for s in first} for _last, first in found]
-    series = sorted({k for d in before[1:] + after[:-1] for k in d if k[2] not in EXCLUDED_COMPONENTS})
+    found_series = {k for d in before[1:] + after[:-1] for k in d if k[2] not in EXCLUDED_COMPONENTS}
+    series = _known_quality(host, found_series, notes)
     windows = [(i, t0, t1) for i, (t0, t1) in enumerate(itertools.pairwise(edges)) if t1 > t0]
     channels: list[ChannelEnergy] = []
     samples: dict[Series, list[StoredSample]] | None = None

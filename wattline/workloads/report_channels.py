@@ -79,13 +79,16 @@ def _merge(samples: Iterable[StoredSample]) -> StreamMerge:
 
 
 def _stream_notes(host: str, merges: Iterable[StreamMerge], notes: list[str], *, restarts: bool) -> None:
-    """One note per host when streams overlapped in time; with ``restarts``, one when one followed another."""
+    """One note per host when streams overlapped in time; with ``restarts``, one when one followed
+    another, saying how long no stream measured the host."""
     done = list(merges)
     overlapping = max((m.overlapping for m in done), default=0)
     if overlapping:
         notes.append(f"{host}: {overlapping} streams overlapped in time (two agents under one host id?); counted once")
     if restarts and any(m.restarts for m in done):
-        notes.append(f"{host}: agent restarted during the job; summed its samples")
+        # The host's sources share the agent's downtime: its longest gap is the host's.
+        gap = f"{max(m.unmeasured_ns for m in done) / 1e9:.3g} s"
+        notes.append(f"{host}: agent restarted during the job; {gap} between its streams not measured, the rest summed")
 
 
 def edge_sample(s: StoredSample | None) -> EdgeSample | None:

@@ -113,8 +113,9 @@ class PowerAdvancer:
     """Advances zones' energy_uj at a known power in wall time, in place, from a thread.
 
     A zone reads ``start_uj + watts x seconds since it was added`` (``power_w`` are added at
-    construction, all at the same instant); one pwrite of a value never shorter than the last,
-    no truncation, per zone every ``period_s``, so a read never finds the file empty.
+    construction, all at the same instant), wrapped at its ``max_energy_range_uj`` as the
+    kernel wraps it; one pwrite per zone every ``period_s``, padded to the longest value
+    written so far rather than truncated, so a read never finds the file empty.
     """
 
     def __init__(
@@ -139,13 +140,21 @@ class PowerAdvancer:
             del self.zones[zone]
 
     def _run(self) -> None:
+        ranges: dict[str, int] = {}
+        widths: dict[str, int] = {}
         while not self._stop.wait(self.period_s):
             with self._lock:
                 for zone, (watts, start) in self.zones.items():
-                    value = self.start_uj + int(watts * (time.monotonic() - start) * 1e6)
-                    fd = os.open(self.root / "sys/class/powercap" / zone / "energy_uj", os.O_WRONLY)
+                    klass = self.root / "sys/class/powercap" / zone
+                    if zone not in ranges:
+                        ranges[zone] = int((klass / "max_energy_range_uj").read_text())
+                    value = (self.start_uj + int(watts * (time.monotonic() - start) * 1e6)) % ranges[zone]
+                    # A wrapped value is shorter: pad with spaces (sysfs readers strip them).
+                    text = f"{value}\n".ljust(widths.get(zone, 0))
+                    widths[zone] = len(text)
+                    fd = os.open(klass / "energy_uj", os.O_WRONLY)
                     try:
-                        os.pwrite(fd, f"{value}\n".encode(), 0)
+                        os.pwrite(fd, text.encode(), 0)
                     finally:
                         os.close(fd)
 

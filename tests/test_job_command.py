@@ -1,16 +1,19 @@
 """`wattline run` once its command has run (wattline/workloads/job_command.py): a report that cannot be
 written is one line and the command's exit status stays; --no-report with --report-json
-writes the file and prints no table."""
+writes the file and prints no table; the report command it prints pastes into a shell."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from procs import start_collector
+from servers import free_port
 
 WATTLINE = [sys.executable, "-m", "wattline.cli.main", "--log-level", "warning"]
 
@@ -41,3 +44,26 @@ def test_no_report_with_report_json_writes_the_file_alone(tmp_path: Path) -> Non
     assert out.stdout == ""
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["schema"] == "wattline.report/1" and report["job"]["id"] == "quiet"
+
+
+def test_the_report_hint_pastes_into_a_shell_whatever_the_job_id(tmp_path: Path) -> None:
+    """Through a collector whose store ``run`` does not know, ``run`` prints the report's
+    command: pasted into bash (the store filled in) it gives the job's report, even for an id
+    with a space and a quote."""
+    job_id = "a b'c"
+    store = f"sqlite:///{tmp_path / 'c.db'}"
+    port = free_port()
+    collector = start_collector(port, ["--store", store], tmp_path / "collector.log")
+    try:
+        out = run(tmp_path, "run", "--collector", f"127.0.0.1:{port}", "--job-id", job_id, "--", "true")
+    finally:
+        assert collector.terminate() == 0
+    assert out.returncode == 0, out.stderr
+    [hint] = [line.split("report: ", 1)[1] for line in out.stderr.splitlines() if "report: wattline report" in line]
+    pasted = hint.replace("<the collector's store>", shlex.quote(store)) + " --json"
+    cli = " ".join(shlex.quote(a) for a in WATTLINE)
+    shell = subprocess.run(
+        ["bash", "-c", f'wattline() {{ {cli} "$@"; }}; {pasted}'], capture_output=True, text=True, timeout=90
+    )
+    assert shell.returncode == 0, shell.stderr
+    assert json.loads(shell.stdout)["job"]["id"] == job_id

@@ -1,6 +1,6 @@
 """Sources are found again while sampling: a RAPL zone that appears is sampled, one that
-vanishes is reported (one log line) and the others go on; an interval a counter could wrap
-twice in is refused at start.
+vanishes is reported (one log line) and the others go on; an interval every counter could
+wrap twice in is refused at start.
 
 Real processes: ``wattline agent`` (rediscovered on SIGHUP, well before its periodic one) streaming to an in-process
 collector with SQLite, and ``wattline run`` embedded (periodic rediscovery), both on a sysfs
@@ -159,7 +159,9 @@ LEAN_AGENT = [sys.executable, "-m", "wattline.agent", "--sources", "rapl", "--sp
 
 
 @pytest.mark.parametrize("entry", ["agent", "lean agent", "run"])
-def test_interval_a_counter_could_wrap_twice_in_is_refused(tmp_path: Path, entry: str) -> None:
+def test_interval_every_counter_could_wrap_twice_in_is_refused(tmp_path: Path, entry: str) -> None:
+    """Nothing at all could be sampled: the interval is wrong, not one odd counter (see
+    test_unusable_counter.py for one odd counter among others)."""
     # No constraint max power: the 1000 W default bound, 1500 W plausible: 262143 J wrap in 174.8 s.
     tree = powercap_tree(tmp_path / "tree", [Zone("intel-rapl:0", "package-0", START_UJ)])
     marker = tmp_path / "ran"
@@ -175,8 +177,8 @@ def test_interval_a_counter_could_wrap_twice_in_is_refused(tmp_path: Path, entry
     done = subprocess.run(argv, env=clean_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [
-        "wattline: error: option agent.interval: 200 s is not shorter than the shortest counter wrap period, "
-        "174.8 s (rapl package-0: 262143 J range at up to 1500 W); sample more often"
+        "wattline: error: option agent.interval: 200 s: every channel found can wrap within it, so nothing would "
+        "be measured; rapl package-0 wraps slowest, in 175 s (262143 J range at up to 1500 W); sample more often"
     ]
     assert not marker.exists()  # the command never ran
     # Just below the limit is accepted.

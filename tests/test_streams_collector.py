@@ -5,7 +5,7 @@ a synthetic clock (tests/pipeline.py), drawing a known constant power, so a job'
 ``power x its length``. Two agents sampling one host measured the same joules: every job
 must get them once, the collector must say so once (log line and metric), and the reports
 that touch it must carry a note. A restart (one stream stops, the next starts) adds up and
-is no duplicate.
+is no duplicate; its note says how long neither stream measured the host.
 """
 
 from __future__ import annotations
@@ -29,7 +29,11 @@ POWER_W = 50.0
 TICK_S = 0.5
 S = 10**9
 DUPLICATE = f"{HOST}: 2 streams overlapped in time (two agents under one host id?); counted once"
-RESTART = f"{HOST}: agent restarted during the job; summed its samples"
+
+
+def restart(gap: str) -> str:
+    """The note of a job its host's agent restarted in, ``gap`` unmeasured between the streams."""
+    return f"{HOST}: agent restarted during the job; {gap} s between its streams not measured, the rest summed"
 
 
 @pytest.fixture(params=["sqlite", "influxdb"])
@@ -161,4 +165,26 @@ def test_restart_back_to_back_adds_up_and_is_no_duplicate(
         energy, notes = job_energy(store, job)
         assert energy == pytest.approx(jobs.truth_j(job), rel=1e-6), job
         assert not any("overlapped" in n for n in notes), (job, notes)
-    assert RESTART in job_energy(store, "across")[1]
+    assert restart("0") in job_energy(store, "across")[1]  # the new stream began where the old one ended
+
+
+def test_restart_after_a_gap_says_how_long_nothing_was_measured(
+    tmp_path: Path, served: tuple[Store, CollectorServer]
+) -> None:
+    """The agent is down ``gap_s`` inside a job: the report counts what both streams measured
+    and says how many seconds neither did."""
+    store, server = served
+    gap_s, window = 7.5, (12.3, 35.4)
+    jobs = Jobs({"across": window, "before": (1.0, 9.0)})
+    old = agent(tmp_path, "old", server, T0_NS)
+    run_ticks([old], 20.0, jobs)
+    old.close()
+    new = agent(tmp_path, "new", server, old.t_ns + int(gap_s * S))  # down meanwhile: nothing sampled
+    try:
+        run_ticks([new], 20.0, jobs)
+    finally:
+        new.close()
+    energy, notes = job_energy(store, "across")
+    assert energy == pytest.approx(POWER_W * (window[1] - window[0] - gap_s), rel=1e-6)
+    assert [n for n in notes if "restarted" in n] == [restart(f"{gap_s:g}")]
+    assert not any("restarted" in n for n in job_energy(store, "before")[1])

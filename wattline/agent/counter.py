@@ -36,11 +36,10 @@ power meanwhile, so each failed read's interval counts 0 J, unhealthy, nothing i
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from wattline.agent.sources.base import Channel, Reading
-from wattline.config import ConfigError
 
 #: Headroom over a channel's max_power_w before a reading is called implausible.
 PLAUSIBILITY_FACTOR = 1.5
@@ -75,27 +74,21 @@ def wrap_period_s(channel: Channel) -> float | None:
     return channel.counter_max * channel.counter_scale_j / (channel.max_power_w * PLAUSIBILITY_FACTOR)
 
 
-def wrap_limit(channels: Iterable[Channel]) -> tuple[float, Channel] | None:
-    """The shortest wrap period among ``channels`` and its channel; None when none wraps."""
-    periods = [(p, ch) for ch in channels if (p := wrap_period_s(ch)) is not None]
-    return min(periods, key=lambda pc: pc[0]) if periods else None
+def wraps_within(interval_s: float, channel: Channel) -> bool:
+    """True when ``channel``'s counter can wrap within ``interval_s``: it cannot be counted at
+    that interval (two wraps in one interval look like one, so a delta could be short by
+    whole ranges), so it must not be sampled at all."""
+    period = wrap_period_s(channel)
+    return period is not None and interval_s >= period
 
 
-def check_interval(interval_s: float, channels: Iterable[Channel], option: str = "agent.interval") -> None:
-    """Refuse a sampling interval not shorter than a counter's shortest wrap period.
-
-    Two wraps within one interval are indistinguishable from one: energy would be lost.
-    Raises ConfigError with one line naming the limit and the channel that sets it.
-    """
-    limit = wrap_limit(channels)
-    if limit is None or interval_s < limit[0]:
-        return
-    period, ch = limit
-    assert ch.counter_max is not None and ch.max_power_w is not None
-    raise ConfigError(
-        f"option {option}: {interval_s:g} s is not shorter than the shortest counter wrap period, {period:.1f} s "
-        f"({ch.source} {ch.device}: {ch.counter_max * ch.counter_scale_j:.0f} J range at up to "
-        f"{ch.max_power_w * PLAUSIBILITY_FACTOR:.0f} W); sample more often"
+def wrap_text(channel: Channel) -> str:
+    """How fast ``channel`` can wrap, for one-line messages: "0.018 s (27 J range at up to 1500 W)"."""
+    period = wrap_period_s(channel)
+    assert period is not None and channel.counter_max is not None and channel.max_power_w is not None
+    return (
+        f"{period:.3g} s ({channel.counter_max * channel.counter_scale_j:.6g} J range at up to "
+        f"{channel.max_power_w * PLAUSIBILITY_FACTOR:.0f} W)"
     )
 
 
@@ -204,7 +197,7 @@ class EnergyCounter:
         gap = f"gap: {dt:.1f} s without a reading"
         period = wrap_period_s(self.channel)
         if period is not None and dt >= period:
-            gap += f", longer than the counter's wrap period ({period:.0f} s): whole wraps may be missing"
+            gap += f", longer than the counter's wrap period ({period:.3g} s): whole wraps may be missing"
         delta.status = f"{delta.status}; {gap}" if delta.status else gap
 
     def _from_power(self, reading: Reading, dt: float, first: bool) -> Delta | None:

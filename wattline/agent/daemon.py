@@ -76,7 +76,7 @@ class Agent:
     def start(self) -> None:
         """Start sampling, shipping and (if configured) the Prometheus endpoint."""
         if self.settings.prometheus_port is not None:
-            collector = AgentCollector(self.sampler, self.spool, self.source_up, self.uplink)
+            collector = AgentCollector(self.sampler, self.spool, self.source_up, self.uplink, self.discovery)
             self.prometheus_port = serve(collector, self.settings.prometheus_port, self.settings.prometheus_addr)
             log.info("prometheus metrics on http://%s:%d/metrics", self.settings.prometheus_addr, self.prometheus_port)
         self.sampler.tick()  # baseline readings before the first interval

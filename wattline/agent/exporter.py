@@ -3,7 +3,8 @@
 Series (Prometheus naming: base units, ``_total`` for counters, no kWh):
 ``wattline_energy_joules_total`` and ``wattline_power_watts`` per
 {source, component, device, quality}; ``wattline_utilization_ratio``;
-``wattline_channel_healthy``; ``wattline_source_up{source}``; and the agent's own
+``wattline_channel_healthy``; ``wattline_channel_unusable`` (1: found but not sampled, its
+counter can wrap within the sampling interval); ``wattline_source_up{source}``; and the agent's own
 delivery counters: the spool's, and the uplink's pushes, failures, resends and bytes.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, cast
 
+from wattline.agent.registry import Discovery
 from wattline.agent.sampler import Sampler
 from wattline.agent.spool import Spool
 
@@ -37,11 +39,13 @@ class AgentCollector:
         spool: Spool | None = None,
         source_up: Callable[[], dict[str, bool]] | None = None,
         uplink: Uplink | None = None,
+        discovery: Discovery | None = None,
     ) -> None:
         self.sampler = sampler
         self.spool = spool
         self.source_up = source_up
         self.uplink = uplink
+        self.discovery = discovery  #: its channels found unusable at the interval, read at each scrape
 
     def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -56,16 +60,27 @@ class AgentCollector:
         healthy = GaugeMetricFamily(
             "wattline_channel_healthy", "1 when the channel read fine last time.", labels=LABELS
         )
+        unusable = GaugeMetricFamily(
+            "wattline_channel_unusable",
+            "1 when the channel is found but not sampled: its counter can wrap within the sampling interval.",
+            labels=LABELS,
+        )
+        found = self.discovery.unusable if self.discovery is not None else []
+        unsampled = {(u.channel.source, u.channel.component, u.channel.device): u.channel for u in found}
+        for ch in unsampled.values():
+            unusable.add_metric([ch.source, ch.component, ch.device, ch.quality.value], 1.0)
         for state in self.sampler.snapshot():
             ch = state.channel
             labels = [ch.source, ch.component, ch.device, ch.quality.value]
+            if (ch.source, ch.component, ch.device) not in unsampled:  # else it was sampled before: said once
+                unusable.add_metric(labels, 0.0)
             energy.add_metric(labels, state.counter.cumulative_j)
             healthy.add_metric(labels, 1.0 if state.healthy else 0.0)
             if state.last is not None:
                 power.add_metric(labels, state.last.power_w)
             if state.utilization is not None:
                 util.add_metric(labels, state.utilization)
-        yield from (energy, power, util, healthy)
+        yield from (energy, power, util, healthy, unusable)
         if self.source_up is not None:
             up = GaugeMetricFamily("wattline_source_up", "1 when the source is present and reading.", labels=["source"])
             for name, ok in self.source_up().items():

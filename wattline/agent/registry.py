@@ -2,7 +2,9 @@
 
 :func:`discover` is the one discovery path; :class:`Discovery` runs it at start and again
 later (periodically, or on request) so devices that appear are sampled and devices that
-vanish are reported.
+vanish are reported. Given the sampling interval, discovery also sets aside the channels
+whose counter can wrap within it (:class:`Unusable`): they are named, never sampled, and
+the other channels go on.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from wattline.agent.counter import check_interval, wrap_period_s
-from wattline.agent.sources.base import Channel, Note, Source, SourceUnavailable
+from wattline.agent.counter import wrap_period_s, wrap_text, wraps_within
+from wattline.agent.sources.base import Channel, Note, Reading, Source, SourceUnavailable
 from wattline.config import ConfigError, build, table
 
 log = logging.getLogger(__name__)
@@ -105,19 +107,81 @@ def _options(name: str, doc: Mapping[str, Any] | None, env: Mapping[str, str] | 
     return build(source_class(name)[1], section, doc, env)
 
 
+@dataclass(frozen=True, slots=True)
+class Unusable:
+    """A channel found but not sampled: its counter can wrap within the sampling interval."""
+
+    channel: Channel
+    interval_s: float
+
+    @property
+    def name(self) -> str:
+        """``rapl package-0/dram``: the channel, for lists."""
+        return f"{self.channel.source} {self.channel.device}"
+
+    @property
+    def brief(self) -> str:
+        """``rapl package-0/dram (can wrap in 0.018 s)``: the channel and its wrap period."""
+        return f"{self.name} (can wrap in {wrap_period_s(self.channel) or 0.0:.3g} s)"
+
+    @property
+    def why(self) -> str:
+        """Why the channel gives no energy, one line: "its counter can wrap in 0.018 s ..."."""
+        return (
+            f"its counter can wrap in {wrap_text(self.channel)}, within the {self.interval_s:g} s sampling interval; "
+            "not sampled (sample more often to measure it)"
+        )
+
+
 @dataclass(slots=True)
 class SourceStatus:
     """Discovery outcome of one source, for ``wattline sources`` and the agent log."""
 
     name: str
     source: Source | None
-    channels: list[Channel] = field(default_factory=list)
+    channels: list[Channel] = field(default_factory=list)  #: the channels sampled
     reason: str = ""  #: why it is absent (one line), when source is None
     notes: list[Note] = field(default_factory=list)
+    unusable: list[Unusable] = field(default_factory=list)  #: channels found, not sampled
 
     @property
     def available(self) -> bool:
         return self.source is not None
+
+    @property
+    def sampled(self) -> Source | None:
+        """What the sampler reads: the source, less its unusable channels' readings."""
+        if self.source is None or not self.unusable:
+            return self.source
+        return _Without(self.source, frozenset(_key(u.channel) for u in self.unusable))
+
+
+class _Without(Source):
+    """A source whose readings of some channels are dropped before the sampler sees them,
+    so an unusable channel never has a counter, a sample or a joule."""
+
+    def __init__(self, inner: Source, skip: frozenset[tuple[str, str, str]]) -> None:
+        super().__init__(inner.root)
+        self.name, self.notes, self.inner, self.skip = inner.name, inner.notes, inner, skip
+
+    def discover(self) -> list[Channel]:
+        return [ch for ch in self.inner.discover() if _key(ch) not in self.skip]
+
+    def read(self) -> list[Reading]:
+        return [r for r in self.inner.read() if _key(r.channel) not in self.skip]
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def host_labels(self) -> dict[str, str]:
+        return self.inner.host_labels()
+
+    def details(self) -> dict[str, Any]:
+        return self.inner.details()
+
+    def __getattr__(self, name: str) -> Any:
+        # What only some sources offer (e.g. per-process use) is the wrapped source's.
+        return getattr(self.inner, name)
 
 
 def discover(
@@ -126,12 +190,14 @@ def discover(
     doc: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     current: Sequence[SourceStatus] = (),
+    interval_s: float | None = None,
 ) -> list[SourceStatus]:
     """Build and discover each enabled source; an absent or broken one is reported, not fatal.
 
     ``current`` (a previous discovery's outcome): a source present there is discovered again
     in place (it keeps what it holds, e.g. a running neuron-monitor), an absent one is built
-    anew.
+    anew. ``interval_s`` (the sampling interval): channels whose counter can wrap within it
+    are set aside as unusable; a source left with none is absent (closed), saying why.
     """
     statuses: list[SourceStatus] = []
     present = {s.name: s.source for s in current if s.source is not None}
@@ -158,7 +224,16 @@ def discover(
             source.close()
             statuses.append(SourceStatus(name, None, reason=f"discovery failed: {exc}", notes=list(source.notes)))
             continue
-        statuses.append(SourceStatus(name, source, channels, notes=list(source.notes)))
+        unusable = (
+            [] if interval_s is None else [Unusable(ch, interval_s) for ch in channels if wraps_within(interval_s, ch)]
+        )
+        if unusable and len(unusable) == len(channels):
+            source.close()
+            reason = f"every channel unusable at the {interval_s:g} s interval"
+            statuses.append(SourceStatus(name, None, reason=reason, notes=list(source.notes), unusable=unusable))
+            continue
+        usable = [ch for ch in channels if not any(u.channel is ch for u in unusable)]
+        statuses.append(SourceStatus(name, source, usable, notes=list(source.notes), unusable=unusable))
     return statuses
 
 
@@ -170,6 +245,8 @@ def log_statuses(statuses: list[SourceStatus]) -> None:
             log.info("source %s: %d channels (%s)", status.name, len(status.channels), ", ".join(qualities))
         else:
             log.info("source %s: absent: %s", status.name, status.reason)
+        for u in status.unusable:
+            log.warning("source %s: %s %s unusable: %s", status.name, u.channel.component, u.channel.device, u.why)
         for note in status.notes:
             log.log(
                 logging.WARNING if note.level == "warning" else logging.INFO, "source %s: %s", status.name, note.text
@@ -179,17 +256,36 @@ def log_statuses(statuses: list[SourceStatus]) -> None:
 Key = tuple[str, str, str]  # (source, component, device)
 
 
+def nothing_usable(unusable: Sequence[Unusable]) -> str:
+    """The one line refusing an interval at which every channel found is unusable: it names
+    the channel that wraps slowest (sampling faster than it measures at least that one)."""
+    slowest = max(unusable, key=lambda u: wrap_period_s(u.channel) or 0.0)
+    return (
+        f"option agent.interval: {slowest.interval_s:g} s: every channel found can wrap within it, so nothing would be "
+        f"measured; {slowest.name} wraps slowest, in {wrap_text(slowest.channel)}; sample more often"
+    )
+
+
+def _key(ch: Channel) -> Key:
+    return ch.source, ch.component, ch.device
+
+
 def _keyed(statuses: Sequence[SourceStatus]) -> dict[Key, Channel]:
-    return {(ch.source, ch.component, ch.device): ch for s in statuses for ch in s.channels}
+    return {_key(ch): ch for s in statuses for ch in s.channels}
+
+
+def _unusable(statuses: Sequence[SourceStatus]) -> dict[Key, Unusable]:
+    return {_key(u.channel): u for s in statuses for u in s.unusable}
 
 
 class Discovery:
     """The sources of one sampling process: found at start, found again when :meth:`due`.
 
-    Refuses at start (ConfigError, sources closed) a sampling ``interval_s`` not shorter than
-    a counter's shortest wrap period. Rediscovery runs every ``every_s`` seconds (0: only on
-    :meth:`request`, e.g. from a SIGHUP handler) and logs one line per channel that appeared
-    or vanished.
+    With a sampling ``interval_s``, channels whose counter can wrap within it are set aside
+    (:attr:`unusable`, one warning line each) and the rest are sampled; only an interval at
+    which no channel at all could be sampled is refused at start (ConfigError, sources
+    closed). Rediscovery runs every ``every_s`` seconds (0: only on :meth:`request`, e.g.
+    from a SIGHUP handler) and logs one line per channel that appeared or vanished.
     """
 
     def __init__(
@@ -205,24 +301,28 @@ class Discovery:
     ) -> None:
         self._args = (names, root, doc, env)
         self.interval_s, self.every_s, self._clock = interval_s, every_s, clock
-        self.statuses = discover(names, root, doc, env)
-        if interval_s is not None:
-            try:
-                check_interval(interval_s, self.channels)
-            except BaseException:
-                self.close()
-                raise
+        self.statuses = discover(names, root, doc, env, interval_s=interval_s)
+        if self.unusable and not self.channels:
+            self.close()
+            raise ConfigError(nothing_usable(self.unusable))
         log_statuses(self.statuses)
         self._next = clock() + every_s
         self._requested = False
 
     @property
     def sources(self) -> list[Source]:
-        return [s.source for s in self.statuses if s.source is not None]
+        """What the sampler reads (unusable channels' readings dropped)."""
+        return [s for s in (status.sampled for status in self.statuses) if s is not None]
 
     @property
     def channels(self) -> list[Channel]:
+        """The channels sampled."""
         return [ch for s in self.statuses for ch in s.channels]
+
+    @property
+    def unusable(self) -> list[Unusable]:
+        """The channels found but not sampled at this interval."""
+        return [u for s in self.statuses for u in s.unusable]
 
     def request(self) -> None:
         """Rediscover at the next :meth:`due` check (safe to call from a signal handler)."""
@@ -233,24 +333,18 @@ class Discovery:
         return self._requested or (self.every_s > 0 and self._clock() >= self._next)
 
     def refresh(self) -> None:
-        """Discover again now; log what appeared and what vanished."""
+        """Discover again now; log what appeared, what vanished and what is newly unusable."""
         self._requested = False
         self._next = self._clock() + self.every_s
-        before = _keyed(self.statuses)
-        self.statuses = discover(*self._args, current=self.statuses)
-        after = _keyed(self.statuses)
+        before, unusable_before = _keyed(self.statuses), _unusable(self.statuses)
+        self.statuses = discover(*self._args, current=self.statuses, interval_s=self.interval_s)
+        after, unusable = _keyed(self.statuses), _unusable(self.statuses)
         for key in sorted(after.keys() - before.keys()):
             log.info("rediscovery: %s %s %s appeared; sampled from now on", *key)
-            period = wrap_period_s(after[key])
-            if self.interval_s is not None and period is not None and self.interval_s >= period:
-                log.warning(
-                    "rediscovery: %s %s %s wraps in %.1f s, not more than the %g s interval: wraps may be lost",
-                    *key,
-                    period,
-                    self.interval_s,
-                )
+        for key in sorted(unusable.keys() - unusable_before.keys()):
+            log.warning("rediscovery: %s %s %s unusable: %s", *key, unusable[key].why)
         reasons = {s.name: s.reason for s in self.statuses if not s.available}
-        for key in sorted(before.keys() - after.keys()):
+        for key in sorted(before.keys() - after.keys() - unusable.keys()):
             why = f" (source absent: {reasons[key[0]]})" if key[0] in reasons else ""
             log.warning("rediscovery: %s %s %s vanished; no longer read%s", *key, why)
 

@@ -17,7 +17,9 @@ class AgentSettings:
     host_id: str = option("", "Stable host identity (default: the hostname).")
     labels: dict[str, str] = option({}, "Host labels KEY=VALUE (instance_type, region, cluster); low cardinality.")
     interval: float = option(
-        1.0, "Sampling interval in seconds (0.1 for 10 Hz); refused unless shorter than every counter's wrap period."
+        1.0,
+        "Sampling interval in seconds (0.1 for 10 Hz); a counter that can wrap within it is reported unusable, "
+        "not sampled.",
     )
     rediscover_interval: float = option(
         60.0,

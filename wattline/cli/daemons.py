@@ -14,8 +14,10 @@ import typer
 
 from wattline import systemd
 from wattline.agent import registry
+from wattline.agent.counter import wrap_period_s
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
+from wattline.agent.sources.base import Channel
 from wattline.cli.agent_entry import agent_settings, read_config, run_agent_command
 from wattline.collector.daemon import run_collector, store_from_settings
 from wattline.collector.processes import ProcessLink, Supervisor
@@ -256,13 +258,14 @@ def sources(
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     sysfs_root: Path | None = typer.Option(None, help=_a("sysfs_root")),
     source_names: list[str] | None = typer.Option(None, "--source", help=_a("sources")),
+    interval: float | None = typer.Option(None, "--interval", "-i", help=_a("interval")),
     sample: float = typer.Option(1.0, help="Seconds to sample before printing power (0: discovery only)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """List each energy source on this host: measured or estimated, and why any is missing."""
-    settings, doc = agent_settings(config, sysfs_root=sysfs_root, sources=source_names)
-    statuses = registry.discover(settings.sources, settings.sysfs_root, doc)
-    found = [s.source for s in statuses if s.source is not None]
+    settings, doc = agent_settings(config, sysfs_root=sysfs_root, sources=source_names, interval=interval)
+    statuses = registry.discover(settings.sources, settings.sysfs_root, doc, interval_s=settings.interval)
+    found = [s for s in (status.sampled for status in statuses) if s is not None]
     sampler = Sampler(found, lambda _samples: None)
     power: dict[tuple[str, str, str], float] = {}
     if sample > 0 and found:
@@ -281,7 +284,10 @@ def sources(
             typer.echo(f"{entry['source']:<10} absent    {entry['reason']}")
         for ch in entry["channels"]:
             watts = "" if ch["power_w"] is None else f"{ch['power_w']:10.2f} W"
-            state = "ok" if ch["healthy"] else f"UNHEALTHY: {ch['status']}"
+            if not ch["usable"]:
+                state = f"UNUSABLE: {ch['status']}"
+            else:
+                state = "ok" if ch["healthy"] else f"UNHEALTHY: {ch['status']}"
             label = "measured" if ch["quality"] != "model" else "ESTIMATE"
             typer.echo(
                 f"{entry['source']:<10} {ch['quality']:<10} {label:<9} {ch['component']:<12} "
@@ -291,28 +297,35 @@ def sources(
             typer.echo(f"{entry['source']:<10} note      {note}")
 
 
+def _channel_entry(ch: Channel, power_w: float | None, healthy: bool, status: str) -> dict[str, Any]:
+    return {
+        "component": ch.component,
+        "device": ch.device,
+        "quality": ch.quality.value,
+        "measured": ch.quality.measured,
+        "power_w": power_w,
+        "healthy": healthy,
+        "status": status,
+        "info": dict(ch.info),
+    }
+
+
 def sources_report(
     statuses: list[registry.SourceStatus], sampler: Sampler, power: dict[tuple[str, str, str], float]
 ) -> list[dict[str, Any]]:
-    """The JSON shape of ``wattline sources --json``."""
+    """The JSON shape of ``wattline sources --json``: a channel found but not sampled (its
+    counter can wrap within the interval) has ``usable`` false, its wrap period and why."""
     report: list[dict[str, Any]] = []
     for status in statuses:
         channels = []
         for ch in status.channels:
             key = (ch.source, ch.component, ch.device)
             state = sampler.channels.get(key)
-            channels.append(
-                {
-                    "component": ch.component,
-                    "device": ch.device,
-                    "quality": ch.quality.value,
-                    "measured": ch.quality.measured,
-                    "power_w": power.get(key),
-                    "healthy": state.healthy if state else True,
-                    "status": state.status if state else "",
-                    "info": dict(ch.info),
-                }
-            )
+            entry = _channel_entry(ch, power.get(key), state.healthy if state else True, state.status if state else "")
+            channels.append({**entry, "usable": True})
+        for u in status.unusable:
+            entry = _channel_entry(u.channel, None, False, u.why)
+            channels.append({**entry, "usable": False, "wrap_period_s": wrap_period_s(u.channel)})
         report.append(
             {
                 "source": status.name,

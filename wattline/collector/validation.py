@@ -1,9 +1,9 @@
 """What the collector refuses: a batch that can never be stored, and single bad points.
 
 A batch without host id, stream id or seq is refused whole (:func:`validate`); a malformed
-sample or job event (bad interval, negative or non-finite energy, a quality or event kind
-this version does not know) is dropped alone with its reason (:func:`drop_invalid_points`),
-and the rest of the batch is written.
+sample or job event (bad interval, negative or non-finite energy, quality unspecified, a
+quality or event kind this version does not know) is dropped alone with its reason
+(:func:`drop_invalid_points`), and the rest of the batch is written.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ def sample_problem(s: wire.pb.Sample) -> str:
     for name, value in (("energy_j", s.energy_j), ("power_w", s.power_w), ("cumulative_j", s.cumulative_j)):
         if not math.isfinite(value) or value < 0:
             return f"{name} {value} is negative or not finite"
+    if s.quality == wire.pb.QUALITY_UNSPECIFIED:
+        return "quality unspecified (say how the energy was obtained: counter, integrated or model)"
     if s.quality not in wire.QUALITY_NAMES:
         return f"unknown quality {s.quality} (a newer agent? upgrade the collector)"
     return ""
@@ -46,7 +48,9 @@ def event_problem(e: wire.pb.JobEvent) -> str:
 
 
 _INF = math.inf
-_QUALITIES = frozenset(wire.QUALITY_NAMES)
+#: Qualities a sample may be stored with: not "unspecified", which no report could present
+#: honestly as measured or estimated.
+_QUALITIES = frozenset(wire.QUALITY_NAMES) - {wire.pb.QUALITY_UNSPECIFIED}
 
 
 def _sample_ok(s: wire.pb.Sample) -> bool:

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import socket
 import sqlite3
 import sys
@@ -126,7 +127,9 @@ def run_in_job(job: Job) -> tuple[int, bool]:
     if kept:
         say(f"wattline: {kept[0]}")
     elif job.collectors and not job.store.named:
-        say(f"job {spec.job_id} recorded; report: wattline report {spec.job_id} --store <the collector's store>")
+        # Quoted: the id is pasted into a shell, and ids may hold spaces and quotes.
+        hint = f"wattline report {shlex.quote(spec.job_id)} --store <the collector's store>"
+        say(f"job {spec.job_id} recorded; report: {hint}")
     else:
         return status, False
     return status, True

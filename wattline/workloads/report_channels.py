@@ -66,7 +66,7 @@ def channels_from_samples(
     for s in samples:
         if s.component not in EXCLUDED_COMPONENTS:
             grouped[s.series].append(s)
-    merges = {k: _merge(v) for k, v in sorted(grouped.items())}
+    merges = {k: _merge(grouped[k]) for k in _known_quality(host, grouped, notes)}
     _stream_notes(host, merges.values(), notes, restarts=False)
     keys, edges, bounds = out
     for key, merged in merges.items():
@@ -77,18 +77,32 @@ def channels_from_samples(
     return [_channel(k, list(m.intervals), settings, grouped[k]) for k, m in merges.items()]
 
 
+def _known_quality(host: str, series: Iterable[Series], notes: list[str]) -> list[Series]:
+    """The series whose quality a report can present, sorted; one note names the others (rows
+    an older collector stored as "unspecified": how their energy was obtained is unknown)."""
+    keys = sorted(series)
+    known = {q.value for q in Quality}
+    if unknown := [f"{k[1]} {k[2]} {k[3]} ({k[4]})" for k in keys if k[4] not in known]:
+        why = "stored with no known quality (how its energy was obtained is unknown)"
+        notes.append(f"{host}: left out of the figures, {why}: {', '.join(unknown)}")
+    return [k for k in keys if k[4] in known]
+
+
 def _merge(samples: Iterable[StoredSample]) -> StreamMerge:
     return merge_streams(StreamSample(s.start_ns, s.end_ns, s.energy_j, s.stream) for s in samples)
 
 
 def _stream_notes(host: str, merges: Iterable[StreamMerge], notes: list[str], *, restarts: bool) -> None:
-    """One note per host when streams overlapped in time; with ``restarts``, one when one followed another."""
+    """One note per host when streams overlapped in time; with ``restarts``, one when one followed
+    another, saying how long no stream measured the host."""
     done = list(merges)
     overlapping = max((m.overlapping for m in done), default=0)
     if overlapping:
         notes.append(f"{host}: {overlapping} streams overlapped in time (two agents under one host id?); counted once")
     if restarts and any(m.restarts for m in done):
-        notes.append(f"{host}: agent restarted during the job; summed its samples")
+        # The host's sources share the agent's downtime: its longest gap is the host's.
+        gap = f"{max(m.unmeasured_ns for m in done) / 1e9:.3g} s"
+        notes.append(f"{host}: agent restarted during the job; {gap} between its streams not measured, the rest summed")
 
 
 def edge_sample(s: StoredSample | None) -> EdgeSample | None:
@@ -116,7 +130,8 @@ def channels_from_edges(
     found = reader.around(host, edges)
     before = [{s.series: s for s in last} for last, _first in found]
     after = [{s.series: s for s in first} for _last, first in found]
-    series = sorted({k for d in before[1:] + after[:-1] for k in d if k[2] not in EXCLUDED_COMPONENTS})
+    found_series = {k for d in before[1:] + after[:-1] for k in d if k[2] not in EXCLUDED_COMPONENTS}
+    series = _known_quality(host, found_series, notes)
     windows = [(i, t0, t1) for i, (t0, t1) in enumerate(itertools.pairwise(edges)) if t1 > t0]
     channels: list[ChannelEnergy] = []
     samples: dict[Series, list[StoredSample]] | None = None

@@ -110,14 +110,18 @@ def units_pattern(text: str | None) -> re.Pattern[str] | None:
 
 
 def sources_summary(statuses: list[SourceStatus]) -> str:
-    """One line: the sources measured, the ones estimated by a model, the absent ones."""
+    """One line: the sources measured, the ones estimated by a model, the channels unusable at
+    the interval, the absent sources."""
     present = [s for s in statuses if s.available]
     measured = [s.name for s in present if any(ch.quality.measured for ch in s.channels)]
     estimated = [s.name for s in present if s.name not in measured]
-    absent = [s.name for s in statuses if not s.available]
+    absent = [s.name for s in statuses if not s.available and not s.unusable]
+    unusable = [u.brief for s in statuses for u in s.unusable]  # counters that wrap within the interval
     parts = ["measuring " + (", ".join(measured) or "nothing")]
     if estimated:
         parts.append("ESTIMATING " + ", ".join(estimated) + " (models, not measurements)")
+    if unusable:
+        parts.append("UNUSABLE at this interval, not sampled: " + ", ".join(unusable))
     if absent:
         parts.append("absent: " + ", ".join(absent))
     return "sources: " + "; ".join(parts) + " (-v for details)"

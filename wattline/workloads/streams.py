@@ -18,7 +18,8 @@ the samples of one series into intervals that never overlap:
 
 The result also says how the streams' spans (first start to last end) lie: streams whose
 spans overlap another's were live at once (two agents under one host id, two embedded
-runs at once); a span that begins after every earlier one ended is a restart.
+runs at once); a span that begins after every earlier one ended is a restart, and the time
+from that end to its beginning was sampled by no stream: not measured.
 
 Pure arithmetic: no I/O, no clock.
 """
@@ -53,6 +54,9 @@ class StreamMerge:
     streams: int  #: streams with samples
     overlapping: int  #: streams whose span overlaps another stream's span
     restarts: int  #: times a stream began after every earlier stream had ended
+    #: Time (ns) between the streams' spans that no stream covered: before each restart,
+    #: from the end of every earlier stream to the next one's first sample.
+    unmeasured_ns: int = 0
 
     @property
     def overlapped(self) -> bool:
@@ -108,10 +112,10 @@ def _clip(sample: StreamSample, covered: _Covered) -> list[Interval]:
     return [Interval(a, b, energy * (b - a) / (end - start)) for a, b in holes]
 
 
-def _spans(by_stream: dict[str, list[StreamSample]]) -> tuple[int, int]:
-    """(streams whose span overlaps another's, restarts) of the streams' spans."""
+def _spans(by_stream: dict[str, list[StreamSample]]) -> tuple[int, int, int]:
+    """(streams whose span overlaps another's, restarts, ns between spans) of the streams' spans."""
     spans = sorted((min(s.start_ns for s in v), max(s.end_ns for s in v)) for v in by_stream.values())
-    overlapping = restarts = 0
+    overlapping = restarts = unmeasured = 0
     group_end, group_size = spans[0][1], 1
     for a, b in spans[1:]:
         if a < group_end:
@@ -119,10 +123,11 @@ def _spans(by_stream: dict[str, list[StreamSample]]) -> tuple[int, int]:
         else:
             overlapping += group_size if group_size > 1 else 0
             restarts += 1
+            unmeasured += a - group_end
             group_size = 1
         group_end = max(group_end, b)
     overlapping += group_size if group_size > 1 else 0
-    return overlapping, restarts
+    return overlapping, restarts, unmeasured
 
 
 def merge_streams(samples: Iterable[StreamSample]) -> StreamMerge:
@@ -146,8 +151,8 @@ def merge_streams(samples: Iterable[StreamSample]) -> StreamMerge:
         for s in mine:
             out += _clip(s, covered)
         covered.add((s.start_ns, s.end_ns) for s in mine if s.end_ns > s.start_ns)
-    overlapping, restarts = _spans(by_stream)
-    return StreamMerge(tuple(sorted(out, key=_iv_end)), len(by_stream), overlapping, restarts)
+    overlapping, restarts, unmeasured = _spans(by_stream)
+    return StreamMerge(tuple(sorted(out, key=_iv_end)), len(by_stream), overlapping, restarts, unmeasured)
 
 
 def _end(s: StreamSample) -> tuple[int, int]:

@@ -263,3 +263,69 @@ def test_the_wrappers_own_close_wins_over_one_made_for_it(tmp_path: Path) -> Non
         rows = {r["id"]: r for r in json.loads(cli(tmp_path, "jobs", "--json", "--store", f"sqlite:///{db}").stdout)}
         assert rows["both"]["status"] == "closed" and rows["both"]["exit_code"] == 3
         assert rows["both"]["duration_s"] == pytest.approx(10.0)
+
+
+def test_a_summary_that_counted_a_job_as_running_is_computed_again_when_its_lease_ends(
+    tmp_path: Path, tree: PowerAdvancer
+) -> None:
+    """Where no process can check the holder, the lease decides: "next" closes while "dead"
+    (killed a moment before, its record out of reach) is still inside its lease, so next's
+    first summary splits its last moments with dead. When dead's lease ends, the collector
+    computes next's summary again: dead's window ends at its last heartbeat."""
+    heartbeat = {"WATTLINE_HEARTBEAT_S": "0.5"}  # a 1.5 s lease, for the collector and the runs alike
+    db = tmp_path / "w.db"
+    port = free_port()
+    collector = subprocess.Popen(
+        [*WATTLINE, "collector", "--listen", f"127.0.0.1:{port}", "--store", f"sqlite:///{db}"],
+        env={**env(tmp_path), **heartbeat},
+        stdout=(tmp_path / "collector.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    agent = Proc(
+        ["agent", "--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl",
+         "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
+        tmp_path / "agent.log",
+    )  # fmt: skip
+    where = ["--host-id", HOST, f"--collector=127.0.0.1:{port}", "--store", f"sqlite:///{db}"]
+    try:
+        time.sleep(2.0)
+        dead = subprocess.Popen(
+            [*WATTLINE, "run", "--job-id", "dead", "--no-report", *where, "--", "sleep", "120"],
+            env={**env(tmp_path, "elsewhere"), **heartbeat},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        time.sleep(2.0)
+        nxt = subprocess.Popen(
+            [*WATTLINE, "run", "--job-id", "next", "--no-report", *where, "--", "sleep", "5"],
+            env={**env(tmp_path), **heartbeat},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        kill_after(dead, 4.3)  # next closes about 0.7 s later, dead still inside its lease
+        assert nxt.wait(timeout=60) == 0
+        deadline = time.monotonic() + 30
+        seen: list[float] = []
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            with sqlite3.connect(db) as conn:
+                row = conn.execute("SELECT fields FROM job_summary WHERE job_id = 'next'").fetchone()
+            if row is not None:
+                value = json.loads(row[0])["energy_total_j"]
+                if not seen or seen[-1] != value:
+                    seen.append(value)
+                if len(seen) >= 2:
+                    break
+        ev_dead, ev_next = events(db, "dead"), events(db, "next")
+        dead_end = max(e["time_ns"] for kind in ev_dead.values() for e in kind)  # its last heartbeat
+        n_open, n_close = ev_next["open"][0]["time_ns"], ev_next["close"][0]["time_ns"]
+        shared_s = (dead_end - n_open) / 1e9
+        truth = POWER_W * ((n_close - n_open) / 1e9 - shared_s / 2)  # rule "equal" while both ran
+        assert len(seen) >= 2, f"next's summary was never computed again: {seen}"
+        assert seen[0] < truth * 0.99  # its first summary shared the moments after dead's death
+        assert seen[-1] == pytest.approx(truth, rel=0.01)
+    finally:
+        agent.terminate()
+        collector.send_signal(signal.SIGTERM)
+        collector.wait(timeout=30)

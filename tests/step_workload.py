@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sysfs_trees import step_power  # noqa: E402
+from sysfs_trees import step_power
 
 if __name__ == "__main__":
     schedule, zone, watts, seconds = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3]), float(sys.argv[4])

@@ -88,7 +88,10 @@ class Sampler:
         interval, rather than holding it for a read that never comes.
         """
         with self._tick_lock:
-            return self._tick(final, one_stamp=False)[0]
+            samples = self._tick(final, one_stamp=False)[0]
+            # Edge ticks leave it: requests must not keep a wedged loop looking alive (the watchdog).
+            self.last_tick_monotonic = time.monotonic()
+            return samples
 
     def edge_tick(self) -> int:
         """A tick now whose samples all end at one time stamp, returned: a job's edge falls
@@ -126,7 +129,6 @@ class Sampler:
             for readings in held:
                 self._fold_all(readings, now, final, parts)
         self.ticks += 1
-        self.last_tick_monotonic = time.monotonic()
         samples = EncodedSamples(b"".join(parts), len(parts))
         if parts:
             self.samples_emitted += len(parts)

@@ -9,6 +9,7 @@ each new value.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import threading
@@ -116,14 +117,29 @@ class PowerAdvancer:
     construction, all at the same instant), wrapped at its ``max_energy_range_uj`` as the
     kernel wraps it; one pwrite per zone every ``period_s``, padded to the longest value
     written so far rather than truncated, so a read never finds the file empty.
+
+    ``schedule``: a file other processes (a workload) append ``ZONE WATTS UNIX_NS`` lines to
+    (:func:`step_power`): from that wall-clock instant on, ZONE draws WATTS. Such a zone reads
+    ``start_uj`` plus the integral of its steps up to now, so its energy depends only on the
+    times the workload wrote, not on when this thread saw them.
     """
 
     def __init__(
-        self, root: Path, power_w: Mapping[str, float] | None = None, start_uj: int = 0, period_s: float = 0.01
+        self,
+        root: Path,
+        power_w: Mapping[str, float] | None = None,
+        start_uj: int = 0,
+        period_s: float = 0.01,
+        schedule: Path | None = None,
     ) -> None:
         self.root, self.start_uj, self.period_s = root, start_uj, period_s
         now = time.monotonic()
         self.zones: dict[str, tuple[float, float]] = {z: (w, now) for z, w in (power_w or {}).items()}
+        self.schedule, self._read = schedule, 0
+        wall = time.time_ns()
+        #: zone -> [(wall ns, watts)]: the zones a schedule line named, from construction on
+        self.steps: dict[str, list[tuple[int, float]]] = {}
+        self._initial = {z: (wall, w) for z, w in (power_w or {}).items()}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -139,16 +155,39 @@ class PowerAdvancer:
         with self._lock:
             del self.zones[zone]
 
+    def _follow_schedule(self) -> None:
+        """Take the schedule lines appended since the last look (whole lines only)."""
+        if self.schedule is None or not self.schedule.exists():
+            return
+        text = self.schedule.read_bytes()[self._read :]
+        done = text.rfind(b"\n") + 1
+        self._read += done
+        for line in text[:done].decode().splitlines():
+            zone, watts, at_ns = line.split()
+            steps = self.steps.setdefault(zone, [self._initial.get(zone, (int(at_ns), 0.0))])
+            steps.append((int(at_ns), float(watts)))
+
+    def _scheduled_uj(self, zone: str, now_ns: int) -> int:
+        """``start_uj`` plus the integral of ``zone``'s steps up to ``now_ns``."""
+        steps = [*self.steps[zone], (now_ns, 0.0)]
+        joules = sum(w * max(0, min(b, now_ns) - a) / 1e9 for (a, w), (b, _) in itertools.pairwise(steps))
+        return self.start_uj + int(joules * 1e6)
+
     def _run(self) -> None:
         ranges: dict[str, int] = {}
         widths: dict[str, int] = {}
         while not self._stop.wait(self.period_s):
             with self._lock:
+                self._follow_schedule()
                 for zone, (watts, start) in self.zones.items():
                     klass = self.root / "sys/class/powercap" / zone
                     if zone not in ranges:
                         ranges[zone] = int((klass / "max_energy_range_uj").read_text())
-                    value = (self.start_uj + int(watts * (time.monotonic() - start) * 1e6)) % ranges[zone]
+                    if zone in self.steps:
+                        value = self._scheduled_uj(zone, time.time_ns())
+                    else:
+                        value = self.start_uj + int(watts * (time.monotonic() - start) * 1e6)
+                    value %= ranges[zone]
                     # A wrapped value is shorter: pad with spaces (sysfs readers strip them).
                     text = f"{value}\n".ljust(widths.get(zone, 0))
                     widths[zone] = len(text)
@@ -162,6 +201,17 @@ class PowerAdvancer:
         """Stop the thread (the counters keep their last values)."""
         self._stop.set()
         self._thread.join(5)
+
+
+def step_power(schedule: Path, zone: str, watts: float) -> int:
+    """Append ``zone WATTS now`` to a :class:`PowerAdvancer`'s schedule; the wall-clock ns of the step."""
+    at_ns = time.time_ns()
+    fd = os.open(schedule, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{zone} {watts!r} {at_ns}\n".encode())
+    finally:
+        os.close(fd)
+    return at_ns
 
 
 # -- network interfaces --------------------------------------------------------------

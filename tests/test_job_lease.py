@@ -279,6 +279,9 @@ def test_the_job_api_renews_its_lease_until_it_closes(monkeypatch: pytest.Monkey
         def send(self, events: list[Any]) -> None:
             sent.extend(events)
 
+        def edge_tick(self) -> None:
+            return None
+
         def close(self) -> None:
             sent.append("closed")
 

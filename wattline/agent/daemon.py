@@ -13,6 +13,7 @@ from typing import Any
 from wattline import systemd, wire
 from wattline.agent import holders, registry
 from wattline.agent.assembly import UplinkSecurity, assemble, make_uplink, uplink_security
+from wattline.agent.edge import EdgeServer, serve_edges
 from wattline.agent.exporter import AgentCollector, serve
 from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root
 from wattline.agent.settings import AgentSettings
@@ -50,6 +51,7 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self._outbox_due = 0.0  #: monotonic time of the next look at the outbox
         self.prometheus_port: int | None = None
+        self.edges: EdgeServer | None = None
         self._previous_sighup: Any = None
 
     def _uplink(self, spool: Spool, security: UplinkSecurity, quiet: bool = False) -> Uplink:
@@ -80,6 +82,7 @@ class Agent:
             self.prometheus_port = serve(collector, self.settings.prometheus_port, self.settings.prometheus_addr)
             log.info("prometheus metrics on http://%s:%d/metrics", self.settings.prometheus_addr, self.prometheus_port)
         self.sampler.tick()  # baseline readings before the first interval
+        self.edges = serve_edges(self.settings.edge_socket, self.sampler.edge_tick, self.env)
         if threading.current_thread() is threading.main_thread():  # SIGHUP: rediscover the sources now
             self._previous_sighup = signal.signal(signal.SIGHUP, lambda *_: self.discovery.request())
         for name, target in (
@@ -134,6 +137,8 @@ class Agent:
         if self._previous_sighup is not None:
             signal.signal(signal.SIGHUP, self._previous_sighup)
             self._previous_sighup = None
+        if self.edges is not None:
+            self.edges.close()
         for thread in self._threads:
             thread.join(timeout=10)
         if self.outbox is not None:

@@ -74,7 +74,10 @@ class Sampler:
         self.samples_emitted = 0
         self.tick_seconds = 0.0  #: wall time spent inside tick()
         self.last_tick_monotonic = time.monotonic()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  #: channel states (ticks, snapshots, set_sources)
+        #: One tick at a time: the loop's and an edge tick on request (another thread) would
+        #: otherwise fold a channel's readings out of order, and a rediscovery closes sources.
+        self._tick_lock = threading.Lock()
 
     def tick(self, final: bool = False) -> EncodedSamples:
         """Read every source once and emit the samples of the intervals that closed.
@@ -84,8 +87,27 @@ class Sampler:
         tick, at stop): a counter whose read fails gives its gap up, said as an unhealthy
         interval, rather than holding it for a read that never comes.
         """
+        with self._tick_lock:
+            samples = self._tick(final, one_stamp=False)[0]
+            # Edge ticks leave it: requests must not keep a wedged loop looking alive (the watchdog).
+            self.last_tick_monotonic = time.monotonic()
+            return samples
+
+    def edge_tick(self) -> int:
+        """A tick now whose samples all end at one time stamp, returned: a job's edge falls
+        on a sample boundary of every channel, so its energy there is read, not apportioned.
+        Safe beside :meth:`run`'s loop (ticks never interleave)."""
+        with self._tick_lock:
+            stamp = self._tick(False, one_stamp=True)[1]
+        assert stamp is not None
+        return stamp
+
+    def _tick(self, final: bool, one_stamp: bool) -> tuple[EncodedSamples, int | None]:
+        """The tick; ``one_stamp``: every source's readings get the stamp taken after the last
+        read (returned), else each source its own, taken right after its read."""
         started = time.perf_counter()
         parts: list[bytes] = []
+        held: list[list[Reading]] = []
         for source in self.sources:
             try:
                 readings = source.read()
@@ -96,24 +118,36 @@ class Sampler:
                 continue
             if self.source_errors:
                 self.source_errors.pop(source.name, None)
-            mono_ns, stamp_ns = self.clock.now()
-            mono_s = mono_ns / 1e9
-            # The stamp is this interval's end and the channels' next start: encoded once per source.
-            end, start = stamp_fields(stamp_ns)
-            fold = self._fold
-            with self._lock:
-                for reading in readings:
-                    data = fold(reading, mono_s, stamp_ns, end, start, final)
-                    if data is not None:
-                        parts.append(data)
+            if one_stamp:
+                held.append(readings)
+            else:
+                self._fold_all(readings, self.clock.now(), final, parts)
+        stamp = None
+        if one_stamp:
+            now = self.clock.now()
+            stamp = now[1]
+            for readings in held:
+                self._fold_all(readings, now, final, parts)
         self.ticks += 1
-        self.last_tick_monotonic = time.monotonic()
         samples = EncodedSamples(b"".join(parts), len(parts))
         if parts:
             self.samples_emitted += len(parts)
             self.sink(samples)
         self.tick_seconds += time.perf_counter() - started
-        return samples
+        return samples, stamp
+
+    def _fold_all(self, readings: Iterable[Reading], now: tuple[int, int], final: bool, parts: list[bytes]) -> None:
+        """Fold one source's readings stamped ``now`` (monotonic ns, stamp ns) into ``parts``."""
+        mono_ns, stamp_ns = now
+        mono_s = mono_ns / 1e9
+        # The stamp is this interval's end and the channels' next start: encoded once per source.
+        end, start = stamp_fields(stamp_ns)
+        fold = self._fold
+        with self._lock:
+            for reading in readings:
+                data = fold(reading, mono_s, stamp_ns, end, start, final)
+                if data is not None:
+                    parts.append(data)
 
     def _state(self, ch: Channel) -> ChannelState:
         entry = self._by_channel.get(id(ch))
@@ -227,12 +261,13 @@ class Sampler:
 
         A rediscovery that breaks is logged and sampling goes on with the sources it had.
         """
-        try:
-            discovery.refresh()
-        except Exception:
-            log.exception("rediscovery failed; sampling goes on with the sources found before")
-            return
-        self.set_sources(discovery.sources, discovery.channels)
+        with self._tick_lock:  # refresh closes sources a tick may be reading
+            try:
+                discovery.refresh()
+            except Exception:
+                log.exception("rediscovery failed; sampling goes on with the sources found before")
+                return
+            self.set_sources(discovery.sources, discovery.channels)
 
     def run(self, interval_s: float, stop: threading.Event, discovery: Discovery | None = None) -> None:
         """Tick every ``interval_s`` on the monotonic clock until ``stop`` is set.

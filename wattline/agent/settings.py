@@ -55,6 +55,12 @@ class AgentSettings:
         "the agent delivers what dead runs left. Empty: $XDG_STATE_HOME/wattline/outbox, else "
         "~/.local/state/wattline/outbox.",
     )
+    edge_socket: str = option(
+        "",
+        "Unix socket on which the agent ticks on request at jobs' open and close (wattline run, Job ask it), "
+        "so their energy there is read, not apportioned. Empty: $RUNTIME_DIRECTORY/edge.sock under systemd, "
+        "else /run/wattline/edge.sock (served when that directory exists); 'off': neither serve nor ask.",
+    )
     prometheus_port: int | None = option(None, "Serve Prometheus metrics on this port (off when unset).")
     prometheus_addr: str = option("127.0.0.1", "Address for the Prometheus endpoint (0.0.0.0 to expose).")
     push_timeout: float = option(10.0, "Seconds to wait for a collector acknowledgement.")

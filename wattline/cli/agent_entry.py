@@ -76,6 +76,7 @@ AGENT_OPTIONS: dict[str, tuple[str, str]] = {
     "--spool-max-mb": ("spool_max_mb", "float"),
     "--spool-max-age": ("spool_max_age", "float"),
     "--outbox-dir": ("outbox_dir", "str"),
+    "--edge-socket": ("edge_socket", "str"),
     "--tls": ("tls", "flag"),
     "--tls-ca": ("tls_ca", "path"),
     "--tls-cert": ("tls_cert", "path"),

@@ -45,6 +45,7 @@ from wattline.workloads.events import (
 from wattline.workloads.heartbeat import Heartbeat
 from wattline.workloads.holding import ended_ids, hold_job
 from wattline.workloads.session import CollectorSink, EventSink, ParentSink
+from wattline.workloads.sync import Sync, SyncSpec
 from wattline.workloads.usage import JobUse
 
 if TYPE_CHECKING:
@@ -83,10 +84,13 @@ class Job:
         collector: list[str] | str | None = None,
         sink: EventSink | None = None,
         store: str | None = None,
+        sync: SyncSpec = None,
     ) -> None:
         """``store``: the store URL embedded sampling writes to (default ``$WATTLINE_STORE``
         or the local SQLite file) and :meth:`report` reads; with ``collector=``, the URL of
-        the collector's store, for :meth:`report`."""
+        the collector's store, for :meth:`report`. ``sync``: "torch" or a callable that waits
+        for queued accelerator work, called before the window opens, at :meth:`mark_saturated`
+        and before it closes (:mod:`.sync`)."""
         if kind not in {"inference", "training", "other"}:
             raise ValueError(f"kind must be inference, training or other, not {kind!r}")
         self.joined = bool(os.environ.get(ENV_EVENTS) and os.environ.get(ENV_JOB_ID))
@@ -102,6 +106,7 @@ class Job:
         self._holding: Holding | None = None
         self.exit_code: int | None = None
         self._store = store
+        self._sync = Sync(sync)
         self._batch_interval_s = AgentSettings().batch_interval
 
     @property
@@ -113,6 +118,7 @@ class Job:
         return self._units.total if self._units else 0.0
 
     def __enter__(self) -> Job:
+        self._sync()
         if self._sink is None:
             if self.joined:
                 self._sink = ParentSink(Path(os.environ[ENV_EVENTS]))
@@ -126,7 +132,7 @@ class Job:
                 self._sink = embedded_session(self._store)
         self._units = UnitAccumulator(self._builder, self._sink.send)
         if not self.joined:  # a joined job's lease is renewed by its `wattline run`
-            opened = self._builder.open()
+            opened = self._builder.open(self._sink.edge_tick())
             self._sink.send([opened])
             self._holding = hold_job(self._sink, self._builder, opened)
             self._heartbeat = Heartbeat(self._builder, self._sink.send).start()
@@ -142,6 +148,7 @@ class Job:
 
     def mark_saturated(self) -> None:
         """Declare that the hardware is saturated from now on (overrides detection)."""
+        self._sync()
         self.phase(SATURATED)
 
     def phase(self, name: str) -> None:
@@ -155,6 +162,7 @@ class Job:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         assert self._sink is not None and self._units is not None
+        self._sync.before_close()
         if self._heartbeat is not None:
             self._heartbeat.stop()
         if self._use is not None:
@@ -162,7 +170,8 @@ class Job:
         self._units.flush()
         self.exit_code = 0 if exc_type is None else (130 if exc_type is KeyboardInterrupt else 1)
         if not self.joined:
-            self._sink.send([self._builder.close(self.exit_code, use_scope=self._use.scope if self._use else ())])
+            scope = self._use.scope if self._use else ()
+            self._sink.send([self._builder.close(self.exit_code, self._sink.edge_tick(), use_scope=scope)])
         if self._holding is not None:
             self._holding.release()
         self._sink.close()

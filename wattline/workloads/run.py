@@ -217,7 +217,8 @@ class JobRunner:
         events_path.touch(mode=0o600)
         env = {**os.environ, **self.request.env, ENV_JOB_ID: self.request.spec.job_id, ENV_EVENTS: str(events_path)}
         reader = EventsFileReader(events_path, self.units.add, self._phase)
-        opened = self.builder.open()  # sent once the command has started: none for one that cannot
+        # stamped by a reading taken now (sent once the command has started: none for one that cannot)
+        opened = self.builder.open(self.sink.edge_tick())
         self.open_ns = opened.time_ns
         interactive = _terminal_delivered()
         stdout: int | None = None
@@ -267,7 +268,7 @@ class JobRunner:
             pump.join(timeout=5)
         reader.poll()
         self.units.flush()
-        self.close_ns = time.time_ns()
+        self.close_ns = self.sink.edge_tick() or time.time_ns()
         self._saturated_after()
         status = exit_status(returncode)
         scope = use.scope if use is not None else ()

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from wattline import __version__, wire
 from wattline.agent import holders
 from wattline.agent.assembly import assemble, make_uplink, uplink_security
+from wattline.agent.edge import ask_edge_tick, socket_path
 from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root, remove
 from wattline.agent.settings import AgentSettings
@@ -47,6 +48,11 @@ class EventSink(Protocol):
     host_id: str
 
     def send(self, events: list[wire.pb.JobEvent]) -> None: ...
+
+    def edge_tick(self) -> int | None:
+        """The time stamp (ns) of a reading of every channel taken now, for a job's open or
+        close event; None when none can be taken (the event then takes the clock's time)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -119,6 +125,10 @@ class EmbeddedSession:
     def send(self, events: list[wire.pb.JobEvent]) -> None:
         self.spool.add_job_events(events)
 
+    def edge_tick(self) -> int:
+        """This process samples: it ticks now, beside its sampling thread."""
+        return self.sampler.edge_tick()
+
     def close(self) -> None:
         """Take the last partial interval, write everything, release sources."""
         self._stop.set()
@@ -146,6 +156,7 @@ class CollectorSink:
     ) -> None:
         security = uplink_security(settings)
         self.host_id = settings.host_id or socket.gethostname()
+        self.edge_socket = socket_path(settings.edge_socket)
         self.flush_s = flush_s
         self.on_kept = on_kept
         self.kept: str | None = None
@@ -203,6 +214,10 @@ class CollectorSink:
 
     def send(self, events: list[wire.pb.JobEvent]) -> None:
         self.spool.add_job_events(events)
+
+    def edge_tick(self) -> int | None:
+        """The host agent samples: it is asked to tick now (a few ms at most; None without one)."""
+        return ask_edge_tick(self.edge_socket)
 
     def close(self) -> None:
         """Deliver what is left within ``flush_s``, then leftovers of dead processes in the rest of it."""
@@ -276,6 +291,10 @@ class ParentSink:
                 append_event_line(f"units {event.units!r}{stamp}", str(self.path))
             elif event.kind == wire.pb.JobEvent.KIND_PHASE:
                 append_event_line(f"phase {event.phase}{stamp}", str(self.path))
+
+    def edge_tick(self) -> None:
+        """The parent ``wattline run`` holds the job's edges."""
+        return None
 
     def close(self) -> None:
         return None

@@ -12,7 +12,8 @@ in joules (README "Method: uncertainty" gives each one's source):
   energy the store lacks) apportioned by overlap; the part holds at least
   ``E - p x outside`` and at most ``min(E, p x inside)``, the bound is the farther of the
   two from the apportioned ``E x inside / length`` (``p``: the highest power the samples
-  around that edge allow, :func:`~wattline.workloads.window_bounds.edge_power_w`);
+  around that edge allow, :func:`~wattline.workloads.window_bounds.edge_power_w`); none
+  where a sample boundary falls on the edge (a job's open and close, stamped by a tick);
 * ``integration``: power readings integrated over time (quality ``integrated``) average
   the power over ``averaging_s`` before each reading, so each edge may be off by
   ``p_max x averaging_s``;

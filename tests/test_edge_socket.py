@@ -1,0 +1,114 @@
+"""The agent's edge socket (wattline/agent/edge.py) and the sampler's edge ticks.
+
+The client never waits longer than its timeout, whatever is (or is not) at the path; the
+server answers the stamp of a tick, refuses beyond a peer's budget, never steals a live
+agent's socket and replaces a dead one's; ticks on request beside the sampling loop keep
+every channel's samples tiling its timeline, each joule counted once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import stat
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from sysfs_trees import PowerAdvancer, Zone, powercap_tree
+
+from wattline import wire
+from wattline.agent import edge, registry
+from wattline.agent.edge import EdgeServer, ask_edge_tick, serve_edges, socket_path
+from wattline.agent.encoding import EncodedSamples
+from wattline.agent.sampler import Sampler
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[EdgeServer]:
+    srv = EdgeServer(tmp_path / "edge.sock", time.time_ns)
+    yield srv
+    srv.close()
+
+
+def test_the_client_gives_up_at_once_without_an_agent(tmp_path: Path) -> None:
+    assert ask_edge_tick(None) is None
+    assert ask_edge_tick(tmp_path / "absent.sock") is None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as mute:  # listens, never answers
+        mute.bind(str(tmp_path / "mute.sock"))
+        mute.listen(1)
+        began = time.monotonic()
+        assert ask_edge_tick(tmp_path / "mute.sock", timeout_s=0.01) is None
+        assert time.monotonic() - began < 0.1
+
+
+def test_the_agent_answers_the_stamp_of_its_tick(server: EdgeServer) -> None:
+    before = time.time_ns()
+    stamp = ask_edge_tick(server.path, timeout_s=1.0)
+    assert stamp is not None and before <= stamp <= time.time_ns()
+    assert stat.S_IMODE(server.path.stat().st_mode) == 0o666  # who may ask: the directory decides
+    assert server.ticks == 1
+
+
+def test_a_peer_beyond_its_budget_is_refused(server: EdgeServer) -> None:
+    answers = [ask_edge_tick(server.path, timeout_s=1.0) for _ in range(int(edge.PEER_BURST) + 5)]
+    assert all(a is not None for a in answers[: int(edge.PEER_BURST)])
+    assert any(a is None for a in answers[int(edge.PEER_BURST) :])
+    assert server.ticks <= edge.PEER_BURST + 1 and server.refused >= 4
+
+
+def test_a_live_socket_is_kept_and_a_dead_one_replaced(tmp_path: Path, server: EdgeServer) -> None:
+    assert serve_edges(str(server.path), time.time_ns) is None  # another agent serves it
+    assert ask_edge_tick(server.path, timeout_s=1.0) is not None
+    dead = tmp_path / "dead.sock"
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).bind(str(dead))  # its process is gone
+    replaced = serve_edges(str(dead), time.time_ns)
+    assert replaced is not None
+    try:
+        assert ask_edge_tick(dead, timeout_s=1.0) is not None
+    finally:
+        replaced.close()
+    assert not dead.exists()
+
+
+def test_the_default_socket_is_the_runtime_directory_and_off_is_off(tmp_path: Path) -> None:
+    assert socket_path("", {"RUNTIME_DIRECTORY": "/run/wattline"}) == Path("/run/wattline/edge.sock")
+    assert socket_path("", {}) == edge.DEFAULT_SOCKET
+    assert socket_path("off", {}) is None
+    assert serve_edges("", time.time_ns, {"RUNTIME_DIRECTORY": str(tmp_path / "none")}) is None  # no directory
+
+
+def test_edge_ticks_beside_the_loop_keep_the_samples_tiling(tmp_path: Path) -> None:
+    root = powercap_tree(tmp_path / "host", [Zone("intel-rapl:0", "package-0", 10**9)])
+    powered = PowerAdvancer(root, {"intel-rapl:0": 40.0}, 10**9, period_s=0.001)
+    sources = [s.source for s in registry.discover(["rapl"], root, {}, {}) if s.source is not None]
+    samples: list[wire.pb.Sample] = []
+
+    def sink(batch: Sequence[wire.pb.Sample]) -> None:
+        assert isinstance(batch, EncodedSamples)
+        samples.extend(batch.decoded())
+
+    sampler = Sampler(sources, sink)
+    stop = threading.Event()
+    loop = threading.Thread(target=sampler.run, args=(0.0002, stop))
+    sampler.tick()
+    loop.start()
+    stamps = []
+    try:
+        for _ in range(3000):
+            stamps.append(sampler.edge_tick())
+    finally:
+        stop.set()
+        loop.join()
+        powered.close()
+        for source in sources:
+            source.close()
+    assert stamps == sorted(stamps)
+    assert all(s.healthy and not s.status for s in samples)
+    ends = {s.end_ns for s in samples}
+    assert set(stamps) <= ends  # every edge is a sample boundary
+    for prev, nxt in itertools.pairwise(samples):
+        assert nxt.start_ns == prev.end_ns  # tiles: no overlap, no hole
+        assert nxt.cumulative_j == pytest.approx(prev.cumulative_j + nxt.energy_j)

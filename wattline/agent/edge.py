@@ -1,0 +1,214 @@
+"""Ticks at a job's edges on request: the agent's local socket, and the wrappers' client.
+
+A job's energy at its open and close instants is read, not apportioned from the samples
+straddling them, when a sample boundary falls exactly on each: ``wattline run`` and ``Job``
+ask the host's agent to tick now (:func:`ask_edge_tick`) and use the time stamp of that
+tick (:meth:`Sampler.edge_tick <wattline.agent.sampler.Sampler.edge_tick>`) as the event's.
+
+The protocol is a connection: the agent answers ``STAMP_NS\\n`` (or ``busy\\n``) and closes;
+the client sends nothing. Who may ask is who may connect: the socket is mode 0666 inside its
+directory (``/run/wattline``: systemd's ``RuntimeDirectory=``, whose mode restricts it).
+Each peer's uid (``SO_PEERCRED``) has a budget of ticks, and so has the agent as a whole,
+so no user makes it tick at a high rate; requests that arrive together share one tick.
+The client waits at most :data:`ASK_TIMEOUT_S`: without an agent, or on any error, the edge
+is the wrapper's own clock, as before, said only in a debug log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import socket
+import stat
+import struct
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: The socket's place unless ``agent.edge_socket`` names another; the agent serves it when
+#: its directory exists (systemd's ``RuntimeDirectory=wattline``).
+DEFAULT_SOCKET = Path("/run/wattline/edge.sock")
+#: ``agent.edge_socket`` value that turns the socket off (agent) and the asking (wrappers).
+OFF = "off"
+#: The longest a wrapper waits for the agent's answer: a user's command is never held longer.
+ASK_TIMEOUT_S = 0.01
+#: An answer farther than this from the wrapper's own clock is not the time of a tick now.
+PLAUSIBLE_NS = 1_000_000_000
+#: Ticks on request: each peer uid may ask ``burst`` at once, then ``rate`` per second; the
+#: agent as a whole ticks on request at most twice that.
+PEER_RATE, PEER_BURST = 5.0, 10.0
+TOTAL_RATE, TOTAL_BURST = 2 * PEER_RATE, 2 * PEER_BURST
+
+
+def socket_path(setting: str, env: Mapping[str, str] | None = None) -> Path | None:
+    """Where the edge socket is (``agent.edge_socket``): the setting's path, else
+    ``$RUNTIME_DIRECTORY/edge.sock`` under systemd, else :data:`DEFAULT_SOCKET`; None when off."""
+    if setting == OFF:
+        return None
+    if setting:
+        return Path(setting).expanduser()
+    runtime = (os.environ if env is None else env).get("RUNTIME_DIRECTORY", "").split(":")[0]
+    return Path(runtime) / DEFAULT_SOCKET.name if runtime else DEFAULT_SOCKET
+
+
+def ask_edge_tick(path: Path | None, timeout_s: float = ASK_TIMEOUT_S) -> int | None:
+    """Ask the agent at ``path`` to tick now: the time stamp (ns) of its tick, or None (no
+    agent, busy, slow, or an implausible answer) within ``timeout_s``."""
+    if path is None:
+        return None
+    deadline = time.monotonic() + timeout_s
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect(str(path))
+            answer = b""
+            while not answer.endswith(b"\n") and len(answer) < 32:
+                sock.settimeout(max(deadline - time.monotonic(), 1e-4))
+                chunk = sock.recv(32)
+                if not chunk:
+                    break
+                answer += chunk
+        stamp = int(answer)
+    except (OSError, ValueError) as exc:  # absent, refused, timed out, busy, garbled
+        log.debug("no edge tick from the agent at %s: %s", path, exc or type(exc).__name__)
+        return None
+    if abs(stamp - time.time_ns()) > PLAUSIBLE_NS:
+        log.debug("edge tick from %s ignored: %d ns is not now", path, stamp)
+        return None
+    return stamp
+
+
+@dataclass
+class Bucket:
+    """A token bucket: ``burst`` tokens, refilled at ``rate`` per second."""
+
+    rate: float
+    burst: float
+    tokens: float = -1.0
+    at: float = field(default_factory=time.monotonic)
+
+    def take(self, now: float) -> bool:
+        """Take one token if there is one."""
+        if self.tokens < 0:
+            self.tokens = self.burst
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The connecting process's uid, as the kernel says (``SO_PEERCRED``: pid, uid, gid)."""
+    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    return int(uid)
+
+
+class EdgeServer:
+    """The agent's edge socket: one thread answering connections with ``tick()``'s stamp."""
+
+    def __init__(self, path: Path, tick: Callable[[], int]) -> None:
+        self.path = path
+        self.tick = tick
+        self.total = Bucket(TOTAL_RATE, TOTAL_BURST)
+        self.peers: dict[int, Bucket] = {}
+        self.ticks = self.refused = 0
+        self._stop = threading.Event()
+        self._sock = self._bind(path)
+        self._thread = threading.Thread(target=self._serve, name="wattline-edges", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _bind(path: Path) -> socket.socket:
+        """Listen at ``path``, replacing a socket no process answers at (a dead agent's);
+        OSError when another process serves it, or the path is not a socket."""
+        if path.is_socket():
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.connect(str(path))
+                except OSError:
+                    path.unlink()
+                else:
+                    raise OSError(f"{path}: another process serves it")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(path))
+            os.chmod(path, stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IWGRP | stat.S_IROTH | stat.S_IWOTH)
+            sock.listen(64)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self._sock], [], [], 0.25)
+            if ready:
+                try:
+                    self._answer(self._accept_all())
+                except Exception:  # a bug here must not end the agent: the wrappers fall back
+                    log.exception("edge socket: answering failed")
+
+    def _accept_all(self) -> list[socket.socket]:
+        """Every connection waiting now: they share the one tick taken after them all."""
+        conns: list[socket.socket] = []
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return conns
+            conns.append(conn)
+
+    def _answer(self, conns: list[socket.socket]) -> None:
+        now = time.monotonic()
+        allowed = []
+        for conn in conns:
+            try:
+                uid = peer_uid(conn)
+            except OSError:
+                uid = -1
+            if self.peers.setdefault(uid, Bucket(PEER_RATE, PEER_BURST)).take(now):
+                allowed.append(conn)
+        answer = b"busy\n"
+        if allowed and self.total.take(now):
+            answer = b"%d\n" % self.tick()
+            self.ticks += 1
+        for conn in conns:
+            reply = answer if conn in allowed else b"busy\n"
+            self.refused += reply == b"busy\n"
+            with contextlib.suppress(OSError), conn:
+                conn.setblocking(True)
+                conn.settimeout(0.01)
+                conn.sendall(reply)
+
+    def close(self) -> None:
+        """Stop answering and remove the socket."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sock.close()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+
+def serve_edges(setting: str, tick: Callable[[], int], env: Mapping[str, str] | None = None) -> EdgeServer | None:
+    """The agent's edge socket per ``agent.edge_socket``; None when off, or when the default's
+    directory does not exist (no systemd ``RuntimeDirectory=``). A socket that cannot be made
+    is one warning: the agent samples on, the wrappers fall back to their own clock."""
+    path = socket_path(setting, env)
+    if path is None or (not setting and not path.parent.is_dir()):
+        return None
+    try:
+        server = EdgeServer(path, tick)
+    except OSError as exc:
+        log.warning("edge socket off (jobs' edges are apportioned): %s: %s", path, exc.strerror or exc)
+        return None
+    log.info("ticking at jobs' edges on request at %s", path)
+    return server

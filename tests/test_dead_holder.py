@@ -12,6 +12,7 @@ window the stored open and close events give (never a figure of the report).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,19 @@ def truth_j(db: Path, job_id: str) -> float:
     return POWER_W * (ev["close"][0]["time_ns"] - ev["open"][0]["time_ns"]) / 1e9
 
 
+def summarised(db: Path) -> set[str]:
+    """The jobs with a stored summary."""
+    with sqlite3.connect(db) as conn:
+        return {r[0] for r in conn.execute("SELECT job_id FROM job_summary")}
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.3)
+
+
 def summary(db: Path, job_id: str) -> dict[str, Any]:
     with sqlite3.connect(db) as conn:
         row = conn.execute("SELECT fields FROM job_summary WHERE job_id = ?", (job_id,)).fetchone()
@@ -115,6 +129,26 @@ def summary(db: Path, job_id: str) -> dict[str, Any]:
 
 def total_j(report: dict[str, Any]) -> float:
     return float(report["measured"]["energy_j"] + report["warmup"]["energy_j"])
+
+
+@contextlib.contextmanager
+def fleet(tmp_path: Path, tree: PowerAdvancer, env: dict[str, str] | None = None) -> Iterator[list[str]]:
+    """`wattline collector` (SQLite, summaries on) and a host agent on ``tree``; yields the
+    `wattline run` options that send a job there."""
+    db = tmp_path / "w.db"
+    port = free_port()
+    collector = start_collector(port, ["--store", f"sqlite:///{db}"], tmp_path / "collector.log", env=env)
+    agent = Proc(
+        ["agent", "--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl",
+         "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
+        tmp_path / "agent.log",
+    )  # fmt: skip
+    try:
+        time.sleep(2.0)  # the agent's first batches: samples before the jobs open
+        yield ["--host-id", HOST, f"--collector=127.0.0.1:{port}", "--store", f"sqlite:///{db}"]
+    finally:
+        agent.terminate()
+        collector.terminate()
 
 
 def check_dead(db: Path, tmp_path: Path, killed_ns: int, opened_by_kill_s: float) -> None:
@@ -157,16 +191,7 @@ def test_fleet_next_job_5_s_after_a_killed_run_is_its_own(tmp_path: Path, tree: 
     """Host agent + `wattline collector` (SQLite, summaries on): the agent or the next run ends
     the dead job, the collector writes the summaries."""
     db = tmp_path / "w.db"
-    port = free_port()
-    collector = start_collector(port, ["--store", f"sqlite:///{db}"], tmp_path / "collector.log")
-    agent = Proc(
-        ["agent", "--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl",
-         "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
-        tmp_path / "agent.log",
-    )  # fmt: skip
-    where = ["--host-id", HOST, f"--collector=127.0.0.1:{port}", "--store", f"sqlite:///{db}"]
-    try:
-        time.sleep(2.0)
+    with fleet(tmp_path, tree) as where:
         dead = start_dead(tmp_path, where)
         killed = kill_after(dead, 6.0)
         time.sleep(5.0)
@@ -174,18 +199,9 @@ def test_fleet_next_job_5_s_after_a_killed_run_is_its_own(tmp_path: Path, tree: 
         truth = truth_j(db, "next")
         assert total_j(printed) == pytest.approx(truth, rel=0.01)
         assert not any("shared" in n for n in printed["notes"]), printed["notes"]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # the collector's summaries
-            time.sleep(0.5)
-            with sqlite3.connect(db) as conn:
-                done = {r[0] for r in conn.execute("SELECT job_id FROM job_summary")}
-            if {"dead", "next"} <= done:
-                break
+        wait_for(lambda: {"dead", "next"} <= summarised(db), 30, "the collector's summaries")
         assert summary(db, "next")["energy_total_j"] == pytest.approx(truth, rel=0.01)
         check_dead(db, tmp_path, killed, 6.0)
-    finally:
-        agent.terminate()
-        collector.terminate()
 
 
 def test_stored_summaries_converge_once_the_dead_holder_is_found(tmp_path: Path, tree: PowerAdvancer) -> None:
@@ -194,40 +210,21 @@ def test_stored_summaries_converge_once_the_dead_holder_is_found(tmp_path: Path,
     lease: half. A later run of the dead one's home ends it; the collector then computes the
     next job's summary again: its own figure."""
     db = tmp_path / "w.db"
-    port = free_port()
-    collector = start_collector(port, ["--store", f"sqlite:///{db}"], tmp_path / "collector.log")
-    agent = Proc(
-        ["agent", "--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl",
-         "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
-        tmp_path / "agent.log",
-    )  # fmt: skip
-    where = ["--host-id", HOST, f"--collector=127.0.0.1:{port}", "--store", f"sqlite:///{db}"]
-    try:
-        time.sleep(2.0)
+    with fleet(tmp_path, tree) as where:
         dead = start_dead(tmp_path, where, state="elsewhere")
         kill_after(dead, 4.0)
         time.sleep(2.0)
         printed = json.loads(cli(tmp_path, "run", "--job-id", "next", "--json", *where, "--", "sleep", "4").stdout)
         truth = truth_j(db, "next")
         assert total_j(printed) == pytest.approx(truth / 2, rel=0.02)  # the lease: nobody could check
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            time.sleep(0.5)
-            with sqlite3.connect(db) as conn:
-                if conn.execute("SELECT 1 FROM job_summary WHERE job_id = 'next'").fetchone():
-                    break
+        wait_for(lambda: "next" in summarised(db), 20, "next's first summary")
         first = summary(db, "next")
         assert first["energy_total_j"] == pytest.approx(truth / 2, rel=0.02)
 
         cli(tmp_path, "run", "--job-id", "later", "--no-report", *where, "--", "true", state="elsewhere")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and summary(db, "next")["computed_ns"] == first["computed_ns"]:
-            time.sleep(0.5)
+        wait_for(lambda: summary(db, "next")["computed_ns"] != first["computed_ns"], 30, "next's summary again")
         assert events(db, "dead")["close"][0]["abandoned"].startswith("wrapper gone")
         assert summary(db, "next")["energy_total_j"] == pytest.approx(truth, rel=0.01)
-    finally:
-        agent.terminate()
-        collector.terminate()
 
 
 def test_two_processes_finding_one_dead_holder_store_one_close(tmp_path: Path, tree: PowerAdvancer) -> None:
@@ -274,21 +271,7 @@ def test_a_summary_that_counted_a_job_as_running_is_computed_again_when_its_leas
     computes next's summary again: dead's window ends at its last heartbeat."""
     heartbeat = {"WATTLINE_HEARTBEAT_S": "0.5"}  # a 1.5 s lease, for the collector and the runs alike
     db = tmp_path / "w.db"
-    port = free_port()
-    collector = subprocess.Popen(
-        [*WATTLINE, "collector", "--listen", f"127.0.0.1:{port}", "--store", f"sqlite:///{db}"],
-        env={**env(tmp_path), **heartbeat},
-        stdout=(tmp_path / "collector.log").open("w"),
-        stderr=subprocess.STDOUT,
-    )
-    agent = Proc(
-        ["agent", "--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl",
-         "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
-        tmp_path / "agent.log",
-    )  # fmt: skip
-    where = ["--host-id", HOST, f"--collector=127.0.0.1:{port}", "--store", f"sqlite:///{db}"]
-    try:
-        time.sleep(2.0)
+    with fleet(tmp_path, tree, heartbeat) as where:
         dead = subprocess.Popen(
             [*WATTLINE, "run", "--job-id", "dead", "--no-report", *where, "--", "sleep", "120"],
             env={**env(tmp_path, "elsewhere"), **heartbeat},
@@ -305,27 +288,20 @@ def test_a_summary_that_counted_a_job_as_running_is_computed_again_when_its_leas
         )
         kill_after(dead, 4.3)  # next closes about 0.7 s later, dead still inside its lease
         assert nxt.wait(timeout=60) == 0
-        deadline = time.monotonic() + 30
         seen: list[float] = []
-        while time.monotonic() < deadline:
-            time.sleep(0.3)
-            with sqlite3.connect(db) as conn:
-                row = conn.execute("SELECT fields FROM job_summary WHERE job_id = 'next'").fetchone()
-            if row is not None:
-                value = json.loads(row[0])["energy_total_j"]
+
+        def computed_twice() -> bool:
+            if "next" in summarised(db):
+                value = summary(db, "next")["energy_total_j"]
                 if not seen or seen[-1] != value:
                     seen.append(value)
-                if len(seen) >= 2:
-                    break
+            return len(seen) >= 2
+
+        wait_for(computed_twice, 30, f"next's summary never computed again: {seen}")
         ev_dead, ev_next = events(db, "dead"), events(db, "next")
         dead_end = max(e["time_ns"] for kind in ev_dead.values() for e in kind)  # its last heartbeat
         n_open, n_close = ev_next["open"][0]["time_ns"], ev_next["close"][0]["time_ns"]
         shared_s = (dead_end - n_open) / 1e9
         truth = POWER_W * ((n_close - n_open) / 1e9 - shared_s / 2)  # rule "equal" while both ran
-        assert len(seen) >= 2, f"next's summary was never computed again: {seen}"
         assert seen[0] < truth * 0.99  # its first summary shared the moments after dead's death
         assert seen[-1] == pytest.approx(truth, rel=0.01)
-    finally:
-        agent.terminate()
-        collector.send_signal(signal.SIGTERM)
-        collector.wait(timeout=30)

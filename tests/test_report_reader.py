@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,12 @@ def test_job_events_between_reads_only_open_and_close_of_jobs_near_the_window(
         "unit_name": "steps",
         "devices": "",
         "label_team": "t",
+        # who holds the job: the process that built the open (this one)
+        "holder_pid": os.getpid(),
+        "holder_start_ticks": opened.fields["holder_start_ticks"],
+        "holder_boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
     }
+    assert int(opened.fields["holder_start_ticks"]) > 0
     assert opened.event_seq % 2**32 == 1 and by_job["spanning"][1].fields == {"exit_code": 3}  # builder's 1st
     assert events == sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
     assert store.job_events_between(*WINDOW, []) == []

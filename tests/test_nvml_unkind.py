@@ -84,3 +84,46 @@ def test_process_utilization_as_drivers_answer_it_gives_each_process_its_own_use
     assert set(dropped) == {"pid 0", "stamped at or before lastSeenTimeStamp", "over 100 %", "older sample of its pid"}
     assert dropped["stamped at or before lastSeenTimeStamp"] >= 1  # the second ask's
     assert out["stderr"].count("left out (over 100 %)") == 1
+
+
+#: Discovery notes and one process_use() of GPU 0.
+NOTES_AND_USE = r"""
+import json, sys
+from wattline.agent.sources.nvml import NvmlSource
+src = NvmlSource()
+src.discover()
+[use] = src.process_use(since_us=0)
+print(json.dumps({"notes": [n.text for n in src.notes], "supported": use.supported, "use": use.use}))
+src.close()
+"""
+
+
+def test_a_caller_without_privileges_is_told_in_one_line_and_its_mig_jobs_are_not_charged_zero(tmp_path: Path) -> None:
+    """Drivers refuse an unprivileged caller (a container) a MIG instance's memory and the
+    parent's process list: discovery says so in one note, and the GPU's per-process use is
+    unsupported (the job is charged it by its claims), not an empty use that would charge a
+    job on that instance nothing."""
+    out = run_script(
+        NOTES_AND_USE,
+        tmp_path,
+        f"gpu {GPU0} NVIDIA A100-SXM4-80GB\nenergy 1000 2000\nutil ns\nmemory 85899345920:0\nmig 1 7\nunprivileged\n"
+        "mig_device 0 MIG-11111111-0000-4000-8000-000000000000 3 20937965568 0\n",
+    )
+    [refused] = [n for n in out["notes"] if "Insufficient Permissions" in n]
+    assert "MIG instance memory" in refused and "charged by their claims" in refused
+    assert (out["supported"], out["use"]) == (False, {})
+    assert "Traceback" not in out["stderr"]
+
+
+def test_init_refused_is_one_line(tmp_path: Path) -> None:
+    """nvmlInit refused (NVML_ERROR_NO_PERMISSION: device nodes the caller may not open):
+    `wattline sources` says so in one line and goes on."""
+    (tmp_path / "gpus.txt").write_text("init_error 4\n")
+    env = dict(os.environ, LD_LIBRARY_PATH=str(build_stub()), WATTLINE_NVML_SCENARIO=str(tmp_path / "gpus.txt"))
+    done = subprocess.run(
+        [sys.executable, "-m", "wattline.cli.main", "sources", "--source", "nvml"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("nvml")]
+    assert lines == ["nvml       absent    NVML initialisation failed: Insufficient Permissions"], done.stdout + done.stderr
+    assert "Traceback" not in done.stderr

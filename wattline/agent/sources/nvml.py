@@ -180,13 +180,33 @@ class NvmlSource(Source):
         parent = self._call(nv.nvmlDeviceGetMemoryInfo, gpu.handle)
         use: dict[int, float] = {}
         for handle in self._mig_handles(gpu):
-            memory = self._call(nv.nvmlDeviceGetMemoryInfo, handle)
+            try:
+                memory = nv.nvmlDeviceGetMemoryInfo(handle)
+            except nv.NVMLError_NoPermission:
+                # no share can be told: outside the jobs' use scope (charged by claims),
+                # never a silent 0 % (:meth:`_mig_refused` says so at discovery)
+                return DeviceUse("gpu", gpu.uuid, "mig-memory", running, {}, supported=False)
+            except nv.NVMLError:
+                memory = None
             pids = [p.pid for p in process_list(self._nv, handle, None)]
             if memory is None or parent is None or not int(parent.total) or not pids:
                 continue
             for pid in pids:
                 use[pid] = use.get(pid, 0.0) + 100.0 * int(memory.total) / int(parent.total) / len(pids)
         return DeviceUse("gpu", gpu.uuid, "mig-memory", running, use, total=100.0)
+
+    def _mig_refused(self, gpu: Gpu) -> str:
+        """Why per-instance shares of ``gpu`` cannot be read without privileges ("" when they can):
+        drivers refuse an unprivileged caller (a container) a MIG instance's memory."""
+        nv = self._nv
+        for handle in self._mig_handles(gpu):
+            try:
+                nv.nvmlDeviceGetMemoryInfo(handle)
+            except nv.NVMLError_NoPermission as exc:
+                return f"MIG instance memory: {exc} (a share per instance needs it: a privileged caller)"
+            except nv.NVMLError:
+                continue
+        return ""
 
     def _mig_handles(self, gpu: Gpu) -> list[Any]:
         """Handles of the MIG instances of ``gpu`` (none when MIG is off)."""
@@ -304,6 +324,11 @@ class NvmlSource(Source):
             self.notes.append(Note("info", f"{label}: {why}; integrating {what}"))
         if gpu.mig:
             self.notes.append(Note("info", f"{label}: MIG enabled; energy is the whole GPU's, counted once"))
+            refused = self._mig_refused(gpu)
+            if refused:
+                self.notes.append(
+                    Note("warning", f"{label}: {refused}; jobs on its MIG instances are charged by their claims")
+                )
         limit = gpu.limit_w
         gpu.channel = Channel(
             source=self.name,

@@ -125,5 +125,7 @@ def test_init_refused_is_one_line(tmp_path: Path) -> None:
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("nvml")]
-    assert lines == ["nvml       absent    NVML initialisation failed: Insufficient Permissions"], done.stdout + done.stderr
+    assert lines == ["nvml       absent    NVML initialisation failed: Insufficient Permissions"], (
+        done.stdout + done.stderr
+    )
     assert "Traceback" not in done.stderr

@@ -174,7 +174,9 @@ def holds(figure: float, truth: float, bound: float, constructed: float) -> None
     """Two-sided: ``figure`` within ``bound`` of ``truth``, and ``bound`` at most
     :data:`BOUND_CAP` x ``constructed``, the error the scenario's unkindness can make."""
     error = abs(figure - truth)
-    assert error <= bound, f"{figure:.2f} J is {error:.2f} J off the truth {truth:.2f} J, outside its bound {bound:.2f} J"
+    assert error <= bound, (
+        f"{figure:.2f} J is {error:.2f} J off the truth {truth:.2f} J, outside its bound {bound:.2f} J"
+    )
     assert bound <= BOUND_CAP * constructed, f"bound {bound:.2f} J > {BOUND_CAP} x the {constructed:.2f} J constructed"
 
 
@@ -220,7 +222,12 @@ def test_two_jobs_on_one_gpu_get_their_measured_shares(tmp_path: Path) -> None:
     truth = W_PER_SM * 80 * (t1 - t0)  # GPU 0's energy, all of it in [T0, T1)
     for job, share in (("job-a", 0.75), ("job-b", 0.25)):
         start, end = within_stored_window(db, job, t0, t1)
-        holds(gpu_j(got[job]), share * W_PER_SM * 80 * (end - start), gpu_bound_j(got[job]), share * stepping_j(W_PER_SM * 80))
+        holds(
+            gpu_j(got[job]),
+            share * W_PER_SM * 80 * (end - start),
+            gpu_bound_j(got[job]),
+            share * stepping_j(W_PER_SM * 80),
+        )
     for job in ("job-a", "job-b"):
         [ds] = got[job].device_shares  # GPU 0 only: GPU 1 was used by no process of the job
         assert (ds.device, ds.basis) == (GPU0, "measured share")

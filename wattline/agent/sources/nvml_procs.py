@@ -83,7 +83,8 @@ def utilization_samples(nv: Any, gpu: Gpu, since_us: int) -> list[Any] | None:
 
 
 #: Why a per-process utilization sample is left out (README "Sources", nvml).
-STALE, NO_PID, OVER_100, OLDER = "stamped at or before lastSeenTimeStamp", "pid 0", "over 100 %", "older sample of its pid"
+STALE = "stamped at or before lastSeenTimeStamp"
+NO_PID, OVER_100, OLDER = "pid 0", "over 100 %", "older sample of its pid"
 
 
 def fresh_samples(gpu: Gpu, samples: list[Any], since_us: int) -> dict[int, Any]:

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -311,10 +312,21 @@ def test_gpu_check_script_runs(stub_dir: Path) -> None:
     env = dict(os.environ, LD_LIBRARY_PATH=str(stub_dir), WATTLINE_NVML_SCENARIO=str(SCENARIOS / "two_gpus.txt"))
     argv = [sys.executable, str(STUB / "gpu_check.py"), "--seconds", "0.3", "--interval", "0.05", "--ramp", "0"]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode in (0, 1), proc.stderr
+    # two-sided: this scenario's counter (1 J a read) and instant power (300 W) disagree,
+    # so the script must say DISAGREE and exit 1 ...
+    assert (proc.returncode, "RESULT: DISAGREE" in proc.stdout) == (1, True), proc.stdout + proc.stderr
     assert "energy counter off by option; integrating instantaneous power" in proc.stdout
     assert f"GPU 0 {GPU0} (NVIDIA H100 80GB HBM3)" in proc.stdout
-    assert "RESULT: " in proc.stdout
+
+
+def test_gpu_check_script_agrees_where_counter_and_power_agree(stub_dir: Path, tmp_path: Path) -> None:
+    # ... and where both follow one model (a steady 100 W), it must agree and exit 0
+    scenario = tmp_path / "steady.txt"
+    scenario.write_text(f"gpu {GPU0} NVIDIA H100 80GB HBM3\nenergy_model 100 0 {time.time() - 10}\n")
+    env = dict(os.environ, LD_LIBRARY_PATH=str(stub_dir), WATTLINE_NVML_SCENARIO=str(scenario))
+    argv = [sys.executable, str(STUB / "gpu_check.py"), "--seconds", "1", "--interval", "0.05", "--ramp", "0"]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, "RESULT: agree" in proc.stdout) == (0, True), proc.stdout + proc.stderr
 
 
 def test_import_does_not_load_pynvml() -> None:

@@ -21,12 +21,13 @@ SOURCE = HERE / "libnvml_stub.c"
 BUILD_ROOT = HERE.parent / "_build"
 LIBRARY_NAME = "libnvidia-ml.so.1"
 CFLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-Wextra")
+LIBS = ("-lm",)
 
 
 def build_stub(build_root: Path = BUILD_ROOT, compiler: str = "gcc") -> Path:
     """Return the directory holding ``libnvidia-ml.so.1``, compiling it if needed."""
     source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + " ".join((compiler, *CFLAGS)).encode()).hexdigest()[:16]
+    key = hashlib.sha256(source + " ".join((compiler, *CFLAGS, *LIBS)).encode()).hexdigest()[:16]
     out_dir = build_root / f"nvml_stub-{key}"
     library = out_dir / LIBRARY_NAME
     if library.is_file():
@@ -36,7 +37,7 @@ def build_stub(build_root: Path = BUILD_ROOT, compiler: str = "gcc") -> Path:
     fd, tmp = tempfile.mkstemp(dir=out_dir, suffix=".so.tmp")
     os.close(fd)
     try:
-        subprocess.run([compiler, *CFLAGS, "-o", tmp, str(SOURCE)], check=True, capture_output=True, text=True)
+        subprocess.run([compiler, *CFLAGS, "-o", tmp, str(SOURCE), *LIBS], check=True, capture_output=True, text=True)
         os.replace(tmp, library)
     except subprocess.CalledProcessError as exc:
         raise RuntimeError(f"{compiler} failed on {SOURCE.name}:\n{exc.stderr}") from exc

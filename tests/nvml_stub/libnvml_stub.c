@@ -27,6 +27,34 @@
  *                             idle W x (now - epoch) + W per SM percent x the SM percent of
  *                             every live-process line (below) integrated up to now, in mJ.
  *                             Every process (each loads its own copy) reads the same counter.
+ *                             With an "energy" series too, the series answers the counter
+ *                             (no counter: "energy ns") and the model only power.
+ *
+ * Unkind scenarios (UNKIND.md says where each behaviour comes from):
+ *
+ *   energy_step_ms <ms> [<phase ms>]
+ *                             the model's counter advances only at phase + k x ms (Unix
+ *                             time): a read returns the energy up to the last step
+ *   power_sensing <update ms> <window ms> <average ms>
+ *                             model power (nvmlDeviceGetPowerUsage): updated every update
+ *                             ms, the mean of the model's power over the first window ms of
+ *                             each update period (part-time sensing) whose window ended in
+ *                             the last average ms before that update; without it the
+ *                             reading is the model's instantaneous power, as is the
+ *                             NVML_FI_DEV_POWER_INSTANT field without an "instant" series
+ *   process_quirks <quirk>... nvmlDeviceGetProcessUtilization as drivers answer in the wild:
+ *                             pad     the size query answers the buffer size (100) whatever
+ *                                     the samples, and the filled call leaves the count at
+ *                                     the caller's size, zero entries after the real ones
+ *                             stale   each process also gets a sample stamped before
+ *                                     lastSeenTimeStamp (100 % SM and memory)
+ *                             pid0    a sample of pid 0 (37 % SM)
+ *                             over100 a sample of a zombie pid at 250 % SM
+ *                             dup     each process also gets an older sample newer than
+ *                                     lastSeenTimeStamp (0 %)
+ *   unprivileged              the calls a caller without privileges is refused answer
+ *                             NVML_ERROR_NO_PERMISSION (4): a MIG parent's running processes
+ *                             and a MIG instance's memory
  *
  * Live processes: the file named by WATTLINE_NVML_PROCS (optional), read again at every
  * query, one process a line:
@@ -59,6 +87,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <sys/time.h>
+#include <math.h>
 
 #define MAX_GPUS 16
 #define MAX_MIG 8
@@ -67,7 +96,7 @@
 #define NO_ID 0xFFFFFFFFu
 
 enum {
-    OK = 0, E_UNINIT = 1, E_INVALID = 2, E_NOT_SUPPORTED = 3, E_NOT_FOUND = 6,
+    OK = 0, E_UNINIT = 1, E_INVALID = 2, E_NOT_SUPPORTED = 3, E_NO_PERMISSION = 4, E_NOT_FOUND = 6,
     E_INSUFFICIENT_SIZE = 7, E_UNKNOWN = 999
 };
 
@@ -143,6 +172,10 @@ typedef struct {
     long long sample_period_us;
     int energy_model;
     double idle_w, w_per_sm, model_epoch;
+    double step_s, step_phase_s;                  /* energy_step_ms (0: no steps) */
+    double sense_update_s, sense_window_s, sense_average_s; /* power_sensing (0: instant) */
+    int pad, stale, pid0, over100, dup;           /* process_quirks */
+    int unprivileged;
 } gpu_t;
 
 static gpu_t gpus[MAX_GPUS];
@@ -246,6 +279,40 @@ static int parse_line(char *line, int lineno) {
         g->idle_w = atof(f[0]);
         g->w_per_sm = atof(f[1]);
         g->model_epoch = atof(f[2]);
+        return 0;
+    }
+    if (strcmp(key, "energy_step_ms") == 0) {
+        char *v = strtok_r(NULL, " \t\r\n", &save), *phase = strtok_r(NULL, " \t\r\n", &save);
+        if (v == NULL || atof(v) <= 0) return fail(lineno, "energy_step_ms <ms> [<phase ms>]");
+        g->step_s = atof(v) / 1000.0;
+        g->step_phase_s = phase ? atof(phase) / 1000.0 : 0.0;
+        return 0;
+    }
+    if (strcmp(key, "power_sensing") == 0) {
+        char *f[3];
+        for (int i = 0; i < 3; i++)
+            if ((f[i] = strtok_r(NULL, " \t\r\n", &save)) == NULL || atof(f[i]) <= 0)
+                return fail(lineno, "power_sensing <update ms> <window ms> <average ms>");
+        g->sense_update_s = atof(f[0]) / 1000.0;
+        g->sense_window_s = atof(f[1]) / 1000.0;
+        g->sense_average_s = atof(f[2]) / 1000.0;
+        if (g->sense_window_s > g->sense_update_s) return fail(lineno, "power_sensing: window longer than update");
+        return 0;
+    }
+    if (strcmp(key, "process_quirks") == 0) {
+        char *q;
+        while ((q = strtok_r(NULL, " \t\r\n", &save)) != NULL) {
+            if (strcmp(q, "pad") == 0) g->pad = 1;
+            else if (strcmp(q, "stale") == 0) g->stale = 1;
+            else if (strcmp(q, "pid0") == 0) g->pid0 = 1;
+            else if (strcmp(q, "over100") == 0) g->over100 = 1;
+            else if (strcmp(q, "dup") == 0) g->dup = 1;
+            else return fail(lineno, "process_quirks: pad stale pid0 over100 dup");
+        }
+        return 0;
+    }
+    if (strcmp(key, "unprivileged") == 0) {
+        g->unprivileged = 1;
         return 0;
     }
     if (strcmp(key, "handle_error") == 0) {
@@ -412,8 +479,8 @@ static int live_on(gpu_t *g, int slot, double t, live_t *out) {
     return k;
 }
 
-/* The energy model's counter at time t, mJ. */
-static unsigned long long model_energy_mj(gpu_t *g, double t) {
+/* The energy model's exact energy since its epoch at time t, J. */
+static double model_joules(gpu_t *g, double t) {
     live_t all[MAX_LIVE];
     int n = read_live(all);
     double joules = g->idle_w * (t - g->model_epoch);
@@ -422,7 +489,30 @@ static unsigned long long model_energy_mj(gpu_t *g, double t) {
         double lo = all[i].from, hi = all[i].until < t ? all[i].until : t;
         if (hi > lo) joules += g->w_per_sm * all[i].sm * (hi - lo);
     }
+    return joules;
+}
+
+/* The energy model's counter at time t, mJ: the exact energy up to the last step. */
+static unsigned long long model_energy_mj(gpu_t *g, double t) {
+    if (g->step_s > 0) t = g->step_phase_s + floor((t - g->step_phase_s) / g->step_s) * g->step_s;
+    double joules = model_joules(g, t);
     return joules > 0 ? (unsigned long long)(joules * 1000.0) : 0ULL;
+}
+
+/* The model's power reading at time t, W: instantaneous, or part-time sensed (power_sensing). */
+static double model_power_w(gpu_t *g, double t) {
+    if (g->sense_update_s <= 0) {
+        const double dt = 1e-6;
+        return (model_joules(g, t + dt) - model_joules(g, t)) / dt;
+    }
+    double u = g->sense_update_s, w = g->sense_window_s;
+    double last = floor(t / u) * u, sum = 0.0;
+    int windows = 0;
+    for (double k = floor((last - w) / u); k * u + w > last - g->sense_average_s && windows < 100000; k -= 1.0) {
+        sum += (model_joules(g, k * u + w) - model_joules(g, k * u)) / w;
+        windows++;
+    }
+    return windows ? sum / windows : 0.0;
 }
 
 /* Utilization samples of the live processes newer than lastSeen: one per process with
@@ -484,6 +574,7 @@ const char *nvmlErrorString(int result) {
     switch (result) {
     case OK: return "Success";
     case E_NOT_SUPPORTED: return "Not Supported";
+    case E_NO_PERMISSION: return "Insufficient Permissions";
     case 15: return "GPU is lost";
     case 28: return "GPU not found";
     default: return "Unknown Error";
@@ -531,7 +622,7 @@ int nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long 
     gpu_t *g = as_gpu(device);
     long long v;
     if (g == NULL) return as_mig(device, NULL) ? E_NOT_SUPPORTED : E_INVALID;
-    if (g->energy_model) {
+    if (g->energy_model && !g->s[S_ENERGY].present) {
         *energy = model_energy_mj(g, now_s());
         return OK;
     }
@@ -545,6 +636,10 @@ int nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
     gpu_t *g = as_gpu(device);
     long long v;
     if (g == NULL) return as_mig(device, NULL) ? E_NOT_SUPPORTED : E_INVALID;
+    if (g->energy_model && !g->s[S_POWER].present) {
+        *power = (unsigned int)(model_power_w(g, now_s()) * 1000.0 + 0.5);
+        return OK;
+    }
     int rc = next(g, S_POWER, &v, NULL);
     if (rc == OK) *power = (unsigned int)v;
     return rc;
@@ -557,8 +652,16 @@ int nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *v
     for (int i = 0; i < count; i++) {
         nvmlFieldValue_t *fv = &values[i];
         long long v = 0;
-        fv->nvmlReturn = fv->fieldId == 186 && fv->scopeId == 0 ? (unsigned int)next(g, S_INSTANT, &v, NULL)
-                                                                 : E_NOT_SUPPORTED;
+        int instant = fv->fieldId == 186 && fv->scopeId == 0;
+        if (instant && g->energy_model && !g->s[S_INSTANT].present) {
+            double saved = g->sense_update_s;
+            g->sense_update_s = 0; /* the instant field is never the averaged reading */
+            v = (long long)(model_power_w(g, now_s()) * 1000.0 + 0.5);
+            g->sense_update_s = saved;
+            fv->nvmlReturn = OK;
+        } else {
+            fv->nvmlReturn = instant ? (unsigned int)next(g, S_INSTANT, &v, NULL) : E_NOT_SUPPORTED;
+        }
         fv->timestamp = 1700000000000000LL + g->calls[S_INSTANT];
         fv->latencyUsec = 0;
         fv->valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
@@ -582,6 +685,9 @@ int nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     gpu_t *g = as_gpu(device);
     mig_t *m = as_mig(device, NULL);
     long long total, used;
+    gpu_t *parent = NULL;
+    if (m) as_mig(device, &parent);
+    if (m && parent->unprivileged) return E_NO_PERMISSION;
     if (m) { total = (long long)m->total; used = (long long)m->used; }
     else if (g == NULL) return E_INVALID;
     else {
@@ -662,6 +768,8 @@ int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *c
             all[n++] = (nvmlProcessInfo_t){m->procs[i].pid, m->procs[i].mem, m->gi, 0};
         int k = live_on(parent, (int)(m - parent->migs), now_s(), live);
         for (int i = 0; i < k; i++) all[n++] = (nvmlProcessInfo_t){live[i].pid, 1048576ULL, m->gi, 0};
+    } else if (g && g->mig_mode == 1 && g->unprivileged) {
+        return E_NO_PERMISSION;
     } else if (g && g->mig_mode == 1) { /* MIG parent: aggregate over instances */
         for (int j = 0; j < MAX_MIG; j++)
             for (int i = 0; g->migs[j].present && i < g->migs[j].nprocs; i++)
@@ -687,6 +795,9 @@ int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *c
     return OK;
 }
 
+/* Zombie pid of the over100 quirk: above Linux's pid_max limit (2^22), so never alive. */
+#define ZOMBIE_PID 4194305u
+
 int nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *samples,
                                     unsigned int *count, unsigned long long lastSeen) {
     ENTER();
@@ -694,23 +805,39 @@ int nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationS
     if (g == NULL) return as_mig(device, NULL) ? E_NOT_SUPPORTED : E_INVALID;
     if (count == NULL) return E_INVALID;
     if (g->mig_mode == 1) return E_NOT_SUPPORTED;
-    /* Scenario "process" lines: one fresh sample each, newer at each filled call. */
+    /* Every sample this call would write: scenario "process" lines (one fresh sample each,
+     * newer at each filled call), the live processes', and the quirks' extra ones. */
+    enum { ROOM = MAX_PROCS + 5 * MAX_LIVE + 1 };
+    nvmlProcessUtilizationSample_t all[ROOM], live[MAX_LIVE];
     unsigned long long ts = (g->sample_epoch + 1) * 1000000ULL;
-    unsigned int fixed = 0;
-    for (int i = 0; i < g->nprocs; i++) fixed += g->procs[i].sm >= 0;
-    if (ts <= lastSeen) fixed = 0;
-    unsigned int live = live_samples(g, lastSeen, NULL, 0), n = fixed + live;
-    if (n == 0) return E_NOT_FOUND;
-    if (samples == NULL || *count < n) {
-        *count = n;
+    unsigned int n = 0, fixed = 0;
+    for (int i = 0; ts > lastSeen && i < g->nprocs; i++)
+        if (g->procs[i].sm >= 0) {
+            all[n++] = (nvmlProcessUtilizationSample_t){g->procs[i].pid, ts, (unsigned int)g->procs[i].sm, 0, 0, 0};
+            fixed = 1;
+        }
+    unsigned int k = live_samples(g, lastSeen, live, MAX_LIVE);
+    unsigned long long period = (unsigned long long)g->sample_period_us, newest = 0;
+    for (unsigned int i = 0; i < k; i++) {
+        newest = live[i].timeStamp > newest ? live[i].timeStamp : newest;
+        if (g->stale && lastSeen >= period)
+            all[n++] = (nvmlProcessUtilizationSample_t){live[i].pid, lastSeen - period, 100, 100, 0, 0};
+        if (g->dup && live[i].timeStamp - period > lastSeen)
+            all[n++] = (nvmlProcessUtilizationSample_t){live[i].pid, live[i].timeStamp - period, 0, 0, 0, 0};
+        all[n++] = live[i];
+    }
+    if (k > 0 && g->pid0) all[n++] = (nvmlProcessUtilizationSample_t){0, newest, 37, 0, 0, 0};
+    if (k > 0 && g->over100) all[n++] = (nvmlProcessUtilizationSample_t){ZOMBIE_PID, newest, 250, 0, 0, 0};
+    /* pad: drivers answer the size of their buffer, not the count (go-nvml #11, nvtop #110) */
+    unsigned int need = g->pad ? SAMPLE_BUFFER : n;
+    if (n == 0 && !g->pad) return E_NOT_FOUND;
+    if (samples == NULL || *count < need) {
+        *count = need;
         return E_INSUFFICIENT_SIZE;
     }
-    unsigned int k = 0;
-    for (int i = 0; fixed && i < g->nprocs; i++)
-        if (g->procs[i].sm >= 0)
-            samples[k++] = (nvmlProcessUtilizationSample_t){g->procs[i].pid, ts, (unsigned int)g->procs[i].sm, 0, 0, 0};
-    k += live_samples(g, lastSeen, samples + k, *count - k);
-    *count = k < n ? k : n;
+    memcpy(samples, all, n * sizeof *all);
+    if (g->pad) memset(samples + n, 0, (*count - n) * sizeof *samples); /* count stays the caller's */
+    else *count = n;
     if (fixed) g->sample_epoch++;
     return OK;
 }

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from wattline.agent.sources.base import Channel, Note, Reading, Source, SourceUnavailable
-from wattline.agent.sources.nvml_procs import Gpu, ProcessUse, process_list, utilization_samples
+from wattline.agent.sources.nvml_procs import Gpu, ProcessUse, fresh_samples, process_list, utilization_samples
 from wattline.agent.sources.use import DeviceUse
 from wattline.quality import Quality
 
@@ -107,9 +107,17 @@ class NvmlSource(Source):
 
     def details(self) -> dict[str, Any]:
         """``health`` (:meth:`device_health`), ``processes`` (:meth:`processes`, GPU UUID ->
-        ProcessUse fields) and ``mig_devices`` (:meth:`mig_devices`)."""
+        ProcessUse fields), ``mig_devices`` (:meth:`mig_devices`) and ``dropped_samples``
+        (GPU UUID -> reason -> per-process utilization samples left out so far)."""
         processes = {uuid: [asdict(p) for p in procs] for uuid, procs in self.processes().items()}
-        return {"health": self.device_health(), "processes": processes, "mig_devices": self.mig_devices()}
+        with self._lock:
+            dropped = {g.uuid: dict(g.dropped) for g in self._gpus if g.dropped}
+        return {
+            "health": self.device_health(),
+            "processes": processes,
+            "mig_devices": self.mig_devices(),
+            "dropped_samples": dropped,
+        }
 
     def device_health(self) -> dict[str, str]:
         """GPU UUID -> "ok" or the last error of its energy/power read."""
@@ -131,9 +139,11 @@ class NvmlSource(Source):
         """Every GPU's per-process use since the previous call (or since ``since_us``, CPU
         time in microseconds, which the first call should give: the driver keeps samples
         of the last seconds). Each process's SM utilization (memory utilization where no
-        process used SMs) is its mean over the driver's samples in that time: NVML gives one
-        sample per process with non-zero use per sample period (1/6 s to 1 s). GPUs that
-        failed are left out. A MIG-enabled GPU has no per-process utilization: each process
+        process used SMs) is its mean over the driver's samples in that time: NVML answers
+        one sample per process with non-zero use, the mean over its sample periods (1/6 s to
+        1 s) since then; what drivers add to that (padding, stale samples, pid 0, values
+        over 100 %) is left out and counted (:func:`fresh_samples`). GPUs that failed are
+        left out. A MIG-enabled GPU has no per-process utilization: each process
         on an instance gets an equal part of the instance's share of the GPU's memory (metric
         "mig-memory", a rule by instance size, not a measurement; the rest of the GPU, empty
         or unpartitioned, is no process's)."""
@@ -154,16 +164,13 @@ class NvmlSource(Source):
                 if samples is None:  # not supported
                     out.append(DeviceUse("gpu", gpu.uuid, "sm", running, {}, supported=False))
                     continue
-                sums: dict[int, list[float]] = {}
-                for sample in samples:
-                    acc = sums.setdefault(int(sample.pid), [0.0, 0.0, 0.0])
-                    acc[0] += int(sample.smUtil)
-                    acc[1] += int(sample.memUtil)
-                    acc[2] += 1
+                fresh = fresh_samples(gpu, samples, gpu.last_use_us)
+                for sample in fresh.values():
                     gpu.last_use_us = max(gpu.last_use_us, int(sample.timeStamp))
-                sm = {pid: a[0] / a[2] for pid, a in sums.items()}
-                if not any(sm.values()) and any(a[1] for a in sums.values()):  # memory-bound only
-                    out.append(DeviceUse("gpu", gpu.uuid, "memory", running, {p: a[1] / a[2] for p, a in sums.items()}))
+                sm = {pid: float(s.smUtil) for pid, s in fresh.items()}
+                memory = {pid: float(s.memUtil) for pid, s in fresh.items()}
+                if not any(sm.values()) and any(memory.values()):  # memory-bound only
+                    out.append(DeviceUse("gpu", gpu.uuid, "memory", running, memory))
                 else:
                     out.append(DeviceUse("gpu", gpu.uuid, "sm", running, sm))
             return out
@@ -173,13 +180,33 @@ class NvmlSource(Source):
         parent = self._call(nv.nvmlDeviceGetMemoryInfo, gpu.handle)
         use: dict[int, float] = {}
         for handle in self._mig_handles(gpu):
-            memory = self._call(nv.nvmlDeviceGetMemoryInfo, handle)
+            try:
+                memory = nv.nvmlDeviceGetMemoryInfo(handle)
+            except nv.NVMLError_NoPermission:
+                # no share can be told: outside the jobs' use scope (charged by claims),
+                # never a silent 0 % (:meth:`_mig_refused` says so at discovery)
+                return DeviceUse("gpu", gpu.uuid, "mig-memory", running, {}, supported=False)
+            except nv.NVMLError:
+                memory = None
             pids = [p.pid for p in process_list(self._nv, handle, None)]
             if memory is None or parent is None or not int(parent.total) or not pids:
                 continue
             for pid in pids:
                 use[pid] = use.get(pid, 0.0) + 100.0 * int(memory.total) / int(parent.total) / len(pids)
         return DeviceUse("gpu", gpu.uuid, "mig-memory", running, use, total=100.0)
+
+    def _mig_refused(self, gpu: Gpu) -> str:
+        """Why per-instance shares of ``gpu`` cannot be read without privileges ("" when they can):
+        drivers refuse an unprivileged caller (a container) a MIG instance's memory."""
+        nv = self._nv
+        for handle in self._mig_handles(gpu):
+            try:
+                nv.nvmlDeviceGetMemoryInfo(handle)
+            except nv.NVMLError_NoPermission as exc:
+                return f"MIG instance memory: {exc} (a share per instance needs it: a privileged caller)"
+            except nv.NVMLError:
+                continue
+        return ""
 
     def _mig_handles(self, gpu: Gpu) -> list[Any]:
         """Handles of the MIG instances of ``gpu`` (none when MIG is off)."""
@@ -297,6 +324,11 @@ class NvmlSource(Source):
             self.notes.append(Note("info", f"{label}: {why}; integrating {what}"))
         if gpu.mig:
             self.notes.append(Note("info", f"{label}: MIG enabled; energy is the whole GPU's, counted once"))
+            refused = self._mig_refused(gpu)
+            if refused:
+                self.notes.append(
+                    Note("warning", f"{label}: {refused}; jobs on its MIG instances are charged by their claims")
+                )
         limit = gpu.limit_w
         gpu.channel = Channel(
             source=self.name,

@@ -3,10 +3,13 @@ and their per-process utilization samples (the queries behind ``processes``/``pr
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from wattline.agent.sources.base import Channel
+
+log = logging.getLogger(__name__)
 
 #: nvmlProcessInfo_t.gpuInstanceId outside MIG.
 _NO_INSTANCE = 0xFFFFFFFF
@@ -42,6 +45,8 @@ class Gpu:
     last_sample_us: int = 0
     #: Newest per-process utilization sample seen by process_use() (CPU time, us).
     last_use_us: int = 0
+    #: Per-process utilization samples left out, by reason (:func:`fresh_samples`).
+    dropped: dict[str, int] = field(default_factory=dict)
 
 
 def process_list(nv: Any, handle: Any, sampled: Gpu | None) -> list[ProcessUse]:
@@ -77,13 +82,53 @@ def utilization_samples(nv: Any, gpu: Gpu, since_us: int) -> list[Any] | None:
     return None
 
 
+#: Why a per-process utilization sample is left out (README "Sources", nvml).
+STALE = "stamped at or before lastSeenTimeStamp"
+NO_PID, OVER_100, OLDER = "pid 0", "over 100 %", "older sample of its pid"
+
+
+def fresh_samples(gpu: Gpu, samples: list[Any], since_us: int) -> dict[int, Any]:
+    """pid -> the one sample to use of an answer to ``nvmlDeviceGetProcessUtilization(since_us)``.
+
+    NVML documents one sample per process, newer than ``since_us``, each value a percent;
+    drivers also return their whole buffer (the size query answers its size, the rest are
+    zero entries: pid 0), samples older than asked, and values over 100 %. A pid 0 entry is
+    padding or a process NVML could not name, so no job's; an older sample of a pid is
+    superseded by its newest; a value over 100 % is no measurement, and clamping it would
+    invent full use. Each left-out sample is counted in ``gpu.dropped`` by reason, and the
+    first of each reason is logged."""
+    newest: dict[int, Any] = {}
+    for sample in samples:
+        pid, stamp = int(sample.pid), int(sample.timeStamp)
+        if pid == 0:
+            reason = NO_PID
+        elif stamp <= since_us:
+            reason = STALE
+        elif max(int(sample.smUtil), int(sample.memUtil)) > 100:
+            reason = OVER_100
+        elif pid in newest and int(newest[pid].timeStamp) >= stamp:
+            reason = OLDER
+        else:
+            if pid in newest:
+                _drop(gpu, OLDER, newest[pid])
+            newest[pid] = sample
+            continue
+        _drop(gpu, reason, sample)
+    return newest
+
+
+def _drop(gpu: Gpu, reason: str, sample: Any) -> None:
+    if reason not in gpu.dropped and reason != NO_PID:  # padding is routine: not worth a line
+        log.warning(
+            "GPU %s: per-process utilization sample left out (%s): pid %d, SM %d %%, memory %d %%, stamp %d us",
+            gpu.uuid, reason, int(sample.pid), int(sample.smUtil), int(sample.memUtil), int(sample.timeStamp),
+        )  # fmt: skip
+    gpu.dropped[reason] = gpu.dropped.get(reason, 0) + 1
+
+
 def _sm_samples(nv: Any, gpu: Gpu) -> dict[int, int]:
     """pid -> SM percent of the newest sample since the previous call."""
-    samples = utilization_samples(nv, gpu, gpu.last_sample_us)
-    newest: dict[int, tuple[int, int]] = {}
-    for sample in samples or ():  # NotFound (no samples since then) -> none
-        stamp, pid = int(sample.timeStamp), int(sample.pid)
-        if stamp >= newest.get(pid, (-1, 0))[0]:
-            newest[pid] = (stamp, int(sample.smUtil))
-        gpu.last_sample_us = max(gpu.last_sample_us, stamp)
-    return {pid: sm for pid, (_, sm) in newest.items()}
+    samples = fresh_samples(gpu, utilization_samples(nv, gpu, gpu.last_sample_us) or [], gpu.last_sample_us)
+    for sample in samples.values():
+        gpu.last_sample_us = max(gpu.last_sample_us, int(sample.timeStamp))
+    return {pid: int(sample.smUtil) for pid, sample in samples.items()}

@@ -13,6 +13,7 @@ window the stored open and close events give (never a figure of the report).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -29,6 +30,7 @@ from procs import Proc, start_collector
 from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 
+from wattline.agent.holders import HolderRecord
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.wire import Batch, Host, JobEvent
 from wattline.workloads.events import EventBuilder, JobSpec
@@ -305,3 +307,39 @@ def test_a_summary_that_counted_a_job_as_running_is_computed_again_when_its_leas
         truth = POWER_W * ((n_close - n_open) / 1e9 - shared_s / 2)  # rule "equal" while both ran
         assert seen[0] < truth * 0.99  # its first summary shared the moments after dead's death
         assert seen[-1] == pytest.approx(truth, rel=0.01)
+
+
+@pytest.mark.parametrize("planted", ["valid", "symlink", "world-writable"])
+def test_a_record_that_is_not_a_plain_private_file_ends_nothing(
+    tmp_path: Path, tree: PowerAdvancer, planted: str
+) -> None:
+    """Records of dead holders in a state home: a valid one ends its job (the control); one
+    behind a symbolic link, or one others may write, is not trusted and ends nothing."""
+    db = tmp_path / "w.db"
+    cli(tmp_path, "run", "--job-id", "victim", "--no-report", *embedded(tree), "--", "true")
+    before = len(events(db, "victim")["close"])
+    record = HolderRecord(
+        job_id="victim",
+        host_id=HOST,
+        sink=f"store:sqlite:{os.path.realpath(db)}",
+        pid=2**22 + 1,  # above any pid_max: no such process
+        start_ticks=1,
+        boot_id=Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+        pid_ns=os.stat("/proc/self/ns/pid").st_ino,
+        open_ns=time.time_ns() - 10**9,
+        close_seq=(7 << 32) | (2**32 - 1),
+    )
+    held = tmp_path / "state" / "wattline" / "outbox" / "holders"
+    held.mkdir(parents=True, exist_ok=True)  # the first run made it
+    target = tmp_path / "elsewhere.json" if planted == "symlink" else held / "j1-0123456789ab.json"
+    target.write_text(json.dumps(dataclasses.asdict(record)))
+    if planted == "symlink":
+        (held / "j1-0123456789ab.json").symlink_to(target)
+    if planted == "world-writable":
+        target.chmod(0o666)
+    cli(tmp_path, "run", "--job-id", "next", "--no-report", *embedded(tree), "--", "true")
+    closes = events(db, "victim")["close"]
+    if planted == "valid":
+        assert len(closes) == before + 1 and any(c.get("abandoned") for c in closes)
+    else:
+        assert len(closes) == before and not any(c.get("abandoned") for c in closes)

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import stat
 import threading
 import time
 import uuid
@@ -151,9 +152,13 @@ class Holding:
 
     def __init__(self, directory: Path, record: HolderRecord, every_s: float | None = ALIVE_S) -> None:
         self.path = directory / f"j{os.getpid()}-{uuid.uuid4().hex[:12]}.json"
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _make_dir(directory)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(record)))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, json.dumps(asdict(record)).encode())
+        finally:
+            os.close(fd)
         tmp.replace(self.path)  # readers never see half a record
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -236,13 +241,37 @@ class DeadHolder:
 
 
 def _read(path: Path) -> HolderRecord | None:
+    """The record at ``path``: a regular file (a link is never followed), small, not writable by
+    others than its owner, and ours unless we are root; None otherwise."""
     try:
-        if path.stat().st_size > _MAX_BYTES:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_mode & 0o022 or info.st_size > _MAX_BYTES:
             return None
-        data = json.loads(path.read_text())
+        if info.st_uid != os.geteuid() and os.geteuid() != 0:
+            return None  # a user ends the jobs of their own dead holders; root (the agent) any
+        data = json.loads(os.read(fd, _MAX_BYTES))
         return HolderRecord(**{k: data[k] for k in HolderRecord.__dataclass_fields__ if k in data})
     except (OSError, ValueError, TypeError):
         return None
+    finally:
+        os.close(fd)
+
+
+def _make_dir(directory: Path) -> None:
+    """``directory``, shared as its parent is: an outbox root every user writes to (mode 1777,
+    where the agent runs as another user) gets a holders directory of the same kind."""
+    if directory.is_dir():
+        return
+    directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    shared = directory.parent.stat().st_mode & 0o1777 == 0o1777
+    with contextlib.suppress(FileExistsError):
+        directory.mkdir(mode=0o700)
+        if shared:
+            os.chmod(directory, 0o1777)  # mkdir's mode is masked by the umask
 
 
 def dead_holders(
@@ -285,7 +314,7 @@ def end_dead(
         except Exception as exc:  # the next look tries again; the event's identity makes that safe
             log.warning("job %s: its holder is gone, but its close was not kept: %s", dead.record.job_id[:100], exc)
             continue
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):  # gone already, or another's in a shared directory
             dead.path.unlink()
         log.info(
             "job %s on %s ended: its holder (pid %d) is gone, last alive at %s",

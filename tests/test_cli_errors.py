@@ -26,6 +26,10 @@ CASES = [
     ("listen-nonsense", ["collector", "--listen", "nonsense"], None, 2,
      "option collector.listen: 'nonsense' is not HOST:PORT"),
     ("run-without-command", ["run"], None, 2, "wattline run: Missing argument"),
+    ("mistyped-sysfs-root", ["sources", "--sysfs-root", "/no/such/root"], None, 2,
+     "option agent.sysfs_root: '/no/such/root' is not a directory"),
+    ("run-mistyped-sysfs-root", ["run", "--sysfs-root", "/no/such/root", "--", "true"], None, 2,
+     "option agent.sysfs_root: '/no/such/root' is not a directory"),
 ]  # fmt: skip
 
 

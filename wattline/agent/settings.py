@@ -80,6 +80,8 @@ class AgentSettings:
 
     def validate(self) -> AgentSettings:
         """Range checks; raises ConfigError naming the option."""
+        if not self.sysfs_root.is_dir():  # a mistyped root would read as "no sources" on every host
+            raise ConfigError(f"option agent.sysfs_root: {str(self.sysfs_root)[:200]!r} is not a directory")
         if not 0.001 <= self.interval <= 3600:
             raise ConfigError(f"option agent.interval: {self.interval} s out of range (0.001..3600)")
         if not 0 <= self.rediscover_interval <= 86400:

@@ -51,8 +51,9 @@ class AgentSettings:
     spool_max_age: float = option(86400.0, "Disk spool age bound in seconds; older data is dropped.")
     outbox_dir: str = option(
         "",
-        "Job-event outbox: wattline run / Job keep their events here until a collector acknowledges them; "
-        "the agent delivers what dead runs left. Empty: $XDG_STATE_HOME/wattline/outbox, else "
+        "Job-event outbox: wattline run / Job keep their events here until a collector acknowledges them, and "
+        "records of the jobs they hold (holders/); the agent delivers what dead runs left and ends their jobs. "
+        "Empty: $XDG_STATE_HOME/wattline/outbox, else "
         "~/.local/state/wattline/outbox.",
     )
     edge_socket: str = option(

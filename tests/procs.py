@@ -28,12 +28,17 @@ def clean_env() -> dict[str, str]:
 class Proc:
     """One wattline process with its log file."""
 
-    def __init__(self, args: list[str], log_path: Path) -> None:
+    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        """``env``: variables set on top of :func:`clean_env`."""
         self.args = args
         self.log_path = log_path
         with log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [*CLI, *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=clean_env()
+                [*CLI, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**clean_env(), **(env or {})},
             )
 
     def alive(self) -> bool:
@@ -82,8 +87,10 @@ def start_rapl_agent(host: str, tree: Path, port: int, batch_s: float, log_path:
     return Proc([*args, "--batch-interval", str(batch_s), f"--collector=127.0.0.1:{port}", *extra], log_path)
 
 
-def start_collector(port: int, store_args: list[str], log_path: Path, *extra: str) -> Proc:
+def start_collector(
+    port: int, store_args: list[str], log_path: Path, *extra: str, env: dict[str, str] | None = None
+) -> Proc:
     """``wattline collector`` on 127.0.0.1:port, serving once this returns."""
-    proc = Proc(["collector", "--listen", f"127.0.0.1:{port}", *store_args, *extra], log_path)
+    proc = Proc(["collector", "--listen", f"127.0.0.1:{port}", *store_args, *extra], log_path, env)
     wait_serving(port, proc)
     return proc

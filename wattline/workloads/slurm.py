@@ -4,7 +4,7 @@ Slurm runs Prolog and Epilog as root with nothing but ``SLURM_*`` variables, onc
 and node; TaskProlog as the job's user before each task. So:
 
 - **prolog**: opens the job on this host (job id = ``SLURM_JOB_ID``; labels user,
-  partition, node list, array ids from the environment, name, account and QOS from the
+  partition, node list from the environment, name, account, QOS and array ids from the
   controller, asked once and briefly), makes the job's events file (owned by the job's
   user, in ``agent.slurm_dir``, a directory of root's) and records who holds the job here:
   the slurmd that ran the prolog (the extern step's slurmstepd, which lives exactly as long
@@ -159,7 +159,9 @@ def parse_show_job(text: str) -> dict[str, str]:
     name = re.search(r"\bJobName=(.*?) UserId=", line)
     if name:
         found["name"] = name.group(1)
-    for key, field in (("Account", "account"), ("QOS", "qos"), ("JobState", "state"), ("Reason", "reason")):
+    keys = (("Account", "account"), ("QOS", "qos"), ("JobState", "state"), ("Reason", "reason"))
+    keys += (("ArrayJobId", "array_job_id"), ("ArrayTaskId", "array_task_id"))  # not in a 22.05 prolog's env
+    for key, field in keys:
         match = re.search(rf"\b{key}=(\S+)", line)
         if match and match.group(1) != "(null)":
             found[field] = match.group(1)
@@ -279,19 +281,41 @@ def line_events(events: EventBuilder, lines: list[str], now_ns: int) -> tuple[li
     return out, bad
 
 
+def slurmd_pid(proc: Path = Path("/proc")) -> int | None:
+    """The slurmd that runs this hook: the nearest ancestor named ``slurmd`` (the hook's shell
+    and ``timeout`` stand between), None when there is none."""
+    pid = os.getpid()
+    for _ in range(8):
+        try:
+            stat_text = (proc / str(pid) / "stat").read_text()
+        except OSError:
+            return None
+        name, _, rest = stat_text.partition("(")[2].rpartition(")")
+        if name == "slurmd" and pid != os.getpid():
+            return pid
+        try:
+            pid = int(rest.split()[1])
+        except (IndexError, ValueError):
+            return None
+        if pid <= 1:
+            return None
+    return None
+
+
 def prolog(env: Mapping[str, str], config: Path | None, parent: int | None = None) -> list[str]:
     """Open the job on this node; returns what went wrong but did not stop it (one line each)."""
     node, job = node_settings(config, env), SlurmJob.from_env(env)
     problems: list[str] = []
     view = controller_view(job.job_id)
-    extra = {k: view[k] for k in ("account", "qos") if k in view}
+    extra = {k: view[k] for k in ("account", "qos", "array_job_id", "array_task_id") if k in view}
     events = builder(job, node, view.get("name", ""), extra)
     try:
         check_storable(events.spec, node.host.host_id, node.host.labels)
     except ValueError as exc:
         problems.append(f"name and labels left out: {exc}")
         events = EventBuilder(JobSpec(job.job_id, job.job_id), base=seq_base(job.job_id, node.host.host_id))
-    slurmd = holders.identity(os.getppid() if parent is None else parent)
+    holder = slurmd_pid() if parent is None else parent
+    slurmd = holders.identity(holder) if holder else None
     open_event = events.open(holder=slurmd)
     try:
         make_events_file(node, job)

@@ -8,6 +8,7 @@ Recipe: ../shared/SLURM.md (Debian's Slurm 22.05 + munge, checked on these machi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -20,10 +21,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import wattline
 from procs import Proc, start_collector
 from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
+
+import wattline
 
 BINARIES = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sbatch", "/usr/bin/scontrol")
 REPO = Path(__file__).resolve().parent.parent
@@ -65,10 +67,8 @@ class Cluster:
         for proc in self.procs:
             proc.terminate(10)
         for path in self.pid_files:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 os.kill(int(path.read_text().split()[0]), signal.SIGTERM)
-            except (OSError, ValueError):
-                pass
         for tree in self.trees:
             tree.close()
         time.sleep(0.5)
@@ -93,7 +93,9 @@ def _wait(check: object, what: str, log: Path, timeout_s: float = 30.0) -> None:
         if check():  # type: ignore[operator]
             return
         time.sleep(0.2)
-    raise AssertionError(f"{what} not up after {timeout_s} s:\n{log.read_text(errors='replace')[-3000:] if log.exists() else ''}")
+    raise AssertionError(
+        f"{what} not up after {timeout_s} s:\n{log.read_text(errors='replace')[-3000:] if log.exists() else ''}"
+    )
 
 
 def start(power_w: dict[str, float]) -> Cluster:
@@ -146,7 +148,10 @@ def _start(cluster: Cluster, munge: pwd.struct_passwd) -> None:
     cluster.pid_files.append(root / "munge" / "munged.pid")
     port = free_port()
     collector = start_collector(
-        port, ["--store", f"sqlite:///{cluster.db}"], root / "log" / "collector.log", env={"WATTLINE_HEARTBEAT_S": HEARTBEAT_S}
+        port,
+        ["--store", f"sqlite:///{cluster.db}"],
+        root / "log" / "collector.log",
+        env={"WATTLINE_HEARTBEAT_S": HEARTBEAT_S},
     )
     cluster.procs.append(collector)
     host = socket.gethostname().split(".")[0]

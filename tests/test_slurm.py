@@ -36,7 +36,9 @@ def sbatch(cluster: slurm_cluster.Cluster, *args: str) -> str:
 
 def events(cluster: slurm_cluster.Cluster, job_id: str) -> list[dict[str, Any]]:
     with sqlite3.connect(cluster.db) as conn:
-        rows = conn.execute("SELECT host, event, time_ns, fields FROM job_events WHERE job_id = ?", (job_id,)).fetchall()
+        rows = conn.execute(
+            "SELECT host, event, time_ns, fields FROM job_events WHERE job_id = ?", (job_id,)
+        ).fetchall()
     return [{"host": h, "event": e, "time_ns": t, **json.loads(f)} for h, e, t, f in rows]
 
 

@@ -77,7 +77,9 @@ def register(root: typer.Typer) -> None:
 
     def command(name: str) -> None:
         def run(
-            config: Path | None = typer.Option(None, "--config", help="The node's agent config; {node}: $SLURMD_NODENAME."),
+            config: Path | None = typer.Option(
+                None, "--config", help="The node's agent config; {node}: $SLURMD_NODENAME."
+            ),
         ) -> None:
             raise typer.Exit(hook(name, config))
 

@@ -23,6 +23,7 @@ says what went wrong in one line and exits 0 (a failing Prolog drains the node).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -159,7 +160,12 @@ def parse_show_job(text: str) -> dict[str, str]:
     name = re.search(r"\bJobName=(.*?) UserId=", line)
     if name:
         found["name"] = name.group(1)
-    keys = (("Account", "account"), ("QOS", "qos"), ("JobState", "state"), ("Reason", "reason"))
+    keys: tuple[tuple[str, str], ...] = (
+        ("Account", "account"),
+        ("QOS", "qos"),
+        ("JobState", "state"),
+        ("Reason", "reason"),
+    )
     keys += (("ArrayJobId", "array_job_id"), ("ArrayTaskId", "array_task_id"))  # not in a 22.05 prolog's env
     for key, field in keys:
         match = re.search(rf"\b{key}=(\S+)", line)
@@ -307,7 +313,7 @@ def prolog(env: Mapping[str, str], config: Path | None, parent: int | None = Non
     node, job = node_settings(config, env), SlurmJob.from_env(env)
     problems: list[str] = []
     view = controller_view(job.job_id)
-    extra = {k: view[k] for k in ("account", "qos", "array_job_id", "array_task_id") if k in view}
+    extra: dict[str, str] = {k: view[k] for k in ("account", "qos", "array_job_id", "array_task_id") if k in view}
     events = builder(job, node, view.get("name", ""), extra)
     try:
         check_storable(events.spec, node.host.host_id, node.host.labels)
@@ -360,13 +366,13 @@ def epilog(env: Mapping[str, str], config: Path | None) -> list[str]:
         problems.append(str(exc))
     view = controller_view(job.job_id)
     code = view.get("exit_code") or str(exit_status(env.get("SLURM_JOB_EXIT_CODE2", "0:0")))
-    out.append(events.make(wire.pb.JobEvent.KIND_CLOSE, now_ns, at=CLOSE_AT, exit_code=int(code), end_state=end_state(view)))
+    out.append(
+        events.make(wire.pb.JobEvent.KIND_CLOSE, now_ns, at=CLOSE_AT, exit_code=int(code), end_state=end_state(view))
+    )
     send(node, out)
     holders.drop(node.outbox, job.job_id, node.host.host_id)
-    try:
+    with contextlib.suppress(FileNotFoundError):
         path.unlink()
-    except FileNotFoundError:
-        pass
     return problems
 
 

@@ -10,7 +10,6 @@ import os
 from typing import Any
 
 from wattline.v1 import telemetry_pb2 as pb
-from wattline.v1 import telemetry_pb2_grpc as pb_grpc
 
 Ack = pb.Ack
 Batch = pb.Batch
@@ -78,15 +77,18 @@ __all__ = [
     "heartbeat_s",
     "lease_ns",
     "pb",
-    "pb_grpc",
 ]
 
 
 def telemetry_stub(channel: object) -> Any:
     """A client stub of the Telemetry service on ``channel`` (the generated code is untyped)."""
+    from wattline.v1 import telemetry_pb2_grpc as pb_grpc  # gRPC loads here: a Slurm hook never needs it
+
     return pb_grpc.TelemetryStub(channel)  # type: ignore[no-untyped-call]
 
 
 def add_telemetry_servicer(servicer: object, server: object) -> None:
     """Register ``servicer`` (with a ``Push`` method) on a grpc server."""
+    from wattline.v1 import telemetry_pb2_grpc as pb_grpc
+
     pb_grpc.add_TelemetryServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]

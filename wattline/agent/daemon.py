@@ -50,6 +50,7 @@ class Agent:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._outbox_due = 0.0  #: monotonic time of the next look at the outbox
+        self._beaten: dict[str, int] = {}  #: heartbeats sent for holders that send none (holders.tend)
         self.prometheus_port: int | None = None
         self.edges: EdgeServer | None = None
         self._previous_sighup: Any = None
@@ -106,7 +107,8 @@ class Agent:
 
     def _look_at_outbox(self) -> None:
         """Between the uplink's pushes (a collector answers): every OUTBOX_EVERY_S, end the jobs
-        of this host whose holder is gone (:mod:`.holders`), then a pass over the job events that
+        of this host whose holder is gone (:mod:`.holders`), heartbeat those whose live holder
+        sends none (a Slurm job's slurmd), then a pass over the job events that
         ended or killed runs (``wattline run``) left on this host, on a thread of its own while
         it lasts."""
         now = time.monotonic()
@@ -115,6 +117,7 @@ class Agent:
         self._outbox_due = now + OUTBOX_EVERY_S
         try:
             holders.end_dead(self.outbox.root, self._held_here, self._to_outbox)
+            holders.tend(self.outbox.root, self._held_here, self._to_outbox, self._beaten)
             self.outbox.start_pass(self._stop)
         except Exception:  # a bug here must not end the agent's own delivery
             log.exception("outbox: pass over %s failed", self.outbox.root)

@@ -21,6 +21,7 @@ host cannot check: a lost host, a holder in another PID namespace.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -120,6 +121,12 @@ class HolderRecord:
     open_ns: int
     close_seq: int  #: the event_seq of the close made for it: one its holder never uses
     host_labels: dict[str, str] = field(default_factory=dict)
+    #: Non-zero for a holder that renews nothing itself (a scheduler's daemon): the agent renews
+    #: the record and sends the job's heartbeats for it while it lives (:func:`tend`), event_seq
+    #: ``beat_seq`` + the heartbeat period's number.
+    beat_seq: int = 0
+    #: What the holder is, for the close made when it is gone ("wrapper", "slurmd").
+    holder_name: str = "wrapper"
 
     @property
     def identity(self) -> Identity:
@@ -132,7 +139,7 @@ class HolderRecord:
             kind=wire.pb.JobEvent.KIND_CLOSE,
             time_ns=max(last_alive_ns, self.open_ns),
             event_seq=self.close_seq,
-            abandoned=f"wrapper gone: pid {self.pid} no longer runs",
+            abandoned=f"{self.holder_name} gone: pid {self.pid} no longer runs",
         )
 
     def host(self) -> wire.pb.Host:
@@ -325,3 +332,89 @@ def end_dead(
         )
         ended.append(dead.record)
     return ended
+
+
+#: Heartbeat periods numbered within a record's ``beat_seq`` block (wraps after 2**28 periods).
+_BEATS = 1 << 28
+
+
+def keep(outbox_root: Path, record: HolderRecord) -> Path:
+    """Write ``record`` for a holder that is not this process, under a name fixed by (job, host):
+    a hook run again replaces its record instead of adding one."""
+    key = hashlib.sha256(f"{record.job_id}\0{record.host_id}".encode()).hexdigest()[:12]
+    directory = holders_dir(outbox_root)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = directory / f"j{record.pid}-{key}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(record)))
+    tmp.replace(path)
+    return path
+
+
+def _records(outbox_root: Path) -> list[tuple[Path, HolderRecord]]:
+    try:
+        names = [p for p in holders_dir(outbox_root).iterdir() if _NAME.fullmatch(p.name)]
+    except OSError:
+        return []
+    return [(path, record) for path in names if (record := _read(path)) is not None]
+
+
+def drop(outbox_root: Path, job_id: str, host_id: str) -> HolderRecord | None:
+    """Remove the records of ``job_id`` on ``host_id`` (its holder closed it); the last one found."""
+    found = None
+    for path, record in _records(outbox_root):
+        if record.job_id == job_id and record.host_id == host_id:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            found = record
+    return found
+
+
+def tend(
+    outbox_root: Path | None,
+    accept: Callable[[HolderRecord], bool],
+    deliver: Callable[[wire.pb.Host, list[wire.pb.JobEvent]], None],
+    beaten: dict[str, int],
+    now_ns: int | None = None,
+    proc: Path = Path("/proc"),
+) -> int:
+    """Renew the records of holders that renew nothing themselves (``beat_seq``) while they live,
+    and send each such job's heartbeat once per heartbeat period, so the lease does not end a
+    job that runs. ``beaten``: record name -> the last period sent (the caller keeps it). A
+    heartbeat's identity and time are those of its period: a restarted agent resends the same
+    event. Returns how many heartbeats were delivered."""
+    if outbox_root is None:
+        return 0
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    period_ns = max(1, int(wire.heartbeat_s() * 1e9))
+    due: dict[str, tuple[wire.pb.Host, list[wire.pb.JobEvent], list[tuple[str, int]]]] = {}
+    records = _records(outbox_root)
+    for gone_name in set(beaten) - {path.name for path, _ in records}:
+        del beaten[gone_name]  # released: forget it
+    for path, record in records:
+        if not record.beat_seq or not accept(record) or gone(record.identity, proc) is not False:
+            continue  # its own holder renews it; a dead one is end_dead's; one we cannot check, the lease's
+        with contextlib.suppress(OSError):
+            os.utime(path)
+        number = now_ns // period_ns
+        if beaten.get(path.name) == number:
+            continue
+        event = wire.JobEvent(
+            job_id=record.job_id,
+            kind=wire.pb.JobEvent.KIND_HEARTBEAT,
+            time_ns=max(number * period_ns, record.open_ns),
+            event_seq=record.beat_seq + number % _BEATS,
+        )
+        host, events, names = due.setdefault(record.host_id, (record.host(), [], []))
+        events.append(event)
+        names.append((path.name, number))
+    sent = 0
+    for host, events, names in due.values():
+        try:
+            deliver(host, events)
+        except Exception as exc:  # the next look sends them again
+            log.warning("heartbeats of %d held jobs not kept: %s", len(events), exc)
+            continue
+        beaten.update(names)
+        sent += len(events)
+    return sent

@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING
 from wattline import wire
 from wattline.agent.spool import Spool
 from wattline.agent.spool_format import SpoolError
-from wattline.agent.uplink import Uplink
 
 if TYPE_CHECKING:  # imported where a spool is opened: an agent without leftovers never loads it
     from wattline.agent.disk_spool import DiskSpool
+    from wattline.agent.uplink import Uplink  # gRPC: a Slurm hook writing its events never loads it
 
 log = logging.getLogger(__name__)
 

@@ -62,6 +62,11 @@ class AgentSettings:
         "so their energy there is read, not apportioned. Empty: $RUNTIME_DIRECTORY/edge.sock under systemd, "
         "else /run/wattline/edge.sock (served when that directory exists); 'off': neither serve nor ask.",
     )
+    slurm_dir: str = option(
+        "/run/wattline/slurm",
+        "Slurm hooks: where the prolog makes each job's events file (WATTLINE_EVENTS of its tasks, owned "
+        "by the job's user); a directory of root's that users can read.",
+    )
     prometheus_port: int | None = option(None, "Serve Prometheus metrics on this port (off when unset).")
     prometheus_addr: str = option("127.0.0.1", "Address for the Prometheus endpoint (0.0.0.0 to expose).")
     push_timeout: float = option(10.0, "Seconds to wait for a collector acknowledgement.")

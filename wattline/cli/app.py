@@ -10,7 +10,7 @@ import sys
 import typer
 
 from wattline import __version__
-from wattline.cli import daemons, jobs, outputs, workload
+from wattline.cli import daemons, jobs, outputs, slurm, workload
 from wattline.cli.agent_entry import start_logging
 from wattline.cli.errors import COMMON_ERRORS, exit_status, one_line, say_error
 from wattline.collector.stores.base import StoreUnavailable
@@ -30,6 +30,7 @@ app = typer.Typer(
 daemons.register(app)
 jobs.register(app)
 outputs.register(app)
+slurm.register(app)
 workload.register(app)
 
 

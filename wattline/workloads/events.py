@@ -80,18 +80,22 @@ class EventBuilder:
     they carry none (readers then sum the events, see ``SqliteReads.unit_events``), and so from
     a count no store keeps (not finite, negative) on."""
 
-    def __init__(self, spec: JobSpec) -> None:
+    def __init__(self, spec: JobSpec, base: int | None = None) -> None:
+        """``base``: the block's base when the writer's identity must be fixed (a hook run again
+        numbers its events as before); by default random (:func:`seq_base`)."""
         self.spec = spec
-        self._base = self._seq = seq_base()
+        self._base = self._seq = seq_base() if base is None else base
         self._lock = threading.Lock()
         self._units_total: float | None = 0.0  #: None once a UNITS time went backwards
         self._units_last_ns = 0
 
-    def make(self, kind: Kind, time_ns: int | None = None, **fields: Any) -> wire.pb.JobEvent:
+    def make(self, kind: Kind, time_ns: int | None = None, at: int | None = None, **fields: Any) -> wire.pb.JobEvent:
+        """The next event of the block, or (``at``) the one at that place in it."""
         t = time_ns or time.time_ns()
         with self._lock:
-            self._seq += 1
-            seq = self._seq
+            if at is None:
+                self._seq += 1
+            seq = self._seq if at is None else self._base | at
             if kind == wire.pb.JobEvent.KIND_UNITS:
                 fields = self._with_total(t, fields)
         return wire.JobEvent(job_id=self.spec.job_id, kind=kind, time_ns=t, event_seq=seq, **fields)

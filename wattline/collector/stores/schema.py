@@ -145,6 +145,8 @@ def job_event_fields(event: wire.pb.JobEvent) -> dict[str, float | int | str | b
             fields["abandoned"] = event.abandoned
         else:
             fields["exit_code"] = int(event.exit_code)
+        if event.end_state:  # the scheduler ended it (cancelled, timeout...)
+            fields["end_state"] = event.end_state
         if event.use_scope:
             fields["use_scope"] = ",".join(event.use_scope)
     elif event.kind == wire.pb.JobEvent.KIND_USE:

@@ -1,0 +1,150 @@
+"""Slurm jobs measured without wrapping (issue #28), through a real Slurm 22.05: jobs go
+through sbatch/srun on two emulated nodes whose hooks are deploy/slurm/'s; each node's
+agent samples a powercap tree advanced at its own known power. The truth is that power x
+each host's window from the stored open and close (never a figure of the report).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import slurm_cluster
+
+pytestmark = pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or "-")
+
+POWER_W = {"n1": 30.0, "n2": 50.0}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[slurm_cluster.Cluster]:
+    running = slurm_cluster.start(POWER_W)
+    yield running
+    running.stop()
+
+
+def sbatch(cluster: slurm_cluster.Cluster, *args: str) -> str:
+    return cluster.run("sbatch", "--parsable", *args).stdout.strip().split(";")[0]
+
+
+def events(cluster: slurm_cluster.Cluster, job_id: str) -> list[dict[str, Any]]:
+    with sqlite3.connect(cluster.db) as conn:
+        rows = conn.execute(
+            "SELECT host, event, time_ns, fields FROM job_events WHERE job_id = ?", (job_id,)
+        ).fetchall()
+    return [{"host": h, "event": e, "time_ns": t, **json.loads(f)} for h, e, t, f in rows]
+
+
+def closed(cluster: slurm_cluster.Cluster, job_id: str, hosts: int = 1, timeout_s: float = 60) -> list[dict[str, Any]]:
+    """The job's stored events once a close from ``hosts`` hosts arrived."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = events(cluster, job_id)
+        if len({e["host"] for e in found if e["event"] == "close" and "abandoned" not in e}) >= hosts:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id}: no close from {hosts} hosts: {events(cluster, job_id)}")
+
+
+def wattline(cluster: slurm_cluster.Cluster, *args: str) -> Any:
+    out = subprocess.run(
+        [sys.executable, "-m", "wattline.cli.main", *args, "--json", "--store", f"sqlite:///{cluster.db}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **cluster.env},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+def check_energy(cluster: slurm_cluster.Cluster, job_id: str, found: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report's energy per host within 1 % of that host's power x its stored window."""
+    report = wattline(cluster, "report", job_id)
+    window = {e["host"]: [e["time_ns"], 0] for e in found if e["event"] == "open"}
+    for e in found:
+        if e["event"] == "close" and "abandoned" not in e:
+            window[e["host"]][1] = e["time_ns"]
+    by_host: dict[str, float] = {}
+    for part in ("warmup", "measured"):
+        for row in report[part]["by_host"]:
+            by_host[row["host"]] = by_host.get(row["host"], 0.0) + row["energy_j"]
+    assert set(by_host) == set(window)
+    for host, (start, end) in window.items():
+        truth = POWER_W[host] * (end - start) / 1e9
+        assert by_host[host] == pytest.approx(truth, rel=0.01), (host, by_host, truth)
+    return dict(report)
+
+
+def test_one_node_job_is_measured_with_its_user_and_partition(cluster: slurm_cluster.Cluster) -> None:
+    job = sbatch(cluster, "-w", "n1", "-J", "one-node", "--wrap", "sleep 4")
+    found = closed(cluster, job)
+    report = check_energy(cluster, job, found)
+    assert report["job"]["status_text"] == "ok (exit 0)"
+    assert report["job"]["name"] == "one-node"
+    assert report["job"]["labels"]["user"] == "root"
+    assert report["job"]["labels"]["partition"] == "debug"
+    assert report["job"]["hosts"] == ["n1"]
+
+
+def test_a_job_on_two_nodes_is_one_job(cluster: slurm_cluster.Cluster) -> None:
+    job = sbatch(cluster, "-N", "2", "--wrap", "srun sleep 3")
+    found = closed(cluster, job, hosts=2)
+    report = check_energy(cluster, job, found)
+    assert sorted(report["job"]["hosts"]) == ["n1", "n2"]
+    assert report["job"]["labels"]["nodes"] == "n[1-2]"
+
+
+def test_exit_status_and_a_job_longer_than_the_lease(cluster: slurm_cluster.Cluster) -> None:
+    """A 12 s job outlives the 9 s lease: only the agent's heartbeats for slurmd keep it running."""
+    job = sbatch(cluster, "-w", "n2", "--wrap", "sleep 12; exit 3")
+    time.sleep(10.5)
+    rows = {r["id"]: r for r in wattline(cluster, "jobs", "--no-energy")}
+    assert rows[job]["status"] == "running", rows[job]
+    found = closed(cluster, job)
+    assert any(e["event"] == "heartbeat" for e in found)
+    report = check_energy(cluster, job, found)
+    assert report["job"]["exit_code"] == 3
+    assert report["job"]["status_text"] == "failed (exit 3)"
+
+
+def test_scancel_says_so(cluster: slurm_cluster.Cluster) -> None:
+    job = sbatch(cluster, "-w", "n1", "--wrap", "sleep 60")
+    time.sleep(3)
+    cluster.run("scancel", job)
+    found = closed(cluster, job)
+    close = next(e for e in found if e["event"] == "close")
+    assert close["exit_code"] == 128 + 15, close
+    report = check_energy(cluster, job, found)
+    assert "SIGTERM" in report["job"]["status_text"]
+
+
+def test_array_tasks_are_jobs_of_their_own(cluster: slurm_cluster.Cluster) -> None:
+    """Task 1 runs under the array's own id, task 2 under the next one (Slurm numbers them so)."""
+    first = sbatch(cluster, "--array=1-2%1", "--wrap", "sleep 2")  # one at a time: each has its node
+    tasks = {}
+    for job in (first, str(int(first) + 1)):
+        report = check_energy(cluster, job, closed(cluster, job))
+        assert report["job"]["labels"]["array_job_id"] == first
+        tasks[report["job"]["labels"]["array_task_id"]] = job
+    assert sorted(tasks) == ["1", "2"]
+
+
+def test_units_from_an_events_file_and_the_python_api(cluster: slurm_cluster.Cluster) -> None:
+    script = (
+        'echo "units 5 $(date +%s.%N)" >> "$WATTLINE_EVENTS"; sleep 1; '
+        f"{sys.executable} -c 'from wattline.workloads import Job\n"
+        'with Job("inside") as job:\n    job.add_units(7)\'; sleep 1'
+    )
+    job = sbatch(cluster, "-w", "n1", "--wrap", script)
+    found = closed(cluster, job)
+    assert sum(e["units"] for e in found if e["event"] == "units") == 12
+    report = check_energy(cluster, job, found)
+    assert report["whole_run"]["units"] == 12

@@ -157,7 +157,10 @@ def test_sqlite_and_victoria_metrics_give_the_same_reports(tmp_path: Path, victo
         assert same(jobs_a[job_id], jobs_b[job_id], job_id) == []
     burst = jobs_a["burst-1"]
     assert burst["units"]["total"] == 19 and burst["job"]["exit_code"] == 0
-    assert jobs_a["killed-1"]["job"]["status"] in ("closed", "abandoned") and jobs_a["killed-1"]["job"]["exit_code"] is None
+    assert (
+        jobs_a["killed-1"]["job"]["status"] in ("closed", "abandoned")
+        and jobs_a["killed-1"]["job"]["exit_code"] is None
+    )
     print({job: r["whole_run"]["energy_j"] for job, r in jobs_a.items()})
 
 

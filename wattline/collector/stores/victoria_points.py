@@ -17,7 +17,9 @@ in a nanosecond time stamp, an int64 field or a string field is laid out here as
   labels of the same series and no host labels, so every other label is a field
   (:func:`event_point`); an empty string field is named in the label :data:`EMPTY` (no
   label can be empty);
-- a summary's string fields: labels; its bools: fields (1/0) named in the label :data:`BOOLS`.
+- a summary's string fields: labels; its bools: fields (1/0) named in the label :data:`BOOLS`;
+  an integer beyond a float64's exact ones (its times in ns) two fields, ``<name>``
+  :data:`HIGH` (``// 10^6``) and ``<name>`` :data:`LOW` (the rest).
 
 A point whose labels VictoriaMetrics would cut (more than :data:`MAX_LABELS`, a value over
 :data:`MAX_LABEL_VALUE_BYTES`, its defaults) or whose integer would lose digits in a float64
@@ -57,6 +59,8 @@ SEQ_LOW = "seq_low"
 EMPTY = "empty_fields"
 #: Label of a ``job_summary`` point: its bool fields (a JSON list).
 BOOLS = "bool_fields"
+#: Suffixes of the two fields of a summary's integer too big for a float64.
+HIGH, LOW = "__hi", "__lo"
 #: Event kinds with a series per event: few per job, and they carry strings.
 PER_EVENT = frozenset({"open", "phase", "close", "use"})
 #: Sample fields not written: the stream is a label, the start a duration, status a string.
@@ -157,7 +161,11 @@ def summary_points(summary: JobSummary) -> list[SummaryPoint]:
         tags[EMPTY] = json.dumps(empty)
     if bools := sorted(k for k, v in summary.fields.items() if isinstance(v, bool)):
         tags[BOOLS] = json.dumps(bools)
-    fields.update((k, v) for k, v in summary.fields.items() if not isinstance(v, str))
+    for key, value in summary.fields.items():
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_EXACT_INT:
+            fields[key + HIGH], fields[key + LOW] = divmod(value, MS)
+        elif not isinstance(value, str):
+            fields[key] = value
     points: list[SummaryPoint] = [(JOB_SUMMARY, _labels(tags, {}), _numbers(fields), time_ns)]
     for host, energy_j in sorted(summary.hosts.items()):
         per_host = {"job_id": summary.job_id, "host": host, **summary.tags}

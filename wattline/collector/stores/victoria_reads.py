@@ -27,7 +27,9 @@ from wattline.collector.stores.victoria_points import (
     BOOLS,
     DURATION_NS,
     EMPTY,
+    HIGH,
     INT_FIELDS,
+    LOW,
     MS,
     SEQ_LOW,
     SUB_NS,
@@ -249,6 +251,8 @@ class VictoriaReads:
             for ms, fields in points.items():
                 sub = int(fields.pop(SUB_NS, 0))
                 values: dict[str, Any] = {k: (bool(v) if k in bools else _number(v)) for k, v in fields.items()}
+                for key in [k[: -len(HIGH)] for k in values if k.endswith(HIGH)]:
+                    values[key] = values.pop(key + HIGH) * MS + values.pop(key + LOW, 0)
                 out.append(JobSummary(job_id, ms * MS + sub, tags, {**values, **strings}, energy))
         return out
 

@@ -12,6 +12,7 @@ from wattline.collector.stores.factory import api_for_version, detect_api, open_
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.influx_v2 import InfluxV2Store
 from wattline.collector.stores.sqlite import SqliteStore
+from wattline.collector.stores.victoria import VictoriaStore
 
 
 @pytest.mark.parametrize(
@@ -42,9 +43,12 @@ def test_influxdb_1_is_detected(influxd: Influxd) -> None:
         assert len(store.query("SELECT energy_j FROM energy")) == 2
 
 
-def test_victoria_metrics_needs_the_api_forced(victoria_metrics: VictoriaMetrics) -> None:
-    with pytest.raises(ValueError, match="set the API explicitly"):
-        open_store(victoria_metrics.url)
+def test_victoria_metrics_is_detected_and_an_api_forced_writes_it_as_influxdb(
+    victoria_metrics: VictoriaMetrics,
+) -> None:
+    assert detect_api(victoria_metrics.url) == "victoriametrics"
+    with open_store(victoria_metrics.url) as detected:
+        assert isinstance(detected, VictoriaStore) and detected.kind == "victoriametrics"
     with open_store(victoria_metrics.url, api="v2", org="o", bucket="b", token="t") as store:
         assert isinstance(store, InfluxV2Store) and store.kind == "influxdb2"
         assert store.write(make_batch(host="factory-v2", samples=2)).written == 2
@@ -66,6 +70,19 @@ def test_bad_urls() -> None:
         api_for_version("0.13")
     with pytest.raises(ValueError, match="no path"):
         open_store("sqlite://")
+
+
+def test_a_server_that_is_neither_is_refused_in_one_line(tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ValueError, match=r"neither InfluxDB .* nor VictoriaMetrics"):
+            open_store(f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
 
 
 def test_unreachable_influxdb_is_unavailable() -> None:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from wattline import wire
 from wattline.collector.lineprotocol import EncodedBatch, LineEncoder
 from wattline.collector.stores.base import JobSummary, Store, WriteResult
-from wattline.collector.stores.schema import summary_points
+from wattline.collector.stores.schema import SummaryPoint, summary_points
 
 
 class LineProtocolStore(Store):
@@ -17,15 +17,23 @@ class LineProtocolStore(Store):
 
     encoder: LineEncoder
 
+    def encode(self, batch: wire.pb.Batch) -> EncodedBatch:
+        """``batch`` as lines; a store with another point layout (VictoriaMetrics) overrides it."""
+        return self.encoder.batch(batch)
+
+    def summary_points(self, summary: JobSummary) -> list[SummaryPoint]:
+        """The points of a job's summary (:func:`summary_points`, or this store's layout)."""
+        return summary_points(summary)
+
     def write(self, batch: wire.pb.Batch) -> WriteResult:
-        encoded = self.encoder.batch(batch)
+        encoded = self.encode(batch)
         return _with_encoder_refusals(self.write_lines(encoded.lines), encoded)
 
     def write_group(self, batches: Sequence[wire.pb.Batch]) -> list[WriteResult]:
         """All batches' lines in one write (one request per MAX_BODY_BYTES)."""
         if len(batches) == 1:
             return [self.write(batches[0])]
-        encoded = [self.encoder.batch(batch) for batch in batches]
+        encoded = [self.encode(batch) for batch in batches]
         together = self.write_lines([line for e in encoded for line in e.lines])
         if together.rejected:
             # The server refused some points without saying whose: write each batch again
@@ -40,7 +48,7 @@ class LineProtocolStore(Store):
     def write_summary(self, summary: JobSummary) -> WriteResult:
         """Write a job's summary points (:func:`summary_points`); same key, same point: idempotent."""
         try:
-            lines = [self.encoder.line(*point) for point in summary_points(summary)]
+            lines = [self.encoder.line(*point) for point in self.summary_points(summary)]
         except ValueError as exc:  # LineProtocolError: no retry can store it
             return WriteResult(rejected=1, reasons=[f"job summary of {summary.job_id[:100]!r}: {exc}"])
         return self.write_lines(lines)

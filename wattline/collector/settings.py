@@ -21,7 +21,10 @@ class CollectorSettings:
     listen: str = option(
         "127.0.0.1:50051", "gRPC listen address HOST:PORT (non-loopback needs TLS, see README Security)."
     )
-    store: str = option(DEFAULT_STORE, "Where to write: sqlite:///PATH (embedded default) or http(s)://influxdb:8086.")
+    store: str = option(
+        DEFAULT_STORE,
+        "Where to write: sqlite:///PATH (embedded default), http(s)://influxdb:8086 or http://victoriametrics:8428.",
+    )
     influx_api: str = option("auto", "InfluxDB write API: auto (from /ping), v1 (/write) or v2 (/api/v2/write).")
     influx_database: str = option("wattline", "InfluxDB 1.x database (created if missing).")
     influx_org: str = option("wattline", "InfluxDB 2.x/3.x organization.")
@@ -59,7 +62,7 @@ class CollectorSettings:
     summaries: bool = option(
         True,
         "Write each job's summary (measurement job_summary) when its close arrives, and every "
-        "summary_interval while it runs; needs a store reports read (InfluxDB 1.x API or SQLite).",
+        "summary_interval while it runs; needs a store reports read (InfluxDB 1.x API, VictoriaMetrics or SQLite).",
     )
     summary_interval: float = option(60.0, "Seconds between summaries of a running job.")
     summary_wait: float = option(

@@ -4,9 +4,10 @@
   URLs; ``sqlite:relative.db`` is relative) or a plain path -> :class:`SqliteStore`;
 - ``http(s)://host:port`` -> InfluxDB: ``GET /ping`` and its ``X-Influxdb-Version``
   header (``1.x`` -> :class:`InfluxV1Store`, ``2.x``/``3.x`` -> :class:`InfluxV2Store`),
-  unless ``api="v1"`` or ``api="v2"`` forces one. VictoriaMetrics answers ``/ping``
-  without that header, so it needs ``api="v2"`` (or ``"v1"``); so does any server that
-  does not say it is InfluxDB.
+  unless ``api="v1"`` or ``api="v2"`` forces one; a server whose ``/ping`` lacks that
+  header but that serves the Prometheus API is VictoriaMetrics -> :class:`VictoriaStore`
+  (written and read; forcing v1 or v2 writes it as InfluxDB, for no reads); any other
+  server must be given its API.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from wattline.collector.stores.base import Store
 from wattline.collector.stores.influx_http import HttpClient
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.sqlite import SqliteStore
+from wattline.collector.stores.victoria import VictoriaStore, is_victoria_metrics
 
 Api = Literal["v1", "v2"]
+#: What the server at a URL is: an InfluxDB API, or VictoriaMetrics.
+Kind = Literal["v1", "v2", "victoriametrics"]
 
 
 def api_for_version(version: str) -> Api:
@@ -32,22 +36,24 @@ def api_for_version(version: str) -> Api:
     raise ValueError(f"unsupported InfluxDB version {version!r}; set the API explicitly: v1 or v2")
 
 
-def detect_api(url: str, timeout_s: float = 10.0) -> Api:
-    """The API of the server at ``url``, from its ``/ping``.
+def detect_api(url: str, timeout_s: float = 10.0) -> Kind:
+    """The API of the server at ``url``, from its ``/ping`` (and, without an InfluxDB version
+    there, whether it is VictoriaMetrics).
 
-    Raises :class:`StoreUnavailable` if it is unreachable, ValueError if it does not say
-    it is InfluxDB (VictoriaMetrics does not).
+    Raises :class:`StoreUnavailable` if it is unreachable, ValueError if it is neither.
     """
     client = HttpClient(url, timeout_s)
     try:
         status, headers, _ = client.request("GET", "/ping")
+        version = headers.get("X-Influxdb-Version", "")
+        if not version and is_victoria_metrics(client):
+            return "victoriametrics"
     finally:
         client.close()
-    version = headers.get("X-Influxdb-Version", "")
     if not 200 <= status < 300 or not version:
         raise ValueError(
-            f"{url} does not say which InfluxDB it is (/ping answered {status}, "
-            f"X-Influxdb-Version {version or 'absent'}); set the API explicitly: v1 or v2"
+            f"{url} is neither InfluxDB (/ping answered {status}, X-Influxdb-Version {version or 'absent'}) "
+            "nor VictoriaMetrics (no Prometheus API); set the API explicitly: v1 or v2"
         )
     return api_for_version(version)
 
@@ -82,11 +88,12 @@ def open_store(
         return SqliteStore(url, read_only=read_only)
     if scheme not in ("http", "https"):
         raise ValueError(f"unsupported store URL {url!r}: use sqlite:///path, a path, or http(s)://")
-    if api is None:
-        api = detect_api(url, timeout_s)
-    if api == "v1":
+    kind: Kind = detect_api(url, timeout_s) if api is None else api
+    if kind == "victoriametrics":
+        return VictoriaStore(url, timeout_s)
+    if kind == "v1":
         return InfluxV1Store(url, database, username, password, retention_policy, timeout_s)
-    if api == "v2":
+    if kind == "v2":
         from wattline.collector.stores.influx_v2 import InfluxV2Store  # influxdb_client is slow to import
 
         return InfluxV2Store(url, org, bucket, token, timeout_s)

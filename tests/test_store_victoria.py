@@ -1,0 +1,64 @@
+"""VictoriaStore against a real VictoriaMetrics: what SQLite reads back, it reads back
+(job events with every string field, resends counted once, samples and edges far from an
+instant), and a job summary stays one point however it is rewritten."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from servers import T0, VictoriaMetrics, http, make_batch
+
+from wattline.collector.stores.base import JobSummary
+from wattline.collector.stores.sqlite import SqliteStore
+from wattline.collector.stores.victoria import VictoriaStore
+
+
+@pytest.fixture
+def stores(tmp_path: Path, victoria_metrics: VictoriaMetrics) -> Iterator[tuple[VictoriaStore, SqliteStore]]:
+    with VictoriaStore(victoria_metrics.url) as vm, SqliteStore(tmp_path / "w.db") as sqlite:
+        yield vm, sqlite
+
+
+def flush(vm: VictoriaStore) -> None:
+    http("GET", vm.url + "/internal/force_flush")
+    time.sleep(1.0)
+
+
+@pytest.mark.servers
+def test_reads_equal_sqlite_resends_included(stores: tuple[VictoriaStore, SqliteStore]) -> None:
+    vm, sqlite = stores
+    batch = make_batch(host="vm-reads", job_id="vm-reads-job", samples=6)
+    opened = batch.job_events[0]
+    opened.event_seq = (12345 << 32) + 7  # beyond a float64's exact integers
+    opened.holder_pid, opened.holder_start_ticks, opened.holder_boot_id = 4242, 99, "boot-x"
+    opened.labels["empty"] = ""
+    batch.job_events[-1].abandoned = "holder died"
+    for _ in range(2):  # a resend
+        assert vm.write(batch).written == sqlite.write(batch).written == 10
+    flush(vm)
+    assert vm.job_events("vm-reads-job") == sqlite.job_events("vm-reads-job")
+    assert vm.job_events("vm-reads-job", every=False) == sqlite.job_events("vm-reads-job", every=False)
+    assert vm.job_events_between(T0, T0 + 10**9, ["vm-reads"]) == sqlite.job_events_between(
+        T0, T0 + 10**9, ["vm-reads"]
+    )
+    for t in (T0 - 10**12, T0 + 500_000_000, T0 + 3 * 10**9, T0 + 10**12):  # near, and far on one side
+        for mine, theirs in zip(vm.around("vm-reads", [t])[0], sqlite.around("vm-reads", [t])[0], strict=True):
+            assert sorted(mine, key=repr) == sorted(theirs, key=repr)
+    assert vm.samples("vm-reads", T0, T0 + 3_500_000_000) == sqlite.samples("vm-reads", T0, T0 + 3_500_000_000)
+
+
+@pytest.mark.servers
+def test_a_summary_stays_one_point(stores: tuple[VictoriaStore, SqliteStore]) -> None:
+    vm, _ = stores
+    fields = {"status": "running", "closed": False, "energy_j": 12.5, "hosts": 1, "start_ns": T0 + 7, "schema": "s/1"}
+    first = JobSummary("vm-sum", T0 + 7, {"name": "n", "kind": "inference"}, fields, {"h": 12.5})
+    assert vm.write_summary(first).written == 2
+    flush(vm)
+    assert vm.job_summary("vm-sum") == first
+    closed = JobSummary("vm-sum", T0 + 7, first.tags, {**fields, "status": "closed", "closed": True, "exit_code": 0})
+    vm.write_summary(closed)
+    flush(vm)
+    assert vm.job_summary("vm-sum") == JobSummary(closed.job_id, closed.time_ns, closed.tags, closed.fields, {})

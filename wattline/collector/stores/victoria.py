@@ -1,0 +1,135 @@
+"""VictoriaMetrics (single node) as a full store: line protocol in (``POST /write``, the layout
+of :mod:`.victoria_points`), the Prometheus API and ``/api/v1/export`` out
+(:mod:`.victoria_reads`), job summaries kept one per job.
+
+A write is acknowledged once VictoriaMetrics answered 2xx: it has then taken the rows
+(they are searchable within about a second). It skips a line it cannot parse without
+saying so, so every point is checked by the encoder first, and refused there with its reason.
+Errors: connection failures, timeouts, 5xx, 401/403/429 raise :class:`StoreUnavailable`; any
+other answer refuses the request's points, with VictoriaMetrics' message as the reason.
+
+Run VictoriaMetrics with ``-dedup.minScrapeInterval=1ms`` (a resent point then replaces its
+first copy, as in InfluxDB) and ``-search.latencyOffset=0s`` (reports read samples seconds
+old); README "Storage schema" says what the layout gives up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.parse
+from collections.abc import Sequence
+
+from wattline import wire
+from wattline.collector.lineprotocol import EncodedBatch, LineEncoder
+from wattline.collector.linestore import LineProtocolStore
+from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
+from wattline.collector.stores.influx_http import HttpClient, shorten
+from wattline.collector.stores.schema import JOB_SUMMARY, JOB_SUMMARY_HOST, SummaryPoint
+from wattline.collector.stores.victoria_points import batch_lines, summary_points
+from wattline.collector.stores.victoria_reads import QueryError, VictoriaReads, quote
+
+log = logging.getLogger(__name__)
+
+#: Largest request body (VictoriaMetrics' ``-maxInsertRequestSize`` is 32 MB by default).
+MAX_BODY_BYTES = 4 << 20
+
+
+def is_victoria_metrics(client: HttpClient) -> bool:
+    """Whether the server answers as VictoriaMetrics does: the Prometheus API's build info
+    (Prometheus, Mimir and Thanos too) and InfluxDB's ``/ping`` without saying it is InfluxDB."""
+    status, headers, _ = client.request("GET", "/ping")
+    if not 200 <= status < 300 or headers.get("X-Influxdb-Version"):
+        return False
+    status, _, data = client.request("GET", "/api/v1/status/buildinfo")
+    try:
+        return status == 200 and json.loads(data).get("status") == "success"
+    except (ValueError, AttributeError):
+        return False
+
+
+class VictoriaStore(VictoriaReads, LineProtocolStore):
+    """Writes batches to, and reads reports from, one VictoriaMetrics single node."""
+
+    kind = "victoriametrics"
+
+    def __init__(self, url: str, timeout_s: float = 10.0, encoder: LineEncoder | None = None) -> None:
+        self.encoder = encoder or LineEncoder()
+        self._http = HttpClient(url, timeout_s)
+        self.url = self._http.url
+
+    def __repr__(self) -> str:
+        return f"VictoriaStore({self.url!r})"
+
+    def encode(self, batch: wire.pb.Batch) -> EncodedBatch:
+        return batch_lines(self.encoder, batch)
+
+    def summary_points(self, summary: JobSummary) -> list[SummaryPoint]:
+        return summary_points(summary)
+
+    def write_lines(self, lines: Sequence[str]) -> WriteResult:
+        """Write already-encoded points (several requests if the body would be too large)."""
+        result = WriteResult()
+        chunk: list[str] = []
+        size = 0
+        for line in lines:
+            if chunk and size + len(line) >= MAX_BODY_BYTES:
+                self._post(chunk, result)
+                chunk, size = [], 0
+            chunk.append(line)
+            size += len(line) + 1
+        if chunk:
+            self._post(chunk, result)
+        return result
+
+    def _post(self, lines: list[str], result: WriteResult) -> None:
+        status, _, data = self._http.request("POST", "/write?precision=ns", "\n".join(lines).encode())
+        if 200 <= status < 300:
+            result.written += len(lines)
+            return
+        message = shorten(data.decode("utf-8", "replace").strip())
+        if status >= 500 or status in (401, 403, 404, 429):
+            raise StoreUnavailable(f"VictoriaMetrics {self.url} write answered {status}: {message}")
+        log.warning("VictoriaMetrics %s refused %d points: %s", self.url, len(lines), message)
+        result.rejected += len(lines)
+        result.reasons.append(message)
+
+    # -- job summaries (one point per job, rewritten in place) -----------------------------
+
+    def write_summary(self, summary: JobSummary) -> WriteResult:
+        """Write ``summary``; first delete the job's summary series when the new point would not
+        replace them all (another start, other labels: its status is one, a field no longer
+        there, several points), so one point per job remains however its figures change."""
+        found = self.job_summaries_of(summary.job_id)
+        if found and (
+            len(found) > 1
+            or found[0].time_ns != summary.time_ns
+            or not set(found[0].fields) <= set(summary.fields)
+            or not set(found[0].hosts) <= set(summary.hosts)
+            or {k: v for k, v in found[0].fields.items() if isinstance(v, str)}
+            != {k: v for k, v in summary.fields.items() if isinstance(v, str)}
+            or found[0].tags != summary.tags
+        ):
+            self._delete(summary.job_id)
+        return super().write_summary(summary)
+
+    def _delete(self, job_id: str) -> None:
+        match = f'{{__name__=~"({JOB_SUMMARY}|{JOB_SUMMARY_HOST})_.+",job_id={quote(job_id)}}}'
+        body = urllib.parse.urlencode({"match[]": match}).encode()
+        status, _, data = self._http.request(
+            "POST", "/api/v1/admin/tsdb/delete_series", body, {"Content-Type": "application/x-www-form-urlencoded"}
+        )
+        if not 200 <= status < 300:
+            raise StoreUnavailable(
+                f"VictoriaMetrics {self.url} delete_series answered {status}: {shorten(data.decode())}"
+            )
+
+    def job_summary(self, job_id: str) -> JobSummary | None:
+        """The stored summary of ``job_id`` (None when there is none)."""
+        found = self.job_summaries_of(job_id)
+        if len(found) > 1:
+            raise QueryError(f"{len(found)} job_summary points for job {job_id[:100]!r}; expected one")
+        return found[0] if found else None
+
+    def close(self) -> None:
+        self._http.close()

@@ -1,0 +1,173 @@
+"""wattline's points in the Prometheus data model, as VictoriaMetrics stores line protocol
+(README "Storage schema", VictoriaMetrics).
+
+There a series is a metric name and labels, a sample a millisecond time stamp and a float64:
+a line-protocol field becomes the metric ``<measurement>_<field>``, tags become labels, a
+time stamp keeps its milliseconds and a string field is stored as 0. So what InfluxDB keeps
+in a nanosecond time stamp, an int64 field or a string field is laid out here as:
+
+- time stamps: the point is stamped at its time floored to the millisecond, and the field
+  :data:`SUB_NS` holds the nanoseconds past it (exact in a float64);
+- a sample's start: :data:`DURATION_NS`, its length in ns (exact below 104 days); its
+  stream id: the label ``stream`` (a series per agent stream, as Prometheus has one per
+  target restart);
+- a job event's identity (host, job id, ``event_seq``): for UNITS and heartbeats (many per
+  job) labels ``seq_block`` (``event_seq // 10^6``) and the field :data:`SEQ_LOW` (the rest);
+  for the other kinds (a few per job) the label ``event_seq``, with their string fields as
+  labels of the same series and no host labels, so every other label is a field
+  (:func:`event_point`); an empty string field is named in the label :data:`EMPTY` (no
+  label can be empty);
+- a summary's string fields: labels; its bools: fields (1/0) named in the label :data:`BOOLS`;
+  an integer beyond a float64's exact ones (its times in ns) two fields, ``<name>``
+  :data:`HIGH` (``// 10^6``) and ``<name>`` :data:`LOW` (the rest).
+
+A point whose labels VictoriaMetrics would cut (more than :data:`MAX_LABELS`, a value over
+:data:`MAX_LABEL_VALUE_BYTES`, its defaults) or whose integer would lose digits in a float64
+is refused with the reason, never altered.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from wattline import wire
+from wattline.collector.lineprotocol import EncodedBatch, FieldValue, LineEncoder, LineProtocolError, describe
+from wattline.collector.lineprotocol import job_event_point as checked_event_point
+from wattline.collector.pointfields import sample_fields
+from wattline.collector.stores.base import JobSummary
+from wattline.collector.stores.schema import (
+    ENERGY,
+    JOB_EVENTS,
+    JOB_SUMMARY,
+    JOB_SUMMARY_HOST,
+    SEQ_BLOCK,
+    SummaryPoint,
+    host_tags,
+    job_event_tags,
+    sample_tags,
+)
+
+MS = 10**6
+#: Field: nanoseconds of the point's time past its millisecond.
+SUB_NS = "sub_ns"
+#: Field of an ``energy`` point: the sample's length, ns.
+DURATION_NS = "duration_ns"
+#: Field of a UNITS or heartbeat point: ``event_seq % 10^6`` (the label ``seq_block`` holds the rest).
+SEQ_LOW = "seq_low"
+#: Label: the string fields of the point that are empty (a JSON list).
+EMPTY = "empty_fields"
+#: Label of a ``job_summary`` point: its bool fields (a JSON list).
+BOOLS = "bool_fields"
+#: Suffixes of the two fields of a summary's integer too big for a float64.
+HIGH, LOW = "__hi", "__lo"
+#: Event kinds with a series per event: few per job, and they carry strings.
+PER_EVENT = frozenset({"open", "phase", "close", "use"})
+#: Sample fields not written: the stream is a label, the start a duration, status a string.
+NOT_WRITTEN = frozenset({"stream", "start_ns", "status"})
+#: Job event fields written as integers (:func:`~.schema.job_event_fields`), read back as int.
+INT_FIELDS = frozenset({"exit_code", "holder_pid", "holder_start_ticks", "period_ns"})
+#: VictoriaMetrics' defaults (``-maxLabelsPerTimeseries``, ``-maxLabelValueLen``): beyond them
+#: it drops labels or cuts values, so such points are refused here instead.
+MAX_LABELS = 30
+MAX_LABEL_VALUE_BYTES = 16384
+#: Integers a float64 holds exactly.
+MAX_EXACT_INT = 2**53
+
+
+def floor_ms(time_ns: int) -> tuple[int, int]:
+    """(time floored to the millisecond, ns past it)."""
+    sub = time_ns % MS
+    return time_ns - sub, sub
+
+
+def _labels(point_tags: Mapping[str, str], host: Mapping[str, str]) -> dict[str, str]:
+    """Host labels under the point's own tags (which win a name both have), checked against
+    VictoriaMetrics' limits."""
+    tags = {**{k: v for k, v in host.items() if k not in point_tags}, **point_tags}
+    if len(tags) + 1 > MAX_LABELS:  # + the metric name
+        raise LineProtocolError(f"{len(tags) + 1} labels, more than VictoriaMetrics keeps ({MAX_LABELS})")
+    for key, value in tags.items():
+        if len(value.encode("utf-8", "surrogatepass")) > MAX_LABEL_VALUE_BYTES:
+            raise LineProtocolError(f"label {key[:100]!r} is longer than {MAX_LABEL_VALUE_BYTES} bytes")
+    return tags
+
+
+def _numbers(fields: Mapping[str, FieldValue]) -> dict[str, FieldValue]:
+    for key, value in fields.items():
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_EXACT_INT:
+            raise LineProtocolError(f"field {key[:100]!r} = {value} has more digits than a float64 keeps")
+    return dict(fields)
+
+
+def sample_point(
+    host: Mapping[str, str], sample: wire.pb.Sample, stream: str
+) -> tuple[dict[str, str], dict[str, FieldValue], int]:
+    """Tags, fields and time of an ``energy`` point."""
+    fields = {k: v for k, v in sample_fields(sample, stream).items() if k not in NOT_WRITTEN}
+    time_ns, fields[SUB_NS] = floor_ms(sample.end_ns)
+    fields[DURATION_NS] = sample.end_ns - sample.start_ns
+    return _labels({**sample_tags(sample), "stream": stream}, host), _numbers(fields), time_ns
+
+
+def event_point(host: Mapping[str, str], event: wire.pb.JobEvent) -> tuple[dict[str, str], dict[str, FieldValue], int]:
+    """Tags, fields and time of a ``job_events`` point, after the checks every store makes."""
+    _, fields, _ = checked_event_point(host, event)
+    tags = job_event_tags(event)
+    seq = int(fields.pop("event_seq"))
+    time_ns, sub = floor_ms(int(fields.pop("time_ns")))
+    numbers: dict[str, FieldValue] = {SUB_NS: sub}
+    if tags["event"] in PER_EVENT:
+        host = {"host": host["host"]}
+        del tags["seq_block"]
+        tags["event_seq"] = str(seq)
+        strings = {k: v for k, v in fields.items() if isinstance(v, str)}
+        tags.update((k, v) for k, v in strings.items() if v)
+        empty = sorted(k for k, v in strings.items() if not v)
+        if empty:
+            tags[EMPTY] = json.dumps(empty)
+    else:
+        numbers[SEQ_LOW] = seq % SEQ_BLOCK
+    numbers.update((k, v) for k, v in fields.items() if not isinstance(v, str))
+    return _labels(tags, host), _numbers(numbers), time_ns
+
+
+def batch_lines(encoder: LineEncoder, batch: wire.pb.Batch) -> EncodedBatch:
+    """Every sample and job event of ``batch`` as lines, with the points refused and why."""
+    result = EncodedBatch()
+    host = host_tags(batch)
+    for sample in batch.samples:
+        try:
+            result.lines.append(encoder.line(ENERGY, *sample_point(host, sample, batch.stream_id)))
+        except LineProtocolError as exc:
+            result.rejected.append(f"{ENERGY} {describe(host, sample_tags(sample))} at {sample.end_ns}: {exc}")
+    for event in batch.job_events:
+        try:
+            result.lines.append(encoder.line(JOB_EVENTS, *event_point(host, event)))
+        except LineProtocolError as exc:
+            result.rejected.append(f"{JOB_EVENTS} {describe(host, job_event_tags(event))} at {event.time_ns}: {exc}")
+    return result
+
+
+def summary_points(summary: JobSummary) -> list[SummaryPoint]:
+    """A job's summary: one ``job_summary`` point (string fields as labels, bools named in
+    :data:`BOOLS`) and one ``job_summary_host`` point per host (field energy_j)."""
+    time_ns, sub = floor_ms(summary.time_ns)
+    tags = {"job_id": summary.job_id, **summary.tags}
+    fields: dict[str, FieldValue] = {SUB_NS: sub}
+    strings = {k: v for k, v in summary.fields.items() if isinstance(v, str)}
+    tags.update((k, v) for k, v in strings.items() if v)
+    if empty := sorted(k for k, v in strings.items() if not v):
+        tags[EMPTY] = json.dumps(empty)
+    if bools := sorted(k for k, v in summary.fields.items() if isinstance(v, bool)):
+        tags[BOOLS] = json.dumps(bools)
+    for key, value in summary.fields.items():
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_EXACT_INT:
+            fields[key + HIGH], fields[key + LOW] = divmod(value, MS)
+        elif not isinstance(value, str):
+            fields[key] = value
+    points: list[SummaryPoint] = [(JOB_SUMMARY, _labels(tags, {}), _numbers(fields), time_ns)]
+    for host, energy_j in sorted(summary.hosts.items()):
+        per_host = {"job_id": summary.job_id, "host": host, **summary.tags}
+        points.append((JOB_SUMMARY_HOST, _labels(per_host, {}), {"energy_j": float(energy_j)}, time_ns))
+    return points

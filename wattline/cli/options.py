@@ -46,7 +46,9 @@ CARBON = typer.Option(
 PUE = typer.Option(1.0, "--pue", help="Power usage effectiveness applied to CO2 (>= 1).")
 IDLE = typer.Option("none", "--idle", help="Idle policy: none (total energy) or subtract (above the pre-job baseline).")
 SHARE = typer.Option(
-    "equal", "--share-rule", help="Split of host-wide energy between concurrent jobs: equal, device-share, exclusive, cpu-time."
+    "equal",
+    "--share-rule",
+    help="Split of host-wide energy between concurrent jobs: equal, device-share, exclusive, cpu-time.",
 )
 STORE = typer.Option(None, "--store", help=STORE_HELP)
 CONFIG = typer.Option(None, "--config", "-c", help=CONFIG_HELP)

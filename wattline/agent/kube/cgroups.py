@@ -41,7 +41,8 @@ class PodCgroups:
     def __init__(self, root: Path) -> None:
         self.root = root
         found = cgroup_cpu.mount(root / "sys" / "fs" / "cgroup")
-        self.base, self.version = found if found else (None, 0)
+        self.base: Path | None = found[0] if found else None
+        self.version = found[1] if found else 0
         self._dirs: dict[str, Path] = {}
 
     def pod_dir(self, uid: str) -> Path | None:

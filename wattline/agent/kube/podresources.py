@@ -64,7 +64,8 @@ def list_devices(socket_path: str, timeout_s: float = 2.0) -> dict[tuple[str, st
     options = [("grpc.max_receive_message_length", MAX_MESSAGE)]
     try:
         with grpc.insecure_channel(f"unix://{socket_path}", options=options) as channel:
-            reply = pr_grpc.PodResourcesListerStub(channel).List(pr.ListPodResourcesRequest(), timeout=timeout_s)
+            stub = pr_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
+            reply = stub.List(pr.ListPodResourcesRequest(), timeout=timeout_s)
     except grpc.RpcError as exc:
         code = exc.code() if isinstance(exc, grpc.Call) else None
         detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)

@@ -200,7 +200,7 @@ def job_of(pod: Pod, label_keys: Iterable[str] = ()) -> JobOf | None:
     given = pod.annotations.get(JOB_ANNOTATION)
     if given is not None:
         if not _JOB_NAME.fullmatch(given):
-            log.warning("pod %s/%s: annotation %s %r is not a job name: not a job", ns, pod.name, JOB_ANNOTATION, given[:80])
+            log.warning("pod %s/%s: %s %r is not a job name: not a job", ns, pod.name, JOB_ANNOTATION, given[:80])
             return None
         job = JobOf(f"k8s:{ns}/{given}", given)
     elif _ok_name(labels.get(JOBSET_NAME, "")):

@@ -92,7 +92,7 @@ class NodeJob:
     beat: int = -1
     lines: dict[str, _Lines] = field(default_factory=dict)
 
-    def event(self, kind: int, time_ns: int, at: int, **fields: Any) -> wire.pb.JobEvent:
+    def event(self, kind: wire.pb.JobEvent.Kind, time_ns: int, at: int, **fields: Any) -> wire.pb.JobEvent:
         return wire.JobEvent(job_id=self.job.job_id, kind=kind, time_ns=time_ns, event_seq=self.base | at, **fields)
 
     @property
@@ -296,7 +296,7 @@ class PodWatcher:
         span = now - self._period_start
         per_job: dict[str, float] = {}
         for nj in self.jobs.values():
-            delta = 0
+            delta = 0.0
             for uid in nj.live:
                 value = self.cgroups.pod_cpu_ns(uid)
                 if value is None:
@@ -312,7 +312,8 @@ class PodWatcher:
             for job_id, delta in per_job.items():
                 nj = self.jobs[job_id]
                 if nj.open_ns < now:
-                    self.pending.append(self._use_event(nj, CPU_DEVICE, now, span, delta * 100.0 / span, total, CPU_METRIC))
+                    mine = delta * 100.0 / span
+                    self.pending.append(self._use_event(nj, CPU_DEVICE, now, span, mine, total, CPU_METRIC))
         self._host_cpu, self._period_start = host, now
 
     def sample_use(self, now_ns: int | None = None) -> None:
@@ -389,7 +390,7 @@ class PodWatcher:
             self._said("outbox", f"job events kept for the next poll: {exc}")
 
 
-def _line_event(line: str) -> tuple[int, dict[str, Any], int | None] | None:
+def _line_event(line: str) -> tuple[wire.pb.JobEvent.Kind, dict[str, Any], int | None] | None:
     """``units N [UNIX_TIME]`` / ``phase NAME [UNIX_TIME]`` as (kind, fields, time); None otherwise."""
     parts = line.split()
     if len(parts) not in (2, 3) or parts[0] not in ("units", "phase") or len(line) > MAX_LINE:
@@ -406,3 +407,15 @@ def _line_event(line: str) -> tuple[int, dict[str, Any], int | None] | None:
     except (ValueError, OverflowError):
         return None
     return Kind.KIND_PHASE, {"phase": parts[1][:64]}, stamp
+
+
+def from_config(
+    doc: Any, root: Path, host: wire.pb.Host, deliver: Deliver, sources: Callable[[], Sequence[Any]]
+) -> PodWatcher | None:
+    """The watcher the ``[kubernetes]`` table asks for (None when ``pods`` is off); ConfigError on bad settings."""
+    from wattline.config import build
+
+    settings = build(KubeSettings, "kubernetes", doc).validate()
+    if not settings.pods:
+        return None
+    return PodWatcher(settings, host, root, deliver, lambda: [s for s in sources() if hasattr(s, "process_use")])

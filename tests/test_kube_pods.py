@@ -83,7 +83,7 @@ class Kubelet:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 body = json.dumps(outer.reply).encode()
                 ok = self.path == "/pods" and self.headers.get("Authorization") == "Bearer sa-token"
                 self.send_response(200 if ok else 401)
@@ -110,10 +110,12 @@ class Kubelet:
 class Lister(pr_grpc.PodResourcesListerServicer):
     """pod-resources v1 List: llama-ft holds GPU-a whole; the two inference pods a replica each of GPU-b."""
 
-    def List(self, request: pr.ListPodResourcesRequest, context: object) -> pr.ListPodResourcesResponse:  # noqa: N802
+    def List(self, request: pr.ListPodResourcesRequest, context: object) -> pr.ListPodResourcesResponse:
         def pod(name: str, resource: str, ids: list[str]) -> pr.PodResources:
             devices = [pr.ContainerDevices(resource_name=resource, device_ids=ids)]
-            return pr.PodResources(name=name, namespace="team-a", containers=[pr.ContainerResources(name="main", devices=devices)])
+            return pr.PodResources(
+                name=name, namespace="team-a", containers=[pr.ContainerResources(name="main", devices=devices)]
+            )
 
         return pr.ListPodResourcesResponse(pod_resources=[
             pod("pt", "nvidia.com/gpu", ["GPU-a"]),
@@ -244,7 +246,7 @@ def test_pods_become_jobs_with_their_constructed_shares(
 def test_a_restarted_agent_sends_the_same_events(
     node: tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]], tmp_path: Path
 ) -> None:
-    kubelet, watcher, dirs, sent = node
+    _kubelet, watcher, dirs, sent = node
     advance(dirs, 0)
     watcher.poll(T0 + 2 * S)
     again: list[wire.pb.JobEvent] = []
@@ -257,7 +259,7 @@ def test_a_restarted_agent_sends_the_same_events(
 def test_a_failing_pod_list_is_one_line_and_jobs_keep_their_lease(
     node: tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]], caplog: pytest.LogCaptureFixture
 ) -> None:
-    kubelet, watcher, dirs, sent = node
+    kubelet, watcher, _dirs, sent = node
     watcher.poll(T0)
     kubelet.reply = {"kind": "Status"}  # not a pod list
     for t in (31, 62):

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-GENERATED = ["telemetry_pb2.py", "telemetry_pb2.pyi", "telemetry_pb2_grpc.py"]
+GENERATED = [f"{m}{ext}" for m in ("telemetry", "podresources") for ext in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")]
 
 
 def test_generated_code_is_fresh(tmp_path: Path) -> None:

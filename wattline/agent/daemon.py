@@ -15,6 +15,7 @@ from wattline.agent import holders, registry
 from wattline.agent.assembly import UplinkSecurity, assemble, make_uplink, uplink_security
 from wattline.agent.edge import EdgeServer, serve_edges
 from wattline.agent.exporter import AgentCollector, serve
+from wattline.agent.kube import watcher as kube
 from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root
 from wattline.agent.settings import AgentSettings
 from wattline.agent.sources.base import Source
@@ -54,6 +55,11 @@ class Agent:
         self.prometheus_port: int | None = None
         self.edges: EdgeServer | None = None
         self._previous_sighup: Any = None
+        self.pods = (  # the pods' job events go through the outbox, as every holder's
+            kube.from_config(self.doc, self.settings.sysfs_root, self.host, self._to_outbox, self._sources)
+            if self.outbox is not None
+            else None
+        )
 
     def _uplink(self, spool: Spool, security: UplinkSecurity, quiet: bool = False) -> Uplink:
         return make_uplink(spool, self.settings, security, quiet=quiet)
@@ -90,9 +96,9 @@ class Agent:
             ("sampler", lambda: self.sampler.run(self.settings.interval, self._stop, self.discovery)),
             ("uplink", lambda: self.uplink.run(self._stop, self._look_at_outbox)),
         ):
-            thread = threading.Thread(target=target, name=f"wattline-{name}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+            self._spawn(name, target)
+        if self.pods is not None:
+            self._spawn("pods", lambda: self.pods.run(self._stop) if self.pods else None)
         if self.outbox is not None:
             log.info("delivering job events that runs left in the outbox %s", self.outbox.root)
         log.info(
@@ -104,6 +110,14 @@ class Agent:
             " over TLS" if self.settings.uses_tls else "",
             self.spool.where,
         )
+
+    def _spawn(self, name: str, target: Callable[[], object]) -> None:
+        thread = threading.Thread(target=target, name=f"wattline-{name}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _sources(self) -> list[Source]:
+        return self.discovery.sources
 
     def _look_at_outbox(self) -> None:
         """Between the uplink's pushes (a collector answers): every OUTBOX_EVERY_S, end the jobs

@@ -46,7 +46,9 @@ CARBON = typer.Option(
 PUE = typer.Option(1.0, "--pue", help="Power usage effectiveness applied to CO2 (>= 1).")
 IDLE = typer.Option("none", "--idle", help="Idle policy: none (total energy) or subtract (above the pre-job baseline).")
 SHARE = typer.Option(
-    "equal", "--share-rule", help="Split of host-wide energy between concurrent jobs: equal, device-share, exclusive."
+    "equal",
+    "--share-rule",
+    help="Split of host-wide energy between concurrent jobs: equal, device-share, exclusive, cpu-time.",
 )
 STORE = typer.Option(None, "--store", help=STORE_HELP)
 CONFIG = typer.Option(None, "--config", "-c", help=CONFIG_HELP)
@@ -129,8 +131,8 @@ def report_settings(
     """The report's settings; ``carbon_intensity`` is a number or a CSV file (:mod:`.carbon`)."""
     if idle not in {"none", "subtract"}:
         raise ConfigError(f"option --idle: {idle!r} is not none or subtract")
-    if share_rule not in {"equal", "device-share", "exclusive"}:
-        raise ConfigError(f"option --share-rule: {share_rule!r} is not equal, device-share or exclusive")
+    if share_rule not in {"equal", "device-share", "exclusive", "cpu-time"}:
+        raise ConfigError(f"option --share-rule: {share_rule!r} is not equal, device-share, exclusive or cpu-time")
     if pue < 1.0:
         raise ConfigError(f"option --pue: {pue} is below 1")
     if price is not None and price < 0:

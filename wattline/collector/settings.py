@@ -70,7 +70,7 @@ class CollectorSettings:
     )
     summary_idle: str = option("none", "Summary idle policy: none (total energy) or subtract (above the baseline).")
     summary_share_rule: str = option(
-        "equal", "Summary split of host-wide energy between concurrent jobs: equal, device-share, exclusive."
+        "equal", "Summary split of host-wide energy between concurrent jobs: equal, device-share, exclusive, cpu-time."
     )
     summary_price: float | None = option(None, "Instance price for summaries' cost figures, USD per instance-hour.")
     summary_carbon_intensity: float | None = option(None, "Grid carbon intensity for summaries' CO2, gCO2/kWh.")
@@ -96,10 +96,10 @@ class CollectorSettings:
             raise ConfigError("option collector.host_rate/host_burst: rate >= 0 and burst >= 1")
         if self.summary_idle not in {"none", "subtract"}:
             raise ConfigError(f"option collector.summary_idle: {self.summary_idle!r} is not none or subtract")
-        if self.summary_share_rule not in {"equal", "device-share", "exclusive"}:
+        if self.summary_share_rule not in {"equal", "device-share", "exclusive", "cpu-time"}:
             raise ConfigError(
-                f"option collector.summary_share_rule: {self.summary_share_rule!r} is not equal, device-share "
-                "or exclusive"
+                f"option collector.summary_share_rule: {self.summary_share_rule!r} is not equal, device-share, "
+                "exclusive or cpu-time"
             )
         if not self.summary_interval > 0 or not self.summary_wait >= 0 or not self.summary_pue >= 1:
             raise ConfigError("option collector.summary_interval/summary_wait/summary_pue: need > 0, >= 0 and >= 1")

@@ -22,7 +22,10 @@ piece; each piece then goes
   of devices each active job claims on the host, with the jobs that claim none
   sharing ``deviceless_share`` of it equally (all of it when no active job claims a
   device, none when every active job does); ``"exclusive"`` all to the one active
-  job, unattributed when several are active; no active job: unattributed.
+  job, unattributed when several are active; ``"cpu-time"`` by each job's measured CPU
+  time (its USE intervals of :data:`CPU_TIME_KEYS`: the job's and every process's CPU time
+  over the piece, as for a device's measured use below; the rest, other processes',
+  unattributed; where no active job measured it, equal); no active job: unattributed.
 
 * for an accelerator channel with **measured use** (:class:`UseInterval`, a job's
   processes' share of the device measured by its wrapper: NVML per-process
@@ -86,11 +89,13 @@ __all__ = [
 
 _NS = 1_000_000_000
 
-ShareKind = Literal["equal", "device-share", "exclusive"]
+ShareKind = Literal["equal", "device-share", "exclusive", "cpu-time"]
 IdleMode = Literal["none", "subtract"]
 
 #: Components that are devices a job claims ("gpu:<device>", "accelerator:<device>").
 ACCELERATOR_COMPONENTS = frozenset({"gpu", "accelerator"})
+#: The use key of a job's CPU time against the host's (the pod watcher's USE events).
+CPU_TIME_KEYS = frozenset({"cpu:host"})
 
 
 # --------------------------------------------------------------------------- sharing
@@ -195,7 +200,7 @@ class ShareRule:
     deviceless_share: float = 0.1  #: device-share: part of the energy for jobs without devices
 
     def __post_init__(self) -> None:
-        if self.kind not in ("equal", "device-share", "exclusive"):
+        if self.kind not in ("equal", "device-share", "exclusive", "cpu-time"):
             raise ValueError(f"unknown share rule {self.kind!r}")
         if not 0 <= self.deviceless_share <= 1:
             raise ValueError("deviceless_share must be in [0, 1]")
@@ -313,7 +318,7 @@ def _weights(channel_keys: frozenset[str], active: Sequence[JobWindow], rule: Sh
         return []
     if rule.kind == "exclusive":
         return [(active[0].job_id, 1.0)] if len(active) == 1 else []
-    if rule.kind == "equal":
+    if rule.kind in ("equal", "cpu-time"):
         return [(j.job_id, 1.0) for j in active]
     with_dev = [j for j in active if j.devices]
     without = [j for j in active if not j.devices]
@@ -386,6 +391,7 @@ def split_shared(
     for ch in channels:
         host_jobs = by_host.get(ch.host, [])
         keys = ch.claim_keys
+        use_keys = keys or (CPU_TIME_KEYS if share_rule.kind == "cpu-time" else keys)
         idle_w = policy.idle_w(ch.host, ch.component, ch.device)
         energy: dict[str | None, list[float]] = defaultdict(list)
         dynamic: dict[str | None, list[float]] = defaultdict(list)
@@ -395,7 +401,7 @@ def split_shared(
             | {
                 t
                 for j in host_jobs
-                for k in keys & j.uses.keys()
+                for k in use_keys & j.uses.keys()
                 for u in j.uses[k].intervals
                 for t in (u.start_ns, u.end_ns)
             }
@@ -417,7 +423,7 @@ def split_shared(
                     left_e -= pe
                     left_d -= pd
                 active = _active(host_jobs, a, b)
-                by_use = _measured_weights(keys, active, a, b, share_rule) if keys else None
+                by_use = _measured_weights(use_keys, active, a, b, share_rule) if use_keys else None
                 w: Sequence[tuple[str | None, float]] = (
                     by_use if by_use is not None else _weights(keys, active, share_rule)
                 )

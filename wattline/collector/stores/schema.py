@@ -147,6 +147,8 @@ def job_event_fields(event: wire.pb.JobEvent) -> dict[str, float | int | str | b
             fields["exit_code"] = int(event.exit_code)
         if event.end_state:  # the scheduler ended it (cancelled, timeout...)
             fields["end_state"] = event.end_state
+        if event.pod_end:  # a pod's job: how the pod ended, its containers' reasons and exits
+            fields.update(pod_end=event.pod_end, pod_containers=event.pod_containers)
         if event.use_scope:
             fields["use_scope"] = ",".join(event.use_scope)
     elif event.kind == wire.pb.JobEvent.KIND_USE:

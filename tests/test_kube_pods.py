@@ -1,0 +1,285 @@
+"""Pods as jobs (README "Kubernetes pods"), at the kubelet's real interfaces.
+
+A recorded node: pod lists served over HTTP by the test as the kubelet's ``/pods`` returns
+them, the kubelet's pod-resources v1 service (from its proto) on a Unix socket, a cgroup v2
+tree (systemd driver, containerd and CRI-O leaves) whose ``cpu.stat`` the test advances at
+known rates, ``/proc/PID/cgroup`` of the GPU processes, and per-process GPU use at known
+shares. The watcher's events and samples at known power go to a SQLite store; each pod's
+job must get its constructed share within 1 % and the node's energy must be conserved.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from wattline import wire
+from wattline.agent.kube.podlist import KubeSettings
+from wattline.agent.kube.pods import job_of, parse_pod_list, pod_end
+from wattline.agent.kube.watcher import PodWatcher
+from wattline.agent.sources.use import DeviceUse
+from wattline.collector.stores.sqlite import SqliteStore
+from wattline.v1 import podresources_pb2 as pr
+from wattline.v1 import podresources_pb2_grpc as pr_grpc
+from wattline.workloads.report import build_report
+from wattline.workloads.report_model import ReportSettings
+
+S = 10**9
+T0 = 1_767_225_600 * S
+NODE = "gpu-node-7"
+CPU_W, GPU_A_W, GPU_B_W = 100.0, 200.0, 300.0
+#: Cores each pod keeps busy, and the whole node (the rest: system processes, node energy).
+CORES = {"pt": 2.0, "batch": 1.0, "note": 0.5, "ts1": 0.25, "ts2": 0.25}
+NODE_CORES = 5.0
+GPU_B_USE = {"ts1": 30.0, "ts2": 10.0}  #: SM % of the time-sliced GPU per pod
+LENGTH_S = 60
+UIDS = {name: f"{n:08x}-0000-4000-8000-{n:012x}" for n, name in enumerate([*CORES, "web"], start=1)}
+PIDS = {"ts1": 101, "ts2": 102}
+
+
+def _pod(name: str, owner: tuple[str, str, str] | None, annotations: dict[str, str], phase: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "team-a", "uid": UIDS[name], "annotations": annotations}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": owner[0], "kind": owner[1], "name": owner[2],
+                                    "uid": "25a8decc-c279-4939-8a78-2c1d60675542", "controller": True}]  # fmt: skip
+    stamp = "2026-01-01T00:00:00Z"
+    state: dict[str, Any] = {"running": {"startedAt": stamp}}
+    if phase != "Running":
+        state = {"terminated": {"exitCode": 0 if phase == "Succeeded" else 137, "startedAt": stamp,
+                                "reason": "Completed" if phase == "Succeeded" else "OOMKilled",
+                                "finishedAt": "2026-01-01T00:01:00Z"}}  # fmt: skip
+    status = {"phase": phase, "qosClass": "Burstable", "startTime": stamp, "containerStatuses": [
+        {"name": "main", "containerID": "containerd://" + "f9" * 32, "restartCount": 0, "state": state}]}  # fmt: skip
+    return {"metadata": meta, "spec": {"nodeName": NODE}, "status": status}
+
+
+def pod_list(phase: str) -> dict[str, Any]:
+    """The node's /pods: a PyTorchJob worker, a batch Job pod, an annotated notebook, two pods
+    time-slicing one GPU (annotated), and a Deployment's pod that stays node energy."""
+    items = [
+        _pod("pt", ("kubeflow.org/v1", "PyTorchJob", "llama-ft"), {}, phase),
+        _pod("batch", ("batch/v1", "Job", "embed-batch"), {}, "Failed" if phase != "Running" else phase),
+        _pod("note", None, {"wattline.io/job": "nb-alice"}, phase),
+        _pod("ts1", None, {"wattline.io/job": "infer-1"}, phase),
+        _pod("ts2", None, {"wattline.io/job": "infer-2"}, phase),
+        _pod("web", ("apps/v1", "ReplicaSet", "web-7d9"), {}, "Running"),
+    ]
+    return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+
+
+class Kubelet:
+    """The kubelet's /pods over HTTP (the test sets what it lists) and its pod-resources socket."""
+
+    def __init__(self, socket: Path) -> None:
+        self.reply: dict[str, Any] = pod_list("Running")
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = json.dumps(outer.reply).encode()
+                ok = self.path == "/pods" and self.headers.get("Authorization") == "Bearer sa-token"
+                self.send_response(200 if ok else 401)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body if ok else b"Unauthorized")
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.http.server_port}/pods"
+        self.grpc = grpc.server(futures.ThreadPoolExecutor(2))
+        pr_grpc.add_PodResourcesListerServicer_to_server(Lister(), self.grpc)  # type: ignore[no-untyped-call]
+        self.grpc.add_insecure_port(f"unix://{socket}")
+        self.grpc.start()
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.grpc.stop(None)
+
+
+class Lister(pr_grpc.PodResourcesListerServicer):
+    """pod-resources v1 List: llama-ft holds GPU-a whole; the two inference pods a replica each of GPU-b."""
+
+    def List(self, request: pr.ListPodResourcesRequest, context: object) -> pr.ListPodResourcesResponse:
+        def pod(name: str, resource: str, ids: list[str]) -> pr.PodResources:
+            devices = [pr.ContainerDevices(resource_name=resource, device_ids=ids)]
+            return pr.PodResources(
+                name=name, namespace="team-a", containers=[pr.ContainerResources(name="main", devices=devices)]
+            )
+
+        return pr.ListPodResourcesResponse(pod_resources=[
+            pod("pt", "nvidia.com/gpu", ["GPU-a"]),
+            pod("ts1", "nvidia.com/gpu", ["GPU-b::1"]),
+            pod("ts2", "nvidia.com/gpu", ["GPU-b::2"]),
+        ])  # fmt: skip
+
+
+class GpuUse:
+    """Per-process use as the NVML source gives it: GPU-b time-sliced at known SM %, GPU-a idle."""
+
+    def process_use(self, since_us: int | None = None) -> list[DeviceUse]:
+        use = {PIDS[name]: value for name, value in GPU_B_USE.items()}
+        return [
+            DeviceUse("gpu", "GPU-b", "sm", frozenset(use), use),
+            DeviceUse("gpu", "GPU-a", "sm", frozenset(), {}),
+        ]
+
+
+def cgroup_tree(root: Path) -> dict[str, Path]:
+    """A cgroup v2 tree, systemd driver: each pod's cgroup with a containerd (or CRI-O) leaf."""
+    base = root / "sys/fs/cgroup"
+    base.mkdir(parents=True)
+    (base / "cgroup.controllers").write_text("cpu io memory pids\n")
+    dirs = {}
+    for n, (name, uid) in enumerate(UIDS.items()):
+        under = uid.replace("-", "_")
+        pod = base / f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{under}.slice"
+        leaf = pod / (f"cri-containerd-{'f9' * 32}.scope" if n % 2 else f"crio-{'ab' * 32}.scope")
+        leaf.mkdir(parents=True)
+        dirs[name] = pod
+        if name in PIDS:
+            proc = root / "proc" / str(PIDS[name])
+            proc.mkdir(parents=True)
+            (proc / "cgroup").write_text(f"0::/{leaf.relative_to(base)}\n")
+    dirs[""] = base
+    return dirs
+
+
+def advance(dirs: dict[str, Path], t_s: float) -> None:
+    """Every cgroup's CPU time at ``t_s`` s after T0 (the root counts the whole node)."""
+    for name, directory in dirs.items():
+        cores = NODE_CORES if name == "" else CORES.get(name, 0.0)
+        (directory / "cpu.stat").write_text(f"usage_usec {int(cores * t_s * 1e6)}\nuser_usec 0\nsystem_usec 0\n")
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]]]:
+    root = tmp_path / "host"
+    dirs = cgroup_tree(root)
+    (tmp_path / "token").write_text("sa-token\n")
+    kubelet = Kubelet(tmp_path / "kubelet.sock")
+    settings = KubeSettings(
+        pods=True, pod_list_url=kubelet.url, token_file=str(tmp_path / "token"),
+        pod_resources_socket=str(tmp_path / "kubelet.sock"),
+    )  # fmt: skip
+    sent: list[wire.pb.JobEvent] = []
+    watcher = PodWatcher(settings.validate(), wire.Host(host_id=NODE), root, lambda _h, ev: sent.extend(ev),
+                         lambda: [GpuUse()])  # fmt: skip
+    yield kubelet, watcher, dirs, sent
+    kubelet.close()
+
+
+def run_node(kubelet: Kubelet, watcher: PodWatcher, dirs: dict[str, Path], end_phase: str = "Succeeded") -> None:
+    for t in range(0, LENGTH_S + 1, 5):
+        advance(dirs, t)
+        watcher.poll(T0 + t * S)
+    kubelet.reply = pod_list(end_phase)
+    watcher.poll(T0 + (LENGTH_S + 5) * S)
+
+
+def store_with(path: Path, events: list[wire.pb.JobEvent]) -> SqliteStore:
+    """Samples at known power (1 s, T0-5 s .. end+5 s) and the watcher's events."""
+    store = SqliteStore(path)
+    batch = wire.Batch(stream_id="agent", seq=1, sent_ns=T0)
+    batch.host.host_id = NODE
+    series = [("rapl", "cpu_package", "package-0", CPU_W), ("nvml", "gpu", "GPU-a", GPU_A_W),
+              ("nvml", "gpu", "GPU-b", GPU_B_W)]  # fmt: skip
+    for source, component, device, watts in series:
+        for i in range(-5, LENGTH_S + 10):
+            batch.samples.add(source=source, component=component, device=device, quality=wire.QUALITY_COUNTER,
+                              healthy=True, start_ns=T0 + i * S, end_ns=T0 + (i + 1) * S, energy_j=watts,
+                              power_w=watts, cumulative_j=watts * (i + 6))  # fmt: skip
+    batch.job_events.extend(events)
+    assert store.write(batch).rejected == 0
+    return store
+
+
+def total_j(store: SqliteStore, job_id: str) -> tuple[float, dict[str, float]]:
+    report = build_report(store, job_id, ReportSettings(share_rule="cpu-time"), now_ns=T0 + 120 * S)  # type: ignore[arg-type]
+    parts: dict[str, float] = {}
+    for window in (report.warmup, report.measured):
+        for name, comp in window.components.items():
+            parts[name] = parts.get(name, 0.0) + comp.energy_j
+    return sum(parts.values()), parts
+
+
+def test_pods_become_jobs_with_their_constructed_shares(
+    node: tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]], tmp_path: Path
+) -> None:
+    kubelet, watcher, dirs, sent = node
+    run_node(kubelet, watcher, dirs)
+    opens = {e.job_id: e for e in sent if e.kind == wire.pb.JobEvent.KIND_OPEN}
+    closes = {e.job_id: e for e in sent if e.kind == wire.pb.JobEvent.KIND_CLOSE}
+    ids = {"pt": "k8s:team-a/llama-ft:25a8decc", "batch": "k8s:team-a/embed-batch:25a8decc",
+           "note": "k8s:team-a/nb-alice", "ts1": "k8s:team-a/infer-1", "ts2": "k8s:team-a/infer-2"}  # fmt: skip
+    assert set(opens) == set(ids.values()) == set(closes)  # the Deployment's pod is no job
+    assert opens[ids["pt"]].labels["owner_kind"] == "PyTorchJob" and list(opens[ids["pt"]].devices) == ["gpu:GPU-a"]
+    assert list(opens[ids["ts1"]].devices) == []  # a replica is a share, not a claim
+    assert closes[ids["batch"]].pod_end == "oom_killed" and closes[ids["batch"]].exit_code == 137
+    assert closes[ids["pt"]].pod_end == "succeeded" and closes[ids["pt"]].time_ns == T0 + LENGTH_S * S
+    assert len({(e.job_id, e.event_seq) for e in sent}) == len(sent)  # each event once
+    store = store_with(tmp_path / "w.db", sent)
+    jobs_cores = sum(CORES.values())
+    attributed = 0.0
+    for name, job_id in ids.items():
+        got, parts = total_j(store, job_id)
+        truth = CPU_W * LENGTH_S * CORES[name] / NODE_CORES
+        truth += GPU_A_W * LENGTH_S if name == "pt" else 0.0
+        truth += GPU_B_W * LENGTH_S * GPU_B_USE[name] / sum(GPU_B_USE.values()) if name in GPU_B_USE else 0.0
+        assert got == pytest.approx(truth, rel=0.01), (name, parts)
+        attributed += got
+    node_j = (CPU_W + GPU_A_W + GPU_B_W) * LENGTH_S
+    unattributed = CPU_W * LENGTH_S * (NODE_CORES - jobs_cores) / NODE_CORES
+    assert attributed + unattributed == pytest.approx(node_j, rel=1e-6)
+
+
+def test_a_restarted_agent_sends_the_same_events(
+    node: tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]], tmp_path: Path
+) -> None:
+    _kubelet, watcher, dirs, sent = node
+    advance(dirs, 0)
+    watcher.poll(T0 + 2 * S)
+    again: list[wire.pb.JobEvent] = []
+    restarted = PodWatcher(watcher.settings, watcher.host, watcher.root, lambda _h, ev: again.extend(ev))
+    restarted.poll(T0 + 3 * S)
+    key = {(e.job_id, e.kind, e.event_seq, e.time_ns) for e in sent if e.kind != wire.pb.JobEvent.KIND_USE}
+    assert key == {(e.job_id, e.kind, e.event_seq, e.time_ns) for e in again if e.kind != wire.pb.JobEvent.KIND_USE}
+
+
+def test_a_failing_pod_list_is_one_line_and_jobs_keep_their_lease(
+    node: tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]], caplog: pytest.LogCaptureFixture
+) -> None:
+    kubelet, watcher, _dirs, sent = node
+    watcher.poll(T0)
+    kubelet.reply = {"kind": "Status"}  # not a pod list
+    for t in (31, 62):
+        watcher.poll(T0 + t * S)
+    assert [r.message for r in caplog.records if "not a PodList" in r.message][:1]
+    assert sum(1 for r in caplog.records if "not a PodList" in r.message) == 1
+    beats = [e for e in sent if e.kind == wire.pb.JobEvent.KIND_HEARTBEAT]
+    assert len(beats) == 5 * 3 and not [e for e in sent if e.kind == wire.pb.JobEvent.KIND_CLOSE]
+
+
+def test_deleted_and_evicted_pods_and_bad_names() -> None:
+    doc = pod_list("Running")
+    doc["items"][0]["metadata"]["namespace"] = "Bad_NS"  # not a namespace the API server allows: skipped
+    doc["items"][2]["metadata"]["annotations"]["wattline.io/job"] = "x" * 100  # not a job name: no job
+    pods = parse_pod_list(doc)
+    assert [p.name for p in pods] == ["batch", "note", "ts1", "ts2", "web"]
+    assert job_of(pods[1]) is None
+    deleted = pod_end(pods[0], vanished=True, now_ns=T0)
+    assert (deleted.state, deleted.exit_code, deleted.time_ns) == ("deleted", 143, T0)
+    evicted = dict(doc["items"][1], status={"phase": "Failed", "reason": "Evicted"})
+    assert pod_end(parse_pod_list({"items": [evicted]})[0], False, T0).state == "evicted"
+    with pytest.raises(ValueError, match="not a PodList"):
+        parse_pod_list({"kind": "Status"})

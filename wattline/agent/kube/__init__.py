@@ -1,0 +1,10 @@
+"""Kubernetes pods as wattline jobs: the agent's pod watcher and what it reads (README "Kubernetes pods").
+
+- :mod:`.pods`: a pod list (kubelet ``/pods`` or the API server's list) parsed; which pods are
+  jobs, their job id, name, labels, and how a pod ended.
+- :mod:`.podlist`: fetching that list over HTTP(S).
+- :mod:`.cgroups`: each pod's cgroup (v1/v2, cgroupfs/systemd drivers), its CPU time, and
+  which pod a process belongs to.
+- :mod:`.podresources`: the devices the kubelet gave each pod (pod-resources API v1, gRPC).
+- :mod:`.watcher`: the loop that turns all this into job events in the host outbox.
+"""

@@ -1,0 +1,421 @@
+"""The agent's pod watcher: this node's pods become jobs, their use of the node job data.
+
+Every ``poll_interval`` it reads the node's pod list (:mod:`.podlist`) and, where asked, the
+devices the kubelet gave each pod (:mod:`.podresources`). A selected pod (:func:`.pods.job_of`)
+opens its job on this host when its first container starts; the pods of one job on this
+host share the job's window, which closes when the last of them ends, saying how
+(``pod_end``, ``pod_containers``, the exit status). While the job runs the watcher sends
+its heartbeats (the lease ends the job if the agent dies) and USE events: the job's CPU
+time against the node's (device ``cpu:host``, metric ``cpu-time``: the ``cpu-time`` share
+rule splits CPU, DRAM and NIC by it) and, every second, each GPU's per-process use summed
+over the job's processes (a process's pod from ``/proc/PID/cgroup``) for GPUs shared by
+time-slicing or MPS. A pod that is no job is remembered by UID: one map lookup per poll.
+
+Every event's identity is fixed by (job id, host) and its place (open, heartbeat period,
+use period and device, events-file line, close), so a restarted agent sends the same
+events again and the stores keep one copy. Events go to the host outbox (``deliver``);
+what it cannot take now is kept and offered again at the next poll.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wattline import wire
+from wattline.agent.kube import podresources
+from wattline.agent.kube.cgroups import PodCgroups
+from wattline.agent.kube.podlist import KubeSettings, PodList, PodSourceError
+from wattline.agent.kube.pods import PRECEDENCE, JobOf, Pod, PodEnd, job_of, pod_end
+
+log = logging.getLogger(__name__)
+
+Deliver = Callable[[wire.pb.Host, list[wire.pb.JobEvent]], None]
+Kind = wire.pb.JobEvent
+
+#: Places in a (job, host) event_seq block.
+OPEN_AT, BEATS_AT, LINES_AT, USE_AT, CLOSE_AT = 1, 1 << 28, 1 << 29, 1 << 30, (1 << 32) - 2
+#: Device slots per use period (slot 0: ``cpu:host``) and periods before the numbers wrap.
+_SLOTS, _PERIODS = 64, 1 << 24
+CPU_DEVICE, CPU_METRIC = "cpu:host", "cpu-time"
+#: Where a pod's own events file is, under the sysfs root: an emptyDir volume named
+#: ``wattline`` (README "Kubernetes pods"); only the pod can write there.
+EVENTS_FILE = "var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/wattline/events"
+MAX_LINE = 4096
+
+
+def seq_base(job_id: str, host_id: str) -> int:
+    """The (job, host) block's base: ``(1..2**31-1) << 32``, fixed by its identity."""
+    digest = int.from_bytes(hashlib.sha256(f"k8s\0{job_id}\0{host_id}".encode()).digest()[:8], "big")
+    return (digest % (2**31 - 1) + 1) << 32
+
+
+@dataclass
+class _Lines:
+    """What has been read of one pod's events file."""
+
+    offset: int = 0
+    number: int = 0
+    partial: bytes = b""
+
+
+@dataclass
+class _Tally:
+    """A job's use of one device since the last poll: integrals of use x time, in %·ns."""
+
+    metric: str
+    mine: float = 0.0
+    total: float = 0.0
+
+
+@dataclass
+class NodeJob:
+    """One job on this host: its pods here and what has been sent of it."""
+
+    job: JobOf
+    base: int
+    pods: dict[str, Pod] = field(default_factory=dict)
+    ended: dict[str, PodEnd] = field(default_factory=dict)
+    opened: bool = False
+    open_ns: int = 0
+    claimed: set[str] = field(default_factory=set)
+    cpu_ns: dict[str, int] = field(default_factory=dict)  #: pod UID -> its last CPU reading
+    use: dict[str, _Tally] = field(default_factory=dict)  #: device -> its use since the last poll
+    beat: int = -1
+    lines: dict[str, _Lines] = field(default_factory=dict)
+
+    def event(self, kind: wire.pb.JobEvent.Kind, time_ns: int, at: int, **fields: Any) -> wire.pb.JobEvent:
+        return wire.JobEvent(job_id=self.job.job_id, kind=kind, time_ns=time_ns, event_seq=self.base | at, **fields)
+
+    @property
+    def live(self) -> list[str]:
+        return [uid for uid in self.pods if uid not in self.ended]
+
+
+class PodWatcher:
+    """Turns the node's pods into job events (see the module doc); :meth:`run` until stopped."""
+
+    def __init__(
+        self,
+        settings: KubeSettings,
+        host: wire.pb.Host,
+        root: Path,
+        deliver: Deliver,
+        use_sources: Callable[[], Sequence[Any]] = list,
+    ) -> None:
+        self.settings, self.host, self.root, self.deliver = settings, host, root, deliver
+        self.use_sources = use_sources
+        self.pod_list = PodList(settings)
+        self.cgroups = PodCgroups(root)
+        self.jobs: dict[str, NodeJob] = {}
+        self.not_jobs: set[str] = set()  #: UIDs of pods that stay node energy
+        self.closed: set[str] = set()  #: jobs closed here: a later pod of theirs does not reopen them
+        self.scope: set[str] = set()  #: devices whose per-process use could be read
+        self.pending: list[wire.pb.JobEvent] = []
+        self.errors: dict[str, str] = {}  #: source -> its last error (said once per change)
+        self._host_cpu: int | None = None
+        self._period_start = 0
+        self._last_use_ns = 0
+        self._poll_ns = 0
+
+    # ----------------------------------------------------------------- the loop
+
+    def run(self, stop: threading.Event, sample_s: float = 1.0) -> None:
+        """Poll the pods every ``poll_interval`` and sample GPU use every ``sample_s`` until ``stop``."""
+        due = 0.0
+        while not stop.is_set():
+            try:
+                if time.monotonic() >= due:
+                    due = time.monotonic() + self.settings.poll_interval
+                    self.poll()
+                else:
+                    self.sample_use()
+            except Exception:  # a bug here must not end the agent's sampling
+                log.exception("pod watcher: pass failed")
+            stop.wait(sample_s)
+
+    def _said(self, source: str, error: str | None) -> None:
+        """Report a failing source once per new error, and its recovery."""
+        if error != self.errors.get(source):
+            if error:
+                log.warning("pod watcher: %s (the other sources go on)", error)
+            elif source in self.errors:
+                log.info("pod watcher: %s answers again", source)
+        if error:
+            self.errors[source] = error
+        else:
+            self.errors.pop(source, None)
+
+    def poll(self, now_ns: int | None = None) -> None:
+        """One look at the pods: open, close, heartbeat, CPU and GPU use, events-file lines."""
+        now_ns = self._poll_ns = now_ns or time.time_ns()
+        try:
+            pods: list[Pod] | None = self.pod_list.fetch()
+            self._said("pod list", None)
+        except PodSourceError as exc:
+            pods = None  # unknown: the jobs keep their lease until the list answers again
+            self._said("pod list", str(exc))
+        devices = self._devices() if pods is not None else {}
+        self.sample_use(now_ns)
+        if pods is not None:
+            self._track(pods, devices, now_ns)
+        for nj in list(self.jobs.values()):
+            self._tend(nj, now_ns)
+        for nj in self.jobs.values():
+            self._flush_use(nj, now_ns)
+        self._cpu(now_ns)
+        self.flush()
+
+    def _devices(self) -> dict[tuple[str, str], podresources.PodDevices]:
+        if not self.settings.pod_resources_socket:
+            return {}
+        try:
+            found = podresources.list_devices(self.settings.pod_resources_socket)
+            self._said("pod-resources", None)
+            return found
+        except OSError as exc:
+            self._said("pod-resources", str(exc))
+            return {}
+
+    # ----------------------------------------------------------------- pods -> jobs
+
+    def _track(self, pods: Iterable[Pod], devices: dict[tuple[str, str], podresources.PodDevices], now: int) -> None:
+        listed: set[str] = set()
+        for pod in pods:
+            listed.add(pod.uid)
+            if pod.uid in self.not_jobs:
+                continue
+            job = job_of(pod, self.settings.pod_labels)
+            if job is None or job.job_id in self.closed:
+                self.not_jobs.add(pod.uid)
+                continue
+            if not pod.started and not pod.terminal:
+                continue  # pending: its work has not begun
+            nj = self.jobs.get(job.job_id)
+            if nj is None:
+                nj = self.jobs[job.job_id] = NodeJob(job, seq_base(job.job_id, self.host.host_id))
+            nj.pods[pod.uid] = pod
+            given = devices.get((pod.namespace, pod.name))
+            if given is not None and not nj.opened:
+                nj.claimed |= given.claimed
+            if pod.terminal and pod.uid not in nj.ended:
+                nj.ended[pod.uid] = pod_end(pod, False, now)
+        self.not_jobs &= listed  # forget pods that left the list
+        for nj in self.jobs.values():
+            for uid, pod in nj.pods.items():
+                if uid not in listed and uid not in nj.ended:
+                    nj.ended[uid] = pod_end(pod, True, now)
+
+    def _tend(self, nj: NodeJob, now: int) -> None:
+        if not nj.opened:
+            nj.open_ns = min(p.started_ns or now for p in nj.pods.values())
+            labels = dict(nj.job.labels)
+            if len(nj.pods) > 1:
+                labels["pod"] = ",".join(sorted(p.name for p in nj.pods.values()))[:256]
+            self.pending.append(
+                nj.event(
+                    Kind.KIND_OPEN,
+                    nj.open_ns,
+                    OPEN_AT,
+                    name=nj.job.name,
+                    job_kind="other",
+                    unit_name="units",
+                    labels=labels,
+                    devices=sorted(nj.claimed),
+                )
+            )
+            nj.opened = True
+        for uid in list(nj.pods):
+            self._read_lines(nj, uid)
+        if nj.live:
+            period_ns = max(1, int(wire.heartbeat_s() * 1e9))
+            number = now // period_ns
+            if number != nj.beat:
+                beat_ns = max(number * period_ns, nj.open_ns)
+                self.pending.append(nj.event(Kind.KIND_HEARTBEAT, beat_ns, BEATS_AT + number % (1 << 28)))
+                nj.beat = number
+            return
+        worst = min(nj.ended.values(), key=lambda e: PRECEDENCE.index(e.state))
+        end_ns = max(max(e.time_ns for e in nj.ended.values()), nj.open_ns)
+        self._flush_use(nj, end_ns)
+        self.pending.append(
+            nj.event(
+                Kind.KIND_CLOSE,
+                end_ns,
+                CLOSE_AT,
+                exit_code=worst.exit_code,
+                pod_end=worst.state,
+                pod_containers=",".join(e.containers for e in nj.ended.values() if e.containers)[:1024],
+                use_scope=sorted(self.scope),
+            )
+        )
+        del self.jobs[nj.job.job_id]
+        self.closed.add(nj.job.job_id)
+        for uid in nj.pods:
+            self.cgroups.forget(uid)
+            self.not_jobs.add(uid)
+
+    # ----------------------------------------------------------------- use
+
+    def _slot(self, device: str) -> int:
+        if device == CPU_DEVICE:
+            return 0
+        known = sorted(self.scope | {device})
+        index = 1 + known.index(device)
+        return index if index < _SLOTS else 1 + zlib.crc32(device.encode()) % (_SLOTS - 1)
+
+    def _use_event(
+        self, nj: NodeJob, device: str, end_ns: int, span_ns: int, mine: float, total: float, metric: str
+    ) -> wire.pb.JobEvent:
+        # Numbered by the poll that sends it (polls are a poll_interval apart), not by end_ns:
+        # a closing job's last period ends between two polls.
+        number = self._poll_ns // int(self.settings.poll_interval * 1e9)
+        place = USE_AT + (number % _PERIODS) * _SLOTS + self._slot(device)
+        return nj.event(
+            Kind.KIND_USE,
+            end_ns,
+            place,
+            use_device=device,
+            use_period_ns=span_ns,
+            job_use=mine,
+            device_use=max(total, mine),
+            use_metric=metric,
+        )
+
+    def _cpu(self, now: int) -> None:
+        """One ``cpu:host`` USE event per open job: its pods' CPU time against every process's."""
+        host = self.cgroups.host_cpu_ns()
+        span = now - self._period_start
+        per_job: dict[str, float] = {}
+        for nj in self.jobs.values():
+            delta = 0.0
+            for uid in nj.live:
+                value = self.cgroups.pod_cpu_ns(uid)
+                if value is None:
+                    continue
+                before = nj.cpu_ns.get(uid)
+                nj.cpu_ns[uid] = value
+                delta += max(0, value - before) if before is not None else 0
+            per_job[nj.job.job_id] = delta
+        if self._period_start and span > 0:
+            jobs_sum = math.fsum(per_job.values())
+            host_delta = max(0, host - self._host_cpu) if host is not None and self._host_cpu is not None else 0
+            total = max(host_delta, jobs_sum) * 100.0 / span
+            for job_id, delta in per_job.items():
+                nj = self.jobs[job_id]
+                if nj.open_ns < now:
+                    mine = delta * 100.0 / span
+                    self.pending.append(self._use_event(nj, CPU_DEVICE, now, span, mine, total, CPU_METRIC))
+        self._host_cpu, self._period_start = host, now
+
+    def sample_use(self, now_ns: int | None = None) -> None:
+        """Ask the per-process sources once; add each job's use of each GPU since the last ask."""
+        now = now_ns or time.time_ns()
+        dt, self._last_use_ns = now - self._last_use_ns, now
+        if not self.jobs or dt <= 0 or dt > 60 * 10**9:
+            return
+        pod_job = {uid: nj for nj in self.jobs.values() for uid in nj.live}
+        for source in self.use_sources():
+            try:
+                uses = source.process_use()
+            except Exception as exc:
+                self._said("per-process use", f"per-process use not read: {exc}")
+                continue
+            for du in uses:
+                if not du.supported:
+                    continue
+                self.scope.add(du.key)
+                mine: dict[str, float] = {}
+                for pid in set(du.use) | set(du.running):
+                    uid = self.cgroups.pod_of_pid(pid)
+                    if uid in pod_job:
+                        job_id = pod_job[uid].job.job_id
+                        mine[job_id] = mine.get(job_id, 0.0) + du.use.get(pid, 0.0)
+                total = du.total if du.total is not None else math.fsum(du.use.values())
+                for job_id, value in mine.items():
+                    tally = self.jobs[job_id].use.setdefault(du.key, _Tally(du.metric))
+                    tally.mine += value * dt
+                    tally.total += max(total, value) * dt
+
+    def _flush_use(self, nj: NodeJob, end_ns: int) -> None:
+        span = end_ns - self._period_start if self._period_start else 0
+        if span > 0:
+            for device, t in sorted(nj.use.items()):
+                self.pending.append(self._use_event(nj, device, end_ns, span, t.mine / span, t.total / span, t.metric))
+        nj.use.clear()
+
+    # ----------------------------------------------------------------- units from inside
+
+    def _read_lines(self, nj: NodeJob, uid: str) -> None:
+        """New complete lines of the pod's events file as UNITS/PHASE events at their place."""
+        path = self.root / EVENTS_FILE.format(uid=uid)
+        state = nj.lines.setdefault(uid, _Lines())
+        try:
+            with path.open("rb") as fh:
+                fh.seek(state.offset)
+                chunk = fh.read(1 << 20)
+        except OSError:
+            return
+        state.offset += len(chunk)
+        *lines, state.partial = (state.partial + chunk).split(b"\n")
+        state.partial = state.partial[-MAX_LINE:]
+        pod_slot = (zlib.crc32(uid.encode()) % 16) << 24
+        for raw in lines:
+            state.number += 1
+            event = _line_event(raw.decode("utf-8", "replace"))
+            if event is not None:
+                kind, fields, stamp = event
+                at = LINES_AT + pod_slot + state.number % (1 << 24)
+                self.pending.append(nj.event(kind, max(stamp or time.time_ns(), nj.open_ns), at, **fields))
+
+    # ----------------------------------------------------------------- delivery
+
+    def flush(self) -> None:
+        """Hand the pending events to the outbox; kept for the next poll if it cannot take them."""
+        if not self.pending:
+            return
+        try:
+            self.deliver(self.host, self.pending)
+            self.pending = []
+            self._said("outbox", None)
+        except Exception as exc:
+            self._said("outbox", f"job events kept for the next poll: {exc}")
+
+
+def _line_event(line: str) -> tuple[wire.pb.JobEvent.Kind, dict[str, Any], int | None] | None:
+    """``units N [UNIX_TIME]`` / ``phase NAME [UNIX_TIME]`` as (kind, fields, time); None otherwise."""
+    parts = line.split()
+    if len(parts) not in (2, 3) or parts[0] not in ("units", "phase") or len(line) > MAX_LINE:
+        return None
+    stamp = None
+    try:
+        if len(parts) == 3:
+            stamp = int(float(parts[2]) * 1e9)
+            if not 0 < stamp < 1 << 62:
+                return None
+        if parts[0] == "units":
+            units = float(parts[1])
+            return (Kind.KIND_UNITS, {"units": units}, stamp) if 0 <= units < math.inf else None
+    except (ValueError, OverflowError):
+        return None
+    return Kind.KIND_PHASE, {"phase": parts[1][:64]}, stamp
+
+
+def from_config(
+    doc: Any, root: Path, host: wire.pb.Host, deliver: Deliver, sources: Callable[[], Sequence[Any]]
+) -> PodWatcher | None:
+    """The watcher the ``[kubernetes]`` table asks for (None when ``pods`` is off); ConfigError on bad settings."""
+    from wattline.config import build
+
+    settings = build(KubeSettings, "kubernetes", doc).validate()
+    if not settings.pods:
+        return None
+    return PodWatcher(settings, host, root, deliver, lambda: [s for s in sources() if hasattr(s, "process_use")])

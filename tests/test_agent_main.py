@@ -24,11 +24,11 @@ def settings(*argv: str) -> AgentSettings:
 def test_cli_spellings() -> None:
     s = settings(
         "--source", "rapl", "--source", "nic", "--collector", "a:1", "--collector", "b:2",
-        "-l", "cluster=c1", "--label", "rack=3", "-i", "0.1", "--tls", "--sysfs-root", "/host",
+        "-l", "cluster=c1", "--label", "rack=3", "-i", "0.1", "--tls", "--sysfs-root", "/proc/1",
     )  # fmt: skip
     assert s.sources == ["rapl", "nic"] and s.collectors == ["a:1", "b:2"]
     assert s.labels == {"cluster": "c1", "rack": "3"} and s.interval == 0.1 and s.tls is True
-    assert str(s.sysfs_root) == "/host"
+    assert str(s.sysfs_root) == "/proc/1"
 
 
 def test_lean_spellings() -> None:
@@ -44,7 +44,7 @@ def test_defaults_come_from_the_settings() -> None:
 
 PLAIN = [
     [],
-    ["--sysfs-root", "/host", "--interval", "0.5", "--collectors", "a:1", "--host-id", "h", "--sources", "rapl,nic"],
+    ["--sysfs-root", "/proc/1", "--interval", "0.5", "--collectors", "a:1", "--host-id", "h", "--sources", "rapl,nic"],
     ["--source", "rapl", "--source=nic", "--collector", "a:1", "-l", "x=1", "--label=y=2", "--labels", "z=3"],
     ["-c", "/etc/w.toml", "--log-level", "debug", "-i", "2", "--interval=3", "--tls"],
     ["--tls", "--spool-dir", "memory", "--host-id="],

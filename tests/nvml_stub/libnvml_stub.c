@@ -720,17 +720,17 @@ int nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationS
 }
 
 /* ---- power limits set (wattline sweep) ----------------------------------------------
- * The driver keeps a limit set by one process for every other: WATTLINE_NVML_LIMITS names
+ * The driver keeps a limit set by one process for every other: NVML_STUB_LIMITS names
  * a file of "<gpu index> <mW>" lines, one per nvmlDeviceSetPowerManagementLimit (without it,
  * setting is NotSupported). nvmlDeviceGetPowerManagementLimit answers a GPU's latest line,
- * else its mgmt_limit series. WATTLINE_NVML_SET_ERROR=N: setting answers error N (4:
- * NoPermission). Constraints: WATTLINE_NVML_LIMIT_RANGE="<min mW>:<max mW>" (default
+ * else its mgmt_limit series. NVML_STUB_SET_ERROR=N: setting answers error N (4:
+ * NoPermission). Constraints: NVML_STUB_LIMIT_RANGE="<min mW>:<max mW>" (default
  * 100000:400000).
  */
 
 static int set_limit_of(nvmlDevice_t device, unsigned int *lim) {
     gpu_t *g = as_gpu(device);
-    const char *path = getenv("WATTLINE_NVML_LIMITS");
+    const char *path = getenv("NVML_STUB_LIMITS");
     FILE *f = (g && path) ? fopen(path, "r") : NULL;
     if (f == NULL) return E_NOT_FOUND;
     int idx, found = 0;
@@ -744,7 +744,7 @@ static int set_limit_of(nvmlDevice_t device, unsigned int *lim) {
 int nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device, unsigned int limit_mw) {
     ENTER();
     gpu_t *g = as_gpu(device);
-    const char *path = getenv("WATTLINE_NVML_LIMITS"), *err = getenv("WATTLINE_NVML_SET_ERROR");
+    const char *path = getenv("NVML_STUB_LIMITS"), *err = getenv("NVML_STUB_SET_ERROR");
     unsigned int lo, hi;
     if (g == NULL) return E_INVALID;
     if (err != NULL && *err) return atoi(err);
@@ -760,7 +760,7 @@ int nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device, unsigned int limit_mw
 
 int nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, unsigned int *min_mw, unsigned int *max_mw) {
     ENTER();
-    const char *range = getenv("WATTLINE_NVML_LIMIT_RANGE");
+    const char *range = getenv("NVML_STUB_LIMIT_RANGE");
     if (as_gpu(device) == NULL) return E_INVALID;
     *min_mw = 100000;
     *max_mw = 400000;

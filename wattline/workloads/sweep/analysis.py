@@ -8,14 +8,15 @@ whether each advantage is real. Pure: no I/O, no clock.
 - the measurement bound of the difference (:func:`wattline.workloads.uncertainty.change_bound`,
   as ``wattline compare`` gives it: model terms add, measurement terms in root-sum-square), and
 - the run-to-run spread: twice the two points' ranges of repeats (max - min) added, each
-  range at least the median range of the sweep's points;
+  range taken at least as wide as the median range of the sweep's points and as
+  :data:`MIN_SPREAD` of the point's mean;
 
 and each point has at least :data:`MIN_RUNS` runs. Otherwise it is "within uncertainty".
 The bound covers what the meters may be off; only the repeats show how much the workload
 itself moves between runs (start-up jitter against a fixed unit count), which the bound
-rightly does not hold. A range of three runs can be small by chance, hence the sweep-wide
-floor and the factor two: together they keep two identical settings from being called
-different.
+rightly does not hold. A range of three runs can be small by chance (two identical settings
+whose runs happen to cluster apart), hence the floors and the factor two: three runs alone
+cannot tell a spread of a few tenths of a percent from none.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ from wattline.workloads.uncertainty import Side, change_bound
 MIN_RUNS = 3
 #: How many of the two points' ranges an advantage must exceed.
 SPREAD_FACTOR = 2.0
+#: The narrowest range of runs believed, relative to the mean: two runs of one job differ
+#: by a few tenths of a percent (start-up jitter against a fixed unit count; issue #32), so
+#: a narrower range of three runs is luck, not a property of the setting.
+MIN_SPREAD = 0.005
 
 
 @dataclass(frozen=True)
@@ -151,6 +156,7 @@ def advantage(best: Value, nxt: Value, over: Point, floor_rel: float, runs: int)
     bound = change_bound(nxt.mean / best.mean, best.side, nxt.side) if best.mean > 0 else None
     if best.side is None and nxt.side is None:
         bound = 0.0  # an exact figure (instances, cost): only the repeats move it
+    floor_rel = max(floor_rel, MIN_SPREAD)
     spread_abs = SPREAD_FACTOR * (max(best.range, floor_rel * best.mean) + max(nxt.range, floor_rel * nxt.mean))
     spread = 100.0 * spread_abs / best.mean if best.mean > 0 else None
     if runs < MIN_RUNS:

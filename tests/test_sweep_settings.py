@@ -119,7 +119,14 @@ def test_cpufreq_not_permitted_changes_nothing(tmp_path: Path) -> None:
     files[1].unlink()
     files[1].symlink_to(readonly)
     governor = files[0].parent / "scaling_governor"
-    args = ["--sysfs-root", str(tmp_path / "host"), "--param", "cpu_governor=performance", "--param", "cpu_max_freq=1GHz"]
+    args = [
+        "--sysfs-root",
+        str(tmp_path / "host"),
+        "--param",
+        "cpu_governor=performance",
+        "--param",
+        "cpu_max_freq=1GHz",
+    ]
     out = subprocess.run(
         [*CLI, "sweep", *args, "--", "true"], env=env_for(tmp_path), capture_output=True, text=True, timeout=60
     )
@@ -144,7 +151,9 @@ def nvml_env(tmp_path: Path, **more: str) -> dict[str, str]:
 
 def limit_now(env: dict[str, str]) -> int:
     """The GPU's power limit as another process reads it through NVML (mW)."""
-    code = "import pynvml as n; n.nvmlInit(); print(n.nvmlDeviceGetPowerManagementLimit(n.nvmlDeviceGetHandleByIndex(0)))"
+    code = (
+        "import pynvml as n; n.nvmlInit(); print(n.nvmlDeviceGetPowerManagementLimit(n.nvmlDeviceGetHandleByIndex(0)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30, check=True)
     return int(out.stdout)
 

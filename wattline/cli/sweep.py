@@ -40,7 +40,10 @@ def _outputs(sla: str | None, as_json: bool, plot: Path | None, html: Path | Non
 def sweep(
     command: list[str] | None = typer.Argument(None, help="The command, after --; {NAME} takes each --param's value."),
     params: list[str] | None = typer.Option(
-        None, "--param", "-p", help="NAME=V1,V2,... (repeat). power_limit (W), cpu_max_freq, cpu_governor are applied by wattline."
+        None,
+        "--param",
+        "-p",
+        help="NAME=V1,V2,... (repeat); power_limit (W), cpu_max_freq, cpu_governor: applied by wattline.",
     ),
     repeat: int = typer.Option(3, "--repeat", "-r", help="Runs of each point, interleaved."),
     resume: str | None = typer.Option(None, "--resume", help="Resume sweep ID: reuse its runs done, run the rest."),
@@ -48,15 +51,17 @@ def sweep(
     kind: str = typer.Option("other", "--kind", help="inference, training or other."),
     units: str = typer.Option("units", "--units", help="Name of the work unit (inferences, sequences, tokens)."),
     labels: list[str] | None = typer.Option(None, "--label", "-l", help="Job label KEY=VALUE for every run (repeat)."),
-    sla: str | None = typer.Option(None, "--sla", help="Target throughput, units per hour (N or N/h): the best settings for it."),
+    sla: str | None = typer.Option(None, "--sla", help="Target units per hour (N or N/h): the best settings for it."),
     saturated_after: str | None = typer.Option(None, "--saturated-after", help="Saturated this long after each start."),
-    units_from_stdout: str | None = typer.Option(None, "--units-from-stdout", help="Regex on stdout lines counting units."),
-    collectors: list[str] | None = typer.Option(None, "--collector", help="Send job events to this collector (with --store)."),
+    units_from_stdout: str | None = typer.Option(None, "--units-from-stdout", help="Regex counting units on stdout."),
+    collectors: list[str] | None = typer.Option(
+        None, "--collector", help="Job events to this collector (with --store)."
+    ),
     interval: float | None = typer.Option(None, "--interval", "-i", help="Embedded sampling interval, seconds."),
     sysfs_root: Path | None = typer.Option(None, "--sysfs-root", help="Root for /sys and /proc (sources and cpufreq)."),
     sources: list[str] | None = typer.Option(None, "--source", help="Sources for embedded sampling (repeat)."),
     host_id: str | None = typer.Option(None, "--host-id", help="Host identity (must match the host agent's)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON (the commands' output goes to stderr)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON (commands' output: stderr)."),
     plot: Path | None = typer.Option(None, "--plot", help="Draw the Pareto figure to FILE.png or FILE.svg."),
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained page to FILE.html."),
     csv: Path | None = typer.Option(None, "--csv", help="Write one CSV row per point to FILE."),

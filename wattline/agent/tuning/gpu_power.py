@@ -41,7 +41,9 @@ def nvml() -> Iterator[Any]:
     try:
         nv.nvmlInit()
     except nv.NVMLError as exc:
-        raise NotPermitted(f"--param power_limit: NVML unavailable ({exc}): no NVIDIA GPU here?; nothing changed") from None
+        raise NotPermitted(
+            f"--param power_limit: NVML unavailable ({exc}): no NVIDIA GPU here?; nothing changed"
+        ) from None
     try:
         yield nv
     finally:
@@ -81,12 +83,15 @@ class GpuPowerLimit:
                     raise NotPermitted(f"--param power_limit: {uuid}: {exc}; nothing changed") from None
                 for mw in wanted:
                     if not lo <= mw <= hi:
-                        raise ConfigError(f"--param power_limit: {mw / 1000:g} W is outside {uuid}'s {lo / 1000:g}-{hi / 1000:g} W")
+                        raise ConfigError(
+                            f"--param power_limit: {mw / 1000:g} W is outside {uuid}'s {lo / 1000:g}-{hi / 1000:g} W"
+                        )
                 try:
                     nv.nvmlDeviceSetPowerManagementLimit(h, current)
                 except nv.NVMLError as exc:
                     raise NotPermitted(
-                        f"--param power_limit: NVML refuses to set {uuid}'s power limit ({exc}; root needed); nothing changed"
+                        f"--param power_limit: NVML refuses to set {uuid}'s power limit ({exc}; root needed); "
+                        "nothing changed"
                     ) from None
 
     def saved(self) -> dict[str, Any]:

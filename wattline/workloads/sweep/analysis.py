@@ -21,6 +21,7 @@ cannot tell a spread of a few tenths of a percent from none.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -236,7 +237,7 @@ def analyse(runs: Sequence[RunFigures], grid: Sequence[Point], sla: float | None
     failed = [p for p in results if p not in ranked]
     runs_each = min((len(p.usable) for p in ranked), default=0)
     floor = _floor([p.j_per_unit for p in ranked])
-    for best, nxt in zip(ranked, ranked[1:], strict=False):
+    for best, nxt in itertools.pairwise(ranked):
         assert best.j_per_unit is not None and nxt.j_per_unit is not None
         best.advantage = advantage(best.j_per_unit, nxt.j_per_unit, nxt.point, floor, runs_each)
     _pareto(ranked)

@@ -25,7 +25,7 @@ from wattline.workloads.job_command import Job, say
 from wattline.workloads.report import ReportSettings
 from wattline.workloads.run import check_command
 from wattline.workloads.sweep import grid, plan, runner
-from wattline.workloads.sweep.analysis import analyse
+from wattline.workloads.sweep.analysis import RunFigures, analyse
 from wattline.workloads.sweep.output import answer_json, csv_text, print_answer
 
 
@@ -63,7 +63,7 @@ def run_sweep(the_plan: plan.Plan, template: Job, settings: ReportSettings, sysf
     knobs = prepare(the_plan, sysfs_root)
     if template.collectors and not template.store.named:
         raise ConfigError("wattline sweep --collector: give the collector's store (--store) to read the runs' reports")
-    done: list[runner.RunFigures] = []
+    done: list[RunFigures] = []
     if (plan.plan_path(root, the_plan.sweep_id)).exists():
         with template.store.open_reader() as reader:
             done = runner.done_runs(reader, the_plan, settings)
@@ -74,7 +74,9 @@ def run_sweep(the_plan: plan.Plan, template: Job, settings: ReportSettings, sysf
         with runner.signals_interrupt():
             runs = runner.run_plan(the_plan, template, applied, settings, done, say)
     except (runner.Interrupted, KeyboardInterrupt) as exc:
-        say(f"wattline sweep {the_plan.sweep_id}: interrupted; resume with: wattline sweep --resume {the_plan.sweep_id}")
+        say(
+            f"wattline sweep {the_plan.sweep_id}: interrupted; resume with: wattline sweep --resume {the_plan.sweep_id}"
+        )
         return exc.status if isinstance(exc, runner.Interrupted) else 130
     finally:
         for line in applied.restore():

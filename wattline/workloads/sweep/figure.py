@@ -59,7 +59,9 @@ def plot_sweep(data: dict[str, Any]) -> Any:
     ax.set_ylim(bottom=0)
     ax.set_xlim(left=0)
     ax.grid(alpha=0.3)
-    ax.set_title(f"sweep {data['sweep']}: energy per {one} against throughput ({data['repeat']} runs each)", fontsize=10)
+    ax.set_title(
+        f"sweep {data['sweep']}: energy per {one} against throughput ({data['repeat']} runs each)", fontsize=10
+    )
     if pts:
         ax.legend(fontsize=8, loc="upper right")
     fig.text(

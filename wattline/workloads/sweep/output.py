@@ -161,11 +161,23 @@ def csv_text(data: dict[str, Any]) -> str:
         w.writerow(
             [p["params"][n] for n in names]
             + [
-                p["rank"], p["runs"], p["runs_ok"], e.get("mean"), e.get("bound_rel"), e.get("range_rel"),
-                (p["throughput_per_s"] or {}).get("mean"), (p["mean_power_w"] or {}).get("mean"),
-                int(p["pareto"]), a.get("pct"), None if not a else int(a["real"]), a.get("verdict"),
-                (p["sla_instances"] or [None, None])[1], (p["sla_energy_kwh_per_million"] or {}).get("mean"),
-                (p["sla_cost_usd_per_million"] or {}).get("mean"), " ".join(p["jobs"]), "; ".join(p["problems"]),
-            ]  # fmt: skip
+                p["rank"],
+                p["runs"],
+                p["runs_ok"],
+                e.get("mean"),
+                e.get("bound_rel"),
+                e.get("range_rel"),
+                (p["throughput_per_s"] or {}).get("mean"),
+                (p["mean_power_w"] or {}).get("mean"),
+                int(p["pareto"]),
+                a.get("pct"),
+                None if not a else int(a["real"]),
+                a.get("verdict"),
+                (p["sla_instances"] or [None, None])[1],
+                (p["sla_energy_kwh_per_million"] or {}).get("mean"),
+                (p["sla_cost_usd_per_million"] or {}).get("mean"),
+                " ".join(p["jobs"]),
+                "; ".join(p["problems"]),
+            ]
         )
     return out.getvalue()

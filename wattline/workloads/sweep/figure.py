@@ -56,14 +56,15 @@ def plot_sweep(data: dict[str, Any]) -> Any:
         )  # fmt: skip
     ax.set_xlabel(f"throughput ({unit}/s)")
     ax.set_ylabel(f"energy per {one} (J)")
-    ax.set_ylim(bottom=0)
-    ax.set_xlim(left=0)
+    if pts:  # room for the labels right of the points and the legend above them
+        ax.set_xlim(0, 1.22 * max(max(p["throughput_per_s"]["runs"]) for p in pts))
+        ax.set_ylim(0, 1.25 * max(max(p["j_per_unit"]["runs"]) * (1 + (p["j_per_unit"]["bound_rel"] or 0)) for p in pts))
     ax.grid(alpha=0.3)
     ax.set_title(
         f"sweep {data['sweep']}: energy per {one} against throughput ({data['repeat']} runs each)", fontsize=10
     )
     if pts:
-        ax.legend(fontsize=8, loc="upper right")
+        ax.legend(fontsize=8, loc="upper left")
     fig.text(
         0.01, 0.01,
         "error bars: the measurement bound and the range of the runs; blue: the Pareto front (no setting "

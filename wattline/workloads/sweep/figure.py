@@ -58,7 +58,8 @@ def plot_sweep(data: dict[str, Any]) -> Any:
     ax.set_ylabel(f"energy per {one} (J)")
     if pts:  # room for the labels right of the points and the legend above them
         ax.set_xlim(0, 1.22 * max(max(p["throughput_per_s"]["runs"]) for p in pts))
-        ax.set_ylim(0, 1.25 * max(max(p["j_per_unit"]["runs"]) * (1 + (p["j_per_unit"]["bound_rel"] or 0)) for p in pts))
+        top = max(max(p["j_per_unit"]["runs"]) * (1 + (p["j_per_unit"]["bound_rel"] or 0)) for p in pts)
+        ax.set_ylim(0, 1.25 * top)
     ax.grid(alpha=0.3)
     ax.set_title(
         f"sweep {data['sweep']}: energy per {one} against throughput ({data['repeat']} runs each)", fontsize=10

@@ -714,8 +714,11 @@ int nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *lim) {
     return limit(device, S_LIMIT, lim);
 }
 
+static int set_limit_of(nvmlDevice_t device, unsigned int *lim);
+
 int nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *lim) {
     ENTER();
+    if (set_limit_of(device, lim) == OK) return OK;
     return limit(device, S_MGMT_LIMIT, lim);
 }
 
@@ -839,5 +842,54 @@ int nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationS
     if (g->pad) memset(samples + n, 0, (*count - n) * sizeof *samples); /* count stays the caller's */
     else *count = n;
     if (fixed) g->sample_epoch++;
+    return OK;
+}
+
+/* ---- power limits set (wattline sweep) ----------------------------------------------
+ * The driver keeps a limit set by one process for every other: NVML_STUB_LIMITS names
+ * a file of "<gpu index> <mW>" lines, one per nvmlDeviceSetPowerManagementLimit (without it,
+ * setting is NotSupported). nvmlDeviceGetPowerManagementLimit answers a GPU's latest line,
+ * else its mgmt_limit series. NVML_STUB_SET_ERROR=N: setting answers error N (4:
+ * NoPermission). Constraints: NVML_STUB_LIMIT_RANGE="<min mW>:<max mW>" (default
+ * 100000:400000).
+ */
+
+static int set_limit_of(nvmlDevice_t device, unsigned int *lim) {
+    gpu_t *g = as_gpu(device);
+    const char *path = getenv("NVML_STUB_LIMITS");
+    FILE *f = (g && path) ? fopen(path, "r") : NULL;
+    if (f == NULL) return E_NOT_FOUND;
+    int idx, found = 0;
+    unsigned int mw;
+    while (fscanf(f, "%d %u", &idx, &mw) == 2)
+        if (idx == gpu_index(g)) { *lim = mw; found = 1; }
+    fclose(f);
+    return found ? OK : E_NOT_FOUND;
+}
+
+int nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device, unsigned int limit_mw) {
+    ENTER();
+    gpu_t *g = as_gpu(device);
+    const char *path = getenv("NVML_STUB_LIMITS"), *err = getenv("NVML_STUB_SET_ERROR");
+    unsigned int lo, hi;
+    if (g == NULL) return E_INVALID;
+    if (err != NULL && *err) return atoi(err);
+    if (path == NULL) return E_NOT_SUPPORTED;
+    nvmlDeviceGetPowerManagementLimitConstraints(device, &lo, &hi);
+    if (limit_mw < lo || limit_mw > hi) return E_INVALID;
+    FILE *f = fopen(path, "a");
+    if (f == NULL) return E_UNKNOWN;
+    fprintf(f, "%d %u\n", gpu_index(g), limit_mw);
+    fclose(f);
+    return OK;
+}
+
+int nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, unsigned int *min_mw, unsigned int *max_mw) {
+    ENTER();
+    const char *range = getenv("NVML_STUB_LIMIT_RANGE");
+    if (as_gpu(device) == NULL) return E_INVALID;
+    *min_mw = 100000;
+    *max_mw = 400000;
+    if (range != NULL) sscanf(range, "%u:%u", min_mw, max_mw);
     return OK;
 }

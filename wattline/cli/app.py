@@ -10,7 +10,9 @@ import sys
 import typer
 
 from wattline import __version__
-from wattline.cli import daemons, jobs, outputs, slurm, workload
+from wattline.agent.outbox import outbox_root
+from wattline.agent.tuning.records import restore_dead, restore_dir
+from wattline.cli import daemons, jobs, outputs, slurm, sweep, workload
 from wattline.cli.agent_entry import start_logging
 from wattline.cli.errors import COMMON_ERRORS, exit_status, one_line, say_error
 from wattline.collector.stores.base import StoreUnavailable
@@ -32,6 +34,7 @@ jobs.register(app)
 outputs.register(app)
 slurm.register(app)
 workload.register(app)
+sweep.register(app)
 
 
 def _version(value: bool) -> None:
@@ -47,6 +50,8 @@ def root(
 ) -> None:
     """wattline: per-host agent, collector, job wrappers and reports."""
     start_logging(log_level)
+    # settings a dead sweep changed are put back by the next wattline command on the host
+    restore_dead(restore_dir(outbox_root("")), lambda line: print(f"wattline: {line}", file=sys.stderr, flush=True))
 
 
 def _usage_errors() -> tuple[tuple[type[Exception], ...], tuple[type[BaseException], ...]]:

@@ -139,6 +139,7 @@ def jobs(
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV: one row per job with its report's figures."),
     price: float | None = PRICE,
     carbon_intensity: str | None = CARBON,
+    label: list[str] | None = typer.Option(None, "--label", "-l", help="Only jobs with label KEY=VALUE (repeat: all)."),
     *,
     choice: StoreChoice,
 ) -> None:
@@ -147,14 +148,15 @@ def jobs(
 
     A job whose stored events are bad is listed with its ``error``; it never stops the listing.
     """
+    wanted = parse_pairs(label or [], "--label")
     if as_csv:
         from wattline.cli import outputs
 
         with choice.reader() as reader:
-            outputs.jobs_csv(reader, report_settings(price, carbon_intensity, 1.0, "none", "equal"))
+            outputs.jobs_csv(reader, report_settings(price, carbon_intensity, 1.0, "none", "equal"), wanted)
         return
     with choice.reader() as reader:
-        rows = job_rows(reader, energy)
+        rows = job_rows(reader, energy, wanted)
     if as_json:
         print_json(rows)
     else:

@@ -14,7 +14,7 @@ from wattline.collector.stores.reader import Reader
 from wattline.config import ConfigError
 from wattline.workloads import export as export_rows
 from wattline.workloads.jobs_view import all_views
-from wattline.workloads.reading import report_or_exit
+from wattline.workloads.reading import labelled, report_or_exit
 from wattline.workloads.report import Report, ReportSettings, build_report
 from wattline.workloads.timeline import build_timeline
 
@@ -66,10 +66,11 @@ def _write(path: Path, write: Any) -> None:
     typer.echo(f"wrote {path}", err=True)
 
 
-def jobs_csv(reader: Reader, settings: ReportSettings) -> None:
-    """``jobs --csv``: one row per job on stdout; a job whose events are bad has its error."""
+def jobs_csv(reader: Reader, settings: ReportSettings, labels: dict[str, str] | None = None) -> None:
+    """``jobs --csv``: one row per job (with every one of ``labels``) on stdout; a job whose
+    events are bad has its error."""
     rows: list[dict[str, Any]] = []
-    for view in all_views(reader):
+    for view in labelled(all_views(reader), labels):
         try:
             view.check()
             rows.append(export_rows.job_row(build_report(reader, view.job_id, settings)))

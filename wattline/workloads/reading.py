@@ -8,6 +8,7 @@ a :class:`ConfigError` (one line, exit 2).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from wattline.collector.daemon import store_from_settings
@@ -17,7 +18,7 @@ from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
 from wattline.collector.stores.reader import OpenReader, Reader
 from wattline.config import ConfigError
 from wattline.workloads import economics
-from wattline.workloads.jobs_view import AmbiguousJob, JobNotFound, all_views, resolve_job
+from wattline.workloads.jobs_view import AmbiguousJob, JobNotFound, JobView, all_views, resolve_job
 from wattline.workloads.render import estimate_share
 from wattline.workloads.report import Report, ReportSettings, build_complete_report, build_report
 
@@ -64,12 +65,13 @@ def report_or_exit(reader: Reader, ref: str, settings: ReportSettings) -> Report
         raise ConfigError(str(exc)) from None
 
 
-def job_rows(reader: Reader, energy: bool) -> list[dict[str, Any]]:
-    """``wattline jobs``: one row per job (the JSON shape); with ``energy``, each job's figures
-    from its report. A job whose stored events are bad has its ``error``, never stops the list."""
+def job_rows(reader: Reader, energy: bool, labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """``wattline jobs``: one row per job (the JSON shape) that has every one of ``labels``; with
+    ``energy``, each job's figures from its report. A job whose stored events are bad has its
+    ``error``, never stops the list."""
     rows: list[dict[str, Any]] = []
     now_ns = time.time_ns()
-    for view in all_views(reader):
+    for view in labelled(all_views(reader), labels):
         row: dict[str, Any] = {
             "id": view.job_id,
             "name": view.name,
@@ -101,6 +103,11 @@ def job_rows(reader: Reader, energy: bool) -> list[dict[str, Any]]:
             row.update(units=None, error=" ".join(str(exc).split()))
         rows.append(row)
     return rows
+
+
+def labelled(views: list[JobView], labels: Mapping[str, str] | None) -> list[JobView]:
+    """The views that carry every one of ``labels`` (KEY=VALUE, ``jobs --label``)."""
+    return [v for v in views if all(v.labels.get(k) == val for k, val in (labels or {}).items())]
 
 
 def compare_jobs(

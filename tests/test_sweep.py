@@ -1,0 +1,111 @@
+"""``wattline sweep`` (issue #32) on a workload whose energy per unit is known by construction.
+
+``tests/sweep_workload.py`` draws WATTS on a RAPL zone advanced by
+:class:`sysfs_trees.PowerAdvancer` and counts RATE units a second: each point's truth is
+WATTS / RATE (from the grid, not from the code under test). The grid holds two settings of
+equal truth (30 W at 100/s, 45 W at 150/s): never called different; the best (30 W at
+150/s) leads the next by 50 %: real.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from procs import CLI, clean_env
+from sysfs_trees import PowerAdvancer, Zone, powercap_tree
+
+ZONE = "intel-rapl:0"
+WORKLOAD = Path(__file__).parent / "sweep_workload.py"
+TRUTH = {("30", "100"): 0.3, ("30", "150"): 0.2, ("45", "100"): 0.45, ("45", "150"): 0.3}
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[PowerAdvancer]:
+    """One RAPL package zone at 0 W until the workload's schedule says otherwise."""
+    root = powercap_tree(tmp_path / "host", [Zone(ZONE, "package-0", 10**11)])
+    powered = PowerAdvancer(root, {ZONE: 0.0}, 10**11, schedule=tmp_path / "schedule")
+    yield powered
+    powered.close()
+
+
+def env_for(tmp_path: Path) -> dict[str, str]:
+    return {
+        **clean_env(),
+        "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}",
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "COLUMNS": "200",
+    }
+
+
+def wattline(args: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_sweep_finds_the_true_best_and_never_splits_equal_settings(tmp_path: Path, host: PowerAdvancer) -> None:
+    env = env_for(tmp_path)
+    sampling = ["--sysfs-root", str(host.root), "--source", "rapl", "--interval", "0.25"]
+    command = [sys.executable, str(WORKLOAD), str(tmp_path / "schedule"), ZONE, "{watts}", "{rate}", "1.5", "0.5"]
+    outputs = ["--plot", str(tmp_path / "p.png"), "--html", str(tmp_path / "p.html"), "--csv", str(tmp_path / "p.csv")]
+    out = wattline(
+        ["sweep", "--param", "watts=30,45", "--param", "rate=100,150", "--units", "items", "--sla", "1000000/h",
+         "--price", "2", "--json", *sampling, *outputs, "--", *command],
+        env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    by = {(p["params"]["watts"], p["params"]["rate"]): p for p in data["points"]}
+    for key, truth in TRUTH.items():
+        got = by[key]["j_per_unit"]
+        print(key, f"{got['mean']:.5f} J vs truth {truth} ({100 * (got['mean'] / truth - 1):+.3f} %)", got["runs"])
+        assert got["mean"] == pytest.approx(truth, rel=0.01)
+        assert by[key]["runs_ok"] == 3
+    ranked = [(p["params"]["watts"], p["params"]["rate"]) for p in data["points"]]
+    assert ranked[0] == ("30", "150")
+    lead = data["points"][0]["advantage_over_next"]
+    assert lead["real"] and lead["pct"] == pytest.approx(50, abs=2)
+    # the two settings of equal truth sit next to each other: never different
+    equal = data["points"][1]["advantage_over_next"]
+    assert {ranked[1], ranked[2]} == {("30", "100"), ("45", "150")}
+    assert not equal["real"] and equal["verdict"].startswith("within uncertainty"), equal
+    assert [p["pareto"] for p in data["points"]] == [True, False, False, False]
+    choices = {c["figure"]: c for c in data["choices"]}
+    assert choices["energy per unit"]["params"] == {"watts": "30", "rate": "150"}
+    assert choices["energy at the SLA"]["params"] == {"watts": "30", "rate": "150"}
+    assert choices["cost at the SLA"]["params"]["rate"] == "150"  # the fewest instances
+    rows = list(csv.DictReader((tmp_path / "p.csv").open()))
+    assert [(r["param_watts"], r["param_rate"]) for r in rows] == ranked
+    assert (tmp_path / "p.png").stat().st_size > 10_000
+    assert "<svg" in (tmp_path / "p.html").read_text()
+
+    # every run is a job labelled with the sweep and its point; a resume runs nothing again
+    listed = wattline(["jobs", "--no-energy", "--json", "--label", f"sweep={data['sweep']}"], env)
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)) == 12
+    only = wattline(["jobs", "--no-energy", "--json", "--label", "param.watts=45", "--label", "param.rate=100"], env)
+    assert len(json.loads(only.stdout)) == 3
+    again = wattline(["sweep", "--resume", data["sweep"], "--json", *sampling, "--sla", "1000000"], env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "12 runs done, reused" in again.stderr and "run 1/" not in again.stderr
+    assert [p["params"] for p in json.loads(again.stdout)["points"]] == [p["params"] for p in data["points"]]
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    env = env_for(tmp_path)
+    for args, says in (
+        (["--param", "batch", "--", "true"], "expected NAME=V1,V2"),
+        (["--param", "batch=1,2", "--", "true"], "the command has no {batch}"),
+        (["--param", "batch=1,2", "--", "echo", "{threads}"], "{threads}, which no --param names"),
+        (["--param", "batch=1", "--sla", "fast", "--", "echo", "{batch}"], "option --sla"),
+        (["--param", "batch=1", "--", "no-such-command-x", "{batch}"], "command not found"),
+        (["--resume", "nope"], "no sweep of that id"),
+    ):
+        out = wattline(["sweep", *args], env, timeout=60)
+        assert out.returncode in (2, 127), (args, out.returncode, out.stderr)
+        assert says in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr

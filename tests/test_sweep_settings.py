@@ -1,0 +1,194 @@
+"""Settings ``wattline sweep`` applies itself, always restored: the cpufreq ceiling (a fake
+cpufreq sysfs tree under ``--sysfs-root``) and the NVIDIA power limit (through the NVML
+stand-in, whose limits outlive a process as the driver's do: ``tests/nvml_stub``). Restored
+at the end, after Ctrl-C, and after ``kill -9`` of the sweep by the next wattline process;
+refused without permission in one line, exit 2, nothing changed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from nvml_stub.build import build_stub
+from procs import CLI, clean_env
+from sysfs_trees import write_attr
+
+MAX_KHZ = 3000000
+
+
+def cpufreq_tree(root: Path, policies: int = 2) -> list[Path]:
+    """policyN directories as the cpufreq driver lays them out (kHz); their scaling_max_freq files."""
+    files = []
+    for n in range(policies):
+        d = root / f"sys/devices/system/cpu/cpufreq/policy{n}"
+        for name, value in (
+            ("cpuinfo_min_freq", 800000), ("cpuinfo_max_freq", MAX_KHZ), ("scaling_max_freq", MAX_KHZ),
+            ("scaling_governor", "powersave"), ("scaling_available_governors", "performance powersave"),
+        ):  # fmt: skip
+            write_attr(d / name, value)
+        files.append(d / "scaling_max_freq")
+    return files
+
+
+def env_for(tmp_path: Path, **more: str) -> dict[str, str]:
+    return {
+        **clean_env(),
+        "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}",
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        **more,
+    }
+
+
+def observer(out: Path, *files: Path) -> list[str]:
+    """A command that appends what the setting files hold while it runs."""
+    code = "import sys; open(sys.argv[1], 'a').write(' '.join(open(f).read().strip() for f in sys.argv[2:]) + '\\n')"
+    return [sys.executable, "-c", code, str(out), *map(str, files)]
+
+
+def sweep(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*CLI, "sweep", "--source", "cpu_model", "--repeat", "1", *args],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def wait_for(check: object, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_cpufreq_ceiling_applied_per_point_and_restored_at_the_end(tmp_path: Path) -> None:
+    files = cpufreq_tree(tmp_path / "host")
+    seen = tmp_path / "seen"
+    args = ["--sysfs-root", str(tmp_path / "host"), "--param", "cpu_max_freq=1.2GHz,2000MHz", "--"]
+    proc = sweep([*args, *observer(seen, *files)], env_for(tmp_path))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    assert seen.read_text().splitlines() == ["1200000 1200000", "2000000 2000000"]
+    assert [f.read_text().strip() for f in files] == [str(MAX_KHZ)] * 2
+    assert not list((tmp_path / "state/wattline/outbox/restore").glob("*.json"))
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "kill -9"])
+def test_cpufreq_restored_after_ctrl_c_and_after_kill_9(tmp_path: Path, how: str) -> None:
+    files = cpufreq_tree(tmp_path / "host")
+    env = env_for(tmp_path)
+    args = ["--sysfs-root", str(tmp_path / "host"), "--param", "cpu_governor=performance", "--param", "s=1", "--"]
+    proc = sweep([*args, "sleep", "{s}0"], env)
+    governor = files[0].parent / "scaling_governor"
+    wait_for(lambda: governor.read_text().strip() == "performance")
+    children = psutil.Process(proc.pid).children(recursive=True)
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it to the foreground group
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert "resume with: wattline sweep --resume" in err
+    else:
+        proc.kill()
+        proc.wait()
+        for child in children:
+            child.kill()
+        assert governor.read_text().strip() == "performance"  # the sweep could not restore it
+        out = subprocess.run([*CLI, "jobs", "--no-energy"], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "restored cpu_governor" in out.stderr
+    assert governor.read_text().strip() == "powersave"
+    assert not list((tmp_path / "state/wattline/outbox/restore").glob("*.json"))
+
+
+def test_cpufreq_not_permitted_changes_nothing(tmp_path: Path) -> None:
+    # a read-only sysfs attribute refuses even root: the policy's ceiling points at one
+    readonly = Path("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
+    try:
+        readonly.open("w").close()
+        pytest.skip("no read-only sysfs attribute here to stand for a refused write")
+    except PermissionError:
+        pass
+    except OSError:
+        pytest.skip("no read-only sysfs attribute here to stand for a refused write")
+    files = cpufreq_tree(tmp_path / "host")
+    files[1].unlink()
+    files[1].symlink_to(readonly)
+    governor = files[0].parent / "scaling_governor"
+    args = [
+        "--sysfs-root",
+        str(tmp_path / "host"),
+        "--param",
+        "cpu_governor=performance",
+        "--param",
+        "cpu_max_freq=1GHz",
+    ]
+    out = subprocess.run(
+        [*CLI, "sweep", *args, "--", "true"], env=env_for(tmp_path), capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "nothing changed" in out.stderr, out.stderr
+    assert governor.read_text().strip() == "powersave" and files[0].read_text().strip() == str(MAX_KHZ)
+
+
+SCENARIO = "gpu GPU-sweep-0 NVIDIA Stub H100\nmgmt_limit 350000\nenergy 1000\n"
+
+
+def nvml_env(tmp_path: Path, **more: str) -> dict[str, str]:
+    (tmp_path / "gpus.txt").write_text(SCENARIO)
+    return env_for(
+        tmp_path,
+        LD_LIBRARY_PATH=str(build_stub()),
+        WATTLINE_NVML_SCENARIO=str(tmp_path / "gpus.txt"),
+        NVML_STUB_LIMITS=str(tmp_path / "limits"),
+        **more,
+    )
+
+
+def limit_now(env: dict[str, str]) -> int:
+    """The GPU's power limit as another process reads it through NVML (mW)."""
+    code = (
+        "import pynvml as n; n.nvmlInit(); print(n.nvmlDeviceGetPowerManagementLimit(n.nvmlDeviceGetHandleByIndex(0)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30, check=True)
+    return int(out.stdout)
+
+
+def test_nvml_power_limit_set_per_point_restored_at_the_end(tmp_path: Path) -> None:
+    env = nvml_env(tmp_path)
+    code = "import pynvml as n, sys; n.nvmlInit(); print(n.nvmlDeviceGetPowerManagementLimit(n.nvmlDeviceGetHandleByIndex(0)), file=open(sys.argv[1], 'a'))"
+    proc = sweep(["--param", "power_limit=150,200W", "--", sys.executable, "-c", code, str(tmp_path / "seen")], env)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    assert (tmp_path / "seen").read_text().split() == ["150000", "200000"]
+    assert limit_now(env) == 350000
+
+
+def test_nvml_power_limit_restored_after_kill_9(tmp_path: Path) -> None:
+    env = nvml_env(tmp_path)
+    proc = sweep(["--param", "power_limit=200", "--param", "s=1", "--", "sleep", "{s}0"], env)
+    wait_for(lambda: (tmp_path / "limits").exists() and "200000" in (tmp_path / "limits").read_text())
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    proc.wait()
+    for child in children:
+        child.kill()
+    assert limit_now(env) == 200000
+    out = subprocess.run([*CLI, "jobs", "--no-energy"], env=env, capture_output=True, text=True, timeout=60)
+    assert "restored power_limit" in out.stderr, out.stderr
+    assert limit_now(env) == 350000
+
+
+def test_nvml_power_limit_refused_without_permission(tmp_path: Path) -> None:
+    env = nvml_env(tmp_path, NVML_STUB_SET_ERROR="4")
+    out = subprocess.run(
+        [*CLI, "sweep", "--param", "power_limit=200", "--", "true"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "nothing changed" in out.stderr, out.stderr
+    assert "Insufficient Permissions" in out.stderr
+    assert not (tmp_path / "limits").exists() and limit_now(env) == 350000

@@ -373,7 +373,8 @@ def test_a_window_without_samples_says_what_it_could_have_held(tmp_path: Path) -
     store = write_job(tmp_path / "w.db", "lost", [rapl], (0.0, 10.0), samples_until_s=-1.0)
     r = report(store, "lost")
     assert r["energy"] == 0 and r["rel"] is None
-    holds(r, 50.0 * 10, {"resolution": counter_resolution(50.0), "gaps": 50.0 * 10})  # the gap, the counter at both edges
+    # the gap, and the counter at both edges
+    holds(r, 50.0 * 10, {"resolution": counter_resolution(50.0), "gaps": 50.0 * 10})
     out = CliRunner().invoke(app, ["report", "lost", "--store", store], env={"COLUMNS": "250"}).stdout
     assert "0 J ± 500.1 J" in out and "incomplete" in out, out
 

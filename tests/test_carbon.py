@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 from synthetic_job import LENGTH_S, T0, WARMUP_S, S, make_store
+from test_bounds import T0 as BOUNDS_T0
+from test_bounds import Series, write_job
 
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.carbon import read_series
@@ -119,3 +121,25 @@ def test_bad_intensity_files_are_one_line(store_url: str, tmp_path: Path, conten
     assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
     negative = cli("report", "synth", "--store", store_url, "--carbon-intensity", "-3")
     assert negative.returncode == 2 and "not a non-negative number" in negative.stderr
+
+
+def test_varying_power_under_a_changing_intensity_is_weighted_by_energy(tmp_path: Path) -> None:
+    """Power the test sets: 50 W for 20 s, then 150 W for 20 s; the grid goes from 100 to 500
+    gCO2/kWh at 10.5 s (mid-sample). Weighted by energy the window's intensity is 447.5
+    g/kWh, by time 395: only the energy weighting the README names gives this CO2."""
+    power = lambda t: 50.0 if t < 20 else 150.0  # noqa: E731
+    store = write_job(tmp_path / "w.db", "vary", [Series("rapl", "cpu_package", "package-0", "counter", power)],
+                      (0.0, 40.0))  # fmt: skip
+    change_s = 10.5
+    csv_path = tmp_path / "grid.csv"
+    csv_path.write_text(f"time,gco2_per_kwh\n{BOUNDS_T0 / S - 60},100\n{BOUNDS_T0 / S + change_s},500\n")
+    before_j, after_j = 50.0 * change_s, 50.0 * (20 - change_s) + 150.0 * 20
+    truth_g = (before_j * 100 + after_j * 500) / 3.6e6
+    time_weighted_g = (before_j + after_j) * (100 * change_s + 500 * (40 - change_s)) / 40 / 3.6e6
+    assert abs(truth_g - time_weighted_g) > 0.1 * truth_g  # the data tells the two rules apart
+    got = report(store, "vary", "--carbon-intensity", str(csv_path))
+    # RAPL counters at 1 ms: the energy is exact to about 1e-5; the intensity is exact
+    assert got["measured"]["co2_g_per_run"] == pytest.approx(truth_g, rel=1e-4)
+    assert got["policy"]["carbon_intensity_g_per_kwh"] == pytest.approx(
+        truth_g * 3.6e6 / (before_j + after_j), rel=1e-4
+    )

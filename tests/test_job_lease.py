@@ -13,6 +13,7 @@ can). Real processes on a fake powercap tree advanced at a known power; lowered 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import os
 import signal
@@ -33,10 +34,10 @@ from wattline.collector.server import CollectorServer
 from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
 from wattline.collector.stores.reader import StoredJobEvent
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.wire import JobEvent
+from wattline.wire import JobEvent, lease_ns
 from wattline.workloads.events import EventBuilder, JobSpec
 from wattline.workloads.job import Job
-from wattline.workloads.jobs_view import all_views
+from wattline.workloads.jobs_view import all_views, views_of
 from wattline.workloads.report import build_report
 
 WATTLINE = [sys.executable, "-m", "wattline.cli.main"]
@@ -289,7 +290,14 @@ def test_the_job_api_renews_its_lease_until_it_closes(monkeypatch: pytest.Monkey
         time.sleep(0.5)
     kinds = [e if e == "closed" else JobEvent.Kind.Name(e.kind) for e in sent]
     assert kinds[0] == "KIND_OPEN" and kinds[-2:] == ["KIND_CLOSE", "closed"]
-    assert 5 <= kinds.count("KIND_HEARTBEAT") <= 11 and set(kinds[1:-2]) == {"KIND_HEARTBEAT"}
+    assert set(kinds[1:-2]) == {"KIND_HEARTBEAT"}
+    # Two-sided, from the events' own stamps (not a count a slow thread could still meet): no
+    # beat comes sooner than a period after the one before, and the typical spacing is the
+    # period, not twice it (a scheduler's lateness moves single beats, not the median).
+    stamps = [e.time_ns for e in sent[:-2]]
+    gaps = sorted(b - a for a, b in itertools.pairwise(stamps))
+    assert gaps[0] >= 0.05e9 * 0.99, gaps
+    assert gaps[len(gaps) // 2] <= 0.05e9 * 1.5, gaps
     time.sleep(0.2)
     assert len(sent) == len(kinds)  # nothing after the close
 
@@ -299,3 +307,32 @@ def test_the_job_api_renews_its_lease_until_it_closes(monkeypatch: pytest.Monkey
     with Job("joined", sink=Sink()):
         time.sleep(0.3)
     assert sent == ["closed"]
+
+
+@pytest.mark.parametrize("after_last_s", [89.0, 91.0])
+def test_one_late_heartbeat_never_ends_a_live_job(after_last_s: float) -> None:
+    """README: the lease is three heartbeat periods (90 s at 30 s); one late or lost beat never
+    ends a live job. Beats at 30 and 60 s, the one due at 90 s lost, the next 25 s late (at
+    145 s): running until 90 s after that beat, abandoned there only after."""
+    assert wire_lease_s() == 90.0
+    b, s = EventBuilder(JobSpec("late", "late")), 10**9
+    events = [b.open(T0_NS), *(b.heartbeat(T0_NS + k * s) for k in (30, 60, 145))]
+    stored = [
+        StoredJobEvent("h", "late", JobEvent.Kind.Name(e.kind)[5:].lower(), e.time_ns, e.event_seq) for e in events
+    ]
+    now, last = T0_NS + round((145 + after_last_s) * s), T0_NS + 145 * s
+    [view] = views_of(stored)
+    # between beats 60 and 145 s (85 s) the job was never past its lease either
+    assert view.state(last - 1) == "running"
+    assert view.state(now) == ("running" if after_last_s < 90 else "abandoned")
+    assert view.end_ns(now) == (now if after_last_s < 90 else last)
+
+
+def wire_lease_s() -> float:
+    """The default lease in seconds, whatever this process's environment says."""
+    saved = os.environ.pop(ENV_HEARTBEAT, None)
+    try:
+        return lease_ns() / 1e9
+    finally:
+        if saved is not None:
+            os.environ[ENV_HEARTBEAT] = saved

@@ -15,11 +15,13 @@ from wattline.workloads.streams import StreamSample, merge_streams
 POWER = 2.0  # joules per ns-unit of time in these timelines: the truth is POWER x covered time
 
 
-def ticks(name: str, start: int, end: int, step: int, skip: tuple[int, ...] = ()) -> list[StreamSample]:
-    """A stream sampling a constant POWER from ``start`` to ``end`` every ``step``; ``skip``: lost samples."""
+def ticks(
+    name: str, start: int, end: int, step: int, skip: tuple[int, ...] = (), power: float = POWER
+) -> list[StreamSample]:
+    """A stream sampling a constant ``power`` from ``start`` to ``end`` every ``step``; ``skip``: lost samples."""
     edges = [*range(start, end, step), end]
     return [
-        StreamSample(a, b, POWER * (b - a), name) for n, (a, b) in enumerate(itertools.pairwise(edges)) if n not in skip
+        StreamSample(a, b, power * (b - a), name) for n, (a, b) in enumerate(itertools.pairwise(edges)) if n not in skip
     ]
 
 
@@ -75,6 +77,21 @@ def test_identical_streams_count_once() -> None:
     merged = merge_streams(ticks("X", 0, 100, 10) + ticks("Y", 0, 100, 10))
     assert total(merged.intervals) == POWER * 100
     assert all(iv.energy_j == 20.0 for iv in merged.intervals)  # only X's samples, whole
+
+
+def test_the_earliest_started_stream_counts_where_streams_overlap() -> None:
+    """Two streams that disagree (two agents under one host id reading different counters): A
+    [0, 100] at 2 per unit, B [53, 150] at 3. Each instant counts once, from the stream that
+    started first: A up to 100, B after it. With equal powers (the other tests) any rule that
+    counts each instant once would pass; here the latest-started rule gives 397, not 350."""
+    merged = merge_streams(ticks("B", 53, 150, 7, power=3.0) + ticks("A", 0, 100, 10))
+    assert total(merged.intervals) == pytest.approx(2.0 * 100 + 3.0 * 50)
+    assert window_energy(merged.intervals, 60, 100) == pytest.approx(2.0 * 40)  # A's, not B's 120
+    assert window_energy(merged.intervals, 100, 150) == pytest.approx(3.0 * 50)
+    # A's gap (30, 50] is B's time there, at B's power
+    gapped = merge_streams(ticks("A", 0, 100, 10, skip=(3, 4)) + ticks("B", 12, 100, 8, power=3.0))
+    assert window_energy(gapped.intervals, 30, 50) == pytest.approx(3.0 * 20)
+    assert total(gapped.intervals) == pytest.approx(2.0 * 80 + 3.0 * 20)
 
 
 def test_gap_inside_one_stream_is_filled_by_the_other() -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -169,8 +170,9 @@ def test_units_without_a_time_count_when_written(cluster: slurm_cluster.Cluster)
     )
     job = sbatch(cluster, "-w", "n2", "--wrap", script)
     found = closed(cluster, job)
-    written = [float(t) for t in open(f"{marks}.{job}").read().split()]
-    os.unlink(f"{marks}.{job}")
+    notes = Path(f"{marks}.{job}")
+    written = [float(t) for t in notes.read_text().split()]
+    notes.unlink()
     units = sorted((e["time_ns"] / 1e9, e["units"]) for e in found if e["event"] == "units")
     assert [u for _, u in units] == [1, 2, 3], units
     for (at, _), truth in zip(units, written, strict=True):

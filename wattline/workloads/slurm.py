@@ -24,12 +24,10 @@ says what went wrong in one line and exits 0 (a failing Prolog drains the node).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import socket
 import stat
-import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,7 +37,6 @@ from wattline import wire
 from wattline.agent import holders
 from wattline.agent.outbox import open_outbox, outbox_root
 from wattline.agent.settings import AgentSettings
-from wattline.config import ConfigError, build, read_toml
 from wattline.agent.slurm_node import (
     ABANDONED_AT,
     BEATS_AT,
@@ -59,6 +56,7 @@ from wattline.agent.slurm_node import (
     seq_base,
     write_ending,
 )
+from wattline.config import ConfigError, build, read_toml
 from wattline.workloads.events import ENV_EVENTS, ENV_JOB_ID, EventBuilder, JobSpec, check_storable
 
 __all__ = ["MAX_LABEL_CHARS", "OPEN_AT", "parse_show_job", "read_events_file"]  # the hooks' guards, tested here

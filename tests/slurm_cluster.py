@@ -61,7 +61,9 @@ class Cluster:
 
     def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """A Slurm command against this cluster."""
-        return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, env=self.env, check=True)
+        return subprocess.run(  # in its root: sbatch writes slurm-N.out where it runs
+            list(args), capture_output=True, text=True, timeout=timeout, env=self.env, check=True, cwd=self.root
+        )
 
     def stop(self) -> None:
         for proc in self.procs:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -116,14 +117,23 @@ def test_exit_status_and_a_job_longer_than_the_lease(cluster: slurm_cluster.Clus
 
 
 def test_scancel_says_so(cluster: slurm_cluster.Cluster) -> None:
+    """22.05 shows a cancelled job COMPLETING to its epilog: the agent asks again afterwards and
+    the close, sent again under its identity, says "cancelled" (one close stored)."""
     job = sbatch(cluster, "-w", "n1", "--wrap", "sleep 60")
     time.sleep(3)
     cluster.run("scancel", job)
-    found = closed(cluster, job)
-    close = next(e for e in found if e["event"] == "close")
-    assert close["exit_code"] == 128 + 15, close
-    report = check_energy(cluster, job, found)
-    assert "SIGTERM" in report["job"]["status_text"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        closes = [e for e in events(cluster, job) if e["event"] == "close"]
+        if closes and closes[0].get("end_state"):
+            break
+        time.sleep(0.5)
+    assert len(closes) == 1 and closes[0]["end_state"] == "cancelled", closes
+    assert closes[0]["exit_code"] == 128 + 15
+    report = check_energy(cluster, job, events(cluster, job))
+    assert report["job"]["status_text"] == "cancelled (exit 143, SIGTERM)"
+    rows = {r["id"]: r for r in wattline(cluster, "jobs", "--no-energy")}
+    assert rows[job]["end_state"] == "cancelled"
 
 
 def test_array_tasks_are_jobs_of_their_own(cluster: slurm_cluster.Cluster) -> None:
@@ -148,3 +158,22 @@ def test_units_from_an_events_file_and_the_python_api(cluster: slurm_cluster.Clu
     assert sum(e["units"] for e in found if e["event"] == "units") == 12
     report = check_energy(cluster, job, found)
     assert report["whole_run"]["units"] == 12
+
+
+def test_units_without_a_time_count_when_written(cluster: slurm_cluster.Cluster) -> None:
+    """The agent reads an open job's events file as it grows: a line without a time counts when
+    written (within 1 s), not at the epilog; the epilog sends none of them again."""
+    marks = "/tmp/wl-units-marks"  # the script notes when it wrote each line: the truth
+    script = (
+        f'for n in 1 2 3; do sleep 2; echo "units $n" >> "$WATTLINE_EVENTS"; date +%s.%N >> {marks}.$SLURM_JOB_ID; done;'
+        " sleep 3"
+    )
+    job = sbatch(cluster, "-w", "n2", "--wrap", script)
+    found = closed(cluster, job)
+    notes = Path(f"{marks}.{job}")
+    written = [float(t) for t in notes.read_text().split()]
+    notes.unlink()
+    units = sorted((e["time_ns"] / 1e9, e["units"]) for e in found if e["event"] == "units")
+    assert [u for _, u in units] == [1, 2, 3], units
+    for (at, _), truth in zip(units, written, strict=True):
+        assert abs(at - truth) <= 1.0, (units, written)

@@ -39,7 +39,7 @@ def test_another_users_file_counts_nothing_for_the_job(tmp_path: Path) -> None:
     path.write_text("units 5\n")
     with pytest.raises(slurm.SlurmError, match="not a regular file of the job's user"):
         slurm.read_events_file(path, os.getuid() + 1)
-    assert slurm.read_events_file(path, os.getuid()) == ["units 5"]
+    assert slurm.read_events_file(path, os.getuid()) == b"units 5\n"
 
 
 def test_an_oversized_name_is_bounded() -> None:

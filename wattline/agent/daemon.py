@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from wattline import systemd, wire
@@ -18,6 +19,7 @@ from wattline.agent.exporter import AgentCollector, serve
 from wattline.agent.kube import watcher as kube
 from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root
 from wattline.agent.settings import AgentSettings
+from wattline.agent.slurm_watch import SlurmWatcher
 from wattline.agent.sources.base import Source
 from wattline.agent.spool import Spool
 from wattline.agent.spool_format import SpoolError
@@ -60,6 +62,11 @@ class Agent:
             if self.outbox is not None
             else None
         )
+        self.slurm = (  # a Slurm job's lines and how it ended, between and after its hooks
+            SlurmWatcher(self.outbox.root, Path(self.settings.slurm_dir), self.host, self._to_outbox)
+            if self.outbox is not None
+            else None
+        )
 
     def _uplink(self, spool: Spool, security: UplinkSecurity, quiet: bool = False) -> Uplink:
         return make_uplink(spool, self.settings, security, quiet=quiet)
@@ -99,6 +106,8 @@ class Agent:
             self._spawn(name, target)
         if self.pods is not None:
             self._spawn("pods", lambda: self.pods.run(self._stop) if self.pods else None)
+        if self.slurm is not None:
+            self._spawn("slurm", lambda: self.slurm.run(self._stop) if self.slurm else None)
         if self.outbox is not None:
             log.info("delivering job events that runs left in the outbox %s", self.outbox.root)
         log.info(

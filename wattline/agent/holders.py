@@ -127,6 +127,8 @@ class HolderRecord:
     beat_seq: int = 0
     #: What the holder is, for the close made when it is gone ("wrapper", "slurmd").
     holder_name: str = "wrapper"
+    #: The uid whose input counts for the job (a Slurm job's user: its events file's owner); -1: none.
+    owner_uid: int = -1
 
     @property
     def identity(self) -> Identity:
@@ -351,7 +353,8 @@ def keep(outbox_root: Path, record: HolderRecord) -> Path:
     return path
 
 
-def _records(outbox_root: Path) -> list[tuple[Path, HolderRecord]]:
+def records(outbox_root: Path) -> list[tuple[Path, HolderRecord]]:
+    """Every holder record under ``outbox_root`` that :func:`_read` accepts, with its path."""
     try:
         names = [p for p in holders_dir(outbox_root).iterdir() if _NAME.fullmatch(p.name)]
     except OSError:
@@ -362,7 +365,7 @@ def _records(outbox_root: Path) -> list[tuple[Path, HolderRecord]]:
 def drop(outbox_root: Path, job_id: str, host_id: str) -> HolderRecord | None:
     """Remove the records of ``job_id`` on ``host_id`` (its holder closed it); the last one found."""
     found = None
-    for path, record in _records(outbox_root):
+    for path, record in records(outbox_root):
         if record.job_id == job_id and record.host_id == host_id:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
@@ -388,10 +391,10 @@ def tend(
     now_ns = time.time_ns() if now_ns is None else now_ns
     period_ns = max(1, int(wire.heartbeat_s() * 1e9))
     due: dict[str, tuple[wire.pb.Host, list[wire.pb.JobEvent], list[tuple[str, int]]]] = {}
-    records = _records(outbox_root)
-    for gone_name in set(beaten) - {path.name for path, _ in records}:
+    kept = records(outbox_root)
+    for gone_name in set(beaten) - {path.name for path, _ in kept}:
         del beaten[gone_name]  # released: forget it
-    for path, record in records:
+    for path, record in kept:
         if not record.beat_seq or not accept(record) or gone(record.identity, proc) is not False:
             continue  # its own holder renews it; a dead one is end_dead's; one we cannot check, the lease's
         with contextlib.suppress(OSError):

@@ -20,7 +20,9 @@ ENERGY_COLUMNS = ("energy (whole run)", "J/unit (measured)")
 
 def _job_cells(row: dict[str, Any], energy: bool, errors: bool) -> list[str]:
     """One ``wattline jobs`` row as text, in the order of JOB_COLUMNS (+ ENERGY_COLUMNS, error)."""
-    status = status_text(row["status"], row["exit_code"], row["last_heard_ns"], row.get("end_reason", ""))
+    status = status_text(
+        row["status"], row["exit_code"], row["last_heard_ns"], row.get("end_reason", ""), row.get("end_state", "")
+    )
     if row.get("saturated") is False:
         status += ", not saturated"
     cells = [

@@ -56,6 +56,8 @@ class HostWindow:
     #: Why another wattline process closed the window (its holder was found gone; see
     #: :mod:`wattline.agent.holders`); empty for a close by the job's own wrapper.
     end_reason: str = ""
+    #: How the scheduler ended the job here (a Slurm close's ``end_state``: cancelled, timeout...); "" when on its own.
+    end_state: str = ""
 
     def __post_init__(self) -> None:
         self.last_ns = max(self.last_ns, self.open_ns)
@@ -127,6 +129,11 @@ class JobView:
     def end_reason(self) -> str:
         """Why the job was closed for its dead holder (the first host's reason); empty otherwise."""
         return next((w.end_reason for w in self.hosts.values() if w.end_reason), "")
+
+    @property
+    def end_state(self) -> str:
+        """How the scheduler ended the job (the first host that says); empty when it ended on its own."""
+        return next((w.end_state for w in self.hosts.values() if w.end_state), "")
 
     def last_heard_ns(self) -> int:
         """When the job was last heard on a host without a close (or on any host); for a job
@@ -263,6 +270,7 @@ def _fold(view: JobView, e: StoredJobEvent, last_units: dict[str, int]) -> None:
         window.close_ns = max(window.close_ns or e.time_ns, e.time_ns)
         window.exit_code = exit_code if exit_code is not None else window.exit_code
         window.end_reason = reason
+        window.end_state = " ".join(str(f.get("end_state") or "").split())[:64]
 
 
 def all_views(reader: Reader) -> list[JobView]:

@@ -36,18 +36,34 @@ def tagged(text: str, share: float) -> str:
     return f"{text} {tag}" if tag and text != q.NA else text
 
 
-def status_text(state: str, exit_code: int | None, last_heard_ns: int | None, end_reason: str = "") -> str:
-    """How a job ended, for people: "ok (exit 0)", "failed (exit 143, SIGTERM)", "running",
-    "abandoned (no close; last heard at T)", "abandoned (wrapper gone: ...; last alive at T)"."""
+#: A scheduler's ``end_state`` as people read it; another value is shown as it is.
+END_STATE_TEXT = {
+    "cancelled": "cancelled",
+    "timeout": "timed out",
+    "node_fail": "node failure",
+    "preempted": "preempted",
+    "out_of_memory": "out of memory",
+    "deadline": "deadline reached",
+    "boot_fail": "boot failure",
+}
+
+
+def status_text(
+    state: str, exit_code: int | None, last_heard_ns: int | None, end_reason: str = "", end_state: str = ""
+) -> str:
+    """How a job ended, for people: "ok (exit 0)", "failed (exit 143, SIGTERM)", "cancelled
+    (exit 143, SIGTERM)" (the scheduler ended it), "running", "abandoned (no close; last heard
+    at T)", "abandoned (wrapper gone: ...; last alive at T)"."""
     if state == "running":
         return "running"
     if state == "abandoned":
         return abandoned_text(end_reason, last_heard_ns or 0)
+    verdict = END_STATE_TEXT.get(end_state, end_state) or ("failed" if exit_code else "ok")
     if not exit_code:
-        return "ok (exit 0)"
+        return f"{verdict} (exit 0)"
     number = -exit_code if exit_code < 0 else exit_code - 128
     try:
         name = f", {signal.Signals(number).name}" if number > 0 else ""
     except ValueError:
         name = ""
-    return f"failed (exit {exit_code}{name})"
+    return f"{verdict} (exit {exit_code}{name})"

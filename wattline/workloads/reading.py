@@ -82,6 +82,7 @@ def job_rows(reader: Reader, energy: bool, labels: Mapping[str, str] | None = No
             "status": view.state(now_ns),  # closed | running | abandoned
             "last_heard_ns": view.heard_at_ns,
             "end_reason": view.end_reason,
+            "end_state": view.end_state,
             "exit_code": view.exit_code,
             "duration_s": (view.end_ns(now_ns) - view.start_ns) / 1e9,
             "units": view.units_total,

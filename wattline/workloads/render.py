@@ -184,7 +184,7 @@ def print_report(r: Report, console: Console | None = None) -> None:
         f"[bold]Job {escape(job.name)}[/bold] ({escape(job.job_id)}, {escape(job.kind)}) "
         f"on {len(job.hosts)} host(s): {escape(', '.join(sorted(job.hosts)))}"
     )
-    console.print(f"Status: {status_text(r.state, job.exit_code, job.heard_at_ns, job.end_reason)}")
+    console.print(f"Status: {status_text(r.state, job.exit_code, job.heard_at_ns, job.end_reason, job.end_state)}")
     sat = r.saturation
     whole = spans(r)[1]
     if r.saturated:

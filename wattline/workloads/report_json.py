@@ -121,7 +121,8 @@ def report_json(r: Report) -> dict[str, Any]:
             "status": r.state,  #: closed | running | abandoned
             "last_heard": None if job.heard_at_ns is None else utc_iso(job.heard_at_ns),
             "exit_code": job.exit_code,
-            "status_text": status_text(r.state, job.exit_code, job.heard_at_ns, job.end_reason),
+            "end_state": job.end_state,  #: how the scheduler ended it ("" on its own)
+            "status_text": status_text(r.state, job.exit_code, job.heard_at_ns, job.end_reason, job.end_state),
         },
         "complete": r.complete,
         "samples_up_to": {host: utc_iso(ns) for host, ns in sorted(r.incomplete.items())},

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from wattline import wire
+from wattline.agent.event_lines import MAX_LINE, line_event
 from wattline.agent.kube import podresources
 from wattline.agent.kube.cgroups import PodCgroups
 from wattline.agent.kube.podlist import KubeSettings, PodList, PodSourceError
@@ -49,7 +50,6 @@ CPU_DEVICE, CPU_METRIC = "cpu:host", "cpu-time"
 #: Where a pod's own events file is, under the sysfs root: an emptyDir volume named
 #: ``wattline`` (README "Kubernetes pods"); only the pod can write there.
 EVENTS_FILE = "var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/wattline/events"
-MAX_LINE = 4096
 
 
 def seq_base(job_id: str, host_id: str) -> int:
@@ -370,7 +370,7 @@ class PodWatcher:
         pod_slot = (zlib.crc32(uid.encode()) % 16) << 24
         for raw in lines:
             state.number += 1
-            event = _line_event(raw.decode("utf-8", "replace"))
+            event = line_event(raw.decode("utf-8", "replace"))
             if event is not None:
                 kind, fields, stamp = event
                 at = LINES_AT + pod_slot + state.number % (1 << 24)
@@ -388,25 +388,6 @@ class PodWatcher:
             self._said("outbox", None)
         except Exception as exc:
             self._said("outbox", f"job events kept for the next poll: {exc}")
-
-
-def _line_event(line: str) -> tuple[wire.pb.JobEvent.Kind, dict[str, Any], int | None] | None:
-    """``units N [UNIX_TIME]`` / ``phase NAME [UNIX_TIME]`` as (kind, fields, time); None otherwise."""
-    parts = line.split()
-    if len(parts) not in (2, 3) or parts[0] not in ("units", "phase") or len(line) > MAX_LINE:
-        return None
-    stamp = None
-    try:
-        if len(parts) == 3:
-            stamp = int(float(parts[2]) * 1e9)
-            if not 0 < stamp < 1 << 62:
-                return None
-        if parts[0] == "units":
-            units = float(parts[1])
-            return (Kind.KIND_UNITS, {"units": units}, stamp) if 0 <= units < math.inf else None
-    except (ValueError, OverflowError):
-        return None
-    return Kind.KIND_PHASE, {"phase": parts[1][:64]}, stamp
 
 
 def from_config(

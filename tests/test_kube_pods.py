@@ -11,6 +11,8 @@ job must get its constructed share within 1 % and the node's energy must be cons
 from __future__ import annotations
 
 import json
+import os
+import re
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -29,6 +31,7 @@ from wattline.agent.sources.use import DeviceUse
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.v1 import podresources_pb2 as pr
 from wattline.v1 import podresources_pb2_grpc as pr_grpc
+from wattline.workloads import Job
 from wattline.workloads.report import build_report
 from wattline.workloads.report_model import ReportSettings
 
@@ -283,3 +286,66 @@ def test_deleted_and_evicted_pods_and_bad_names() -> None:
     assert pod_end(parse_pod_list({"items": [evicted]})[0], False, T0).state == "evicted"
     with pytest.raises(ValueError, match="not a PodList"):
         parse_pod_list({"kind": "Status"})
+
+
+def events_file(root: Path, name: str) -> Path:
+    """Where pod ``name``'s emptyDir "wattline" keeps its events file on the node (the kubelet's layout)."""
+    directory = root / "var/lib/kubelet/pods" / UIDS[name] / "volumes/kubernetes.io~empty-dir/wattline"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / "events"
+
+
+#: The annotated notebook pod's container environment, as its spec sets it (README "Units from inside").
+POD_ENV = [
+    {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    {"name": "WATTLINE_JOB", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['wattline.io/job']"}}},
+    {"name": "WATTLINE_JOB_ID", "value": "k8s:$(POD_NAMESPACE)/$(WATTLINE_JOB)"},
+    {"name": "WATTLINE_EVENTS", "value": "/wattline/events"},
+]
+
+
+def test_a_pod_counts_its_own_units_from_inside(
+    node: tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The notebook pod writes ``units`` lines at known times and runs ``Job(...)``; two other
+    pods try to reach it (a symlink to its file, a FIFO): only the notebook's job counts units."""
+    kubelet, watcher, dirs, sent = node
+    advance(dirs, 0)
+    watcher.poll(T0)
+    note = events_file(watcher.root, "note")
+    with note.open("a") as fh:  # as `echo "units N T" >> $WATTLINE_EVENTS` in the pod
+        fh.write(f"units 10 {(T0 + 10 * S) / S}\nunits 5 {(T0 + 20 * S) / S}\nunits 7")  # the last line unfinished
+    events_file(watcher.root, "ts1").symlink_to(note)
+    os.mkfifo(events_file(watcher.root, "ts2"))
+    polled = threading.Thread(target=watcher.poll, args=(T0 + 25 * S,), daemon=True)
+    polled.start()
+    polled.join(10)
+    assert not polled.is_alive(), "a FIFO blocked the watcher"
+    with note.open("a") as fh:
+        fh.write(f" {(T0 + 27 * S) / S}\n")
+
+    # The pod's own Python: Job(...) with the environment its spec gives (downward API).
+    downward = {"metadata.namespace": "team-a", "metadata.annotations['wattline.io/job']": "nb-alice"}
+    env: dict[str, str] = {}
+    for e in POD_ENV:  # as the kubelet builds it: fieldRefs, then $(VAR) of the variables above
+        ref = e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        env[e["name"]] = downward[ref] if ref else re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], e["value"])
+        monkeypatch.setenv(e["name"], env[e["name"]])
+    monkeypatch.setenv("WATTLINE_EVENTS", str(note))  # /wattline/events inside the pod
+    with Job("notebook") as job:
+        job.add_units(3)
+    assert job.job_id == "k8s:team-a/nb-alice"  # the id the agent gives the pod's job
+    assert os.stat(note).st_mode & 0o004  # the agent, another user, can read what Job wrote
+    watcher.poll(T0 + 30 * S)
+    kubelet.reply = pod_list("Succeeded")
+    watcher.poll(T0 + 65 * S)
+
+    units = [(e.job_id, e.units, e.time_ns) for e in sent if e.kind == wire.pb.JobEvent.KIND_UNITS]
+    assert {u[0] for u in units} == {"k8s:team-a/nb-alice"}  # no other pod reached it
+    assert [(u[1], u[2]) for u in units[:3]] == [(10, T0 + 10 * S), (5, T0 + 20 * S), (7, T0 + 27 * S)]
+    assert [u[1] for u in units[3:]] == [3]
+    store = store_with(tmp_path / "w.db", sent)
+    report = build_report(store, "k8s:team-a/nb-alice", ReportSettings(share_rule="cpu-time"), now_ns=T0 + 120 * S)  # type: ignore[arg-type]
+    assert report.units_warmup + report.units_measured == 25

@@ -1,24 +1,33 @@
-"""deploy/kubernetes: least privilege, the documented device conventions, probes, resources,
-and a ConfigMap that builds valid settings."""
+"""deploy/kubernetes: strict-schema-valid objects, least privilege (the agent's RBAC too), the
+documented device conventions, probes, resources, a ConfigMap that builds valid settings, and
+a mount under every path the agent's pod watcher reads."""
 
 from __future__ import annotations
 
 import copy
+import posixpath
+import re
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
+from wattline.agent.kube.cgroups import CGROUP_DIR, PROC_DIR
+from wattline.agent.kube.podlist import KubeSettings
+from wattline.agent.kube.watcher import EVENTS_FILE
 from wattline.agent.settings import AgentSettings
 from wattline.collector.settings import CollectorSettings
 from wattline.config import build
 
 K8S = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
 NAMESPACE = "wattline"
-CLUSTER_SCOPED = {"Namespace", "PriorityClass"}
+CLUSTER_SCOPED = {"Namespace", "PriorityClass", "ClusterRole", "ClusterRoleBinding"}
+#: What the downward API gives the agent's $(NODE_IP) and $(NODE_NAME) in these tests.
+NODE = {"NODE_IP": "10.0.0.7", "NODE_NAME": "gpu-node-7"}
 ACCELERATOR_RESOURCES = ("nvidia.com/", "aws.amazon.com/neuron", "amd.com/gpu")
 
 
@@ -54,6 +63,19 @@ def walk(node: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
 
 def env_of(container: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def expanded_env(container: dict[str, Any], downward: dict[str, str]) -> dict[str, str]:
+    """The container's environment as the kubelet builds it: fieldRefs from ``downward`` (by
+    variable name), ``$(VAR)`` replaced by variables defined above it."""
+    out: dict[str, str] = {}
+    for e in container.get("env", []):
+        if "valueFrom" in e:
+            if "fieldRef" in e["valueFrom"]:
+                out[e["name"]] = downward[e["name"]]
+            continue
+        out[e["name"]] = re.sub(r"\$\((\w+)\)", lambda m: out.get(m.group(1), m.group(0)), e["value"])
+    return out
 
 
 def daemonsets() -> list[dict[str, Any]]:
@@ -131,7 +153,10 @@ def test_agent_pod() -> None:
         args = container["args"]
         assert args[args.index("--config") + 1] == "/etc/wattline/wattline.toml"
         assert args[args.index("--sysfs-root") + 1] == "/host"
-        assert env_of(container)["WATTLINE_AGENT_HOST_ID"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+        env = env_of(container)
+        assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+        assert env["NODE_IP"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+        assert expanded_env(container, NODE)["WATTLINE_AGENT_HOST_ID"] == NODE["NODE_NAME"]
         assert container["resources"] == {
             "requests": {"cpu": "20m", "memory": "64Mi"},
             "limits": {"cpu": "100m", "memory": "128Mi"},
@@ -142,10 +167,18 @@ def test_agent_pod() -> None:
         assert pod.get("hostUsers", True) is True
         volumes = {v["name"]: v for v in pod["volumes"]}
         host_paths = {name: v["hostPath"]["path"] for name, v in volumes.items() if "hostPath" in v}
-        assert host_paths == {"host-sys": "/sys"}
+        assert host_paths == {
+            "host-sys": "/sys",
+            "host-cgroup": "/sys/fs/cgroup",
+            "host-proc": "/proc",
+            "pod-resources": "/var/lib/kubelet/pod-resources",
+            "kubelet-pods": "/var/lib/kubelet/pods",
+        }
         mounts = {m["name"]: m for m in container["volumeMounts"]}
-        assert mounts["host-sys"]["mountPath"] == "/host/sys"
-        assert mounts["host-sys"]["readOnly"] is True
+        for name, path in host_paths.items():  # every host path under /host, read-only
+            assert (mounts[name]["mountPath"], mounts[name]["readOnly"]) == ("/host" + path, True), name
+        # No propagation: Secret tmpfs mounts of pods started later stay out of the agent's view.
+        assert mounts["kubelet-pods"]["mountPropagation"] == "None"
         assert mounts["config"]["readOnly"] is True
         assert container["ports"][0]["containerPort"] == config()["agent"]["prometheus_port"]
 
@@ -247,3 +280,78 @@ def test_configmap_builds_valid_settings() -> None:
     assert collector.listen.rpartition(":")[2] == str(grpc_port["port"])
     assert not collector.store.startswith("sqlite:"), "two replicas need a shared store"
     assert doc["sources"]["neuron"]["monitor_path"] == ""  # the image has no neuron-monitor
+
+
+def test_every_object_is_strict_schema_valid() -> None:
+    """Each object against the Kubernetes API's own schema, unknown fields refused."""
+    version = kubernetes_validate.latest_version()
+    for obj in objects():
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {str(exc).splitlines()[0]}")
+
+
+def test_agent_rbac_is_the_least_that_reads_its_pod_list() -> None:
+    account = named("ServiceAccount", "wattline-agent")
+    assert account["automountServiceAccountToken"] is False
+    (role,) = of_kind("ClusterRole")
+    # The kubelet's /pods with fine-grained authorization: get nodes/pods, and nothing else
+    # (nodes/proxy would reach /exec; Roles cannot grant node subresources).
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/pods"], "verbs": ["get"]}]
+    assert not of_kind("Role") and not of_kind("RoleBinding")
+    (binding,) = of_kind("ClusterRoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}  # fmt: skip
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "wattline-agent", "namespace": NAMESPACE}]
+    for ds in daemonsets():
+        pod = ds["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == "wattline-agent"
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        (token,) = [s["serviceAccountToken"] for s in volumes["pod-list-token"]["projected"]["sources"]
+                    if "serviceAccountToken" in s]  # fmt: skip
+        assert token["expirationSeconds"] <= 3600 and "audience" not in token  # the API server's: the kubelet checks it
+    for deployment in of_kind("Deployment"):  # the collector reads no API
+        assert deployment["spec"]["template"]["spec"].get("serviceAccountName", "default") == "default"
+
+
+def mount_of(container: dict[str, Any], path: str) -> dict[str, Any] | None:
+    """The volume mount that holds ``path`` (the deepest one whose mountPath contains it)."""
+    holding = [m for m in container["volumeMounts"] if (path + "/").startswith(m["mountPath"].rstrip("/") + "/")]
+    return max(holding, key=lambda m: len(m["mountPath"]), default=None)
+
+
+def test_every_path_the_pod_watcher_reads_is_mounted() -> None:
+    doc = config()
+    for ds in daemonsets():
+        pod = ds["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        env = expanded_env(container, NODE)
+        settings = build(KubeSettings, "kubernetes", doc, env=env).validate()
+        assert settings.pods is True
+        assert settings.pod_list_url == f"https://{NODE['NODE_IP']}:10250/pods"  # the node's own kubelet
+        args = container["args"]
+        root = args[args.index("--sysfs-root") + 1]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        read = {
+            settings.token_file: "pod-list-token",
+            settings.pod_resources_socket: "pod-resources",
+            posixpath.join(root, CGROUP_DIR): "host-cgroup",
+            posixpath.join(root, PROC_DIR, "1", "cgroup"): "host-proc",
+            posixpath.join(root, EVENTS_FILE.format(uid="u")): "kubelet-pods",
+        }
+        for path, volume in read.items():
+            mount = mount_of(container, path)
+            assert mount is not None and mount["name"] == volume, path
+            assert mount["readOnly"] is True, path
+            if "hostPath" in volumes[volume]:  # the host's own path, seen under the sysfs root
+                inside = posixpath.relpath(path, mount["mountPath"])
+                host = posixpath.normpath(posixpath.join(volumes[volume]["hostPath"]["path"], inside))
+                assert "/" + posixpath.relpath(path, root) == host, path
+        # The socket's directory, not the socket: the kubelet recreates it on restart.
+        assert mount_of(container, settings.pod_resources_socket)["mountPath"] == posixpath.dirname(  # type: ignore[index]
+            settings.pod_resources_socket
+        )
+        agent = build(AgentSettings, "agent", doc, env=env)
+        outbox = mount_of(container, agent.outbox_dir)
+        assert outbox is not None and not outbox.get("readOnly") and "emptyDir" in volumes[outbox["name"]]

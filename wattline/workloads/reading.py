@@ -87,6 +87,7 @@ def job_rows(reader: Reader, energy: bool, labels: Mapping[str, str] | None = No
             "duration_s": (view.end_ns(now_ns) - view.start_ns) / 1e9,
             "units": view.units_total,
             "unit": view.unit_name,
+            "labels": dict(view.labels),  # a pod-job's namespace, pod and owner (README "Kubernetes pods")
         }
         try:
             view.check()

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from wattline.agent import cgroup_cpu
 
+#: Where the node's cgroup tree and processes are, under the sysfs root (the DaemonSet mounts both).
+CGROUP_DIR, PROC_DIR = "sys/fs/cgroup", "proc"
 _QOS = ("", "burstable", "besteffort")
 #: A pod UID in a /proc/PID/cgroup line, below a kubepods level (either driver's spelling).
 _POD_IN_PATH = re.compile(r"kubepods.*?pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
@@ -40,7 +42,7 @@ class PodCgroups:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        found = cgroup_cpu.mount(root / "sys" / "fs" / "cgroup")
+        found = cgroup_cpu.mount(root / CGROUP_DIR)
         self.base: Path | None = found[0] if found else None
         self.version = found[1] if found else 0
         self._dirs: dict[str, Path] = {}
@@ -73,7 +75,7 @@ class PodCgroups:
     def pod_of_pid(self, pid: int) -> str | None:
         """The UID of the pod process ``pid`` runs in (from ``/proc/PID/cgroup``), or None."""
         try:
-            text = (self.root / "proc" / str(pid) / "cgroup").read_text()
+            text = (self.root / PROC_DIR / str(pid) / "cgroup").read_text()
         except OSError:
             return None
         match = _POD_IN_PATH.search(text)

@@ -22,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import os
+import stat
 import threading
 import time
 import zlib
@@ -356,13 +358,9 @@ class PodWatcher:
 
     def _read_lines(self, nj: NodeJob, uid: str) -> None:
         """New complete lines of the pod's events file as UNITS/PHASE events at their place."""
-        path = self.root / EVENTS_FILE.format(uid=uid)
         state = nj.lines.setdefault(uid, _Lines())
-        try:
-            with path.open("rb") as fh:
-                fh.seek(state.offset)
-                chunk = fh.read(1 << 20)
-        except OSError:
+        chunk = read_pod_file(self.root / EVENTS_FILE.format(uid=uid), state.offset)
+        if not chunk:
             return
         state.offset += len(chunk)
         *lines, state.partial = (state.partial + chunk).split(b"\n")
@@ -388,6 +386,25 @@ class PodWatcher:
             self._said("outbox", None)
         except Exception as exc:
             self._said("outbox", f"job events kept for the next poll: {exc}")
+
+
+def read_pod_file(path: Path, offset: int, size: int = 1 << 20) -> bytes:
+    """Up to ``size`` bytes of a pod's file from ``offset``; b"" unless it is a regular file.
+
+    The pod writes the file and chooses what its name is: a symlink would make the agent
+    read a file of its own choosing (another pod's), a FIFO would block the watcher. So the
+    name is not followed, the open never waits, and only a regular file is read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.pread(fd, size, offset) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def from_config(

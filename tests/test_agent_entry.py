@@ -53,7 +53,7 @@ def test_the_lean_reader_knows_exactly_the_typer_commands_options() -> None:
 ARGVS = [
     ["agent"],
     ["agent", "--source", "rapl", "--source", "nic", "--collector", "a:1", "--collector=b:2", "-l", "rack=3",
-     "--label", "cluster=c1", "-i", "0.25", "--interval", "0.5", "--tls", "--sysfs-root", "/host"],
+     "--label", "cluster=c1", "-i", "0.25", "--interval", "0.5", "--tls", "--sysfs-root", "/proc/1"],
     ["--log-level", "debug", "agent", "--host-id", "n1", "--prometheus-port", "9101", "--spool-dir", "memory",
      "--spool-max-mb", "8", "--spool-max-age=60", "--batch-interval", "2", "--push-timeout", "3", "--failback", "9",
      "--outbox-dir", "/tmp/ob", "--tls-server-name", "collector.example", "--prometheus-addr", "0.0.0.0"],

@@ -97,20 +97,13 @@ class VictoriaStore(VictoriaReads, LineProtocolStore):
     # -- job summaries (one point per job, rewritten in place) -----------------------------
 
     def write_summary(self, summary: JobSummary) -> WriteResult:
-        """Write ``summary``; first delete the job's summary series when the new point would not
-        replace them all (another start, other labels: its status is one, a field no longer
-        there, several points), so one point per job remains however its figures change."""
-        found = self.job_summaries_of(summary.job_id)
-        if found and (
-            len(found) > 1
-            or found[0].time_ns != summary.time_ns
-            or not set(found[0].fields) <= set(summary.fields)
-            or not set(found[0].hosts) <= set(summary.hosts)
-            or {k: v for k, v in found[0].fields.items() if isinstance(v, str)}
-            != {k: v for k, v in summary.fields.items() if isinstance(v, str)}
-            or found[0].tags != summary.tags
-        ):
-            self._delete(summary.job_id)
+        """Write ``summary``, first deleting the job's stored summary series: one point per job
+        remains. A point written over another at the same timestamp does not replace it here:
+        deduplication keeps either copy, per series (seen: a rewrite that read back half old,
+        half new), so a rewrite is a delete and a write; a reader in between finds none. The
+        delete is sent even when no summary shows: one written a moment ago is not searchable
+        yet, but is deleted."""
+        self._delete(summary.job_id)
         return super().write_summary(summary)
 
     def _delete(self, job_id: str) -> None:

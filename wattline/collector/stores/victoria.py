@@ -53,10 +53,17 @@ class VictoriaStore(VictoriaReads, LineProtocolStore):
 
     kind = "victoriametrics"
 
-    def __init__(self, url: str, timeout_s: float = 10.0, encoder: LineEncoder | None = None) -> None:
+    def __init__(self, url: str, timeout_s: float = 10.0, encoder: LineEncoder | None = None, tenant: str = "") -> None:
+        """``tenant`` (ACCOUNT or ACCOUNT:PROJECT): ``url`` is a cluster's, serving vminsert's
+        ``/insert/<tenant>/influx/write``, vmselect's ``/select/<tenant>/prometheus/api/v1/…``
+        and ``/delete/<tenant>/prometheus/api/v1/admin/tsdb/delete_series`` (vmauth routes
+        them); empty: a single node, which serves them without the prefixes."""
         self.encoder = encoder or LineEncoder()
         self._http = HttpClient(url, timeout_s)
         self.url = self._http.url
+        self._insert = f"/insert/{tenant}/influx" if tenant else ""
+        self._select = f"/select/{tenant}/prometheus" if tenant else ""
+        self._delete_at = f"/delete/{tenant}/prometheus" if tenant else ""
 
     def __repr__(self) -> str:
         return f"VictoriaStore({self.url!r})"
@@ -83,7 +90,7 @@ class VictoriaStore(VictoriaReads, LineProtocolStore):
         return result
 
     def _post(self, lines: list[str], result: WriteResult) -> None:
-        status, _, data = self._http.request("POST", "/write?precision=ns", "\n".join(lines).encode())
+        status, _, data = self._http.request("POST", f"{self._insert}/write?precision=ns", "\n".join(lines).encode())
         if 200 <= status < 300:
             result.written += len(lines)
             return
@@ -109,9 +116,9 @@ class VictoriaStore(VictoriaReads, LineProtocolStore):
     def _delete(self, job_id: str) -> None:
         match = f'{{__name__=~"({JOB_SUMMARY}|{JOB_SUMMARY_HOST})_.+",job_id={quote(job_id)}}}'
         body = urllib.parse.urlencode({"match[]": match}).encode()
-        status, _, data = self._http.request(
-            "POST", "/api/v1/admin/tsdb/delete_series", body, {"Content-Type": "application/x-www-form-urlencoded"}
-        )
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        path = f"{self._delete_at}/api/v1/admin/tsdb/delete_series"
+        status, _, data = self._http.request("POST", path, body, form)
         if not 200 <= status < 300:
             raise StoreUnavailable(
                 f"VictoriaMetrics {self.url} delete_series answered {status}: {shorten(data.decode())}"

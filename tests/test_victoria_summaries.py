@@ -10,19 +10,74 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from procs import Proc, start_collector
-from servers import VictoriaMetrics, free_port, http
+from servers import VictoriaMetrics, free_port, http, make_batch
 from test_dead_holder import BATCH_S, HOST, POWER_W, cli, kill_after, start_dead, total_j, tree, wait_for
 
-from wattline.collector.stores.base import JobSummary
+from wattline.collector.stores.base import JobSummary, WriteResult
+from wattline.collector.stores.reader import StoredJobEvent
+from wattline.collector.stores.sqlite import SqliteStore
 from wattline.collector.stores.victoria import VictoriaStore
+from wattline.workloads.summary import SummaryWriter
 
 __all__ = ["tree"]  # the fixture, imported for pytest
+
+
+class Lagging(SqliteStore):
+    """A store that shows a job's events only ``job_lag_s`` after it was made, and its close
+    ``close_lag_s`` after (as VictoriaMetrics shows rows about a second after it took them)."""
+
+    def __init__(self, path: Path, job_lag_s: float, close_lag_s: float) -> None:
+        super().__init__(path)
+        self.made = time.monotonic()
+        self.job_lag_s, self.close_lag_s = job_lag_s, close_lag_s
+
+    def _shown(self, events: list[StoredJobEvent]) -> list[StoredJobEvent]:
+        age = time.monotonic() - self.made
+        return [e for e in events if age >= (self.close_lag_s if e.event == "close" else self.job_lag_s)]
+
+    def job_events(self, job_id: str | None = None, every: bool = True) -> list[StoredJobEvent]:
+        return self._shown(super().job_events(job_id, every))
+
+    def job_events_between(self, start_ns: int, end_ns: int, hosts: Collection[str]) -> list[StoredJobEvent]:
+        return self._shown(super().job_events_between(start_ns, end_ns, hosts))
+
+
+class Kept:
+    """A summary sink that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.written: list[JobSummary] = []
+
+    def __call__(self, summary: JobSummary) -> WriteResult:
+        self.written.append(summary)
+        return WriteResult(written=1)
+
+
+@pytest.mark.parametrize(("job_lag_s", "close_lag_s"), [(0.6, 0.6), (0.0, 0.6)])
+def test_the_writer_waits_for_events_the_store_does_not_show_yet(
+    tmp_path: Path, job_lag_s: float, close_lag_s: float
+) -> None:
+    """The collector notes a job's close once the store took it; a store that shows the job
+    (or only its close) a moment later still gets the closed job's summary, once."""
+    store = Lagging(tmp_path / "w.db", job_lag_s, close_lag_s)
+    store.write(make_batch(host="lag-host", job_id="lag-job", samples=6))
+    sink = Kept()
+    writer = SummaryWriter(store, sink, wait_s=5.0, poll_s=0.05, running_every_s=60.0).start()
+    try:
+        writer.job_events([("lag-job", True)])
+        wait_for(lambda: bool(sink.written), 10, "no summary")
+        time.sleep(0.5)
+    finally:
+        writer.stop()
+        store.close()
+    assert [s.fields["status"] for s in sink.written] == ["closed"]
+    assert sink.written[0].fields["exit_code"] == 137  # make_batch's close
 
 
 @pytest.fixture

@@ -299,8 +299,8 @@ class SummaryWriter:
             report = build_report(self.reader, job_id, self.settings)
             # after a close: the agents may not have shipped the last samples yet, or the store
             # not show the close yet
-            unsettled = closing_at is not None and not (report.complete and report.job.closed)
-            if unsettled and self._poll_again(job_id, closing_at):
+            unsettled = not (report.complete and report.job.closed)
+            if closing_at is not None and unsettled and self._poll_again(job_id, closing_at):
                 return
             result = self.sink(summary_of(report))
         except JobNotFound as exc:

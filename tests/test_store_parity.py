@@ -1,6 +1,7 @@
 """Every store answers the same (issue #30): one collector writes the same agents' data to
-SQLite and to VictoriaMetrics at once, and ``wattline report --json`` and ``wattline jobs
---json`` read the same figures back from both (relative 1e-9).
+SQLite, InfluxDB 1.x and VictoriaMetrics at once, and ``wattline report --json``, ``wattline
+jobs --json``, ``wattline compare --json`` and ``wattline export --csv -`` read the same
+figures back from all three (relative 1e-9).
 
 Truth as elsewhere: a RAPL tree advanced at a known power, a real agent, jobs through
 ``wattline run --collector``; the messy cases: two runs overlapping, units at one instant
@@ -10,6 +11,8 @@ the dead holder).
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import os
@@ -22,11 +25,12 @@ from typing import Any
 
 import pytest
 from procs import CLI, clean_env, start_rapl_agent
-from servers import VictoriaMetrics, http
+from servers import Influxd, VictoriaMetrics, http
 
 from wattline import wire
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.base import Store, WriteResult
+from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.collector.stores.victoria import VictoriaStore
 from wattline.workloads.jobs_view import JobNotFound, build_view
@@ -41,19 +45,19 @@ UNITS = r"done (\d+)"
 
 
 class Tee(Store):
-    """Writes every batch to both stores; acknowledged once both took it."""
+    """Writes every batch to every store; acknowledged once all took it, each the same way."""
 
     kind = "tee"
     max_concurrent_writes = 1
 
-    def __init__(self, first: Store, second: Store) -> None:
-        self.first, self.second = first, second
+    def __init__(self, *stores: Store) -> None:
+        self.stores = stores
 
     def write(self, batch: wire.pb.Batch) -> WriteResult:
-        result = self.first.write(batch)
-        other = self.second.write(batch)
-        assert (other.written, other.rejected) == (result.written, result.rejected), (result, other)
-        return result
+        first, *others = [store.write(batch) for store in self.stores]
+        for other in others:
+            assert (other.written, other.rejected) == (first.written, first.rejected), (first, other)
+        return first
 
 
 def wattline(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -95,15 +99,25 @@ def wait_closed(store: SqliteStore, job_ids: Sequence[str], timeout_s: float = 6
         time.sleep(0.5)
 
 
+JOBS = ("steady-1", "burst-1", "killed-1")
+
+
 @pytest.mark.servers
-def test_sqlite_and_victoria_metrics_give_the_same_reports(tmp_path: Path, victoria_metrics: VictoriaMetrics) -> None:
+def test_sqlite_influxdb_and_victoria_metrics_give_the_same_reports(
+    tmp_path: Path, influxd: Influxd, victoria_metrics: VictoriaMetrics
+) -> None:
     tree = powercap_tree(
         tmp_path / "host", [Zone("intel-rapl:0", "package-0", START_UJ), Zone("intel-rapl:0:1", "dram", START_UJ)]
     )
     powered = PowerAdvancer(tree, POWER_W, START_UJ)
     sqlite_path = tmp_path / "w.db"
-    with SqliteStore(sqlite_path) as sqlite, VictoriaStore(victoria_metrics.url) as victoria:
-        server = CollectorServer(Tee(sqlite, victoria), "127.0.0.1:0")
+    database = influxd.new_database()
+    with (
+        SqliteStore(sqlite_path) as sqlite,
+        InfluxV1Store(influxd.url, database) as influx,
+        VictoriaStore(victoria_metrics.url) as victoria,
+    ):
+        server = CollectorServer(Tee(sqlite, influx, victoria), "127.0.0.1:0")
         server.start()
         env = {
             **clean_env(),
@@ -126,7 +140,7 @@ def test_sqlite_and_victoria_metrics_give_the_same_reports(tmp_path: Path, victo
             time.sleep(1.0)
             os.killpg(killed.pid, signal.SIGKILL)  # the wrapper and its command: nobody closes the job
             killed.wait(10)
-            wait_closed(sqlite, ["steady-1", "burst-1", "killed-1"])
+            wait_closed(sqlite, JOBS)
             time.sleep(2.0)  # the agent's last samples after the closes
         finally:
             agent.terminate()
@@ -137,31 +151,55 @@ def test_sqlite_and_victoria_metrics_give_the_same_reports(tmp_path: Path, victo
         with open_reader_of(victoria_metrics.url) as reader:
             assert reader.kind == "victoriametrics"
 
-    reports = {}
-    for store in (str(sqlite_path), victoria_metrics.url):
-        listed = wattline(env, "jobs", "--json", "--store", store)
-        assert listed.returncode == 0, listed.stderr
-        rows = [r for r in json.loads(listed.stdout) if r["id"] in ("steady-1", "burst-1", "killed-1")]
-        assert len(rows) == 3, listed.stdout
-        for row in rows:
-            row.pop("duration_s", None) if row["status"] == "running" else None
-        per_job = {}
-        for job_id in ("steady-1", "burst-1", "killed-1"):
-            out = wattline(env, "report", job_id, "--json", "--store", store)
-            assert out.returncode == 0, out.stderr
-            per_job[job_id] = json.loads(out.stdout)
-        reports[store] = (rows, per_job)
-    (rows_a, jobs_a), (rows_b, jobs_b) = reports.values()
-    assert same(rows_a, rows_b) == []
-    for job_id in jobs_a:
-        assert same(jobs_a[job_id], jobs_b[job_id], job_id) == []
-    burst = jobs_a["burst-1"]
+    stores = {
+        "sqlite": ["--store", str(sqlite_path)],
+        "influxdb": ["--store", influxd.url, "--influx-database", database],
+        "victoriametrics": ["--store", victoria_metrics.url],
+    }
+    answers = {name: read_all(env, where) for name, where in stores.items()}
+    truth = answers.pop("sqlite")
+    for name, answer in answers.items():
+        for what in truth:
+            assert same(truth[what], answer[what], f"{name}:{what}") == []
+    burst = truth["report burst-1"]
     assert burst["units"]["total"] == 19 and burst["job"]["exit_code"] == 0
-    assert (
-        jobs_a["killed-1"]["job"]["status"] in ("closed", "abandoned")
-        and jobs_a["killed-1"]["job"]["exit_code"] is None
-    )
-    print({job: r["whole_run"]["energy_j"] for job, r in jobs_a.items()})
+    assert truth["report killed-1"]["job"]["status"] in ("closed", "abandoned")
+    assert truth["report killed-1"]["job"]["exit_code"] is None
+    assert len(truth["export steady-1"]) > 4  # samples inside the window, from both zones
+    print({job: truth[f"report {job}"]["whole_run"]["energy_j"] for job in JOBS})
+
+
+def read_all(env: dict[str, str], where: Sequence[str]) -> dict[str, Any]:
+    """What `jobs`, `report`, `compare` and `export` print for the test's jobs from one store."""
+    listed = json.loads(ok(wattline(env, "jobs", "--json", *where)))
+    rows = [r for r in listed if r["id"] in JOBS]
+    assert len(rows) == len(JOBS), listed
+    for row in rows:
+        if row["status"] == "running":
+            row.pop("duration_s", None)  # grows with the reading's time
+    answer: dict[str, Any] = {"jobs": rows}
+    for job_id in JOBS:
+        answer[f"report {job_id}"] = json.loads(ok(wattline(env, "report", job_id, "--json", *where)))
+        exported = ok(wattline(env, "export", job_id, "--csv", "-", *where))
+        answer[f"export {job_id}"] = [numbers(row) for row in csv.DictReader(io.StringIO(exported))]
+    answer["compare"] = json.loads(ok(wattline(env, "compare", "steady-1", "burst-1", "--json", *where)))
+    return answer
+
+
+def ok(out: subprocess.CompletedProcess[str]) -> str:
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def numbers(row: dict[str, str]) -> dict[str, Any]:
+    """A CSV row with its numbers as numbers (compared to 1e-9, not by their spelling)."""
+    out: dict[str, Any] = {}
+    for key, text in row.items():
+        try:
+            out[key] = float(text)
+        except ValueError:
+            out[key] = text
+    return out
 
 
 def open_reader_of(url: str) -> Any:

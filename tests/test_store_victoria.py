@@ -62,3 +62,17 @@ def test_a_summary_stays_one_point(stores: tuple[VictoriaStore, SqliteStore]) ->
     vm.write_summary(closed)
     flush(vm)
     assert vm.job_summary("vm-sum") == JobSummary(closed.job_id, closed.time_ns, closed.tags, closed.fields, {})
+
+
+@pytest.mark.servers
+def test_a_rewritten_summary_reads_back_as_written_lower_or_higher(stores: tuple[VictoriaStore, SqliteStore]) -> None:
+    """The same point rewritten (same start, fields, tags; other figures) reads back as the last
+    one written, also when written again before the first was searchable."""
+    vm, _ = stores
+    fields = {"status": "closed", "closed": True, "schema": "s/1"}
+    for energy, computed in ((160.0, 1), (80.0, 2), (120.0, 3)):
+        summary = JobSummary("vm-rw", T0, {"name": "n"}, {**fields, "energy_j": energy, "computed_ns": computed})
+        vm.write_summary(JobSummary(summary.job_id, T0, summary.tags, {**summary.fields, "energy_j": 1e6}))
+        vm.write_summary(summary)  # at once: the first is not searchable yet
+        flush(vm)
+        assert vm.job_summary("vm-rw") == summary

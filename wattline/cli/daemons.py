@@ -46,6 +46,7 @@ INFLUX_DATABASE = typer.Option(None, "--influx-database", help=_c("influx_databa
 INFLUX_ORG = typer.Option(None, "--influx-org", help=_c("influx_org"))
 INFLUX_BUCKET = typer.Option(None, "--influx-bucket", help=_c("influx_bucket"))
 INFLUX_TOKEN_FILE = typer.Option(None, "--influx-token-file", help=_c("influx_token_file"))
+TENANT = typer.Option(None, "--tenant", help=_c("tenant"))
 
 
 def stop_event() -> threading.Event:
@@ -118,6 +119,7 @@ def collector(
     influx_org: str | None = INFLUX_ORG,
     influx_bucket: str | None = INFLUX_BUCKET,
     influx_token_file: Path | None = INFLUX_TOKEN_FILE,
+    tenant: str | None = TENANT,
     prometheus_port: int | None = typer.Option(None, help=_c("prometheus_port")),
     prometheus_addr: str | None = typer.Option(None, help=_c("prometheus_addr")),
     workers: int | None = typer.Option(None, help=_c("workers")),
@@ -151,6 +153,7 @@ def collector(
         influx_org=influx_org,
         influx_bucket=influx_bucket,
         influx_token_file=influx_token_file,
+        tenant=tenant,
         prometheus_port=prometheus_port,
         prometheus_addr=prometheus_addr,
         workers=workers,

@@ -18,9 +18,16 @@ from typing import Any
 import typer
 
 from wattline.cli.agent_entry import read_config
-from wattline.cli.daemons import INFLUX_API, INFLUX_BUCKET, INFLUX_DATABASE, INFLUX_ORG, INFLUX_TOKEN_FILE
+from wattline.cli.daemons import (
+    INFLUX_API,
+    INFLUX_BUCKET,
+    INFLUX_DATABASE,
+    INFLUX_ORG,
+    INFLUX_TOKEN_FILE,
+    TENANT,
+)
 from wattline.collector.daemon import store_from_settings
-from wattline.collector.settings import CollectorSettings
+from wattline.collector.settings import CollectorSettings, check_tenant
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.reader import OpenReader
 from wattline.config import ConfigError, build
@@ -100,6 +107,7 @@ class StoreChoice:
         settings = build(CollectorSettings, "collector", read_config(self.config), flags=flags)
         if settings.influx_api not in {"auto", "v1", "v2"}:
             raise ConfigError(f"option --influx-api: {settings.influx_api[:100]!r} is not auto, v1 or v2")
+        check_tenant(settings.tenant, "--tenant")
         return settings
 
     def open(self) -> Store:
@@ -154,6 +162,7 @@ store_options = option_group(
     influx_org=(str | None, INFLUX_ORG),
     influx_bucket=(str | None, INFLUX_BUCKET),
     influx_token_file=(Path | None, INFLUX_TOKEN_FILE),
+    tenant=(str | None, TENANT),
 )
 
 #: ``--price``, ``--carbon-intensity``, ``--pue``, ``--idle``, ``--share-rule``: the command

@@ -33,6 +33,7 @@ def store_from_settings(settings: CollectorSettings, read_only: bool = False) ->
         username=settings.influx_username or None,
         password=read_secret(None, "WATTLINE_INFLUX_PASSWORD", "InfluxDB password"),
         read_only=read_only,
+        tenant=settings.tenant,
     )
 
 

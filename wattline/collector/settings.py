@@ -14,6 +14,13 @@ from wattline.security import is_loopback, read_token, server_credentials
 DEFAULT_STORE = "sqlite:///var/lib/wattline/wattline.db"
 
 
+def check_tenant(tenant: str, name: str) -> None:
+    """ConfigError unless ``tenant`` is empty or VictoriaMetrics' ACCOUNT[:PROJECT] (uint32s)."""
+    parts = tenant.split(":") if tenant else []
+    if len(parts) > 2 or not all(p.isascii() and p.isdigit() and int(p) < 2**32 for p in parts):
+        raise ConfigError(f"option {name}: {tenant[:100]!r} is not ACCOUNT or ACCOUNT:PROJECT (numbers below 2^32)")
+
+
 @dataclass
 class CollectorSettings:
     """Everything ``wattline collector`` needs."""
@@ -33,6 +40,12 @@ class CollectorSettings:
         None, "File holding the InfluxDB token (mode 600); else env WATTLINE_INFLUX_TOKEN. Never a flag value."
     )
     influx_username: str = option("", "InfluxDB 1.x user (password from env WATTLINE_INFLUX_PASSWORD).")
+    tenant: str = option(
+        "",
+        "VictoriaMetrics cluster tenant ACCOUNT or ACCOUNT:PROJECT: the store URL serves vminsert's "
+        "/insert/<tenant>/influx/ and vmselect's /select/<tenant>/prometheus/ (vmauth in front of both); "
+        "empty: a single node.",
+    )
     prometheus_port: int | None = option(None, "Serve the collector's own Prometheus metrics on this port.")
     prometheus_addr: str = option("127.0.0.1", "Address for the Prometheus endpoint.")
     workers: int = option(
@@ -83,6 +96,7 @@ class CollectorSettings:
             raise ConfigError(f"option collector.listen: {self.listen!r} is not HOST:PORT")
         if self.influx_api not in {"auto", "v1", "v2"}:
             raise ConfigError(f"option collector.influx_api: {self.influx_api!r} is not auto, v1 or v2")
+        check_tenant(self.tenant, "collector.tenant")
         if self.workers < 1 or self.max_message_mb < 1 or self.max_batch_points < 1:
             raise ConfigError("option collector.workers/max_message_mb/max_batch_points: must be at least 1")
         if self.processes < 0:

@@ -72,12 +72,14 @@ def job_row(report: Report) -> dict[str, Any]:
 
 
 def sample_rows(reader: Reader, report: Report) -> Iterator[dict[str, Any]]:
-    """The job's samples, host by host, cut at the window edges and the saturation point."""
+    """The job's samples, host by host (by end, then channel), cut at the window edges and the saturation point."""
     job = report.job
     for host in sorted(job.hosts):
         open_ns, close = host_span(report, host)
         split = min(max(report.measured_from_ns, open_ns), close)
-        for s in reader.samples(host, open_ns, close):
+        # Samples ending at one instant come in the store's own order (SQLite: insertion,
+        # InfluxDB and VictoriaMetrics: series); channel order makes the CSV the same from any.
+        for s in sorted(reader.samples(host, open_ns, close), key=lambda s: (s.end_ns, s.series, s.stream)):
             for name, lo, hi in (("warmup", open_ns, split), ("measured", split, close)):
                 a, b = max(s.start_ns, lo), min(s.end_ns, hi)
                 if b < a or (b == a and not (s.start_ns == s.end_ns and lo < b <= hi)):

@@ -177,8 +177,11 @@ class SummaryWriter:
     closed job whose report is not complete is looked at again every ``poll_s`` until
     ``wait_s`` after its end, then written as it is (``complete`` false, its notes say
     why) and computed again every ``running_every_s`` until it is complete (samples that an
-    agent's spool delivers late) or ``recheck_s`` after its close. Failures are logged and
-    retried, ``retry_s`` doubling up to ``max_retry_s``.
+    agent's spool delivers late) or ``recheck_s`` after its close. Events the store took but
+    does not show yet (VictoriaMetrics makes rows searchable about a second after it took
+    them): a job not found, or a close not seen, is looked at again every ``poll_s`` until
+    ``wait_s`` after the events were noted. Failures are logged and retried, ``retry_s``
+    doubling up to ``max_retry_s``.
     """
 
     def __init__(
@@ -210,6 +213,8 @@ class SummaryWriter:
         self._due: dict[str, float] = {}  #: job id -> when to compute it (clock time)
         #: jobs with a close since their last summary -> when the (first such) close was noted
         self._closing: dict[str, float] = {}
+        #: jobs due -> when their latest events were noted (the store may not show them yet)
+        self._noted: dict[str, float] = {}
         self._failures: dict[str, int] = {}
         self._done: dict[str, float] = {}  #: job id -> when its last summary was written
         self._cond = threading.Condition()
@@ -258,6 +263,7 @@ class SummaryWriter:
                     self._due[job_id] = min(self._due[job_id], now)
                 if closed:
                     self._closing.setdefault(job_id, now)
+                self._noted[job_id] = now
             self._cond.notify()
 
     def _next(self) -> str | None:
@@ -288,17 +294,22 @@ class SummaryWriter:
     def _summarise(self, job_id: str) -> None:
         with self._cond:
             closing_at = self._closing.get(job_id)
+            noted_at = self._noted.get(job_id, -math.inf)
         try:
             report = build_report(self.reader, job_id, self.settings)
-            if closing_at is not None and not report.complete:
-                left_s = self.wait_s - (self._clock() - closing_at)
-                if left_s > 0:  # the agents may not have shipped the last samples yet
-                    self._again(job_id, min(self.poll_s, left_s))
-                    return
+            # after a close: the agents may not have shipped the last samples yet, or the store
+            # not show the close yet
+            unsettled = not (report.complete and report.job.closed)
+            if closing_at is not None and unsettled and self._poll_again(job_id, closing_at):
+                return
             result = self.sink(summary_of(report))
-        except (JobNotFound, BadJob) as exc:
-            log.warning("job summary of %s not written: %s", job_id[:100], " ".join(str(exc).split())[:300])
-            self._forget(job_id)
+        except JobNotFound as exc:
+            if self._poll_again(job_id, noted_at):  # its first events are not searchable yet
+                return
+            self._not_written(job_id, exc)
+            return
+        except BadJob as exc:
+            self._not_written(job_id, exc)
             return
         except Exception as exc:  # store down, a bug: retried, never silently lost
             self.failed += 1
@@ -338,6 +349,17 @@ class SummaryWriter:
                 for old in sorted(self._done, key=self._done.__getitem__)[: len(self._done) - self.max_jobs]:
                     del self._done[old]
 
+    def _poll_again(self, job_id: str, since: float) -> bool:
+        """Look at ``job_id`` again in ``poll_s`` if ``wait_s`` has not passed ``since``."""
+        left_s = self.wait_s - (self._clock() - since)
+        if left_s > 0:
+            self._again(job_id, min(self.poll_s, left_s))
+        return left_s > 0
+
+    def _not_written(self, job_id: str, exc: Exception) -> None:
+        log.warning("job summary of %s not written: %s", job_id[:100], " ".join(str(exc).split())[:300])
+        self._forget(job_id)
+
     def _converge(self, job_id: str, report: Report, closed_now: bool) -> None:
         """No stored summary stays wrong once the store knows better: a job's close (its own, or
         one made for its dead holder, possibly long after the fact) changes the figures of the
@@ -356,3 +378,4 @@ class SummaryWriter:
             self._failures.pop(job_id, None)
             if job_id not in self._due:
                 self._closing.pop(job_id, None)
+                self._noted.pop(job_id, None)

@@ -7,7 +7,9 @@
   unless ``api="v1"`` or ``api="v2"`` forces one; a server whose ``/ping`` lacks that
   header but that serves the Prometheus API is VictoriaMetrics -> :class:`VictoriaStore`
   (written and read; forcing v1 or v2 writes it as InfluxDB, for no reads); any other
-  server must be given its API.
+  server must be given its API;
+- ``http(s)://host:port`` with a ``tenant`` -> a VictoriaMetrics cluster (no detection: only
+  it has tenants here): the URL serves vminsert's and vmselect's tenant paths.
 """
 
 from __future__ import annotations
@@ -71,14 +73,23 @@ def open_store(
     api: Api | None = None,
     timeout_s: float = 10.0,
     read_only: bool = False,
+    tenant: str = "",
 ) -> Store:
     """The store ``url`` names. 1.x uses ``database`` (+ credentials, retention policy),
     2.x/3.x ``org``/``bucket``/``token``. Raises ValueError for a URL or API it cannot use.
 
     ``read_only`` (reports): a SQLite store must exist and is opened for reading only
     (ConfigError when the path holds no wattline store); InfluxDB is only read anyway.
+    ``tenant``: see the module's docstring.
     """
     scheme = urllib.parse.urlsplit(url).scheme.lower() if "://" in url or url.startswith("sqlite:") else ""
+    if tenant and (scheme not in ("http", "https") or api is not None):
+        raise ValueError(
+            f"a tenant ({tenant[:100]!r}) is for a VictoriaMetrics cluster at an http(s) URL, "
+            f"not {url[:100]!r}{' with influx_api ' + api if api else ''}"
+        )
+    if tenant:
+        return VictoriaStore(url, timeout_s, tenant=tenant)
     if scheme == "sqlite":
         path = urllib.parse.unquote(url[len("sqlite:") :].removeprefix("//"))
         if not path:

@@ -53,10 +53,17 @@ class VictoriaStore(VictoriaReads, LineProtocolStore):
 
     kind = "victoriametrics"
 
-    def __init__(self, url: str, timeout_s: float = 10.0, encoder: LineEncoder | None = None) -> None:
+    def __init__(self, url: str, timeout_s: float = 10.0, encoder: LineEncoder | None = None, tenant: str = "") -> None:
+        """``tenant`` (ACCOUNT or ACCOUNT:PROJECT): ``url`` is a cluster's, serving vminsert's
+        ``/insert/<tenant>/influx/write``, vmselect's ``/select/<tenant>/prometheus/api/v1/…``
+        and ``/delete/<tenant>/prometheus/api/v1/admin/tsdb/delete_series`` (vmauth routes
+        them); empty: a single node, which serves them without the prefixes."""
         self.encoder = encoder or LineEncoder()
         self._http = HttpClient(url, timeout_s)
         self.url = self._http.url
+        self._insert = f"/insert/{tenant}/influx" if tenant else ""
+        self._select = f"/select/{tenant}/prometheus" if tenant else ""
+        self._delete_at = f"/delete/{tenant}/prometheus" if tenant else ""
 
     def __repr__(self) -> str:
         return f"VictoriaStore({self.url!r})"
@@ -83,7 +90,7 @@ class VictoriaStore(VictoriaReads, LineProtocolStore):
         return result
 
     def _post(self, lines: list[str], result: WriteResult) -> None:
-        status, _, data = self._http.request("POST", "/write?precision=ns", "\n".join(lines).encode())
+        status, _, data = self._http.request("POST", f"{self._insert}/write?precision=ns", "\n".join(lines).encode())
         if 200 <= status < 300:
             result.written += len(lines)
             return
@@ -97,28 +104,21 @@ class VictoriaStore(VictoriaReads, LineProtocolStore):
     # -- job summaries (one point per job, rewritten in place) -----------------------------
 
     def write_summary(self, summary: JobSummary) -> WriteResult:
-        """Write ``summary``; first delete the job's summary series when the new point would not
-        replace them all (another start, other labels: its status is one, a field no longer
-        there, several points), so one point per job remains however its figures change."""
-        found = self.job_summaries_of(summary.job_id)
-        if found and (
-            len(found) > 1
-            or found[0].time_ns != summary.time_ns
-            or not set(found[0].fields) <= set(summary.fields)
-            or not set(found[0].hosts) <= set(summary.hosts)
-            or {k: v for k, v in found[0].fields.items() if isinstance(v, str)}
-            != {k: v for k, v in summary.fields.items() if isinstance(v, str)}
-            or found[0].tags != summary.tags
-        ):
-            self._delete(summary.job_id)
+        """Write ``summary``, first deleting the job's stored summary series: one point per job
+        remains. A point written over another at the same timestamp does not replace it here:
+        deduplication keeps either copy, per series (seen: a rewrite that read back half old,
+        half new), so a rewrite is a delete and a write; a reader in between finds none. The
+        delete is sent even when no summary shows: one written a moment ago is not searchable
+        yet, but is deleted."""
+        self._delete(summary.job_id)
         return super().write_summary(summary)
 
     def _delete(self, job_id: str) -> None:
         match = f'{{__name__=~"({JOB_SUMMARY}|{JOB_SUMMARY_HOST})_.+",job_id={quote(job_id)}}}'
         body = urllib.parse.urlencode({"match[]": match}).encode()
-        status, _, data = self._http.request(
-            "POST", "/api/v1/admin/tsdb/delete_series", body, {"Content-Type": "application/x-www-form-urlencoded"}
-        )
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        path = f"{self._delete_at}/api/v1/admin/tsdb/delete_series"
+        status, _, data = self._http.request("POST", path, body, form)
         if not 200 <= status < 300:
             raise StoreUnavailable(
                 f"VictoriaMetrics {self.url} delete_series answered {status}: {shorten(data.decode())}"

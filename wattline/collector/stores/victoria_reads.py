@@ -71,11 +71,13 @@ class VictoriaReads:
 
     url: str
     _http: HttpClient
+    #: Where the Prometheus API is under the URL (a cluster's vmselect: /select/<tenant>/prometheus).
+    _select: str = ""
 
     # -- HTTP -----------------------------------------------------------------------------
 
     def _get(self, path: str, params: list[tuple[str, str]]) -> bytes:
-        status, _, data = self._http.request("GET", f"{path}?{urllib.parse.urlencode(params)}")
+        status, _, data = self._http.request("GET", f"{self._select}{path}?{urllib.parse.urlencode(params)}")
         message = shorten(data.decode("utf-8", "replace").strip())
         if status >= 500 or status in (401, 403, 429):
             raise StoreUnavailable(f"VictoriaMetrics {self.url} {path} answered {status}: {message}")

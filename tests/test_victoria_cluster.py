@@ -1,0 +1,187 @@
+"""A VictoriaMetrics cluster's path forms and ``--tenant`` (issue #30). The cluster's vminsert
+serves ``/insert/<tenant>/influx/write`` and vmselect ``/select/<tenant>/prometheus/api/v1/…``
+and ``/delete/<tenant>/prometheus/api/v1/admin/tsdb/delete_series``: the single node's APIs
+under those prefixes. A prefix-routing proxy (as vmauth routes them) stands in front of the
+single node here; it forwards only those prefixes, for one tenant, so a request that forgot
+its prefix or named another tenant fails. What a store writes through it, the single node read
+directly gives back, and ``wattline report`` reads the same from both URLs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from procs import CLI, Proc, clean_env, start_collector
+from servers import T0, VictoriaMetrics, free_port, http, make_batch
+from test_dead_holder import BATCH_S, cli, tree
+
+from wattline.collector.stores.base import JobSummary
+from wattline.collector.stores.sqlite import SqliteStore
+from wattline.collector.stores.victoria import VictoriaStore
+
+__all__ = ["tree"]  # the fixture, imported for pytest
+
+TENANT = "7:3"
+#: The cluster's prefix -> the single node's path it stands for.
+ROUTES = {
+    "insert": (re.compile(r"/insert/(?P<tenant>[^/]+)/influx(?P<rest>/write(\?.*)?)$"), "POST"),
+    "select": (re.compile(r"/select/(?P<tenant>[^/]+)/prometheus(?P<rest>/api/v1/[a-z_/]+(\?.*)?)$"), "GET"),
+    "delete": (
+        re.compile(r"/delete/(?P<tenant>[^/]+)/prometheus(?P<rest>/api/v1/admin/tsdb/delete_series(\?.*)?)$"),
+        "POST",
+    ),
+}
+
+
+class PrefixProxy:
+    """Forwards the cluster's tenant paths of :data:`TENANT` to a single node; counts each route
+    taken, and answers anything else 404 (counted as ``unrouted``)."""
+
+    def __init__(self, upstream: str) -> None:
+        self.seen: Counter[str] = Counter()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.forward()
+
+            def do_POST(self) -> None:
+                self.forward()
+
+            def forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+                for name, (pattern, method) in ROUTES.items():
+                    match = pattern.match(self.path)
+                    if match and match["tenant"] == TENANT and self.command == method:
+                        proxy.seen[name] += 1
+                        status, data = proxy.send(self.command, upstream + match["rest"], body, self.headers)
+                        break
+                else:
+                    proxy.seen["unrouted"] += 1
+                    status, data = 404, f"no route for {self.command} {self.path}".encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def send(method: str, url: str, body: bytes | None, headers: Any) -> tuple[int, bytes]:
+        kept = {k: v for k, v in headers.items() if k.lower() in ("content-type", "content-encoding")}
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, body, kept, method=method), timeout=30) as resp:
+                return int(resp.status), resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def proxy(victoria_metrics: VictoriaMetrics) -> Iterator[PrefixProxy]:
+    routed = PrefixProxy(victoria_metrics.url)
+    yield routed
+    routed.close()
+
+
+def flush(url: str) -> None:
+    http("GET", url + "/internal/force_flush")
+    time.sleep(1.0)
+
+
+@pytest.mark.servers
+def test_a_store_through_the_cluster_paths_reads_what_the_node_holds(
+    tmp_path: Path, proxy: PrefixProxy, victoria_metrics: VictoriaMetrics
+) -> None:
+    batch = make_batch(host="cl-reads", job_id="cl-reads-job", samples=6)
+    fields = {"status": "closed", "closed": True, "energy_j": 12.5, "start_ns": T0, "schema": "s/1"}
+    summary = JobSummary("cl-reads-job", T0, {"name": "n"}, fields, {"cl-reads": 12.5})
+    with (
+        VictoriaStore(proxy.url, tenant=TENANT) as cluster,
+        VictoriaStore(victoria_metrics.url) as node,
+        SqliteStore(tmp_path / "w.db") as sqlite,
+    ):
+        assert cluster.write(batch).written == sqlite.write(batch).written == 10
+        cluster.write_summary(JobSummary(summary.job_id, T0, summary.tags, {**fields, "energy_j": 99.0}))
+        flush(victoria_metrics.url)
+        cluster.write_summary(summary)  # a rewrite: delete, then write
+        flush(victoria_metrics.url)
+        for store in (cluster, node):
+            assert store.job_events("cl-reads-job") == sqlite.job_events("cl-reads-job")
+            assert store.samples("cl-reads", T0, T0 + 4 * 10**9) == sqlite.samples("cl-reads", T0, T0 + 4 * 10**9)
+            assert store.job_summary("cl-reads-job") == summary
+    assert proxy.seen["insert"] >= 3 and proxy.seen["select"] >= 3 and proxy.seen["delete"] == 2
+    assert proxy.seen["unrouted"] == 0
+
+
+@pytest.mark.servers
+def test_collector_and_reports_with_a_tenant(
+    tmp_path: Path, tree: Any, proxy: PrefixProxy, victoria_metrics: VictoriaMetrics
+) -> None:
+    """`wattline collector --store PROXY --tenant 7:3` writes a job and its summary;
+    `wattline report --store PROXY --tenant 7:3` and the single node's URL read the same."""
+    host = "cluster-host"
+    where = ["--store", proxy.url, "--tenant", TENANT]
+    port = free_port()
+    collector = start_collector(port, where, tmp_path / "collector.log")
+    agent = Proc(
+        ["agent", "--host-id", host, "--sysfs-root", str(tree.root), "--source", "rapl",
+         "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
+        tmp_path / "agent.log",
+    )  # fmt: skip
+    node = VictoriaStore(victoria_metrics.url)
+    try:
+        time.sleep(2.0)
+        cli(tmp_path, "run", "--job-id", "cl-job", "--no-report", "--host-id", host,
+            f"--collector=127.0.0.1:{port}", *where, "--", "sleep", "3")  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not (found := node.job_summary("cl-job")) or found.fields["status"] != "closed":
+            assert time.monotonic() < deadline, "no summary of cl-job"
+            flush(victoria_metrics.url)
+        time.sleep(2.0)  # samples after the close
+    finally:
+        agent.terminate()
+        collector.terminate()
+        node.close()
+    flush(victoria_metrics.url)
+    via_cluster = json.loads(cli(tmp_path, "report", "cl-job", "--json", *where).stdout)
+    via_node = json.loads(cli(tmp_path, "report", "cl-job", "--json", "--store", victoria_metrics.url).stdout)
+    assert via_cluster == via_node
+    assert via_cluster["job"]["status"] == "closed" and via_cluster["whole_run"]["energy_j"] > 0
+    assert found.fields["energy_j"] == pytest.approx(via_cluster["measured"]["energy_j"], rel=1e-9)
+    assert proxy.seen["unrouted"] == 0 and proxy.seen["insert"] > 0 and proxy.seen["delete"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--store", "http://127.0.0.1:9", "--tenant", "acme"], "--tenant: 'acme' is not ACCOUNT or ACCOUNT:PROJECT"),
+        (["--store", "http://127.0.0.1:9", "--tenant", "1:2:3"], "is not ACCOUNT or ACCOUNT:PROJECT"),
+        (["--store", "http://127.0.0.1:9", "--tenant", str(2**32)], "numbers below 2^32"),
+        (["--store", "sqlite:///nowhere.db", "--tenant", "1"], "is for a VictoriaMetrics cluster at an http(s) URL"),
+    ],
+)
+def test_a_bad_tenant_is_one_line(tmp_path: Path, args: list[str], said: str) -> None:
+    out = subprocess.run([*CLI, "jobs", *args], capture_output=True, text=True, timeout=60, env=clean_env())
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert said in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -1,0 +1,154 @@
+"""Job summaries in VictoriaMetrics end to end (issue #30): a real ``wattline collector
+--store http://127.0.0.1:PORT`` (detected as VictoriaMetrics, no other flag) writes the
+summary of a job that closes, of a job ended for its dead holder, and writes a neighbour's
+summary again once that dead job ends (convergence, as tests/test_dead_holder.py drives it on
+SQLite). Each stored summary reads back with the figures ``wattline report --json`` gives from
+the same store, and the energy is P x the window of the stored open and close events.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Collection, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from procs import Proc, start_collector
+from servers import VictoriaMetrics, free_port, http, make_batch
+from test_dead_holder import BATCH_S, HOST, POWER_W, cli, kill_after, start_dead, total_j, tree, wait_for
+
+from wattline.collector.stores.base import JobSummary, WriteResult
+from wattline.collector.stores.reader import StoredJobEvent
+from wattline.collector.stores.sqlite import SqliteStore
+from wattline.collector.stores.victoria import VictoriaStore
+from wattline.workloads.summary import SummaryWriter
+
+__all__ = ["tree"]  # the fixture, imported for pytest
+
+
+class Lagging(SqliteStore):
+    """A store that shows a job's events only ``job_lag_s`` after it was made, and its close
+    ``close_lag_s`` after (as VictoriaMetrics shows rows about a second after it took them)."""
+
+    def __init__(self, path: Path, job_lag_s: float, close_lag_s: float) -> None:
+        super().__init__(path)
+        self.made = time.monotonic()
+        self.job_lag_s, self.close_lag_s = job_lag_s, close_lag_s
+
+    def _shown(self, events: list[StoredJobEvent]) -> list[StoredJobEvent]:
+        age = time.monotonic() - self.made
+        return [e for e in events if age >= (self.close_lag_s if e.event == "close" else self.job_lag_s)]
+
+    def job_events(self, job_id: str | None = None, every: bool = True) -> list[StoredJobEvent]:
+        return self._shown(super().job_events(job_id, every))
+
+    def job_events_between(self, start_ns: int, end_ns: int, hosts: Collection[str]) -> list[StoredJobEvent]:
+        return self._shown(super().job_events_between(start_ns, end_ns, hosts))
+
+
+class Kept:
+    """A summary sink that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.written: list[JobSummary] = []
+
+    def __call__(self, summary: JobSummary) -> WriteResult:
+        self.written.append(summary)
+        return WriteResult(written=1)
+
+
+@pytest.mark.parametrize(("job_lag_s", "close_lag_s"), [(0.6, 0.6), (0.0, 0.6)])
+def test_the_writer_waits_for_events_the_store_does_not_show_yet(
+    tmp_path: Path, job_lag_s: float, close_lag_s: float
+) -> None:
+    """The collector notes a job's close once the store took it; a store that shows the job
+    (or only its close) a moment later still gets the closed job's summary, once."""
+    store = Lagging(tmp_path / "w.db", job_lag_s, close_lag_s)
+    store.write(make_batch(host="lag-host", job_id="lag-job", samples=6))
+    sink = Kept()
+    writer = SummaryWriter(store, sink, wait_s=5.0, poll_s=0.05, running_every_s=60.0).start()
+    try:
+        writer.job_events([("lag-job", True)])
+        wait_for(lambda: bool(sink.written), 10, "no summary")
+        time.sleep(0.5)
+    finally:
+        writer.stop()
+        store.close()
+    assert [s.fields["status"] for s in sink.written] == ["closed"]
+    assert sink.written[0].fields["exit_code"] == 137  # make_batch's close
+
+
+@pytest.fixture
+def vm(victoria_metrics: VictoriaMetrics) -> Iterator[VictoriaStore]:
+    with VictoriaStore(victoria_metrics.url) as store:
+        yield store
+
+
+def summary(vm: VictoriaStore, job_id: str) -> JobSummary | None:
+    http("GET", vm.url + "/internal/force_flush")  # what was written is searchable now
+    return vm.job_summary(job_id)
+
+
+def truth_j(vm: VictoriaStore, job_id: str) -> float:
+    """P x the job's window (its stored open and close)."""
+    events = {e.event: e.time_ns for e in vm.job_events(job_id, every=False) if e.event in ("open", "close")}
+    return POWER_W * (events["close"] - events["open"]) / 1e9
+
+
+def report(tmp_path: Path, vm: VictoriaStore, job_id: str) -> dict[str, Any]:
+    return dict(json.loads(cli(tmp_path, "report", job_id, "--json", "--store", vm.url).stdout))
+
+
+def assert_reads_back(found: JobSummary | None, report: dict[str, Any]) -> None:
+    """The stored summary holds the report's figures (relative 1e-9)."""
+    assert found is not None
+    f = found.fields
+    assert f["status"] == report["job"]["status"]
+    assert f["energy_j"] == pytest.approx(report["measured"]["energy_j"], rel=1e-9)
+    assert f["energy_total_j"] == pytest.approx(total_j(report), rel=1e-9)
+    assert f["hosts"] == len(report["job"]["hosts"]) == 1
+    assert sum(found.hosts.values()) == pytest.approx(total_j(report), rel=1e-9)
+    assert f["complete"] is report["complete"] is True
+
+
+@pytest.mark.servers
+def test_collector_into_victoria_metrics_writes_summaries_that_converge(
+    tmp_path: Path, tree: Any, vm: VictoriaStore
+) -> None:
+    """The dead run keeps its record where neither the agent nor the next run looks, so next's
+    first summary shares its window with the dead job (half); a later run from the dead one's
+    state home ends it; the collector then writes dead's summary and next's again (its own)."""
+    port = free_port()
+    collector = start_collector(port, ["--store", vm.url], tmp_path / "collector.log")
+    agent = Proc(
+        ["agent", "--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl",
+         "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
+        tmp_path / "agent.log",
+    )  # fmt: skip
+    where = ["--host-id", HOST, f"--collector=127.0.0.1:{port}", "--store", vm.url]
+    try:
+        time.sleep(2.0)  # the agent's first batches: samples before the jobs open
+        dead = start_dead(tmp_path, where, state="elsewhere")
+        kill_after(dead, 4.0)
+        time.sleep(2.0)
+        cli(tmp_path, "run", "--job-id", "next", "--no-report", *where, "--", "sleep", "4")
+        wait_for(lambda: summary(vm, "next") is not None, 30, "next's first summary")
+        first = summary(vm, "next")
+        assert first is not None and first.fields["status"] == "closed"
+        assert first.fields["energy_total_j"] == pytest.approx(truth_j(vm, "next") / 2, rel=0.02)
+
+        cli(tmp_path, "run", "--job-id", "later", "--no-report", *where, "--", "true", state="elsewhere")
+        wait_for(lambda: summary(vm, "dead") is not None, 30, "dead's summary")
+        wait_for(lambda: summary(vm, "next").fields["computed_ns"] != first.fields["computed_ns"], 30, "next again")
+        time.sleep(BATCH_S * 4)  # a last summary in flight lands before the comparison
+    finally:
+        agent.terminate()
+        collector.terminate()
+    for job_id in ("next", "dead", "later"):
+        assert_reads_back(summary(vm, job_id), report(tmp_path, vm, job_id))
+    assert summary(vm, "dead").fields["status"] == "abandoned"
+    assert summary(vm, "next").fields["energy_total_j"] == pytest.approx(truth_j(vm, "next"), rel=0.01)
+    assert summary(vm, "dead").fields["energy_total_j"] == pytest.approx(truth_j(vm, "dead"), rel=0.01)
+    assert "Traceback" not in (tmp_path / "collector.log").read_text()

@@ -9,7 +9,10 @@ skipped where ``mount`` is refused). Each case is a real ``wattline`` process, a
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -46,6 +49,7 @@ def _cases() -> list[Case]:
             Case(f"{cmd}-directory", [*argv, "--store", "{T}"], 2, "is a directory"),
             Case(f"{cmd}-not-sqlite", [*argv, "--store", "{junk}"], 2, "is not a SQLite file"),
             Case(f"{cmd}-empty-sqlite", [*argv, "--store", "{empty}"], 2, "not a wattline store"),
+            Case(f"{cmd}-other-sqlite", [*argv, "--store", "{other}"], 2, "not a wattline store"),
             Case(f"{cmd}-unreachable-influx", [*argv, "--store", "{unreachable}"], 1, "Connection refused"),
             Case(
                 f"{cmd}-no-such-database",
@@ -137,11 +141,15 @@ def table(tmp_path_factory: pytest.TempPathFactory, influxd: Influxd) -> Fixture
         "unreachable": f"http://127.0.0.1:{free_port()}",
         "junk": str(root / "junk.db"),
         "empty": str(root / "empty.db"),
+        "other": str(root / "other.db"),
         "agnet": str(root / "agnet.toml"),
         "sources_typo": str(root / "sources.toml"),
     }
     (root / "junk.db").write_bytes(b"not a database, not even close\n" * 100)
     (root / "empty.db").write_bytes(b"")
+    with contextlib.closing(sqlite3.connect(root / "other.db")) as other:  # another program's database
+        other.execute("PRAGMA journal_mode=WAL")
+        other.execute("CREATE TABLE t (x)")
     (root / "agnet.toml").write_text("[agnet]\ninterval = 1\n")
     (root / "sources.toml").write_text("[sources.rapel]\nenabled = true\n")
 
@@ -247,3 +255,17 @@ def test_every_variable_wattline_reads_is_known() -> None:
         "environment variable WATTLINE_AGENT_INTERVALL is not a wattline setting; ignored "
         "(did you mean WATTLINE_AGENT_INTERVAL?)"
     ]
+
+
+def test_a_store_whose_first_writer_died_before_its_schema_lists_no_jobs(tmp_path: Path) -> None:
+    """A wattline run killed right after it created its store (journal set, no tables yet): the
+    store holds nothing, and says so, rather than "not a wattline store"."""
+    db = tmp_path / "w.db"
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")  # SqliteStore's first statement
+    listed = subprocess.run(
+        [*WATTLINE, "jobs", "--json", "--store", f"sqlite:///{db}"], capture_output=True, text=True, timeout=60
+    )
+    assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stderr
+    report = subprocess.run([*WATTLINE, "report", "x", "--store", f"sqlite:///{db}"], capture_output=True, text=True)
+    assert report.returncode == 2 and "no job 'x' in the store" in report.stderr

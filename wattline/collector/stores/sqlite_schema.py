@@ -239,9 +239,13 @@ def _checked(path: str, uri: str, timeout_s: float) -> sqlite3.Connection:
         db.execute("PRAGMA query_only = 1")
         (version,) = db.execute("PRAGMA user_version").fetchone()
         tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        (journal,) = db.execute("PRAGMA journal_mode").fetchone()
     except BaseException:
         db.close()
         raise
+    if version == 0 and not tables and journal == "wal":  # our writer's first step, then it ended: nothing stored
+        db.close()
+        return _empty_store()
     problem = ""
     if version == 0 or "job_events" not in tables:
         problem = "is a SQLite file but not a wattline store (no job_events table)"
@@ -255,4 +259,17 @@ def _checked(path: str, uri: str, timeout_s: float) -> sqlite3.Connection:
     if problem:
         db.close()
         raise NotAStore(f"store {clip(path)} {problem}")
+    return db
+
+
+def _empty_store() -> sqlite3.Connection:
+    """An in-memory store with the whole schema and no rows: what a reader sees of a file whose
+    first writer was killed before it created its tables (a store with nothing in it)."""
+    db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    for target in range(1, SCHEMA_VERSION + 1):
+        for statement in _MIGRATIONS[target].split(";"):
+            if statement.strip():
+                db.execute(statement)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    db.execute("PRAGMA query_only = 1")
     return db

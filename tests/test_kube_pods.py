@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +25,8 @@ from typing import Any
 
 import grpc
 import pytest
-from procs import start_collector, start_rapl_agent
+from nvml_stub.build import build_stub
+from procs import Proc, start_collector
 from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from typer.testing import CliRunner
@@ -51,7 +53,7 @@ CORES = {"pt": 2.0, "batch": 1.0, "note": 0.5, "ts1": 0.25, "ts2": 0.25}
 NODE_CORES = 5.0
 GPU_B_USE = {"ts1": 30.0, "ts2": 10.0}  #: SM % of the time-sliced GPU per pod
 LENGTH_S = 60
-UIDS = {name: f"{n:08x}-0000-4000-8000-{n:012x}" for n, name in enumerate([*CORES, "web"], start=1)}
+UIDS = {name: f"{n:08x}-0000-4000-8000-{n:012x}" for n, name in enumerate([*CORES, "web", "pt1"], start=1)}
 PIDS = {"ts1": 101, "ts2": 102}
 
 
@@ -176,13 +178,18 @@ def cgroup_tree(root: Path) -> dict[str, Path]:
     return dirs
 
 
-def advance(dirs: dict[str, Path], t_s: float) -> None:
-    """Every cgroup's CPU time at ``t_s`` s after T0 (the root counts the whole node)."""
+def advance(
+    dirs: dict[str, Path], t_s: float, cores_of: dict[str, float] = CORES, node_cores: float = NODE_CORES,
+    until_s: dict[str, float] | None = None,
+) -> None:  # fmt: skip
+    """Every cgroup's CPU time at ``t_s`` s after T0 (the root counts the whole node); a pod
+    of ``until_s`` stops using CPU at its time there (it ended)."""
     for name, directory in dirs.items():
-        cores = NODE_CORES if name == "" else CORES.get(name, 0.0)
+        cores = node_cores if name == "" else cores_of.get(name, 0.0)
+        busy_s = min(t_s, (until_s or {}).get(name, t_s))
         # Replaced whole (rename): a reader never sees a half-written file.
         temporary = directory / "cpu.stat.new"
-        temporary.write_text(f"usage_usec {int(cores * t_s * 1e6)}\nuser_usec 0\nsystem_usec 0\n")
+        temporary.write_text(f"usage_usec {int(cores * busy_s * 1e6)}\nuser_usec 0\nsystem_usec 0\n")
         temporary.replace(directory / "cpu.stat")
 
 
@@ -317,7 +324,7 @@ def events_file(root: Path, name: str) -> Path:
 
 
 #: The annotated notebook pod's container environment, as its spec sets it (README "Units from inside").
-POD_ENV = [
+POD_ENV: list[dict[str, Any]] = [
     {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     {"name": "WATTLINE_JOB", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['wattline.io/job']"}}},
     {"name": "WATTLINE_JOB_ID", "value": "k8s:$(POD_NAMESPACE)/$(WATTLINE_JOB)"},
@@ -372,82 +379,217 @@ def test_a_pod_counts_its_own_units_from_inside(
     assert report.units_warmup + report.units_measured == 25
 
 
-def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path) -> None:
-    """The real ``wattline agent`` (RAPL at a known power, its pod watcher on the recorded
-    node) -> a real collector -> SQLite; ``wattline report`` gives each pod-job its CPU-time
-    share of the package energy within 1 %, ``wattline jobs`` lists them with how they ended."""
-    root = tmp_path / "host"
-    dirs = cgroup_tree(root)
-    powercap_tree(root, [Zone("intel-rapl:0", "package-0", 0)])
-    power = PowerAdvancer(root, {"intel-rapl:0": CPU_W})
-    (tmp_path / "token").write_text("sa-token\n")
-    kubelet = Kubelet(tmp_path / "kubelet.sock")
-    # The clock of the recorded pods: they start at the agent's first look at the list, and
-    # end at its last look before the test ends them (each look also reads their CPU time).
-    seen: list[int] = []
-    span: dict[str, int] = {}
+#: The end-to-end node's GPUs (pod-resources ids are their UUIDs): GPU_A given whole to the
+#: PyTorchJob's worker, GPU_B time-sliced by ts1 and ts2 at GPU_B_USE SM % (stand-in NVML).
+GPU_A, GPU_B = "GPU-4bad378d-f7d0-40e0-8ce0-2ce4c159db4e", "GPU-9e1f04c2-3b7a-4d55-a0c8-6f2d91b7e310"
+W_PER_SM = 5.0  #: GPU_B's power per SM percent of its processes (idle 0 W): 200 W at 30 % + 10 %
+NODE_B, CORES_B, NODE_B_CORES = "gpu-node-8", {"pt1": 3.0}, 4.0  #: the PyTorchJob's second node
+LOOKS, BATCH_LOOKS = 12, 6  #: the pods end at the agent's 12th look at the list, the batch pod at its 6th
+PYTORCH = ("kubeflow.org/v1", "PyTorchJob", "llama-ft")
 
-    def reply() -> dict[str, Any]:
-        now = time.time_ns()
-        if "end" in span:
-            return pod_list("Succeeded", span["start"], span["end"])
-        span.setdefault("start", now)
-        seen.append(now)
-        return pod_list("Running", span["start"])
 
-    kubelet.make_reply = reply
-    stop = threading.Event()
+class RecordedNode:
+    """One node of the end-to-end test: its kubelet lists ``pods`` on the clock of the agent's
+    looks (they start at the first and end at a later one: then each look, which also reads
+    the pods' CPU time, sees every change), its cgroup tree advanced by a thread at CORES
+    rates (a pod's frozen at its end), RAPL at CPU_W, and the GPU processes' use windows."""
 
-    def cpu() -> None:  # each cgroup's counter at its constant rate since the pods started
-        while not stop.wait(0.02):
-            if "start" in span:
-                advance(dirs, (time.time_ns() - span["start"]) / S)
+    def __init__(self, tmp: Path, host: str, pods: dict[str, tuple[Any, ...]], cores: dict[str, float],
+                 node_cores: float, gpu_pids: dict[str, int] | None = None) -> None:  # fmt: skip
+        self.host, self.pods, self.cores, self.node_cores = host, pods, cores, node_cores
+        self.root, self.procs = tmp / host, tmp / f"{host}-procs.txt"
+        self.dirs = cgroup_tree(self.root)
+        self.gpu_pids = gpu_pids or {}
+        for name, pid in self.gpu_pids.items():  # as /proc/PID/cgroup shows a container's process
+            proc = self.root / "proc" / str(pid)
+            proc.mkdir(parents=True, exist_ok=True)
+            leaf = self.dirs[name].relative_to(self.dirs[""]) / f"cri-containerd-{'f9' * 32}.scope"
+            (proc / "cgroup").write_text(f"0::/{leaf}\n")
+        powercap_tree(self.root, [Zone("intel-rapl:0", "package-0", 0)])
+        self.power = PowerAdvancer(self.root, {"intel-rapl:0": CPU_W})
+        self.kubelet = Kubelet(tmp / f"{host}.sock")
+        self.kubelet.make_reply = self.reply
+        self.seen: list[int] = []  #: when the agent looked at the list
+        self.ended: dict[str, int] = {}  #: pod -> when it ended
+        self.lock = threading.Lock()
+        advance(self.dirs, 0, cores, node_cores)  # the cgroups exist before the agent first looks
+        self.stop = threading.Event()
+        threading.Thread(target=self._cpu, daemon=True).start()
 
-    advance(dirs, 0)  # the cgroups exist with their counters before the agent first looks
-    threading.Thread(target=cpu, daemon=True).start()
-    (tmp_path / "wattline.toml").write_text(
-        f'[agent]\noutbox_dir = "{tmp_path / "outbox"}"\n'
-        f'[kubernetes]\npods = true\npod_list_url = "{kubelet.url}"\npoll_interval = 1\n'
-        f'token_file = "{tmp_path / "token"}"\npod_resources_socket = "{tmp_path / "kubelet.sock"}"\n'
+    def reply(self) -> dict[str, Any]:
+        with self.lock:
+            now = time.time_ns()
+            self.seen.append(now)
+            start = self.seen[0]
+            items = []
+            for name, (owner, annotations, phase, ends_at) in self.pods.items():
+                end = self.ended.get(name)
+                items.append(_pod(name, owner, annotations, phase if end else "Running", start, end or now))
+                if end is None and len(self.seen) == ends_at:  # listed running at its last look
+                    self.ended[name] = now
+            if len(self.seen) == 1:
+                self._gpu_use(start, None)
+            elif len(self.seen) == LOOKS:
+                self._gpu_use(start, now)
+            return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+
+    def _gpu_use(self, start: int, end: int | None) -> None:
+        """The stand-in NVML's live processes: each GPU pod's at its SM % from ``start`` to ``end``."""
+        until = f"{end / S}" if end else "-"
+        lines = "".join(f"1 {pid} {GPU_B_USE[name]} 10 {start / S} {until}\n" for name, pid in self.gpu_pids.items())
+        self.procs.with_suffix(".tmp").write_text(lines)
+        self.procs.with_suffix(".tmp").replace(self.procs)
+
+    def _cpu(self) -> None:
+        while not self.stop.wait(0.02):
+            with self.lock:
+                if self.seen:
+                    start = self.seen[0]
+                    until = {name: (t - start) / S for name, t in self.ended.items()}
+                    advance(self.dirs, (time.time_ns() - start) / S, self.cores, self.node_cores, until)
+
+    def span_s(self, pod: str) -> float:
+        """How long ``pod`` ran, by the kubelet's clock."""
+        return (self.ended[pod] - self.seen[0]) / S
+
+    def close(self) -> None:
+        self.stop.set()
+        self.power.close()
+        self.kubelet.close()
+
+
+def nvml_scenario(path: Path, epoch: float) -> Path:
+    """The stand-in NVML's GPUs: GPU_A idle at GPU_A_W, GPU_B drawing W_PER_SM per SM % used."""
+    path.write_text(
+        "driver 550.54.15\n"
+        f"gpu {GPU_A} NVIDIA H100 80GB HBM3\nenergy_model {GPU_A_W} 0 {epoch}\nutil 0:0\nmemory 85899345920:0\n"
+        f"gpu {GPU_B} NVIDIA H100 80GB HBM3\nenergy_model 0 {W_PER_SM} {epoch}\nsample_period_ms 50\n"
+        "util 40:10\nmemory 85899345920:1073741824\n"
     )
+    return path
+
+
+class E2eLister(pr_grpc.PodResourcesListerServicer):
+    """pod-resources v1 List of the end-to-end node: GPU_A whole to pt, a replica of GPU_B each to ts1 and ts2."""
+
+    def List(self, request: pr.ListPodResourcesRequest, context: object) -> pr.ListPodResourcesResponse:
+        def pod(name: str, ids: list[str]) -> pr.PodResources:
+            devices = [pr.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=ids)]
+            return pr.PodResources(
+                name=name, namespace="team-a", containers=[pr.ContainerResources(name="main", devices=devices)]
+            )
+
+        return pr.ListPodResourcesResponse(
+            pod_resources=[pod("pt", [GPU_A]), pod("ts1", [f"{GPU_B}::1"]), pod("ts2", [f"{GPU_B}::2"])]
+        )
+
+
+def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path) -> None:
+    """Two real ``wattline agent`` processes (RAPL at a known power; node A also a stand-in
+    NVML with a GPU given whole and one time-sliced) watch their recorded nodes -> a real
+    collector -> SQLite. Node A runs a PyTorchJob worker, a batch Job pod (ends at half time,
+    OOMKilled), an annotated notebook, two pods time-slicing GPU_B at known SM %, and a
+    Deployment's pod; node B the PyTorchJob's second worker. ``wattline report`` gives each
+    pod-job its constructed energy within 1 % (the PyTorchJob: one job on two hosts), the
+    node's energy is conserved, each job closes when its pod ends, and ``wattline jobs``
+    says how each pod ended."""
+    sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(2)]  # the GPU pods' processes (live pids)
+    epoch = time.time() - 100.0
+    a_pods: dict[str, tuple[Any, ...]] = {
+        "pt": (PYTORCH, {}, "Succeeded", LOOKS),
+        "batch": (("batch/v1", "Job", "embed-batch"), {}, "Failed", BATCH_LOOKS),
+        "note": (None, {"wattline.io/job": "nb-alice"}, "Succeeded", LOOKS),
+        "ts1": (None, {"wattline.io/job": "infer-1"}, "Succeeded", LOOKS),
+        "ts2": (None, {"wattline.io/job": "infer-2"}, "Succeeded", LOOKS),
+        "web": (("apps/v1", "ReplicaSet", "web-7d9"), {}, "Running", 10**9),
+    }
+    a = RecordedNode(tmp_path, NODE, a_pods, CORES, NODE_CORES, {"ts1": sleepers[0].pid, "ts2": sleepers[1].pid})
+    b = RecordedNode(tmp_path, NODE_B, {"pt1": (PYTORCH, {}, "Succeeded", LOOKS)}, CORES_B, NODE_B_CORES)
+    a.kubelet.grpc.stop(None)  # node A's kubelet gives the GPUs by their UUIDs
+    a.kubelet.grpc = grpc.server(futures.ThreadPoolExecutor(2))
+    pr_grpc.add_PodResourcesListerServicer_to_server(E2eLister(), a.kubelet.grpc)  # type: ignore[no-untyped-call]
+    a.kubelet.grpc.add_insecure_port(f"unix://{tmp_path / 'a-pr.sock'}")
+    a.kubelet.grpc.start()
+    (tmp_path / "token").write_text("sa-token\n")
     port = free_port()
     store = f"sqlite:///{tmp_path / 'w.db'}"
     collector = start_collector(port, ["--store", store], tmp_path / "collector.log")
-    agent = start_rapl_agent(NODE, root, port, 0.5, tmp_path / "agent.log", "--config", str(tmp_path / "wattline.toml"))
-    try:
-        deadline = time.monotonic() + 60
-        while len(seen) < 12 and time.monotonic() < deadline:  # about 11 s of measured pods
-            time.sleep(0.1)
-        assert len(seen) >= 12, agent.log()[-3000:]
-        span["end"] = seen[-1]
-        while time.monotonic() < deadline and not _closed(store, 5):
-            time.sleep(0.5)
-        time.sleep(2)  # the samples up to the close reach the store (batches every 0.5 s)
-    finally:
-        stop.set()
-        agent.terminate()
-        collector.terminate()
-        power.close()
-        kubelet.close()
-    length_s = (span["end"] - span["start"]) / S
-    runner = CliRunner()
+    agents = []
+    for node, socket, extra, env in (
+        (a, tmp_path / "a-pr.sock", ["--source", "nvml"], {
+            "LD_LIBRARY_PATH": str(build_stub()),
+            "WATTLINE_NVML_SCENARIO": str(nvml_scenario(tmp_path / "gpus.txt", epoch)),
+            "WATTLINE_NVML_PROCS": str(a.procs),
+        }),
+        (b, "", [], {}),
+    ):  # fmt: skip
+        config = tmp_path / f"{node.host}.toml"
+        config.write_text(
+            f'[agent]\noutbox_dir = "{tmp_path / node.host}-outbox"\n'
+            f'[kubernetes]\npods = true\npod_list_url = "{node.kubelet.url}"\npoll_interval = 1\n'
+            f'token_file = "{tmp_path / "token"}"\npod_resources_socket = "{socket}"\n'
+        )
+        args = ["agent", "--host-id", node.host, "--sysfs-root", str(node.root), "--source", "rapl", *extra,
+                "--interval", "0.25", "--batch-interval", "0.5", f"--collector=127.0.0.1:{port}", "--config", str(config)]  # fmt: skip
+        agents.append(Proc(args, tmp_path / f"{node.host}.log", env))
     ids = {"pt": "k8s:team-a/llama-ft:25a8decc", "batch": "k8s:team-a/embed-batch:25a8decc",
            "note": "k8s:team-a/nb-alice", "ts1": "k8s:team-a/infer-1", "ts2": "k8s:team-a/infer-2"}  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not _closed(store, len(ids) + 1):  # pt closes on each node
+            time.sleep(0.5)
+        assert _closed(store, len(ids) + 1), "\n".join(p.log()[-2000:] for p in agents)
+        time.sleep(2)  # the samples up to the close reach the store (batches every 0.5 s)
+    finally:
+        for p in [*agents, collector]:
+            p.terminate()
+        for node in (a, b):
+            node.close()
+        for s in sleepers:
+            s.kill()
+            s.wait()
+    la, lb, lbatch = a.span_s("pt"), b.span_s("pt1"), a.span_s("batch")
+    cpu = {name: CPU_W * CORES[name] / NODE_CORES * (lbatch if name == "batch" else la) for name in CORES}
+    truth = {name: {NODE: j} for name, j in cpu.items()}
+    truth["pt"][NODE] += GPU_A_W * la
+    truth["pt"][NODE_B] = CPU_W * CORES_B["pt1"] / NODE_B_CORES * lb
+    for name in GPU_B_USE:
+        truth[name][NODE] += W_PER_SM * GPU_B_USE[name] * la
+    runner = CliRunner()
+    on_a = 0.0
     for name, job_id in ids.items():
         result = runner.invoke(app, ["report", job_id, "--store", store, "--share-rule", "cpu-time", "--json"])
         assert result.exit_code == 0, result.output
         doc = json.loads(result.output)
-        truth = CPU_W * length_s * CORES[name] / NODE_CORES
-        got = doc["measured"]["energy_j"] + doc["warmup"]["energy_j"]
-        assert got == pytest.approx(truth, rel=0.01), (name, got, truth)
+        by_host: dict[str, float] = {}
+        for window in ("warmup", "measured"):
+            for h in doc[window]["by_host"]:
+                by_host[h["host"]] = by_host.get(h["host"], 0.0) + h["energy_j"]
+        assert by_host.keys() == truth[name].keys(), (name, by_host)
+        for host, j in truth[name].items():
+            assert by_host[host] == pytest.approx(j, rel=0.01), (name, host, by_host, truth[name])
+        on_a += by_host[NODE]
+        if name in GPU_B_USE:  # the time-sliced GPU's energy over the job: all of it the two pods'
+            [share] = [d for d in doc["device_shares"] if d["device"] == GPU_B]
+            assert share["basis"] == "measured share"
+            assert share["unattributed_j"] == pytest.approx(0.0, abs=0.01 * share["span_energy_j"])
+    # Node A's energy while its pods ran, conserved: the pod-jobs' parts + what no pod used
+    # (the system's cores, the batch pod's after it ended), constructed apart.
+    rest = CPU_W * ((NODE_CORES - sum(CORES.values())) * la + CORES["batch"] * (la - lbatch)) / NODE_CORES
+    assert on_a + rest == pytest.approx((CPU_W + GPU_A_W + W_PER_SM * sum(GPU_B_USE.values())) * la, rel=0.01)
     result = runner.invoke(app, ["jobs", "--store", store, "--json", "--no-energy"])
     assert result.exit_code == 0, result.output
     listed = {j["id"]: j for j in json.loads(result.output)}
     assert set(listed) == set(ids.values())  # the Deployment's pod is no job
-    for name, job_id in ids.items():
-        job = listed[job_id]
-        assert (job["labels"]["namespace"], job["labels"]["pod"]) == ("team-a", name)
-        assert (job["status"], job["exit_code"]) == ("closed", 137 if name == "batch" else 0)
+    with SqliteStore(tmp_path / "w.db") as db:
+        for name, job_id in ids.items():
+            job = listed[job_id]
+            assert (job["labels"]["namespace"], job["status"]) == ("team-a", "closed")
+            assert job["exit_code"] == (137 if name == "batch" else 0)
+            closes = {e.host: e.time_ns for e in db.job_events(job_id) if e.event == "close"}
+            ended = {NODE: a.ended[name]} | ({NODE_B: b.ended["pt1"]} if name == "pt" else {})
+            # each job closes when its pod ends, on each of its nodes (the list's times are in µs)
+            assert closes.keys() == ended.keys() and all(abs(closes[h] - t) < 1000 for h, t in ended.items()), name
 
 
 def _closed(store: str, count: int) -> bool:

@@ -1,6 +1,6 @@
 """Pods as jobs (README "Kubernetes pods"), at the kubelet's real interfaces.
 
-A recorded node: pod lists served over HTTP by the test as the kubelet's ``/pods`` returns
+A recorded node: pod lists served over HTTPS (a test CA) as the kubelet's ``/pods`` returns
 them, the kubelet's pod-resources v1 service (from its proto) on a Unix socket, a cgroup v2
 tree (systemd driver, containerd and CRI-O leaves) whose ``cpu.stat`` the test advances at
 known rates, ``/proc/PID/cgroup`` of the GPU processes, and per-process GPU use at known
@@ -10,10 +10,12 @@ job must get its constructed share within 1 % and the node's energy must be cons
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
 import re
+import ssl
 import subprocess
 import threading
 import time
@@ -26,13 +28,14 @@ from typing import Any
 import grpc
 import pytest
 from nvml_stub.build import build_stub
+from pki import make_ca, make_cert
 from procs import Proc, start_collector
 from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from typer.testing import CliRunner
 
 from wattline import wire
-from wattline.agent.kube.podlist import KubeSettings
+from wattline.agent.kube.podlist import KubeSettings, PodList
 from wattline.agent.kube.pods import job_of, parse_pod_list, pod_end
 from wattline.agent.kube.watcher import PodWatcher
 from wattline.agent.sources.use import DeviceUse
@@ -99,7 +102,8 @@ def pod_list(phase: str, start_ns: int = T0, end_ns: int = T0 + LENGTH_S * S) ->
 class Kubelet:
     """The kubelet's /pods over HTTP (the test sets what it lists) and its pod-resources socket."""
 
-    def __init__(self, socket: Path) -> None:
+    def __init__(self, socket: Path, pki: Path) -> None:
+        """``pki``: where :func:`kubelet_pki` made the serving certificate (HTTPS, as the kubelet serves)."""
         self.reply: dict[str, Any] = pod_list("Running")
         #: When set, each request's reply is made at the request (the end-to-end test's clock).
         self.make_reply: Callable[[], dict[str, Any]] | None = None
@@ -118,8 +122,11 @@ class Kubelet:
                 pass
 
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(pki / "kubelet.pem", pki / "kubelet.key")
+        self.http.socket = tls.wrap_socket(self.http.socket, server_side=True)
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.http.server_port}/pods"
+        self.url = f"https://127.0.0.1:{self.http.server_port}/pods"
         self.grpc = grpc.server(futures.ThreadPoolExecutor(2))
         pr_grpc.add_PodResourcesListerServicer_to_server(Lister(), self.grpc)  # type: ignore[no-untyped-call]
         self.grpc.add_insecure_port(f"unix://{socket}")
@@ -193,14 +200,27 @@ def advance(
         temporary.replace(directory / "cpu.stat")
 
 
+@pytest.fixture(scope="module")
+def kubelet_pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A test CA (``ca.pem``), the kubelet's serving certificate it signed for 127.0.0.1 (the
+    node's IP, as the kubelet's own has), and a CA that signed nothing here (``rogue-ca.pem``)."""
+    d = tmp_path_factory.mktemp("kubelet-pki")
+    make_ca(d, "ca")
+    make_ca(d, "rogue-ca")
+    make_cert(d, "kubelet", "ca", "subjectAltName=IP:127.0.0.1,DNS:gpu-node-7\nextendedKeyUsage=serverAuth\n")
+    return d
+
+
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]]]:
+def node(
+    tmp_path: Path, kubelet_pki: Path
+) -> Iterator[tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]]]:
     root = tmp_path / "host"
     dirs = cgroup_tree(root)
     (tmp_path / "token").write_text("sa-token\n")
-    kubelet = Kubelet(tmp_path / "kubelet.sock")
+    kubelet = Kubelet(tmp_path / "kubelet.sock", kubelet_pki)
     settings = KubeSettings(
-        pods=True, pod_list_url=kubelet.url, token_file=str(tmp_path / "token"),
+        pods=True, pod_list_url=kubelet.url, token_file=str(tmp_path / "token"), ca_file=str(kubelet_pki / "ca.pem"),
         pod_resources_socket=str(tmp_path / "kubelet.sock"),
     )  # fmt: skip
     sent: list[wire.pb.JobEvent] = []
@@ -301,6 +321,29 @@ def test_a_failing_pod_list_is_one_line_and_jobs_keep_their_lease(
     assert len(beats) == 5 * 3 and not [e for e in sent if e.kind == wire.pb.JobEvent.KIND_CLOSE]
 
 
+def test_the_pod_list_is_read_over_https_only_from_the_configured_ca(
+    node: tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]],
+    kubelet_pki: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The kubelet's certificate is checked against ``ca_file``: another CA's trust gets one
+    line and no job (a man in the middle learns nothing and feeds nothing); with the right
+    CA, or ``tls_verify = false`` (a kubelet's self-signed certificate), the pods are read."""
+    _kubelet, watcher, _dirs, sent = node
+    settings = watcher.settings
+    for ca, verify, jobs in (("rogue-ca.pem", True, 0), ("rogue-ca.pem", False, 5), ("ca.pem", True, 5)):
+        sent.clear()
+        caplog.clear()
+        watcher.settings = dataclasses.replace(settings, ca_file=str(kubelet_pki / ca), tls_verify=verify)
+        watcher.pod_list = PodList(watcher.settings)
+        watcher.jobs.clear()
+        watcher.poll(T0)
+        assert len({e.job_id for e in sent if e.kind == wire.pb.JobEvent.KIND_OPEN}) == jobs, (ca, verify)
+        refused = [r.getMessage() for r in caplog.records if "CERTIFICATE_VERIFY_FAILED" in r.getMessage()]
+        assert len(refused) == (0 if jobs else 1) and all("\n" not in m for m in refused), refused
+        watcher.errors.clear()
+
+
 def test_deleted_and_evicted_pods_and_bad_names() -> None:
     doc = pod_list("Running")
     doc["items"][0]["metadata"]["namespace"] = "Bad_NS"  # not a namespace the API server allows: skipped
@@ -395,7 +438,7 @@ class RecordedNode:
     rates (a pod's frozen at its end), RAPL at CPU_W, and the GPU processes' use windows."""
 
     def __init__(self, tmp: Path, host: str, pods: dict[str, tuple[Any, ...]], cores: dict[str, float],
-                 node_cores: float, gpu_pids: dict[str, int] | None = None) -> None:  # fmt: skip
+                 node_cores: float, pki: Path, gpu_pids: dict[str, int] | None = None) -> None:  # fmt: skip
         self.host, self.pods, self.cores, self.node_cores = host, pods, cores, node_cores
         self.root, self.procs = tmp / host, tmp / f"{host}-procs.txt"
         self.dirs = cgroup_tree(self.root)
@@ -407,7 +450,7 @@ class RecordedNode:
             (proc / "cgroup").write_text(f"0::/{leaf}\n")
         powercap_tree(self.root, [Zone("intel-rapl:0", "package-0", 0)])
         self.power = PowerAdvancer(self.root, {"intel-rapl:0": CPU_W})
-        self.kubelet = Kubelet(tmp / f"{host}.sock")
+        self.kubelet = Kubelet(tmp / f"{host}.sock", pki)
         self.kubelet.make_reply = self.reply
         self.seen: list[int] = []  #: when the agent looked at the list
         self.ended: dict[str, int] = {}  #: pod -> when it ended
@@ -484,7 +527,7 @@ class E2eLister(pr_grpc.PodResourcesListerServicer):
         )
 
 
-def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path) -> None:
+def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, kubelet_pki: Path) -> None:
     """Two real ``wattline agent`` processes (RAPL at a known power; node A also a stand-in
     NVML with a GPU given whole and one time-sliced) watch their recorded nodes -> a real
     collector -> SQLite. Node A runs a PyTorchJob worker, a batch Job pod (ends at half time,
@@ -503,8 +546,9 @@ def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path) -
         "ts2": (None, {"wattline.io/job": "infer-2"}, "Succeeded", LOOKS),
         "web": (("apps/v1", "ReplicaSet", "web-7d9"), {}, "Running", 10**9),
     }
-    a = RecordedNode(tmp_path, NODE, a_pods, CORES, NODE_CORES, {"ts1": sleepers[0].pid, "ts2": sleepers[1].pid})
-    b = RecordedNode(tmp_path, NODE_B, {"pt1": (PYTORCH, {}, "Succeeded", LOOKS)}, CORES_B, NODE_B_CORES)
+    gpu_pids = {"ts1": sleepers[0].pid, "ts2": sleepers[1].pid}
+    a = RecordedNode(tmp_path, NODE, a_pods, CORES, NODE_CORES, kubelet_pki, gpu_pids)
+    b = RecordedNode(tmp_path, NODE_B, {"pt1": (PYTORCH, {}, "Succeeded", LOOKS)}, CORES_B, NODE_B_CORES, kubelet_pki)
     a.kubelet.grpc.stop(None)  # node A's kubelet gives the GPUs by their UUIDs
     a.kubelet.grpc = grpc.server(futures.ThreadPoolExecutor(2))
     pr_grpc.add_PodResourcesListerServicer_to_server(E2eLister(), a.kubelet.grpc)  # type: ignore[no-untyped-call]
@@ -528,6 +572,7 @@ def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path) -
             f'[agent]\noutbox_dir = "{tmp_path / node.host}-outbox"\n'
             f'[kubernetes]\npods = true\npod_list_url = "{node.kubelet.url}"\npoll_interval = 1\n'
             f'token_file = "{tmp_path / "token"}"\npod_resources_socket = "{socket}"\n'
+            f'ca_file = "{kubelet_pki / "ca.pem"}"\n'
         )
         args = ["agent", "--host-id", node.host, "--sysfs-root", str(node.root), "--source", "rapl", *extra,
                 "--interval", "0.25", "--batch-interval", "0.5", f"--collector=127.0.0.1:{port}", "--config", str(config)]  # fmt: skip

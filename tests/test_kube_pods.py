@@ -344,6 +344,55 @@ def test_the_pod_list_is_read_over_https_only_from_the_configured_ca(
         watcher.errors.clear()
 
 
+PODLISTS = Path(__file__).parent / "fixtures/kubernetes/podlists"
+#: Per recorded version (SOURCE.md there): each pod -> its job id (None: node energy) and,
+#: for a pod that ended, (pod_end, exit status); a pod still running: None.
+VERSIONS: dict[str, dict[str, tuple[str | None, tuple[str, int] | None]]] = {
+    "v1.20-apiserver.json": {
+        "resnet-train-worker-1": ("k8s:ml/resnet-train:5d0c9a4e", None),
+        "nightly-etl-1614844800-x7k2p": ("k8s:data/nightly-etl-1614844800:9b8a7c6d", ("succeeded", 0)),
+        "bert-serve-5f7d8c9b6-qm4wz": ("k8s:serving/bert-serve", ("evicted", 1)),
+        "fluentd-8m2xq": (None, None),
+    },
+    "v1.27-kubelet.json": {
+        "llama-ft-worker-0": ("k8s:team-a/llama-ft:25a8decc", None),
+        "embed-batch-q7x2m": ("k8s:team-a/embed-batch:a42eda93", ("oom_killed", 137)),
+        "nb-alice": ("k8s:team-b/alice-notebook", ("evicted", 137)),
+        "sweep-7": ("k8s:team-b/sweep", None),
+    },
+    "v1.34-kubelet.json": {
+        "pretrain-trainer-node-0-1-8sl2d": ("k8s:research/pretrain:f00dcafe", None),
+        "vllm-0-1": ("k8s:serve/vllm-0", ("shutdown", 143)),
+        "mpi-bench-launcher": ("k8s:hpc/mpi-bench:8e7f6a5b", ("succeeded", 0)),
+        "other-ns-intruder": (None, None),
+    },
+}
+
+
+@pytest.mark.parametrize("recorded", sorted(VERSIONS))
+def test_pod_lists_of_several_kubernetes_versions(recorded: str, kubelet_pki: Path, tmp_path: Path) -> None:
+    """Each version's list, served over HTTPS, gives the same jobs and pod ends, whatever fields it adds or lacks."""
+    kubelet = Kubelet(tmp_path / "kubelet.sock", kubelet_pki)
+    kubelet.reply = json.loads((PODLISTS / recorded).read_text())
+    (tmp_path / "token").write_text("sa-token\n")
+    settings = KubeSettings(pods=True, pod_list_url=kubelet.url, token_file=str(tmp_path / "token"),
+                            ca_file=str(kubelet_pki / "ca.pem"))  # fmt: skip
+    try:
+        pods = PodList(settings.validate()).fetch()
+    finally:
+        kubelet.close()
+    got = {}
+    for pod in pods:
+        job = job_of(pod)
+        end = pod_end(pod, vanished=False, now_ns=T0) if pod.terminal else None
+        got[pod.name] = (job.job_id if job else None, (end.state, end.exit_code) if end else None)
+        assert pod.started or pod.terminal, pod.name
+    assert got == VERSIONS[recorded]
+    being_deleted = [p for p in pods if p.name == "sweep-7"]
+    for pod in being_deleted:  # listed with a deletionTimestamp, then gone from the list
+        assert (pod_end(pod, vanished=True, now_ns=T0).state, pod_end(pod, True, T0).exit_code) == ("deleted", 143)
+
+
 def test_deleted_and_evicted_pods_and_bad_names() -> None:
     doc = pod_list("Running")
     doc["items"][0]["metadata"]["namespace"] = "Bad_NS"  # not a namespace the API server allows: skipped

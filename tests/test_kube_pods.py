@@ -35,6 +35,7 @@ from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from typer.testing import CliRunner
 
 from wattline import wire
+from wattline.agent.kube.cgroups import PodCgroups
 from wattline.agent.kube.podlist import KubeSettings, PodList
 from wattline.agent.kube.pods import job_of, parse_pod_list, pod_end
 from wattline.agent.kube.watcher import PodWatcher
@@ -391,6 +392,29 @@ def test_pod_lists_of_several_kubernetes_versions(recorded: str, kubelet_pki: Pa
     being_deleted = [p for p in pods if p.name == "sweep-7"]
     for pod in being_deleted:  # listed with a deletionTimestamp, then gone from the list
         assert (pod_end(pod, vanished=True, now_ns=T0).state, pod_end(pod, True, T0).exit_code) == ("deleted", 143)
+
+
+CGROUP_TREES = Path(__file__).parent / "fixtures/kubernetes/cgroups"
+GUARANTEED, BURSTABLE = "0f1e2d3c-4b5a-4697-8877-665544332211", "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"
+
+
+@pytest.mark.parametrize(
+    "tree", ["v2-systemd-crio", "v2-cgroupfs-containerd", "v1-cgroupfs-containerd", "v1-systemd-crio"]
+)
+def test_recorded_cgroup_trees(tree: str) -> None:
+    """Each recorded tree (SOURCE.md there): the cgroup version, each pod's cgroup by QoS and
+    driver and its CPU time (its leaves' sum: container, sandbox, conmon), the node's, and the
+    pod of a process from /proc/PID/cgroup (a process of no pod: none)."""
+    cgroups = PodCgroups(CGROUP_TREES / tree)
+    assert cgroups.version == int(tree[1])
+    pod_us = {GUARANTEED: 7_200_000_000 + 12_345, BURSTABLE: 1_800_000_000 + 6_789}  # as the tree was written
+    for uid, us in pod_us.items():
+        directory = cgroups.pod_dir(uid)
+        assert directory is not None and uid.replace("-", "_" if "systemd" in tree else "-") in directory.name
+        assert cgroups.pod_cpu_ns(uid) == us * 1000
+    assert cgroups.host_cpu_ns() == 36_000_000_000 * 1000
+    assert cgroups.pod_cpu_ns("ffffffff-0000-4000-8000-000000000000") is None  # not on this node
+    assert [cgroups.pod_of_pid(pid) for pid in (4242, 4343, 1, 999)] == [GUARANTEED, BURSTABLE, None, None]
 
 
 def test_deleted_and_evicted_pods_and_bad_names() -> None:

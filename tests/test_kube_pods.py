@@ -295,6 +295,57 @@ def test_pods_become_jobs_with_their_constructed_shares(
     assert attributed + unattributed == pytest.approx(node_j, rel=1e-6)
 
 
+def test_jobs_and_report_say_how_each_pod_ended(
+    node: tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]], tmp_path: Path
+) -> None:
+    """``wattline jobs`` and ``report`` show each close's ``pod_end`` as they show Slurm's
+    ``end_state``; a PyTorchJob whose pod failed on another node is not shown as succeeded."""
+    kubelet, watcher, dirs, sent = node
+    for t in (0, 5, 10):
+        advance(dirs, t)
+        watcher.poll(T0 + t * S)
+    ended = pod_list("Succeeded", T0, T0 + 10 * S)
+    note = ended["items"][2]["status"]
+    note.update(phase="Failed", reason="Evicted")
+    note["containerStatuses"][0]["state"]["terminated"].update(exitCode=137, reason="Error")
+    del ended["items"][3]  # ts1 leaves the list while running: deleted
+    kubelet.reply = ended
+    watcher.poll(T0 + 15 * S)
+    store_with(tmp_path / "w.db", sent).close()
+    ids = {"pt": "k8s:team-a/llama-ft:25a8decc", "batch": "k8s:team-a/embed-batch:25a8decc",
+           "note": "k8s:team-a/nb-alice", "ts1": "k8s:team-a/infer-1", "ts2": "k8s:team-a/infer-2"}  # fmt: skip
+    other = wire.Batch(stream_id="agent-b", seq=1, sent_ns=T0)  # the PyTorchJob's other pod, on node B, failed
+    other.host.host_id = "gpu-node-8"
+    block = 7 << 32
+    other.job_events.extend([
+        wire.JobEvent(job_id=ids["pt"], kind=wire.pb.JobEvent.KIND_OPEN, time_ns=T0, event_seq=block | 1,
+                      name="llama-ft", job_kind="other", unit_name="units"),
+        wire.JobEvent(job_id=ids["pt"], kind=wire.pb.JobEvent.KIND_CLOSE, time_ns=T0 + 8 * S,
+                      event_seq=block | ((1 << 32) - 2), exit_code=1, pod_end="failed"),
+    ])  # fmt: skip
+    with SqliteStore(tmp_path / "w.db") as db:
+        assert db.write(other).rejected == 0
+    store = f"sqlite:///{tmp_path / 'w.db'}"
+    runner = CliRunner()
+    result = runner.invoke(app, ["jobs", "--store", store, "--json", "--no-energy"])
+    assert result.exit_code == 0, result.output
+    rows = {r["id"]: r for r in json.loads(result.output)}
+    shown = {
+        "pt": ("failed", "failed (exit 1)"),
+        "batch": ("oom_killed", "OOM-killed (exit 137, SIGKILL)"),
+        "note": ("evicted", "evicted (exit 137, SIGKILL)"),
+        "ts1": ("deleted", "deleted (exit 143, SIGTERM)"),
+        "ts2": ("succeeded", "succeeded (exit 0)"),
+    }
+    assert {name: rows[job_id]["end_state"] for name, job_id in ids.items()} == {n: v[0] for n, v in shown.items()}
+    table = runner.invoke(app, ["jobs", "--store", store, "--no-energy"], env={"COLUMNS": "300"})
+    assert table.exit_code == 0, table.output
+    for name, (_state, text) in shown.items():
+        assert text in table.output, (name, table.output)
+        report = runner.invoke(app, ["report", ids[name], "--store", store, "--json"])
+        assert json.loads(report.output)["job"]["status_text"] == text, name
+
+
 def test_a_restarted_agent_sends_the_same_events(
     node: tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]], tmp_path: Path
 ) -> None:
@@ -703,7 +754,9 @@ def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, k
         for name, job_id in ids.items():
             job = listed[job_id]
             assert (job["labels"]["namespace"], job["status"]) == ("team-a", "closed")
-            assert job["exit_code"] == (137 if name == "batch" else 0)
+            assert (job["exit_code"], job["end_state"]) == (
+                (137, "oom_killed") if name == "batch" else (0, "succeeded")
+            )
             closes = {e.host: e.time_ns for e in db.job_events(job_id) if e.event == "close"}
             ended = {NODE: a.ended[name]} | ({NODE_B: b.ended["pt1"]} if name == "pt" else {})
             # each job closes when its pod ends, on each of its nodes (the list's times are in µs)

@@ -35,9 +35,10 @@ from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from typer.testing import CliRunner
 
 from wattline import wire
+from wattline.agent.kube import pods as kube_pods
 from wattline.agent.kube.cgroups import PodCgroups
 from wattline.agent.kube.podlist import KubeSettings, PodList
-from wattline.agent.kube.pods import job_of, parse_pod_list, pod_end
+from wattline.agent.kube.pods import job_of, parse_pod, parse_pod_list, pod_end
 from wattline.agent.kube.watcher import PodWatcher
 from wattline.agent.sources.use import DeviceUse
 from wattline.cli.main import app
@@ -344,6 +345,30 @@ def test_jobs_and_report_say_how_each_pod_ended(
         assert text in table.output, (name, table.output)
         report = runner.invoke(app, ["report", ids[name], "--store", store, "--json"])
         assert json.loads(report.output)["job"]["status_text"] == text, name
+
+
+def test_a_pod_that_is_no_job_is_not_parsed_again(
+    node: tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the first look, the Deployment's pod costs a set lookup per poll, not a parse;
+    it is remembered while listed and forgotten when it leaves the list."""
+    kubelet, watcher, dirs, _sent = node
+    parsed: list[str] = []
+
+    def counting(item: dict[str, Any]) -> Any:
+        parsed.append(item["metadata"]["name"])
+        return parse_pod(item)
+
+    monkeypatch.setattr(kube_pods, "parse_pod", counting)
+    advance(dirs, 0)
+    watcher.poll(T0)
+    assert "web" in parsed and UIDS["web"] in watcher.not_jobs
+    parsed.clear()
+    watcher.poll(T0 + 5 * S)
+    assert "web" not in parsed and sorted(parsed) == sorted(CORES)  # the jobs' pods are read for their state
+    kubelet.reply = {**kubelet.reply, "items": [i for i in kubelet.reply["items"] if i["metadata"]["name"] != "web"]}
+    watcher.poll(T0 + 10 * S)
+    assert UIDS["web"] not in watcher.not_jobs
 
 
 def test_a_restarted_agent_sends_the_same_events(

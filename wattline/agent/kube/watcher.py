@@ -159,8 +159,10 @@ class PodWatcher:
     def poll(self, now_ns: int | None = None) -> None:
         """One look at the pods: open, close, heartbeat, CPU and GPU use, events-file lines."""
         now_ns = self._poll_ns = now_ns or time.time_ns()
+        listed: set[str] = set()
         try:
-            pods: list[Pod] | None = self.pod_list.fetch()
+            # Pods already judged no job are not parsed again: one set lookup each per poll.
+            pods: list[Pod] | None = self.pod_list.fetch(self.not_jobs, listed)
             self._said("pod list", None)
         except PodSourceError as exc:
             pods = None  # unknown: the jobs keep their lease until the list answers again
@@ -168,7 +170,7 @@ class PodWatcher:
         devices = self._devices() if pods is not None else {}
         self.sample_use(now_ns)
         if pods is not None:
-            self._track(pods, devices, now_ns)
+            self._track(pods, listed, devices, now_ns)
         for nj in list(self.jobs.values()):
             self._tend(nj, now_ns)
         for nj in self.jobs.values():
@@ -189,10 +191,11 @@ class PodWatcher:
 
     # ----------------------------------------------------------------- pods -> jobs
 
-    def _track(self, pods: Iterable[Pod], devices: dict[tuple[str, str], podresources.PodDevices], now: int) -> None:
-        listed: set[str] = set()
+    def _track(
+        self, pods: Iterable[Pod], listed: set[str], devices: dict[tuple[str, str], podresources.PodDevices], now: int
+    ) -> None:
+        """``pods``: the parsed pods; ``listed``: every uid of the list, parsed or not."""
         for pod in pods:
-            listed.add(pod.uid)
             if pod.uid in self.not_jobs:
                 continue
             job = job_of(pod, self.settings.pod_labels)

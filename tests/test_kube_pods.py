@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import ssl
 import subprocess
 import threading
@@ -369,6 +370,49 @@ def test_a_pod_that_is_no_job_is_not_parsed_again(
     kubelet.reply = {**kubelet.reply, "items": [i for i in kubelet.reply["items"] if i["metadata"]["name"] != "web"]}
     watcher.poll(T0 + 10 * S)
     assert UIDS["web"] not in watcher.not_jobs
+
+
+def test_a_pod_whose_cgroup_appears_after_it_is_seen_gets_its_measured_share(
+    node: tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]], tmp_path: Path
+) -> None:
+    """The notebook pod is listed running from T0 but its cgroup is made only at 17 s (its
+    counter from 0 then): it is charged its CPU time from 17 s, the period in which the
+    cgroup appeared included, and nothing before; a pod already running when the watcher
+    first reads it (its CPU time over the period unknown) sends no share for that period."""
+    kubelet, watcher, dirs, sent = node
+    note = dirs.pop("note")
+    shutil.rmtree(note)
+    made_s = 17
+    for t in range(0, LENGTH_S + 1, 5):
+        advance(dirs, t)
+        if t >= made_s:
+            note.mkdir(exist_ok=True)
+            (note / "cpu.stat").write_text(f"usage_usec {int(CORES['note'] * (t - made_s) * 1e6)}\n")
+        watcher.poll(T0 + t * S)
+    kubelet.reply = pod_list("Succeeded")
+    watcher.poll(T0 + (LENGTH_S + 5) * S)
+    got, parts = total_j(store_with(tmp_path / "w.db", sent), "k8s:team-a/nb-alice")
+    assert got == pytest.approx(CPU_W * CORES["note"] / NODE_CORES * (LENGTH_S - made_s), rel=0.01), parts
+
+    # A pod read first when it already ran (started between two polls, its cgroup made while
+    # it was pending), or read again after its cgroup was unreadable: what it ran since is
+    # unknown, so its job sends no share for that period (it used to send 0, or the gap's
+    # CPU time as the period's).
+    later: list[wire.pb.JobEvent] = []
+    pending = pod_list("Running")
+    pending["items"][1]["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "ContainerCreating"}}
+    kubelet.reply = pending
+    fresh = PodWatcher(watcher.settings, watcher.host, watcher.root, lambda _h, ev: later.extend(ev))
+    for t in (30, 35, 40, 45, 50):
+        kubelet.reply = pending if t == 30 else pod_list("Running")
+        advance(dirs, t)
+        if t == 40:
+            (dirs["pt"] / "cpu.stat").unlink()  # unreadable at this poll only
+        fresh.poll(T0 + t * S)
+    uses = {(e.job_id, (e.time_ns - T0) // S) for e in later if e.kind == wire.pb.JobEvent.KIND_USE}
+    pt, batch = "k8s:team-a/llama-ft:25a8decc", "k8s:team-a/embed-batch:25a8decc"
+    assert {t for j, t in uses if j == batch} == {40, 45, 50}  # first read at 35: nothing known before
+    assert {t for j, t in uses if j == pt} == {35, 50}  # 40: its cgroup unread, 45: after the gap
 
 
 def test_a_restarted_agent_sends_the_same_events(

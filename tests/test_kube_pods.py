@@ -562,8 +562,8 @@ def events_file(root: Path, name: str) -> Path:
 #: The annotated notebook pod's container environment, as its spec sets it (README "Units from inside").
 POD_ENV: list[dict[str, Any]] = [
     {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-    {"name": "WATTLINE_JOB", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['wattline.io/job']"}}},
-    {"name": "WATTLINE_JOB_ID", "value": "k8s:$(POD_NAMESPACE)/$(WATTLINE_JOB)"},
+    {"name": "JOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['wattline.io/job']"}}},
+    {"name": "WATTLINE_JOB_ID", "value": "k8s:$(POD_NAMESPACE)/$(JOB_NAME)"},
     {"name": "WATTLINE_EVENTS", "value": "/wattline/events"},
 ]
 

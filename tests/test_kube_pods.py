@@ -6,6 +6,9 @@ tree (systemd driver, containerd and CRI-O leaves) whose ``cpu.stat`` the test a
 known rates, ``/proc/PID/cgroup`` of the GPU processes, and per-process GPU use at known
 shares. The watcher's events and samples at known power go to a SQLite store; each pod's
 job must get its constructed share within 1 % and the node's energy must be conserved.
+Recorded pod lists of several Kubernetes versions and cgroup trees of both versions and
+drivers are in ``fixtures/kubernetes/`` (SOURCE.md there). End to end, issue #31's node
+runs through two real agents (one a stand-in NVML), a collector, the store and the CLI.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from pki import make_ca, make_cert
 from servers import free_port, make_batch
 from store_rows import energy_rows
 from sysfs_trees import Zone, powercap_tree
@@ -37,34 +38,6 @@ from wattline.config import ConfigError
 from wattline.security import TokenCheck, channel_credentials, is_loopback, read_token, server_credentials
 
 TOKEN = "s3cr3t-t0ken-0123456789abcdef"
-
-
-def openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def make_ca(d: Path, name: str) -> None:
-    openssl(
-        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2", "-subj", f"/CN=wattline test {name}",
-        cwd=d,
-    )  # fmt: skip
-
-
-def make_cert(d: Path, name: str, ca: str, ext: str) -> None:
-    (d / f"{name}.ext").write_text(ext)
-    openssl(
-        "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}",
-        cwd=d,
-    )  # fmt: skip
-    openssl(
-        "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-        "-set_serial", str(int.from_bytes(os.urandom(8), "big")), "-days", "2",
-        "-out", f"{name}.pem", "-extfile", f"{name}.ext",
-        cwd=d,
-    )  # fmt: skip
-    (d / f"{name}.key").chmod(0o600)
 
 
 @pytest.fixture(scope="module")

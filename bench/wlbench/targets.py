@@ -378,6 +378,36 @@ def accuracy_rows(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def pods_rows(r: dict[str, Any]) -> list[Row]:
+    """The pod watcher's cost per poll with N unselected pods against none, and per such pod against its floor."""
+    none = r["others"]["0"]
+    rows = [Row("pods", f"watcher poll, {r['jobs']} pod-jobs, no other pod", num(none["poll_ms"], "ms"))]
+    for key, d in r["others"].items():
+        if key == "0":
+            continue
+        rows.append(
+            Row(
+                "pods",
+                f"watcher poll, {r['jobs']} pod-jobs + {key} unselected pods ({d['list_bytes'] >> 10} KiB list)",
+                num(d["poll_ms"], "ms"),
+                f"no other pod {num(none['poll_ms'], 'ms')}",
+                d["ratio_to_none"],
+            )
+        )
+        rows.append(
+            Row(
+                "pods",
+                f"one more unselected pod, of {key}",
+                num(d["us_per_other_pod"], "us"),
+                f"GET + json.loads of its part of the list + a set lookup {num(d['floor_us_per_other_pod'], 'us')}",
+                ratio_of(d["us_per_other_pod"], d["floor_us_per_other_pod"]),
+                target="the floor (<= 1.5x)",
+                met=at_most(ratio_of(d["us_per_other_pod"], d["floor_us_per_other_pod"]), 1.5),
+            )
+        )
+    return rows
+
+
 def ratio_of(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
@@ -388,6 +418,7 @@ _ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "ingest": ingest_rows,
     "scale": scale_rows,
     "agent": agent_rows,
+    "pods": pods_rows,
 }
 
 

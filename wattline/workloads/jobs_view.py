@@ -56,7 +56,8 @@ class HostWindow:
     #: Why another wattline process closed the window (its holder was found gone; see
     #: :mod:`wattline.agent.holders`); empty for a close by the job's own wrapper.
     end_reason: str = ""
-    #: How the scheduler ended the job here (a Slurm close's ``end_state``: cancelled, timeout...); "" when on its own.
+    #: How the scheduler ended the job here (a Slurm close's ``end_state``: cancelled, timeout...; a
+    #: pod-job's ``pod_end``: succeeded, failed, oom_killed, evicted, deleted...); "" when not said.
     end_state: str = ""
 
     def __post_init__(self) -> None:
@@ -132,8 +133,10 @@ class JobView:
 
     @property
     def end_state(self) -> str:
-        """How the scheduler ended the job (the first host that says); empty when it ended on its own."""
-        return next((w.end_state for w in self.hosts.values() if w.end_state), "")
+        """How the scheduler ended the job, or its pods (the first host that says; a pod that
+        succeeded on one host never hides one that did not on another); empty when not said."""
+        said = [w.end_state for w in self.hosts.values() if w.end_state]
+        return next((state for state in said if state != "succeeded"), said[0] if said else "")
 
     def last_heard_ns(self) -> int:
         """When the job was last heard on a host without a close (or on any host); for a job
@@ -270,7 +273,8 @@ def _fold(view: JobView, e: StoredJobEvent, last_units: dict[str, int]) -> None:
         window.close_ns = max(window.close_ns or e.time_ns, e.time_ns)
         window.exit_code = exit_code if exit_code is not None else window.exit_code
         window.end_reason = reason
-        window.end_state = " ".join(str(f.get("end_state") or "").split())[:64]
+        # A Slurm close says how the scheduler ended the job, a pod-job's how its pods ended: one field to show.
+        window.end_state = " ".join(str(f.get("end_state") or f.get("pod_end") or "").split())[:64]
 
 
 def all_views(reader: Reader) -> list[JobView]:

@@ -36,7 +36,8 @@ def tagged(text: str, share: float) -> str:
     return f"{text} {tag}" if tag and text != q.NA else text
 
 
-#: A scheduler's ``end_state`` as people read it; another value is shown as it is.
+#: A scheduler's ``end_state`` (Slurm) or how a pod ended (a pod-job's ``pod_end``) as people
+#: read it; another value is shown as it is.
 END_STATE_TEXT = {
     "cancelled": "cancelled",
     "timeout": "timed out",
@@ -45,6 +46,8 @@ END_STATE_TEXT = {
     "out_of_memory": "out of memory",
     "deadline": "deadline reached",
     "boot_fail": "boot failure",
+    "oom_killed": "OOM-killed",
+    "shutdown": "node shutdown",
 }
 
 
@@ -52,7 +55,8 @@ def status_text(
     state: str, exit_code: int | None, last_heard_ns: int | None, end_reason: str = "", end_state: str = ""
 ) -> str:
     """How a job ended, for people: "ok (exit 0)", "failed (exit 143, SIGTERM)", "cancelled
-    (exit 143, SIGTERM)" (the scheduler ended it), "running", "abandoned (no close; last heard
+    (exit 143, SIGTERM)" (the scheduler ended it), "evicted (exit 137, SIGKILL)" (how its
+    pod ended), "running", "abandoned (no close; last heard
     at T)", "abandoned (wrapper gone: ...; last alive at T)"."""
     if state == "running":
         return "running"

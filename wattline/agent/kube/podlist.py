@@ -15,6 +15,7 @@ import json
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Set
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,8 +74,9 @@ class PodList:
             context.verify_mode = ssl.CERT_NONE
         return context
 
-    def fetch(self) -> list[Pod]:
-        """The pods listed now; PodSourceError (one line) when the list cannot be had."""
+    def fetch(self, known: Set[str] = frozenset(), listed: set[str] | None = None) -> list[Pod]:
+        """The pods listed now, those of ``known`` uids left unparsed (see :func:`.pods.parse_pod_list`,
+        also for ``listed``); PodSourceError (one line) when the list cannot be had."""
         url = self.settings.pod_list_url
         headers = {"Accept": "application/json"}
         if self.settings.token_file:
@@ -94,6 +96,6 @@ class PodList:
         if len(body) > MAX_BYTES:
             raise PodSourceError(f"{url}: reply over {MAX_BYTES >> 20} MiB, not read")
         try:
-            return parse_pod_list(json.loads(body))
+            return parse_pod_list(json.loads(body), known, listed)
         except (ValueError, PodListError) as exc:
             raise PodSourceError(f"{url}: {str(exc)[:200]}") from None

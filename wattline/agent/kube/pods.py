@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,14 +175,33 @@ def parse_pod(item: Mapping[str, Any]) -> Pod | None:
     )
 
 
-def parse_pod_list(doc: object) -> list[Pod]:
-    """The pods of a ``PodList`` document (items that do not parse are skipped)."""
+def parse_pod_list(doc: object, known: Set[str] = frozenset(), listed: set[str] | None = None) -> list[Pod]:
+    """The pods of a ``PodList`` document (items that do not parse are skipped).
+
+    An item whose uid is in ``known`` (a pod already judged, e.g. no job) is not parsed
+    again: a node's many other pods then cost one lookup each per poll, not a parse. Every
+    listed pod's uid, parsed or not, is added to ``listed`` when given."""
     if not isinstance(doc, dict) or doc.get("kind") not in ("PodList", None) or not isinstance(doc.get("items"), list):
         raise PodListError("not a PodList (no 'items' list)")
     items = doc["items"]
     if len(items) > MAX_PODS:
         raise PodListError(f"{len(items)} pods in one list: more than {MAX_PODS}, not read")
-    return [pod for item in items if isinstance(item, dict) and (pod := parse_pod(item)) is not None]
+    pods = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        meta = item.get("metadata")
+        uid = meta.get("uid") if isinstance(meta, dict) else None
+        if isinstance(uid, str) and uid in known:  # known uids were checked when first parsed
+            if listed is not None:
+                listed.add(uid)
+            continue
+        pod = parse_pod(item)
+        if pod is not None:
+            pods.append(pod)
+            if listed is not None:
+                listed.add(pod.uid)
+    return pods
 
 
 def _short(uid: str) -> str:

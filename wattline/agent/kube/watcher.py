@@ -90,6 +90,11 @@ class NodeJob:
     open_ns: int = 0
     claimed: set[str] = field(default_factory=set)
     cpu_ns: dict[str, int] = field(default_factory=dict)  #: pod UID -> its last CPU reading
+    #: Pods whose cgroup was looked for at the last poll and not found: when it appears its
+    #: counter started at 0 since (the kernel's), so its first reading is known in full.
+    no_cgroup: set[str] = field(default_factory=set)
+    #: Pods read before whose cgroup was unreadable at a poll: their next reading has no baseline.
+    unread: set[str] = field(default_factory=set)
     use: dict[str, _Tally] = field(default_factory=dict)  #: device -> its use since the last poll
     beat: int = -1
     lines: dict[str, _Lines] = field(default_factory=dict)
@@ -159,8 +164,10 @@ class PodWatcher:
     def poll(self, now_ns: int | None = None) -> None:
         """One look at the pods: open, close, heartbeat, CPU and GPU use, events-file lines."""
         now_ns = self._poll_ns = now_ns or time.time_ns()
+        listed: set[str] = set()
         try:
-            pods: list[Pod] | None = self.pod_list.fetch()
+            # Pods already judged no job are not parsed again: one set lookup each per poll.
+            pods: list[Pod] | None = self.pod_list.fetch(self.not_jobs, listed)
             self._said("pod list", None)
         except PodSourceError as exc:
             pods = None  # unknown: the jobs keep their lease until the list answers again
@@ -168,7 +175,7 @@ class PodWatcher:
         devices = self._devices() if pods is not None else {}
         self.sample_use(now_ns)
         if pods is not None:
-            self._track(pods, devices, now_ns)
+            self._track(pods, listed, devices, now_ns)
         for nj in list(self.jobs.values()):
             self._tend(nj, now_ns)
         for nj in self.jobs.values():
@@ -189,10 +196,11 @@ class PodWatcher:
 
     # ----------------------------------------------------------------- pods -> jobs
 
-    def _track(self, pods: Iterable[Pod], devices: dict[tuple[str, str], podresources.PodDevices], now: int) -> None:
-        listed: set[str] = set()
+    def _track(
+        self, pods: Iterable[Pod], listed: set[str], devices: dict[tuple[str, str], podresources.PodDevices], now: int
+    ) -> None:
+        """``pods``: the parsed pods; ``listed``: every uid of the list, parsed or not."""
         for pod in pods:
-            listed.add(pod.uid)
             if pod.uid in self.not_jobs:
                 continue
             job = job_of(pod, self.settings.pod_labels)
@@ -293,20 +301,37 @@ class PodWatcher:
         )
 
     def _cpu(self, now: int) -> None:
-        """One ``cpu:host`` USE event per open job: its pods' CPU time against every process's."""
+        """One ``cpu:host`` USE event per open job whose CPU time over the period is known: its
+        pods' CPU time against every process's. Known: each live pod read at both ends of the
+        period, or its cgroup not yet made at the start (its counter starts at 0). A pod read
+        first now that ran before (it was pending), or unreadable at either end, leaves its
+        job's period unknown: no event, so no share (a 0 sent for it would read as a measured
+        0, and 0 of 0 as a share of the node's CPU energy equal to the other jobs')."""
         host = self.cgroups.host_cpu_ns()
         span = now - self._period_start
         per_job: dict[str, float] = {}
         for nj in self.jobs.values():
-            delta = 0.0
+            delta, known = 0.0, True
             for uid in nj.live:
                 value = self.cgroups.pod_cpu_ns(uid)
                 if value is None:
+                    if uid in nj.cpu_ns:  # gone with its pod, or unreadable: what it ran since is unread
+                        del nj.cpu_ns[uid]
+                        nj.unread.add(uid)
+                        known = False
+                    elif uid not in nj.unread:
+                        nj.no_cgroup.add(uid)  # not made yet: its counter will start at 0
                     continue
-                before = nj.cpu_ns.get(uid)
+                before = nj.cpu_ns.get(uid, 0 if uid in nj.no_cgroup else None)
                 nj.cpu_ns[uid] = value
-                delta += max(0, value - before) if before is not None else 0
-            per_job[nj.job.job_id] = delta
+                nj.no_cgroup.discard(uid)
+                nj.unread.discard(uid)
+                if before is None:
+                    known = False
+                else:
+                    delta += max(0, value - before)
+            if known:
+                per_job[nj.job.job_id] = delta
         if self._period_start and span > 0:
             jobs_sum = math.fsum(per_job.values())
             host_delta = max(0, host - self._host_cpu) if host is not None and self._host_cpu is not None else 0

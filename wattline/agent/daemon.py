@@ -63,7 +63,9 @@ class Agent:
             else None
         )
         self.slurm = (  # a Slurm job's lines and how it ended, between and after its hooks
-            SlurmWatcher(self.outbox.root, Path(self.settings.slurm_dir), self.host, self._to_outbox)
+            SlurmWatcher(
+                self.outbox.root, Path(self.settings.slurm_dir), self.host, self._to_outbox, self.settings.sysfs_root
+            )
             if self.outbox is not None
             else None
         )

@@ -43,6 +43,9 @@ MAX_LABEL_CHARS = 256
 #: one is the close made for a dead slurmd (holders.HolderRecord.close_seq).
 OPEN_AT, LINES_AT, BEATS_AT, USE_AT = 1, 1 << 28, 1 << 29, 1 << 30
 CLOSE_AT, ABANDONED_AT = (1 << 32) - 2, (1 << 32) - 1
+#: USE places: USE_SLOTS devices per use period (slot 0: ``cpu:host``), USE_PERIODS periods
+#: before the numbers wrap (2**30 places from USE_AT: below CLOSE_AT).
+USE_SLOTS, USE_PERIODS = 64, 1 << 24
 #: What Slurm's job states become in ``end_state`` (README "Slurm"); others: none.
 END_STATES = {
     "CANCELLED": "cancelled",
@@ -70,6 +73,11 @@ def seq_base(job_id: str, host_id: str) -> int:
     as random as EventBuilder's own bases (``(1..2**31-1) << 32``) against other writers'."""
     digest = int.from_bytes(hashlib.sha256(f"slurm\0{job_id}\0{host_id}".encode()).digest()[:8], "big")
     return (digest % (2**31 - 1) + 1) << 32
+
+
+def use_place(period: int, slot: int) -> int:
+    """The place of a USE event of use period number ``period`` (time // period length), device ``slot``."""
+    return USE_AT + (period % USE_PERIODS) * USE_SLOTS + slot % USE_SLOTS
 
 
 def bounded(labels: Mapping[str, str]) -> dict[str, str]:

@@ -3,15 +3,19 @@ cgroup CPU time in recorded trees (cgroup v1, v2, Slurm 26.05's SLUID folders: l
 tests/fixtures/cgroup_slurm/SOURCE.md) whose counters the test advances at known rates, and
 sends ``cpu-time`` USE events; with samples at a known power each job must get its share of
 the node's CPU energy within 1 % under the default share rule, and the node's energy must be
-the jobs' plus the unattributed rest."""
+the jobs' plus the unattributed rest. A job's GPUs (``SLURM_JOB_GPUS``) are claimed by the
+UUIDs the agent leaves the prolog (NVML stand-in)."""
 
 from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from nvml_stub.build import build_stub
 
 from wattline import wire
 from wattline.agent import holders
@@ -159,3 +163,48 @@ def test_a_restarted_agent_numbers_a_period_as_before(tmp_path: Path, monkeypatc
     assert [(e.job_id, e.event_seq, e.job_use) for e in runs[0]] == [(e.job_id, e.event_seq, e.job_use) for e in runs[1]]
     assert all(e.event_seq & 0xFFFFFFFF >= 1 << 30 for e in runs[0])  # the USE places of the block
     holders.drop(node.outbox, "101", "n1")
+
+
+#: The agent's side, with the NVML stand-in: discovers the GPUs and runs one watcher pass.
+AGENT_PASS = """
+import sys
+from pathlib import Path
+from wattline import wire
+from wattline.agent.slurm_watch import SlurmWatcher
+from wattline.agent.sources.nvml import NvmlSource
+src = NvmlSource()
+src.discover()
+outbox, slurm_dir = Path(sys.argv[1]), Path(sys.argv[2])
+SlurmWatcher(outbox, slurm_dir, wire.Host(host_id="n1"), lambda h, e: None, gpus=src.gpu_uuids).poll()
+src.close()
+"""
+
+
+def test_slurm_gpus_are_claimed_by_uuid_from_the_agents_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "n1.toml"
+    config.write_text(f'[agent]\nhost_id = "n1"\noutbox_dir = "{tmp_path}/outbox"\nslurm_dir = "{tmp_path}/slurm"\n')
+    sent: list[wire.pb.JobEvent] = []
+    monkeypatch.setattr(slurm, "send", lambda node, events: sent.extend(events))
+    monkeypatch.setattr(slurm, "controller_view", lambda job_id: {})
+    env = {"SLURM_JOB_ID": "301", "SLURM_JOB_UID": str(UID), "SLURM_JOB_GPUS": "1,0"}
+
+    problems = slurm.prolog(env, config, parent=os.getpid())  # no agent yet: by index, said once
+    assert [list(e.devices) for e in sent] == [["gpu:1", "gpu:0"]]
+    assert len(problems) == 1 and "GPUs 1,0 claimed by index" in problems[0]
+
+    scenario = Path(__file__).parent / "nvml_stub/scenarios/two_gpus.txt"
+    done = subprocess.run(
+        [sys.executable, "-c", AGENT_PASS, str(tmp_path / "outbox"), str(tmp_path / "slurm")],
+        env=dict(os.environ, LD_LIBRARY_PATH=str(build_stub()), WATTLINE_NVML_SCENARIO=str(scenario)),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    sent.clear()
+    assert slurm.prolog(env, config, parent=os.getpid()) == []
+    uuid = "GPU-0a1b2c3d-0000-4000-8000-00000000000"
+    assert [list(e.devices) for e in sent] == [[f"gpu:{uuid}1", f"gpu:{uuid}0"]]
+
+    (tmp_path / "slurm/gpus.json").chmod(0o666)  # a map others could have written counts for nothing
+    sent.clear()
+    slurm.prolog(env, config, parent=os.getpid())
+    assert [list(e.devices) for e in sent] == [["gpu:1", "gpu:0"]]

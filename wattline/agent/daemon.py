@@ -64,7 +64,12 @@ class Agent:
         )
         self.slurm = (  # a Slurm job's lines and how it ended, between and after its hooks
             SlurmWatcher(
-                self.outbox.root, Path(self.settings.slurm_dir), self.host, self._to_outbox, self.settings.sysfs_root
+                self.outbox.root,
+                Path(self.settings.slurm_dir),
+                self.host,
+                self._to_outbox,
+                self.settings.sysfs_root,
+                gpus=self._gpu_uuids,
             )
             if self.outbox is not None
             else None
@@ -129,6 +134,10 @@ class Agent:
 
     def _sources(self) -> list[Source]:
         return self.discovery.sources
+
+    def _gpu_uuids(self) -> dict[int, str]:
+        """This node's GPUs by NVML index (the sources that know them: NVML's)."""
+        return {i: u for s in self._sources() if hasattr(s, "gpu_uuids") for i, u in s.gpu_uuids().items()}
 
     def _look_at_outbox(self) -> None:
         """Between the uplink's pushes (a collector answers): every OUTBOX_EVERY_S, end the jobs

@@ -232,6 +232,58 @@ def new_line_events(
     return out, bad
 
 
+# --------------------------------------------------------------------- the node's GPUs by index
+
+#: The agent's index -> UUID map of this node's GPUs (NVML's numbering), in the slurm_dir: the
+#: prolog names a job's GPUs (``SLURM_JOB_GPUS``) by UUID without loading NVML itself.
+GPU_MAP = "gpus.json"
+
+
+def write_gpu_map(slurm_dir: Path, uuids: Mapping[int, str]) -> None:
+    """Keep ``uuids`` for the prolog, replaced whole (a prolog never reads half a map)."""
+    temporary = slurm_dir / f".{GPU_MAP}.{os.getpid()}"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, json.dumps({str(k): v for k, v in sorted(uuids.items())}).encode())
+    finally:
+        os.close(fd)
+    os.replace(temporary, slurm_dir / GPU_MAP)
+
+
+def read_gpu_map(slurm_dir: Path) -> dict[str, str]:
+    """The agent's map (index -> UUID); {} when there is none or it is not root's own file."""
+    try:
+        fd = os.open(slurm_dir / GPU_MAP, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return {}
+        data = json.loads(os.read(fd, 1 << 16))
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+    finally:
+        os.close(fd)
+
+
+def gpu_claims(job_gpus: str, uuids: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """Device claims of ``SLURM_JOB_GPUS`` (host indices, ``0,2``): ``gpu:<UUID>`` by the map,
+    ``gpu:<index>`` where it has no entry; and the indices left by number."""
+    claims, by_index = [], []
+    for index in (i.strip() for i in job_gpus.split(",")):
+        if not re.fullmatch(r"[0-9]{1,4}", index):
+            continue  # not a host index (empty, or something Slurm does not write)
+        uuid = uuids.get(index, "")
+        if re.fullmatch(r"[A-Za-z0-9-]{1,96}", uuid):
+            claims.append(f"gpu:{uuid}")
+        else:
+            claims.append(f"gpu:{index}")
+            by_index.append(index)
+    return claims, by_index
+
+
 # --------------------------------------------------------------------- how the job ended, asked later
 
 

@@ -16,7 +16,8 @@ once per ``use_every_s``, sends each job a ``cpu:host`` USE event: its CPU time 
 every process's over the period (the ``cpu-time`` share rule splits CPU, DRAM and NIC by
 it). The event's place is fixed by the period's number (time // ``use_every_s``), so a
 period is one event whoever sends it; a job's first period here starts at its first
-reading (none before: no USE event, that stretch goes by the rule's fallback).
+reading (none before: no USE event, that stretch goes by the rule's fallback). It keeps the node's
+GPU UUIDs by index in the events directory for the prolog (``SLURM_JOB_GPUS`` -> claims).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class SlurmWatcher:
         deliver: Deliver,
         sysfs_root: Path = Path("/"),
         use_every_s: float = USE_EVERY_S,
+        gpus: Callable[[], dict[int, str]] = dict,
     ) -> None:
         self.outbox_root, self.slurm_dir, self.host, self.deliver = outbox_root, slurm_dir, host, deliver
         self.asked: dict[str, float] = {}  #: ending request -> monotonic time of its last ask
@@ -68,6 +70,8 @@ class SlurmWatcher:
         self._read_ns = 0  #: time of the last CPU reading
         self._host_cpu: int | None = None
         self._job_cpu: dict[str, int] = {}  #: job -> its CPU time at the last reading
+        self.gpus = gpus  #: this node's GPUs, index -> UUID (the NVML source's)
+        self._gpu_map: dict[int, str] | None = None  #: the map last written for the prolog
 
     def run(self, stop: threading.Event, every_s: float = 0.5) -> None:
         while not stop.is_set():
@@ -78,6 +82,7 @@ class SlurmWatcher:
             stop.wait(every_s)
 
     def poll(self, now_ns: int | None = None) -> None:
+        self._write_gpus()
         if not self._root_dir():
             return
         now_ns = time.time_ns() if now_ns is None else now_ns
@@ -115,6 +120,21 @@ class SlurmWatcher:
             if self.errors.get(record.job_id) != str(exc):
                 log.warning("slurm job %s: events file not read: %s", record.job_id[:100], exc)
                 self.errors[record.job_id] = str(exc)
+
+    def _write_gpus(self) -> None:
+        """Leave the prolog this node's GPU UUIDs by index when they change (:func:`.slurm_node.write_gpu_map`)."""
+        uuids = self.gpus()
+        if uuids != self._gpu_map and (uuids or self._gpu_map is not None):
+            try:
+                # Made here too: the first job's prolog must find the map (a host without GPUs gets no folder).
+                self.slurm_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+                if not self._root_dir():
+                    raise OSError(f"{self.slurm_dir} is not a directory only this user can change")
+                slurm_node.write_gpu_map(self.slurm_dir, uuids)
+                self._gpu_map = uuids
+            except OSError as exc:
+                log.warning("slurm: GPU map not written (prologs claim GPUs by index): %s", exc)
+                self._gpu_map = uuids  # said once per change
 
     def _cpu(self, records: list[holders.HolderRecord], now_ns: int) -> None:
         """Once per use period: each open job's CPU time since the last reading against the node's."""

@@ -49,10 +49,12 @@ from wattline.agent.slurm_node import (
     end_state,
     events_path,
     exit_status,
+    gpu_claims,
     new_line_events,
     parse_show_job,
     progress,
     read_events_file,
+    read_gpu_map,
     seq_base,
     write_ending,
 )
@@ -120,8 +122,10 @@ class SlurmJob:
         return cls(job_id, uid, gid, bounded({k: env[v] for k, v in names.items() if env.get(v)}))
 
 
-def builder(job: SlurmJob, node: Node, name: str = "", labels: Mapping[str, str] | None = None) -> EventBuilder:
-    spec = JobSpec(job.job_id, name or job.job_id, labels={**job.labels, **(labels or {})})
+def builder(
+    job: SlurmJob, node: Node, name: str = "", labels: Mapping[str, str] | None = None, devices: list[str] | None = None
+) -> EventBuilder:
+    spec = JobSpec(job.job_id, name or job.job_id, labels={**job.labels, **(labels or {})}, devices=devices or [])
     return EventBuilder(spec, base=seq_base(job.job_id, node.host.host_id))
 
 
@@ -186,12 +190,16 @@ def prolog(env: Mapping[str, str], config: Path | None, parent: int | None = Non
     problems: list[str] = []
     view = controller_view(job.job_id)
     extra: dict[str, str] = {k: view[k] for k in ("account", "qos", "array_job_id", "array_task_id") if k in view}
-    events = builder(job, node, view.get("name", ""), extra)
+    devices, by_index = gpu_claims(env.get("SLURM_JOB_GPUS", ""), read_gpu_map(node.slurm_dir))
+    if by_index:
+        problems.append(f"GPUs {','.join(by_index)} claimed by index: no agent's GPU map names them")
+    events = builder(job, node, view.get("name", ""), extra, devices)
     try:
         check_storable(events.spec, node.host.host_id, node.host.labels)
     except ValueError as exc:
         problems.append(f"name and labels left out: {exc}")
-        events = EventBuilder(JobSpec(job.job_id, job.job_id), base=seq_base(job.job_id, node.host.host_id))
+        spec = JobSpec(job.job_id, job.job_id, devices=devices)
+        events = EventBuilder(spec, base=seq_base(job.job_id, node.host.host_id))
     holder = slurmd_pid() if parent is None else parent
     slurmd = holders.identity(holder) if holder else None
     open_event = events.open(holder=slurmd)

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -78,10 +79,12 @@ class Cluster:
 
 
 def _hook(name: str, root: Path) -> Path:
-    """``deploy/slurm/NAME`` with its two settings pointed at this interpreter, tree and configs."""
+    """``deploy/slurm/NAME`` with its settings pointed at this interpreter, tree (then its
+    dependencies' site-packages) and configs."""
     text = (REPO / "deploy" / "slurm" / name).read_text()
     package_parent = Path(wattline.__file__).resolve().parent.parent
-    text = text.replace("PYTHON=/usr/bin/python3", f"PYTHON={sys.executable}\nexport PYTHONPATH={package_parent}")
+    text = text.replace("PYTHON=/usr/bin/python3", f"PYTHON={sys.executable}")
+    text = text.replace("PYPATH=/usr/lib/python3/dist-packages", f"PYPATH={package_parent}:{sysconfig.get_paths()['purelib']}")
     text = text.replace("CONFIG=/etc/wattline/wattline.toml", f"CONFIG={root}/{{node}}.toml")
     path = root / name
     path.write_text(text)

@@ -21,13 +21,13 @@ import json
 import os
 import re
 import stat
-import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from wattline import wire
-from wattline.agent.event_lines import line_event
+if TYPE_CHECKING:  # loaded where events are made: a TaskProlog needs neither (each task waits for it)
+    from wattline import wire
 
 #: The controller is asked for what a 22.05 prolog's environment lacks (name, account, QOS)
 #: and, at the epilog, how the job ended; never for longer than this, so a slow controller
@@ -92,6 +92,8 @@ def controller_view(job_id: str, timeout_s: float = SCONTROL_TIMEOUT_S, conf: st
     """What ``scontrol show job -o`` says of the job (name, account, qos, state, reason,
     exit_code); {} when the controller does not answer in time. ``conf``: the slurm.conf
     (default: ``$SLURM_CONF``, else Slurm's own default)."""
+    import subprocess
+
     conf = conf or os.environ.get("SLURM_CONF", "")
     try:
         out = subprocess.run(
@@ -210,6 +212,9 @@ def new_line_events(
     """UNITS / PHASE events of the complete lines in ``data`` (the file from ``state``'s offset),
     line N at its fixed place, a line without a time at ``now_ns``; advances ``state`` past
     them. Returns the events and how many lines were malformed (blank and ``#`` lines are not)."""
+    from wattline import wire
+    from wattline.agent.event_lines import line_event
+
     complete = data[: data.rfind(b"\n") + 1]  # a last line without its newline is unfinished
     out, bad = [], 0
     for raw in complete.split(b"\n")[:-1]:
@@ -312,6 +317,8 @@ def write_ending(slurm_dir: Path, close: wire.pb.JobEvent, host: wire.pb.Host, c
 def read_ending(path: Path) -> tuple[wire.pb.Host, wire.pb.JobEvent, str] | None:
     """(host, close, slurm.conf) of an epilog's request; None for a file that is not one (a
     link, another's than this process's user, not what :func:`write_ending` writes)."""
+    from wattline import wire
+
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:

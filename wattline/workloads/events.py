@@ -37,11 +37,10 @@ from wattline.collector.lineprotocol import (
     job_event_point,
 )
 from wattline.collector.stores.schema import JOB_EVENTS, SEQ_COUNTER_BITS, host_tags
+from wattline.workloads.job_env import ENV_EVENTS, ENV_JOB_ID
 
 log = logging.getLogger(__name__)
 
-ENV_JOB_ID = "WATTLINE_JOB_ID"
-ENV_EVENTS = "WATTLINE_EVENTS"
 SATURATED = "saturated"
 
 Kind = wire.pb.JobEvent.Kind

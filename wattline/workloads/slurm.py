@@ -24,18 +24,17 @@ says what went wrong in one line and exits 0 (a failing Prolog drains the node).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
-import socket
 import stat
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from wattline import wire
-from wattline.agent import holders
-from wattline.agent.outbox import open_outbox, outbox_root
+from wattline.agent.outbox import outbox_root
 from wattline.agent.settings import AgentSettings
 from wattline.agent.slurm_node import (
     ABANDONED_AT,
@@ -59,7 +58,13 @@ from wattline.agent.slurm_node import (
     write_ending,
 )
 from wattline.config import ConfigError, build, read_toml
-from wattline.workloads.events import ENV_EVENTS, ENV_JOB_ID, EventBuilder, JobSpec, check_storable
+from wattline.workloads.job_env import ENV_EVENTS, ENV_JOB_ID
+
+# The prolog and epilog load the events' modules (protobuf's among them) when they run; the
+# TaskProlog, which every task of every step waits for, never does.
+if TYPE_CHECKING:
+    from wattline import wire
+    from wattline.workloads.events import EventBuilder
 
 __all__ = ["MAX_LABEL_CHARS", "OPEN_AT", "parse_show_job", "read_events_file"]  # the hooks' guards, tested here
 
@@ -71,9 +76,16 @@ _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 class Node:
     """This node's settings, from the agent's config file."""
 
-    host: wire.pb.Host
+    host_id: str
     outbox: Path
     slurm_dir: Path
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @functools.cached_property
+    def host(self) -> wire.pb.Host:
+        from wattline import wire
+
+        return wire.Host(host_id=self.host_id, labels=self.labels)
 
 
 def node_settings(config: Path | None, env: Mapping[str, str]) -> Node:
@@ -89,8 +101,8 @@ def node_settings(config: Path | None, env: Mapping[str, str]) -> Node:
         root = outbox_root(settings.outbox_dir, {})
     except (ConfigError, OSError, RuntimeError) as exc:  # SpoolError is an OSError
         raise SlurmError(str(exc)) from None
-    host = wire.Host(host_id=settings.host_id or socket.gethostname(), labels=settings.labels)
-    return Node(host, root, Path(settings.slurm_dir))
+    # os.uname() is gethostname() without loading the socket module
+    return Node(settings.host_id or os.uname().nodename, root, Path(settings.slurm_dir), dict(settings.labels))
 
 
 @dataclass(frozen=True)
@@ -125,12 +137,16 @@ class SlurmJob:
 def builder(
     job: SlurmJob, node: Node, name: str = "", labels: Mapping[str, str] | None = None, devices: list[str] | None = None
 ) -> EventBuilder:
+    from wattline.workloads.events import EventBuilder, JobSpec
+
     spec = JobSpec(job.job_id, name or job.job_id, labels={**job.labels, **(labels or {})}, devices=devices or [])
     return EventBuilder(spec, base=seq_base(job.job_id, node.host.host_id))
 
 
 def send(node: Node, events: list[wire.pb.JobEvent]) -> None:
     """Keep ``events`` in the host's outbox (the agent delivers them)."""
+    from wattline.agent.outbox import open_outbox
+
     spool = open_outbox(node.outbox, node.host)
     try:
         spool.add_job_events(events)
@@ -186,6 +202,9 @@ def slurmd_pid(proc: Path = Path("/proc")) -> int | None:
 
 def prolog(env: Mapping[str, str], config: Path | None, parent: int | None = None) -> list[str]:
     """Open the job on this node; returns what went wrong but did not stop it (one line each)."""
+    from wattline.agent import holders
+    from wattline.workloads.events import EventBuilder, JobSpec, check_storable
+
     node, job = node_settings(config, env), SlurmJob.from_env(env)
     problems: list[str] = []
     view = controller_view(job.job_id)
@@ -235,6 +254,9 @@ def epilog(env: Mapping[str, str], config: Path | None) -> list[str]:
     """Count the events file's lines the agent has not, close the job on this node and, where
     the controller cannot say yet how the job ended, leave the agent a request to ask it
     later (:func:`~wattline.agent.slurm_node.write_ending`); what went wrong, one line each."""
+    from wattline import wire
+    from wattline.agent import holders
+
     node, job = node_settings(config, env), SlurmJob.from_env(env)
     problems: list[str] = []
     now_ns = time.time_ns()

@@ -56,6 +56,7 @@ class Cluster:
     procs: list[Proc] = field(default_factory=list)
     pid_files: list[Path] = field(default_factory=list)
     trees: list[PowerAdvancer] = field(default_factory=list)
+    hooks: bool = True  #: slurm.conf names wattline's hooks (bench/run: without them, for the yardstick)
 
     def config(self, node: str) -> Path:
         return self.root / f"{node}.toml"
@@ -84,7 +85,9 @@ def _hook(name: str, root: Path) -> Path:
     text = (REPO / "deploy" / "slurm" / name).read_text()
     package_parent = Path(wattline.__file__).resolve().parent.parent
     text = text.replace("PYTHON=/usr/bin/python3", f"PYTHON={sys.executable}")
-    text = text.replace("PYPATH=/usr/lib/python3/dist-packages", f"PYPATH={package_parent}:{sysconfig.get_paths()['purelib']}")
+    text = text.replace(
+        "PYPATH=/usr/lib/python3/dist-packages", f"PYPATH={package_parent}:{sysconfig.get_paths()['purelib']}"
+    )
     text = text.replace("CONFIG=/etc/wattline/wattline.toml", f"CONFIG={root}/{{node}}.toml")
     path = root / name
     path.write_text(text)
@@ -103,8 +106,9 @@ def _wait(check: object, what: str, log: Path, timeout_s: float = 30.0) -> None:
     )
 
 
-def start(power_w: dict[str, float]) -> Cluster:
-    """Start it all; a cluster whose every node is idle and whose collector serves."""
+def start(power_w: dict[str, float], hooks: bool = True) -> Cluster:
+    """Start it all; a cluster whose every node is idle and whose collector serves (``hooks``:
+    with wattline's Prolog, Epilog and TaskProlog)."""
     root = Path(tempfile.mkdtemp(prefix="wl-slurm-"))
     root.chmod(0o755)  # munged runs as munge and must reach its own directory
     for sub in ("state", "spool", "log", "munge"):
@@ -124,7 +128,7 @@ def start(power_w: dict[str, float]) -> Cluster:
         "HOME": str(root),
     }
     db = root / "w.db"
-    cluster = Cluster(root, db, power_w, env)
+    cluster = Cluster(root, db, power_w, env, hooks=hooks)
     try:
         _start(cluster, munge)
     except BaseException:
@@ -166,6 +170,11 @@ def _start(cluster: Cluster, munge: pwd.struct_passwd) -> None:
         for n, p in ports.items()
     )
     hooks = {name: _hook(name, root) for name in ("prolog", "epilog", "task-prolog")}
+    hook_lines = (
+        f"Prolog={hooks['prolog']}\nEpilog={hooks['epilog']}\nTaskProlog={hooks['task-prolog']}\nPrologFlags=Alloc\n"
+        if cluster.hooks
+        else ""
+    )
     (root / "slurm.conf").write_text(
         f"""ClusterName=wl
 SlurmctldHost={host}(127.0.0.1)
@@ -188,11 +197,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 MinJobAge=600
-Prolog={hooks["prolog"]}
-Epilog={hooks["epilog"]}
-TaskProlog={hooks["task-prolog"]}
-PrologFlags=Alloc
-{nodes}
+{hook_lines}{nodes}
 PartitionName=debug Nodes={",".join(ports)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
     )

@@ -67,7 +67,6 @@ def test_a_rerun_prolog_and_epilog_number_their_events_as_before(tmp_path: Path)
     node = slurm.node_settings(config, env)
     job = slurm.SlurmJob.from_env(env)
     seqs = [
-        slurm.builder(job, node).make(wire.pb.JobEvent.KIND_CLOSE, 1, at=slurm.CLOSE_AT).event_seq
-        for _ in range(2)
+        slurm.builder(job, node).make(wire.pb.JobEvent.KIND_CLOSE, 1, at=slurm.CLOSE_AT).event_seq for _ in range(2)
     ]
     assert seqs[0] == seqs[1] == slurm.seq_base("7", "n1") | slurm.CLOSE_AT

@@ -156,11 +156,15 @@ def test_a_restarted_agent_numbers_a_period_as_before(tmp_path: Path, monkeypatc
     node, _ = open_jobs(tmp_path, monkeypatch)
     runs: list[list[wire.pb.JobEvent]] = [[], []]
     for sent in runs:
-        watcher = SlurmWatcher(node.outbox, node.slurm_dir, node.host, lambda _h, ev, s=sent: s.extend(ev), tmp_path / "host")
+        watcher = SlurmWatcher(
+            node.outbox, node.slurm_dir, node.host, lambda _h, ev, s=sent: s.extend(ev), tmp_path / "host"
+        )
         for t in (0, 5, 10):
             advance(dirs, t, "v2")
             watcher.poll(T0 + t * S)
-    assert [(e.job_id, e.event_seq, e.job_use) for e in runs[0]] == [(e.job_id, e.event_seq, e.job_use) for e in runs[1]]
+    assert [(e.job_id, e.event_seq, e.job_use) for e in runs[0]] == [
+        (e.job_id, e.event_seq, e.job_use) for e in runs[1]
+    ]
     assert all(e.event_seq & 0xFFFFFFFF >= 1 << 30 for e in runs[0])  # the USE places of the block
     holders.drop(node.outbox, "101", "n1")
 
@@ -170,12 +174,12 @@ AGENT_PASS = """
 import sys
 from pathlib import Path
 from wattline import wire
-from wattline.agent.slurm_watch import SlurmWatcher
+from wattline.agent.slurm_watch import SlurmWatcher, gpu_uuids
 from wattline.agent.sources.nvml import NvmlSource
 src = NvmlSource()
-src.discover()
+channels = src.discover()
 outbox, slurm_dir = Path(sys.argv[1]), Path(sys.argv[2])
-SlurmWatcher(outbox, slurm_dir, wire.Host(host_id="n1"), lambda h, e: None, gpus=src.gpu_uuids).poll()
+SlurmWatcher(outbox, slurm_dir, wire.Host(host_id="n1"), lambda h, e: None, gpus=lambda: gpu_uuids(channels)).poll()
 src.close()
 """
 

@@ -378,6 +378,23 @@ def accuracy_rows(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def slurm_rows(r: dict[str, Any]) -> list[Row]:
+    if "skipped" in r:
+        return [Row("slurm", "srun round trip with the hooks", f"skipped: {r['skipped']}")]
+    rows = [
+        Row(
+            "slurm",
+            f"srun round trip with the hooks (median of {r['repeats']})",
+            num(r["with_hooks_ms"], "ms"),
+            f"without: {num(r['without_hooks_ms'], 'ms')}; added {num(r['added_ms'], 'ms')}",
+            ratio_of(r["with_hooks_ms"], r["without_hooks_ms"]),
+        )
+    ]
+    for name, ms in r["hook_ms"].items():
+        rows.append(Row("slurm", f"{name} alone (deploy/slurm script)", num(ms, "ms"), target="< 100 ms", met=ms < 100))
+    return rows
+
+
 def ratio_of(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
@@ -388,6 +405,7 @@ _ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "ingest": ingest_rows,
     "scale": scale_rows,
     "agent": agent_rows,
+    "slurm": slurm_rows,
 }
 
 

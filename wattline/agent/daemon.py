@@ -19,7 +19,7 @@ from wattline.agent.exporter import AgentCollector, serve
 from wattline.agent.kube import watcher as kube
 from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root
 from wattline.agent.settings import AgentSettings
-from wattline.agent.slurm_watch import SlurmWatcher
+from wattline.agent.slurm_watch import SlurmWatcher, gpu_uuids
 from wattline.agent.sources.base import Source
 from wattline.agent.spool import Spool
 from wattline.agent.spool_format import SpoolError
@@ -136,8 +136,8 @@ class Agent:
         return self.discovery.sources
 
     def _gpu_uuids(self) -> dict[int, str]:
-        """This node's GPUs by NVML index (the sources that know them: NVML's)."""
-        return {i: u for s in self._sources() if hasattr(s, "gpu_uuids") for i, u in s.gpu_uuids().items()}
+        """This node's GPUs by NVML index, from the discovered channels."""
+        return gpu_uuids(ch for status in self.statuses for ch in status.channels)
 
     def _look_at_outbox(self) -> None:
         """Between the uplink's pushes (a collector answers): every OUTBOX_EVERY_S, end the jobs

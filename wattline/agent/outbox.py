@@ -35,8 +35,8 @@ from wattline.agent.spool_format import SpoolError
 if TYPE_CHECKING:  # imported where a spool is opened: an agent without leftovers (a Slurm
     # task prolog asking only for outbox_root) never loads them
     from wattline import wire
-    from wattline.agent.spool import Spool
     from wattline.agent.disk_spool import DiskSpool
+    from wattline.agent.spool import Spool
     from wattline.agent.uplink import Uplink  # gRPC: a Slurm hook writing its events never loads it
 
 log = logging.getLogger(__name__)

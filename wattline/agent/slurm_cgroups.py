@@ -36,7 +36,8 @@ class SlurmCgroups:
     def __init__(self, root: Path) -> None:
         self.root = root
         found = cgroup_cpu.mount(root / CGROUP_DIR)
-        self.base, self.version = found if found else (None, 0)
+        self.base: Path | None = found[0] if found else None
+        self.version = found[1] if found else 0
         self._dirs: dict[str, Path] = {}
 
     def host_cpu_ns(self) -> int | None:
@@ -62,9 +63,12 @@ class SlurmCgroups:
         if self.base is None:
             return None
         if self.version == 1:
-            return next((d for d in sorted(self.base.glob(f"slurm*/uid_{uid}/job_{job_id}")) if d.is_dir()), None)
+            found: Path | None = next(
+                (d for d in sorted(self.base.glob(f"slurm*/uid_{uid}/job_{job_id}")) if d.is_dir()), None
+            )
+            return found
         for scope in sorted(self.base.glob("system.slice/*slurmstepd.scope")):
-            by_id = scope / f"job_{job_id}"
+            by_id: Path = scope / f"job_{job_id}"
             if by_id.is_dir():
                 return by_id
             for folder in sorted(scope.iterdir()):

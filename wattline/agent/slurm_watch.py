@@ -28,13 +28,14 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from wattline import wire
 from wattline.agent import holders, slurm_node
 from wattline.agent.cgroup_cpu import CPU_DEVICE, CPU_METRIC
 from wattline.agent.slurm_cgroups import SlurmCgroups
+from wattline.agent.sources.base import Channel
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,16 @@ ASK_EVERY_S, ASK_FOR_S = 2.0, 300.0
 ASK_TIMEOUT_S = 2.0
 #: Seconds per CPU-time USE period (one event per job and period: 64 jobs cost 13 events/s).
 USE_EVERY_S = 5.0
+
+
+def gpu_uuids(channels: Iterable[Channel]) -> dict[int, str]:
+    """This node's GPUs, NVML index -> UUID, from the GPU channels' ``index`` and ``uuid`` info."""
+    out = {}
+    for channel in channels:
+        info = dict(channel.info)
+        if channel.component == "gpu" and info.get("index", "").isdigit() and info.get("uuid"):
+            out[int(info["index"])] = info["uuid"]
+    return out
 
 
 class SlurmWatcher:

@@ -31,7 +31,6 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # loaded by the readers: what only writes records (a Slurm hook) never needs protobuf

@@ -119,11 +119,6 @@ class NvmlSource(Source):
             "dropped_samples": dropped,
         }
 
-    def gpu_uuids(self) -> dict[int, str]:
-        """Each discovered GPU's UUID by its NVML index (the Slurm prolog's map, :mod:`..slurm_watch`)."""
-        with self._lock:
-            return {g.index: g.uuid for g in self._gpus}
-
     def device_health(self) -> dict[str, str]:
         """GPU UUID -> "ok" or the last error of its energy/power read."""
         with self._lock:

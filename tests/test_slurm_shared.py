@@ -18,7 +18,7 @@ import pytest
 from nvml_stub.build import build_stub
 
 from wattline import wire
-from wattline.agent import holders
+from wattline.agent import holders, slurm_node
 from wattline.agent.slurm_watch import SlurmWatcher
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads import slurm
@@ -86,7 +86,7 @@ def open_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[slurm.No
     config = tmp_path / "n1.toml"
     config.write_text(f'[agent]\nhost_id = "n1"\noutbox_dir = "{tmp_path}/outbox"\nslurm_dir = "{tmp_path}/slurm"\n')
     monkeypatch.setattr(slurm, "send", lambda node, events: None)
-    monkeypatch.setattr(slurm, "controller_view", lambda job_id: {})
+    monkeypatch.setattr(slurm, "ask_controller", lambda job_id: slurm_node.Asked(None, 0.0))
     windows: list[wire.pb.JobEvent] = []
     for job_id in CORES:
         env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_UID": str(UID), "SLURMD_NODENAME": "n1"}
@@ -189,7 +189,7 @@ def test_slurm_gpus_are_claimed_by_uuid_from_the_agents_map(tmp_path: Path, monk
     config.write_text(f'[agent]\nhost_id = "n1"\noutbox_dir = "{tmp_path}/outbox"\nslurm_dir = "{tmp_path}/slurm"\n')
     sent: list[wire.pb.JobEvent] = []
     monkeypatch.setattr(slurm, "send", lambda node, events: sent.extend(events))
-    monkeypatch.setattr(slurm, "controller_view", lambda job_id: {})
+    monkeypatch.setattr(slurm, "ask_controller", lambda job_id: slurm_node.Asked(None, 0.0))
     env = {"SLURM_JOB_ID": "301", "SLURM_JOB_UID": str(UID), "SLURM_JOB_GPUS": "1,0"}
 
     problems = slurm.prolog(env, config, parent=os.getpid())  # no agent yet: by index, said once

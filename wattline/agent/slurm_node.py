@@ -23,10 +23,13 @@ import re
 import stat
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # loaded where events are made: a TaskProlog needs neither (each task waits for it)
+if TYPE_CHECKING:  # loaded where used: a TaskProlog needs neither (each task waits for it)
+    import subprocess
+
     from wattline import wire
 
 #: The controller is asked for what a 22.05 prolog's environment lacks (name, account, QOS)
@@ -88,24 +91,53 @@ def bounded(labels: Mapping[str, str]) -> dict[str, str]:
 # --------------------------------------------------------------------- the controller
 
 
-def controller_view(job_id: str, timeout_s: float = SCONTROL_TIMEOUT_S, conf: str = "") -> dict[str, str]:
-    """What ``scontrol show job -o`` says of the job (name, account, qos, state, reason,
-    exit_code); {} when the controller does not answer in time. ``conf``: the slurm.conf
-    (default: ``$SLURM_CONF``, else Slurm's own default)."""
+@dataclass
+class Asked:
+    """A ``scontrol show job`` under way (:func:`ask_controller`), answered by :func:`answer`."""
+
+    proc: subprocess.Popen[bytes] | None
+    deadline: float  #: time.monotonic() after which the answer is not waited for
+
+
+def ask_controller(job_id: str, timeout_s: float = SCONTROL_TIMEOUT_S, conf: str = "") -> Asked:
+    """Start asking ``scontrol show job -o`` about the job, so a hook loads its modules while
+    the controller answers. ``conf``: the slurm.conf (default: ``$SLURM_CONF``, else Slurm's own)."""
     import subprocess
 
     conf = conf or os.environ.get("SLURM_CONF", "")
+    deadline = time.monotonic() + timeout_s
     try:
-        out = subprocess.run(
+        proc = subprocess.Popen(
             [SCONTROL, "show", "job", "-o", job_id],
-            capture_output=True,
-            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             env={"PATH": "/usr/bin:/bin", **({"SLURM_CONF": conf} if conf else {})},
-            check=False,
         )
-    except (OSError, subprocess.TimeoutExpired):
+    except OSError:
+        proc = None
+    return Asked(proc, deadline)
+
+
+def answer(asked: Asked) -> dict[str, str]:
+    """What the controller said of the job (name, account, qos, state, reason, exit_code); {}
+    when it did not answer by the deadline (then scontrol is ended)."""
+    import subprocess
+
+    if asked.proc is None:
         return {}
-    return parse_show_job(out.stdout[: 1 << 20].decode(errors="replace"))
+    try:
+        out, _ = asked.proc.communicate(timeout=max(0.0, asked.deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        asked.proc.kill()
+        asked.proc.communicate()
+        return {}
+    return parse_show_job(out[: 1 << 20].decode(errors="replace"))
+
+
+def controller_view(job_id: str, timeout_s: float = SCONTROL_TIMEOUT_S, conf: str = "") -> dict[str, str]:
+    """:func:`answer` to :func:`ask_controller`, waited for at once."""
+    return answer(ask_controller(job_id, timeout_s, conf))
 
 
 def parse_show_job(text: str) -> dict[str, str]:

@@ -43,8 +43,9 @@ from wattline.agent.slurm_node import (
     MAX_LABEL_CHARS,
     OPEN_AT,
     SlurmError,
+    answer,
+    ask_controller,
     bounded,
-    controller_view,
     end_state,
     events_path,
     exit_status,
@@ -202,12 +203,13 @@ def slurmd_pid(proc: Path = Path("/proc")) -> int | None:
 
 def prolog(env: Mapping[str, str], config: Path | None, parent: int | None = None) -> list[str]:
     """Open the job on this node; returns what went wrong but did not stop it (one line each)."""
+    node, job = node_settings(config, env), SlurmJob.from_env(env)
+    asked = ask_controller(job.job_id)  # answered while the event modules load
     from wattline.agent import holders
     from wattline.workloads.events import EventBuilder, JobSpec, check_storable
 
-    node, job = node_settings(config, env), SlurmJob.from_env(env)
     problems: list[str] = []
-    view = controller_view(job.job_id)
+    view = answer(asked)
     extra: dict[str, str] = {k: view[k] for k in ("account", "qos", "array_job_id", "array_task_id") if k in view}
     devices, by_index = gpu_claims(env.get("SLURM_JOB_GPUS", ""), read_gpu_map(node.slurm_dir))
     if by_index:
@@ -254,14 +256,15 @@ def epilog(env: Mapping[str, str], config: Path | None) -> list[str]:
     """Count the events file's lines the agent has not, close the job on this node and, where
     the controller cannot say yet how the job ended, leave the agent a request to ask it
     later (:func:`~wattline.agent.slurm_node.write_ending`); what went wrong, one line each."""
+    node, job = node_settings(config, env), SlurmJob.from_env(env)
+    now_ns = time.time_ns()
+    asked = ask_controller(job.job_id)  # answered while the event modules load
     from wattline import wire
     from wattline.agent import holders
 
-    node, job = node_settings(config, env), SlurmJob.from_env(env)
     problems: list[str] = []
-    now_ns = time.time_ns()
     base = seq_base(job.job_id, node.host.host_id)
-    view = controller_view(job.job_id)
+    view = answer(asked)
     code = int(view.get("exit_code") or exit_status(env.get("SLURM_JOB_EXIT_CODE2", "0:0")))
     close = wire.JobEvent(
         job_id=job.job_id,

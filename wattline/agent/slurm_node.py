@@ -2,8 +2,9 @@
 
 The hooks (:mod:`wattline.workloads.slurm`) and the agent both make a Slurm job's events, so
 what fixes an event's identity lives here, below both: the (job, host) event_seq block and
-the places in it, the events file's lines as events, and what the controller says of how a
-job ended. The events file is the job's user's input and both readers run as root: it is
+the places in it, the events file's lines as events, what the controller says of how a
+job ended, and the agent's map of the node's GPUs that the prolog claims by. The events
+file is the job's user's input and both readers run as root: it is
 opened without following a link and counts only while its user owns it.
 
 Who reads which line: the agent reads the open jobs' events files as they grow, the epilog

@@ -5,7 +5,8 @@ and node; TaskProlog as the job's user before each task. So:
 
 - **prolog**: opens the job on this host (job id = ``SLURM_JOB_ID``; labels user,
   partition, node list from the environment, name, account, QOS and array ids from the
-  controller, asked once and briefly), makes the job's events file (owned by the job's
+  controller, asked once and briefly; its GPUs, ``SLURM_JOB_GPUS``, claimed by the UUIDs of
+  the agent's map), makes the job's events file (owned by the job's
   user, in ``agent.slurm_dir``, a directory of root's) and records who holds the job here:
   the slurmd that ran the prolog (the extern step's slurmstepd, which lives exactly as long
   as the allocation, does not exist yet when a 22.05 prolog runs, and is gone before the

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -55,6 +56,9 @@ class Cluster:
     procs: list[Proc] = field(default_factory=list)
     pid_files: list[Path] = field(default_factory=list)
     trees: list[PowerAdvancer] = field(default_factory=list)
+    #: What slurm.conf names as hooks: wattline's; "noop" scripts that only exit 0; "none"
+    #: (bench/run's yardsticks: Slurm's cost of running any hook, and of none).
+    hooks: str = "wattline"
 
     def config(self, node: str) -> Path:
         return self.root / f"{node}.toml"
@@ -77,11 +81,15 @@ class Cluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _hook(name: str, root: Path) -> Path:
-    """``deploy/slurm/NAME`` with its two settings pointed at this interpreter, tree and configs."""
-    text = (REPO / "deploy" / "slurm" / name).read_text()
+def _hook(name: str, root: Path, noop: bool = False) -> Path:
+    """``deploy/slurm/NAME`` with its settings pointed at this interpreter, tree (then its
+    dependencies' site-packages) and configs; ``noop``: a script that only exits 0."""
+    text = "#!/bin/sh\nexit 0\n" if noop else (REPO / "deploy" / "slurm" / name).read_text()
     package_parent = Path(wattline.__file__).resolve().parent.parent
-    text = text.replace("PYTHON=/usr/bin/python3", f"PYTHON={sys.executable}\nexport PYTHONPATH={package_parent}")
+    text = text.replace("PYTHON=/usr/bin/python3", f"PYTHON={sys.executable}")
+    text = text.replace(
+        "PYPATH=/usr/lib/python3/dist-packages", f"PYPATH={package_parent}:{sysconfig.get_paths()['purelib']}"
+    )
     text = text.replace("CONFIG=/etc/wattline/wattline.toml", f"CONFIG={root}/{{node}}.toml")
     path = root / name
     path.write_text(text)
@@ -100,8 +108,9 @@ def _wait(check: object, what: str, log: Path, timeout_s: float = 30.0) -> None:
     )
 
 
-def start(power_w: dict[str, float]) -> Cluster:
-    """Start it all; a cluster whose every node is idle and whose collector serves."""
+def start(power_w: dict[str, float], hooks: str = "wattline") -> Cluster:
+    """Start it all; a cluster whose every node is idle and whose collector serves (``hooks``:
+    see :attr:`Cluster.hooks`)."""
     root = Path(tempfile.mkdtemp(prefix="wl-slurm-"))
     root.chmod(0o755)  # munged runs as munge and must reach its own directory
     for sub in ("state", "spool", "log", "munge"):
@@ -121,7 +130,7 @@ def start(power_w: dict[str, float]) -> Cluster:
         "HOME": str(root),
     }
     db = root / "w.db"
-    cluster = Cluster(root, db, power_w, env)
+    cluster = Cluster(root, db, power_w, env, hooks=hooks)
     try:
         _start(cluster, munge)
     except BaseException:
@@ -162,7 +171,12 @@ def _start(cluster: Cluster, munge: pwd.struct_passwd) -> None:
         f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={p} CPUs=2 RealMemory=2000 State=UNKNOWN"
         for n, p in ports.items()
     )
-    hooks = {name: _hook(name, root) for name in ("prolog", "epilog", "task-prolog")}
+    hooks = {name: _hook(name, root, cluster.hooks == "noop") for name in ("prolog", "epilog", "task-prolog")}
+    hook_lines = (
+        f"Prolog={hooks['prolog']}\nEpilog={hooks['epilog']}\nTaskProlog={hooks['task-prolog']}\nPrologFlags=Alloc\n"
+        if cluster.hooks != "none"
+        else ""
+    )
     (root / "slurm.conf").write_text(
         f"""ClusterName=wl
 SlurmctldHost={host}(127.0.0.1)
@@ -185,11 +199,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 MinJobAge=600
-Prolog={hooks["prolog"]}
-Epilog={hooks["epilog"]}
-TaskProlog={hooks["task-prolog"]}
-PrologFlags=Alloc
-{nodes}
+{hook_lines}{nodes}
 PartitionName=debug Nodes={",".join(ports)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
     )

@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
 
+from wattline import wire
 from wattline.workloads import slurm
 
 
@@ -66,7 +68,25 @@ def test_a_rerun_prolog_and_epilog_number_their_events_as_before(tmp_path: Path)
     node = slurm.node_settings(config, env)
     job = slurm.SlurmJob.from_env(env)
     seqs = [
-        slurm.builder(job, node).make(slurm.wire.pb.JobEvent.KIND_CLOSE, 1, at=slurm.CLOSE_AT).event_seq
-        for _ in range(2)
+        slurm.builder(job, node).make(wire.pb.JobEvent.KIND_CLOSE, 1, at=slurm.CLOSE_AT).event_seq for _ in range(2)
     ]
     assert seqs[0] == seqs[1] == slurm.seq_base("7", "n1") | slurm.CLOSE_AT
+
+
+@pytest.mark.parametrize("name", ["prolog", "epilog", "task-prolog"])
+@pytest.mark.parametrize("pypath", ["good", "/nonexistent"])
+def test_a_deploy_script_exits_0_with_one_line_whatever_its_path(tmp_path: Path, name: str, pypath: str) -> None:
+    """The script as slurm.conf names it (python -I -S), its settings pointed here; the job's
+    config is missing, or wattline is not on PYPATH: one line, exit 0, no traceback."""
+    good = f"{Path(slurm.__file__).resolve().parents[2]}:{sysconfig.get_paths()['purelib']}"
+    text = (Path(__file__).resolve().parents[1] / "deploy/slurm" / name).read_text()
+    text = text.replace("PYTHON=/usr/bin/python3", f"PYTHON={sys.executable}")
+    text = text.replace("PYPATH=/usr/lib/python3/dist-packages", f"PYPATH={good if pypath == 'good' else pypath}")
+    script = tmp_path / name
+    script.write_text(text)
+    script.chmod(0o755)
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_UID": str(os.getuid()), "SLURMD_NODENAME": "n1"}
+    out = subprocess.run([str(script)], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    assert ("not importable from PYPATH" in out.stderr) == (pypath != "good")

@@ -1,6 +1,6 @@
 """``bench/run [--quick] [--only PART,...] [--out FILE] [--keep]``: run the benchmarks, print a table, write JSON.
 
-Parts (all by default, in this order): accuracy, report, ingest, scale, agent, pods. Each figure is a
+Parts (all by default, in this order): accuracy, report, ingest, scale, agent, pods, slurm. Each figure is a
 ratio against a yardstick measured in the same run, or a count; repeated runs give medians.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wlbench import accuracy, agent, ingest, pods, report, scale
+from wlbench import accuracy, agent, ingest, pods, report, scale, slurm
 from wlbench.common import BENCH, machine, rounded
 from wlbench.targets import Row, rows_for
 
@@ -29,6 +29,7 @@ PARTS: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
     "scale": scale.run,
     "agent": agent.run,
     "pods": pods.run,
+    "slurm": slurm.run,
 }
 
 

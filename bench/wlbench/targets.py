@@ -408,6 +408,25 @@ def pods_rows(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def slurm_rows(r: dict[str, Any]) -> list[Row]:
+    """A real srun's round trip with wattline's hooks, against no hooks and hooks that only exit 0."""
+    if "skipped" in r:
+        return [Row("slurm", "srun round trip with the hooks", f"skipped: {r['skipped']}")]
+    ms = num(r["with_hooks_ms"], "ms")
+    rows = [
+        Row("slurm", f"srun round trip with the hooks (median of {r['repeats']})", ms,
+            f"without: {num(r['without_hooks_ms'], 'ms')}; added {num(r['added_ms'], 'ms')}",
+            ratio_of(r["with_hooks_ms"], r["without_hooks_ms"])),
+        Row("slurm", "srun round trip with the hooks vs hooks that only exit 0", ms,
+            f"no-op hooks: {num(r['noop_hooks_ms'], 'ms')}; wattline adds {num(r['added_by_wattline_ms'], 'ms')}",
+            ratio_of(r["with_hooks_ms"], r["noop_hooks_ms"])),
+    ]  # fmt: skip
+    for name, hook_ms in r["hook_ms"].items():
+        rows.append(Row("slurm", f"{name} alone (deploy/slurm script)", num(hook_ms, "ms"), target="< 100 ms",
+                        met=hook_ms < 100))  # fmt: skip
+    return rows
+
+
 def ratio_of(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
@@ -419,6 +438,7 @@ _ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "scale": scale_rows,
     "agent": agent_rows,
     "pods": pods_rows,
+    "slurm": slurm_rows,
 }
 
 

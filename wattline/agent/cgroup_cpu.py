@@ -1,13 +1,17 @@
 """CPU time of a cgroup, as the kernel counts it (cgroup v2 ``cpu.stat``, v1 ``cpuacct.usage``).
 
-One reader for every holder that knows its job's cgroup (the pod watcher now; a Slurm job's
-``job_<id>`` cgroup later): the time is cumulative and hierarchical (a cgroup counts its
+One reader for every holder that knows its job's cgroup (the pod watcher, the Slurm watcher through
+:mod:`.slurm_cgroups`): the time is cumulative and hierarchical (a cgroup counts its
 children), so a job's CPU seconds over a period are the difference of two reads.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+#: The USE events' device and metric for a job's CPU time against the node's (the
+#: ``cpu-time`` share rule reads these, :data:`wattline.workloads.attribution.CPU_TIME_KEYS`).
+CPU_DEVICE, CPU_METRIC = "cpu:host", "cpu-time"
 
 
 def mount(cgroup_root: Path) -> tuple[Path, int] | None:

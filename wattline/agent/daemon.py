@@ -19,7 +19,7 @@ from wattline.agent.exporter import AgentCollector, serve
 from wattline.agent.kube import watcher as kube
 from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root
 from wattline.agent.settings import AgentSettings
-from wattline.agent.slurm_watch import SlurmWatcher
+from wattline.agent.slurm_watch import SlurmWatcher, gpu_uuids
 from wattline.agent.sources.base import Source
 from wattline.agent.spool import Spool
 from wattline.agent.spool_format import SpoolError
@@ -63,7 +63,14 @@ class Agent:
             else None
         )
         self.slurm = (  # a Slurm job's lines and how it ended, between and after its hooks
-            SlurmWatcher(self.outbox.root, Path(self.settings.slurm_dir), self.host, self._to_outbox)
+            SlurmWatcher(
+                self.outbox.root,
+                Path(self.settings.slurm_dir),
+                self.host,
+                self._to_outbox,
+                self.settings.sysfs_root,
+                gpus=self._gpu_uuids,
+            )
             if self.outbox is not None
             else None
         )
@@ -127,6 +134,10 @@ class Agent:
 
     def _sources(self) -> list[Source]:
         return self.discovery.sources
+
+    def _gpu_uuids(self) -> dict[int, str]:
+        """This node's GPUs by NVML index, from the discovered channels."""
+        return gpu_uuids(ch for status in self.statuses for ch in status.channels)
 
     def _look_at_outbox(self) -> None:
         """Between the uplink's pushes (a collector answers): every OUTBOX_EVERY_S, end the jobs

@@ -30,12 +30,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wattline import wire
-from wattline.agent.spool import Spool
 from wattline.agent.spool_format import SpoolError
 
-if TYPE_CHECKING:  # imported where a spool is opened: an agent without leftovers never loads it
+if TYPE_CHECKING:  # imported where a spool is opened: an agent without leftovers (a Slurm
+    # task prolog asking only for outbox_root) never loads them
+    from wattline import wire
     from wattline.agent.disk_spool import DiskSpool
+    from wattline.agent.spool import Spool
     from wattline.agent.uplink import Uplink  # gRPC: a Slurm hook writing its events never loads it
 
 log = logging.getLogger(__name__)

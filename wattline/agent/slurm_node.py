@@ -2,8 +2,9 @@
 
 The hooks (:mod:`wattline.workloads.slurm`) and the agent both make a Slurm job's events, so
 what fixes an event's identity lives here, below both: the (job, host) event_seq block and
-the places in it, the events file's lines as events, and what the controller says of how a
-job ended. The events file is the job's user's input and both readers run as root: it is
+the places in it, the events file's lines as events, what the controller says of how a
+job ended, and the agent's map of the node's GPUs that the prolog claims by. The events
+file is the job's user's input and both readers run as root: it is
 opened without following a link and counts only while its user owns it.
 
 Who reads which line: the agent reads the open jobs' events files as they grow, the epilog
@@ -21,13 +22,16 @@ import json
 import os
 import re
 import stat
-import subprocess
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from wattline import wire
-from wattline.agent.event_lines import line_event
+if TYPE_CHECKING:  # loaded where used: a TaskProlog needs neither (each task waits for it)
+    import subprocess
+
+    from wattline import wire
 
 #: The controller is asked for what a 22.05 prolog's environment lacks (name, account, QOS)
 #: and, at the epilog, how the job ended; never for longer than this, so a slow controller
@@ -43,6 +47,9 @@ MAX_LABEL_CHARS = 256
 #: one is the close made for a dead slurmd (holders.HolderRecord.close_seq).
 OPEN_AT, LINES_AT, BEATS_AT, USE_AT = 1, 1 << 28, 1 << 29, 1 << 30
 CLOSE_AT, ABANDONED_AT = (1 << 32) - 2, (1 << 32) - 1
+#: USE places: USE_SLOTS devices per use period (slot 0: ``cpu:host``), USE_PERIODS periods
+#: before the numbers wrap (2**30 places from USE_AT: below CLOSE_AT).
+USE_SLOTS, USE_PERIODS = 64, 1 << 24
 #: What Slurm's job states become in ``end_state`` (README "Slurm"); others: none.
 END_STATES = {
     "CANCELLED": "cancelled",
@@ -72,6 +79,11 @@ def seq_base(job_id: str, host_id: str) -> int:
     return (digest % (2**31 - 1) + 1) << 32
 
 
+def use_place(period: int, slot: int) -> int:
+    """The place of a USE event of use period number ``period`` (time // period length), device ``slot``."""
+    return USE_AT + (period % USE_PERIODS) * USE_SLOTS + slot % USE_SLOTS
+
+
 def bounded(labels: Mapping[str, str]) -> dict[str, str]:
     """``labels`` without control characters, each value at most MAX_LABEL_CHARS."""
     return {k: _CONTROL.sub(" ", v)[:MAX_LABEL_CHARS] for k, v in labels.items() if v.strip()}
@@ -80,22 +92,53 @@ def bounded(labels: Mapping[str, str]) -> dict[str, str]:
 # --------------------------------------------------------------------- the controller
 
 
-def controller_view(job_id: str, timeout_s: float = SCONTROL_TIMEOUT_S, conf: str = "") -> dict[str, str]:
-    """What ``scontrol show job -o`` says of the job (name, account, qos, state, reason,
-    exit_code); {} when the controller does not answer in time. ``conf``: the slurm.conf
-    (default: ``$SLURM_CONF``, else Slurm's own default)."""
+@dataclass
+class Asked:
+    """A ``scontrol show job`` under way (:func:`ask_controller`), answered by :func:`answer`."""
+
+    proc: subprocess.Popen[bytes] | None
+    deadline: float  #: time.monotonic() after which the answer is not waited for
+
+
+def ask_controller(job_id: str, timeout_s: float = SCONTROL_TIMEOUT_S, conf: str = "") -> Asked:
+    """Start asking ``scontrol show job -o`` about the job, so a hook loads its modules while
+    the controller answers. ``conf``: the slurm.conf (default: ``$SLURM_CONF``, else Slurm's own)."""
+    import subprocess
+
     conf = conf or os.environ.get("SLURM_CONF", "")
+    deadline = time.monotonic() + timeout_s
     try:
-        out = subprocess.run(
+        proc = subprocess.Popen(
             [SCONTROL, "show", "job", "-o", job_id],
-            capture_output=True,
-            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             env={"PATH": "/usr/bin:/bin", **({"SLURM_CONF": conf} if conf else {})},
-            check=False,
         )
-    except (OSError, subprocess.TimeoutExpired):
+    except OSError:
+        proc = None
+    return Asked(proc, deadline)
+
+
+def answer(asked: Asked) -> dict[str, str]:
+    """What the controller said of the job (name, account, qos, state, reason, exit_code); {}
+    when it did not answer by the deadline (then scontrol is ended)."""
+    import subprocess
+
+    if asked.proc is None:
         return {}
-    return parse_show_job(out.stdout[: 1 << 20].decode(errors="replace"))
+    try:
+        out, _ = asked.proc.communicate(timeout=max(0.0, asked.deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        asked.proc.kill()
+        asked.proc.communicate()
+        return {}
+    return parse_show_job(out[: 1 << 20].decode(errors="replace"))
+
+
+def controller_view(job_id: str, timeout_s: float = SCONTROL_TIMEOUT_S, conf: str = "") -> dict[str, str]:
+    """:func:`answer` to :func:`ask_controller`, waited for at once."""
+    return answer(ask_controller(job_id, timeout_s, conf))
 
 
 def parse_show_job(text: str) -> dict[str, str]:
@@ -202,6 +245,9 @@ def new_line_events(
     """UNITS / PHASE events of the complete lines in ``data`` (the file from ``state``'s offset),
     line N at its fixed place, a line without a time at ``now_ns``; advances ``state`` past
     them. Returns the events and how many lines were malformed (blank and ``#`` lines are not)."""
+    from wattline import wire
+    from wattline.agent.event_lines import line_event
+
     complete = data[: data.rfind(b"\n") + 1]  # a last line without its newline is unfinished
     out, bad = [], 0
     for raw in complete.split(b"\n")[:-1]:
@@ -222,6 +268,58 @@ def new_line_events(
         )
     state[0] += len(complete)
     return out, bad
+
+
+# --------------------------------------------------------------------- the node's GPUs by index
+
+#: The agent's index -> UUID map of this node's GPUs (NVML's numbering), in the slurm_dir: the
+#: prolog names a job's GPUs (``SLURM_JOB_GPUS``) by UUID without loading NVML itself.
+GPU_MAP = "gpus.json"
+
+
+def write_gpu_map(slurm_dir: Path, uuids: Mapping[int, str]) -> None:
+    """Keep ``uuids`` for the prolog, replaced whole (a prolog never reads half a map)."""
+    temporary = slurm_dir / f".{GPU_MAP}.{os.getpid()}"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, json.dumps({str(k): v for k, v in sorted(uuids.items())}).encode())
+    finally:
+        os.close(fd)
+    os.replace(temporary, slurm_dir / GPU_MAP)
+
+
+def read_gpu_map(slurm_dir: Path) -> dict[str, str]:
+    """The agent's map (index -> UUID); {} when there is none or it is not root's own file."""
+    try:
+        fd = os.open(slurm_dir / GPU_MAP, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return {}
+        data = json.loads(os.read(fd, 1 << 16))
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+    finally:
+        os.close(fd)
+
+
+def gpu_claims(job_gpus: str, uuids: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """Device claims of ``SLURM_JOB_GPUS`` (host indices, ``0,2``): ``gpu:<UUID>`` by the map,
+    ``gpu:<index>`` where it has no entry; and the indices left by number."""
+    claims, by_index = [], []
+    for index in (i.strip() for i in job_gpus.split(",")):
+        if not re.fullmatch(r"[0-9]{1,4}", index):
+            continue  # not a host index (empty, or something Slurm does not write)
+        uuid = uuids.get(index, "")
+        if re.fullmatch(r"[A-Za-z0-9-]{1,96}", uuid):
+            claims.append(f"gpu:{uuid}")
+        else:
+            claims.append(f"gpu:{index}")
+            by_index.append(index)
+    return claims, by_index
 
 
 # --------------------------------------------------------------------- how the job ended, asked later
@@ -252,6 +350,8 @@ def write_ending(slurm_dir: Path, close: wire.pb.JobEvent, host: wire.pb.Host, c
 def read_ending(path: Path) -> tuple[wire.pb.Host, wire.pb.JobEvent, str] | None:
     """(host, close, slurm.conf) of an epilog's request; None for a file that is not one (a
     link, another's than this process's user, not what :func:`write_ending` writes)."""
+    from wattline import wire
+
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:

@@ -31,10 +31,10 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from google.protobuf.message import DecodeError
-
-from wattline import wire
+if TYPE_CHECKING:  # loaded by the readers: what only writes records (a Slurm hook) never needs protobuf
+    from wattline import wire
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,10 @@ def read_batch(path: Path, start: int, end: int, records: int) -> wire.pb.Batch 
     if valid_end != len(data) or len(found) != records:
         log.error("spool %s: %s changed on disk at offset %d", path.parent, path.name, start + valid_end)
         return None
+    from google.protobuf.message import DecodeError
+
+    from wattline import wire
+
     batch = wire.Batch()
     try:
         for _offset, _end, _ns, payload in found:
@@ -176,6 +180,10 @@ def sync_files(directory: Path, fds: list[int], sync_dir: bool) -> None:
 
 def read_segment(path: Path) -> Iterator[Record]:
     """Every valid record of one segment file, without modifying it (tools and tests)."""
+    from google.protobuf.message import DecodeError
+
+    from wattline import wire
+
     data = path.read_bytes()
     if not data.startswith(MAGIC):
         return

@@ -53,9 +53,10 @@ CARBON = typer.Option(
 PUE = typer.Option(1.0, "--pue", help="Power usage effectiveness applied to CO2 (>= 1).")
 IDLE = typer.Option("none", "--idle", help="Idle policy: none (total energy) or subtract (above the pre-job baseline).")
 SHARE = typer.Option(
-    "equal",
+    "cpu-time",
     "--share-rule",
-    help="Split of host-wide energy between concurrent jobs: equal, device-share, exclusive, cpu-time.",
+    help="Split of host-wide energy between concurrent jobs: cpu-time (by measured CPU time; equal where "
+    "no job measured it), equal, device-share, exclusive.",
 )
 STORE = typer.Option(None, "--store", help=STORE_HELP)
 CONFIG = typer.Option(None, "--config", "-c", help=CONFIG_HELP)

@@ -83,7 +83,9 @@ class CollectorSettings:
     )
     summary_idle: str = option("none", "Summary idle policy: none (total energy) or subtract (above the baseline).")
     summary_share_rule: str = option(
-        "equal", "Summary split of host-wide energy between concurrent jobs: equal, device-share, exclusive, cpu-time."
+        "cpu-time",
+        "Summary split of host-wide energy between concurrent jobs: cpu-time (by measured CPU time; equal "
+        "where no job measured it), equal, device-share, exclusive.",
     )
     summary_price: float | None = option(None, "Instance price for summaries' cost figures, USD per instance-hour.")
     summary_carbon_intensity: float | None = option(None, "Grid carbon intensity for summaries' CO2, gCO2/kWh.")

@@ -37,11 +37,11 @@ from wattline.collector.lineprotocol import (
     job_event_point,
 )
 from wattline.collector.stores.schema import JOB_EVENTS, SEQ_COUNTER_BITS, host_tags
+from wattline.workloads.job_env import ENV_EVENTS as ENV_EVENTS  # re-exported: importers from here keep working
+from wattline.workloads.job_env import ENV_JOB_ID as ENV_JOB_ID
 
 log = logging.getLogger(__name__)
 
-ENV_JOB_ID = "WATTLINE_JOB_ID"
-ENV_EVENTS = "WATTLINE_EVENTS"
 SATURATED = "saturated"
 
 Kind = wire.pb.JobEvent.Kind

@@ -35,8 +35,6 @@ from wattline.agent.holders import Holding
 from wattline.agent.settings import AgentSettings
 from wattline.config import build
 from wattline.workloads.events import (
-    ENV_EVENTS,
-    ENV_JOB_ID,
     SATURATED,
     EventBuilder,
     JobSpec,
@@ -44,6 +42,7 @@ from wattline.workloads.events import (
 )
 from wattline.workloads.heartbeat import Heartbeat
 from wattline.workloads.holding import ended_ids, hold_job
+from wattline.workloads.job_env import ENV_EVENTS, ENV_JOB_ID
 from wattline.workloads.session import CollectorSink, EventSink, ParentSink
 from wattline.workloads.sync import Sync, SyncSpec
 from wattline.workloads.usage import JobUse

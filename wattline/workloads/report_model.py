@@ -28,7 +28,8 @@ class ReportSettings:
     pue: float = 1.0
     idle: str = "none"  #: none | subtract
     idle_lookback_s: float = 60.0  #: idle baseline measured over this long before the job
-    share_rule: str = "equal"  #: equal | device-share | exclusive
+    #: cpu-time | equal | device-share | exclusive; cpu-time is equal where no job measured its CPU time
+    share_rule: str = "cpu-time"
     deviceless_share: float = 0.1
     #: NeuronCores per device where a host's samples do not say (older agents; see report_channels).
     cores_per_neuron_device: int = 2

@@ -5,7 +5,8 @@ and node; TaskProlog as the job's user before each task. So:
 
 - **prolog**: opens the job on this host (job id = ``SLURM_JOB_ID``; labels user,
   partition, node list from the environment, name, account, QOS and array ids from the
-  controller, asked once and briefly), makes the job's events file (owned by the job's
+  controller, asked once and briefly; its GPUs, ``SLURM_JOB_GPUS``, claimed by the UUIDs of
+  the agent's map), makes the job's events file (owned by the job's
   user, in ``agent.slurm_dir``, a directory of root's) and records who holds the job here:
   the slurmd that ran the prolog (the extern step's slurmstepd, which lives exactly as long
   as the allocation, does not exist yet when a 22.05 prolog runs, and is gone before the
@@ -24,18 +25,17 @@ says what went wrong in one line and exits 0 (a failing Prolog drains the node).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
-import socket
 import stat
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from wattline import wire
-from wattline.agent import holders
-from wattline.agent.outbox import open_outbox, outbox_root
+from wattline.agent.outbox import outbox_root
 from wattline.agent.settings import AgentSettings
 from wattline.agent.slurm_node import (
     ABANDONED_AT,
@@ -44,20 +44,29 @@ from wattline.agent.slurm_node import (
     MAX_LABEL_CHARS,
     OPEN_AT,
     SlurmError,
+    answer,
+    ask_controller,
     bounded,
-    controller_view,
     end_state,
     events_path,
     exit_status,
+    gpu_claims,
     new_line_events,
     parse_show_job,
     progress,
     read_events_file,
+    read_gpu_map,
     seq_base,
     write_ending,
 )
 from wattline.config import ConfigError, build, read_toml
-from wattline.workloads.events import ENV_EVENTS, ENV_JOB_ID, EventBuilder, JobSpec, check_storable
+from wattline.workloads.job_env import ENV_EVENTS, ENV_JOB_ID
+
+# The prolog and epilog load the events' modules (protobuf's among them) when they run; the
+# TaskProlog, which every task of every step waits for, never does.
+if TYPE_CHECKING:
+    from wattline import wire
+    from wattline.workloads.events import EventBuilder
 
 __all__ = ["MAX_LABEL_CHARS", "OPEN_AT", "parse_show_job", "read_events_file"]  # the hooks' guards, tested here
 
@@ -69,9 +78,16 @@ _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 class Node:
     """This node's settings, from the agent's config file."""
 
-    host: wire.pb.Host
+    host_id: str
     outbox: Path
     slurm_dir: Path
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @functools.cached_property
+    def host(self) -> wire.pb.Host:
+        from wattline import wire
+
+        return wire.Host(host_id=self.host_id, labels=self.labels)
 
 
 def node_settings(config: Path | None, env: Mapping[str, str]) -> Node:
@@ -87,8 +103,8 @@ def node_settings(config: Path | None, env: Mapping[str, str]) -> Node:
         root = outbox_root(settings.outbox_dir, {})
     except (ConfigError, OSError, RuntimeError) as exc:  # SpoolError is an OSError
         raise SlurmError(str(exc)) from None
-    host = wire.Host(host_id=settings.host_id or socket.gethostname(), labels=settings.labels)
-    return Node(host, root, Path(settings.slurm_dir))
+    # os.uname() is gethostname() without loading the socket module
+    return Node(settings.host_id or os.uname().nodename, root, Path(settings.slurm_dir), dict(settings.labels))
 
 
 @dataclass(frozen=True)
@@ -120,13 +136,19 @@ class SlurmJob:
         return cls(job_id, uid, gid, bounded({k: env[v] for k, v in names.items() if env.get(v)}))
 
 
-def builder(job: SlurmJob, node: Node, name: str = "", labels: Mapping[str, str] | None = None) -> EventBuilder:
-    spec = JobSpec(job.job_id, name or job.job_id, labels={**job.labels, **(labels or {})})
+def builder(
+    job: SlurmJob, node: Node, name: str = "", labels: Mapping[str, str] | None = None, devices: list[str] | None = None
+) -> EventBuilder:
+    from wattline.workloads.events import EventBuilder, JobSpec
+
+    spec = JobSpec(job.job_id, name or job.job_id, labels={**job.labels, **(labels or {})}, devices=devices or [])
     return EventBuilder(spec, base=seq_base(job.job_id, node.host.host_id))
 
 
 def send(node: Node, events: list[wire.pb.JobEvent]) -> None:
     """Keep ``events`` in the host's outbox (the agent delivers them)."""
+    from wattline.agent.outbox import open_outbox
+
     spool = open_outbox(node.outbox, node.host)
     try:
         spool.add_job_events(events)
@@ -183,15 +205,23 @@ def slurmd_pid(proc: Path = Path("/proc")) -> int | None:
 def prolog(env: Mapping[str, str], config: Path | None, parent: int | None = None) -> list[str]:
     """Open the job on this node; returns what went wrong but did not stop it (one line each)."""
     node, job = node_settings(config, env), SlurmJob.from_env(env)
+    asked = ask_controller(job.job_id)  # answered while the event modules load
+    from wattline.agent import holders
+    from wattline.workloads.events import EventBuilder, JobSpec, check_storable
+
     problems: list[str] = []
-    view = controller_view(job.job_id)
+    view = answer(asked)
     extra: dict[str, str] = {k: view[k] for k in ("account", "qos", "array_job_id", "array_task_id") if k in view}
-    events = builder(job, node, view.get("name", ""), extra)
+    devices, by_index = gpu_claims(env.get("SLURM_JOB_GPUS", ""), read_gpu_map(node.slurm_dir))
+    if by_index:
+        problems.append(f"GPUs {','.join(by_index)} claimed by index: no agent's GPU map names them")
+    events = builder(job, node, view.get("name", ""), extra, devices)
     try:
         check_storable(events.spec, node.host.host_id, node.host.labels)
     except ValueError as exc:
         problems.append(f"name and labels left out: {exc}")
-        events = EventBuilder(JobSpec(job.job_id, job.job_id), base=seq_base(job.job_id, node.host.host_id))
+        spec = JobSpec(job.job_id, job.job_id, devices=devices)
+        events = EventBuilder(spec, base=seq_base(job.job_id, node.host.host_id))
     holder = slurmd_pid() if parent is None else parent
     slurmd = holders.identity(holder) if holder else None
     open_event = events.open(holder=slurmd)
@@ -228,10 +258,14 @@ def epilog(env: Mapping[str, str], config: Path | None) -> list[str]:
     the controller cannot say yet how the job ended, leave the agent a request to ask it
     later (:func:`~wattline.agent.slurm_node.write_ending`); what went wrong, one line each."""
     node, job = node_settings(config, env), SlurmJob.from_env(env)
-    problems: list[str] = []
     now_ns = time.time_ns()
+    asked = ask_controller(job.job_id)  # answered while the event modules load
+    from wattline import wire
+    from wattline.agent import holders
+
+    problems: list[str] = []
     base = seq_base(job.job_id, node.host.host_id)
-    view = controller_view(job.job_id)
+    view = answer(asked)
     code = int(view.get("exit_code") or exit_status(env.get("SLURM_JOB_EXIT_CODE2", "0:0")))
     close = wire.JobEvent(
         job_id=job.job_id,

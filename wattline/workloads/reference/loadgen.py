@@ -63,13 +63,15 @@ class Ramp:
     """Raise batch size, then concurrency, until throughput stops rising (see :mod:`.layoutlm_inference`).
 
     Use: ``while (cfg := ramp.next()) is not None: ramp.record(measure(cfg))``; then
-    ``ramp.plateau`` is the configuration to hold.
+    ``ramp.plateau`` is the configuration to hold. With ``fixed``, the ramp is one step, that
+    batch size at concurrency 1 (the warm-up), and the plateau that step.
     """
 
     max_batch: int
     max_concurrency: int = 1
     min_gain: float = 0.05
     patience: int = 1
+    fixed: int | None = None
     history: list[tuple[Config, float]] = field(default_factory=list)
     plateau: Config | None = None
     _axis: str = "batch"
@@ -79,7 +81,7 @@ class Ramp:
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
-        self._ladder = [Config(1, b) for b in doubling(self.max_batch)]
+        self._ladder = [Config(1, b) for b in ([self.fixed] if self.fixed else doubling(self.max_batch))]
 
     def next(self) -> Config | None:
         """The next configuration to measure, or None when the plateau is found."""
@@ -98,7 +100,7 @@ class Ramp:
         if not stop and len(self._seen) < len(self._ladder):
             return
         chosen = self._ladder[best]
-        if self._axis == "batch" and self.max_concurrency > 1:
+        if self._axis == "batch" and self.max_concurrency > 1 and not self.fixed:
             self._axis = "concurrency"
             self._ladder = [Config(c, chosen.batch_size) for c in range(1, self.max_concurrency + 1)]
             self._seen = [self._seen[best]]  # concurrency 1 at that batch size is measured already

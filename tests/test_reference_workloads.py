@@ -402,6 +402,7 @@ def test_sweep_layoutlm_over_threads_and_batch_size(torch_mod: Any, tmp_path: Pa
         [sys.executable, "-m", "wattline.cli.main", "sweep", "--param", "threads=1,2", "--param", "batch=1,4",
          "--repeat", "2", "--units", "inferences", "--source", "cpu_model", "--json",
          "--store", f"sqlite:///{tmp_path / 'w.db'}", "--csv", str(tmp_path / "sweep.csv"),
+         "--plot", str(tmp_path / "sweep.png"),
          "--", sys.executable, "-m", "wattline.workloads.reference.layoutlm_inference", "--size", "tiny",
          "--device", "cpu", "--threads", "{threads}", "--batch-size", "{batch}",
          "--duration", "2", "--step-seconds", "1"],
@@ -416,4 +417,12 @@ def test_sweep_layoutlm_over_threads_and_batch_size(torch_mod: Any, tmp_path: Pa
         assert point["j_per_unit"]["mean"] > 0 and point["throughput_per_s"]["mean"] > 0, point
     per_run = [json.loads(line) for line in out.stderr.splitlines() if line.startswith('{"schema"')]
     assert {(str(r["threads"]), str(r["plateau"]["batch_size"])) for r in per_run} == grid  # the settings took
+    # each batch's latency reached the sweep: its median over the held plateau, as the workload's own p50
+    p50 = {(str(r["threads"]), str(r["plateau"]["batch_size"])): [] for r in per_run}
+    for r in per_run:
+        p50[(str(r["threads"]), str(r["plateau"]["batch_size"]))].append(r["measured"]["batch_latency_ms"]["p50"])
+    for point in data["points"]:
+        mine = sum(p50[(point["params"]["threads"], point["params"]["batch"])]) / 2 / 1000
+        assert point["latency_s"]["mean"] == pytest.approx(mine, rel=0.1), (point["params"], point["latency_s"], mine)
+    assert (tmp_path / "sweep.png").stat().st_size > 10_000
     assert len((tmp_path / "sweep.csv").read_text().splitlines()) == 1 + len(grid)

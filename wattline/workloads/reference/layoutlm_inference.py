@@ -280,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
             f"plateau: concurrency {plateau.concurrency}, batch {plateau.batch_size}; "
             f"holding for {args.duration:g} s ({'marked saturated' if args.saturation == 'mark' else 'detect'})"
         )
-        held = run_level(engine.infer, plateau, args.duration, counted, worker_context=engine.context)
+        # each batch's latency (what its documents wait) to a sweep's Pareto front
+        held = run_level(
+            engine.infer, plateau, args.duration, counted, worker_context=engine.context, on_latency=job.add_latency
+        )
     per_doc = [s / plateau.batch_size for s in held.latencies_s]
     result = {
         "schema": RESULT_SCHEMA,

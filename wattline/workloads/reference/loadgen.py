@@ -145,9 +145,11 @@ def run_level(
     on_batch: Callable[[int], None],
     min_batches: int = MIN_BATCHES_PER_STEP,
     worker_context: Callable[[], Any] | None = None,
+    on_latency: Callable[[float], None] | None = None,
 ) -> StepResult:
     """Closed loop: ``config.concurrency`` clients send batches back to back for ``seconds``
-    (and at least ``min_batches`` batches); every completed batch calls ``on_batch``."""
+    (and at least ``min_batches`` batches); every completed batch calls ``on_batch`` (and
+    ``on_latency`` with its seconds)."""
     stop = threading.Event()
     lock = threading.Lock()
     latencies: list[float] = []
@@ -166,6 +168,8 @@ def run_level(
                         latencies.append(elapsed)
                         done[0] += config.batch_size
                     on_batch(config.batch_size)
+                    if on_latency is not None:
+                        on_latency(elapsed)
                     i += config.concurrency
         except BaseException as exc:
             errors.append(exc)

@@ -8,7 +8,7 @@ for SECONDS, lowers the power to 0 and counts the units of the moment between it
 tick and that step (RATE x that moment). Power and rate are the same on both sides of the
 saturation point, so no sample straddling it hides a step; the measured window's energy
 per unit is WATTS / RATE exactly (WATTS x the time from the saturation point to the step
-down, over RATE x that time).
+down, over RATE x that time). Each tick also reports a latency of 1 / RATE seconds.
 
 It exits TAIL seconds after the step down (default 0.05; the job closes then). A host
 agent samples on its own clock: the interval holding the step down must end before the
@@ -41,6 +41,7 @@ if __name__ == "__main__":
         at = up + k * TICK_S
         time.sleep(max(0.0, at - time.time()))
         events.write(f"units {rate * TICK_S!r} {at!r}\n")
+        events.write(f"latency {1 / rate!r} {at!r}\n")  # as if it served one unit at a time
         if k == warm:
             events.write(f"phase saturated {at!r}\n")
         events.flush()

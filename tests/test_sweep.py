@@ -63,6 +63,7 @@ def check_truth(data: dict[str, Any], runs: int) -> None:
         print(key, f"{got['mean']:.5f} J vs truth {truth} ({100 * (got['mean'] / truth - 1):+.3f} %)", got["runs"])
         assert got["mean"] == pytest.approx(truth, rel=0.01)
         assert by[key]["runs_ok"] == runs
+        assert by[key]["latency_s"]["mean"] == pytest.approx(1 / float(key[1]), rel=1e-9)
     assert (data["points"][0]["params"]["watts"], data["points"][0]["params"]["rate"]) == min(TRUTH, key=TRUTH.get)
 
 
@@ -111,7 +112,9 @@ def test_sweep_finds_the_true_best_and_never_splits_equal_settings(tmp_path: Pat
     again = wattline(["sweep", "--resume", data["sweep"], "--json", *sampling, "--sla", "1000000"], env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "12 runs done, reused" in again.stderr and "run 1/" not in again.stderr
-    assert [p["params"] for p in json.loads(again.stdout)["points"]] == [p["params"] for p in data["points"]]
+    resumed = json.loads(again.stdout)["points"]
+    assert [p["params"] for p in resumed] == [p["params"] for p in data["points"]]
+    assert [p["latency_s"] for p in resumed] == [p["latency_s"] for p in data["points"]]  # kept, not re-run
 
 
 def test_sweep_through_a_collector_and_a_host_agent(tmp_path: Path, host: PowerAdvancer) -> None:

@@ -16,7 +16,7 @@ import signal
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import FrameType
 
@@ -84,8 +84,11 @@ def figures_of(
     )  # fmt: skip
 
 
-def done_runs(reader: Reader, plan: Plan, settings: ReportSettings) -> list[RunFigures]:
-    """The runs of the sweep already in the store whose command exited 0, one per (point, run)."""
+def done_runs(
+    reader: Reader, plan: Plan, settings: ReportSettings, latency: Mapping[str, float] | None = None
+) -> list[RunFigures]:
+    """The runs of the sweep already in the store whose command exited 0, one per (point, run),
+    with the latencies kept for them (job id -> seconds)."""
     grid = points(plan.params)
     found: dict[tuple[Point, int], RunFigures] = {}
     for view in all_views(reader):
@@ -98,7 +101,8 @@ def done_runs(reader: Reader, plan: Plan, settings: ReportSettings) -> list[RunF
         run = int(labels[RUN_LABEL])
         if point not in grid or run >= plan.repeat or (point, run) in found:
             continue
-        found[(point, run)] = figures_of(build_complete_report(reader, view.job_id, settings), point, run, 0)
+        figures = figures_of(build_complete_report(reader, view.job_id, settings), point, run, 0)
+        found[(point, run)] = dataclasses.replace(figures, latency_s=(latency or {}).get(view.job_id))
     return list(found.values())
 
 
@@ -125,6 +129,7 @@ def run_plan(
     settings: ReportSettings,
     done: list[RunFigures],
     say: Callable[[str], None],
+    keep_latency: Callable[[str, float], None] | None = None,
 ) -> list[RunFigures]:
     """Run what ``done`` lacks; every run's figures (``done``'s first). Raises
     :class:`Interrupted` when a command was stopped by a signal (or the sweep was)."""
@@ -153,5 +158,7 @@ def run_plan(
         if elsewhere:
             raise RuntimeError(f"job {job_id}: its report cannot be read here (give the collector's store: --store)")
         results.append(figures_of(read_report(job, settings), point, run, status, latencies))
+        if keep_latency is not None and results[-1].latency_s is not None:
+            keep_latency(job_id, results[-1].latency_s)
         say(f"wattline sweep {plan.sweep_id}: {shown}: exit {status} after {time.monotonic() - started:.1f} s")
     return results

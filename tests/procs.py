@@ -81,11 +81,13 @@ def wait_serving(port: int, proc: Proc, timeout_s: float = 30.0) -> None:
     raise AssertionError(f"collector on port {port} not serving after {timeout_s} s:\n{proc.log()[-3000:]}")
 
 
-def start_rapl_agent(host: str, tree: Path, port: int, batch_s: float, log_path: Path, *extra: str) -> Proc:
+def start_rapl_agent(
+    host: str, tree: Path, port: int, batch_s: float, log_path: Path, *extra: str, env: Mapping[str, str] | None = None
+) -> Proc:
     """``wattline agent`` sampling the RAPL zones of ``tree`` every 0.25 s, shipping a batch
     every ``batch_s`` to the collector on 127.0.0.1:port."""
     args = ["agent", "--host-id", host, "--sysfs-root", str(tree), "--source", "rapl", "--interval", "0.25"]
-    return Proc([*args, "--batch-interval", str(batch_s), f"--collector=127.0.0.1:{port}", *extra], log_path)
+    return Proc([*args, "--batch-interval", str(batch_s), f"--collector=127.0.0.1:{port}", *extra], log_path, env)
 
 
 def start_collector(

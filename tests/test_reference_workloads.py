@@ -119,6 +119,12 @@ def test_ramp_keeps_concurrency_one_when_more_clients_do_not_help() -> None:
     assert ramp.plateau == Config(1, 1)
 
 
+def test_a_fixed_batch_size_is_one_warm_up_step_then_held() -> None:
+    ramp = Ramp(max_batch=8, max_concurrency=2, fixed=8)
+    assert drive(ramp, {Config(1, 8): 100.0}) == [Config(1, 8)]
+    assert ramp.plateau == Config(1, 8)
+
+
 # --- timing, devices, environment --------------------------------------------------------
 
 
@@ -386,3 +392,37 @@ def test_human_output_and_detection_mode(torch_mod: Any, store_dir: Path) -> Non
     assert "match yes" in proc.stdout and "Load ramp" in proc.stdout and "per document" in proc.stdout
     assert "(manual)" not in proc.stdout
     assert "Saturated at" in proc.stdout or "NOT SATURATED" in proc.stdout
+
+
+def test_sweep_layoutlm_over_threads_and_batch_size(torch_mod: Any, tmp_path: Path) -> None:
+    """``wattline sweep`` over the reference LayoutLM's threads x batch size (tiny, this
+    machine): every point runs as a job the workload joins, and the answer ranks them all."""
+    grid = {(t, b) for t in ("1", "2") for b in ("1", "4")}
+    out = subprocess.run(
+        [sys.executable, "-m", "wattline.cli.main", "sweep", "--param", "threads=1,2", "--param", "batch=1,4",
+         "--repeat", "2", "--units", "inferences", "--source", "cpu_model", "--json",
+         "--store", f"sqlite:///{tmp_path / 'w.db'}", "--csv", str(tmp_path / "sweep.csv"),
+         "--plot", str(tmp_path / "sweep.png"),
+         "--", sys.executable, "-m", "wattline.workloads.reference.layoutlm_inference", "--size", "tiny",
+         "--device", "cpu", "--threads", "{threads}", "--batch-size", "{batch}",
+         "--duration", "2", "--step-seconds", "1"],
+        capture_output=True, text=True, timeout=4 * E2E_TIMEOUT_S, cwd=tmp_path,
+        env={**os.environ, "WATTLINE_LOG_LEVEL": "warning", "XDG_STATE_HOME": str(tmp_path / "state")},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    assert {(p["params"]["threads"], p["params"]["batch"]) for p in data["points"]} == grid
+    for point in data["points"]:
+        assert point["runs_ok"] == 2, point
+        assert point["j_per_unit"]["mean"] > 0 and point["throughput_per_s"]["mean"] > 0, point
+    per_run = [json.loads(line) for line in out.stderr.splitlines() if line.startswith('{"schema"')]
+    assert {(str(r["threads"]), str(r["plateau"]["batch_size"])) for r in per_run} == grid  # the settings took
+    # each batch's latency reached the sweep: its median over the held plateau, as the workload's own p50
+    p50 = {(str(r["threads"]), str(r["plateau"]["batch_size"])): [] for r in per_run}
+    for r in per_run:
+        p50[(str(r["threads"]), str(r["plateau"]["batch_size"]))].append(r["measured"]["batch_latency_ms"]["p50"])
+    for point in data["points"]:
+        mine = sum(p50[(point["params"]["threads"], point["params"]["batch"])]) / 2 / 1000
+        assert point["latency_s"]["mean"] == pytest.approx(mine, rel=0.1), (point["params"], point["latency_s"], mine)
+    assert (tmp_path / "sweep.png").stat().st_size > 10_000
+    assert len((tmp_path / "sweep.csv").read_text().splitlines()) == 1 + len(grid)

@@ -145,6 +145,31 @@ def test_schema_is_versioned_and_reopened(tmp_path: Path) -> None:
         SqliteStore(path)
 
 
+def test_a_creator_stopped_midway_leaves_no_store_readers_refuse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped while it creates the schema (kill -9, here an exception at that point), a
+    writer leaves no file at the store's path: readers find "no store", and the next writer
+    creates it whole. (In place, it left a SQLite file without tables that every reader
+    refused as "not a wattline store".)"""
+    path = tmp_path / "w.db"
+
+    def stopped(self: SqliteStore, db: sqlite3.Connection) -> None:
+        db.execute("CREATE TABLE half (x)")
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(SqliteStore, "_migrate", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            SqliteStore(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    with SqliteStore(path) as store:
+        store.write(make_batch(samples=2))
+    with SqliteStore(path, read_only=True) as reader:
+        assert len(energy_rows(reader)) == 2
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("w.db")) == []
+
+
 def test_unusable_path_is_unavailable(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(StoreUnavailable):

@@ -13,15 +13,19 @@ import csv
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from procs import CLI, clean_env
+from procs import CLI, clean_env, start_collector, start_rapl_agent
+from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 
 ZONE = "intel-rapl:0"
 WORKLOAD = Path(__file__).parent / "sweep_workload.py"
+HOST = "sweep-host"
 TRUTH = {("30", "100"): 0.3, ("30", "150"): 0.2, ("45", "100"): 0.45, ("45", "150"): 0.3}
 
 
@@ -29,7 +33,10 @@ TRUTH = {("30", "100"): 0.3, ("30", "150"): 0.2, ("45", "100"): 0.45, ("45", "15
 def host(tmp_path: Path) -> Iterator[PowerAdvancer]:
     """One RAPL package zone at 0 W until the workload's schedule says otherwise."""
     root = powercap_tree(tmp_path / "host", [Zone(ZONE, "package-0", 10**11)])
-    powered = PowerAdvancer(root, {ZONE: 0.0}, 10**11, schedule=tmp_path / "schedule")
+    # the counter is written every 2 ms: a reading is then up to 2 ms stale, and where the
+    # saturation point falls inside a sample interval a stale counter adds power x staleness
+    # (+0.3 % at the default 10 ms, over a 1.5 s window)
+    powered = PowerAdvancer(root, {ZONE: 0.0}, 10**11, period_s=0.002, schedule=tmp_path / "schedule")
     yield powered
     powered.close()
 
@@ -47,10 +54,28 @@ def wattline(args: list[str], env: dict[str, str], timeout: float = 240) -> subp
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def check_truth(data: dict[str, Any], runs: int) -> None:
+    """Every point's energy per unit within 1 % of its truth, every run counted; the true best first."""
+    by = {(p["params"]["watts"], p["params"]["rate"]): p for p in data["points"]}
+    assert set(by) == set(TRUTH)
+    for key, truth in TRUTH.items():
+        got = by[key]["j_per_unit"]
+        print(key, f"{got['mean']:.5f} J vs truth {truth} ({100 * (got['mean'] / truth - 1):+.3f} %)", got["runs"])
+        assert got["mean"] == pytest.approx(truth, rel=0.01)
+        assert by[key]["runs_ok"] == runs
+        assert by[key]["latency_s"]["mean"] == pytest.approx(1 / float(key[1]), rel=1e-9)
+    assert (data["points"][0]["params"]["watts"], data["points"][0]["params"]["rate"]) == min(TRUTH, key=TRUTH.get)
+
+
+def workload(tmp_path: Path, *tail: str) -> list[str]:
+    """The constructed workload's command, its watts and rate from the grid."""
+    return [sys.executable, str(WORKLOAD), str(tmp_path / "schedule"), ZONE, "{watts}", "{rate}", "1.5", "0.5", *tail]
+
+
 def test_sweep_finds_the_true_best_and_never_splits_equal_settings(tmp_path: Path, host: PowerAdvancer) -> None:
     env = env_for(tmp_path)
     sampling = ["--sysfs-root", str(host.root), "--source", "rapl", "--interval", "0.25"]
-    command = [sys.executable, str(WORKLOAD), str(tmp_path / "schedule"), ZONE, "{watts}", "{rate}", "1.5", "0.5"]
+    command = workload(tmp_path)
     outputs = ["--plot", str(tmp_path / "p.png"), "--html", str(tmp_path / "p.html"), "--csv", str(tmp_path / "p.csv")]
     out = wattline(
         ["sweep", "--param", "watts=30,45", "--param", "rate=100,150", "--units", "items", "--sla", "1000000/h",
@@ -59,12 +84,7 @@ def test_sweep_finds_the_true_best_and_never_splits_equal_settings(tmp_path: Pat
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out.stdout)
-    by = {(p["params"]["watts"], p["params"]["rate"]): p for p in data["points"]}
-    for key, truth in TRUTH.items():
-        got = by[key]["j_per_unit"]
-        print(key, f"{got['mean']:.5f} J vs truth {truth} ({100 * (got['mean'] / truth - 1):+.3f} %)", got["runs"])
-        assert got["mean"] == pytest.approx(truth, rel=0.01)
-        assert by[key]["runs_ok"] == 3
+    check_truth(data, runs=3)
     ranked = [(p["params"]["watts"], p["params"]["rate"]) for p in data["points"]]
     assert ranked[0] == ("30", "150")
     lead = data["points"][0]["advantage_over_next"]
@@ -92,7 +112,33 @@ def test_sweep_finds_the_true_best_and_never_splits_equal_settings(tmp_path: Pat
     again = wattline(["sweep", "--resume", data["sweep"], "--json", *sampling, "--sla", "1000000"], env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "12 runs done, reused" in again.stderr and "run 1/" not in again.stderr
-    assert [p["params"] for p in json.loads(again.stdout)["points"]] == [p["params"] for p in data["points"]]
+    resumed = json.loads(again.stdout)["points"]
+    assert [p["params"] for p in resumed] == [p["params"] for p in data["points"]]
+    assert [p["latency_s"] for p in resumed] == [p["latency_s"] for p in data["points"]]  # kept, not re-run
+
+
+def test_sweep_through_a_collector_and_a_host_agent(tmp_path: Path, host: PowerAdvancer) -> None:
+    """The runs' events go to a `wattline collector` (SQLite store), the energy comes from a
+    `wattline agent` sampling the host: the sweep reads each run's report from that store."""
+    db = tmp_path / "fleet.db"
+    port = free_port()
+    collector = start_collector(port, ["--store", f"sqlite:///{db}"], tmp_path / "collector.log")
+    agent = start_rapl_agent(
+        HOST, host.root, port, 0.5, tmp_path / "agent.log", env={"XDG_STATE_HOME": str(tmp_path / "agent-state")}
+    )
+    try:
+        time.sleep(2.0)  # the agent's first batches: samples before the first run opens
+        out = wattline(
+            ["sweep", "--param", "watts=30,45", "--param", "rate=100,150", "--units", "items", "--repeat", "2",
+             "--json", "--host-id", HOST, f"--collector=127.0.0.1:{port}", "--store", f"sqlite:///{db}",
+             "--", *workload(tmp_path, "0.6")],  # the agent samples every 0.25 s
+            env_for(tmp_path),
+        )  # fmt: skip
+    finally:
+        agent.terminate()
+        collector.terminate()
+    assert out.returncode == 0, out.stderr[-3000:] + agent.log()[-2000:] + collector.log()[-2000:]
+    check_truth(json.loads(out.stdout), runs=2)
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:

@@ -52,3 +52,22 @@ def test_beyond_both_is_real_and_fewer_than_three_runs_never_is() -> None:
     assert lead is not None and lead.real
     two = analyse(runs(A, [1.0, 1.0], 0.001) + runs(B, [2.0, 2.0], 0.001), [A, B], None, None)
     assert two.ranked[0].advantage is not None and not two.ranked[0].advantage.real
+
+
+def test_latency_keeps_a_faster_answering_setting_on_the_pareto_front() -> None:
+    """C spends more energy per unit at less throughput than D: off the front, unless every
+    setting reports latency and C answers sooner."""
+    c, d = (("x", "c"),), (("x", "d"),)
+
+    def point(p: tuple[tuple[str, str], ...], j: float, tput: float, latency: float | None) -> list[RunFigures]:
+        return [
+            RunFigures(p, k, f"{p[0][1]}{k}", 0, j_per_unit=j, throughput_per_s=tput, side=Side(1e-3, 0.0),
+                       latency_s=latency)
+            for k in range(3)
+        ]  # fmt: skip
+
+    with_latency = analyse(point(c, 2.0, 5.0, 0.010) + point(d, 1.0, 10.0, 0.080), [c, d], None, None)
+    assert {p.point: p.pareto for p in with_latency.ranked} == {c: True, d: True}
+    assert with_latency.ranked[1].latency_s is not None and with_latency.ranked[1].latency_s.mean == 0.010
+    without = analyse(point(c, 2.0, 5.0, None) + point(d, 1.0, 10.0, 0.080), [c, d], None, None)
+    assert {p.point: p.pareto for p in without.ranked} == {c: False, d: True}  # latency of some only: not weighed

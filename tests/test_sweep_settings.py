@@ -66,6 +66,27 @@ def wait_for(check: object, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
+def kill_9(proc: subprocess.Popen[str]) -> None:
+    """``kill -9`` the sweep wherever it is (even creating its store), and the command it ran.
+
+    Stopped first, so that the children listed are all it has: a command it starts between
+    the listing and the kill would outlive it (in its own process group)."""
+    proc.send_signal(signal.SIGSTOP)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    proc.wait()
+    for child in children:
+        child.kill()
+
+
+def next_wattline_command(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``wattline jobs``, the next wattline command on the host after the sweep died. It lists
+    the sweep's jobs, or finds no store when the kill came before the sweep had created it."""
+    out = subprocess.run([*CLI, "jobs", "--no-energy"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 or (out.returncode == 2 and "error: no store at" in out.stderr), out.stderr
+    return out
+
+
 def test_cpufreq_ceiling_applied_per_point_and_restored_at_the_end(tmp_path: Path) -> None:
     files = cpufreq_tree(tmp_path / "host")
     seen = tmp_path / "seen"
@@ -86,20 +107,15 @@ def test_cpufreq_restored_after_ctrl_c_and_after_kill_9(tmp_path: Path, how: str
     proc = sweep([*args, "sleep", "{s}0"], env)
     governor = files[0].parent / "scaling_governor"
     wait_for(lambda: governor.read_text().strip() == "performance")
-    children = psutil.Process(proc.pid).children(recursive=True)
     if how == "ctrl-c":
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it to the foreground group
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
         assert "resume with: wattline sweep --resume" in err
     else:
-        proc.kill()
-        proc.wait()
-        for child in children:
-            child.kill()
+        kill_9(proc)
         assert governor.read_text().strip() == "performance"  # the sweep could not restore it
-        out = subprocess.run([*CLI, "jobs", "--no-energy"], env=env, capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0, out.stderr
+        out = next_wattline_command(env)
         assert "restored cpu_governor" in out.stderr
     assert governor.read_text().strip() == "powersave"
     assert not list((tmp_path / "state/wattline/outbox/restore").glob("*.json"))
@@ -172,13 +188,9 @@ def test_nvml_power_limit_restored_after_kill_9(tmp_path: Path) -> None:
     env = nvml_env(tmp_path)
     proc = sweep(["--param", "power_limit=200", "--param", "s=1", "--", "sleep", "{s}0"], env)
     wait_for(lambda: (tmp_path / "limits").exists() and "200000" in (tmp_path / "limits").read_text())
-    children = psutil.Process(proc.pid).children(recursive=True)
-    proc.kill()
-    proc.wait()
-    for child in children:
-        child.kill()
+    kill_9(proc)
     assert limit_now(env) == 200000
-    out = subprocess.run([*CLI, "jobs", "--no-energy"], env=env, capture_output=True, text=True, timeout=60)
+    out = next_wattline_command(env)
     assert "restored power_limit" in out.stderr, out.stderr
     assert limit_now(env) == 350000
 
@@ -192,3 +204,60 @@ def test_nvml_power_limit_refused_without_permission(tmp_path: Path) -> None:
     assert len(out.stderr.strip().splitlines()) == 1 and "nothing changed" in out.stderr, out.stderr
     assert "Insufficient Permissions" in out.stderr
     assert not (tmp_path / "limits").exists() and limit_now(env) == 350000
+
+
+def dead_sweep(outbox: Path, host: Path) -> Path:
+    """A process that recorded the governor, set it to performance and died without restoring
+    it (``os._exit``, as ``kill -9`` leaves it); the record's path."""
+    code = (
+        "import os, sys; from pathlib import Path; from wattline.agent.tuning.cpufreq import CpuFreq;"
+        "from wattline.agent.tuning.records import Applied;"
+        "a = Applied(Path(sys.argv[1]), [CpuFreq('cpu_governor', Path(sys.argv[2]))], 'sweep dead');"
+        "a.set({'cpu_governor': 'performance'}); print(a.path, flush=True); os._exit(0)"
+    )
+    restore = outbox / "restore"
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(restore), str(host)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return Path(out.stdout.strip())
+
+
+def test_a_restore_whose_restorer_died_midway_is_claimed_again(tmp_path: Path) -> None:
+    from wattline.agent.tuning.records import restore_dead
+
+    files = cpufreq_tree(tmp_path / "host")
+    governor = files[0].parent / "scaling_governor"
+    record = dead_sweep(tmp_path / "ob", tmp_path / "host")
+    assert governor.read_text().strip() == "performance"
+    # claimed by a process that is gone now (its pid, and start ticks no process has)
+    claimed = record.with_name(f"{record.name}.{os.getpid()}-1.claimed")
+    record.rename(claimed)
+    # one claimed by this live process is its to finish: left alone
+    ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22: start time
+    live = record.with_name(f"r1-{'0' * 12}.json.{os.getpid()}-{ticks}.claimed")
+    live.write_text(claimed.read_text())
+    assert restore_dead(record.parent) == 1
+    assert governor.read_text().strip() == "powersave"
+    assert sorted(p.name for p in record.parent.iterdir()) == [live.name]
+
+
+def test_the_agent_restores_a_dead_sweep_at_start(tmp_path: Path) -> None:
+    """``python -m wattline.agent`` (the lean entry a unit runs; no ``wattline`` command) puts
+    back what a dead sweep left under its outbox."""
+    files = cpufreq_tree(tmp_path / "host")
+    governor = files[0].parent / "scaling_governor"
+    record = dead_sweep(tmp_path / "ob", tmp_path / "host")
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "wattline.agent", "--sysfs-root", str(tmp_path / "host"), "--source", "cpu_model",
+         "--collector", "127.0.0.1:9", "--spool-dir", "memory", "--outbox-dir", str(tmp_path / "ob")],
+        env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: governor.read_text().strip() == "powersave" or agent.poll() is not None)
+    finally:
+        agent.terminate()
+        _, err = agent.communicate(timeout=30)
+    assert governor.read_text().strip() == "powersave", err[-2000:]
+    assert "restored cpu_governor as they were before sweep dead" in err
+    assert not record.exists() and not list(record.parent.iterdir())

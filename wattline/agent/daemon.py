@@ -23,6 +23,7 @@ from wattline.agent.slurm_watch import SlurmWatcher, gpu_uuids
 from wattline.agent.sources.base import Source
 from wattline.agent.spool import Spool
 from wattline.agent.spool_format import SpoolError
+from wattline.agent.tuning.records import restore_dead, restore_dir
 from wattline.agent.uplink import Uplink
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,11 @@ class Agent:
         return {s.name: s.available and s.name not in self.sampler.source_errors for s in self.statuses}
 
     def start(self) -> None:
-        """Start sampling, shipping and (if configured) the Prometheus endpoint."""
+        """Put back what a dead sweep changed (``python -m wattline.agent`` runs no ``wattline``
+        command that would), then start sampling, shipping and (if configured) the Prometheus
+        endpoint."""
+        if self.outbox is not None:
+            restore_dead(restore_dir(self.outbox.root))
         if self.settings.prometheus_port is not None:
             collector = AgentCollector(self.sampler, self.spool, self.source_up, self.uplink, self.discovery)
             self.prometheus_port = serve(collector, self.settings.prometheus_port, self.settings.prometheus_addr)
@@ -151,6 +156,7 @@ class Agent:
         self._outbox_due = now + OUTBOX_EVERY_S
         try:
             holders.end_dead(self.outbox.root, self._held_here, self._to_outbox)
+            restore_dead(restore_dir(self.outbox.root))  # a sweep killed while the agent runs
             holders.tend(self.outbox.root, self._held_here, self._to_outbox, self._beaten)
             self.outbox.start_pass(self._stop)
         except Exception:  # a bug here must not end the agent's own delivery

@@ -147,6 +147,9 @@ def layoutlm_inference(
     duration: float | None = DURATION,
     step_seconds: float | None = typer.Option(None, "--step-seconds", help="Seconds per ramp step (default by size)."),
     max_batch: int | None = typer.Option(None, "--max-batch", help="Largest batch size the ramp tries."),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size", help="Hold this batch size (concurrency 1) after one warm-up step: no ramp."
+    ),
     max_concurrency: int | None = typer.Option(
         None, "--max-concurrency", help="Most parallel clients the ramp tries (default 2 on CPU, else 4)."
     ),
@@ -164,17 +167,20 @@ def layoutlm_inference(
     """LayoutLM document understanding, driven to saturation; counts inferences (documents).
 
     A load generator raises batch size, then concurrency, until throughput gains less
-    than --min-gain, then holds that plateau for --duration: latency p50/p90/p99 per
-    batch and per document, energy per inference. Random weights, no download.
+    than --min-gain (or, with --batch-size, warms up at that size), then holds that plateau
+    for --duration: latency p50/p90/p99 per batch and per document, energy per inference.
+    Random weights, no download.
     """
     from wattline.workloads.reference.layoutlm_inference import SEQ_LEN, SIZES
 
     if size not in SIZES:
         raise ConfigError(f"option --size: {size!r} is not one of {', '.join(sorted(SIZES))}")
     _check_saturation(saturation)
-    for value, option in ((duration, "--duration"), (step_seconds, "--step-seconds"), (max_batch, "--max-batch")):
+    for value, option in (
+        (duration, "--duration"), (step_seconds, "--step-seconds"), (max_batch, "--max-batch"),
+        (max_concurrency, "--max-concurrency"), (batch_size, "--batch-size"),
+    ):  # fmt: skip
         _positive(value, option)
-    _positive(max_concurrency, "--max-concurrency")
     torch = require_extra()
     labels = resolve(torch, device, dtype, threads)
     if compile_model and labels["device"] == "neuron":
@@ -187,6 +193,7 @@ def layoutlm_inference(
         ("--step-seconds", step_seconds),
         ("--max-batch", max_batch),
         ("--max-concurrency", max_concurrency),
+        ("--batch-size", batch_size),
     ):
         if value is not None:
             args += [flag, str(value)]

@@ -5,6 +5,7 @@ file named in ``$WATTLINE_EVENTS`` (open in append mode, one line per write)::
 
     units 32              # 32 more work units done (now)
     units 32 1733150000.5 # ... at this Unix time (seconds, float)
+    latency 0.012         # one request took 12 ms (now; a time as above): read by `wattline sweep`
     phase saturated       # the workload knows it saturates the hardware from now on
     phase NAME            # any other phase marker
 
@@ -198,13 +199,13 @@ def parse_event_line(line: str) -> tuple[str, str, int | None] | None:
     parts = line.split()
     if not parts or parts[0].startswith("#"):
         return None
-    if parts[0] not in {"units", "phase"} or len(parts) not in (2, 3):
-        raise ValueError(f"expected 'units N [UNIX_TIME]' or 'phase NAME [UNIX_TIME]', got {clip(line.strip())}")
-    if parts[0] == "units":
+    if parts[0] not in {"units", "phase", "latency"} or len(parts) not in (2, 3):
+        raise ValueError(f"expected 'units N', 'phase NAME' or 'latency SECONDS' [UNIX_TIME], got {clip(line.strip())}")
+    if parts[0] in ("units", "latency"):
         try:
             check_units(float(parts[1]))
         except ValueError:
-            raise ValueError(f"units must be a finite number >= 0, got {clip(parts[1])}") from None
+            raise ValueError(f"{parts[0]} must be a finite number >= 0, got {clip(parts[1])}") from None
     stamp = None
     if len(parts) == 3:
         try:
@@ -220,11 +221,17 @@ class EventsFileReader:
     """Follows an events file written by the workload and feeds the job."""
 
     def __init__(
-        self, path: Path, on_units: Callable[[float, int | None], None], on_phase: Callable[[str, int | None], None]
+        self,
+        path: Path,
+        on_units: Callable[[float, int | None], None],
+        on_phase: Callable[[str, int | None], None],
+        on_latency: Callable[[float, int | None], None] | None = None,
     ):
+        """``on_latency``: who wants the latency lines (no job event carries them); else ignored."""
         self.path = path
         self.on_units = on_units
         self.on_phase = on_phase
+        self.on_latency = on_latency
         self._offset = 0
         self._partial = ""
         self.bad_lines = 0
@@ -254,8 +261,10 @@ class EventsFileReader:
             verb, arg, stamp = parsed
             if verb == "units":
                 self.on_units(float(arg), stamp)
-            else:
+            elif verb == "phase":
                 self.on_phase(arg, stamp)
+            elif self.on_latency is not None:
+                self.on_latency(float(arg), stamp)
 
 
 def append_event_line(line: str, path: str | None = None) -> None:

@@ -39,6 +39,7 @@ from wattline.workloads.events import (
     EventBuilder,
     JobSpec,
     UnitAccumulator,
+    append_event_line,
 )
 from wattline.workloads.heartbeat import Heartbeat
 from wattline.workloads.holding import ended_ids, hold_job
@@ -144,6 +145,13 @@ class Job:
         if self._units is None:
             raise RuntimeError("add_units() outside the job's with-block")
         self._units.add(count)
+
+    def add_latency(self, seconds: float) -> None:
+        """One request's latency, now: inside ``wattline run`` / ``wattline sweep`` a ``latency``
+        events-file line (the sweep's Pareto front weighs it); no job event carries it, so a
+        job of its own ignores it."""
+        if self.joined:
+            append_event_line(f"latency {float(seconds)!r} {time.time()!r}")
 
     def mark_saturated(self) -> None:
         """Declare that the hardware is saturated from now on (overrides detection)."""

@@ -72,6 +72,8 @@ class RunRequest:
     env: dict[str, str] = field(default_factory=dict)
     #: The command's stdout goes to our stderr (``--json``: our stdout holds only JSON).
     stdout_to_stderr: bool = False
+    #: Called with each ``latency`` line's seconds and time (ns): ``wattline sweep`` keeps them.
+    on_latency: Callable[[float, int], None] | None = None
 
 
 class CommandNotStarted(OSError):
@@ -216,7 +218,7 @@ class JobRunner:
         events_path = workdir / "events"
         events_path.touch(mode=0o600)
         env = {**os.environ, **self.request.env, ENV_JOB_ID: self.request.spec.job_id, ENV_EVENTS: str(events_path)}
-        reader = EventsFileReader(events_path, self.units.add, self._phase)
+        reader = EventsFileReader(events_path, self.units.add, self._phase, self._latency)
         # stamped by a reading taken now (sent once the command has started: none for one that cannot)
         opened = self.builder.open(self.sink.edge_tick())
         self.open_ns = opened.time_ns
@@ -277,6 +279,10 @@ class JobRunner:
             holding.release()
         shutil.rmtree(workdir, ignore_errors=True)
         return status
+
+    def _latency(self, seconds: float, time_ns: int | None) -> None:
+        if self.request.on_latency is not None:
+            self.request.on_latency(seconds, time_ns or time.time_ns())
 
     def _phase(self, name: str, time_ns: int | None) -> None:
         self.units.flush()

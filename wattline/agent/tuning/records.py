@@ -4,8 +4,10 @@
 start time, boot id: :mod:`wattline.agent.holders`) and, per setting, what its kind's
 ``restore`` needs. It is written before the first change and removed once every setting is
 back. A wattline process that finds a record whose process is gone (:func:`restore_dead`:
-every ``wattline`` command and the agent at start) restores it; a record is claimed by a
-rename first, so two processes never restore one record twice.
+every ``wattline`` command, the agent at start and on each pass over its outbox) restores
+it; a record is claimed by a rename first (``<record>.<claimer pid>-<start ticks>.claimed``),
+so two processes never restore one record at once, and a claim whose claimer died before
+it finished is claimed again.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ RESTORERS: dict[str, Callable[[dict[str, Any]], None]] = {
 #: The ``--param`` names wattline applies itself.
 APPLIED = frozenset({gpu_power.PARAM, cpufreq.MAX_FREQ, cpufreq.GOVERNOR})
 _NAME = re.compile(r"r[0-9]+-[0-9a-f]{12}\.json")
+_CLAIMED = re.compile(r"(r[0-9]+-[0-9a-f]{12}\.json)\.([0-9]+)-([0-9]+)\.claimed")
 
 
 def knob(param: str, sysfs_root: Path) -> Knob | None:
@@ -106,14 +109,34 @@ def _restore(record: Mapping[str, Any]) -> list[str]:
     return failed
 
 
-def restore_dead(directory: Path, say: Callable[[str], None] | None = None) -> int:
-    """Restore the records of processes that are gone; how many were restored. Never raises."""
-    done = 0
+def _claimer_gone(match: re.Match[str]) -> bool:
+    """Whether the process a ``.claimed`` name names (pid, start ticks) no longer runs."""
+    claimer = holders.identity(int(match.group(2)))
+    return claimer is None or claimer.start_ticks != int(match.group(3))
+
+
+def _claimable(directory: Path) -> list[tuple[Path, str]]:
+    """(file, record name) of the records to look at: unclaimed, or claimed by a process that is gone."""
     try:
-        names = [p for p in directory.iterdir() if _NAME.fullmatch(p.name)]
+        entries = list(directory.iterdir())
     except OSError:
-        return 0
-    for path in names:
+        return []
+    found = []
+    for path in entries:
+        if _NAME.fullmatch(path.name):
+            found.append((path, path.name))
+        elif (m := _CLAIMED.fullmatch(path.name)) and _claimer_gone(m):
+            found.append((path, m.group(1)))
+    return found
+
+
+def restore_dead(directory: Path, say: Callable[[str], None] | None = None) -> int:
+    """Restore the records of processes that are gone (and those whose restorer died midway);
+    how many were restored. Never raises."""
+    done = 0
+    me = holders.identity()
+    mark = f"{os.getpid()}-{me.start_ticks if me is not None else 0}"
+    for path, name in _claimable(directory):
         try:
             record = json.loads(path.read_text())
             owner = holders.Identity(**record["owner"]) if record.get("owner") else None
@@ -121,15 +144,15 @@ def restore_dead(directory: Path, say: Callable[[str], None] | None = None) -> i
             continue
         if owner is None or holders.gone(owner) is not True:
             continue
-        claimed = path.with_name(f"{path.name}.{os.getpid()}.claimed")
+        claimed = directory / f"{name}.{mark}.claimed"
         try:
-            os.rename(path, claimed)
-        except OSError:  # another process claimed it
+            os.rename(path, claimed)  # of two claimers, the second finds the file gone
+        except OSError:
             continue
         failed = _restore(record)
         params = ", ".join(str(s.get("param")) for s in record.get("settings", []))
         if failed:
-            os.replace(claimed, path)  # for the next process to retry
+            os.replace(claimed, directory / name)  # for the next process to retry
             line = f"could not restore what {record.get('what')} (pid {owner.pid}, gone) changed: {'; '.join(failed)}"
         else:
             claimed.unlink(missing_ok=True)

@@ -113,11 +113,10 @@ class SqliteStore(SqliteReads, Store):
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=timeout_s, check_same_thread=False, isolation_level=None)
+                if not Path(self.path).exists():
+                    self._create(timeout_s)
+            self._db = self._connect(self.path, timeout_s)
             try:
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=FULL")
-                self._migrate()
                 self._series.update(self._db.execute("SELECT host, source, component, device, quality FROM series"))
             except BaseException:
                 self._db.close()
@@ -133,22 +132,51 @@ class SqliteStore(SqliteReads, Store):
     def __repr__(self) -> str:
         return f"SqliteStore({self.path!r})"
 
-    def _migrate(self) -> None:
-        """Create or upgrade the schema, in one transaction (safe against a concurrent opener)."""
-        self._db.execute("BEGIN IMMEDIATE")
+    def _connect(self, path: str, timeout_s: float) -> sqlite3.Connection:
+        """A writable connection to ``path`` (WAL, every commit on disk), its schema created or upgraded."""
+        db = sqlite3.connect(path, timeout=timeout_s, check_same_thread=False, isolation_level=None)
         try:
-            (version,) = self._db.execute("PRAGMA user_version").fetchone()
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            self._migrate(db)
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _create(self, timeout_s: float) -> None:
+        """Make a new store appear whole: the schema is built in a file beside it and linked
+        into place. A process killed while creating the store in place left a SQLite file
+        without tables, which every reader then refused as "not a wattline store" (only a
+        writer's next open repaired it). Another process creating it at the same moment wins
+        the link; this one then opens theirs."""
+        target = Path(self.path)
+        building = target.with_name(f".{target.name}.creating-{os.getpid()}-{threading.get_ident()}")
+        try:
+            self._connect(str(building), timeout_s).close()  # the last close folds the WAL into the file
+            os.link(building, target)
+        except OSError:
+            pass  # it exists now (theirs), or no hard links here: then it is created in place, as before
+        finally:
+            for suffix in ("", "-wal", "-shm"):
+                building.with_name(building.name + suffix).unlink(missing_ok=True)
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        """Create or upgrade the schema, in one transaction (safe against a concurrent opener)."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            (version,) = db.execute("PRAGMA user_version").fetchone()
             if version > SCHEMA_VERSION:
                 raise StoreUnavailable(f"SQLite {self.path}: schema version {version} is newer than {SCHEMA_VERSION}")
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS[target].split(";"):
                     if statement.strip():
-                        self._db.execute(statement)
-                self._db.execute(f"PRAGMA user_version = {target}")
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {target}")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            db.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
+        db.execute("COMMIT")
 
     def write(self, batch: wire.pb.Batch) -> WriteResult:
         return self.write_group([batch])[0]

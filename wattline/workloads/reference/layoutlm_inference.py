@@ -190,6 +190,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=None, help="seconds to hold the plateau (the measured period)")
     p.add_argument("--step-seconds", type=float, default=None, help="seconds per ramp step")
     p.add_argument("--max-batch", type=int, default=None, help="largest batch size the ramp tries")
+    p.add_argument(
+        "--batch-size", type=int, default=None, help="hold this batch size at concurrency 1, no ramp (a sweep's point)"
+    )
     p.add_argument("--max-concurrency", type=int, default=None, help="most parallel clients the ramp tries")
     p.add_argument("--min-gain", type=float, default=0.05, help="a step must gain this much to count (0.05 = 5 %%)")
     p.add_argument("--saturation", choices=("mark", "detect"), default="mark")
@@ -203,6 +206,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.duration = d["duration"] if args.duration is None else args.duration
     args.step_seconds = d["step_seconds"] if args.step_seconds is None else args.step_seconds
     args.max_batch = int(d["max_batch"]) if args.max_batch is None else args.max_batch
+    if args.batch_size is not None:
+        if args.batch_size < 1:
+            p.error("--batch-size must be >= 1")
+        args.max_batch = args.batch_size  # the pool of documents is sized by it
     for name in ("duration", "step_seconds"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")
@@ -244,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         f"device {device}, {args.dtype}, {threads} CPU threads (built in {time.perf_counter() - t_build:.1f} s)"
     )
     labels = {"workload": WORKLOAD, "size": args.size, "device": device, "dtype": args.dtype, "threads": str(threads)}
-    ramp = Ramp(args.max_batch, max_concurrency, args.min_gain)
+    # a fixed batch size is a ramp of one step: it warms up like any step, then is held
+    ramp = Ramp(args.max_batch, max_concurrency, args.min_gain, fixed=args.batch_size)
     processed = [0]
     lock = threading.Lock()
     job_name = args.job or f"{WORKLOAD}-{args.size}"
@@ -272,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
             f"plateau: concurrency {plateau.concurrency}, batch {plateau.batch_size}; "
             f"holding for {args.duration:g} s ({'marked saturated' if args.saturation == 'mark' else 'detect'})"
         )
-        held = run_level(engine.infer, plateau, args.duration, counted, worker_context=engine.context)
+        # each batch's latency (what its documents wait) to a sweep's Pareto front
+        held = run_level(
+            engine.infer, plateau, args.duration, counted, worker_context=engine.context, on_latency=job.add_latency
+        )
     per_doc = [s / plateau.batch_size for s in held.latencies_s]
     result = {
         "schema": RESULT_SCHEMA,

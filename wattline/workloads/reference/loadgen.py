@@ -63,13 +63,15 @@ class Ramp:
     """Raise batch size, then concurrency, until throughput stops rising (see :mod:`.layoutlm_inference`).
 
     Use: ``while (cfg := ramp.next()) is not None: ramp.record(measure(cfg))``; then
-    ``ramp.plateau`` is the configuration to hold.
+    ``ramp.plateau`` is the configuration to hold. With ``fixed``, the ramp is one step, that
+    batch size at concurrency 1 (the warm-up), and the plateau that step.
     """
 
     max_batch: int
     max_concurrency: int = 1
     min_gain: float = 0.05
     patience: int = 1
+    fixed: int | None = None
     history: list[tuple[Config, float]] = field(default_factory=list)
     plateau: Config | None = None
     _axis: str = "batch"
@@ -79,7 +81,7 @@ class Ramp:
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
-        self._ladder = [Config(1, b) for b in doubling(self.max_batch)]
+        self._ladder = [Config(1, b) for b in ([self.fixed] if self.fixed else doubling(self.max_batch))]
 
     def next(self) -> Config | None:
         """The next configuration to measure, or None when the plateau is found."""
@@ -98,7 +100,7 @@ class Ramp:
         if not stop and len(self._seen) < len(self._ladder):
             return
         chosen = self._ladder[best]
-        if self._axis == "batch" and self.max_concurrency > 1:
+        if self._axis == "batch" and self.max_concurrency > 1 and not self.fixed:
             self._axis = "concurrency"
             self._ladder = [Config(c, chosen.batch_size) for c in range(1, self.max_concurrency + 1)]
             self._seen = [self._seen[best]]  # concurrency 1 at that batch size is measured already
@@ -143,9 +145,11 @@ def run_level(
     on_batch: Callable[[int], None],
     min_batches: int = MIN_BATCHES_PER_STEP,
     worker_context: Callable[[], Any] | None = None,
+    on_latency: Callable[[float], None] | None = None,
 ) -> StepResult:
     """Closed loop: ``config.concurrency`` clients send batches back to back for ``seconds``
-    (and at least ``min_batches`` batches); every completed batch calls ``on_batch``."""
+    (and at least ``min_batches`` batches); every completed batch calls ``on_batch`` (and
+    ``on_latency`` with its seconds)."""
     stop = threading.Event()
     lock = threading.Lock()
     latencies: list[float] = []
@@ -164,6 +168,8 @@ def run_level(
                         latencies.append(elapsed)
                         done[0] += config.batch_size
                     on_batch(config.batch_size)
+                    if on_latency is not None:
+                        on_latency(elapsed)
                     i += config.concurrency
         except BaseException as exc:
             errors.append(exc)

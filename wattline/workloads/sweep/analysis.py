@@ -57,6 +57,8 @@ class RunFigures:
     estimate_share: float = 0.0
     saturated: bool = True
     problem: str = ""  #: why it gives no figures (failed, no units, no energy data)
+    #: median of the latencies the workload reported in the measured window (seconds), if any
+    latency_s: float | None = None
 
     @property
     def usable(self) -> bool:
@@ -97,6 +99,7 @@ class PointResult:
     j_per_unit: Value | None = None
     throughput_per_s: Value | None = None
     mean_power_w: Value | None = None
+    latency_s: Value | None = None  #: when every run reported latencies
     sla_energy_kwh_per_million: Value | None = None
     sla_cost_per_million: Value | None = None
     sla_instances: tuple[int, int] | None = None  #: fewest, most instances over its runs
@@ -179,18 +182,23 @@ def _floor(values: Sequence[Value | None]) -> float:
     return statistics.median(rels) if rels else 0.0
 
 
+def _costs(p: PointResult, latency: bool) -> tuple[float, ...]:
+    """The point's figures to minimise: energy per unit, throughput negated, and latency."""
+    assert p.j_per_unit is not None and p.throughput_per_s is not None
+    lat = (p.latency_s.mean,) if latency and p.latency_s is not None else ()
+    return (p.j_per_unit.mean, -p.throughput_per_s.mean, *lat)
+
+
 def _pareto(ranked: Sequence[PointResult]) -> None:
-    """Mark the points no other beats on both energy per unit (lower) and throughput (higher)."""
+    """Mark the points no other beats on energy per unit (lower), throughput (higher) and, where
+    every point has one, latency (lower): a setting that buys its energy with latency stays on
+    the front for whom latency counts."""
+    latency = all(p.latency_s is not None for p in ranked)
+    costs = {id(p): _costs(p, latency) for p in ranked}
     for p in ranked:
-        assert p.j_per_unit is not None and p.throughput_per_s is not None
-        e, t = p.j_per_unit.mean, p.throughput_per_s.mean
+        mine = costs[id(p)]
         p.pareto = not any(
-            q is not p
-            and q.j_per_unit is not None
-            and q.throughput_per_s is not None
-            and q.j_per_unit.mean <= e
-            and q.throughput_per_s.mean >= t
-            and (q.j_per_unit.mean < e or q.throughput_per_s.mean > t)
+            q is not p and all(a <= b for a, b in zip(costs[id(q)], mine, strict=True)) and costs[id(q)] != mine
             for q in ranked
         )
 
@@ -219,6 +227,7 @@ def analyse(runs: Sequence[RunFigures], grid: Sequence[Point], sla: float | None
         p.j_per_unit = _value(ok, lambda r: r.j_per_unit, bounded=True)
         p.throughput_per_s = _value(ok, lambda r: r.throughput_per_s, bounded=False)
         p.mean_power_w = _value(ok, lambda r: r.mean_power_w, bounded=True)
+        p.latency_s = _value(ok, lambda r: r.latency_s, bounded=False)
         if sla is not None:
             per_run = [_sla_figures(r, sla, price) for r in ok]
             if all(f is not None for f in per_run):

@@ -9,6 +9,7 @@ process (:mod:`wattline.agent.tuning.records`).
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from dataclasses import dataclass
@@ -66,13 +67,14 @@ def run_sweep(the_plan: plan.Plan, template: Job, settings: ReportSettings, sysf
     done: list[RunFigures] = []
     if (plan.plan_path(root, the_plan.sweep_id)).exists():
         with template.store.open_reader() as reader:
-            done = runner.done_runs(reader, the_plan, settings)
+            done = runner.done_runs(reader, the_plan, settings, plan.load_latency(root, the_plan.sweep_id))
         say(f"wattline sweep {the_plan.sweep_id}: {len(done)} runs done, reused")
     plan.save(the_plan, root)
     applied = Applied(restore_dir(root), knobs, f"sweep {the_plan.sweep_id}")
     try:
         with runner.signals_interrupt():
-            runs = runner.run_plan(the_plan, template, applied, settings, done, say)
+            keep = functools.partial(plan.keep_latency, root, the_plan.sweep_id)
+            runs = runner.run_plan(the_plan, template, applied, settings, done, say, keep)
     except (runner.Interrupted, KeyboardInterrupt) as exc:
         say(
             f"wattline sweep {the_plan.sweep_id}: interrupted; resume with: wattline sweep --resume {the_plan.sweep_id}"

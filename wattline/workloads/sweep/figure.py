@@ -37,8 +37,9 @@ def plot_sweep(data: dict[str, Any]) -> Any:
             yerr=[[low], [high]], xerr=[[t["mean"] - min(t["runs"])], [max(t["runs"]) - t["mean"]]],
             fmt="o", color=color, ecolor=color, capsize=3, markersize=6 if p["pareto"] else 4,
         )  # fmt: skip
+        latency = "" if not p["latency_s"] else f", {1000 * p['latency_s']['mean']:.3g} ms"
         ax.annotate(
-            _label(p["params"]), (t["mean"], e["mean"]), textcoords="offset points", xytext=(6, 5),
+            _label(p["params"]) + latency, (t["mean"], e["mean"]), textcoords="offset points", xytext=(6, 5),
             fontsize=8, color="black" if p["pareto"] else "dimgray",
         )  # fmt: skip
     front = sorted((p for p in pts if p["pareto"]), key=lambda p: p["throughput_per_s"]["mean"])
@@ -66,13 +67,14 @@ def plot_sweep(data: dict[str, Any]) -> Any:
     )
     if pts:
         ax.legend(fontsize=8, loc="upper left")
+    with_latency = bool(pts) and all(p["latency_s"] for p in pts)
     fig.text(
         0.01, 0.01,
-        "error bars: the measurement bound and the range of the runs; blue: the Pareto front (no setting "
-        "is both lower in energy and higher in throughput)",
+        "error bars: the measurement bound and the range of the runs; blue: the Pareto front\n(no setting is both "
+        f"lower in energy and higher in throughput{' and lower in latency: ms, median' if with_latency else ''})",
         fontsize=7, color="dimgray",
     )  # fmt: skip
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
 

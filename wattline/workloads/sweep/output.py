@@ -57,6 +57,7 @@ def _point(p: PointResult, rank: int | None) -> dict[str, Any]:
         "j_per_unit": _value(p.j_per_unit),
         "throughput_per_s": _value(p.throughput_per_s),
         "mean_power_w": _value(p.mean_power_w),
+        "latency_s": _value(p.latency_s),
         "pareto": p.pareto,
         "advantage_over_next": _advantage(p.advantage),
         "sla_instances": list(p.sla_instances) if p.sla_instances else None,
@@ -103,12 +104,19 @@ def verdict_text(a: dict[str, Any] | None) -> str:
     return f"the next, {point_text(tuple(a['over'].items()))}, takes {q.round_sig(a['pct'], 2):+g} %: {a['verdict']}"
 
 
+def _latency(v: dict[str, Any] | None) -> str:
+    """The mean of the runs' median latencies, in ms."""
+    return "n/a" if v is None else f"{q.round_sig(1000 * v['mean'], 3):g} ms"
+
+
 def print_answer(data: dict[str, Any], console: Console) -> None:
     """The table (ordered by energy per unit) and the choices, as text."""
     unit = data["unit"]
     one = unit.rstrip("s") or "unit"
     table = Table(title=f"sweep {escape(data['sweep'])}: ordered by energy per {escape(one)}")
-    for head in ("#", "setting", "runs", f"energy per {one}", "spread of runs", "throughput", "power", "Pareto"):
+    latency = any(p["latency_s"] for p in data["points"])
+    heads = ["#", "setting", "runs", f"energy per {one}", "spread of runs", "throughput", "power"]
+    for head in [*heads, *(["latency (median)"] if latency else []), "Pareto"]:
         table.add_column(escape(head), justify="left" if head in ("setting", "Pareto") else "right")
     sla = data["sla_units_per_hour"] is not None
     if sla:
@@ -125,6 +133,7 @@ def print_answer(data: dict[str, Any], console: Console) -> None:
             _spread(p["j_per_unit"]),
             "n/a" if p["throughput_per_s"] is None else q.rate(p["throughput_per_s"]["mean"], f"{unit}/s"),
             _pm(p["mean_power_w"], "W"),
+            *([_latency(p["latency_s"])] if latency else []),
             "yes" if p["pareto"] else ("" if p["rank"] else escape("; ".join(p["problems"]))),
         ]
         if sla:
@@ -145,7 +154,7 @@ def print_answer(data: dict[str, Any], console: Console) -> None:
 
 CSV_FIELDS = (
     "rank", "runs", "runs_ok", "j_per_unit", "j_per_unit_bound_rel", "j_per_unit_range_rel",
-    "throughput_per_s", "mean_power_w", "pareto", "advantage_pct", "advantage_real", "verdict",
+    "throughput_per_s", "mean_power_w", "latency_s", "pareto", "advantage_pct", "advantage_real", "verdict",
     "sla_instances_max", "sla_energy_kwh_per_million", "sla_cost_usd_per_million", "jobs", "problems",
 )  # fmt: skip
 
@@ -169,6 +178,7 @@ def csv_text(data: dict[str, Any]) -> str:
                 e.get("range_rel"),
                 (p["throughput_per_s"] or {}).get("mean"),
                 (p["mean_power_w"] or {}).get("mean"),
+                (p["latency_s"] or {}).get("mean"),
                 int(p["pareto"]),
                 a.get("pct"),
                 None if not a else int(a["real"]),

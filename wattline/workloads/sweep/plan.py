@@ -54,6 +54,30 @@ def save(plan: Plan, outbox_root: Path) -> None:
     os.replace(tmp, path)
 
 
+def latency_path(outbox_root: Path, sweep_id: str) -> Path:
+    """Where the runs' latencies are kept (job id -> seconds): no job event carries them, and a
+    resumed sweep reuses runs whose latency only its first process saw."""
+    return plan_path(outbox_root, sweep_id).with_suffix(".latency.json")
+
+
+def load_latency(outbox_root: Path, sweep_id: str) -> dict[str, float]:
+    """The latencies kept so far ({} when none, or the file is unreadable: latency is shown, not relied on)."""
+    try:
+        data = json.loads(latency_path(outbox_root, sweep_id).read_text())
+        return {str(k): float(v) for k, v in data.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def keep_latency(outbox_root: Path, sweep_id: str, job_id: str, seconds: float) -> None:
+    """Add one run's latency to the kept ones (one process writes them: the sweep's)."""
+    path = latency_path(outbox_root, sweep_id)
+    kept = {**load_latency(outbox_root, sweep_id), job_id: seconds}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(kept))
+    os.replace(tmp, path)
+
+
 def load(outbox_root: Path, sweep_id: str) -> Plan:
     """The plan of ``sweep_id``; ConfigError (one line) when this host has none."""
     path = plan_path(outbox_root, sweep_id)

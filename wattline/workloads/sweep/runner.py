@@ -11,10 +11,12 @@ that run's result ("failed (exit N)").
 from __future__ import annotations
 
 import dataclasses
+import functools
 import signal
+import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import FrameType
 
@@ -44,8 +46,21 @@ class Interrupted(Exception):
         self.status = status
 
 
-def figures_of(report: Report, point: Point, run: int, status: int) -> RunFigures:
-    """A run's figures from its job's report."""
+def window_latency(report: Report, latencies: list[tuple[float, int]]) -> float | None:
+    """The median of the latencies (seconds, time ns) reported in the measured window, saturation
+    to end: the ramp's requests are not what the setting serves at its plateau."""
+    inside = [s for s, t in latencies if report.measured_from_ns <= t <= report.end_ns]
+    return statistics.median(inside) if inside else None
+
+
+def _keep(kept: list[tuple[float, int]], seconds: float, time_ns: int) -> None:
+    kept.append((seconds, time_ns))
+
+
+def figures_of(
+    report: Report, point: Point, run: int, status: int, latencies: list[tuple[float, int]] | None = None
+) -> RunFigures:
+    """A run's figures from its job's report (and the latencies its command reported)."""
     f = report.figures
     problem = ""
     if status != 0:
@@ -65,11 +80,15 @@ def figures_of(report: Report, point: Point, run: int, status: int) -> RunFigure
         estimate_share=estimate_share(report.measured),
         saturated=report.saturated,
         problem=problem,
+        latency_s=window_latency(report, latencies or []),
     )  # fmt: skip
 
 
-def done_runs(reader: Reader, plan: Plan, settings: ReportSettings) -> list[RunFigures]:
-    """The runs of the sweep already in the store whose command exited 0, one per (point, run)."""
+def done_runs(
+    reader: Reader, plan: Plan, settings: ReportSettings, latency: Mapping[str, float] | None = None
+) -> list[RunFigures]:
+    """The runs of the sweep already in the store whose command exited 0, one per (point, run),
+    with the latencies kept for them (job id -> seconds)."""
     grid = points(plan.params)
     found: dict[tuple[Point, int], RunFigures] = {}
     for view in all_views(reader):
@@ -82,7 +101,8 @@ def done_runs(reader: Reader, plan: Plan, settings: ReportSettings) -> list[RunF
         run = int(labels[RUN_LABEL])
         if point not in grid or run >= plan.repeat or (point, run) in found:
             continue
-        found[(point, run)] = figures_of(build_complete_report(reader, view.job_id, settings), point, run, 0)
+        figures = figures_of(build_complete_report(reader, view.job_id, settings), point, run, 0)
+        found[(point, run)] = dataclasses.replace(figures, latency_s=(latency or {}).get(view.job_id))
     return list(found.values())
 
 
@@ -109,6 +129,7 @@ def run_plan(
     settings: ReportSettings,
     done: list[RunFigures],
     say: Callable[[str], None],
+    keep_latency: Callable[[str, float], None] | None = None,
 ) -> list[RunFigures]:
     """Run what ``done`` lacks; every run's figures (``done``'s first). Raises
     :class:`Interrupted` when a command was stopped by a signal (or the sweep was)."""
@@ -121,9 +142,11 @@ def run_plan(
         job_id = f"{plan.sweep_id}-{index[point]}.{run}-{uuid.uuid4().hex[:4]}"
         labels = {**plan.labels, SWEEP_LABEL: plan.sweep_id, RUN_LABEL: str(run), **point_labels(point)}
         spec = dataclasses.replace(template.request.spec, job_id=job_id, labels=labels)
+        latencies: list[tuple[float, int]] = []
         request = RunRequest(
             point_command(plan.command, point), spec, plan.saturated_after_s, plan.units_from_stdout,
             stdout_to_stderr=template.request.stdout_to_stderr,
+            on_latency=functools.partial(_keep, latencies),
         )  # fmt: skip
         job = dataclasses.replace(template, request=request)
         shown = " ".join(f"{k}={v}" for k, v in point)
@@ -134,6 +157,8 @@ def run_plan(
             raise Interrupted(status)
         if elsewhere:
             raise RuntimeError(f"job {job_id}: its report cannot be read here (give the collector's store: --store)")
-        results.append(figures_of(read_report(job, settings), point, run, status))
+        results.append(figures_of(read_report(job, settings), point, run, status, latencies))
+        if keep_latency is not None and results[-1].latency_s is not None:
+            keep_latency(job_id, results[-1].latency_s)
         say(f"wattline sweep {plan.sweep_id}: {shown}: exit {status} after {time.monotonic() - started:.1f} s")
     return results

@@ -41,7 +41,7 @@ from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.render import report_json
 from wattline.workloads.report import build_report
-from wattline.workloads.summary import SummaryWriter, record_summary, summary_of
+from wattline.workloads.summary import Sink, SummaryWriter, record_summary, summary_of
 
 START_UJ = 10**11
 POWER_W = {"node-a": {"intel-rapl:0": 40.0, "intel-rapl:0:1": 5.0}, "node-b": {"intel-rapl:0": 25.0}}
@@ -488,3 +488,131 @@ def test_a_summary_written_incomplete_is_computed_again_when_late_samples_arrive
     finally:
         store.close()
         host.close()
+
+
+# -- the README's promises on the writer's timing, on a clock the test moves ---------------------
+
+
+class TestClock:
+    """The writer's clock (s), moved only by the test. The writer thread waits real time for
+    a clock-time gap, so each move is followed by :func:`barrier`, which wakes it."""
+
+    __test__ = False
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class RecordingSink(FlakySink):
+    """A :class:`FlakySink` that notes the writer's clock at each attempt, failed or not."""
+
+    def __init__(self, clock: TestClock, failures: int) -> None:
+        super().__init__(failures)
+        self.clock = clock
+        self.attempts: list[float] = []
+
+    def __call__(self, summary: JobSummary) -> WriteResult:
+        self.attempts.append(self.clock())
+        return super().__call__(summary)
+
+
+def barrier(writer: SummaryWriter, caplog: Any, at: float, clock: TestClock) -> None:
+    """Move the clock to ``at`` and return once the writer has done everything due by then.
+    A job of no store is marked due at ``at``: the writer takes due jobs earliest first on one
+    thread, so once it has logged that job as not written, every job due before ``at`` was
+    computed (a state to wait for, where "nothing happened yet" is not)."""
+    clock.t = at
+    marker = f"barrier-{at:g}"
+    writer.job_events([(marker, False)])
+    wait_for(marker, lambda: any(f"summary of {marker} not written" in r.getMessage() for r in caplog.records), 10)
+
+
+def driven_writer(tmp_path: Path, clock: TestClock, sink: Sink, **kw: Any) -> tuple[SqliteStore, SummaryWriter]:
+    store = embedded_job(tmp_path)
+    # wait_s 0: a job of no store is given up at once, so a barrier never waits for itself
+    return store, SummaryWriter(store, sink, wait_s=0.0, clock=clock, **kw).start()
+
+
+def test_a_failed_write_is_retried_at_2_s_doubling_to_60_s(tmp_path: Path, caplog: Any) -> None:
+    """README: a failed write is retried (2 s, doubling to 60 s). Seven failures: the
+    attempts come exactly 2, 4, 8, 16, 32, 60 and 60 s apart, never earlier (a barrier just
+    before each due time finds no attempt), and the eighth writes the summary."""
+    caplog.set_level("INFO")
+    clock = TestClock()
+    sink = RecordingSink(clock, failures=7)
+    store, writer = driven_writer(tmp_path, clock, sink)
+    try:
+        writer.job_events([("emb-1", False)])
+        wait_for("the first attempt", lambda: writer.failed == 1, 10)
+        for gap in (2, 4, 8, 16, 32, 60, 60):
+            due = sink.attempts[-1] + gap
+            tries = len(sink.attempts)
+            barrier(writer, caplog, due - 0.01, clock)
+            assert len(sink.attempts) == tries, f"retried before {gap} s"
+            barrier(writer, caplog, due, clock)
+            assert sink.attempts[-1] == due
+        assert writer.failed == 7 and writer.written == 1 and len(sink.written) == 1
+    finally:
+        writer.stop()
+        store.close()
+
+
+def test_an_incomplete_summary_is_computed_again_up_to_an_hour_after_the_close(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """README: an incomplete summary is computed again every ``summary_interval`` until
+    complete, up to an hour after the close. A closed job whose samples never cover its
+    window (its host's samples stop before the close) is computed at the close, every 600 s
+    after it up to 3600 s, and never after."""
+    from pipeline import SyntheticHost, ZoneSpec
+
+    from wattline import wire
+    from wattline.workloads.events import EventBuilder, JobSpec
+
+    caplog.set_level("INFO")
+    host = SyntheticHost(tmp_path / "h", "late-host", [ZoneSpec("intel-rapl:0", "package-0", 50.0)])
+    store = SqliteStore(tmp_path / "w.db")
+    clock = TestClock()
+    sink = RecordingSink(clock, failures=0)
+    writer = SummaryWriter(store, sink, wait_s=0.0, running_every_s=600.0, clock=clock).start()
+    try:
+        b = EventBuilder(JobSpec("late-1", "late", "inference", "items"))
+        host.advance(2.0, 2)
+        opened = host.t_ns
+        host.advance(5.0, 5)
+        host.spool.seal()
+        while (batch := host.spool.peek()) is not None:
+            store.write(batch)
+            host.spool.ack(batch.seq)
+        closing = [b.open(opened), b.close(0, opened + 15 * 10**9)]
+        store.write(wire.Batch(stream_id="wrapper", seq=1, host=wire.Host(host_id="late-host"), job_events=closing))
+        writer.job_events([("late-1", True)])
+        wait_for("the summary at the close", lambda: sink.written, 10)
+        for at in range(600, 3600 + 3 * 600, 600):  # each interval's due time, then past the hour
+            barrier(writer, caplog, float(at), clock)
+        assert sink.attempts == [0.0, 600.0, 1200.0, 1800.0, 2400.0, 3000.0, 3600.0]
+        assert not any(s.fields["complete"] for s in sink.written)
+    finally:
+        writer.stop()
+        store.close()
+        host.close()
+
+
+def test_the_due_table_takes_10000_jobs_and_names_the_one_it_cannot_take(tmp_path: Path, caplog: Any) -> None:
+    """README: a job the full table (10,000 due jobs) cannot take is logged by id. The
+    default writer, not started (nothing leaves the table): 10,000 jobs are due, the
+    10,001st is dropped and named, and a job already due is never dropped by its next event."""
+    writer = SummaryWriter(SqliteStore(tmp_path / "t.db"), FlakySink(failures=0))
+    try:
+        writer.job_events((f"job-{i}", False) for i in range(10_000))
+        writer.job_events([("job-0", True), ("job-10000", False)])
+        assert writer.pending() == 10_000 and writer.dropped == 1
+        assert [r.getMessage() for r in caplog.records if "not summarised now" in r.getMessage()] == [
+            "job summaries: 10000 jobs already due; job-10000 not summarised now (its next event or "
+            "`wattline report` has its figures)"
+        ]
+    finally:
+        writer.reader.close()  # type: ignore[attr-defined]

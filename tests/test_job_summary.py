@@ -97,6 +97,30 @@ def assert_matches(summary: JobSummary, report: dict[str, Any]) -> None:
     assert summary.tags == {"name": report["job"]["name"], "kind": "inference", "unit": "documents"}
 
 
+#: How often PowerAdvancer writes the counters: a read lags the power set by up to this.
+ADVANCE_S = 0.01
+
+
+def assert_the_power_set(summary: JobSummary, events: list[Any]) -> None:
+    """The truth is the test's: each host draws the sum of its POWER_W zones (no other job
+    on it meanwhile), so its energy is that power x its window as the stored open and close
+    give it, to the counters' lag at each edge; the units are the workload's 16 per step."""
+    total_j = slack_j = 0.0
+    for host, zones in POWER_W.items():
+        mine = [e for e in events if e.host == host]
+        if not mine:
+            continue
+        [opened] = [e.time_ns for e in mine if e.event == "open"]
+        [closed] = [e.time_ns for e in mine if e.event == "close"]
+        power_w = sum(zones.values())
+        truth = power_w * (closed - opened) / 1e9
+        assert summary.hosts[host] == pytest.approx(truth, abs=2 * power_w * ADVANCE_S), host
+        total_j, slack_j = total_j + truth, slack_j + 2 * power_w * ADVANCE_S
+    assert summary.fields["energy_total_j"] == pytest.approx(total_j, abs=slack_j)
+    steps = {"solo-1": 8, "pair-1": 8 + 30}[summary.job_id]
+    assert summary.fields["units_total"] == 16 * steps
+
+
 @pytest.mark.servers
 def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, influxd: Influxd) -> None:
     database = influxd.new_database()
@@ -118,13 +142,16 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
     agents = [agent(host, trees[host], port, tmp_path) for host in POWER_W]
     store = InfluxV1Store(influxd.url, database)
     try:
-        time.sleep(3)  # the agents' samples cover the jobs' opens
+        begun = time.time_ns()
+        for host in POWER_W:  # the agents' samples cover the jobs' opens
+            wait_for(f"{host}'s samples", lambda h=host: store.samples(h, begun, time.time_ns() + 10**9))
         solo = Proc(run_args("ocr-solo", "solo-1", "node-a", port, config), tmp_path / "solo.log")
         assert solo.process.wait(timeout=60) == 0, solo.log()
         # The two-host job: node-b starts 1 s after node-a and runs 15 s (node-a: 4 s), so
         # node-a closes first: a summary while node-b runs, then one when it closes.
         first = Proc(run_args("ocr-pair", "pair-1", "node-a", port, config), tmp_path / "pair-a.log")
-        time.sleep(1)
+        # node-b opens once node-a's open is stored: node-a's window starts first
+        wait_for("node-a's open of pair-1", lambda: any(e.event == "open" for e in store.job_events("pair-1")), 20)
         second = Proc(run_args("ocr-pair", "pair-1", "node-b", port, config, steps=30), tmp_path / "pair-b.log")
         assert first.process.wait(timeout=60) == 0, first.log()
         while_running = wait_for("pair summary after node-a's close", lambda: store.job_summary("pair-1"), 10)
@@ -152,6 +179,8 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
             reports[job_id] = json.loads(out.stdout)
             assert_matches(summary, reports[job_id])
         assert set(summaries["pair-1"].hosts) == set(POWER_W)
+        for job_id, summary in summaries.items():
+            assert_the_power_set(summary, store.job_events(job_id))
         assert sum(summaries["pair-1"].hosts.values()) == pytest.approx(whole_run_j(reports["pair-1"]), rel=1e-3)
 
         # One point per job, though the two-host job was computed as each host closed.

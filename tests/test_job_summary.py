@@ -9,6 +9,7 @@ give those figures. Plus the writer's own rules (debounce, retry) and the SQLite
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import subprocess
 import threading
@@ -345,7 +346,7 @@ def test_embedded_run_writes_its_summary_and_the_writer_retries(tmp_path: Path, 
         assert stored.time_ns == report.job.start_ns
 
         sink = FlakySink(failures=2)
-        writer = SummaryWriter(store, sink, retry_s=0.05, running_every_s=60.0).start()
+        writer = SummaryWriter(store, sink, retry_s=0.05, running_every_s=60.0, wait_s=0.0).start()
         try:
             writer.job_events([("emb-1", True), ("emb-1", True)])  # debounced: one job due
             wait_for("summary after retries", lambda: sink.written, timeout_s=10)
@@ -354,7 +355,7 @@ def test_embedded_run_writes_its_summary_and_the_writer_retries(tmp_path: Path, 
             assert sum("failed (attempt" in r.message for r in caplog.records) == 2
             # A running job's events within running_every_s of its last summary wait for it.
             writer.job_events([("emb-1", False)])
-            time.sleep(0.3)
+            barrier(writer, caplog)  # everything due by now is done: emb-1 is not
             assert len(sink.written) == 1 and writer.pending() == 1
         finally:
             writer.stop()
@@ -548,13 +549,17 @@ class RecordingSink(FlakySink):
         return super().__call__(summary)
 
 
-def barrier(writer: SummaryWriter, caplog: Any, at: float, clock: TestClock) -> None:
+_BARRIERS = itertools.count()
+
+
+def barrier(writer: SummaryWriter, caplog: Any, at: float | None = None, clock: TestClock | None = None) -> None:
     """Move the clock to ``at`` and return once the writer has done everything due by then.
     A job of no store is marked due at ``at``: the writer takes due jobs earliest first on one
     thread, so once it has logged that job as not written, every job due before ``at`` was
     computed (a state to wait for, where "nothing happened yet" is not)."""
-    clock.t = at
-    marker = f"barrier-{at:g}"
+    if clock is not None and at is not None:
+        clock.t = at
+    marker = f"barrier-{next(_BARRIERS)}"
     writer.job_events([(marker, False)])
     wait_for(marker, lambda: any(f"summary of {marker} not written" in r.getMessage() for r in caplog.records), 10)
 

@@ -594,9 +594,7 @@ def test_a_failed_write_is_retried_at_2_s_doubling_to_60_s(tmp_path: Path, caplo
         store.close()
 
 
-def test_an_incomplete_summary_is_computed_again_up_to_an_hour_after_the_close(
-    tmp_path: Path, caplog: Any
-) -> None:
+def test_an_incomplete_summary_is_computed_again_up_to_an_hour_after_the_close(tmp_path: Path, caplog: Any) -> None:
     """README: an incomplete summary is computed again every ``summary_interval`` until
     complete, up to an hour after the close. A closed job whose samples never cover its
     window (its host's samples stop before the close) is computed at the close, every 600 s

@@ -9,6 +9,7 @@ give those figures. Plus the writer's own rules (debounce, retry) and the SQLite
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import subprocess
 import threading
@@ -41,7 +42,7 @@ from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.render import report_json
 from wattline.workloads.report import build_report
-from wattline.workloads.summary import SummaryWriter, record_summary, summary_of
+from wattline.workloads.summary import Sink, SummaryWriter, record_summary, summary_of
 
 START_UJ = 10**11
 POWER_W = {"node-a": {"intel-rapl:0": 40.0, "intel-rapl:0:1": 5.0}, "node-b": {"intel-rapl:0": 25.0}}
@@ -97,6 +98,30 @@ def assert_matches(summary: JobSummary, report: dict[str, Any]) -> None:
     assert summary.tags == {"name": report["job"]["name"], "kind": "inference", "unit": "documents"}
 
 
+#: How often PowerAdvancer writes the counters: a read lags the power set by up to this.
+ADVANCE_S = 0.01
+
+
+def assert_the_power_set(summary: JobSummary, events: list[Any]) -> None:
+    """The truth is the test's: each host draws the sum of its POWER_W zones (no other job
+    on it meanwhile), so its energy is that power x its window as the stored open and close
+    give it, to the counters' lag at each edge; the units are the workload's 16 per step."""
+    total_j = slack_j = 0.0
+    for host, zones in POWER_W.items():
+        mine = [e for e in events if e.host == host]
+        if not mine:
+            continue
+        [opened] = [e.time_ns for e in mine if e.event == "open"]
+        [closed] = [e.time_ns for e in mine if e.event == "close"]
+        power_w = sum(zones.values())
+        truth = power_w * (closed - opened) / 1e9
+        assert summary.hosts[host] == pytest.approx(truth, abs=2 * power_w * ADVANCE_S), host
+        total_j, slack_j = total_j + truth, slack_j + 2 * power_w * ADVANCE_S
+    assert summary.fields["energy_total_j"] == pytest.approx(total_j, abs=slack_j)
+    steps = {"solo-1": 8, "pair-1": 8 + 30}[summary.job_id]
+    assert summary.fields["units_total"] == 16 * steps
+
+
 @pytest.mark.servers
 def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, influxd: Influxd) -> None:
     database = influxd.new_database()
@@ -118,13 +143,16 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
     agents = [agent(host, trees[host], port, tmp_path) for host in POWER_W]
     store = InfluxV1Store(influxd.url, database)
     try:
-        time.sleep(3)  # the agents' samples cover the jobs' opens
+        begun = time.time_ns()
+        for host in POWER_W:  # the agents' samples cover the jobs' opens
+            wait_for(f"{host}'s samples", lambda h=host: store.samples(h, begun, time.time_ns() + 10**9))
         solo = Proc(run_args("ocr-solo", "solo-1", "node-a", port, config), tmp_path / "solo.log")
         assert solo.process.wait(timeout=60) == 0, solo.log()
         # The two-host job: node-b starts 1 s after node-a and runs 15 s (node-a: 4 s), so
         # node-a closes first: a summary while node-b runs, then one when it closes.
         first = Proc(run_args("ocr-pair", "pair-1", "node-a", port, config), tmp_path / "pair-a.log")
-        time.sleep(1)
+        # node-b opens once node-a's open is stored: node-a's window starts first
+        wait_for("node-a's open of pair-1", lambda: any(e.event == "open" for e in store.job_events("pair-1")), 20)
         second = Proc(run_args("ocr-pair", "pair-1", "node-b", port, config, steps=30), tmp_path / "pair-b.log")
         assert first.process.wait(timeout=60) == 0, first.log()
         while_running = wait_for("pair summary after node-a's close", lambda: store.job_summary("pair-1"), 10)
@@ -152,6 +180,8 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
             reports[job_id] = json.loads(out.stdout)
             assert_matches(summary, reports[job_id])
         assert set(summaries["pair-1"].hosts) == set(POWER_W)
+        for job_id, summary in summaries.items():
+            assert_the_power_set(summary, store.job_events(job_id))
         assert sum(summaries["pair-1"].hosts.values()) == pytest.approx(whole_run_j(reports["pair-1"]), rel=1e-3)
 
         # One point per job, though the two-host job was computed as each host closed.
@@ -316,7 +346,7 @@ def test_embedded_run_writes_its_summary_and_the_writer_retries(tmp_path: Path, 
         assert stored.time_ns == report.job.start_ns
 
         sink = FlakySink(failures=2)
-        writer = SummaryWriter(store, sink, retry_s=0.05, running_every_s=60.0).start()
+        writer = SummaryWriter(store, sink, retry_s=0.05, running_every_s=60.0, wait_s=0.0).start()
         try:
             writer.job_events([("emb-1", True), ("emb-1", True)])  # debounced: one job due
             wait_for("summary after retries", lambda: sink.written, timeout_s=10)
@@ -325,7 +355,7 @@ def test_embedded_run_writes_its_summary_and_the_writer_retries(tmp_path: Path, 
             assert sum("failed (attempt" in r.message for r in caplog.records) == 2
             # A running job's events within running_every_s of its last summary wait for it.
             writer.job_events([("emb-1", False)])
-            time.sleep(0.3)
+            barrier(writer, caplog)  # everything due by now is done: emb-1 is not
             assert len(sink.written) == 1 and writer.pending() == 1
         finally:
             writer.stop()
@@ -488,3 +518,133 @@ def test_a_summary_written_incomplete_is_computed_again_when_late_samples_arrive
     finally:
         store.close()
         host.close()
+
+
+# -- the README's promises on the writer's timing, on a clock the test moves ---------------------
+
+
+class TestClock:
+    """The writer's clock (s), moved only by the test. The writer thread waits real time for
+    a clock-time gap, so each move is followed by :func:`barrier`, which wakes it."""
+
+    __test__ = False
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class RecordingSink(FlakySink):
+    """A :class:`FlakySink` that notes the writer's clock at each attempt, failed or not."""
+
+    def __init__(self, clock: TestClock, failures: int) -> None:
+        super().__init__(failures)
+        self.clock = clock
+        self.attempts: list[float] = []
+
+    def __call__(self, summary: JobSummary) -> WriteResult:
+        self.attempts.append(self.clock())
+        return super().__call__(summary)
+
+
+_BARRIERS = itertools.count()
+
+
+def barrier(writer: SummaryWriter, caplog: Any, at: float | None = None, clock: TestClock | None = None) -> None:
+    """Move the clock to ``at`` and return once the writer has done everything due by then.
+    A job of no store is marked due at ``at``: the writer takes due jobs earliest first on one
+    thread, so once it has logged that job as not written, every job due before ``at`` was
+    computed (a state to wait for, where "nothing happened yet" is not)."""
+    if clock is not None and at is not None:
+        clock.t = at
+    marker = f"barrier-{next(_BARRIERS)}"
+    writer.job_events([(marker, False)])
+    wait_for(marker, lambda: any(f"summary of {marker} not written" in r.getMessage() for r in caplog.records), 10)
+
+
+def driven_writer(tmp_path: Path, clock: TestClock, sink: Sink, **kw: Any) -> tuple[SqliteStore, SummaryWriter]:
+    store = embedded_job(tmp_path)
+    # wait_s 0: a job of no store is given up at once, so a barrier never waits for itself
+    return store, SummaryWriter(store, sink, wait_s=0.0, clock=clock, **kw).start()
+
+
+def test_a_failed_write_is_retried_at_2_s_doubling_to_60_s(tmp_path: Path, caplog: Any) -> None:
+    """README: a failed write is retried (2 s, doubling to 60 s). Seven failures: the
+    attempts come exactly 2, 4, 8, 16, 32, 60 and 60 s apart, never earlier (a barrier just
+    before each due time finds no attempt), and the eighth writes the summary."""
+    caplog.set_level("INFO")
+    clock = TestClock()
+    sink = RecordingSink(clock, failures=7)
+    store, writer = driven_writer(tmp_path, clock, sink)
+    try:
+        writer.job_events([("emb-1", False)])
+        wait_for("the first attempt", lambda: writer.failed == 1, 10)
+        for gap in (2, 4, 8, 16, 32, 60, 60):
+            due = sink.attempts[-1] + gap
+            tries = len(sink.attempts)
+            barrier(writer, caplog, due - 0.01, clock)
+            assert len(sink.attempts) == tries, f"retried before {gap} s"
+            barrier(writer, caplog, due, clock)
+            assert sink.attempts[-1] == due
+        assert writer.failed == 7 and writer.written == 1 and len(sink.written) == 1
+    finally:
+        writer.stop()
+        store.close()
+
+
+def test_an_incomplete_summary_is_computed_again_up_to_an_hour_after_the_close(tmp_path: Path, caplog: Any) -> None:
+    """README: an incomplete summary is computed again every ``summary_interval`` until
+    complete, up to an hour after the close. A closed job whose samples never cover its
+    window (its host's samples stop before the close) is computed at the close, every 600 s
+    after it up to 3600 s, and never after."""
+    from pipeline import SyntheticHost, ZoneSpec
+
+    from wattline import wire
+    from wattline.workloads.events import EventBuilder, JobSpec
+
+    caplog.set_level("INFO")
+    host = SyntheticHost(tmp_path / "h", "late-host", [ZoneSpec("intel-rapl:0", "package-0", 50.0)])
+    store = SqliteStore(tmp_path / "w.db")
+    clock = TestClock()
+    sink = RecordingSink(clock, failures=0)
+    writer = SummaryWriter(store, sink, wait_s=0.0, running_every_s=600.0, clock=clock).start()
+    try:
+        b = EventBuilder(JobSpec("late-1", "late", "inference", "items"))
+        host.advance(2.0, 2)
+        opened = host.t_ns
+        host.advance(5.0, 5)
+        host.spool.seal()
+        while (batch := host.spool.peek()) is not None:
+            store.write(batch)
+            host.spool.ack(batch.seq)
+        closing = [b.open(opened), b.close(0, opened + 15 * 10**9)]
+        store.write(wire.Batch(stream_id="wrapper", seq=1, host=wire.Host(host_id="late-host"), job_events=closing))
+        writer.job_events([("late-1", True)])
+        wait_for("the summary at the close", lambda: sink.written, 10)
+        for at in range(600, 3600 + 3 * 600, 600):  # each interval's due time, then past the hour
+            barrier(writer, caplog, float(at), clock)
+        assert sink.attempts == [0.0, 600.0, 1200.0, 1800.0, 2400.0, 3000.0, 3600.0]
+        assert not any(s.fields["complete"] for s in sink.written)
+    finally:
+        writer.stop()
+        store.close()
+        host.close()
+
+
+def test_the_due_table_takes_10000_jobs_and_names_the_one_it_cannot_take(tmp_path: Path, caplog: Any) -> None:
+    """README: a job the full table (10,000 due jobs) cannot take is logged by id. The
+    default writer, not started (nothing leaves the table): 10,000 jobs are due, the
+    10,001st is dropped and named, and a job already due is never dropped by its next event."""
+    writer = SummaryWriter(SqliteStore(tmp_path / "t.db"), FlakySink(failures=0))
+    try:
+        writer.job_events((f"job-{i}", False) for i in range(10_000))
+        writer.job_events([("job-0", True), ("job-10000", False)])
+        assert writer.pending() == 10_000 and writer.dropped == 1
+        assert [r.getMessage() for r in caplog.records if "not summarised now" in r.getMessage()] == [
+            "job summaries: 10000 jobs already due; job-10000 not summarised now (its next event or "
+            "`wattline report` has its figures)"
+        ]
+    finally:
+        writer.reader.close()  # type: ignore[attr-defined]

@@ -11,7 +11,6 @@ A replayed neuron-monitor stream with two runtimes on one device does the same f
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
@@ -271,13 +270,24 @@ def _q(arg: str) -> str:
 
 
 #: A Neuron runtime process: maps recorded runtime pid ``argv[1]`` to itself in the replay's
-#: pid map ``argv[2]``, runs ``argv[3]`` seconds, exits.
+#: pid map ``argv[2]``, runs ``argv[3]`` seconds, exits; it appends "<pid> <mapped> <exiting>"
+#: (Unix s) to ``argv[4]``: the span in which the stream reports it as its job's runtime.
 RUNTIME = """
 import os, sys, time
 with open(sys.argv[2], "a") as f:
     f.write(f"{sys.argv[1]} {os.getpid()}\\n")
+mapped = time.time()
 time.sleep(float(sys.argv[3]))
+with open(sys.argv[4], "a") as f:
+    f.write(f"{os.getpid()} {mapped} {time.time()}\\n")
 """
+
+#: The constructed Neuron device: trn1 (the power table's 300 W max, 60 W idle, idle added
+#: to the driver's figure) at the power line's 20 % average: 60 + 0.20 x 300 W, constant.
+TRN1_MAX_W, TRN1_IDLE_W, POWER_AVG_PCT = 300.0, 60.0, 20.0
+NEURON_W = TRN1_IDLE_W + POWER_AVG_PCT / 100 * TRN1_MAX_W
+#: neuron-monitor's (the replay's) report period: a runtime's use is known to within one.
+REPORT_S = 0.1
 
 
 def two_runtime_stream(path: Path) -> Path:
@@ -298,37 +308,20 @@ def two_runtime_stream(path: Path) -> Path:
     return path
 
 
-def by_the_rule(job: str, windows: dict[str, tuple[int, int]], uses: dict[str, list[tuple[int, int, float]]]) -> float:
-    """Device-seconds charged to ``job`` by the README's rule, for two jobs claiming one
-    device: where some active job's use interval covers the time, each job its measured
-    ratio (these ratios never sum above 1); where none does (before a wrapper's first use
-    period), by the claims: equal parts among the active jobs."""
-    cuts = sorted(
-        {t for w in windows.values() for t in w} | {t for u in uses.values() for a, b, _ in u for t in (a, b)}
-    )
-    start, end = windows[job]
-    seconds = 0.0
-    for a, b in itertools.pairwise(cuts):
-        if a < start or b > end:
-            continue
-        active = [j for j, (s, e) in windows.items() if s <= a and b <= e]
-        covered = {j: r for j in active for ua, ub, r in uses[j] if ua <= a and b <= ub}
-        seconds += (b - a) / 1e9 * (covered.get(job, 0.0) if covered else 1 / len(active))
-    return seconds
-
-
 def test_two_neuron_runtimes_on_one_device_split_it_by_their_neuroncore_use(tmp_path: Path) -> None:
     """Two jobs, each a process that neuron-monitor (the replayed stream) reports as a runtime
-    on neuron0: job A's runtime has 75 % of the device's NeuronCore use, B's 25 %. Each job is
-    charged that share of the device's energy over the time its use was measured (within
-    1 %), labelled a measured share, and A + B + unattributed = the device's energy."""
-    pid_map = tmp_path / "pids.txt"
+    on neuron0: job A's runtime has 75 % of the device's NeuronCore use, B's 25 %. The truth
+    is the test's: the device draws NEURON_W (its power line and the trn1 table), so each job
+    is charged its share x NEURON_W x its stored window, less only what the scenario leaves
+    open (before its process became the runtime, after it exited, a report period at each
+    end); labelled a measured share, and A + B + unattributed = the device's energy."""
+    pid_map, spans = tmp_path / "pids.txt", tmp_path / "spans.txt"
     config = tmp_path / "wattline.toml"
     path_env = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     config.write_text(
         "[sources.neuron]\n"
         f'monitor_path = "{REPLAY}"\n'
-        'monitor_args = ["--period", "0.1"]\n'
+        f'monitor_args = ["--period", "{REPORT_S}"]\n'
         f'monitor_env = {{ PATH = "{path_env}", NEURON_REPLAY_FILE = "{two_runtime_stream(tmp_path / "s.ndjson")}", '
         f'NEURON_REPLAY_PID_MAP = "{pid_map}" }}\n'
         "period_s = 0.1\n"
@@ -338,37 +331,39 @@ def test_two_neuron_runtimes_on_one_device_split_it_by_their_neuroncore_use(tmp_
     power = root / "sys/devices/virtual/neuron_device/neuron0/stats/power/utilization"
     power.parent.mkdir(parents=True)
     (root / "sys/devices/virtual/neuron_device/neuron0/info/architecture").mkdir(parents=True)
-    power.write_text(f"POWER_STATUS_VALID,{int(time.time()) // 60 * 60},10.00,30.00,20.00\n")
+    # min 10 %, max 30 %, average POWER_AVG_PCT of the device's max power
+    power.write_text(f"POWER_STATUS_VALID,{int(time.time()) // 60 * 60},10.00,30.00,{POWER_AVG_PCT:.2f}\n")
     env = {**os.environ, "WATTLINE_USE_PERIOD_S": "0.5", "XDG_STATE_HOME": str(tmp_path / "state")}
     db = tmp_path / "w.db"
     extra = ["--config", str(config), "--sysfs-root", str(root)]
     jobs = [
-        wattline_run(db, job, "neuron", [sys.executable, "-c", RUNTIME, rec, str(pid_map), "6"], env, extra)
+        wattline_run(db, job, "neuron", [sys.executable, "-c", RUNTIME, rec, str(pid_map), "6", str(spans)], env, extra)
         for job, rec in (("job-a", "7001"), ("job-b", "7002"))
     ]
     finish(jobs)
     got = reports(db, "job-a", "job-b")
-    windows = {job: (got[job].job.start_ns, got[job].end_ns) for job in got}
+    mapped = {int(pid): (float(a), float(b)) for pid, a, b in (line.split() for line in spans.read_text().splitlines())}
+    live = {rec: int(pid) for rec, pid in (line.split() for line in pid_map.read_text().splitlines())}
     with open_store(f"sqlite:///{db}") as store:
         uses = {job: [e for e in store.job_events(job) if e.event == "use"] for job in got}
-        timelines = {
-            job: [
-                (e.time_ns - e.fields["period_ns"], e.time_ns, e.fields["job_use"] / e.fields["device_use"]) for e in u
-            ]
-            for job, u in uses.items()
-        }
-        for job, share in (("job-a", 0.75), ("job-b", 0.25)):
-            assert uses[job] and all(e.fields["device"] == "neuron:0" for e in uses[job])
-            ratios = [r for _a, _b, r in timelines[job]]
-            # the first period may begin before the process became the runtime (the pid map)
-            assert ratios[0] <= share * 1.01 and ratios[1:] == pytest.approx([share] * (len(ratios) - 1), rel=0.01)
-            [ds] = got[job].device_shares
-            assert (ds.device, ds.basis) == ("neuron0", "measured share")
-            window_s = (windows[job][1] - windows[job][0]) / 1e9
-            power_w = ds.device_energy_j / window_s  # the model's power is constant here
-            expected = by_the_rule(job, windows, timelines) * power_w
-            assert ds.energy_j == pytest.approx(expected, rel=0.01)
-            assert ds.energy_j == pytest.approx(share * ds.device_energy_j, rel=0.1)
+    for job, rec, share in (("job-a", "7001", 0.75), ("job-b", "7002", 0.25)):
+        # the wrapper measured the constructed ratio (its first period may begin before the
+        # process became the runtime)
+        assert uses[job] and all(e.fields["device"] == "neuron:0" for e in uses[job])
+        ratios = [e.fields["job_use"] / e.fields["device_use"] for e in uses[job]]
+        assert ratios[0] <= share * 1.01 and ratios[1:] == pytest.approx([share] * (len(ratios) - 1), rel=0.01)
+        [ds] = got[job].device_shares
+        assert (ds.device, ds.basis) == ("neuron0", "measured share")
+        opened, closed = within_stored_window(db, job, -math.inf, math.inf)
+        became, exited = mapped[live[rec]]
+        assert opened < became < exited <= closed
+        truth = share * NEURON_W * (closed - opened)
+        # outside [became, exited) no constructed ratio holds: the rule may give the job
+        # anything from none of the device to all of it; inside, its use is known to a report
+        unknown_s = (became - opened) + (closed - exited)
+        tolerance = NEURON_W * unknown_s + share * NEURON_W * 2 * REPORT_S
+        assert abs(ds.energy_j - truth) <= tolerance, (ds.energy_j, truth, tolerance)
+        assert ds.device_energy_j == pytest.approx(NEURON_W * (closed - opened), rel=1e-3)
     da, db_ = got["job-a"].device_shares[0], got["job-b"].device_shares[0]
     assert math.isclose(da.span_energy_j, da.energy_j + db_.energy_j + da.unattributed_j, rel_tol=1e-9)
 

@@ -90,3 +90,28 @@ def test_a_deploy_script_exits_0_with_one_line_whatever_its_path(tmp_path: Path,
     assert out.returncode == 0 and len(out.stderr.splitlines()) == 1, out.stderr
     assert "Traceback" not in out.stderr
     assert ("not importable from PYPATH" in out.stderr) == (pypath != "good")
+
+
+def test_a_close_names_the_job_its_open_could_not(tmp_path: Path) -> None:
+    """A prolog whose controller answered late opens the job under its id alone; the epilog's
+    close carries the name and labels the controller gave then, and readers show them."""
+    import json
+
+    from wattline.collector.stores.sqlite import SqliteStore
+
+    host = wire.Host(host_id="n1")
+    opened = wire.JobEvent(job_id="77", kind=wire.pb.JobEvent.KIND_OPEN, time_ns=10**18, event_seq=1, name="77")
+    opened.labels["user"] = "alice"
+    close = wire.JobEvent(job_id="77", kind=wire.pb.JobEvent.KIND_CLOSE, time_ns=10**18 + 10**9, event_seq=2,
+                          exit_code=0, name="train-bert")  # fmt: skip
+    close.labels.update({"account": "ml", "user": "mallory"})
+    db = tmp_path / "w.db"
+    with SqliteStore(db) as store:
+        store.write(wire.Batch(host=host, job_events=[opened, close]))
+    listed = subprocess.run(
+        [sys.executable, "-m", "wattline.cli.main", "jobs", "--json", "--store", f"sqlite:///{db}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    (row,) = json.loads(listed.stdout)
+    assert row["name"] == "train-bert"
+    assert row["labels"]["account"] == "ml" and row["labels"]["user"] == "alice"  # the open's stands

@@ -273,6 +273,11 @@ def _fold(view: JobView, e: StoredJobEvent, last_units: dict[str, int]) -> None:
         window.close_ns = max(window.close_ns or e.time_ns, e.time_ns)
         window.exit_code = exit_code if exit_code is not None else window.exit_code
         window.end_reason = reason
+        if f.get("name") and view.name in ("", view.job_id):  # the open did not know it
+            view.name = str(f["name"])
+        for key, value in f.items():
+            if key.startswith("label_"):
+                view.labels.setdefault(key[6:], str(value))
         # A Slurm close says how the scheduler ended the job, a pod-job's how its pods ended: one field to show.
         window.end_state = " ".join(str(f.get("end_state") or f.get("pod_end") or "").split())[:64]
 

@@ -267,6 +267,7 @@ def epilog(env: Mapping[str, str], config: Path | None) -> list[str]:
     base = seq_base(job.job_id, node.host.host_id)
     view = answer(asked)
     code = int(view.get("exit_code") or exit_status(env.get("SLURM_JOB_EXIT_CODE2", "0:0")))
+    learnt = bounded({"name": view.get("name", ""), **{k: view.get(k, "") for k in ("account", "qos")}})
     close = wire.JobEvent(
         job_id=job.job_id,
         kind=wire.pb.JobEvent.KIND_CLOSE,
@@ -274,6 +275,9 @@ def epilog(env: Mapping[str, str], config: Path | None) -> list[str]:
         event_seq=base | CLOSE_AT,
         exit_code=code,
         end_state=end_state(view),
+        # what the prolog could not learn when the controller was slow: readers take it from here
+        name=learnt.pop("name", ""),
+        labels=learnt,
     )
     path = events_path(node.slurm_dir, job.job_id)
     sent = False

@@ -141,6 +141,10 @@ def job_event_fields(event: wire.pb.JobEvent) -> dict[str, float | int | str | b
     elif event.kind == wire.pb.JobEvent.KIND_PHASE:
         fields["phase"] = event.phase
     elif event.kind == wire.pb.JobEvent.KIND_CLOSE:
+        if event.name:  # what the open could not learn (see the proto)
+            fields["name"] = event.name
+        for key, value in event.labels.items():
+            fields[f"label_{key}"] = value
         if event.abandoned:  # nobody saw the workload end: its exit status is unknown
             fields["abandoned"] = event.abandoned
         else:

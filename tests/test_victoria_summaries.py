@@ -152,3 +152,28 @@ def test_collector_into_victoria_metrics_writes_summaries_that_converge(
     assert summary(vm, "next").fields["energy_total_j"] == pytest.approx(truth_j(vm, "next"), rel=0.01)
     assert summary(vm, "dead").fields["energy_total_j"] == pytest.approx(truth_j(vm, "dead"), rel=0.01)
     assert "Traceback" not in (tmp_path / "collector.log").read_text()
+
+
+@pytest.mark.servers
+def test_the_report_printed_at_the_end_of_a_run_is_of_the_closed_job(
+    tmp_path: Path, tree: Any, vm: VictoriaStore
+) -> None:
+    """VictoriaMetrics makes rows searchable a moment after it took them: the report `wattline
+    run` prints once the collector acknowledged the close must wait for the store to show it,
+    not report the job as still running."""
+    port = free_port()
+    collector = start_collector(port, ["--store", vm.url], tmp_path / "collector.log")
+    agent = Proc(
+        ["agent", "--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl",
+         "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
+        tmp_path / "agent.log",
+    )  # fmt: skip
+    where = ["--host-id", HOST, f"--collector=127.0.0.1:{port}", "--store", vm.url]
+    try:
+        time.sleep(2.0)
+        printed = json.loads(cli(tmp_path, "run", "--job-id", "shown", "--json", *where, "--", "sleep", "3").stdout)
+    finally:
+        agent.terminate()
+        collector.terminate()
+    assert printed["job"]["status"] == "closed" and printed["complete"] is True, printed["notes"]
+    assert total_j(printed) == pytest.approx(truth_j(vm, "shown"), rel=0.01)

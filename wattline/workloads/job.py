@@ -206,12 +206,12 @@ class Job:
             raise RuntimeError("this job belongs to `wattline run`, which prints its report")
         wait_s = report_wait_s(self._batch_interval_s)
         if reader is not None:
-            return build_complete_report(reader, self.job_id, settings, wait_s)
+            return build_complete_report(reader, self.job_id, settings, wait_s, closed=True)
         if self._store is None and (self._collector or self._sink_given):
             raise RuntimeError("report(): give Job(store=...) the URL of the store the job's events went to")
         store = open_store(self._store or default_store_url())
         try:
-            return build_complete_report(store, self.job_id, settings, wait_s)  # type: ignore[arg-type]
+            return build_complete_report(store, self.job_id, settings, wait_s, closed=True)  # type: ignore[arg-type]
         finally:
             store.close()
 

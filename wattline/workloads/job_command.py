@@ -34,7 +34,16 @@ from wattline.workloads.report import Report, ReportSettings, build_complete_rep
 from wattline.workloads.run import RunRequest, devices_from_env, parse_devices, resolve_gpu_claims, run_job
 
 #: Failures of a report once the command has run: one line, never the command's status lost.
-REPORT_ERRORS = (ConfigError, OSError, RuntimeError, ValueError, StoreUnavailable, QueryError, sqlite3.Error)
+REPORT_ERRORS = (
+    ConfigError,
+    OSError,
+    RuntimeError,
+    ValueError,
+    LookupError,
+    StoreUnavailable,
+    QueryError,
+    sqlite3.Error,
+)
 
 
 def say(line: str) -> None:
@@ -150,7 +159,7 @@ def read_report(job: Job, settings: ReportSettings) -> Report:
     """The job's complete report, read once its command has ended."""
     with job.store.open_reader() as reader:
         return build_complete_report(
-            reader, job.request.spec.job_id, settings, report_wait_s(job.settings.batch_interval)
+            reader, job.request.spec.job_id, settings, report_wait_s(job.settings.batch_interval), closed=True
         )
 
 

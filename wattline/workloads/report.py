@@ -49,7 +49,7 @@ from wattline.workloads.attribution import (
     window_energy,
 )
 from wattline.workloads.device_shares import DeviceShare, device_shares, use_scope, use_timelines
-from wattline.workloads.jobs_view import JobView, inspect_view, utc_iso, view_at, views_of
+from wattline.workloads.jobs_view import JobNotFound, JobView, inspect_view, utc_iso, view_at, views_of
 from wattline.workloads.report_channels import EXCLUDED_COMPONENTS, Bounds, channels_from_edges, channels_from_samples
 from wattline.workloads.report_idle import idle_baselines, idle_busy_jobs, idle_busy_note
 from wattline.workloads.report_model import ComponentEnergy, Report, ReportSettings, WindowEnergy
@@ -172,16 +172,33 @@ def report_wait_s(batch_interval_s: float) -> float:
 
 
 def build_complete_report(
-    reader: Reader, job_id: str, settings: ReportSettings | None = None, wait_s: float = report_wait_s(1.5)
+    reader: Reader,
+    job_id: str,
+    settings: ReportSettings | None = None,
+    wait_s: float = report_wait_s(1.5),
+    closed: bool = False,
 ) -> Report:
     """:func:`build_report`, waiting up to ``wait_s`` after the job's end for samples that
     have not reached the store yet (an agent ships them every batch interval).
 
     Waits only for a closed job that ended less than ``wait_s`` ago; returns the report
     as soon as it is complete, else the last one built, whose notes say what it lacks.
+    ``closed``: the caller knows the job closed (its close was acknowledged): up to ``wait_s``
+    more for the store to show it (VictoriaMetrics makes rows searchable a moment after it
+    took them), so the report is not that of a job still running.
     """
+    deadline = time.monotonic() + wait_s
     while True:
-        report = build_report(reader, job_id, settings)
+        try:
+            report = build_report(reader, job_id, settings)
+        except JobNotFound:
+            if not closed or time.monotonic() >= deadline:
+                raise
+            time.sleep(POLL_S)  # its events are stored, not searchable yet
+            continue
+        if closed and not report.job.closed and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+            continue
         left_s = wait_s - (time.time_ns() - report.end_ns) / 1e9
         if not report.incomplete or not report.job.closed or left_s <= 0:
             return report

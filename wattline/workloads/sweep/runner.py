@@ -101,7 +101,7 @@ def done_runs(
         run = int(labels[RUN_LABEL])
         if point not in grid or run >= plan.repeat or (point, run) in found:
             continue
-        figures = figures_of(build_complete_report(reader, view.job_id, settings), point, run, 0)
+        figures = figures_of(build_complete_report(reader, view.job_id, settings, closed=True), point, run, 0)
         found[(point, run)] = dataclasses.replace(figures, latency_s=(latency or {}).get(view.job_id))
     return list(found.values())
 

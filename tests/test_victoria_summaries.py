@@ -134,7 +134,8 @@ def test_collector_into_victoria_metrics_writes_summaries_that_converge(
         kill_after(dead, 4.0)
         time.sleep(2.0)
         cli(tmp_path, "run", "--job-id", "next", "--no-report", *where, "--", "sleep", "4")
-        wait_for(lambda: summary(vm, "next") is not None, 30, "next's first summary")
+        wait_for(lambda: (found := summary(vm, "next")) is not None and found.fields["status"] == "closed", 30,
+                 "next's first summary after its close")  # fmt: skip
         first = summary(vm, "next")
         assert first is not None and first.fields["status"] == "closed"
         assert first.fields["energy_total_j"] == pytest.approx(truth_j(vm, "next") / 2, rel=0.02)

@@ -162,14 +162,15 @@ def test_the_report_printed_at_the_end_of_a_run_is_of_the_closed_job(
     """VictoriaMetrics makes rows searchable a moment after it took them: the report `wattline
     run` prints once the collector acknowledged the close must wait for the store to show it,
     not report the job as still running."""
+    host = "shown-host"  # the database is the session's: other tests' jobs ran on HOST
     port = free_port()
     collector = start_collector(port, ["--store", vm.url], tmp_path / "collector.log")
     agent = Proc(
-        ["agent", "--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl",
+        ["agent", "--host-id", host, "--sysfs-root", str(tree.root), "--source", "rapl",
          "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
         tmp_path / "agent.log",
     )  # fmt: skip
-    where = ["--host-id", HOST, f"--collector=127.0.0.1:{port}", "--store", vm.url]
+    where = ["--host-id", host, f"--collector=127.0.0.1:{port}", "--store", vm.url]
     try:
         time.sleep(2.0)
         printed = json.loads(cli(tmp_path, "run", "--job-id", "shown", "--json", *where, "--", "sleep", "3").stdout)

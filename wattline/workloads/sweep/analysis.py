@@ -182,11 +182,21 @@ def _floor(values: Sequence[Value | None]) -> float:
     return statistics.median(rels) if rels else 0.0
 
 
-def _costs(p: PointResult, latency: bool) -> tuple[float, ...]:
-    """The point's figures to minimise: energy per unit, throughput negated, and latency."""
+def _costs(p: PointResult, latency: bool) -> list[tuple[float, float]]:
+    """The point's figures to minimise (energy per unit, throughput negated, latency), each with
+    the spread of its runs (at least MIN_SPREAD of it): how far apart two such figures may be
+    and still be the same."""
     assert p.j_per_unit is not None and p.throughput_per_s is not None
-    lat = (p.latency_s.mean,) if latency and p.latency_s is not None else ()
-    return (p.j_per_unit.mean, -p.throughput_per_s.mean, *lat)
+    figures = [p.j_per_unit, p.throughput_per_s, *([p.latency_s] if latency and p.latency_s is not None else [])]
+    signs = [1.0, -1.0, 1.0]
+    return [(sign * v.mean, max(v.range, MIN_SPREAD * abs(v.mean))) for sign, v in zip(signs, figures, strict=False)]
+
+
+def _beats(q: list[tuple[float, float]], p: list[tuple[float, float]]) -> bool:
+    """Q dominates P: no worse on any figure beyond the two spreads, better on one beyond them
+    (two settings whose figures differ by noise never push each other off the front)."""
+    apart = [(a, b, max(sa, sb)) for (a, sa), (b, sb) in zip(q, p, strict=True)]
+    return all(a <= b + tol for a, b, tol in apart) and any(a < b - tol for a, b, tol in apart)
 
 
 def _pareto(ranked: Sequence[PointResult]) -> None:
@@ -196,11 +206,7 @@ def _pareto(ranked: Sequence[PointResult]) -> None:
     latency = all(p.latency_s is not None for p in ranked)
     costs = {id(p): _costs(p, latency) for p in ranked}
     for p in ranked:
-        mine = costs[id(p)]
-        p.pareto = not any(
-            q is not p and all(a <= b for a, b in zip(costs[id(q)], mine, strict=True)) and costs[id(q)] != mine
-            for q in ranked
-        )
+        p.pareto = not any(q is not p and _beats(costs[id(q)], costs[id(p)]) for q in ranked)
 
 
 def _choose(

@@ -54,6 +54,7 @@ class Cluster:
     power_w: dict[str, float]
     env: dict[str, str]
     procs: list[Proc] = field(default_factory=list)
+    agents: dict[str, Proc] = field(default_factory=dict)  #: each node's agent (also in procs)
     pid_files: list[Path] = field(default_factory=list)
     trees: list[PowerAdvancer] = field(default_factory=list)
     #: What slurm.conf names as hooks: wattline's; "noop" scripts that only exit 0; "none"
@@ -68,6 +69,13 @@ class Cluster:
         return subprocess.run(  # in its root: sbatch writes slurm-N.out where it runs
             list(args), capture_output=True, text=True, timeout=timeout, env=self.env, check=True, cwd=self.root
         )
+
+    def restart_agent(self, node: str) -> Proc:
+        """Start ``node``'s agent again as it was started (after the test killed it)."""
+        old = self.agents[node]
+        new = self.agents[node] = Proc(old.args, old.log_path, {"WATTLINE_HEARTBEAT_S": HEARTBEAT_S})
+        self.procs.append(new)
+        return new
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -211,7 +219,10 @@ PartitionName=debug Nodes={",".join(ports)} Default=YES MaxTime=INFINITE State=U
         )
         args = ["agent", "--config", str(cluster.config(node)), "--sysfs-root", str(tree), "--source", "rapl"]
         args += ["--interval", "0.25", "--batch-interval", "0.5", f"--collector=127.0.0.1:{port}"]
-        cluster.procs.append(Proc(args, root / "log" / f"agent-{node}.log", {"WATTLINE_HEARTBEAT_S": HEARTBEAT_S}))
+        agent = cluster.agents[node] = Proc(
+            args, root / "log" / f"agent-{node}.log", {"WATTLINE_HEARTBEAT_S": HEARTBEAT_S}
+        )
+        cluster.procs.append(agent)
     conf = str(root / "slurm.conf")
     subprocess.run(["/usr/sbin/slurmctld", "-f", conf], check=True, env=cluster.env, timeout=30)
     cluster.pid_files.append(root / "slurmctld.pid")

@@ -136,6 +136,35 @@ def test_scancel_says_so(cluster: slurm_cluster.Cluster) -> None:
     assert rows[job]["end_state"] == "cancelled"
 
 
+def test_an_agent_killed_during_a_job(cluster: slurm_cluster.Cluster) -> None:
+    """The node's agent is killed (SIGKILL) during a job and started again 3 s later: still one
+    job, opened and closed by the hooks' notes, with its exit status; its energy is the node's
+    power x the time the two agents' samples cover within the window (the gap between them is
+    not measured, and the report says so)."""
+    job = sbatch(cluster, "-w", "n2", "--wrap", "sleep 12; exit 4")
+    deadline = time.monotonic() + 30
+    while not any(e["event"] == "open" for e in events(cluster, job)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
+    cluster.agents["n2"].kill9()
+    time.sleep(3)
+    cluster.restart_agent("n2")
+    found = closed(cluster, job)
+    window = [next(e["time_ns"] for e in found if e["event"] == kind) for kind in ("open", "close")]
+    with sqlite3.connect(cluster.db) as conn:
+        spans = conn.execute(
+            "SELECT start_ns, time_ns, stream FROM energy WHERE host = 'n2' AND time_ns > ? AND start_ns < ?", window
+        ).fetchall()
+    assert len({stream for _, _, stream in spans}) == 2  # the killed agent's and the new one's
+    covered_s = sum(min(end, window[1]) - max(start, window[0]) for start, end, _ in spans) / 1e9
+    assert (window[1] - window[0]) / 1e9 - covered_s >= 2.5  # the agent was dead for 3 s
+    report = wattline(cluster, "report", job)
+    energy = sum(row["energy_j"] for part in ("warmup", "measured") for row in report[part]["by_host"])
+    assert energy == pytest.approx(POWER_W["n2"] * covered_s, rel=0.01)
+    assert report["job"]["exit_code"] == 4
+    assert any("agent restarted during the job" in note for note in report["notes"]), report["notes"]
+
+
 def test_array_tasks_are_jobs_of_their_own(cluster: slurm_cluster.Cluster) -> None:
     """Task 1 runs under the array's own id, task 2 under the next one (Slurm numbers them so)."""
     first = sbatch(cluster, "--array=1-2%1", "--wrap", "sleep 2")  # one at a time: each has its node

@@ -10,43 +10,42 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from slurm_node_files import node_config
 
 from wattline import wire
+from wattline.agent import slurm_node
+from wattline.agent.slurm_records import SlurmError
 from wattline.workloads import slurm
 
 
 def node_env(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    config = tmp_path / "n1.toml"
-    config.write_text(f'[agent]\nhost_id = "n1"\noutbox_dir = "{tmp_path}/outbox"\nslurm_dir = "{tmp_path}/slurm"\n')
     env = {"SLURM_JOB_ID": "7", "SLURM_JOB_UID": str(os.getuid()), "SLURM_JOB_GID": "0", "SLURMD_NODENAME": "n1"}
-    return tmp_path / "{node}.toml", env
+    return node_config(tmp_path), env
 
 
 def test_a_symlinked_events_file_is_not_followed(tmp_path: Path) -> None:
-    config, env = node_env(tmp_path)
-    node = slurm.node_settings(config, env)
-    path = slurm.make_events_file(node, slurm.SlurmJob.from_env(env))
+    _, env = node_env(tmp_path)
+    path = slurm.make_events_file(tmp_path / "slurm", "7", env)
     secret = tmp_path / "secret"
     secret.write_text("units 99\n")
     path.unlink()
     path.symlink_to(secret)
-    with pytest.raises(slurm.SlurmError, match="link is not followed"):
-        slurm.read_events_file(path, os.getuid())
+    with pytest.raises(SlurmError, match="link is not followed"):
+        slurm_node.read_events_file(path, os.getuid())
 
 
 def test_another_users_file_counts_nothing_for_the_job(tmp_path: Path) -> None:
-    config, env = node_env(tmp_path)
-    node = slurm.node_settings(config, env)
-    path = slurm.make_events_file(node, slurm.SlurmJob.from_env(env))
+    _, env = node_env(tmp_path)
+    path = slurm.make_events_file(tmp_path / "slurm", "7", env)
     path.write_text("units 5\n")
-    with pytest.raises(slurm.SlurmError, match="not a regular file of the job's user"):
-        slurm.read_events_file(path, os.getuid() + 1)
-    assert slurm.read_events_file(path, os.getuid()) == b"units 5\n"
+    with pytest.raises(SlurmError, match="not a regular file of the job's user"):
+        slurm_node.read_events_file(path, os.getuid() + 1)
+    assert slurm_node.read_events_file(path, os.getuid()) == b"units 5\n"
 
 
 def test_an_oversized_name_is_bounded() -> None:
-    view = slurm.parse_show_job(f"JobId=7 JobName={'x' * 5000}\x07 UserId=root(0) Account=(null) ExitCode=0:15")
-    assert len(view["name"]) == slurm.MAX_LABEL_CHARS and "\x07" not in view["name"]
+    view = slurm_node.parse_show_job(f"JobId=7 JobName={'x' * 5000}\x07 UserId=root(0) Account=(null) ExitCode=0:15")
+    assert len(view["name"]) == slurm_node.MAX_LABEL_CHARS and "\x07" not in view["name"]
     assert "account" not in view and view["exit_code"] == "143"
 
 
@@ -61,16 +60,6 @@ def test_a_hook_exits_0_and_says_why_in_one_line(env: dict[str, str]) -> None:
     )
     assert out.returncode == 0 and len(out.stderr.splitlines()) == 1, out.stderr
     assert "Traceback" not in out.stderr
-
-
-def test_a_rerun_prolog_and_epilog_number_their_events_as_before(tmp_path: Path) -> None:
-    config, env = node_env(tmp_path)
-    node = slurm.node_settings(config, env)
-    job = slurm.SlurmJob.from_env(env)
-    seqs = [
-        slurm.builder(job, node).make(wire.pb.JobEvent.KIND_CLOSE, 1, at=slurm.CLOSE_AT).event_seq for _ in range(2)
-    ]
-    assert seqs[0] == seqs[1] == slurm.seq_base("7", "n1") | slurm.CLOSE_AT
 
 
 @pytest.mark.parametrize("name", ["prolog", "epilog", "task-prolog"])

@@ -13,9 +13,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from nvml_stub.build import build_stub
+from slurm_node_files import node_config, slurmd_proc
 
 from wattline import wire
 from wattline.agent import holders, slurm_node
@@ -23,6 +25,7 @@ from wattline.agent.slurm_watch import SlurmWatcher
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads import slurm
 from wattline.workloads.attribution import ChannelEnergy, JobWindow, UseInterval, UseTimeline, split_shared
+from wattline.workloads.events import EventBuilder, JobSpec
 from wattline.workloads.report import build_report
 from wattline.workloads.report_model import ReportSettings
 from wattline.workloads.window_energy import Interval
@@ -80,21 +83,24 @@ def advance(dirs: dict[str, Path], t_s: float, layout: str) -> None:
         temporary.replace(directory / name)
 
 
-def open_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[slurm.Node, list[wire.pb.JobEvent]]:
-    """Both jobs opened by the real prolog (holder records for the agent); their windows'
-    open and close events made here at T0 and T0 + LENGTH_S."""
-    config = tmp_path / "n1.toml"
-    config.write_text(f'[agent]\nhost_id = "n1"\noutbox_dir = "{tmp_path}/outbox"\nslurm_dir = "{tmp_path}/slurm"\n')
-    monkeypatch.setattr(slurm, "send", lambda node, events: None)
-    monkeypatch.setattr(slurm, "ask_controller", lambda job_id: slurm_node.Asked(None, 0.0))
+class Node(NamedTuple):
+    outbox: Path
+    slurm_dir: Path
+    host: wire.pb.Host
+
+
+def open_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Node, list[wire.pb.JobEvent]]:
+    """Both jobs opened by the real prolog (notes the agent turns into holder records); their
+    windows' open and close events made here at T0 and T0 + LENGTH_S."""
+    config, proc = node_config(tmp_path), slurmd_proc(tmp_path / "proc")
+    monkeypatch.setattr(slurm_node, "ask_controller", lambda *a, **k: slurm_node.Asked(None, 0.0))
     windows: list[wire.pb.JobEvent] = []
     for job_id in CORES:
         env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_UID": str(UID), "SLURMD_NODENAME": "n1"}
-        assert slurm.prolog(env, config, parent=os.getpid()) == []
-        node, job = slurm.node_settings(config, env), slurm.SlurmJob.from_env(env)
-        events = slurm.builder(job, node)
+        assert slurm.prolog(env, config, proc) == []
+        events = EventBuilder(JobSpec(job_id, job_id), base=slurm_node.seq_base(job_id, "n1"))
         windows += [events.open(T0), events.close(0, T0 + LENGTH_S * S)]
-    return node, windows
+    return Node(tmp_path / "outbox", tmp_path / "slurm", wire.Host(host_id="n1")), windows
 
 
 def store_with(path: Path, events: list[wire.pb.JobEvent]) -> SqliteStore:
@@ -162,53 +168,49 @@ def test_a_restarted_agent_numbers_a_period_as_before(tmp_path: Path, monkeypatc
         for t in (0, 5, 10):
             advance(dirs, t, "v2")
             watcher.poll(T0 + t * S)
-    assert [(e.job_id, e.event_seq, e.job_use) for e in runs[0]] == [
-        (e.job_id, e.event_seq, e.job_use) for e in runs[1]
-    ]
-    assert all(e.event_seq & 0xFFFFFFFF >= 1 << 30 for e in runs[0])  # the USE places of the block
+    assert [e.kind for e in runs[0][:2]] == [wire.pb.JobEvent.KIND_OPEN] * 2  # the first agent took the notes
+    uses = [[(e.job_id, e.event_seq, e.job_use) for e in run if e.kind == wire.pb.JobEvent.KIND_USE] for run in runs]
+    assert uses[0] == uses[1] and len(uses[0]) == 4
+    assert all(seq & 0xFFFFFFFF >= 1 << 30 for _, seq, _ in uses[0])  # the USE places of the block
     holders.drop(node.outbox, "101", "n1")
 
 
-#: The agent's side, with the NVML stand-in: discovers the GPUs and runs one watcher pass.
+#: The agent's side, with the NVML stand-in: discovers the GPUs and runs one watcher pass,
+#: printing the devices of the open events it made.
 AGENT_PASS = """
 import sys
 from pathlib import Path
 from wattline import wire
+from wattline.agent import slurm_node
 from wattline.agent.slurm_watch import SlurmWatcher, gpu_uuids
 from wattline.agent.sources.nvml import NvmlSource
+slurm_node.ask_controller = lambda *a, **k: slurm_node.Asked(None, 0.0)
+from wattline.agent.sources.base import SourceUnavailable
 src = NvmlSource()
-channels = src.discover()
+try:
+    channels = src.discover()
+except SourceUnavailable:
+    channels = []
 outbox, slurm_dir = Path(sys.argv[1]), Path(sys.argv[2])
-SlurmWatcher(outbox, slurm_dir, wire.Host(host_id="n1"), lambda h, e: None, gpus=lambda: gpu_uuids(channels)).poll()
+show = lambda h, events: [print(",".join(e.devices)) for e in events if e.kind == wire.pb.JobEvent.KIND_OPEN]
+SlurmWatcher(outbox, slurm_dir, wire.Host(host_id="n1"), show, gpus=lambda: gpu_uuids(channels)).poll()
 src.close()
 """
 
 
-def test_slurm_gpus_are_claimed_by_uuid_from_the_agents_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = tmp_path / "n1.toml"
-    config.write_text(f'[agent]\nhost_id = "n1"\noutbox_dir = "{tmp_path}/outbox"\nslurm_dir = "{tmp_path}/slurm"\n')
-    sent: list[wire.pb.JobEvent] = []
-    monkeypatch.setattr(slurm, "send", lambda node, events: sent.extend(events))
-    monkeypatch.setattr(slurm, "ask_controller", lambda job_id: slurm_node.Asked(None, 0.0))
-    env = {"SLURM_JOB_ID": "301", "SLURM_JOB_UID": str(UID), "SLURM_JOB_GPUS": "1,0"}
-
-    problems = slurm.prolog(env, config, parent=os.getpid())  # no agent yet: by index, said once
-    assert [list(e.devices) for e in sent] == [["gpu:1", "gpu:0"]]
-    assert len(problems) == 1 and "GPUs 1,0 claimed by index" in problems[0]
-
+def test_slurm_gpus_are_claimed_by_uuid_from_the_agents_gpu_sources(tmp_path: Path) -> None:
+    config, proc = node_config(tmp_path), slurmd_proc(tmp_path / "proc")
+    env = {"SLURM_JOB_ID": "301", "SLURM_JOB_UID": str(UID), "SLURM_JOB_GPUS": "1,0", "SLURMD_NODENAME": "n1"}
     scenario = Path(__file__).parent / "nvml_stub/scenarios/two_gpus.txt"
-    done = subprocess.run(
-        [sys.executable, "-c", AGENT_PASS, str(tmp_path / "outbox"), str(tmp_path / "slurm")],
-        env=dict(os.environ, LD_LIBRARY_PATH=str(build_stub()), WATTLINE_NVML_SCENARIO=str(scenario)),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    sent.clear()
-    assert slurm.prolog(env, config, parent=os.getpid()) == []
+    shown = []
+    for nvml in (True, False):  # an agent without NVML claims them by index
+        assert slurm.prolog(env, config, proc) == []
+        stub = {"LD_LIBRARY_PATH": str(build_stub()), "WATTLINE_NVML_SCENARIO": str(scenario)} if nvml else {}
+        done = subprocess.run(
+            [sys.executable, "-c", AGENT_PASS, str(tmp_path / "outbox"), str(tmp_path / "slurm")],
+            env={**os.environ, **stub}, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        shown.append(done.stdout.strip())
     uuid = "GPU-0a1b2c3d-0000-4000-8000-00000000000"
-    assert [list(e.devices) for e in sent] == [[f"gpu:{uuid}1", f"gpu:{uuid}0"]]
-
-    (tmp_path / "slurm/gpus.json").chmod(0o666)  # a map others could have written counts for nothing
-    sent.clear()
-    slurm.prolog(env, config, parent=os.getpid())
-    assert [list(e.devices) for e in sent] == [["gpu:1", "gpu:0"]]
+    assert shown == [f"gpu:{uuid}1,gpu:{uuid}0", "gpu:1,gpu:0"]

@@ -16,12 +16,13 @@ import dataclasses
 import functools
 import os
 import stat
-import tomllib
 import types
 import typing
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
+
+from wattline import toml_file
 
 T = TypeVar("T")
 
@@ -44,14 +45,9 @@ def read_toml(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path}: not found") from None
-    except PermissionError:
-        raise ConfigError(f"config file {path}: permission denied") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path}: invalid TOML: {exc}") from None
+        return toml_file.load(str(path))
+    except toml_file.TomlFileError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def table(doc: Mapping[str, Any], dotted: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from wattline import wire
+from wattline.agent import proc_identity
 
 log = logging.getLogger(__name__)
 
@@ -57,53 +58,27 @@ class Identity:
     pid_ns: int
 
 
-def _boot_id(proc: Path) -> str:
-    try:
-        return (proc / "sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _start_ticks(proc: Path, pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat (after the command name, which may hold spaces and parentheses)."""
-    try:
-        stat = (proc / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    try:
-        return int(stat[stat.rindex(")") + 2 :].split()[19])
-    except (ValueError, IndexError):
-        return None
-
-
-def _pid_ns(proc: Path, pid: int | str) -> int:
-    try:
-        return os.stat(proc / str(pid) / "ns" / "pid").st_ino
-    except OSError:
-        return 0
-
-
 def identity(pid: int | None = None, proc: Path = Path("/proc")) -> Identity | None:
     """This process's identity (or ``pid``'s); None where /proc does not tell it."""
     pid = os.getpid() if pid is None else pid
-    ticks = _start_ticks(proc, pid)
+    ticks = proc_identity.start_ticks(proc, pid)
     if ticks is None:
         return None
-    return Identity(pid, ticks, _boot_id(proc), _pid_ns(proc, pid))
+    return Identity(pid, ticks, proc_identity.boot_id(proc), proc_identity.pid_ns(proc, pid))
 
 
 def gone(holder: Identity, proc: Path = Path("/proc")) -> bool | None:
     """True when ``holder`` no longer runs; False when it does; None when this process cannot
     tell (another pid namespace, no /proc)."""
-    here = _pid_ns(proc, "self")
+    here = proc_identity.pid_ns(proc, "self")
     if not here or not holder.pid_ns or here != holder.pid_ns:
         return None
-    boot = _boot_id(proc)
+    boot = proc_identity.boot_id(proc)
     if not boot or not holder.boot_id:
         return None
     if boot != holder.boot_id:
         return True  # the host rebooted since
-    return _start_ticks(proc, holder.pid) != holder.start_ticks  # exited, or its pid was reused
+    return proc_identity.start_ticks(proc, holder.pid) != holder.start_ticks  # exited, or its pid was reused
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from wattline.agent import slurm_records
 from wattline.config import ConfigError, option
 
 DEFAULT_SOURCES = ["rapl", "nvml", "neuron", "nic", "cpu_model"]
@@ -63,9 +64,10 @@ class AgentSettings:
         "else /run/wattline/edge.sock (served when that directory exists); 'off': neither serve nor ask.",
     )
     slurm_dir: str = option(
-        "/run/wattline/slurm",
+        slurm_records.DEFAULT_DIR,
         "Slurm hooks: where the prolog makes each job's events file (WATTLINE_EVENTS of its tasks, owned "
-        "by the job's user); a directory of root's that users can read.",
+        "by the job's user) and the prolog and epilog leave the agent their notes; a directory of root's "
+        "that users can read.",
     )
     prometheus_port: int | None = option(None, "Serve Prometheus metrics on this port (off when unset).")
     prometheus_addr: str = option("127.0.0.1", "Address for the Prometheus endpoint (0.0.0.0 to expose).")

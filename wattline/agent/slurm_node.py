@@ -1,16 +1,13 @@
-"""What a Slurm node's hooks and its agent agree on about a job (README "Slurm").
+"""What the agent makes of a Slurm job (README "Slurm"): the (job, host) event_seq block and
+the places in it, the events file's lines as events, what the controller says of a job and
+of how it ended, the job's GPUs.
 
-The hooks (:mod:`wattline.workloads.slurm`) and the agent both make a Slurm job's events, so
-what fixes an event's identity lives here, below both: the (job, host) event_seq block and
-the places in it, the events file's lines as events, what the controller says of how a
-job ended, and the agent's map of the node's GPUs that the prolog claims by. The events
-file is the job's user's input and both readers run as root: it is
-opened without following a link and counts only while its user owns it.
-
-Who reads which line: the agent reads the open jobs' events files as they grow, the epilog
-what is left at the end. Each keeps the reader's progress (byte offset, line number) in
-``<job>.read`` beside the file, holding an exclusive lock on it from reading the lines to
-handing their events over, so a line is sent once, at the time it was first read.
+The events file is the job's user's input and the agent runs as root: it is opened without
+following a link and counts only while its user owns it. The agent reads an open job's
+file as it grows and what is left once the epilog noted the end, keeping the reader's
+progress (byte offset, line number) in ``<job>.read`` beside the file under an exclusive
+lock from reading the lines to handing their events over, so a line is sent once, at the
+time it was first read, also across an agent's restart.
 """
 
 from __future__ import annotations
@@ -18,26 +15,24 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import re
 import stat
+import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # loaded where used: a TaskProlog needs neither (each task waits for it)
-    import subprocess
-
-    from wattline import wire
+from wattline import wire
+from wattline.agent import slurm_records
+from wattline.agent.event_lines import line_event
+from wattline.agent.slurm_records import SlurmError
 
 #: The controller is asked for what a 22.05 prolog's environment lacks (name, account, QOS)
-#: and, at the epilog, how the job ended; never for longer than this, so a slow controller
-#: costs labels, not the job's start.
+#: and how the job ended, by the agent (no hook waits for it), never for longer than this.
 SCONTROL = "/usr/bin/scontrol"
-SCONTROL_TIMEOUT_S = 0.05
+SCONTROL_TIMEOUT_S = 2.0
 #: Most of an events file read: a job counting units twice a second for a week writes less.
 MAX_EVENTS_BYTES = 64 << 20
 #: Longest label value kept (a job name is the user's input).
@@ -66,10 +61,6 @@ END_REASONS = {"TimeLimit": "timeout", "NodeDown": "node_fail", "Preempted": "pr
 UNSETTLED = frozenset({"COMPLETING", "RUNNING", "PENDING", "CONFIGURING", "SUSPENDED", "STAGE_OUT"})
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-class SlurmError(ValueError):
-    """What a hook could not do, in one line."""
 
 
 def seq_base(job_id: str, host_id: str) -> int:
@@ -101,10 +92,8 @@ class Asked:
 
 
 def ask_controller(job_id: str, timeout_s: float = SCONTROL_TIMEOUT_S, conf: str = "") -> Asked:
-    """Start asking ``scontrol show job -o`` about the job, so a hook loads its modules while
-    the controller answers. ``conf``: the slurm.conf (default: ``$SLURM_CONF``, else Slurm's own)."""
-    import subprocess
-
+    """Start asking ``scontrol show job -o`` about the job (several jobs are asked at once).
+    ``conf``: the slurm.conf (default: ``$SLURM_CONF``, else Slurm's own)."""
     conf = conf or os.environ.get("SLURM_CONF", "")
     deadline = time.monotonic() + timeout_s
     try:
@@ -123,8 +112,6 @@ def ask_controller(job_id: str, timeout_s: float = SCONTROL_TIMEOUT_S, conf: str
 def answer(asked: Asked) -> dict[str, str]:
     """What the controller said of the job (name, account, qos, state, reason, exit_code); {}
     when it did not answer by the deadline (then scontrol is ended)."""
-    import subprocess
-
     if asked.proc is None:
         return {}
     try:
@@ -187,10 +174,6 @@ def end_state(view: Mapping[str, str]) -> str:
 # --------------------------------------------------------------------- the events file
 
 
-def events_path(slurm_dir: Path, job_id: str) -> Path:
-    return slurm_dir / f"{job_id}.events"
-
-
 @contextlib.contextmanager
 def progress(slurm_dir: Path, job_id: str, wait_s: float = 0.2) -> Iterator[list[int]]:
     """The events file's reader progress ``[offset, line number]``, locked against the other
@@ -245,9 +228,6 @@ def new_line_events(
     """UNITS / PHASE events of the complete lines in ``data`` (the file from ``state``'s offset),
     line N at its fixed place, a line without a time at ``now_ns``; advances ``state`` past
     them. Returns the events and how many lines were malformed (blank and ``#`` lines are not)."""
-    from wattline import wire
-    from wattline.agent.event_lines import line_event
-
     complete = data[: data.rfind(b"\n") + 1]  # a last line without its newline is unfinished
     out, bad = [], 0
     for raw in complete.split(b"\n")[:-1]:
@@ -270,50 +250,17 @@ def new_line_events(
     return out, bad
 
 
-# --------------------------------------------------------------------- the node's GPUs by index
-
-#: The agent's index -> UUID map of this node's GPUs (NVML's numbering), in the slurm_dir: the
-#: prolog names a job's GPUs (``SLURM_JOB_GPUS``) by UUID without loading NVML itself.
-GPU_MAP = "gpus.json"
+# --------------------------------------------------------------------- the job's GPUs
 
 
-def write_gpu_map(slurm_dir: Path, uuids: Mapping[int, str]) -> None:
-    """Keep ``uuids`` for the prolog, replaced whole (a prolog never reads half a map)."""
-    temporary = slurm_dir / f".{GPU_MAP}.{os.getpid()}"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, json.dumps({str(k): v for k, v in sorted(uuids.items())}).encode())
-    finally:
-        os.close(fd)
-    os.replace(temporary, slurm_dir / GPU_MAP)
-
-
-def read_gpu_map(slurm_dir: Path) -> dict[str, str]:
-    """The agent's map (index -> UUID); {} when there is none or it is not root's own file."""
-    try:
-        fd = os.open(slurm_dir / GPU_MAP, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return {}
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            return {}
-        data = json.loads(os.read(fd, 1 << 16))
-        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-    finally:
-        os.close(fd)
-
-
-def gpu_claims(job_gpus: str, uuids: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """Device claims of ``SLURM_JOB_GPUS`` (host indices, ``0,2``): ``gpu:<UUID>`` by the map,
-    ``gpu:<index>`` where it has no entry; and the indices left by number."""
+def gpu_claims(job_gpus: str, uuids: Mapping[int, str]) -> tuple[list[str], list[str]]:
+    """Device claims of ``SLURM_JOB_GPUS`` (host indices, ``0,2``): ``gpu:<UUID>`` by the
+    agent's GPUs (index -> UUID), ``gpu:<index>`` where it has none; and the indices left by number."""
     claims, by_index = [], []
     for index in (i.strip() for i in job_gpus.split(",")):
         if not re.fullmatch(r"[0-9]{1,4}", index):
             continue  # not a host index (empty, or something Slurm does not write)
-        uuid = uuids.get(index, "")
+        uuid = uuids.get(int(index), "")
         if re.fullmatch(r"[A-Za-z0-9-]{1,96}", uuid):
             claims.append(f"gpu:{uuid}")
         else:
@@ -326,9 +273,9 @@ def gpu_claims(job_gpus: str, uuids: Mapping[str, str]) -> tuple[list[str], list
 
 
 def write_ending(slurm_dir: Path, close: wire.pb.JobEvent, host: wire.pb.Host, conf: str) -> Path:
-    """Leave the agent the epilog's ``close`` to send again once the controller says how the job
-    ended (``<job>.ending``, root's, beside the events file): the same identity, so the store
-    keeps one close, with its ``end_state``."""
+    """Leave the watcher a ``close`` to send again once the controller says how the job ended
+    (``<job>.ending``, root's, beside the events file): the same identity, so the store keeps
+    one close, with its ``end_state``."""
     record = {
         "job_id": close.job_id,
         "host_id": host.host_id,
@@ -338,29 +285,16 @@ def write_ending(slurm_dir: Path, close: wire.pb.JobEvent, host: wire.pb.Host, c
         "exit_code": close.exit_code,
         "conf": conf,
     }
-    path = slurm_dir / f"{close.job_id}.ending"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, json.dumps(record).encode())
-    finally:
-        os.close(fd)
-    return path
+    return slurm_records.write_json(slurm_dir / f"{close.job_id}.ending", record)
 
 
 def read_ending(path: Path) -> tuple[wire.pb.Host, wire.pb.JobEvent, str] | None:
-    """(host, close, slurm.conf) of an epilog's request; None for a file that is not one (a
-    link, another's than this process's user, not what :func:`write_ending` writes)."""
-    from wattline import wire
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    """(host, close, slurm.conf) of a request; None for a file that is not one (a link,
+    another's than this process's user, not what :func:`write_ending` writes)."""
+    data = slurm_records.read_json(path)
+    if not isinstance(data, dict):
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > 1 << 16:
-            return None
-        data = json.loads(os.read(fd, 1 << 16))
         host = wire.Host(host_id=str(data["host_id"]), labels={str(k): str(v) for k, v in data["host_labels"].items()})
         close = wire.JobEvent(
             job_id=str(data["job_id"]),
@@ -370,7 +304,5 @@ def read_ending(path: Path) -> tuple[wire.pb.Host, wire.pb.JobEvent, str] | None
             exit_code=int(data["exit_code"]),
         )
         return host, close, str(data.get("conf", ""))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    finally:
-        os.close(fd)

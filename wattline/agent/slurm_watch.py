@@ -1,23 +1,22 @@
-"""The agent's part in a Slurm node's jobs (README "Slurm"), between the prolog and the epilog
-and after it.
+"""The agent's part in a Slurm node's jobs (README "Slurm"), from the prolog to after the epilog.
 
-Every ``every_s`` it looks at the jobs whose holder is a slurmd of this host (the prolog's
-holder records, :mod:`.holders`) and reads the new complete lines of each one's events file,
-so a ``units N`` line without a time counts when it was written (within ``every_s``), not at
-the epilog; the file counts only while the job's user owns it, a link is never followed, and
-the reader's progress is shared with the epilog under a lock (:func:`.slurm_node.progress`),
-so each line is sent once. And it answers the epilogs' requests (``<job>.ending``): once the
-controller has settled how a job ended (on 22.05 every job is COMPLETING during its epilog, a
-cancelled one too), the epilog's close is sent again with its ``end_state``: the same
-identity, so the store keeps one close, now saying "cancelled".
+Every ``every_s`` it takes the hooks' notes (:mod:`.slurm_jobs`: a job's open, its close) and
+looks at the jobs whose holder is a slurmd of this host (the holder records it keeps for
+them, :mod:`.holders`), reading the new complete lines of each one's events file, so a
+``units N`` line without a time counts when it was written (within ``every_s``), not at the
+epilog; the file counts only while the job's user owns it, a link is never followed, and the
+reader's progress is kept under a lock (:func:`.slurm_node.progress`), so each line is sent
+once. And it answers the requests its closes left (``<job>.ending``): once the controller
+has settled how a job ended (on 22.05 every job is COMPLETING during its epilog, a cancelled
+one too), the close is sent again with its ``end_state``: the same identity, so the store
+keeps one close, now saying "cancelled".
 
 On a shared node it also reads each open job's cgroup CPU time (:mod:`.slurm_cgroups`) and,
 once per ``use_every_s``, sends each job a ``cpu:host`` USE event: its CPU time against
 every process's over the period (the ``cpu-time`` share rule splits CPU, DRAM and NIC by
 it). The event's place is fixed by the period's number (time // ``use_every_s``), so a
 period is one event whoever sends it; a job's first period here starts at its first
-reading (none before: no USE event, that stretch goes by the rule's fallback). It keeps the node's
-GPU UUIDs by index in the events directory for the prolog (``SLURM_JOB_GPUS`` -> claims).
+reading (none before: no USE event, that stretch goes by the rule's fallback).
 """
 
 from __future__ import annotations
@@ -32,9 +31,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from wattline import wire
-from wattline.agent import holders, slurm_node
+from wattline.agent import holders, slurm_node, slurm_records
 from wattline.agent.cgroup_cpu import CPU_DEVICE, CPU_METRIC
 from wattline.agent.slurm_cgroups import SlurmCgroups
+from wattline.agent.slurm_jobs import HookNotes
 from wattline.agent.sources.base import Channel
 
 log = logging.getLogger(__name__)
@@ -43,8 +43,6 @@ Deliver = Callable[[wire.pb.Host, list[wire.pb.JobEvent]], None]
 
 #: Seconds between two asks of the controller about one ended job, and how long it is asked.
 ASK_EVERY_S, ASK_FOR_S = 2.0, 300.0
-#: The controller's answer to the agent may take this long (the agent holds no job up).
-ASK_TIMEOUT_S = 2.0
 #: Seconds per CPU-time USE period (one event per job and period: 64 jobs cost 13 events/s).
 USE_EVERY_S = 5.0
 
@@ -81,8 +79,7 @@ class SlurmWatcher:
         self._read_ns = 0  #: time of the last CPU reading
         self._host_cpu: int | None = None
         self._job_cpu: dict[str, int] = {}  #: job -> its CPU time at the last reading
-        self.gpus = gpus  #: this node's GPUs, index -> UUID (the NVML source's)
-        self._gpu_map: dict[int, str] | None = None  #: the map last written for the prolog
+        self.notes = HookNotes(outbox_root, slurm_dir, host, deliver, gpus)
 
     def run(self, stop: threading.Event, every_s: float = 0.5) -> None:
         while not stop.is_set():
@@ -93,9 +90,9 @@ class SlurmWatcher:
             stop.wait(every_s)
 
     def poll(self, now_ns: int | None = None) -> None:
-        self._write_gpus()
         if not self._root_dir():
             return
+        self.notes.take()
         now_ns = time.time_ns() if now_ns is None else now_ns
         mine = [
             record
@@ -116,7 +113,7 @@ class SlurmWatcher:
         return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
     def _lines(self, record: holders.HolderRecord, now_ns: int) -> None:
-        path = slurm_node.events_path(self.slurm_dir, record.job_id)
+        path = slurm_records.events_path(self.slurm_dir, record.job_id)
         if not path.exists():
             return  # not made, or the epilog has taken it: no progress file to leave behind
         try:
@@ -127,25 +124,10 @@ class SlurmWatcher:
                 if events:
                     self.deliver(record.host(), events)  # raises: progress not kept, read again next time
             self.errors.pop(record.job_id, None)
-        except (OSError, slurm_node.SlurmError) as exc:
+        except (OSError, slurm_records.SlurmError) as exc:
             if self.errors.get(record.job_id) != str(exc):
                 log.warning("slurm job %s: events file not read: %s", record.job_id[:100], exc)
                 self.errors[record.job_id] = str(exc)
-
-    def _write_gpus(self) -> None:
-        """Leave the prolog this node's GPU UUIDs by index when they change (:func:`.slurm_node.write_gpu_map`)."""
-        uuids = self.gpus()
-        if uuids != self._gpu_map and (uuids or self._gpu_map is not None):
-            try:
-                # Made here too: the first job's prolog must find the map (a host without GPUs gets no folder).
-                self.slurm_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
-                if not self._root_dir():
-                    raise OSError(f"{self.slurm_dir} is not a directory only this user can change")
-                slurm_node.write_gpu_map(self.slurm_dir, uuids)
-                self._gpu_map = uuids
-            except OSError as exc:
-                log.warning("slurm: GPU map not written (prologs claim GPUs by index): %s", exc)
-                self._gpu_map = uuids  # said once per change
 
     def _cpu(self, records: list[holders.HolderRecord], now_ns: int) -> None:
         """Once per use period: each open job's CPU time since the last reading against the node's."""
@@ -207,7 +189,7 @@ class SlurmWatcher:
         if found is None or found[0].host_id != self.host.host_id:
             return
         host, close, conf = found
-        view = slurm_node.controller_view(close.job_id, ASK_TIMEOUT_S, conf)
+        view = slurm_node.controller_view(close.job_id, conf=conf)
         settled = view.get("state", "") not in slurm_node.UNSETTLED and bool(view)
         if not settled and time.time_ns() - close.time_ns < ASK_FOR_S * 1e9:
             return

@@ -1,21 +1,22 @@
 """``wattline slurm prolog|epilog|task-prolog [--config FILE]``: the Slurm hooks' commands.
 
-The hooks in ``deploy/slurm/`` run ``python -m wattline.cli.slurm HOOK --config FILE``: this
-module's :func:`main` parses that itself, so a hook loads no CLI library (every job start
-waits for the Prolog). ``wattline slurm ...`` (typer, :func:`register`) calls the same
-:func:`hook`. Whatever happens, a hook exits 0 (a failing Prolog drains the node) and says
-what went wrong in one line on stderr, which slurmd logs.
+The hooks in ``deploy/slurm/`` call this module's :func:`main` with ``HOOK --config FILE``;
+it parses that itself, so a hook loads no CLI library (every job start waits for the
+Prolog). ``wattline slurm ...`` (typer, :func:`register`) calls the same :func:`hook`.
+Whatever happens, a hook exits 0 (a failing Prolog drains the node) and says what went
+wrong in one line on stderr, which slurmd logs.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # typing's own flag costs a hook the typing module
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     import typer
 
 HOOKS = ("prolog", "epilog", "task-prolog")

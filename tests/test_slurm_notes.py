@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from slurm_node_files import node_config, slurmd_proc
 from wattline import wire
 from wattline.agent import holders, slurm_node
 from wattline.agent.slurm_jobs import HookNotes
+from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads import slurm
 
 K = wire.pb.JobEvent
@@ -144,3 +147,27 @@ def test_a_note_anyone_else_could_have_written_counts_for_nothing(
         assert notes.take() == 0 and notes.take() == 0
     assert sent == [] and note.is_symlink() == (how == "link")
     assert len([r for r in caplog.records if "44.open" in r.getMessage()]) == 1  # said once
+
+
+def test_a_time_limit_says_timeout(tmp_path: Path, controller: dict[str, str]) -> None:
+    """The controller's recorded answer for a job it ended at its time limit (a real 22.05:
+    tests/fixtures/scontrol/SOURCE.md): the close says ``timeout``, exit 143 (SIGTERM)."""
+    config, proc = node_config(tmp_path), slurmd_proc(tmp_path / "proc")
+    recorded = (Path(__file__).parent / "fixtures/scontrol/timeout-22.05.txt").read_text()
+    env = job_env("1")
+    slurm.prolog(env, config, proc)
+    slurm.epilog({**env, "SLURM_JOB_EXIT_CODE2": "0:15"}, config)
+    controller.update(slurm_node.parse_show_job(recorded))
+    sent: list[wire.pb.JobEvent] = []
+    assert agent(tmp_path, sent).take() == 2
+    close = sent[-1]
+    assert (close.kind, close.end_state, close.exit_code, close.name) == (K.KIND_CLOSE, "timeout", 143, "wrap")
+    assert not (tmp_path / "slurm/1.ending").exists()  # settled: nothing to ask again
+    db = tmp_path / "w.db"
+    with SqliteStore(db) as store:
+        store.write(wire.Batch(host=wire.Host(host_id="n1"), job_events=sent))
+    listed = subprocess.run(
+        [sys.executable, "-m", "wattline.cli.main", "jobs", "--no-energy", "--store", f"sqlite:///{db}"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert listed.returncode == 0 and "timed out (exit 143, SIGTERM)" in listed.stdout, listed.stdout + listed.stderr

@@ -7,20 +7,27 @@ point is either read back or counted; reads stay exact under a small sample limi
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from servers import PROMETHEUS_OOO_WINDOW_S, Daemon, make_batch, start_prometheus
+from test_dead_holder import tree
+from test_victoria_cluster import PrefixProxy, Route, collector_and_reports
 
 from wattline import wire
-from wattline.collector.stores.base import JobSummary
+from wattline.collector.stores.base import JobSummary, StoreUnavailable
+from wattline.collector.stores.factory import open_store
 from wattline.collector.stores.prometheus import PrometheusStore, parse_url
 from wattline.collector.stores.remote_write import escape_name, unescape_name
 from wattline.collector.stores.sqlite import SqliteStore
+
+__all__ = ["tree"]  # the fixture, imported for pytest
 
 S = 10**9
 
@@ -159,6 +166,48 @@ def test_a_summary_reads_back_as_last_written(stores: tuple[PrometheusStore, Sql
     for summary in (closed, lower):
         assert prom.write_summary(summary).written == 2
         assert prom.job_summary("prom-sum") == summary
+
+
+#: Grafana Mimir's paths (its tenant in ``X-Scope-OrgID``) -> Prometheus' own.
+MIMIR: dict[str, Route] = {
+    "push": (re.compile(r"/api/v1/push$"), "POST", "/api/v1/write"),
+    "query": (re.compile(r"/prometheus(?P<rest>/api/v1/[a-z_/]+(\?.*)?)$"), "GET", None),
+}
+
+
+@pytest.mark.servers
+def test_a_tenant_through_mimir_paths(tmp_path: Path, prometheus: Daemon) -> None:
+    """``prometheus+http://HOST/prometheus?write=/api/v1/push`` with ``--tenant``: Mimir's paths,
+    each request with the tenant's ``X-Scope-OrgID`` (a proxy that routes only those forwards
+    them to Prometheus), reads back what SQLite does; without the tenant nothing is taken."""
+    proxy = PrefixProxy(prometheus.url, MIMIR, tenant="team-a.1")
+    url = f"prometheus+{proxy.url}/prometheus?write=/api/v1/push"
+    t0 = recent()
+    batch = labelled_batch("prom-tenant", t0, "prom-tenant-job")
+    try:
+        with open_store(url, tenant="team-a.1") as store, SqliteStore(tmp_path / "w.db") as sqlite:
+            assert isinstance(store, PrometheusStore)
+            assert store.write(batch).written == sqlite.write(batch).written == 10
+            assert_reads_equal(store, sqlite, "prom-tenant", "prom-tenant-job", t0)
+        with open_store(url) as anonymous, pytest.raises(StoreUnavailable, match="answered 404"):
+            anonymous.write(batch)
+    finally:
+        proxy.close()
+    assert proxy.seen["push"] == 1 and proxy.seen["query"] > 3 and proxy.seen["unrouted"] == 1
+
+
+@pytest.mark.servers
+def test_collector_summaries_and_reports_with_a_tenant(tmp_path: Path, tree: Any, prometheus: Daemon) -> None:
+    """`wattline collector` and `wattline run` writing through Mimir's paths with a tenant: the
+    job's summary converges, and `wattline report` through them and from Prometheus agree."""
+    proxy = PrefixProxy(prometheus.url, MIMIR, tenant="team-a.1")
+    where = ["--store", f"prometheus+{proxy.url}/prometheus?write=/api/v1/push", "--tenant", "team-a.1"]
+    try:
+        with PrometheusStore(prometheus.url) as node:
+            collector_and_reports(tmp_path, tree, where, node, lambda: time.sleep(0.5))
+    finally:
+        proxy.close()
+    assert proxy.seen["unrouted"] == 0 and proxy.seen["push"] > 0
 
 
 @given(st.text(max_size=30))

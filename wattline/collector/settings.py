@@ -90,7 +90,8 @@ class CollectorSettings:
     summaries: bool = option(
         True,
         "Write each job's summary (measurement job_summary) when its close arrives, and every "
-        "summary_interval while it runs; needs a store reports read (InfluxDB 1.x API, VictoriaMetrics or SQLite).",
+        "summary_interval while it runs; needs a store reports read (InfluxDB 1.x API, VictoriaMetrics, "
+        "Prometheus or SQLite).",
     )
     summary_interval: float = option(60.0, "Seconds between summaries of a running job.")
     summary_wait: float = option(

@@ -23,6 +23,8 @@ a request that is older than an earlier one of the same new series.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import re
 from collections.abc import Iterable
 
@@ -47,6 +49,7 @@ _VALID = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 _ESCAPED = "U__"
 
 
+@functools.lru_cache(maxsize=4096)  # a fleet has few names, each written again every point
 def escape_name(name: str) -> str:
     """``name`` as a Prometheus metric or label name (see the module's docstring)."""
     if _VALID.match(name) and not name.startswith(("__", _ESCAPED)):
@@ -89,10 +92,12 @@ def point_samples(point: SummaryPoint) -> list[SeriesSample]:
     """The samples of one point, a sample per number field. A string field is no number and
     is not written (the layout keeps every string a reader needs as a label)."""
     measurement, tags, fields, time_ns = point
-    labels = [(escape_name(k), v) for k, v in tags.items() if v]
+    labels = sorted((escape_name(k), v) for k, v in tags.items() if v)
+    at = bisect.bisect_left(labels, ("__name__",))  # the one place of __name__ among them
+    before, after = tuple(labels[:at]), tuple(labels[at:])
     ms = time_ns // MS
     return [
-        (tuple(sorted([("__name__", escape_name(f"{measurement}_{field}")), *labels])), ms, float(value))
+        ((*before, ("__name__", escape_name(f"{measurement}_{field}")), *after), ms, float(value))
         for field, value in fields.items()
         if not isinstance(value, str)
     ]

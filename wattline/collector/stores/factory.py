@@ -23,7 +23,6 @@ from typing import Literal
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.influx_http import HttpClient
 from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.prometheus import SCHEMES, PrometheusStore
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.collector.stores.victoria import VictoriaStore, serves_prometheus_api
 
@@ -88,10 +87,10 @@ def open_store(
     ``tenant``: see the module's docstring.
     """
     scheme = urllib.parse.urlsplit(url).scheme.lower() if "://" in url or url.startswith("sqlite:") else ""
-    if scheme in SCHEMES:
+    if scheme in ("prometheus+http", "prometheus+https"):
         if api is not None:
             raise ValueError(f"influx_api {api} is for InfluxDB, not {url[:100]!r}")
-        return PrometheusStore(url, timeout_s, tenant=tenant)
+        return _prometheus(url, timeout_s, tenant)
     if tenant and (scheme not in ("http", "https") or api is not None):
         raise ValueError(
             f"a tenant ({tenant[:100]!r}) is for a VictoriaMetrics cluster at an http(s) URL or a "
@@ -114,7 +113,7 @@ def open_store(
     if kind == "victoriametrics":
         return VictoriaStore(url, timeout_s)
     if kind == "prometheus":
-        return PrometheusStore(url, timeout_s)
+        return _prometheus(url, timeout_s, "")
     if kind == "v1":
         return InfluxV1Store(url, database, username, password, retention_policy, timeout_s)
     if kind == "v2":
@@ -122,3 +121,11 @@ def open_store(
 
         return InfluxV2Store(url, org, bucket, token, timeout_s)
     raise ValueError(f"unknown InfluxDB API {api!r}: use v1 or v2")
+
+
+def _prometheus(url: str, timeout_s: float, tenant: str) -> Store:
+    # Imported here: snappy and the remote-write code load only for a Prometheus store (an
+    # embedded `wattline run` opens SQLite through this module).
+    from wattline.collector.stores.prometheus import PrometheusStore
+
+    return PrometheusStore(url, timeout_s, tenant=tenant)

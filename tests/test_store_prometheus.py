@@ -75,7 +75,7 @@ def test_reads_equal_sqlite_resends_included(stores: tuple[PrometheusStore, Sqli
     assert opened.fields["label_team.name"] == "vision" and opened.fields["label_0lead"] == "digit"
     assert opened.fields["label_empty"] == "" and opened.event_seq == (12345 << 32) + 7
     assert_reads_equal(prom, sqlite, "prom-reads", "prom-reads-job", t0)
-    expected = [s for s in sqlite.samples("prom-reads", t0, t0 + 10 * S)]
+    expected = sqlite.samples("prom-reads", t0, t0 + 10 * S)
     assert len(expected) == 6 and expected == prom.samples("prom-reads", t0, t0 + 10 * S)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servers import influxd, victoria_metrics  # noqa: F401
+from servers import influxd, prometheus, victoria_metrics  # noqa: F401
 
 _HOME = tempfile.mkdtemp(prefix="wattline-tests-")
 os.environ["XDG_STATE_HOME"] = os.path.join(_HOME, "state")

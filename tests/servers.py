@@ -1,13 +1,15 @@
-"""Real database servers for the tests: ``influxd`` 1.x and ``victoria-metrics``.
+"""Real database servers for the tests: ``influxd`` 1.x, ``victoria-metrics`` and ``prometheus``.
 
 Each is started once per test session on a free 127.0.0.1 port with its data in a temp
 dir, and stopped by PID (SIGTERM, then SIGKILL). A missing binary FAILS the tests that
-need it (CI installs the Debian packages ``influxdb`` and ``victoria-metrics``); the
-``INFLUXD`` / ``VICTORIA_METRICS`` environment variables override the binary paths.
+need it (CI installs the Debian packages ``influxdb``, ``victoria-metrics`` and ``prometheus``);
+the ``INFLUXD`` / ``VICTORIA_METRICS`` / ``PROMETHEUS`` environment variables override the
+binary paths.
 
 Fixtures: ``influxd`` (:class:`Influxd`: ``.url``, ``.new_database()``, ``.query()``),
-``victoria_metrics`` (:class:`VictoriaMetrics`: ``.url``, ``.export()``), and ``store`` (SQLite,
-then InfluxDB 1.x on ``influxd``) for the modules that import it.
+``victoria_metrics`` (:class:`VictoriaMetrics`: ``.url``, ``.export()``), ``prometheus``
+(:class:`Daemon`: ``.url``; a remote-write receiver), and ``store`` (SQLite, then InfluxDB 1.x
+on ``influxd``) for the modules that import it.
 """
 
 from __future__ import annotations
@@ -209,6 +211,43 @@ def victoria_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Victo
     daemon = start(make, "/health", "victoria-metrics")
     try:
         yield VictoriaMetrics(daemon)
+    finally:
+        daemon.stop()
+
+
+#: The out-of-order window the ``prometheus`` fixture runs with (README: as long as agents
+#: hold unacknowledged batches); samples older than it behind the newest are refused.
+PROMETHEUS_OOO_WINDOW_S = 3 * 86400
+
+
+def start_prometheus(root: Path, ooo_window_s: int = PROMETHEUS_OOO_WINDOW_S, *flags: str) -> Daemon:
+    """Prometheus taking remote write (``/api/v1/write``) with its data under ``root``, an
+    out-of-order window of ``ooo_window_s`` (0: none, Prometheus' default) and ``flags``."""
+    binary = find_binary("PROMETHEUS", "prometheus", "prometheus")
+    config = root / "prometheus.yml"
+    config.write_text(f"storage:\n  tsdb:\n    out_of_order_time_window: {ooo_window_s}s\n")
+
+    def make(port: int) -> Daemon:
+        argv = [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={root / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--web.enable-remote-write-receiver",
+            "--storage.tsdb.retention.time=100y",
+            "--log.level=warn",
+            *flags,
+        ]
+        return Daemon(argv, root / "prometheus.log", f"http://127.0.0.1:{port}")
+
+    return start(make, "/-/ready", "prometheus")
+
+
+@pytest.fixture(scope="session")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    daemon = start_prometheus(tmp_path_factory.mktemp("prometheus"))
+    try:
+        yield daemon
     finally:
         daemon.stop()
 

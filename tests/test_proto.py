@@ -7,7 +7,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-GENERATED = [f"{m}{ext}" for m in ("telemetry", "podresources") for ext in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")]
+GENERATED = [
+    *(f"{m}{ext}" for m in ("telemetry", "podresources", "prompb") for ext in ("_pb2.py", "_pb2.pyi")),
+    *(f"{m}_pb2_grpc.py" for m in ("telemetry", "podresources")),
+]
 
 
 def test_generated_code_is_fresh(tmp_path: Path) -> None:
@@ -16,6 +19,8 @@ def test_generated_code_is_fresh(tmp_path: Path) -> None:
         fresh = (tmp_path / "wattline" / "v1" / name).read_text()
         checked_in = (ROOT / "wattline" / "v1" / name).read_text()
         assert fresh == checked_in, f"wattline/v1/{name} is stale: run python proto/generate.py"
+    made = {p.name for p in (tmp_path / "wattline" / "v1").iterdir()}
+    assert made == set(GENERATED), "generated files and the list here differ"
 
 
 def test_every_field_documents_its_unit_or_meaning() -> None:

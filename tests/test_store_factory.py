@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
-from servers import Influxd, VictoriaMetrics, free_port, make_batch
+from servers import Daemon, Influxd, VictoriaMetrics, free_port, make_batch
 
 from wattline.collector.stores.base import StoreUnavailable
 from wattline.collector.stores.factory import api_for_version, detect_api, open_store
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.influx_v2 import InfluxV2Store
+from wattline.collector.stores.prometheus import PrometheusStore
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.collector.stores.victoria import VictoriaStore
 
@@ -56,6 +58,17 @@ def test_victoria_metrics_is_detected_and_an_api_forced_writes_it_as_influxdb(
     assert sorted(v for s in series for v in s["values"]) == [250.125, 251.125]
 
 
+def test_prometheus_is_detected_and_named(prometheus: Daemon) -> None:
+    """Prometheus answers no /ping but serves the Prometheus API: found from its URL; the
+    prometheus+ form names it (Mimir and Thanos are named so, never guessed)."""
+    assert detect_api(prometheus.url) == "prometheus"
+    for url in (prometheus.url, "prometheus+" + prometheus.url):
+        with open_store(url) as store:
+            assert isinstance(store, PrometheusStore) and store.kind == "prometheus"
+            assert store.url == prometheus.url
+            assert store.write(make_batch(host="factory-prom", samples=2, t0=time.time_ns())).written == 2
+
+
 @pytest.mark.parametrize(
     ("version", "api"), [("1.6.7~rc0", "v1"), ("1.8.10", "v1"), ("v2.7.4", "v2"), ("2.0.0", "v2"), ("3.0.1", "v2")]
 )
@@ -70,6 +83,12 @@ def test_bad_urls() -> None:
         api_for_version("0.13")
     with pytest.raises(ValueError, match="no path"):
         open_store("sqlite://")
+    with pytest.raises(ValueError, match="the one URL parameter is write=PATH or write=URL"):
+        open_store("prometheus+http://127.0.0.1:9?write=/a&write=/b")
+    with pytest.raises(ValueError, match="is neither a path nor an http"):
+        open_store("prometheus+http://127.0.0.1:9?write=ftp://x/y")
+    with pytest.raises(ValueError, match="influx_api v1 is for InfluxDB"):
+        open_store("prometheus+http://127.0.0.1:9", api="v1")
 
 
 def test_a_server_that_is_neither_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -79,7 +98,7 @@ def test_a_server_that_is_neither_is_refused_in_one_line(tmp_path: Path) -> None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        with pytest.raises(ValueError, match=r"neither InfluxDB .* nor VictoriaMetrics"):
+        with pytest.raises(ValueError, match=r"neither InfluxDB .* nor VictoriaMetrics or Prometheus"):
             open_store(f"http://127.0.0.1:{server.server_address[1]}")
     finally:
         server.shutdown()

@@ -1,7 +1,7 @@
 """Every store answers the same (issue #30): one collector writes the same agents' data to
-SQLite, InfluxDB 1.x and VictoriaMetrics at once, and ``wattline report --json``, ``wattline
-jobs --json``, ``wattline compare --json`` and ``wattline export --csv -`` read the same
-figures back from all three (relative 1e-9).
+SQLite, InfluxDB 1.x, VictoriaMetrics and Prometheus (remote write) at once, and ``wattline
+report --json``, ``wattline jobs --json``, ``wattline compare --json`` and ``wattline export
+--csv -`` read the same figures back from all four (relative 1e-9).
 
 Truth as elsewhere: a RAPL tree advanced at a known power, a real agent, jobs through
 ``wattline run --collector``; the messy cases: two runs overlapping, units at one instant
@@ -25,12 +25,13 @@ from typing import Any
 
 import pytest
 from procs import CLI, clean_env, start_rapl_agent
-from servers import Influxd, VictoriaMetrics, http
+from servers import Daemon, Influxd, VictoriaMetrics, http
 
 from wattline import wire
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.base import Store, WriteResult
 from wattline.collector.stores.influx_v1 import InfluxV1Store
+from wattline.collector.stores.prometheus import PrometheusStore
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.collector.stores.victoria import VictoriaStore
 from wattline.workloads.jobs_view import JobNotFound, build_view
@@ -103,8 +104,8 @@ JOBS = ("steady-1", "burst-1", "killed-1")
 
 
 @pytest.mark.servers
-def test_sqlite_influxdb_and_victoria_metrics_give_the_same_reports(
-    tmp_path: Path, influxd: Influxd, victoria_metrics: VictoriaMetrics
+def test_sqlite_influxdb_victoria_metrics_and_prometheus_give_the_same_reports(
+    tmp_path: Path, influxd: Influxd, victoria_metrics: VictoriaMetrics, prometheus: Daemon
 ) -> None:
     tree = powercap_tree(
         tmp_path / "host", [Zone("intel-rapl:0", "package-0", START_UJ), Zone("intel-rapl:0:1", "dram", START_UJ)]
@@ -116,8 +117,9 @@ def test_sqlite_influxdb_and_victoria_metrics_give_the_same_reports(
         SqliteStore(sqlite_path) as sqlite,
         InfluxV1Store(influxd.url, database) as influx,
         VictoriaStore(victoria_metrics.url) as victoria,
+        PrometheusStore(prometheus.url) as prom,
     ):
-        server = CollectorServer(Tee(sqlite, influx, victoria), "127.0.0.1:0")
+        server = CollectorServer(Tee(sqlite, influx, victoria, prom), "127.0.0.1:0")
         server.start()
         env = {
             **clean_env(),
@@ -148,13 +150,15 @@ def test_sqlite_influxdb_and_victoria_metrics_give_the_same_reports(
             powered.close()
         http("GET", victoria_metrics.url + "/internal/force_flush")
         time.sleep(1.0)
-        with open_reader_of(victoria_metrics.url) as reader:
-            assert reader.kind == "victoriametrics"
+        for url, kind in ((victoria_metrics.url, "victoriametrics"), (prometheus.url, "prometheus")):
+            with open_reader_of(url) as reader:
+                assert reader.kind == kind
 
     stores = {
         "sqlite": ["--store", str(sqlite_path)],
         "influxdb": ["--store", influxd.url, "--influx-database", database],
         "victoriametrics": ["--store", victoria_metrics.url],
+        "prometheus": ["--store", prometheus.url],
     }
     answers = {name: read_all(env, where) for name, where in stores.items()}
     truth = answers.pop("sqlite")

@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -25,31 +25,37 @@ from typing import Any
 import pytest
 from procs import CLI, Proc, clean_env, start_collector
 from servers import T0, VictoriaMetrics, free_port, http, make_batch
-from test_dead_holder import BATCH_S, cli, tree
+from test_dead_holder import BATCH_S, POWER_W, cli, tree
 
 from wattline.collector.stores.base import JobSummary
+from wattline.collector.stores.prometheus import PrometheusStore
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.collector.stores.victoria import VictoriaStore
 
 __all__ = ["tree"]  # the fixture, imported for pytest
 
 TENANT = "7:3"
+#: A route: the path it takes (its ``rest`` is forwarded, and its ``tenant`` is the request's,
+#: else the ``X-Scope-OrgID`` header is), the method, and the upstream's path when not ``rest``.
+Route = tuple[re.Pattern[str], str, str | None]
 #: The cluster's prefix -> the single node's path it stands for.
-ROUTES = {
-    "insert": (re.compile(r"/insert/(?P<tenant>[^/]+)/influx(?P<rest>/write(\?.*)?)$"), "POST"),
-    "select": (re.compile(r"/select/(?P<tenant>[^/]+)/prometheus(?P<rest>/api/v1/[a-z_/]+(\?.*)?)$"), "GET"),
+ROUTES: dict[str, Route] = {
+    "insert": (re.compile(r"/insert/(?P<tenant>[^/]+)/influx(?P<rest>/write(\?.*)?)$"), "POST", None),
+    "select": (re.compile(r"/select/(?P<tenant>[^/]+)/prometheus(?P<rest>/api/v1/[a-z_/]+(\?.*)?)$"), "GET", None),
     "delete": (
         re.compile(r"/delete/(?P<tenant>[^/]+)/prometheus(?P<rest>/api/v1/admin/tsdb/delete_series(\?.*)?)$"),
         "POST",
+        None,
     ),
 }
 
 
 class PrefixProxy:
-    """Forwards the cluster's tenant paths of :data:`TENANT` to a single node; counts each route
-    taken, and answers anything else 404 (counted as ``unrouted``)."""
+    """Forwards the paths of ``routes`` for ``tenant`` to ``upstream`` (by default the cluster's
+    tenant paths of :data:`TENANT` to a single node); counts each route taken, and answers
+    anything else 404 (counted as ``unrouted``)."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, routes: dict[str, Route] = ROUTES, tenant: str = TENANT) -> None:
         self.seen: Counter[str] = Counter()
         proxy = self
 
@@ -62,11 +68,14 @@ class PrefixProxy:
 
             def forward(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
-                for name, (pattern, method) in ROUTES.items():
+                for name, (pattern, method, target) in routes.items():
                     match = pattern.match(self.path)
-                    if match and match["tenant"] == TENANT and self.command == method:
+                    asked = match and (match.groupdict().get("tenant") or self.headers.get("X-Scope-OrgID"))
+                    if match and asked == tenant and self.command == method:
                         proxy.seen[name] += 1
-                        status, data = proxy.send(self.command, upstream + match["rest"], body, self.headers)
+                        status, data = proxy.send(
+                            self.command, upstream + (target or match["rest"]), body, self.headers
+                        )
                         break
                 else:
                     proxy.seen["unrouted"] += 1
@@ -140,8 +149,20 @@ def test_collector_and_reports_with_a_tenant(
 ) -> None:
     """`wattline collector --store PROXY --tenant 7:3` writes a job and its summary;
     `wattline report --store PROXY --tenant 7:3` and the single node's URL read the same."""
+    with VictoriaStore(victoria_metrics.url) as node:
+        collector_and_reports(
+            tmp_path, tree, ["--store", proxy.url, "--tenant", TENANT], node, lambda: flush(victoria_metrics.url)
+        )
+    assert proxy.seen["unrouted"] == 0 and proxy.seen["insert"] > 0 and proxy.seen["delete"] > 0
+
+
+def collector_and_reports(
+    tmp_path: Path, tree: Any, where: list[str], node: VictoriaStore | PrometheusStore, flush: Callable[[], None]
+) -> None:
+    """A collector writing to the store ``where`` names, an agent and a job run through it; its
+    summary converges, and `wattline report --json` through ``where`` and straight from the
+    engine (``node``'s URL) read the same figures."""
     host = "cluster-host"
-    where = ["--store", proxy.url, "--tenant", TENANT]
     port = free_port()
     collector = start_collector(port, where, tmp_path / "collector.log")
     agent = Proc(
@@ -149,7 +170,6 @@ def test_collector_and_reports_with_a_tenant(
          "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
         tmp_path / "agent.log",
     )  # fmt: skip
-    node = VictoriaStore(victoria_metrics.url)
     try:
         time.sleep(2.0)
         cli(tmp_path, "run", "--job-id", "cl-job", "--no-report", "--host-id", host,
@@ -157,19 +177,18 @@ def test_collector_and_reports_with_a_tenant(
         deadline = time.monotonic() + 30
         while not (found := node.job_summary("cl-job")) or found.fields["status"] != "closed":
             assert time.monotonic() < deadline, "no summary of cl-job"
-            flush(victoria_metrics.url)
+            flush()
         time.sleep(2.0)  # samples after the close
     finally:
         agent.terminate()
         collector.terminate()
-        node.close()
-    flush(victoria_metrics.url)
+    flush()
     via_cluster = json.loads(cli(tmp_path, "report", "cl-job", "--json", *where).stdout)
-    via_node = json.loads(cli(tmp_path, "report", "cl-job", "--json", "--store", victoria_metrics.url).stdout)
+    via_node = json.loads(cli(tmp_path, "report", "cl-job", "--json", "--store", node.url).stdout)
     assert via_cluster == via_node
-    assert via_cluster["job"]["status"] == "closed" and via_cluster["whole_run"]["energy_j"] > 0
+    assert via_cluster["job"]["status"] == "closed"
+    assert via_cluster["whole_run"]["mean_power_w"] == pytest.approx(POWER_W, rel=0.05)  # the tree's power
     assert found.fields["energy_j"] == pytest.approx(via_cluster["measured"]["energy_j"], rel=1e-9)
-    assert proxy.seen["unrouted"] == 0 and proxy.seen["insert"] > 0 and proxy.seen["delete"] > 0
 
 
 @pytest.mark.parametrize(
@@ -179,9 +198,12 @@ def test_collector_and_reports_with_a_tenant(
         (["--store", "http://127.0.0.1:9", "--tenant", "1:2:3"], "is not ACCOUNT or ACCOUNT:PROJECT"),
         (["--store", "http://127.0.0.1:9", "--tenant", str(2**32)], "numbers below 2^32"),
         (["--store", "sqlite:///nowhere.db", "--tenant", "1"], "is for a VictoriaMetrics cluster at an http(s) URL"),
+        (["--store", "prometheus+http://127.0.0.1:9", "--tenant", "a b"], "--tenant: 'a b' is not a tenant id"),
+        (["--store", "prometheus+http://127.0.0.1:9", "--tenant", ".."], "is not a tenant id"),
+        (["--store", "prometheus+http://127.0.0.1:9?read=x"], "the one URL parameter is write=PATH or write=URL"),
     ],
 )
-def test_a_bad_tenant_is_one_line(tmp_path: Path, args: list[str], said: str) -> None:
+def test_a_bad_tenant_or_store_url_is_one_line(tmp_path: Path, args: list[str], said: str) -> None:
     out = subprocess.run([*CLI, "jobs", *args], capture_output=True, text=True, timeout=60, env=clean_env())
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert said in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -227,7 +227,8 @@ def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:
     store = store_from_settings(settings)
     if not isinstance(store, SummaryStore):
         log.warning(
-            "job summaries off: a %s store cannot be read back by reports (use the InfluxDB 1.x API or SQLite)",
+            "job summaries off: a %s store cannot be read back by reports (use the InfluxDB 1.x API, VictoriaMetrics, "
+            "Prometheus or SQLite)",
             store.kind,
         )
         store.close()

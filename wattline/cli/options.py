@@ -108,7 +108,7 @@ class StoreChoice:
         settings = build(CollectorSettings, "collector", read_config(self.config), flags=flags)
         if settings.influx_api not in {"auto", "v1", "v2"}:
             raise ConfigError(f"option --influx-api: {settings.influx_api[:100]!r} is not auto, v1 or v2")
-        check_tenant(settings.tenant, "--tenant")
+        check_tenant(settings.tenant, "--tenant", settings.store)
         return settings
 
     def open(self) -> Store:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,8 +15,21 @@ from wattline.security import is_loopback, read_token, server_credentials
 DEFAULT_STORE = "sqlite:///var/lib/wattline/wattline.db"
 
 
-def check_tenant(tenant: str, name: str) -> None:
-    """ConfigError unless ``tenant`` is empty or VictoriaMetrics' ACCOUNT[:PROJECT] (uint32s)."""
+#: A Mimir tenant id (Thanos and Cortex take the same): at most 150 of these characters, not
+#: "." or ".."; several joined by "|" (Mimir's queries across tenants).
+_ORG_ID = re.compile(r"[A-Za-z0-9!_.*'()-]{1,150}")
+
+
+def check_tenant(tenant: str, name: str, store: str = "") -> None:
+    """ConfigError unless ``tenant`` is empty, the ``X-Scope-OrgID`` of a ``prometheus+`` ``store``,
+    or VictoriaMetrics' ACCOUNT[:PROJECT] (uint32s)."""
+    if store.lower().startswith("prometheus+"):
+        if tenant and not all(_ORG_ID.fullmatch(t) and t not in (".", "..") for t in tenant.split("|")):
+            raise ConfigError(
+                f"option {name}: {tenant[:100]!r} is not a tenant id (at most 150 of A-Z a-z 0-9 !-_.*'(), "
+                "several joined by |)"
+            )
+        return
     parts = tenant.split(":") if tenant else []
     if len(parts) > 2 or not all(p.isascii() and p.isdigit() and int(p) < 2**32 for p in parts):
         raise ConfigError(f"option {name}: {tenant[:100]!r} is not ACCOUNT or ACCOUNT:PROJECT (numbers below 2^32)")
@@ -30,7 +44,8 @@ class CollectorSettings:
     )
     store: str = option(
         DEFAULT_STORE,
-        "Where to write: sqlite:///PATH (embedded default), http(s)://influxdb:8086 or http://victoriametrics:8428.",
+        "Where to write: sqlite:///PATH (embedded default), http(s)://influxdb:8086, http://victoriametrics:8428, "
+        "http://prometheus:9090 or prometheus+http(s)://HOST[/PREFIX][?write=PATH|URL] (Prometheus, Mimir, Thanos).",
     )
     influx_api: str = option("auto", "InfluxDB write API: auto (from /ping), v1 (/write) or v2 (/api/v2/write).")
     influx_database: str = option("wattline", "InfluxDB 1.x database (created if missing).")
@@ -44,7 +59,7 @@ class CollectorSettings:
         "",
         "VictoriaMetrics cluster tenant ACCOUNT or ACCOUNT:PROJECT: the store URL serves vminsert's "
         "/insert/<tenant>/influx/ and vmselect's /select/<tenant>/prometheus/ (vmauth in front of both); "
-        "empty: a single node.",
+        "empty: a single node. With a prometheus+http(s) store: the X-Scope-OrgID sent (Mimir, Thanos).",
     )
     prometheus_port: int | None = option(None, "Serve the collector's own Prometheus metrics on this port.")
     prometheus_addr: str = option("127.0.0.1", "Address for the Prometheus endpoint.")
@@ -75,7 +90,8 @@ class CollectorSettings:
     summaries: bool = option(
         True,
         "Write each job's summary (measurement job_summary) when its close arrives, and every "
-        "summary_interval while it runs; needs a store reports read (InfluxDB 1.x API, VictoriaMetrics or SQLite).",
+        "summary_interval while it runs; needs a store reports read (InfluxDB 1.x API, VictoriaMetrics, "
+        "Prometheus or SQLite).",
     )
     summary_interval: float = option(60.0, "Seconds between summaries of a running job.")
     summary_wait: float = option(
@@ -98,12 +114,12 @@ class CollectorSettings:
             raise ConfigError(f"option collector.listen: {self.listen!r} is not HOST:PORT")
         if self.influx_api not in {"auto", "v1", "v2"}:
             raise ConfigError(f"option collector.influx_api: {self.influx_api!r} is not auto, v1 or v2")
-        check_tenant(self.tenant, "collector.tenant")
+        check_tenant(self.tenant, "collector.tenant", self.store)
         if self.workers < 1 or self.max_message_mb < 1 or self.max_batch_points < 1:
             raise ConfigError("option collector.workers/max_message_mb/max_batch_points: must be at least 1")
         if self.processes < 0:
             raise ConfigError(f"option collector.processes: {self.processes} is negative (0: one per core)")
-        if self.process_count() > 1 and not self.store.lower().startswith(("http://", "https://")):
+        if self.process_count() > 1 and not self.store.lower().startswith(("http://", "https://", "prometheus+")):
             raise ConfigError(
                 f"option collector.processes: {self.process_count()} processes cannot share a SQLite store "
                 "(one writer per file); use processes = 1, or an InfluxDB store (http://...)"

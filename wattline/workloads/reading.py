@@ -31,7 +31,7 @@ def open_reader(settings: CollectorSettings) -> OpenReader:
         if not isinstance(opened, OpenReader):
             raise ConfigError(
                 f"store {settings.store}: reports cannot read from a {opened.kind} store "
-                "(use the InfluxDB 1.x API, --influx-api v1, VictoriaMetrics or SQLite)"
+                "(use the InfluxDB 1.x API, --influx-api v1, VictoriaMetrics, Prometheus or SQLite)"
             )
         if isinstance(opened, InfluxV1Store):
             _check_database(opened)

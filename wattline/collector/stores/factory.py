@@ -6,10 +6,13 @@
   header (``1.x`` -> :class:`InfluxV1Store`, ``2.x``/``3.x`` -> :class:`InfluxV2Store`),
   unless ``api="v1"`` or ``api="v2"`` forces one; a server whose ``/ping`` lacks that
   header but that serves the Prometheus API is VictoriaMetrics -> :class:`VictoriaStore`
-  (written and read; forcing v1 or v2 writes it as InfluxDB, for no reads); any other
-  server must be given its API;
-- ``http(s)://host:port`` with a ``tenant`` -> a VictoriaMetrics cluster (no detection: only
-  it has tenants here): the URL serves vminsert's and vmselect's tenant paths.
+  (written and read; forcing v1 or v2 writes it as InfluxDB, for no reads); a server that
+  answers no ``/ping`` but serves the Prometheus API is Prometheus -> :class:`PrometheusStore`
+  (remote write to ``/api/v1/write``); any other server must be given its API;
+- ``http(s)://host:port`` with a ``tenant`` -> a VictoriaMetrics cluster (no detection): the
+  URL serves vminsert's and vmselect's tenant paths;
+- ``prometheus+http(s)://host:port[/prefix][?write=...]`` -> :class:`PrometheusStore`: Prometheus,
+  Grafana Mimir, Thanos (no detection; a ``tenant`` is their ``X-Scope-OrgID``).
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ from wattline.collector.stores.base import Store
 from wattline.collector.stores.influx_http import HttpClient
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.collector.stores.victoria import VictoriaStore, is_victoria_metrics
+from wattline.collector.stores.victoria import VictoriaStore, serves_prometheus_api
 
 Api = Literal["v1", "v2"]
-#: What the server at a URL is: an InfluxDB API, or VictoriaMetrics.
-Kind = Literal["v1", "v2", "victoriametrics"]
+#: What the server at a URL is: an InfluxDB API, VictoriaMetrics or Prometheus.
+Kind = Literal["v1", "v2", "victoriametrics", "prometheus"]
 
 
 def api_for_version(version: str) -> Api:
@@ -40,7 +43,8 @@ def api_for_version(version: str) -> Api:
 
 def detect_api(url: str, timeout_s: float = 10.0) -> Kind:
     """The API of the server at ``url``, from its ``/ping`` (and, without an InfluxDB version
-    there, whether it is VictoriaMetrics).
+    there, whether it serves the Prometheus API: VictoriaMetrics answers ``/ping``, Prometheus
+    does not).
 
     Raises :class:`StoreUnavailable` if it is unreachable, ValueError if it is neither.
     """
@@ -48,14 +52,14 @@ def detect_api(url: str, timeout_s: float = 10.0) -> Kind:
     try:
         status, headers, _ = client.request("GET", "/ping")
         version = headers.get("X-Influxdb-Version", "")
-        if not version and is_victoria_metrics(client):
-            return "victoriametrics"
+        if not version and serves_prometheus_api(client):
+            return "victoriametrics" if 200 <= status < 300 else "prometheus"
     finally:
         client.close()
     if not 200 <= status < 300 or not version:
         raise ValueError(
             f"{url} is neither InfluxDB (/ping answered {status}, X-Influxdb-Version {version or 'absent'}) "
-            "nor VictoriaMetrics (no Prometheus API); set the API explicitly: v1 or v2"
+            "nor VictoriaMetrics or Prometheus (no Prometheus API); set the API explicitly: v1 or v2"
         )
     return api_for_version(version)
 
@@ -83,10 +87,14 @@ def open_store(
     ``tenant``: see the module's docstring.
     """
     scheme = urllib.parse.urlsplit(url).scheme.lower() if "://" in url or url.startswith("sqlite:") else ""
+    if scheme in ("prometheus+http", "prometheus+https"):
+        if api is not None:
+            raise ValueError(f"influx_api {api} is for InfluxDB, not {url[:100]!r}")
+        return _prometheus(url, timeout_s, tenant)
     if tenant and (scheme not in ("http", "https") or api is not None):
         raise ValueError(
-            f"a tenant ({tenant[:100]!r}) is for a VictoriaMetrics cluster at an http(s) URL, "
-            f"not {url[:100]!r}{' with influx_api ' + api if api else ''}"
+            f"a tenant ({tenant[:100]!r}) is for a VictoriaMetrics cluster at an http(s) URL or a "
+            f"prometheus+http(s) URL, not {url[:100]!r}{' with influx_api ' + api if api else ''}"
         )
     if tenant:
         return VictoriaStore(url, timeout_s, tenant=tenant)
@@ -98,10 +106,14 @@ def open_store(
     if scheme == "":
         return SqliteStore(url, read_only=read_only)
     if scheme not in ("http", "https"):
-        raise ValueError(f"unsupported store URL {url!r}: use sqlite:///path, a path, or http(s)://")
+        raise ValueError(
+            f"unsupported store URL {url!r}: use sqlite:///path, a path, http(s):// or prometheus+http(s)://"
+        )
     kind: Kind = detect_api(url, timeout_s) if api is None else api
     if kind == "victoriametrics":
         return VictoriaStore(url, timeout_s)
+    if kind == "prometheus":
+        return _prometheus(url, timeout_s, "")
     if kind == "v1":
         return InfluxV1Store(url, database, username, password, retention_policy, timeout_s)
     if kind == "v2":
@@ -109,3 +121,11 @@ def open_store(
 
         return InfluxV2Store(url, org, bucket, token, timeout_s)
     raise ValueError(f"unknown InfluxDB API {api!r}: use v1 or v2")
+
+
+def _prometheus(url: str, timeout_s: float, tenant: str) -> Store:
+    # Imported here: snappy and the remote-write code load only for a Prometheus store (an
+    # embedded `wattline run` opens SQLite through this module).
+    from wattline.collector.stores.prometheus import PrometheusStore
+
+    return PrometheusStore(url, timeout_s, tenant=tenant)

@@ -45,8 +45,14 @@ class HttpClient:
     """Kept-alive HTTP/1.1 connections to one server, thread-safe."""
 
     def __init__(
-        self, url: str, timeout_s: float = 10.0, username: str | None = None, password: str | None = None
+        self,
+        url: str,
+        timeout_s: float = 10.0,
+        username: str | None = None,
+        password: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
+        """``headers``: sent with every request (a tenant's ``X-Scope-OrgID``)."""
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
@@ -59,7 +65,7 @@ class HttpClient:
         self._port = parts.port
         self._base = parts.path.rstrip("/")
         self._timeout_s = timeout_s
-        self._headers: dict[str, str] = {}
+        self._headers: dict[str, str] = dict(headers or {})
         if username is not None:
             token = base64.b64encode(f"{username}:{password or ''}".encode()).decode()
             self._headers["Authorization"] = f"Basic {token}"

@@ -1,6 +1,6 @@
 """VictoriaMetrics (single node) as a full store: line protocol in (``POST /write``, the layout
 of :mod:`.victoria_points`), the Prometheus API and ``/api/v1/export`` out
-(:mod:`.victoria_reads`), job summaries kept one per job.
+(:mod:`.series_reads` over :class:`~.series_api.Export`), job summaries kept one per job.
 
 A write is acknowledged once VictoriaMetrics answered 2xx: it has then taken the rows
 (they are searchable within about a second). It skips a line it cannot parse without
@@ -26,8 +26,9 @@ from wattline.collector.linestore import LineProtocolStore
 from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
 from wattline.collector.stores.influx_http import HttpClient, shorten
 from wattline.collector.stores.schema import JOB_SUMMARY, JOB_SUMMARY_HOST, SummaryPoint
+from wattline.collector.stores.series_api import Export, QueryError, quote
+from wattline.collector.stores.series_reads import SeriesReads
 from wattline.collector.stores.victoria_points import batch_lines, summary_points
-from wattline.collector.stores.victoria_reads import QueryError, VictoriaReads, quote
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +36,10 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 << 20
 
 
-def is_victoria_metrics(client: HttpClient) -> bool:
-    """Whether the server answers as VictoriaMetrics does: the Prometheus API's build info
-    (Prometheus, Mimir and Thanos too) and InfluxDB's ``/ping`` without saying it is InfluxDB."""
-    status, headers, _ = client.request("GET", "/ping")
-    if not 200 <= status < 300 or headers.get("X-Influxdb-Version"):
-        return False
+def serves_prometheus_api(client: HttpClient) -> bool:
+    """Whether the server answers the Prometheus API's build info (VictoriaMetrics, Prometheus,
+    Mimir and Thanos do; VictoriaMetrics also answers InfluxDB's ``/ping``, without saying it
+    is InfluxDB)."""
     status, _, data = client.request("GET", "/api/v1/status/buildinfo")
     try:
         return status == 200 and json.loads(data).get("status") == "success"
@@ -48,7 +47,7 @@ def is_victoria_metrics(client: HttpClient) -> bool:
         return False
 
 
-class VictoriaStore(VictoriaReads, LineProtocolStore):
+class VictoriaStore(SeriesReads, LineProtocolStore):
     """Writes batches to, and reads reports from, one VictoriaMetrics single node."""
 
     kind = "victoriametrics"
@@ -62,7 +61,7 @@ class VictoriaStore(VictoriaReads, LineProtocolStore):
         self._http = HttpClient(url, timeout_s)
         self.url = self._http.url
         self._insert = f"/insert/{tenant}/influx" if tenant else ""
-        self._select = f"/select/{tenant}/prometheus" if tenant else ""
+        self._api = Export(self._http, f"/select/{tenant}/prometheus" if tenant else "", "VictoriaMetrics")
         self._delete_at = f"/delete/{tenant}/prometheus" if tenant else ""
 
     def __repr__(self) -> str:

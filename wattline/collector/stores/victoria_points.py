@@ -29,7 +29,8 @@ is refused with the reason, never altered.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from wattline import wire
 from wattline.collector.lineprotocol import EncodedBatch, FieldValue, LineEncoder, LineProtocolError, describe
@@ -48,6 +49,8 @@ from wattline.collector.stores.schema import (
     sample_tags,
 )
 
+T = TypeVar("T")
+
 MS = 10**6
 #: Field: nanoseconds of the point's time past its millisecond.
 SUB_NS = "sub_ns"
@@ -59,6 +62,9 @@ SEQ_LOW = "seq_low"
 EMPTY = "empty_fields"
 #: Label of a ``job_summary`` point: its bool fields (a JSON list).
 BOOLS = "bool_fields"
+#: Field of a ``job_summary`` point stamped when it was written, not at the summary's time
+#: (:mod:`.prometheus`): that time's milliseconds.
+TIME_MS = "time_ms"
 #: Suffixes of the two fields of a summary's integer too big for a float64.
 HIGH, LOW = "__hi", "__lo"
 #: Event kinds with a series per event: few per job, and they carry strings.
@@ -132,21 +138,29 @@ def event_point(host: Mapping[str, str], event: wire.pb.JobEvent) -> tuple[dict[
     return _labels(tags, host), _numbers(numbers), time_ns
 
 
-def batch_lines(encoder: LineEncoder, batch: wire.pb.Batch) -> EncodedBatch:
-    """Every sample and job event of ``batch`` as lines, with the points refused and why."""
-    result = EncodedBatch()
+def batch_points(batch: wire.pb.Batch, emit: Callable[[SummaryPoint], T]) -> tuple[list[T], list[str]]:
+    """``emit`` of every sample and job event of ``batch`` as a point, and the points refused
+    (by the layout or by ``emit``, raising :class:`LineProtocolError`) with why."""
+    out: list[T] = []
+    rejected: list[str] = []
     host = host_tags(batch)
     for sample in batch.samples:
         try:
-            result.lines.append(encoder.line(ENERGY, *sample_point(host, sample, batch.stream_id)))
+            out.append(emit((ENERGY, *sample_point(host, sample, batch.stream_id))))
         except LineProtocolError as exc:
-            result.rejected.append(f"{ENERGY} {describe(host, sample_tags(sample))} at {sample.end_ns}: {exc}")
+            rejected.append(f"{ENERGY} {describe(host, sample_tags(sample))} at {sample.end_ns}: {exc}")
     for event in batch.job_events:
         try:
-            result.lines.append(encoder.line(JOB_EVENTS, *event_point(host, event)))
+            out.append(emit((JOB_EVENTS, *event_point(host, event))))
         except LineProtocolError as exc:
-            result.rejected.append(f"{JOB_EVENTS} {describe(host, job_event_tags(event))} at {event.time_ns}: {exc}")
-    return result
+            rejected.append(f"{JOB_EVENTS} {describe(host, job_event_tags(event))} at {event.time_ns}: {exc}")
+    return out, rejected
+
+
+def batch_lines(encoder: LineEncoder, batch: wire.pb.Batch) -> EncodedBatch:
+    """Every sample and job event of ``batch`` as lines, with the points refused and why."""
+    lines, rejected = batch_points(batch, lambda point: encoder.line(*point))
+    return EncodedBatch(lines, rejected)
 
 
 def summary_points(summary: JobSummary) -> list[SummaryPoint]:

@@ -1,12 +1,12 @@
-"""What reports read from VictoriaMetrics: the :class:`~.reader.Reader` queries over the layout
-of :mod:`.victoria_points`, through ``/api/v1/export`` (raw samples of a time range, exact)
-and, to find a channel's edge sample beyond the near window, MetricsQL's
-``tlast_over_time``/``tfirst_over_time`` at an instant (the raw time stamp of the last or
-first sample within 31 days).
+"""What reports read from an engine that serves the Prometheus HTTP API (VictoriaMetrics,
+Prometheus, Grafana Mimir, Thanos): the :class:`~.reader.Reader` queries over the layout of
+:mod:`.victoria_points`, through the raw samples its :class:`~.series_api.SeriesApi` reads
+(VictoriaMetrics: ``/api/v1/export``; the others: range selectors at an instant).
 
 A report asks for the samples around an instant: they are read from a window of
 :data:`NEAR_NS` on each side (a live agent samples far more often), and only a channel
-that has no sample there on one side is looked for further, so a read's cost does not grow
+that has no sample there on one side is looked for further (:meth:`.SeriesApi.edges`, the
+time stamp of its last or first sample within 31 days), so a read's cost does not grow
 with the job's length. A field's series are joined back into points by labels and time
 stamp; energy channels merge their streams (the ``stream`` label) as a report's series.
 """
@@ -14,15 +14,14 @@ stamp; energy channels merge their streams (the ``stream`` label) as a report's 
 from __future__ import annotations
 
 import json
-import urllib.parse
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from wattline.collector.stores.base import JobSummary, StoreUnavailable
-from wattline.collector.stores.influx_http import HttpClient, loads, shorten
+from wattline.collector.stores.base import JobSummary
 from wattline.collector.stores.reader import StoredJobEvent, StoredSample, UnitCuts, jobs_near, last_heard, reduce_units
 from wattline.collector.stores.schema import ENERGY, JOB_EVENTS, JOB_SUMMARY, JOB_SUMMARY_HOST, SEQ_BLOCK
+from wattline.collector.stores.series_api import Points, SeriesApi, quote
 from wattline.collector.stores.victoria_points import (
     BOOLS,
     DURATION_NS,
@@ -33,112 +32,48 @@ from wattline.collector.stores.victoria_points import (
     MS,
     SEQ_LOW,
     SUB_NS,
+    TIME_MS,
 )
 
 #: How far around an instant samples are read at once.
 NEAR_NS = 60 * 10**9
 #: How far beyond the near window a channel's edge sample is looked for (as reports look
 #: for jobs: README "Storage schema").
-FAR = "31d"
-_FAR_NS = 31 * 86400 * 10**9
+FAR_NS = 31 * 86400 * 10**9
 _ENERGY_FIELDS = ("energy_j", "cumulative_j", SUB_NS, DURATION_NS, "healthy", "utilization", "energy_error_j")
 _ENERGY = f'__name__=~"{ENERGY}_({"|".join((*_ENERGY_FIELDS, "neuroncores_per_device"))})"'
 #: The labels of a job event that are not its fields.
 _EVENT_LABELS = frozenset({"host", "job_id", "event", "event_seq", "seq_block", EMPTY})
 
-Labels = tuple[tuple[str, str], ...]
-#: Points of one measurement: labels (no metric name) -> ms time stamp -> field -> value.
-Points = dict[Labels, dict[int, dict[str, float]]]
 
-
-class QueryError(ValueError):
-    """The server refused a query, or is no VictoriaMetrics; retrying cannot help."""
-
-
-def quote(value: str) -> str:
-    """A MetricsQL string literal."""
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _seconds(t_ns: int, up: bool = False) -> str:
-    """``t_ns`` as the seconds VictoriaMetrics takes, to the millisecond (rounded down, or up)."""
-    ms = -(-t_ns // MS) if up else t_ns // MS
-    return f"{ms // 1000}.{ms % 1000:03d}"
-
-
-class VictoriaReads:
-    """The queries of :class:`~.victoria.VictoriaStore`, over its HTTP client."""
+class SeriesReads:
+    """The queries of :class:`~.victoria.VictoriaStore` and :class:`~.prometheus.PrometheusStore`,
+    over the raw samples of their :attr:`_api`."""
 
     url: str
-    _http: HttpClient
-    #: Where the Prometheus API is under the URL (a cluster's vmselect: /select/<tenant>/prometheus).
-    _select: str = ""
-
-    # -- HTTP -----------------------------------------------------------------------------
-
-    def _get(self, path: str, params: list[tuple[str, str]]) -> bytes:
-        status, _, data = self._http.request("GET", f"{self._select}{path}?{urllib.parse.urlencode(params)}")
-        message = shorten(data.decode("utf-8", "replace").strip())
-        if status >= 500 or status in (401, 403, 429):
-            raise StoreUnavailable(f"VictoriaMetrics {self.url} {path} answered {status}: {message}")
-        if status != 200:
-            raise QueryError(f"{self.url}{path} answered {status}: {message}")
-        return data
-
-    def export(
-        self, matches: Sequence[str], start_ns: int | None = None, end_ns: int | None = None
-    ) -> dict[str, Points]:
-        """Raw samples of the series ``matches`` select in [start_ns, end_ns] (ms precision),
-        by measurement ``{name: points}``."""
-        params = [("match[]", m) for m in matches]
-        if start_ns is not None:
-            params.append(("start", _seconds(start_ns)))
-        if end_ns is not None:
-            params.append(("end", _seconds(end_ns, up=True)))
-        out: dict[str, Points] = defaultdict(dict)
-        for line in self._get("/api/v1/export", params).splitlines():
-            if not line.strip():
-                continue
-            try:
-                doc = loads(line)
-                labels = dict(doc["metric"])
-                name = labels.pop("__name__")
-                pairs = zip(doc["timestamps"], doc["values"], strict=True)
-            except (ValueError, KeyError, TypeError):
-                raise QueryError(f"{self.url} answers /api/v1/export not as VictoriaMetrics does") from None
-            measurement, field = _split(name)
-            per_time = out[measurement].setdefault(tuple(sorted(labels.items())), {})
-            for t, value in pairs:
-                per_time.setdefault(int(t), {})[field] = float(value)
-        return out
-
-    def _instant(self, query: str, t_ns: int) -> list[tuple[dict[str, str], float]]:
-        """An instant query's vector: (labels, value) per series."""
-        doc = loads(self._get("/api/v1/query", [("query", query), ("time", _seconds(t_ns))]))
-        if not isinstance(doc, dict) or doc.get("status") != "success":
-            raise QueryError(f"{self.url} answers /api/v1/query not as the Prometheus API does")
-        return [(r["metric"], float(r["value"][1])) for r in doc["data"]["result"]]
+    _api: SeriesApi
 
     # -- samples --------------------------------------------------------------------------
 
     def _samples(self, host: str, lo_ns: int, hi_ns: int, matcher: str = "") -> list[StoredSample]:
         """Samples of ``host`` (and ``matcher``) whose end is in [lo_ns, hi_ns]."""
-        found = self.export([f"{{{_ENERGY},host={quote(host)}{matcher}}}"], lo_ns, hi_ns).get(ENERGY, {})
+        found = self._api.raw([f"{{{_ENERGY},host={quote(host)}{matcher}}}"], lo_ns, hi_ns).get(ENERGY, {})
         return [s for s in _stored(host, found) if lo_ns <= s.end_ns <= hi_ns]
 
     def _beyond(self, host: str, t_ns: int, before: bool, want: Collection[tuple[str, ...]]) -> list[StoredSample]:
         """Per channel of ``want`` (a series' labels, its stream included): its last sample ending
-        at or before ``t_ns`` (``before``), else its first ending at or after, within :data:`FAR`."""
+        at or before ``t_ns`` (``before``), else its first ending at or after, within :data:`FAR_NS`."""
         selector = f"{ENERGY}_{SUB_NS}{{host={quote(host)}}}"
-        if before:
-            found = self._instant(f"tlast_over_time({selector}[{FAR}])", t_ns)
-        else:
-            found = self._instant(f"tfirst_over_time({selector}[{FAR}])", t_ns + _FAR_NS)
-        stamps = {round(v * 1000) for labels, v in found if _channel(labels) in want}
-        out = []
-        for ms in sorted(stamps):
-            out += [s for s in self._samples(host, ms * MS, ms * MS + MS - 1) if _key(s) in want]
-        return [s for s in out if (s.end_ns <= t_ns if before else s.end_ns >= t_ns)]
+        edges = self._api.edges(selector, t_ns, before, FAR_NS)
+        spans = {(lo, hi) for labels, lo, hi in edges if _channel(labels) in want}
+        found = [s for lo, hi in sorted(spans) for s in self._samples(host, lo, hi) if _key(s) in want]
+        edge: dict[tuple[str, ...], StoredSample] = {}
+        for s in found:
+            if (s.end_ns <= t_ns) if before else (s.end_ns >= t_ns):
+                have = edge.get(_key(s))
+                if have is None or (s.end_ns > have.end_ns if before else s.end_ns < have.end_ns):
+                    edge[_key(s)] = s
+        return list(edge.values())
 
     def samples(self, host: str, start_ns: int, end_ns: int) -> list[StoredSample]:
         found = [s for s in self._samples(host, start_ns, end_ns + NEAR_NS) if s.end_ns > start_ns]
@@ -163,7 +98,7 @@ class VictoriaReads:
         near: list[StoredSample] = []
         for lo, hi in _merged((t - NEAR_NS, t + NEAR_NS) for t in instants):
             near += self._samples(host, lo, hi)
-        known = self._channels(host, min(instants) - _FAR_NS, max(instants) + _FAR_NS)
+        known = self._channels(host, min(instants) - FAR_NS, max(instants) + FAR_NS)
         out = []
         for t in instants:
             before = [s for s in near if s.end_ns <= t]
@@ -176,12 +111,8 @@ class VictoriaReads:
 
     def _channels(self, host: str, start_ns: int, end_ns: int) -> set[tuple[str, ...]]:
         """The channels (and streams) of ``host`` with samples in [start_ns, end_ns] (by day)."""
-        params = [("match[]", f"{ENERGY}_{SUB_NS}{{host={quote(host)}}}")]
-        params += [("start", _seconds(max(start_ns, 0))), ("end", _seconds(end_ns, up=True))]
-        doc = loads(self._get("/api/v1/series", params))
-        if not isinstance(doc, dict) or doc.get("status") != "success":
-            raise QueryError(f"{self.url} answers /api/v1/series not as the Prometheus API does")
-        return {_channel(labels) for labels in doc["data"]}
+        found = self._api.series(f"{ENERGY}_{SUB_NS}{{host={quote(host)}}}", start_ns, end_ns)
+        return {_channel(labels) for labels in found}
 
     # -- job events -------------------------------------------------------------------------
 
@@ -189,7 +120,7 @@ class VictoriaReads:
         self, matchers: Iterable[str], start_ns: int | None = None, end_ns: int | None = None
     ) -> list[StoredJobEvent]:
         selectors = [f'{{__name__=~"{JOB_EVENTS}_.+",{m}}}' for m in matchers]
-        found = self.export(selectors, start_ns, end_ns).get(JOB_EVENTS, {})
+        found = self._api.raw(selectors, start_ns, end_ns).get(JOB_EVENTS, {})
         events = [_event(dict(labels), ms, fields) for labels, points in found.items() for ms, fields in points.items()]
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
@@ -223,7 +154,7 @@ class VictoriaReads:
         matchers = [
             f"{{__name__={quote(JOB_EVENTS + '_' + SUB_NS)},event={quote(event)},host={quote(h)}}}" for h in hosts
         ]
-        found = self.export(sorted(matchers), max(since_ns, 0), until_ns).get(JOB_EVENTS, {})
+        found = self._api.raw(sorted(matchers), max(since_ns, 0), until_ns).get(JOB_EVENTS, {})
         return {dict(labels)["job_id"] for labels, points in found.items() if points}
 
     def _last_heard(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
@@ -235,14 +166,16 @@ class VictoriaReads:
 
     # -- job summaries ----------------------------------------------------------------------
 
-    def job_summaries_of(self, job_id: str) -> list[JobSummary]:
-        """Every stored ``job_summary`` point of ``job_id`` (one, unless a rewrite raced)."""
-        found = self.export([f'{{__name__=~"{JOB_SUMMARY}(_host)?_.+",job_id={quote(job_id)}}}'])
-        energy = {
-            dict(labels)["host"]: fields["energy_j"]
-            for labels, points in found.get(JOB_SUMMARY_HOST, {}).items()
-            for fields in points.values()
-        }
+    def job_summaries_of(self, job_id: str, start_ns: int | None = None) -> list[JobSummary]:
+        """Every stored ``job_summary`` point of ``job_id`` stamped from ``start_ns`` on (one,
+        unless a rewrite raced, or the store keeps each rewrite: :mod:`.prometheus`), in the
+        order of their stamps; a point's :data:`TIME_MS` field, where it has one, is the
+        summary's time, else its stamp is."""
+        found = self._api.raw([f'{{__name__=~"{JOB_SUMMARY}(_host)?_.+",job_id={quote(job_id)}}}'], start_ns)
+        energy: dict[int, dict[str, float]] = defaultdict(dict)
+        for labels, points in found.get(JOB_SUMMARY_HOST, {}).items():
+            for ms, fields in points.items():
+                energy[ms][dict(labels)["host"]] = fields["energy_j"]
         out = []
         for labels, points in found.get(JOB_SUMMARY, {}).items():
             tags = dict(labels)
@@ -252,19 +185,12 @@ class VictoriaReads:
             strings.update((k, tags.pop(k)) for k in list(tags) if k not in ("name", "kind", "unit"))
             for ms, fields in points.items():
                 sub = int(fields.pop(SUB_NS, 0))
+                at = int(fields.pop(TIME_MS, ms))
                 values: dict[str, Any] = {k: (bool(v) if k in bools else _number(v)) for k, v in fields.items()}
                 for key in [k[: -len(HIGH)] for k in values if k.endswith(HIGH)]:
                     values[key] = values.pop(key + HIGH) * MS + values.pop(key + LOW, 0)
-                out.append(JobSummary(job_id, ms * MS + sub, tags, {**values, **strings}, energy))
-        return out
-
-
-def _split(name: str) -> tuple[str, str]:
-    """(measurement, field) of a metric name; the measurements are wattline's own."""
-    for measurement in (JOB_SUMMARY_HOST, JOB_SUMMARY, JOB_EVENTS, ENERGY):
-        if name.startswith(measurement + "_"):
-            return measurement, name[len(measurement) + 1 :]
-    return "", name
+                out.append((ms, JobSummary(job_id, at * MS + sub, tags, {**values, **strings}, energy[ms])))
+        return [summary for _, summary in sorted(out, key=lambda found: found[0])]
 
 
 def _number(value: float) -> float | int:

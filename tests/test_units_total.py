@@ -1,9 +1,10 @@
 """UNITS events that carry their process's running total (``units_total``): a report takes a
 span's units as the difference of two totals, and gives exactly the figures of every event.
 
-Truth: the unit counts written (whole numbers, so every sum and difference is exact), and the
-figures computed from every stored event (``store.job_events``), as tests/test_units_flat.py
-does. Hard cases, each on its own host of one job: one process with events at one instant,
+Truth: the unit counts written (whole numbers, so every sum and difference is exact),
+apportioned by the documented rule, and the ramp's knee, as tests/test_units_flat.py takes
+them; the saturation point and plateau rate found from totals must also be those found from
+every stored event. Hard cases, each on its own host of one job: one process with events at one instant,
 resent batches and events on the grid's edges (totals used); two processes (two event_seq
 bases); stamps out of order (the builder stops giving totals); an older writer (no totals);
 a writer whose first events the store never got.
@@ -15,8 +16,9 @@ import json
 import random
 from pathlib import Path
 
+import pytest
 from servers import T0, Influxd, sqlite_or_influxdb1_store  # noqa: F401 (fixture store)
-from test_units_flat import builder, old_figures, write
+from test_units_flat import PLATEAU, Written, builder, knee_window_ns, saturation_from_every_event, write
 from typer.testing import CliRunner
 
 from wattline import wire
@@ -24,7 +26,7 @@ from wattline.cli.main import app
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.reader import UnitCuts, reduce_units
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.report import build_report
+from wattline.workloads.report import Report, build_report
 from wattline.workloads.saturation import SaturationParams, grid_bins
 
 S = 10**9
@@ -56,15 +58,16 @@ def _units(b: object, start: int, every_s: int, rng: random.Random, *, ordered: 
     return events
 
 
-def fill(store: Store, job_id: str) -> float:
-    """``job_id`` on six hosts, one hard case each (module docstring); returns the units written."""
+def fill(store: Store, job_id: str) -> Written:
+    """``job_id`` on six hosts, one hard case each (module docstring); returns what was written."""
     rng = random.Random(job_id)
     start, end = T0, T0 + SECONDS * S
-    total = 0.0
+    written = Written()
     grid = UnitCuts(start, end, grid_bins(start, end, SaturationParams())).instants
     for host in ("one", "edges", "two", "unordered", "old", "late"):
         main = builder(job_id)
         write(store, host, [main.open(start)])
+        written.add(host, [main.open(start)])
         events = _units(main, start, 5 if host != "edges" else 60, rng, ordered=host != "unordered")
         if host == "edges":  # on every grid edge and 1 ns either side of it
             events = [main.units(float(k % 5), t + d) for k, t in enumerate(grid[1:-1]) for d in (-1, 0, 1)]
@@ -79,18 +82,36 @@ def fill(store: Store, job_id: str) -> float:
         write(store, host, events[::2])
         write(store, host, events[1::2], times=2)  # resent
         write(store, host, [main.close(0, end)])
-        total += sum(e.units for e in events)
-    return total
+        written.add(host, events)
+    return written
 
 
-def test_report_figures_from_totals_equal_those_from_every_event(store: Store) -> None:
+#: fill's saturation point: within a bin of the knee of its processes reporting every 5 s and
+#: of the one reporting every 7 s; its plateau: five processes' PLATEAU units per 5 s and one's
+#: per 7 s (the edges host's few units add 0.3 %)
+FILL_KNEE = (knee_window_ns(SECONDS, 5)[0], knee_window_ns(SECONDS, 7)[1])
+FILL_RATE = PLATEAU * (5 / 5 + 1 / 7)
+
+
+def check_units(report: Report, written: Written, knee_ns: tuple[int, int], rate: float) -> None:
+    """The report's units figures are those written, its saturation point within ``knee_ns``
+    and its plateau rate within 2 % of ``rate`` (as tests/test_units_flat.py checks them)."""
+    at = report.saturation.at_ns
+    assert at is not None and knee_ns[0] <= at <= knee_ns[1], (at - T0) / S
+    assert report.saturation.plateau_rate == pytest.approx(rate, rel=0.02)
+    warm = written.between(T0, at)
+    assert report.job.units_total == written.total
+    assert report.units_warmup == pytest.approx(warm, rel=1e-12) and 0 < warm < written.total
+    assert report.units_measured == pytest.approx(written.total - warm, rel=1e-12)
+
+
+def test_report_figures_from_totals_are_the_written_ones(store: Store) -> None:
     written = fill(store, "j")
     report = build_report(store, "j")
-    total, warm, at_ns, rate = old_figures(store, "j", report.end_ns)
-    assert report.job.units_total == total == written
-    assert (report.saturation.at_ns, report.saturation.plateau_rate) == (at_ns, rate)
+    check_units(report, written, FILL_KNEE, FILL_RATE)
+    found = (report.saturation.at_ns, report.saturation.plateau_rate)
+    assert found == saturation_from_every_event(store, "j", report.end_ns)
     assert report.saturation.method == "throughput-plateau"
-    assert report.units_warmup == warm and report.units_measured == written - warm
     every = [e for e in store.job_events("j") if e.event == "units"]
     if isinstance(store, SqliteStore):  # the totals are stored (InfluxDB: see the last test)
         rows = store._db.execute("SELECT fields FROM job_events WHERE event = 'units'").fetchall()
@@ -105,27 +126,28 @@ def test_sqlite_sums_no_rows_where_the_totals_tell(tmp_path: Path) -> None:
     the same job with one host of an older writer sums that host's rows, and only those."""
     with SqliteStore(tmp_path / "w.db") as store:
         rng = random.Random(1)
+        written = Written()
         for host in ("a", "b"):
             b = builder("j")
             events = [b.open(T0), *_units(b, T0, 3, rng), b.close(0, T0 + SECONDS * S)]
             write(store, host, events)
+            written.add(host, events)
         statements: list[str] = []
         store._db.set_trace_callback(statements.append)
         report = build_report(store, "j")
         assert not [s for s in statements if "SUM(" in s]
-        total, warm, at_ns, _rate = old_figures(store, "j", report.end_ns)
-        assert (report.job.units_total, report.units_warmup, report.saturation.at_ns) == (total, warm, at_ns)
+        check_units(report, written, knee_window_ns(SECONDS, 3), 2 * PLATEAU / 3)
         old = builder("j")
         events = [old.open(T0), *_units(old, T0, 3, rng)]
         for e in events:
             e.ClearField("units_total")
         write(store, "c", events)
+        written.add("c", events)
         statements.clear()
         report = build_report(store, "j")
         summed = [s for s in statements if "SUM(" in s]
         assert summed and all("('c', " in s and "('a', " not in s and "('b', " not in s for s in summed)
-        total, warm, at_ns, _rate = old_figures(store, "j", report.end_ns)
-        assert (report.job.units_total, report.units_warmup, report.saturation.at_ns) == (total, warm, at_ns)
+        check_units(report, written, knee_window_ns(SECONDS, 3), 3 * PLATEAU / 3)
 
 
 def test_totals_that_do_not_add_up_are_not_used(tmp_path: Path) -> None:
@@ -154,11 +176,13 @@ def test_wattline_report_json_from_totals(tmp_path: Path) -> None:
     path = tmp_path / "w.db"
     with SqliteStore(path) as store:
         written = fill(store, "cli-j")
-        old = build_report(store, "cli-j")
-        _total, warm, _at, _rate = old_figures(store, "cli-j", old.end_ns)
     out = CliRunner().invoke(app, ["report", "cli-j", "--json", "--store", f"sqlite:///{path}"])
     assert out.exit_code == 0, out.output
-    assert json.loads(out.stdout)["units"] == {"total": written, "warmup": warm, "measured": written - warm}
+    data = json.loads(out.stdout)
+    at = T0 + round(data["durations_s"]["warmup"] * S)
+    assert FILL_KNEE[0] <= at <= FILL_KNEE[1]
+    warm = written.between(T0, at)
+    assert data["units"] == pytest.approx({"total": written.total, "warmup": warm, "measured": written.total - warm})
 
 
 def test_influxdb_stores_the_total_as_a_float_field(influxd: Influxd) -> None:

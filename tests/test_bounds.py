@@ -10,6 +10,8 @@ over the job's window.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 from collections.abc import Callable
@@ -23,6 +25,7 @@ from wattline import wire
 from wattline.cli.main import app
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.events import EventBuilder, JobSpec
+from wattline.workloads.jobs_view import utc_iso
 from wattline.workloads.report import build_report
 from wattline.workloads.summary import summary_of
 from wattline.workloads.uncertainty import Side, change_bound, edge_term
@@ -133,9 +136,10 @@ def write_job(
     host: str = "node-1",
     units: int = 1000,
     samples_until_s: float | None = None,
+    saturated_s: float | None = None,
 ) -> str:
     """A store at ``path`` (added to) with ``series`` read from the whole second 5 s before to 5 s after the
-    job's ``window_s`` (or until ``samples_until_s``), and the job, saturated from its open."""
+    job's ``window_s`` (or until ``samples_until_s``), and the job, saturated from its open (or ``saturated_s``)."""
     open_s, close_s = window_s
     end_s = close_s + 5 if samples_until_s is None else samples_until_s
     with SqliteStore(path) as store:
@@ -154,7 +158,7 @@ def write_job(
         events.job_events.extend(
             [
                 b.open(T0 + round(open_s * S)),
-                b.phase("saturated", T0 + round(open_s * S)),
+                b.phase("saturated", T0 + round((open_s if saturated_s is None else saturated_s) * S)),
                 b.units(units, T0 + round(close_s * S)),
                 b.close(0, T0 + round(close_s * S)),
             ]
@@ -305,6 +309,45 @@ def test_a_source_s_own_bound_is_summed_over_the_window(tmp_path: Path) -> None:
     neuron = Series("neuron", "accelerator", "neuron0", "model", steady(100.0), model_factor=1.25, error_rel=0.3)
     r = report(write_job(tmp_path / "w.db", "n", [neuron], (0.5, 120.5)), "n")
     holds(r, 100.0 * 120, {"model": 0.3 * r["energy"]})
+
+
+# -- export ---------------------------------------------------------------------------------
+
+
+def apportioning_error(energy_j: float, inside_s: float, length_s: float, p_max_w: float) -> float:
+    """The most that ``inside_s`` of a piece holding ``energy_j`` over ``length_s``, apportioned by
+    overlap, can be off when the power in it stays within ``[0, p_max_w]``."""
+    guess = energy_j * inside_s / length_s
+    low, high = max(0.0, energy_j - p_max_w * (length_s - inside_s)), min(energy_j, p_max_w * inside_s)
+    return max(guess - low, high - guess)
+
+
+def test_export_apportions_samples_straddling_the_edges_within_the_report_s_bound(tmp_path: Path) -> None:
+    """The job opens, saturates and closes inside 1 s samples where the power steps: 100 W
+    before the open, 10 W warm-up, 100 W measured, 10 W after the close. ``wattline export``'s
+    rows of each window hold the truth within the report's bound for that window, and the
+    bound is at most 3 x the error (apportioning by overlap errs most where the power steps at
+    the edge: every edge here is such a worst case)."""
+    power = lambda t: 10.0 if 20.4 <= t < 40.25 or t >= 80.7 else 100.0  # noqa: E731
+    store = write_job(tmp_path / "w.db", "x", [Series("rapl", "cpu_package", "package-0", "counter", power)],
+                      (20.4, 80.7), saturated_s=40.25)  # fmt: skip
+    out = CliRunner().invoke(app, ["export", "x", "--csv", "-", "--store", store])
+    assert out.exit_code == 0, out.output
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    data = cli(store, "report", "x")
+    for name, (t0, t1) in (("warmup", (20.4, 40.25)), ("measured", (40.25, 80.7))):
+        mine = [r for r in rows if r["window"] == name]
+        assert (mine[0]["start"], mine[-1]["time"]) == (utc_iso(T0 + round(t0 * S)), utc_iso(T0 + round(t1 * S)))
+        # the edges term lies between the worst case of a power up to the truth's 100 W (less
+        # would not hold every such power) and that of any power (the straddling samples whole)
+        pieces = [(true_energy(power, math.floor(t), math.floor(t) + 1), inside) for t, inside in
+                  ((t0, math.floor(t0) + 1 - t0), (t1, t1 - math.floor(t1)))]  # fmt: skip
+        edges = tuple(sum(apportioning_error(e, inside, 1.0, p) for e, inside in pieces) for p in (100.0, math.inf))
+        figures = data[name]
+        assert isinstance(figures, dict)
+        r = {"energy": sum(float(r["energy_j"]) for r in mine), "bound": figures["energy_bound_j"], **figures}
+        assert r["energy"] == pytest.approx(figures["energy_j"], rel=1e-12)  # what report --json says
+        holds(r, true_energy(power, t0, t1), {"resolution": counter_resolution(100), "edges": edges})
 
 
 # -- the table ------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ first job with its units and its exit status.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,8 +29,14 @@ from servers import free_port
 from sysfs_trees import Zone, powercap_tree
 
 from wattline import wire
+from wattline.agent import disk_spool, outbox
+from wattline.agent.outbox import OutboxDrainer, open_outbox
 from wattline.agent.spool_format import read_segment
 from wattline.agent.uplink import Uplink
+from wattline.collector.server import CollectorServer
+from wattline.collector.stores.reader import StoredJobEvent
+from wattline.collector.stores.sqlite import SqliteStore
+from wattline.workloads.events import EventBuilder, JobSpec
 
 HOST = "outbox-host"
 #: Writes two units events with their own time stamps, then exits 3.
@@ -327,3 +335,104 @@ def test_the_agent_keeps_no_outbox_thread_and_delivers_between_its_pushes(
         agent.stop()
     assert "left" in host.jobs()
     assert "wattline-outbox" not in [t.name for t in threading.enumerate()]
+
+
+# -- bounds -------------------------------------------------------------------------------------
+
+HOUR_S, DAY_S = 3600, 86400
+
+
+class Clock:
+    """Wall time as the outbox's spool reads it (``time_ns``), moved by the test."""
+
+    def __init__(self, now_ns: int) -> None:
+        self.now_ns = now_ns
+        self.monotonic = time.monotonic
+
+    def time_ns(self) -> int:
+        return self.now_ns
+
+
+def delivered(root: Path, h: wire.pb.Host, db: Path, job_id: str) -> list[StoredJobEvent]:
+    """One drainer's pass over ``root`` to a real collector (SQLite at ``db``): the job's stored events, in order."""
+    with SqliteStore(db) as store:
+        server = CollectorServer(store, "127.0.0.1:0")
+        server.start()
+        try:
+            drainer = OutboxDrainer(root, h, lambda spool: Uplink(spool, [f"127.0.0.1:{server.port}"]))
+            assert drainer.drain_once(threading.Event()) == 1
+        finally:
+            server.stop()
+        return sorted(store.job_events(job_id), key=lambda e: e.event_seq)
+
+
+def test_the_outbox_bounds_are_the_readmes() -> None:
+    assert (outbox.MAX_BYTES, outbox.MAX_AGE_S) == (256 * 2**20, 30 * DAY_S)  # "256 MiB and 30 days per process"
+
+
+def test_past_30_days_exactly_the_older_events_are_dropped_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job's process wrote its events to its outbox 30 days and an hour, 30 days less an hour
+    and 10 days before a drainer's pass (on a clock the test moves), then ended without
+    reaching a collector. The pass drops the first three events only (the age bound's
+    resolution is a thousandth of it, 43 min), says how many in a warning, and a real
+    collector gets every other one."""
+    pass_ns = time.time_ns()
+    clock = Clock(pass_ns)
+    monkeypatch.setattr(disk_spool, "time", clock)
+    h = wire.Host(host_id=HOST)
+    spool = open_outbox(tmp_path / "outbox", h)
+    b = EventBuilder(JobSpec("aged", "aged", "training", "steps"))
+    written: list[wire.pb.JobEvent] = []
+    for age_s in (30 * DAY_S + HOUR_S, 30 * DAY_S - HOUR_S, 10 * DAY_S):
+        clock.now_ns = t = pass_ns - age_s * 10**9
+        events = [b.open(t) if not written else b.units(1.0, t), b.units(2.0, t + 1)]
+        events.append(b.close(0, t + 2) if age_s == 10 * DAY_S else b.units(3.0, t + 2))
+        spool.add_job_events(events)
+        spool.seal()  # the writer's uplink, every batch interval
+        written += events
+    spool.close()  # the process ends with no collector reached
+    clock.now_ns = pass_ns
+    with caplog.at_level(logging.WARNING, logger="wattline.agent.spool"):
+        stored = delivered(tmp_path / "outbox", h, tmp_path / "w.db", "aged")
+    assert [e.event_seq for e in stored] == [e.event_seq for e in written[3:]]
+    drops = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(drops) == 1 and "1 batches older than 2592000 s dropped with 0 samples and 3 job events" in drops[0]
+
+
+#: The warning of one drop at the size bound: its events, and all dropped so far.
+FULL = (
+    r".* full \(0\.0625 MiB\): dropped the oldest segment with 0 samples and (\d+) job events "
+    r"\(\d+ batches, 0 samples and (\d+) job events dropped so far\)"
+)
+
+
+def test_past_its_size_bound_exactly_the_oldest_events_are_dropped_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A process writes a job's events, one record each as a wrapper does, until its outbox is
+    three times over its size bound (256 MiB, 64 KiB here: 4 KiB segments). The oldest are
+    dropped a segment at a time, each drop a warning naming its events; the outbox stays
+    within the bound, short of it by less than a segment and a record; a drainer delivers to a
+    real collector every event written after the last dropped one, and nothing else is missing."""
+    monkeypatch.setattr(outbox, "MAX_BYTES", 64 << 10)
+    h = wire.Host(host_id=HOST)
+    spool = open_outbox(tmp_path / "outbox", h)
+    b = EventBuilder(JobSpec("full", "full", "training", "steps"))
+    t0 = time.time_ns()
+    written = [b.open(t0), *(b.units(1.0, t0 + k * 10**6) for k in range(1, 2000))]
+    with caplog.at_level(logging.WARNING, logger="wattline.agent.spool"):
+        for k, event in enumerate(written):
+            spool.add_job_events([event])
+            if k % 50 == 49:
+                spool.seal()
+    assert (64 - 5) << 10 < spool.size_bytes() <= 64 << 10
+    spool.close()
+    stored = delivered(tmp_path / "outbox", h, tmp_path / "w.db", "full")
+    lost = len(written) - len(stored)
+    assert lost > len(written) // 2 and [e.event_seq for e in stored] == [e.event_seq for e in written[lost:]]
+    said = [re.fullmatch(FULL, r.getMessage()) for r in caplog.records]
+    counts = [(int(m[1]), int(m[2])) for m in said if m]
+    assert len(counts) == len(said) > 0  # every warning is a drop's, and says its events ...
+    assert sum(n for n, _ in counts) == lost == counts[-1][1]  # ... which add up to what was lost

@@ -31,8 +31,11 @@ Recovery
 Bounds
     ``max_bytes`` (total size of the segment files) and ``max_age_s`` (time since a
     record was written): beyond either, the **oldest** data is dropped (whole segments
-    for size, batches for age), counted in ``dropped_batches`` / ``dropped_samples`` and
-    logged. A failed write (disk full, I/O error) is counted and logged the same way.
+    for size, batches for age), counted in ``dropped_batches`` / ``dropped_samples`` /
+    ``dropped_events`` and logged. A failed write (disk full, I/O error) is counted and
+    logged the same way. A batch spans at most a thousandth of ``max_age_s`` (or a
+    minute) of writing: read back, a dead process's job events would otherwise be one
+    batch as old as its newest event. What the age bound keeps is at most that much older.
 """
 
 from __future__ import annotations
@@ -88,6 +91,8 @@ class DiskSpool(SpoolBase):
         self.where = str(self.directory)
         self.max_bytes = max_bytes
         self.max_age_ns = int(max_age_s * 1e9)
+        # a minute at least: a live batch (one batch interval of writing) is never cut by it
+        self.run_span_ns = max(self.max_age_ns // 1000, 60 * 10**9)
         self.segment_bytes = min(max(max_bytes // 16, 4 << 10), 16 << 20)
         self.corrupt_bytes = 0
         self.write_errors = 0
@@ -165,9 +170,10 @@ class DiskSpool(SpoolBase):
             or run.stream_id != stream_id
             or run.end != offset
             or (run.samples and run.samples + samples > self.max_batch_samples)
+            or written_ns - run.first_ns > self.run_span_ns
         ):
             closed = run
-            run = self._open = Run(segment, offset, offset, stream_id, written_ns)
+            run = self._open = Run(segment, offset, offset, stream_id, written_ns, written_ns)
         run.end = end
         run.written_ns = written_ns
         run.samples += samples
@@ -199,7 +205,7 @@ class DiskSpool(SpoolBase):
         record = encode_record(self._prefix + body, written_ns)
         with self._lock:
             if self._lock_fd < 0:  # closed: the directory may belong to another agent now
-                self._count_drop(1, samples, f"spool {self.directory}: add after close")
+                self._count_drop(1, samples, f"spool {self.directory}: add after close", events)
                 return
             try:
                 if self._fd < 0 or self._segments[self._active] >= self.segment_bytes:
@@ -210,6 +216,7 @@ class DiskSpool(SpoolBase):
                 self.write_errors += 1
                 self.dropped_batches += 1
                 self.dropped_samples += samples
+                self.dropped_events += events
                 if time.monotonic() - self._write_error_logged > 10.0:
                     self._write_error_logged = time.monotonic()
                     log.error(
@@ -259,7 +266,8 @@ class DiskSpool(SpoolBase):
         self._runs = collections.deque(r for r in self._runs if r.segment != number)
         self._ready = [r for r in self._ready if r.segment != number]
         if runs:
-            self._count_drop(len(runs), sum(r.samples for r in runs), f"{why}: dropped the oldest segment")
+            samples, events = sum(r.samples for r in runs), sum(r.events for r in runs)
+            self._count_drop(len(runs), samples, f"{why}: dropped the oldest segment", events)
         self._advance((number, self._segments[number]), None)
         self._release_segments()
 
@@ -274,7 +282,8 @@ class DiskSpool(SpoolBase):
             self._count_drop(
                 len(dropped),
                 sum(r.samples for r in dropped),
-                f"spool {self.directory}: {len(dropped)} batches older than {self.max_age_ns / 1e9:g} s dropped",
+                f"spool {self.directory}: {len(dropped)} batches older than {self.max_age_ns / 1e9:.10g} s dropped",
+                sum(r.events for r in dropped),
             )
             self._release_segments()
 
@@ -350,7 +359,9 @@ class DiskSpool(SpoolBase):
                     loaded = self._load(run)
                     if loaded is None:
                         self._runs.popleft()
-                        self._count_drop(1, run.samples, f"spool {self.directory}: unreadable batch {run.seq}")
+                        self._count_drop(
+                            1, run.samples, f"spool {self.directory}: unreadable batch {run.seq}", run.events
+                        )
                         self._advance((run.segment, run.end), None)
                         self._release_segments()
                         continue

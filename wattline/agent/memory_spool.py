@@ -68,7 +68,10 @@ class MemorySpool(SpoolBase):
             while len(self._sealed) > self.max_batches:
                 old = self._sealed.popleft()
                 self._count_drop(
-                    1, len(old.samples), f"spool full ({self.max_batches} batches): dropped batch {old.seq}"
+                    1,
+                    len(old.samples),
+                    f"spool full ({self.max_batches} batches): dropped batch {old.seq}",
+                    len(old.job_events),
                 )
             return sealed
 

@@ -40,6 +40,7 @@ class Spool(Protocol):
     max_batch_samples: int
     dropped_batches: int
     dropped_samples: int
+    dropped_events: int
     acked_batches: int
     acked_samples: int
 
@@ -87,17 +88,23 @@ class SpoolBase:
         self._lock = threading.Lock()
         self.dropped_batches = 0
         self.dropped_samples = 0
+        self.dropped_events = 0
         self.acked_batches = 0
         self.acked_samples = 0
 
-    def _count_drop(self, batches: int, samples: int, why: str) -> None:
-        """Count and log a drop (called with the lock held)."""
+    def _count_drop(self, batches: int, samples: int, why: str, events: int = 0) -> None:
+        """Count and log a drop (called with the lock held), naming the job events it held: the
+        outbox holds nothing else, and "0 samples" alone would say nothing was lost."""
         self.dropped_batches += batches
         self.dropped_samples += samples
+        self.dropped_events += events
+        also, so_far = (f" and {events} job events", f" and {self.dropped_events} job events") if events else ("", "")
         log.warning(
-            "%s with %d samples (%d batches, %d samples dropped so far)",
+            "%s with %d samples%s (%d batches, %d samples%s dropped so far)",
             why,
             samples,
+            also,
             self.dropped_batches,
             self.dropped_samples,
+            so_far,
         )

@@ -70,6 +70,7 @@ class Run:
     end: int
     stream_id: str
     written_ns: int  #: when its newest record was written (the age bound drops whole runs)
+    first_ns: int = 0  #: when its oldest record was written
     samples: int = 0
     events: int = 0
     records: int = 0

@@ -1,6 +1,8 @@
 """Every store-reading or -writing command against every class of bad input: the exit
 status (2 usage / config / input, 1 runtime failure, 127 / 126 a command that cannot
-start), at most two lines on stderr, never a traceback, and no file created.
+start), one line on stderr (README: "Always one line on stderr"), never a traceback, and no
+file created. A stray ``WATTLINE_*`` variable adds its one warning line before it, and
+changes nothing else.
 
 Stores are real: SQLite files written by ``wattline run``, an ``influxd`` 1.x (tests/servers.py)
 for "no such database", a read-only bind mount for "read-only store" (tests run as root;
@@ -10,6 +12,7 @@ skipped where ``mount`` is refused). Each case is a real ``wattline`` process, a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sqlite3
@@ -36,8 +39,16 @@ class Case:
     name: str
     argv: list[str]  # "{T}": the case's own directory, "{good}": a store holding JOB, "{influx}": influxd
     status: int
-    text: str  # on stderr's first line
-    env: tuple[tuple[str, str], ...] = ()
+    text: str  # on stderr's last line
+    env: tuple[tuple[str, str], ...] = ()  # STRAY or nothing
+
+
+#: A variable no wattline setting has, in a command's environment, and the line it gets.
+STRAY = ("WATTLINE_AGENT_INTERVALL", "1")
+WARNING = (
+    "wattline: warning: environment variable WATTLINE_AGENT_INTERVALL is not a wattline setting; "
+    "ignored (did you mean WATTLINE_AGENT_INTERVAL?)"
+)
 
 
 def _cases() -> list[Case]:
@@ -86,14 +97,14 @@ def _cases() -> list[Case]:
         Case("agent-unknown-table", ["agent", "-c", "{agnet}"], 2, "[agnet] (did you mean [agent]?)"),
         Case("collector-unknown-table", ["collector", "-c", "{sources_typo}"], 2, "[sources.rapel]"),
         Case("sources-unknown-table", ["sources", "--sample", "0", "-c", "{agnet}"], 2, "[agnet]"),
-        Case(
-            "unknown-variable",  # a warning, not an error: the command goes on
-            ["jobs", "--store", "{good}", "--no-energy", "--json"],
-            0,
-            "wattline: warning: environment variable WATTLINE_AGENT_INTERVALL is not a wattline setting; "
-            "ignored (did you mean WATTLINE_AGENT_INTERVAL?)",
-            (("WATTLINE_AGENT_INTERVALL", "1"),),
-        ),
+        # a warning, not an error: the command goes on
+        Case("unknown-variable", ["jobs", "--store", "{good}", "--no-energy", "--json"], 0, WARNING, (STRAY,)),
+    ]
+    # Two lines: the stray variable's warning, then the error the same case gives without it.
+    named = {c.name: c for c in cases}
+    cases += [
+        dataclasses.replace(named[name], name=f"{name}+stray", env=(STRAY,))
+        for name in ("report-missing-path", "run-missing-command", "agent-unknown-table")
     ]
     return cases
 
@@ -170,17 +181,26 @@ def table(tmp_path_factory: pytest.TempPathFactory, influxd: Influxd) -> Fixture
     return Fixtures(root, good, results)
 
 
+def said(table: Fixtures, name: str) -> list[str]:
+    """Case ``name``'s stderr lines, its own directory written ``{T}``."""
+    return table.results[name][0].stderr.replace(str(table.root / "cases" / name), "{T}").splitlines()
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_input_is_one_line_and_a_status(table: Fixtures, case: Case) -> None:
     out, before, after = table.results[case.name]
     assert "Traceback" not in out.stderr + out.stdout
     assert out.returncode == case.status, out.stderr
-    lines = out.stderr.splitlines()
-    assert 1 <= len(lines) <= 2, out.stderr
-    assert case.text in lines[0], lines[0]
+    lines = said(table, case.name)
+    warned = [WARNING] * len(case.env)  # a stray variable's line comes first
+    assert lines[: len(warned)] == warned, out.stderr
+    assert len(lines[len(warned) :]) == (case.status != 0), out.stderr  # the error: one line
+    assert case.text in lines[-1], lines[-1]
     if case.status != 0:
         assert lines[-1].startswith("wattline: error: "), out.stderr
         assert out.stdout == ""
+    if case.name.endswith("+stray"):  # word for word the error without the variable
+        assert lines[-1:] == said(table, case.name.removesuffix("+stray"))
     assert after == before, f"created: {sorted(after - before)}"
 
 

@@ -11,10 +11,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from nvml_stub.build import build_stub
+
+from wattline.collector.stores.factory import open_store
+from wattline.workloads.report import build_report
 
 GPU0 = "GPU-9e9e9e9e-0000-4000-8000-000000000000"
 
@@ -129,3 +133,62 @@ def test_init_refused_is_one_line(tmp_path: Path) -> None:
         done.stdout + done.stderr
     )
     assert "Traceback" not in done.stderr
+
+
+GPU_SENSED = "GPU-7c7c7c7c-0000-4000-8000-000000000000"
+IDLE_W, W_PER_SM, SM = 60.0, 2.0, 50.0
+#: The job's command: as it starts it puts SM % on GPU 0 until 3 s later, and SM % more from
+#: 2.5 s (a step half a second before it exits); it exits when they end.
+LOAD = r"""
+import os, sys, time
+now, pid, sm = time.time(), os.getpid(), float(sys.argv[2])
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(f"0 {pid} {sm} 10 {now!r} {now + 3.0!r}\n0 {pid} {sm} 10 {now + 2.5!r} {now + 3.0!r}\n")
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(max(0.0, now + 3.0 - time.time()))
+"""
+
+
+def test_power_sensed_part_time_and_averaged_is_within_the_integrated_bound(tmp_path: Path) -> None:
+    """A GPU whose driver offers no energy counter: wattline integrates
+    ``nvmlDeviceGetPowerUsage``, on A100/H100 a 1 s average of power sensed 25 ms in every
+    100 ms (UNKIND.md). The load steps up as the job starts and again 0.5 s before it ends,
+    where a lagging average errs most. The job's GPU energy lies within the report's bound of
+    the truth (the model's power over the stored open and close), and the bound is at most 4 x
+    the error the lag can make (each step x the 1 s average and a 0.1 s update)."""
+    procs = tmp_path / "procs.txt"
+    (tmp_path / "gpus.txt").write_text(
+        f"driver 550.54.15\ngpu {GPU_SENSED} NVIDIA H100 80GB HBM3\nenergy ns\ninstant ns\n"
+        f"energy_model {IDLE_W} {W_PER_SM} {time.time() - 60}\npower_sensing 100 25 1000\n"
+        "util 50:20\nmemory 85899345920:1073741824\nlimit 700000\n"
+    )
+    env = dict(
+        os.environ,
+        LD_LIBRARY_PATH=str(build_stub()),
+        WATTLINE_NVML_SCENARIO=str(tmp_path / "gpus.txt"),
+        WATTLINE_NVML_PROCS=str(procs),
+        XDG_STATE_HOME=str(tmp_path / "state"),
+    )
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    done = subprocess.run(
+        [sys.executable, "-m", "wattline.cli.main", "run", "--job-id", "sensed", "--source", "nvml",
+         "--interval", "0.1", "--store", db, "--no-report", "--", sys.executable, "-c", LOAD, str(procs), str(SM)],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    with open_store(db) as store:
+        report = build_report(store, "sensed")  # type: ignore[arg-type]
+        stamps = {e.event: e.time_ns / 1e9 for e in store.job_events("sensed")}  # type: ignore[attr-defined]
+    opened, closed = stamps["open"], stamps["close"]
+    loads = [(float(sm), float(a), float(b)) for _g, _pid, sm, _m, a, b in (line.split() for line in procs.open())]
+    truth = IDLE_W * (closed - opened)
+    truth += sum(W_PER_SM * sm * max(0.0, min(b, closed) - max(a, opened)) for sm, a, b in loads)
+    windows = [w.components["gpu"] for w in (report.warmup, report.measured) if "gpu" in w.components]
+    figure, bound = sum(c.energy_j for c in windows), sum(c.bound.total_j for c in windows)
+    assert {q for c in windows for q in c.by_quality} == {"integrated"}
+    assert all(c.bound.integration_j > 0 for c in windows)
+    error, constructed = abs(figure - truth), len(loads) * W_PER_SM * SM * (1.0 + 0.1)
+    assert error <= bound, (
+        f"{figure:.1f} J is {error:.1f} J off the truth {truth:.1f} J, outside its bound {bound:.1f} J"
+    )
+    assert bound <= 4 * constructed, f"bound {bound:.1f} J > 4 x the {constructed:.1f} J the lag can make"

@@ -31,11 +31,9 @@ Recovery
 Bounds
     ``max_bytes`` (total size of the segment files) and ``max_age_s`` (time since a
     record was written): beyond either, the **oldest** data is dropped (whole segments
-    for size, batches for age), counted in ``dropped_batches`` / ``dropped_samples`` /
-    ``dropped_events`` and logged. A failed write (disk full, I/O error) is counted and
-    logged the same way. A batch spans at most a thousandth of ``max_age_s`` (or a
-    minute) of writing: read back, a dead process's job events would otherwise be one
-    batch as old as its newest event. What the age bound keeps is at most that much older.
+    for size, batches for age), counted in ``dropped_*`` and logged, as is a failed write.
+    A batch spans at most a thousandth of ``max_age_s`` (or a minute) of writing: read back,
+    a dead process's events would otherwise be one batch as old as its newest event.
 """
 
 from __future__ import annotations

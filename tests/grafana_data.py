@@ -105,6 +105,37 @@ def find_panel(dashboard: dict[str, Any], title: str) -> dict[str, Any]:
     return matches[0]
 
 
+def query_text(variable: dict[str, Any]) -> str:
+    query = variable.get("query", "")
+    return str(query.get("query", "")) if isinstance(query, dict) else str(query)
+
+
+def choose(
+    variable: dict[str, Any],
+    found: list[str],
+    select: dict[str, str | list[str]],
+    values: dict[str, list[str]],
+    raw: dict[str, str],
+) -> None:
+    """Grafana's selection of ``variable`` among its options ``found``, into ``values`` (or
+    ``raw``: a custom all value, inserted as is): ``select[name]``, else "All" where the
+    variable allows it (its custom all value if it has one, else every option), else the
+    first option. Only a hidden variable may have no options."""
+    name = variable["name"]
+    assert found or variable["hide"] == 2, f"variable ${name} has no options: {query_text(variable)!r}"
+    raw.pop(name, None)
+    if name in select:
+        chosen = [select[name]] if isinstance(select[name], str) else list(select[name])
+        assert set(chosen) <= set(found), (name, found)
+        values[name] = chosen
+    elif variable.get("includeAll") and "allValue" in variable:
+        raw[name] = variable["allValue"]
+    elif variable.get("includeAll"):
+        values[name] = found
+    else:
+        values[name] = found[:1]
+
+
 # -- the data ----------------------------------------------------------------------------------
 
 S = 1_000_000_000
@@ -229,8 +260,8 @@ class Fixture:
 
 
 def build_batches(fx: Fixture, restarts: dict[str, int] | None = None) -> list[wire.pb.Batch]:
-    """The batches of the fixture; ``restarts``: host -> the minute its agent restarts at
-    (a new stream, counters from 0)."""
+    """The batches of the fixture (one a minute per host); ``restarts``: host -> the second
+    after which its agent runs again (a new stream, counters from 0)."""
     batches: list[wire.pb.Batch] = []
     labels = {
         HOST_A: {"instance_type": "p4d.24xlarge", "cluster": "train-a"},
@@ -238,93 +269,98 @@ def build_batches(fx: Fixture, restarts: dict[str, int] | None = None) -> list[w
     }
     cumulative: dict[Channel, float] = defaultdict(float)
     seqs: dict[tuple[str, str], int] = defaultdict(int)
+    sent: dict[str, int] = defaultdict(int)  #: stream id -> batches
     for minute in range(DURATION_S // 60):
         for host in (HOST_A, HOST_B):
             restart = (restarts or {}).get(host, DURATION_S)
-            if minute == restart:
-                cumulative.update((ch, 0.0) for ch in CHANNELS if ch.host == host)
-            stream, seq = (
-                (f"stream-{host}", minute + 1) if minute < restart else (f"stream-{host}-2", minute - restart + 1)
-            )
-            batch = wire.Batch(stream_id=stream, seq=seq, sent_ns=fx.at(60 * (minute + 1)))
-            batch.host.host_id = host
-            batch.host.agent_version = "0.1.0"
-            batch.host.labels.update(labels[host])
-            for t in range(60 * minute + 1, 60 * (minute + 1) + 1):
-                for ch in (c for c in CHANNELS if c.host == host):
-                    unhealthy = ch.device == UNHEALTHY[0] and t in UNHEALTHY[1]
-                    power = 0.0 if unhealthy else channel_power(ch, t)
-                    cumulative[ch] += power
-                    sample = batch.samples.add(
-                        source=ch.source,
-                        component=ch.component,
-                        device=ch.device,
-                        start_ns=fx.at(t - 1),
-                        end_ns=fx.at(t),
-                        energy_j=power,
-                        power_w=power,
-                        cumulative_j=cumulative[ch],
-                        quality=wire.QUALITY_BY_NAME[ch.quality],
-                        healthy=not unhealthy,
-                    )
-                    if unhealthy:
-                        sample.status = UNHEALTHY[2]
-                    if ch.utilization is not None and not unhealthy:
-                        sample.utilization = ch.utilization
-                    if ch.component == "accelerator":
-                        sample.energy_error_j = 2.0
-                    for gauge in ch.gauges:
-                        sample.gauges[gauge] = {"memory_used_bytes": 4.0e10, "power_limit_w": 400.0}.get(gauge, 1e6 * t)
-                    fx.points.append(
-                        {
-                            "ch": ch,
-                            "t": t,
-                            "time_ms": fx.at(t) // 1_000_000,
-                            "energy_j": power,
-                            "power_w": power,
-                            "healthy": not unhealthy,
-                        }
-                    )
-                for job in JOBS:
-                    if host not in job.hosts:
-                        continue
-                    open_s, sat_s, close_s = job.hosts[host]
-                    kinds: list[tuple[str, dict[str, Any]]] = []
-                    if t == open_s:
-                        kinds.append(("open", {}))
-                    if open_s < t <= close_s and (t - open_s) % 10 == 0:
-                        kinds.append(("units", {"units": job.units_per_10s[host]}))
-                    if t == sat_s:
-                        kinds.append(("phase", {"phase": "saturated"}))
-                    if t == close_s:
-                        kinds.append(("close", {"exit_code": 0}))
-                    for kind, fields in kinds:
-                        seqs[job.job_id, host] += 1
-                        event = batch.job_events.add(
-                            job_id=job.job_id,
-                            time_ns=fx.at(t),
-                            event_seq=seqs[job.job_id, host],
-                            kind=getattr(wire.pb.JobEvent, f"KIND_{kind.upper()}"),
-                            **fields,
+            first, last = 60 * minute + 1, 60 * (minute + 1)
+            spans = [(first, restart), (restart + 1, last)] if first <= restart < last else [(first, last)]
+            for lo, hi in spans:
+                stream = f"stream-{host}" if hi <= restart else f"stream-{host}-2"
+                if lo == restart + 1:
+                    cumulative.update((ch, 0.0) for ch in CHANNELS if ch.host == host)
+                sent[stream] += 1
+                batch = wire.Batch(stream_id=stream, seq=sent[stream], sent_ns=fx.at(hi))
+                batch.host.host_id = host
+                batch.host.agent_version = "0.1.0"
+                batch.host.labels.update(labels[host])
+                for t in range(lo, hi + 1):
+                    for ch in (c for c in CHANNELS if c.host == host):
+                        unhealthy = ch.device == UNHEALTHY[0] and t in UNHEALTHY[1]
+                        power = 0.0 if unhealthy else channel_power(ch, t)
+                        cumulative[ch] += power
+                        sample = batch.samples.add(
+                            source=ch.source,
+                            component=ch.component,
+                            device=ch.device,
+                            start_ns=fx.at(t - 1),
+                            end_ns=fx.at(t),
+                            energy_j=power,
+                            power_w=power,
+                            cumulative_j=cumulative[ch],
+                            quality=wire.QUALITY_BY_NAME[ch.quality],
+                            healthy=not unhealthy,
                         )
-                        if kind == "open":
-                            event.name, event.job_kind, event.unit_name = job.name, job.kind, job.unit_name
-                            event.devices.extend(["gpu:0", "gpu:1"] if host == HOST_A else ["neuroncore:0"])
-                            event.labels["team"] = "ml-platform"
-                            event.labels.update(job.labels)
-                        if kind == "close":
-                            event.labels.update(job.close_labels)
-                        fx.events.append(
+                        if unhealthy:
+                            sample.status = UNHEALTHY[2]
+                        if ch.utilization is not None and not unhealthy:
+                            sample.utilization = ch.utilization
+                        if ch.component == "accelerator":
+                            sample.energy_error_j = 2.0
+                        for gauge in ch.gauges:
+                            sample.gauges[gauge] = {"memory_used_bytes": 4.0e10, "power_limit_w": 400.0}.get(
+                                gauge, 1e6 * t
+                            )
+                        fx.points.append(
                             {
-                                "job_id": job.job_id,
-                                "host": host,
-                                "event": kind,
+                                "ch": ch,
                                 "t": t,
                                 "time_ms": fx.at(t) // 1_000_000,
-                                **fields,
+                                "energy_j": power,
+                                "power_w": power,
+                                "healthy": not unhealthy,
                             }
                         )
-            batches.append(batch)
+                    for job in JOBS:
+                        if host not in job.hosts:
+                            continue
+                        open_s, sat_s, close_s = job.hosts[host]
+                        kinds: list[tuple[str, dict[str, Any]]] = []
+                        if t == open_s:
+                            kinds.append(("open", {}))
+                        if open_s < t <= close_s and (t - open_s) % 10 == 0:
+                            kinds.append(("units", {"units": job.units_per_10s[host]}))
+                        if t == sat_s:
+                            kinds.append(("phase", {"phase": "saturated"}))
+                        if t == close_s:
+                            kinds.append(("close", {"exit_code": 0}))
+                        for kind, fields in kinds:
+                            seqs[job.job_id, host] += 1
+                            event = batch.job_events.add(
+                                job_id=job.job_id,
+                                time_ns=fx.at(t),
+                                event_seq=seqs[job.job_id, host],
+                                kind=getattr(wire.pb.JobEvent, f"KIND_{kind.upper()}"),
+                                **fields,
+                            )
+                            if kind == "open":
+                                event.name, event.job_kind, event.unit_name = job.name, job.kind, job.unit_name
+                                event.devices.extend(["gpu:0", "gpu:1"] if host == HOST_A else ["neuroncore:0"])
+                                event.labels["team"] = "ml-platform"
+                                event.labels.update(job.labels)
+                            if kind == "close":
+                                event.labels.update(job.close_labels)
+                            fx.events.append(
+                                {
+                                    "job_id": job.job_id,
+                                    "host": host,
+                                    "event": kind,
+                                    "t": t,
+                                    "time_ms": fx.at(t) // 1_000_000,
+                                    **fields,
+                                }
+                            )
+                batches.append(batch)
     return batches
 
 

@@ -47,10 +47,12 @@ from grafana_data import (
     S,
     all_panels,
     build_batches,
+    choose,
     close,
     expected_energy,
     find_panel,
     in_totals,
+    query_text,
     schema_errors,
     summary_ms,
     whole_run_j,
@@ -105,11 +107,6 @@ def test_schema_is_strict(dashboard_schema: dict[str, Any]) -> None:
 
 
 # -- conventions the schema cannot express ---------------------------------------------------
-
-
-def query_text(variable: dict[str, Any]) -> str:
-    query = variable.get("query", "")
-    return str(query.get("query", "")) if isinstance(query, dict) else str(query)
 
 
 def all_queries(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:
@@ -298,12 +295,8 @@ class Scope:
 def resolve_variables(
     filled: Filled, dashboard: dict[str, Any], scope: Scope, select: dict[str, str | list[str]]
 ) -> dict[str, list[str]]:
-    """Run the query variables in order (as Grafana does on load); returns each one's options.
-
-    The selection: ``select[name]``, else "All" where the variable allows it (its custom all
-    value if it has one, else every option), else the first option. Only a hidden variable may
-    have no options.
-    """
+    """Run the query variables in order (as Grafana does on load); returns each one's options,
+    selected by ``choose``."""
     options: dict[str, list[str]] = {}
     for variable in dashboard["templating"]["list"]:
         name = variable["name"]
@@ -314,19 +307,8 @@ def resolve_variables(
                 value = row[1] if len(row) > 1 else row[0]  # Grafana's ResponseParser: value[1], else value[0]
                 if value is not None and str(value) not in found:
                     found.append(str(value))
-        assert found or variable["hide"] == 2, f"variable ${name} has no options: {query_text(variable)!r}"
         options[name] = found
-        scope.raw.pop(name, None)
-        if name in select:
-            chosen = [select[name]] if isinstance(select[name], str) else list(select[name])
-            assert set(chosen) <= set(found), (name, found)
-            scope.values[name] = chosen
-        elif variable.get("includeAll") and "allValue" in variable:
-            scope.raw[name] = variable["allValue"]
-        elif variable.get("includeAll"):
-            scope.values[name] = found
-        else:
-            scope.values[name] = found[:1]
+        choose(variable, found, select, scope.values, scope.raw)
     return options
 
 

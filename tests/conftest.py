@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from grafana_data import dashboard_schema  # noqa: F401
 from servers import influxd, prometheus, victoria_metrics  # noqa: F401
 
 _HOME = tempfile.mkdtemp(prefix="wattline-tests-")

@@ -7,21 +7,18 @@
 2. Every panel query, variable query and annotation query runs on a real ``influxd`` 1.x
    filled with realistic data (real ``wire.Batch`` objects written by ``InfluxV1Store``: two
    hosts, RAPL with subzones and psys, GPUs, a Neuron device, modelled CPU and NICs, 1 Hz for
-   10 min, an unhealthy GPU interval, two jobs), after substituting the template variables
+   10 min, an unhealthy GPU interval, three jobs: tests/grafana_data.py), after substituting the template variables
    the way Grafana does (``$timeFilter``, ``$__interval``..., and multi-value variables as
    escaped regex alternations in ``=~ /^$var$/``). Each must return values; key panels must
    return the known figures of the fixture. The Jobs dashboard is run the way its job table's
-   data link opens it: time range = the job's window as read from the table's own queries.
+   data link opens it: time range = the job's window as read from the table's own queries;
+   its user/account/partition filters select the right jobs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import re
-import shutil
-import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -31,12 +28,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
-from jsonschema.exceptions import best_match
+from grafana_data import (
+    CHANNELS,
+    DURATION_S,
+    FILTER_CASES,
+    FILTER_OPTIONS,
+    HOST_A,
+    HOST_B,
+    INTERVAL_S,
+    JOBS,
+    LLAMA,
+    RESNET,
+    SUBZONES,
+    UNHEALTHY,
+    Channel,
+    Fixture,
+    S,
+    all_panels,
+    build_batches,
+    choose,
+    close,
+    expected_energy,
+    find_panel,
+    in_totals,
+    query_text,
+    schema_errors,
+    summary_ms,
+    whole_run_j,
+)
 from servers import Influxd
 
-from wattline import wire
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.workloads.render import report_json
 from wattline.workloads.summary import record_summary
@@ -45,9 +67,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD_DIR = ROOT / "grafana" / "dashboards"
 PROVISIONING = ROOT / "grafana" / "provisioning"
 DASHBOARDS = {path.stem: path for path in sorted(DASHBOARD_DIR.glob("*.json"))}
-SCHEMA_PROJECT = ROOT / "tests" / "grafana_schema"
-SCHEMA_BUILD = ROOT / "tests" / "_build" / "grafana_schema"
-SCHEMA_INPUTS = ("package.json", "package-lock.json", "generate.mjs")
 DATASOURCE_UID = "wattline-influxdb"
 SUBZONE_FILTER = '"component" !~ /^(cpu_core|cpu_uncore|psys)$/'
 #: Grafana template variables the dashboards define; a query must use them as /^$name$/ (regex
@@ -62,64 +81,9 @@ def test_there_are_three_dashboards() -> None:
 # -- 1. Grafana's Dashboard schema ---------------------------------------------------------
 
 
-def run_tool(argv: list[str], cwd: Path, timeout_s: float) -> None:
-    try:
-        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{' '.join(argv)} (in {cwd}) took over {timeout_s:.0f} s", pytrace=False)
-    if proc.returncode != 0:
-        pytest.fail(
-            f"{' '.join(argv)} (in {cwd}) exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-4000:]}",
-            pytrace=False,
-        )
-
-
-@pytest.fixture(scope="module")
-def dashboard_schema() -> dict[str, Any]:
-    """JSON Schema of @grafana/schema's Dashboard, built once per input change (npm ci + generate.mjs)."""
-    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
-    if missing:
-        pytest.fail(
-            f"{' and '.join(missing)} not found: validating the dashboards needs Node.js >= 20 and npm "
-            "(e.g. apt-get install nodejs npm), which install @grafana/schema from tests/grafana_schema",
-            pytrace=False,
-        )
-    inputs = {name: (SCHEMA_PROJECT / name).read_bytes() for name in SCHEMA_INPUTS}
-    key = hashlib.sha256(b"".join(hashlib.sha256(inputs[name]).digest() for name in SCHEMA_INPUTS)).hexdigest()
-    schema_path = SCHEMA_BUILD / f"dashboard-schema-{key[:16]}.json"
-    if not schema_path.exists():
-        SCHEMA_BUILD.mkdir(parents=True, exist_ok=True)
-        for name, data in inputs.items():
-            (SCHEMA_BUILD / name).write_bytes(data)
-        lock_hash = hashlib.sha256(inputs["package-lock.json"]).hexdigest()
-        stamp = SCHEMA_BUILD / "node_modules" / ".wattline-lock-sha256"
-        if not stamp.exists() or stamp.read_text() != lock_hash:
-            run_tool(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], SCHEMA_BUILD, 600)
-            stamp.write_text(lock_hash)
-        partial = schema_path.with_suffix(".partial")
-        run_tool(["node", "generate.mjs", str(partial)], SCHEMA_BUILD, 300)
-        partial.replace(schema_path)
-        for stale in SCHEMA_BUILD.glob("dashboard-schema-*.json"):
-            if stale != schema_path:
-                stale.unlink()
-    schema: dict[str, Any] = json.loads(schema_path.read_text())
-    return schema
-
-
 def load(name: str) -> dict[str, Any]:
     dashboard: dict[str, Any] = json.loads(DASHBOARDS[name].read_text())
     return dashboard
-
-
-def schema_errors(schema: dict[str, Any], document: dict[str, Any]) -> list[str]:
-    validator = jsonschema.Draft7Validator(schema)
-    out = []
-    for error in sorted(validator.iter_errors(document), key=lambda e: [str(p) for p in e.absolute_path]):
-        where = "/".join(str(p) for p in error.absolute_path) or "(top)"
-        # An anyOf (Panel | RowPanel) error says only "not valid under any": name the likeliest cause.
-        cause = best_match(error.context) if error.context else error
-        out.append(f"{where}: {cause.message[:300]}")
-    return out
 
 
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))
@@ -143,17 +107,6 @@ def test_schema_is_strict(dashboard_schema: dict[str, Any]) -> None:
 
 
 # -- conventions the schema cannot express ---------------------------------------------------
-
-
-def all_panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    for panel in dashboard.get("panels", []):
-        yield panel
-        yield from panel.get("panels", [])
-
-
-def query_text(variable: dict[str, Any]) -> str:
-    query = variable.get("query", "")
-    return str(query.get("query", "")) if isinstance(query, dict) else str(query)
 
 
 def all_queries(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:
@@ -237,199 +190,6 @@ def test_provisioning_files_match_the_dashboards() -> None:
 
 # -- 2. every query on a real influxd ---------------------------------------------------------
 
-S = 1_000_000_000
-HOST_A = "gpu-node-01.dc1"  # '-' and '.' exercise Grafana's regex escaping
-HOST_B = "inf-node-02.dc1"
-LLAMA = "job-7f3a-llama"
-RESNET = "job-91c2-resnet"
-DURATION_S = 600
-INTERVAL_S = 10
-SUBZONES = {"cpu_core", "cpu_uncore", "psys"}
-
-
-@dataclass(frozen=True)
-class Channel:
-    host: str
-    source: str
-    component: str
-    device: str
-    quality: str
-    utilization: float | None = None
-    gauges: tuple[str, ...] = ()
-
-
-CHANNELS = [
-    Channel(HOST_A, "rapl", "cpu_package", "package-0", "counter"),
-    Channel(HOST_A, "rapl", "cpu_core", "package-0", "counter"),
-    Channel(HOST_A, "rapl", "cpu_uncore", "package-0", "counter"),
-    Channel(HOST_A, "rapl", "dram", "package-0", "counter"),
-    Channel(HOST_A, "rapl", "psys", "psys", "counter"),
-    Channel(HOST_A, "nvml", "gpu", "GPU-0a1b", "counter", 0.9, ("memory_used_bytes", "power_limit_w")),
-    Channel(HOST_A, "nvml", "gpu", "GPU-2c3d", "integrated", 0.8, ("memory_used_bytes", "power_limit_w")),
-    Channel(HOST_A, "nic", "nic", "eth0", "model", None, ("rx_bytes",)),
-    Channel(HOST_B, "cpu_model", "cpu", "cpu", "model", 0.5),
-    Channel(HOST_B, "neuron", "accelerator", "neuron0", "integrated", 0.7, ("memory_used_bytes",)),
-    Channel(HOST_B, "nic", "nic", "eth0", "model", None, ("rx_bytes",)),
-]
-
-
-@dataclass(frozen=True)
-class JobPlan:
-    job_id: str
-    name: str
-    kind: str
-    unit_name: str
-    hosts: dict[str, tuple[int, int | None, int]]  #: host -> (open s, saturated s or None, close s)
-    units_per_10s: dict[str, float]
-
-
-JOBS = [
-    JobPlan(
-        LLAMA,
-        "llama-bench",
-        "inference",
-        "tokens",
-        {HOST_A: (60, 180, 540), HOST_B: (61, 185, 541)},
-        {HOST_A: 128.0, HOST_B: 64.0},
-    ),
-    JobPlan(RESNET, "resnet-train", "training", "images", {HOST_B: (300, None, 420)}, {HOST_B: 32.0}),
-]
-UNHEALTHY = ("GPU-2c3d", range(300, 305), "GPU is lost")
-
-
-def channel_power(ch: Channel, t: int) -> float:
-    """Mean power of ``ch`` over the second ending at offset ``t`` (deterministic, job-shaped)."""
-    load = 0.0
-    for job in JOBS:
-        if ch.host in job.hosts:
-            open_s, sat_s, close_s = job.hosts[ch.host]
-            if open_s < t <= close_s:
-                sat = sat_s if sat_s is not None else close_s
-                load = max(load, min(1.0, 0.4 + 0.6 * (t - open_s) / (sat - open_s)) if t < sat else 1.0)
-    wobble = 0.03 * math.sin(t / 7.0 + len(ch.device))
-    peak = {
-        "cpu_package": 160.0,
-        "cpu_core": 110.0,
-        "cpu_uncore": 20.0,
-        "dram": 18.0,
-        "psys": 950.0,
-        "gpu": 310.0,
-        "nic": 6.0,
-        "cpu": 90.0,
-        "accelerator": 120.0,
-    }[ch.component]
-    return round(peak * (0.25 + 0.75 * load) * (1 + wobble), 6)
-
-
-@dataclass
-class Fixture:
-    """The data written, and what the dashboards should show for it."""
-
-    start_ns: int
-    end_ns: int
-    points: list[dict[str, Any]] = field(default_factory=list)  #: one per sample
-    events: list[dict[str, Any]] = field(default_factory=list)  #: one per job event
-
-    @property
-    def start_ms(self) -> int:
-        return self.start_ns // 1_000_000
-
-    @property
-    def end_ms(self) -> int:
-        return self.end_ns // 1_000_000
-
-    def at(self, offset_s: float) -> int:
-        return self.start_ns + int(offset_s * S)
-
-
-def build_batches(fx: Fixture) -> list[wire.pb.Batch]:
-    batches: list[wire.pb.Batch] = []
-    labels = {
-        HOST_A: {"instance_type": "p4d.24xlarge", "cluster": "train-a"},
-        HOST_B: {"instance_type": "inf2.xlarge", "cluster": "infer-b"},
-    }
-    cumulative: dict[Channel, float] = defaultdict(float)
-    seqs: dict[tuple[str, str], int] = defaultdict(int)
-    for minute in range(DURATION_S // 60):
-        for host in (HOST_A, HOST_B):
-            batch = wire.Batch(stream_id=f"stream-{host}", seq=minute + 1, sent_ns=fx.at(60 * (minute + 1)))
-            batch.host.host_id = host
-            batch.host.agent_version = "0.1.0"
-            batch.host.labels.update(labels[host])
-            for t in range(60 * minute + 1, 60 * (minute + 1) + 1):
-                for ch in (c for c in CHANNELS if c.host == host):
-                    unhealthy = ch.device == UNHEALTHY[0] and t in UNHEALTHY[1]
-                    power = 0.0 if unhealthy else channel_power(ch, t)
-                    cumulative[ch] += power
-                    sample = batch.samples.add(
-                        source=ch.source,
-                        component=ch.component,
-                        device=ch.device,
-                        start_ns=fx.at(t - 1),
-                        end_ns=fx.at(t),
-                        energy_j=power,
-                        power_w=power,
-                        cumulative_j=cumulative[ch],
-                        quality=wire.QUALITY_BY_NAME[ch.quality],
-                        healthy=not unhealthy,
-                    )
-                    if unhealthy:
-                        sample.status = UNHEALTHY[2]
-                    if ch.utilization is not None and not unhealthy:
-                        sample.utilization = ch.utilization
-                    if ch.component == "accelerator":
-                        sample.energy_error_j = 2.0
-                    for gauge in ch.gauges:
-                        sample.gauges[gauge] = {"memory_used_bytes": 4.0e10, "power_limit_w": 400.0}.get(gauge, 1e6 * t)
-                    fx.points.append(
-                        {
-                            "ch": ch,
-                            "t": t,
-                            "time_ms": fx.at(t) // 1_000_000,
-                            "energy_j": power,
-                            "power_w": power,
-                            "healthy": not unhealthy,
-                        }
-                    )
-                for job in JOBS:
-                    if host not in job.hosts:
-                        continue
-                    open_s, sat_s, close_s = job.hosts[host]
-                    kinds: list[tuple[str, dict[str, Any]]] = []
-                    if t == open_s:
-                        kinds.append(("open", {}))
-                    if open_s < t <= close_s and (t - open_s) % 10 == 0:
-                        kinds.append(("units", {"units": job.units_per_10s[host]}))
-                    if t == sat_s:
-                        kinds.append(("phase", {"phase": "saturated"}))
-                    if t == close_s:
-                        kinds.append(("close", {"exit_code": 0}))
-                    for kind, fields in kinds:
-                        seqs[job.job_id, host] += 1
-                        event = batch.job_events.add(
-                            job_id=job.job_id,
-                            time_ns=fx.at(t),
-                            event_seq=seqs[job.job_id, host],
-                            kind=getattr(wire.pb.JobEvent, f"KIND_{kind.upper()}"),
-                            **fields,
-                        )
-                        if kind == "open":
-                            event.name, event.job_kind, event.unit_name = job.name, job.kind, job.unit_name
-                            event.devices.extend(["gpu:0", "gpu:1"] if host == HOST_A else ["neuroncore:0"])
-                            event.labels["team"] = "ml-platform"
-                        fx.events.append(
-                            {
-                                "job_id": job.job_id,
-                                "host": host,
-                                "event": kind,
-                                "t": t,
-                                "time_ms": fx.at(t) // 1_000_000,
-                                **fields,
-                            }
-                        )
-            batches.append(batch)
-    return batches
-
 
 @dataclass
 class Filled:
@@ -499,6 +259,8 @@ class Scope:
     to_ms: int
     interval_s: int = INTERVAL_S
     values: dict[str, list[str]] = field(default_factory=dict)
+    #: Variables at "All" that have a custom all value (inserted as is, not escaped).
+    raw: dict[str, str] = field(default_factory=dict)
 
     @property
     def range_s(self) -> int:
@@ -522,6 +284,8 @@ class Scope:
             name = match.group(1) or match.group(2)
             if name in builtins:
                 return builtins[name]
+            if name in self.raw:
+                return self.raw[name]
             assert name in self.values, f"${name} is not defined (yet) when running {query!r}"
             return regex_format(self.values[name])
 
@@ -529,13 +293,10 @@ class Scope:
 
 
 def resolve_variables(
-    filled: Filled, dashboard: dict[str, Any], scope: Scope, select: dict[str, str]
+    filled: Filled, dashboard: dict[str, Any], scope: Scope, select: dict[str, str | list[str]]
 ) -> dict[str, list[str]]:
-    """Run the query variables in order (as Grafana does on load); returns each one's options.
-
-    The selection: "All" (every option) where the variable allows it, else ``select[name]``,
-    else the first option.
-    """
+    """Run the query variables in order (as Grafana does on load); returns each one's options,
+    selected by ``choose``."""
     options: dict[str, list[str]] = {}
     for variable in dashboard["templating"]["list"]:
         name = variable["name"]
@@ -546,22 +307,9 @@ def resolve_variables(
                 value = row[1] if len(row) > 1 else row[0]  # Grafana's ResponseParser: value[1], else value[0]
                 if value is not None and str(value) not in found:
                     found.append(str(value))
-        assert found, f"variable ${name} has no options: {query_text(variable)!r}"
         options[name] = found
-        if variable.get("includeAll"):
-            scope.values[name] = found
-        elif name in select:
-            assert select[name] in found, (name, found)
-            scope.values[name] = [select[name]]
-        else:
-            scope.values[name] = found[:1]
+        choose(variable, found, select, scope.values, scope.raw)
     return options
-
-
-def find_panel(dashboard: dict[str, Any], title: str) -> dict[str, Any]:
-    matches = [p for p in all_panels(dashboard) if p["title"] == title]
-    assert len(matches) == 1, f"no (single) panel titled {title!r}"
-    return matches[0]
 
 
 def run_panel(filled: Filled, scope: Scope, panel: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -598,10 +346,6 @@ def run_dashboard(
 # -- expected figures, computed from the fixture ---------------------------------------------
 
 
-def in_totals(ch: Channel) -> bool:
-    return ch.component not in SUBZONES
-
-
 def expected_power_by(fx: Fixture, key: str, interval_s: int = INTERVAL_S) -> dict[tuple[str, int], float]:
     """{(tag value, bucket start ms): sum over channels of the channel's mean power in the bucket}."""
     per_channel: dict[tuple[Channel, int], list[float]] = defaultdict(list)
@@ -613,18 +357,6 @@ def expected_power_by(fx: Fixture, key: str, interval_s: int = INTERVAL_S) -> di
     for (ch, bucket), values in per_channel.items():
         out[getattr(ch, key), bucket] += sum(values) / len(values)
     return out
-
-
-def expected_energy(fx: Fixture, key: str, from_ms: int, to_ms: int, hosts: set[str]) -> dict[str, float]:
-    out: dict[str, float] = defaultdict(float)
-    for p in fx.points:
-        if in_totals(p["ch"]) and p["ch"].host in hosts and from_ms <= p["time_ms"] <= to_ms:
-            out[getattr(p["ch"], key)] += p["energy_j"]
-    return out
-
-
-def close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
 
 
 # -- the tests --------------------------------------------------------------------------------
@@ -756,11 +488,11 @@ def test_jobs_queries_on_influxd(filled: Filled) -> None:
     # The job table over the whole range.
     overview = Scope(fx.start_ms, fx.end_ms)
     options = resolve_variables(filled, dashboard, overview, {"job": LLAMA})
-    assert sorted(options["job"]) == sorted([LLAMA, RESNET])
+    assert sorted(options["job"]) == sorted(job.job_id for job in JOBS)
     assert options["job_name"] == ["llama-bench"]
     assert sorted(options["host"]) == [HOST_A, HOST_B]
     table = job_table(filled, dashboard, overview)
-    assert sorted(table) == sorted([LLAMA, RESNET])
+    assert sorted(table) == sorted(job.job_id for job in JOBS)
     for job in JOBS:
         row = table[job.job_id]
         opens = [o for o, _, _ in job.hosts.values()]
@@ -843,16 +575,28 @@ def test_jobs_variables_follow_the_job(filled: Filled) -> None:
     assert sorted(options["component"]) == sorted({c.component for c in CHANNELS if c.host == HOST_B})
 
 
-def summary_ms(report: dict[str, Any], key: str) -> int:
-    """A report's ISO time (job start, saturation) in ms, as the summary point carries it."""
-    from datetime import datetime
-
-    text = report["job"]["start"] if key == "start" else report["saturation"]["at"]
-    return round(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
-
-
-def whole_run_j(report: dict[str, Any]) -> float:
-    return float(report["measured"]["energy_j"]) + float(report["warmup"]["energy_j"])
+@pytest.mark.servers
+@pytest.mark.parametrize(("select", "jobs"), FILTER_CASES)
+def test_jobs_filters_on_influxd(filled: Filled, select: dict[str, str | list[str]], jobs: list[str]) -> None:
+    """User, account and partition select the jobs of the table, the summary panels and the annotations."""
+    fx = filled.fx
+    dashboard = load("jobs")
+    scope = Scope(fx.start_ms, fx.end_ms)
+    options = resolve_variables(filled, dashboard, scope, {"job": LLAMA, **select})
+    assert {name: sorted(options[name]) for name in FILTER_OPTIONS} == FILTER_OPTIONS
+    assert sorted(job_table(filled, dashboard, scope)) == sorted(jobs)
+    by_job = rows(run_panel(filled, scope, find_panel(dashboard, "Energy by job over the range"))["A"])
+    assert sorted(r["job_id"] for r in by_job) == sorted(jobs)
+    drift = rows(run_panel(filled, scope, find_panel(dashboard, "J per unit over time, by job name"))["A"])
+    assert {r["name"] for r in drift} == {j.name for j in JOBS if j.job_id in jobs}
+    for annotation in dashboard["annotations"]["list"][1:]:
+        got = rows(influxql(filled, scope.interpolate(annotation["target"]["query"])))
+        assert {r["job_id"] for r in got} <= set(jobs), annotation["name"]
+    opened = rows(influxql(filled, scope.interpolate(dashboard["annotations"]["list"][1]["target"]["query"])))
+    assert {r["job_id"] for r in opened} == set(jobs)
+    # The per-job panels follow $job, whatever the filters.
+    (units,) = rows(run_panel(filled, scope, find_panel(dashboard, "Units: $job_name"))["A"])
+    assert units["units"] == sum(e.get("units", 0.0) for e in fx.events if e["job_id"] == LLAMA)
 
 
 @pytest.mark.servers
@@ -863,7 +607,7 @@ def test_jobs_summary_panels_on_influxd(filled: Filled) -> None:
     scope = Scope(fx.start_ms, fx.end_ms)
     resolve_variables(filled, dashboard, scope, {"job": LLAMA})
     reports = filled.reports
-    assert sorted(reports) == sorted([LLAMA, RESNET])
+    assert sorted(reports) == sorted(job.job_id for job in JOBS)
 
     table = job_table(filled, dashboard, scope)
     for job_id, report in reports.items():

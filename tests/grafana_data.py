@@ -1,0 +1,413 @@
+"""What both Grafana dashboard tests share: the data the dashboards are run on (real
+``wire.Batch`` objects: two hosts, RAPL with subzones and psys, GPUs, a Neuron device, modelled
+CPU and NICs, 1 Hz for 10 min, an unhealthy GPU interval, three jobs: two Slurm jobs with
+user/account/partition labels and one without), the figures they should show, and Grafana's
+Dashboard JSON schema (tests/grafana_schema).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import subprocess
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from jsonschema.exceptions import best_match
+
+from wattline import wire
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA_PROJECT = ROOT / "tests" / "grafana_schema"
+SCHEMA_BUILD = ROOT / "tests" / "_build" / "grafana_schema"
+SCHEMA_INPUTS = ("package.json", "package-lock.json", "generate.mjs")
+
+
+def load_dashboard(path: Path) -> dict[str, Any]:
+    dashboard: dict[str, Any] = json.loads(path.read_text())
+    return dashboard
+
+
+# -- Grafana's Dashboard schema ----------------------------------------------------------------
+
+
+def run_tool(argv: list[str], cwd: Path, timeout_s: float) -> None:
+    try:
+        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(argv)} (in {cwd}) took over {timeout_s:.0f} s", pytrace=False)
+    if proc.returncode != 0:
+        pytest.fail(
+            f"{' '.join(argv)} (in {cwd}) exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-4000:]}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def dashboard_schema() -> dict[str, Any]:
+    """JSON Schema of @grafana/schema's Dashboard, built once per input change (npm ci + generate.mjs)."""
+    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+    if missing:
+        pytest.fail(
+            f"{' and '.join(missing)} not found: validating the dashboards needs Node.js >= 20 and npm "
+            "(e.g. apt-get install nodejs npm), which install @grafana/schema from tests/grafana_schema",
+            pytrace=False,
+        )
+    inputs = {name: (SCHEMA_PROJECT / name).read_bytes() for name in SCHEMA_INPUTS}
+    key = hashlib.sha256(b"".join(hashlib.sha256(inputs[name]).digest() for name in SCHEMA_INPUTS)).hexdigest()
+    schema_path = SCHEMA_BUILD / f"dashboard-schema-{key[:16]}.json"
+    if not schema_path.exists():
+        SCHEMA_BUILD.mkdir(parents=True, exist_ok=True)
+        for name, data in inputs.items():
+            (SCHEMA_BUILD / name).write_bytes(data)
+        lock_hash = hashlib.sha256(inputs["package-lock.json"]).hexdigest()
+        stamp = SCHEMA_BUILD / "node_modules" / ".wattline-lock-sha256"
+        if not stamp.exists() or stamp.read_text() != lock_hash:
+            run_tool(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], SCHEMA_BUILD, 600)
+            stamp.write_text(lock_hash)
+        partial = schema_path.with_suffix(".partial")
+        run_tool(["node", "generate.mjs", str(partial)], SCHEMA_BUILD, 300)
+        partial.replace(schema_path)
+        for stale in SCHEMA_BUILD.glob("dashboard-schema-*.json"):
+            if stale != schema_path:
+                stale.unlink()
+    schema: dict[str, Any] = json.loads(schema_path.read_text())
+    return schema
+
+
+def schema_errors(schema: dict[str, Any], document: dict[str, Any]) -> list[str]:
+    validator = jsonschema.Draft7Validator(schema)
+    out = []
+    for error in sorted(validator.iter_errors(document), key=lambda e: [str(p) for p in e.absolute_path]):
+        where = "/".join(str(p) for p in error.absolute_path) or "(top)"
+        # An anyOf (Panel | RowPanel) error says only "not valid under any": name the likeliest cause.
+        cause = best_match(error.context) if error.context else error
+        out.append(f"{where}: {cause.message[:300]}")
+    return out
+
+
+def all_panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for panel in dashboard.get("panels", []):
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def find_panel(dashboard: dict[str, Any], title: str) -> dict[str, Any]:
+    matches = [p for p in all_panels(dashboard) if p["title"] == title]
+    assert len(matches) == 1, f"no (single) panel titled {title!r}"
+    return matches[0]
+
+
+def query_text(variable: dict[str, Any]) -> str:
+    query = variable.get("query", "")
+    return str(query.get("query", "")) if isinstance(query, dict) else str(query)
+
+
+def choose(
+    variable: dict[str, Any],
+    found: list[str],
+    select: dict[str, str | list[str]],
+    values: dict[str, list[str]],
+    raw: dict[str, str],
+) -> None:
+    """Grafana's selection of ``variable`` among its options ``found``, into ``values`` (or
+    ``raw``: a custom all value, inserted as is): ``select[name]``, else "All" where the
+    variable allows it (its custom all value if it has one, else every option), else the
+    first option. Only a hidden variable may have no options."""
+    name = variable["name"]
+    assert found or variable["hide"] == 2, f"variable ${name} has no options: {query_text(variable)!r}"
+    raw.pop(name, None)
+    if name in select:
+        chosen = [select[name]] if isinstance(select[name], str) else list(select[name])
+        assert set(chosen) <= set(found), (name, found)
+        values[name] = chosen
+    elif variable.get("includeAll") and "allValue" in variable:
+        raw[name] = variable["allValue"]
+    elif variable.get("includeAll"):
+        values[name] = found
+    else:
+        values[name] = found[:1]
+
+
+# -- the data ----------------------------------------------------------------------------------
+
+S = 1_000_000_000
+HOST_A = "gpu-node-01.dc1"  # '-' and '.' exercise Grafana's regex escaping
+HOST_B = "inf-node-02.dc1"
+LLAMA = "job-7f3a-llama"
+RESNET = "job-91c2-resnet"
+EVAL = "job-5e1f-eval"
+DURATION_S = 600
+INTERVAL_S = 10
+SUBZONES = {"cpu_core", "cpu_uncore", "psys"}
+
+
+@dataclass(frozen=True)
+class Channel:
+    host: str
+    source: str
+    component: str
+    device: str
+    quality: str
+    utilization: float | None = None
+    gauges: tuple[str, ...] = ()
+
+
+CHANNELS = [
+    Channel(HOST_A, "rapl", "cpu_package", "package-0", "counter"),
+    Channel(HOST_A, "rapl", "cpu_core", "package-0", "counter"),
+    Channel(HOST_A, "rapl", "cpu_uncore", "package-0", "counter"),
+    Channel(HOST_A, "rapl", "dram", "package-0", "counter"),
+    Channel(HOST_A, "rapl", "psys", "psys", "counter"),
+    Channel(HOST_A, "nvml", "gpu", "GPU-0a1b", "counter", 0.9, ("memory_used_bytes", "power_limit_w")),
+    Channel(HOST_A, "nvml", "gpu", "GPU-2c3d", "integrated", 0.8, ("memory_used_bytes", "power_limit_w")),
+    Channel(HOST_A, "nic", "nic", "eth0", "model", None, ("rx_bytes",)),
+    Channel(HOST_B, "cpu_model", "cpu", "cpu", "model", 0.5),
+    Channel(HOST_B, "neuron", "accelerator", "neuron0", "integrated", 0.7, ("memory_used_bytes",)),
+    Channel(HOST_B, "nic", "nic", "eth0", "model", None, ("rx_bytes",)),
+]
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    job_id: str
+    name: str
+    kind: str
+    unit_name: str
+    hosts: dict[str, tuple[int, int | None, int]]  #: host -> (open s, saturated s or None, close s)
+    units_per_10s: dict[str, float]
+    #: Labels of its opens, and of its closes (Slurm's epilog: what the prolog could not learn).
+    labels: dict[str, str] = field(default_factory=dict)
+    close_labels: dict[str, str] = field(default_factory=dict)
+
+
+JOBS = [
+    JobPlan(
+        LLAMA,
+        "llama-bench",
+        "inference",
+        "tokens",
+        {HOST_A: (60, 180, 540), HOST_B: (61, 185, 541)},
+        {HOST_A: 128.0, HOST_B: 64.0},
+        {"user": "alice", "partition": "gpu"},
+        {"account": "ml-research"},  # the controller answered the prolog late
+    ),
+    JobPlan(
+        RESNET,
+        "resnet-train",
+        "training",
+        "images",
+        {HOST_B: (300, None, 420)},
+        {HOST_B: 32.0},
+        {"user": "bob", "partition": "inf", "account": "vision"},
+    ),
+    # Not a Slurm job (`wattline run`): no user, account or partition.
+    JobPlan(EVAL, "eval-harness", "evaluation", "samples", {HOST_A: (420, None, 480)}, {HOST_A: 16.0}),
+]
+UNHEALTHY = ("GPU-2c3d", range(300, 305), "GPU is lost")
+
+
+def channel_power(ch: Channel, t: int) -> float:
+    """Mean power of ``ch`` over the second ending at offset ``t`` (deterministic, job-shaped)."""
+    load = 0.0
+    for job in JOBS:
+        if ch.host in job.hosts:
+            open_s, sat_s, close_s = job.hosts[ch.host]
+            if open_s < t <= close_s:
+                sat = sat_s if sat_s is not None else close_s
+                load = max(load, min(1.0, 0.4 + 0.6 * (t - open_s) / (sat - open_s)) if t < sat else 1.0)
+    wobble = 0.03 * math.sin(t / 7.0 + len(ch.device))
+    peak = {
+        "cpu_package": 160.0,
+        "cpu_core": 110.0,
+        "cpu_uncore": 20.0,
+        "dram": 18.0,
+        "psys": 950.0,
+        "gpu": 310.0,
+        "nic": 6.0,
+        "cpu": 90.0,
+        "accelerator": 120.0,
+    }[ch.component]
+    return round(peak * (0.25 + 0.75 * load) * (1 + wobble), 6)
+
+
+@dataclass
+class Fixture:
+    """The data written, and what the dashboards should show for it."""
+
+    start_ns: int
+    end_ns: int
+    points: list[dict[str, Any]] = field(default_factory=list)  #: one per sample
+    events: list[dict[str, Any]] = field(default_factory=list)  #: one per job event
+
+    @property
+    def start_ms(self) -> int:
+        return self.start_ns // 1_000_000
+
+    @property
+    def end_ms(self) -> int:
+        return self.end_ns // 1_000_000
+
+    def at(self, offset_s: float) -> int:
+        return self.start_ns + int(offset_s * S)
+
+
+def build_batches(fx: Fixture, restarts: dict[str, int] | None = None) -> list[wire.pb.Batch]:
+    """The batches of the fixture (one a minute per host); ``restarts``: host -> the second
+    after which its agent runs again (a new stream, counters from 0)."""
+    batches: list[wire.pb.Batch] = []
+    labels = {
+        HOST_A: {"instance_type": "p4d.24xlarge", "cluster": "train-a"},
+        HOST_B: {"instance_type": "inf2.xlarge", "cluster": "infer-b"},
+    }
+    cumulative: dict[Channel, float] = defaultdict(float)
+    seqs: dict[tuple[str, str], int] = defaultdict(int)
+    sent: dict[str, int] = defaultdict(int)  #: stream id -> batches
+    for minute in range(DURATION_S // 60):
+        for host in (HOST_A, HOST_B):
+            restart = (restarts or {}).get(host, DURATION_S)
+            first, last = 60 * minute + 1, 60 * (minute + 1)
+            spans = [(first, restart), (restart + 1, last)] if first <= restart < last else [(first, last)]
+            for lo, hi in spans:
+                stream = f"stream-{host}" if hi <= restart else f"stream-{host}-2"
+                if lo == restart + 1:
+                    cumulative.update((ch, 0.0) for ch in CHANNELS if ch.host == host)
+                sent[stream] += 1
+                batch = wire.Batch(stream_id=stream, seq=sent[stream], sent_ns=fx.at(hi))
+                batch.host.host_id = host
+                batch.host.agent_version = "0.1.0"
+                batch.host.labels.update(labels[host])
+                for t in range(lo, hi + 1):
+                    for ch in (c for c in CHANNELS if c.host == host):
+                        unhealthy = ch.device == UNHEALTHY[0] and t in UNHEALTHY[1]
+                        power = 0.0 if unhealthy else channel_power(ch, t)
+                        cumulative[ch] += power
+                        sample = batch.samples.add(
+                            source=ch.source,
+                            component=ch.component,
+                            device=ch.device,
+                            start_ns=fx.at(t - 1),
+                            end_ns=fx.at(t),
+                            energy_j=power,
+                            power_w=power,
+                            cumulative_j=cumulative[ch],
+                            quality=wire.QUALITY_BY_NAME[ch.quality],
+                            healthy=not unhealthy,
+                        )
+                        if unhealthy:
+                            sample.status = UNHEALTHY[2]
+                        if ch.utilization is not None and not unhealthy:
+                            sample.utilization = ch.utilization
+                        if ch.component == "accelerator":
+                            sample.energy_error_j = 2.0
+                        for gauge in ch.gauges:
+                            sample.gauges[gauge] = {"memory_used_bytes": 4.0e10, "power_limit_w": 400.0}.get(
+                                gauge, 1e6 * t
+                            )
+                        fx.points.append(
+                            {
+                                "ch": ch,
+                                "t": t,
+                                "time_ms": fx.at(t) // 1_000_000,
+                                "energy_j": power,
+                                "power_w": power,
+                                "healthy": not unhealthy,
+                            }
+                        )
+                    for job in JOBS:
+                        if host not in job.hosts:
+                            continue
+                        open_s, sat_s, close_s = job.hosts[host]
+                        kinds: list[tuple[str, dict[str, Any]]] = []
+                        if t == open_s:
+                            kinds.append(("open", {}))
+                        if open_s < t <= close_s and (t - open_s) % 10 == 0:
+                            kinds.append(("units", {"units": job.units_per_10s[host]}))
+                        if t == sat_s:
+                            kinds.append(("phase", {"phase": "saturated"}))
+                        if t == close_s:
+                            kinds.append(("close", {"exit_code": 0}))
+                        for kind, fields in kinds:
+                            seqs[job.job_id, host] += 1
+                            event = batch.job_events.add(
+                                job_id=job.job_id,
+                                time_ns=fx.at(t),
+                                event_seq=seqs[job.job_id, host],
+                                kind=getattr(wire.pb.JobEvent, f"KIND_{kind.upper()}"),
+                                **fields,
+                            )
+                            if kind == "open":
+                                event.name, event.job_kind, event.unit_name = job.name, job.kind, job.unit_name
+                                event.devices.extend(["gpu:0", "gpu:1"] if host == HOST_A else ["neuroncore:0"])
+                                event.labels["team"] = "ml-platform"
+                                event.labels.update(job.labels)
+                            if kind == "close":
+                                event.labels.update(job.close_labels)
+                            fx.events.append(
+                                {
+                                    "job_id": job.job_id,
+                                    "host": host,
+                                    "event": kind,
+                                    "t": t,
+                                    "time_ms": fx.at(t) // 1_000_000,
+                                    **fields,
+                                }
+                            )
+                batches.append(batch)
+    return batches
+
+
+# -- expected figures, computed from the fixture -------------------------------------------------
+
+
+def in_totals(ch: Channel) -> bool:
+    return ch.component not in SUBZONES
+
+
+def expected_energy(
+    fx: Fixture, key: str, from_ms: int, to_ms: int, hosts: set[str], left_open: bool = False
+) -> dict[str, float]:
+    """Energy of the samples ending in [from, to] (InfluxQL's time filter), or in (from, to]
+    (``left_open``: a range selector's, which leaves out the sample that ended at ``from``)."""
+    out: dict[str, float] = defaultdict(float)
+    for p in fx.points:
+        after = p["time_ms"] > from_ms if left_open else p["time_ms"] >= from_ms
+        if in_totals(p["ch"]) and p["ch"].host in hosts and after and p["time_ms"] <= to_ms:
+            out[getattr(p["ch"], key)] += p["energy_j"]
+    return out
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
+
+
+def summary_ms(report: dict[str, Any], key: str) -> int:
+    """A report's ISO time (job start, saturation) in ms, as the summary point carries it."""
+    from datetime import datetime
+
+    text = report["job"]["start"] if key == "start" else report["saturation"]["at"]
+    return round(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def whole_run_j(report: dict[str, Any]) -> float:
+    return float(report["measured"]["energy_j"]) + float(report["warmup"]["energy_j"])
+
+
+#: The Jobs dashboard's filters (variable -> selected values; absent: All) and the jobs they select.
+FILTER_CASES: list[tuple[dict[str, str | list[str]], list[str]]] = [
+    ({}, [LLAMA, RESNET, EVAL]),  # All: the job without Slurm labels too
+    ({"user": "alice"}, [LLAMA]),
+    ({"account": "ml-research"}, [LLAMA]),  # learnt by the epilog: on the close only
+    ({"account": "vision"}, [RESNET]),
+    ({"partition": "inf"}, [RESNET]),
+    ({"user": ["alice", "bob"], "partition": "gpu"}, [LLAMA]),
+    ({"user": "bob", "account": "ml-research"}, []),
+]
+FILTER_OPTIONS = {"user": ["alice", "bob"], "account": ["ml-research", "vision"], "partition": ["gpu", "inf"]}

@@ -1,0 +1,712 @@
+"""The Prometheus (PromQL) flavour of the Grafana dashboards (grafana/dashboards-prometheus/,
+written by grafana/generate.py from the InfluxQL ones) and its provisioning files.
+
+1. The files are what the generator writes, match Grafana's Dashboard schema, and read the
+   Prometheus data source everywhere; each panel keeps its InfluxQL twin's title, type and unit.
+2. Every panel query, variable query and annotation query runs on the session's real
+   ``victoria-metrics``, filled through ``VictoriaStore`` with the batches of
+   tests/grafana_data.py (HOST_B's agent restarts halfway: two streams of each of its
+   channels) and the job summaries wattline computes from that store, after substituting
+   variables as Grafana's Prometheus data source does (``$__range_ms``, ``$__interval``...;
+   a multi-value or All selection as an escaped ``(a|b)``, a custom all value as is, a single
+   value unescaped), as instant queries at the range's end or range queries over the range
+   aligned to the step. Key panels must give the fixture's figures; a range selector holds
+   the samples in (from, to], so the truths count a sample from just after ``from``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from grafana_data import (
+    CHANNELS,
+    DURATION_S,
+    FILTER_CASES,
+    FILTER_OPTIONS,
+    HOST_A,
+    HOST_B,
+    INTERVAL_S,
+    JOBS,
+    LLAMA,
+    SUBZONES,
+    UNHEALTHY,
+    Fixture,
+    S,
+    all_panels,
+    build_batches,
+    choose,
+    close,
+    expected_energy,
+    find_panel,
+    in_totals,
+    load_dashboard,
+    query_text,
+    schema_errors,
+    summary_ms,
+    whole_run_j,
+)
+from servers import VictoriaMetrics, http
+
+from wattline.collector.stores.victoria import VictoriaStore
+from wattline.workloads.render import report_json
+from wattline.workloads.summary import record_summary
+
+ROOT = Path(__file__).resolve().parents[1]
+PROM_DIR = ROOT / "grafana" / "dashboards-prometheus"
+INFLUX_DIR = ROOT / "grafana" / "dashboards"
+PROVISIONING = ROOT / "grafana" / "provisioning"
+NAMES = ("fleet", "host", "jobs")
+DATASOURCE = {"type": "prometheus", "uid": "wattline-prometheus"}
+#: 2026-03-02T00:00:00Z: a day no other test writes to the session's VictoriaMetrics (its
+#: label APIs answer by day), so the dashboards' "All" sees only this data.
+BASE_NS = 1_772_409_600 * S
+RESTARTS = {HOST_B: 305}  # mid-step: a step's window holds samples of both streams
+
+
+def load(name: str) -> dict[str, Any]:
+    return load_dashboard(PROM_DIR / f"{name}.json")
+
+
+# -- 1. the files ---------------------------------------------------------------------------
+
+
+def test_generated_files_are_current() -> None:
+    """grafana/dashboards-prometheus/ is what `python grafana/generate.py` writes now."""
+    proc = subprocess.run(
+        [sys.executable, "grafana/generate.py", "--check"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.stem for p in PROM_DIR.glob("*.json")) == list(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dashboard_matches_grafana_schema(dashboard_schema: dict[str, Any], name: str) -> None:
+    errors = schema_errors(dashboard_schema, load(name))
+    assert not errors, f"{name}.json does not match Grafana's Dashboard schema:\n" + "\n".join(errors)
+
+
+def exprs(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(where, PromQL) of every panel target, annotation and variable."""
+    for panel in all_panels(dashboard):
+        for target in panel.get("targets", []):
+            yield f"panel {panel['title']!r} {target['refId']}", target["expr"]
+    for annotation in dashboard["annotations"]["list"]:
+        if annotation["datasource"] == DATASOURCE:
+            yield f"annotation {annotation['name']!r}", annotation["target"]["expr"]
+    for variable in dashboard["templating"]["list"]:
+        yield f"variable ${variable['name']}", query_text(variable)
+
+
+def convention_problems(dashboard: dict[str, Any]) -> list[str]:
+    problems = []
+    for panel in all_panels(dashboard):
+        sources = [panel["datasource"], *(t["datasource"] for t in panel["targets"])]
+        if any(s != DATASOURCE for s in sources) or not panel.get("description"):
+            problems.append(f"panel {panel['title']!r}: not all on {DATASOURCE['uid']}, or no description")
+    for variable in dashboard["templating"]["list"]:
+        if variable["datasource"] != DATASOURCE:
+            problems.append(f"variable ${variable['name']}: data source is not {DATASOURCE['uid']}")
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    for where, expr in exprs(dashboard):
+        # A multi-value variable is formatted as a regex: it needs =~; a single value is not.
+        for match in re.finditer(r'(=~|=|!~)"\$(\w+)"', expr):
+            variable = variables.get(match.group(2))
+            many = variable is not None and (variable.get("multi") or variable.get("includeAll"))
+            if match.group(1) != ("=~" if many else "="):
+                problems.append(f"{where}: ${match.group(2)} used with {match.group(1)}")
+        if "$__range]" in expr or "$__range_s]" in expr:
+            problems.append(f"{where}: [$__range] is rounded to seconds; use [${{__range_ms}}ms]")
+    return problems
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dashboard_conventions(name: str) -> None:
+    dashboard, twin = load(name), load_dashboard(INFLUX_DIR / f"{name}.json")
+    assert dashboard["uid"] == f"wattline-prom-{name}" and dashboard["uid"] != twin["uid"]
+    assert convention_problems(dashboard) == []
+    shape = [(p["id"], p["title"], p["type"], p["fieldConfig"]["defaults"].get("unit")) for p in all_panels(dashboard)]
+    assert shape == [
+        (p["id"], p["title"], p["type"], p["fieldConfig"]["defaults"].get("unit")) for p in all_panels(twin)
+    ]
+    assert "/d/wattline-jobs/" not in json.dumps(dashboard)  # links stay within the flavour
+
+
+def test_conventions_catch_mistakes() -> None:
+    dashboard = load("jobs")
+    panel = find_panel(dashboard, "Units: $job_name")
+    panel["targets"][0]["expr"] = 'sum(sum_over_time(job_events_units{job_id=~"$job", host="$host"}[$__range]))'
+    problems = convention_problems(dashboard)
+    assert any("$job used with =~" in p for p in problems), problems
+    assert any("$host used with =" in p for p in problems), problems
+    assert any("rounded to seconds" in p for p in problems), problems
+
+
+def test_provisioning_files() -> None:
+    datasource = (PROVISIONING / "datasources" / "wattline-prometheus.yaml").read_text()
+    assert re.search(rf"^\s+uid: {DATASOURCE['uid']}$", datasource, re.M)
+    assert re.search(r"^\s+type: prometheus$", datasource, re.M)
+    assert "url: ${WATTLINE_PROMETHEUS_URL}" in datasource
+    provider = (PROVISIONING / "dashboards" / "wattline-prometheus.yaml").read_text()
+    assert re.search(r"^\s+path: /var/lib/grafana/dashboards/wattline-prometheus$", provider, re.M)
+    assert re.search(r"^\s+folderUid: wattline-prometheus$", provider, re.M)
+    assert "\t" not in datasource + provider
+
+
+# -- 2. the queries on victoria-metrics ------------------------------------------------------
+
+
+@dataclass
+class Filled:
+    url: str
+    fx: Fixture
+    #: job id -> `wattline report --json` of the job (its summary was written from the same report)
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def post(url: str, path: str, params: dict[str, str]) -> Any:
+    body = urllib.parse.urlencode(params).encode()
+    request = urllib.request.Request(url + path, data=body, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            doc = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        pytest.fail(f"VictoriaMetrics refused {params.get('query')!r}: {exc.read().decode()[:500]}", pytrace=False)
+    assert doc["status"] == "success", doc
+    return doc["data"]
+
+
+def wait_for(vm: VictoriaMetrics, match: str, count: int) -> None:
+    found = vm.export(match, expect=count)
+    assert len(found) >= count, (match, len(found))
+
+
+@pytest.fixture(scope="module")
+def filled(victoria_metrics: VictoriaMetrics) -> Filled:
+    fx = Fixture(start_ns=BASE_NS, end_ns=BASE_NS + DURATION_S * S)
+    reports = {}
+    with VictoriaStore(victoria_metrics.url) as store:
+        for batch in build_batches(fx, RESTARTS):
+            result = store.write(batch)
+            assert result.rejected == 0, result.reasons
+        streams = len(CHANNELS) + sum(1 for c in CHANNELS if c.host in RESTARTS)
+        wait_for(victoria_metrics, f'energy_energy_j{{host=~"{HOST_A}|{HOST_B}"}}', streams)
+        wait_for(victoria_metrics, '{__name__="job_events_sub_ns", event="close"}', sum(len(j.hosts) for j in JOBS))
+        for job in JOBS:  # the job summaries, as a collector writes them (the same report code)
+            reports[job.job_id] = report_json(record_summary(store, store.write_summary, job.job_id))
+        wait_for(victoria_metrics, "job_summary_energy_j", len(JOBS))
+    return Filled(victoria_metrics.url, fx, reports)
+
+
+def special_regex_escape(value: str) -> str:
+    """Grafana's prometheusSpecialRegexEscape: a regex escape, doubled for a PromQL string."""
+    value = value.replace("\\", "\\\\\\\\")
+    return re.sub(r"[$^*{}\[\]+?.()|]", lambda m: "\\\\" + m.group(0), value)
+
+
+def regular_escape(value: str) -> str:
+    """Grafana's prometheusRegularEscape (a single-value variable)."""
+    return value.replace("\\", "\\\\").replace("'", "\\\\'")
+
+
+def format_interval(seconds: int) -> str:
+    """Grafana's gtime.FormatInterval, for whole seconds."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+@dataclass
+class Scope:
+    """A dashboard state: time range, interval (the step of range queries) and the variables."""
+
+    from_ms: int
+    to_ms: int
+    interval_s: int = INTERVAL_S
+    values: dict[str, list[str]] = field(default_factory=dict)
+    raw: dict[str, str] = field(default_factory=dict)
+    variables: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def range_s(self) -> int:
+        return round((self.to_ms - self.from_ms) / 1000)
+
+    def interpolate(self, expr: str, interval_s: int | None = None) -> str:
+        step = self.interval_s if interval_s is None else interval_s
+        builtins = {
+            "__range_ms": str(self.to_ms - self.from_ms),
+            "__range_s": str(self.range_s),
+            "__range": f"{self.range_s}s",
+            "__interval_ms": str(step * 1000),
+            "__interval": format_interval(step),
+        }
+
+        def substitute(match: re.Match[str]) -> str:
+            name = match.group(1) or match.group(2)
+            if name in builtins:
+                return builtins[name]
+            if name in self.raw:
+                return self.raw[name]
+            assert name in self.values, f"${name} is not defined (yet) when running {expr!r}"
+            variable, values = self.variables[name], self.values[name]
+            if not (variable.get("multi") or variable.get("includeAll")):
+                return regular_escape(values[0])
+            escaped = [special_regex_escape(v) for v in values]
+            return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
+
+        return re.sub(r"\$(?:\{(\w+)\}|(\w+))", substitute, expr)
+
+
+def seconds(ms: int) -> str:
+    return f"{ms / 1000:.3f}"
+
+
+def instant(filled: Filled, scope: Scope, expr: str) -> list[dict[str, Any]]:
+    """An instant query at the range's end (Grafana's): rows of labels and "value"."""
+    data = post(filled.url, "/api/v1/query", {"query": scope.interpolate(expr), "time": seconds(scope.to_ms)})
+    return [{**r["metric"], "value": float(r["value"][1])} for r in data["result"]]
+
+
+def aligned(scope: Scope, step_s: int) -> tuple[int, int]:
+    """Grafana aligns a range query's start and end down to the step (UTC)."""
+    step_ms = step_s * 1000
+    return scope.from_ms // step_ms * step_ms, scope.to_ms // step_ms * step_ms
+
+
+def over_range(filled: Filled, scope: Scope, expr: str, step_s: int | None = None) -> list[dict[str, Any]]:
+    """A range query over the range: per series its labels and "points" {ms: value}."""
+    step = scope.interval_s if step_s is None else step_s
+    start, end = aligned(scope, step)
+    params = {"query": scope.interpolate(expr, step), "start": seconds(start), "end": seconds(end), "step": str(step)}
+    data = post(filled.url, "/api/v1/query_range", params)
+    return [{**r["metric"], "points": {round(t * 1000): float(v) for t, v in r["values"]}} for r in data["result"]]
+
+
+LABEL_VALUES = re.compile(r"^label_values\((?:(.+),\s*)?(\w+)\)$")
+
+
+def resolve_variables(
+    filled: Filled, dashboard: dict[str, Any], scope: Scope, select: dict[str, str | list[str]]
+) -> dict[str, list[str]]:
+    """Run the variables in order, as Grafana does on load (label_values: the label API with
+    the series selector over the range); returns each one's options, selected by ``choose``."""
+    options: dict[str, list[str]] = {}
+    for variable in dashboard["templating"]["list"]:
+        name = variable["name"]
+        scope.variables[name] = variable
+        match = LABEL_VALUES.match(scope.interpolate(query_text(variable)))
+        assert match, f"${name}: {query_text(variable)!r} is not label_values(...)"
+        selector, label = match.groups()
+        params = [("start", seconds(scope.from_ms)), ("end", seconds(scope.to_ms))]
+        params += [("match[]", selector)] if selector else []
+        status, body = http("GET", f"{filled.url}/api/v1/label/{label}/values?{urllib.parse.urlencode(params)}")
+        assert status == 200, body
+        found = sorted(json.loads(body)["data"]) if variable.get("sort") else json.loads(body)["data"]
+        options[name] = found
+        choose(variable, found, select, scope.values, scope.raw)
+    return options
+
+
+def run_panel(filled: Filled, scope: Scope, panel: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    out = {}
+    for target in panel["targets"]:
+        run = over_range if target["range"] else instant
+        out[target["refId"]] = run(filled, scope, target["expr"])
+    return out
+
+
+def legend(template: str, labels: dict[str, Any]) -> str:
+    """Grafana's renderLegendFormat: {{label}} replaced by the label's value."""
+    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: str(labels.get(m.group(1), "")), template)
+
+
+def annotation_events(filled: Filled, scope: Scope, annotation: dict[str, Any]) -> list[dict[str, Any]]:
+    """Grafana's Prometheus annotations: a range query (step: the target's interval, at least
+    range / 1500 rounded), each series' values taken as times (useValueForTime), values no
+    more than a step apart joined into one region."""
+    assert annotation["useValueForTime"] is True
+    minimum = int(annotation["target"]["interval"].removesuffix("m")) * 60
+    step = max(minimum, math.ceil((scope.to_ms - scope.from_ms) / 1000 / 1500))
+    events = []
+    for s in over_range(filled, scope, annotation["target"]["expr"], step):
+        event: dict[str, Any] | None = None
+        for when in (math.floor(v) for _, v in sorted(s["points"].items())):
+            if event is not None and event["end"] + step * 1000 >= when:
+                event["end"] = when
+                continue
+            if event is not None:
+                events.append(event)
+            title, text = (legend(annotation[key], s) for key in ("titleFormat", "textFormat"))
+            tags = [s[k] for k in annotation["tagKeys"].split(",") if k in s]
+            event = {"time": when, "end": when, "title": title, "text": text, "tags": tags}
+        if event is not None:
+            events.append(event)
+    return events
+
+
+def run_dashboard(filled: Filled, dashboard: dict[str, Any], scope: Scope) -> list[str]:
+    """Run every panel and annotation query; those that came back empty."""
+    empty = []
+    for panel in all_panels(dashboard):
+        for ref, result in run_panel(filled, scope, panel).items():
+            if not result:
+                empty.append(f"panel {panel['title']!r} {ref}")
+    for annotation in dashboard["annotations"]["list"]:
+        if annotation["datasource"] == DATASOURCE and not annotation_events(filled, scope, annotation):
+            empty.append(f"annotation {annotation['name']!r}")
+    return empty
+
+
+def table(filled: Filled, scope: Scope, panel: dict[str, Any], key: tuple[str, ...]) -> dict[tuple[str, ...], Any]:
+    """A table panel as Grafana builds it: each query's series a row of its labels and its value
+    ("Value #<refId>"), renamed by the panel's first organize step, rows joined on ``key``, then
+    its binary calculateField steps."""
+    renames = next(t for t in panel["transformations"] if t["id"] == "organize")["options"]["renameByName"]
+    rows: dict[tuple[str, ...], dict[str, Any]] = defaultdict(dict)
+    for ref, result in run_panel(filled, scope, panel).items():
+        for r in result:
+            row = {renames.get(k, k): v for k, v in r.items() if k != "value"}
+            row[renames[f"Value #{ref}"]] = r["value"]
+            rows[tuple(row[k] for k in key)].update(row)
+    operators = {"-": lambda a, b: a - b, "/": lambda a, b: a / b}
+    for step in panel["transformations"]:
+        if step["id"] == "calculateField":
+            binary = step["options"]["binary"]
+            for row in rows.values():
+                left = row.get(binary["left"])
+                right = row.get(binary["right"], float(binary["right"]) if binary["right"][0].isdigit() else None)
+                if left is not None and right is not None:
+                    row[step["options"]["alias"]] = operators[binary["operator"]](left, right)
+    return dict(rows)
+
+
+# -- expected figures -------------------------------------------------------------------------
+
+
+def last_power(fx: Fixture, hosts: set[str]) -> float:
+    last = {p["ch"]: p["power_w"] for p in fx.points}
+    return sum(v for ch, v in last.items() if in_totals(ch) and ch.host in hosts)
+
+
+def expected_power(fx: Fixture, key: str, start_ms: int, end_ms: int, step_s: int) -> dict[tuple[str, int], float]:
+    """{(tag value, step ms): sum over channels of the mean of the channel's samples in (step - interval, step]}."""
+    step_ms = step_s * 1000
+    per_channel: dict[tuple[Any, int], list[float]] = defaultdict(list)
+    for p in fx.points:
+        if in_totals(p["ch"]):
+            t = -(-p["time_ms"] // step_ms) * step_ms  # the first step whose window holds it
+            if start_ms <= t <= end_ms:
+                per_channel[p["ch"], t].append(p["power_w"])
+    out: dict[tuple[str, int], float] = defaultdict(float)
+    for (ch, t), values in per_channel.items():
+        out[getattr(ch, key), t] += sum(values) / len(values)
+    return out
+
+
+def units_of(fx: Fixture, job_id: str, from_ms: int, to_ms: int) -> float:
+    return sum(e.get("units", 0.0) for e in fx.events if e["job_id"] == job_id and from_ms < e["time_ms"] <= to_ms)
+
+
+def event_ms(fx: Fixture, job_id: str, kind: str) -> list[int]:
+    return [e["time_ms"] for e in fx.events if e["job_id"] == job_id and e["event"] == kind]
+
+
+# -- the tests ----------------------------------------------------------------------------------
+
+
+@pytest.mark.servers
+def test_fleet_queries_on_victoria_metrics(filled: Filled) -> None:
+    fx = filled.fx
+    dashboard = load("fleet")
+    scope = Scope(fx.start_ms, fx.end_ms)
+    options = resolve_variables(filled, dashboard, scope, {})
+    assert options["host"] == [HOST_A, HOST_B]
+    assert options["component"] == sorted({c.component for c in CHANNELS} - SUBZONES)
+    assert run_dashboard(filled, dashboard, scope) == []
+    everything = {HOST_A, HOST_B}
+
+    # Energy from each sample's joules, exact (rel 1e-9), by host, component and quality.
+    for title, key in (
+        ("Energy by host", "host"),
+        ("Energy by component", "component"),
+        ("Measured vs estimated energy", "quality"),
+    ):
+        got = {r[key]: r["value"] for r in run_panel(filled, scope, find_panel(dashboard, title))["A"]}
+        want = expected_energy(fx, key, fx.start_ms, fx.end_ms, everything, left_open=True)
+        assert got.keys() == want.keys(), title
+        assert all(close(got[k], want[k] / 3600) for k in want), (title, got, want)
+    (total,) = run_panel(filled, scope, find_panel(dashboard, "Energy over the range"))["A"]
+    want_j = sum(expected_energy(fx, "host", fx.start_ms, fx.end_ms, everything, left_open=True).values())
+    assert close(total["value"], want_j / 3600)
+    assert close(total["value"] * 3600, sum(p["energy_j"] for p in fx.points if in_totals(p["ch"])))
+
+    # HOST_B's agent restarted: each of its channels has two series; each is counted once.
+    (now,) = run_panel(filled, scope, find_panel(dashboard, "Power now"))["A"]
+    assert close(now["value"], last_power(fx, everything))
+    start, end = aligned(scope, INTERVAL_S)
+    for title, key in (("Power by host", "host"), ("Power by component", "component")):
+        got = {
+            (s[key], t): v
+            for s in run_panel(filled, scope, find_panel(dashboard, title))["A"]
+            for t, v in s["points"].items()
+        }
+        want = expected_power(fx, key, start, end, INTERVAL_S)
+        assert got.keys() == want.keys() and len(got) >= 2 * DURATION_S // INTERVAL_S, title
+        assert all(close(got[k], want[k]) for k in want), title
+    (hosts,) = run_panel(filled, scope, find_panel(dashboard, "Hosts reporting"))["A"]
+    assert hosts["value"] == 2
+    (unhealthy,) = run_panel(filled, scope, find_panel(dashboard, "Unhealthy channel-intervals"))["A"]
+    assert unhealthy["value"] == len(UNHEALTHY[1])
+
+    (annotation,) = [a for a in dashboard["annotations"]["list"] if a["datasource"] == DATASOURCE]
+    got = {
+        (e["time"], e["end"], e["title"], e["text"], tuple(e["tags"]))
+        for e in annotation_events(filled, scope, annotation)
+    }
+    want = {
+        (e["time_ms"], e["time_ms"], e["job_id"], e["event"], (e["host"],))
+        for e in fx.events
+        if e["event"] in ("open", "close")
+    }
+    assert got == want
+
+
+@pytest.mark.servers
+def test_fleet_host_selection_narrows_the_totals(filled: Filled) -> None:
+    fx = filled.fx
+    dashboard = load("fleet")
+    scope = Scope(fx.start_ms, fx.end_ms)
+    resolve_variables(filled, dashboard, scope, {"host": [HOST_B], "component": ["accelerator", "nic"]})
+    got = {
+        r["component"]: r["value"] for r in run_panel(filled, scope, find_panel(dashboard, "Energy by component"))["A"]
+    }
+    want = expected_energy(fx, "component", fx.start_ms, fx.end_ms, {HOST_B}, left_open=True)
+    assert got == pytest.approx({k: want[k] / 3600 for k in ("accelerator", "nic")}, rel=1e-9)
+
+
+@pytest.mark.servers
+def test_host_queries_on_victoria_metrics(filled: Filled) -> None:
+    fx = filled.fx
+    dashboard = load("host")
+    scope = Scope(fx.start_ms, fx.end_ms)
+    options = resolve_variables(filled, dashboard, scope, {"host": HOST_A})
+    assert options["host"] == [HOST_A, HOST_B]
+    assert options["component"] == sorted({c.component for c in CHANNELS if c.host == HOST_A})
+    assert run_dashboard(filled, dashboard, scope) == []
+    mine = [p for p in fx.points if p["ch"].host == HOST_A and p["time_ms"] > fx.start_ms]
+
+    per_channel = table(
+        filled, scope, find_panel(dashboard, "Energy by component and device"), ("component", "device", "source")
+    )
+    assert len(per_channel) == sum(1 for c in CHANNELS if c.host == HOST_A)
+    for (component, device, source), row in per_channel.items():
+        samples = [
+            p for p in mine if (p["ch"].component, p["ch"].device, p["ch"].source) == (component, device, source)
+        ]
+        assert row["quality"] == samples[0]["ch"].quality
+        assert close(row["Energy"], sum(p["energy_j"] for p in samples))
+        assert close(row["Mean power"], sum(p["power_w"] for p in samples) / len(samples))
+        assert row["Peak power"] == max(p["power_w"] for p in samples)
+
+    failures = table(
+        filled, scope, find_panel(dashboard, "Failures: count and last status"), ("source", "component", "device")
+    )
+    ((channel, row),) = failures.items()
+    assert channel[2] == UNHEALTHY[0]
+    assert row["Last failure"] == fx.at(UNHEALTHY[1][-1]) // 1_000_000
+    assert row["Failed intervals"] == len(UNHEALTHY[1])
+
+    (health_panel,) = run_panel(filled, scope, find_panel(dashboard, "Source health")).values()
+    assert {s["device"] for s in health_panel} == {c.device for c in CHANNELS if c.host == HOST_A}
+    step_ms = INTERVAL_S * 1000
+    failing = {(s["device"], t) for s in health_panel for t, v in s["points"].items() if v == 1}
+    assert failing == {(UNHEALTHY[0], -(-(fx.at(t) // 1_000_000) // step_ms) * step_ms) for t in UNHEALTHY[1]}
+
+    (model,) = run_panel(filled, scope, find_panel(dashboard, "Estimated (model) energy"))["A"]
+    assert close(model["value"], sum(p["energy_j"] for p in mine if p["ch"].quality == "model") / 3600)
+    (memory,) = [
+        s
+        for s in run_panel(filled, scope, find_panel(dashboard, "Device memory used"))["A"]
+        if s["device"] == "GPU-0a1b"
+    ]
+    assert set(memory["points"].values()) == {4.0e10}
+
+
+def job_table(filled: Filled, dashboard: dict[str, Any], scope: Scope) -> dict[str, dict[str, Any]]:
+    rows = table(filled, scope, find_panel(dashboard, "Jobs in the time range"), ("job_id",))
+    return {job_id: row for (job_id,), row in rows.items()}
+
+
+def link_scope(dashboard: dict[str, Any], row: dict[str, Any], title: str) -> Scope:
+    """The time range the job table's link ``title`` opens for ``row`` (its from/to fields)."""
+    overrides = find_panel(dashboard, "Jobs in the time range")["fieldConfig"]["overrides"]
+    links = [link for o in overrides for p in o["properties"] if p["id"] == "links" for link in p["value"]]
+    (url,) = [link["url"] for link in links if link["title"] == title]
+    edges = dict(re.findall(r"[?&](from|to)=\$\{__data\.fields\.(\w+)\.numeric\}", url))
+    assert url.startswith("/d/wattline-prom-jobs/") and edges.keys() == {"from", "to"}, url
+    return Scope(round(row[edges["from"]]), round(row[edges["to"]]))
+
+
+@pytest.mark.servers
+def test_jobs_queries_on_victoria_metrics(filled: Filled) -> None:
+    fx = filled.fx
+    dashboard = load("jobs")
+
+    overview = Scope(fx.start_ms, fx.end_ms)
+    options = resolve_variables(filled, dashboard, overview, {"job": LLAMA})
+    assert options["job"] == sorted(job.job_id for job in JOBS)
+    assert options["job_name"] == ["llama-bench"] and options["host"] == [HOST_A, HOST_B]
+    assert {name: options[name] for name in FILTER_OPTIONS} == FILTER_OPTIONS
+    assert run_dashboard(filled, dashboard, overview) == []
+    table_rows = job_table(filled, dashboard, overview)
+    assert sorted(table_rows) == sorted(job.job_id for job in JOBS)
+    for job in JOBS:
+        row, report = table_rows[job.job_id], filled.reports[job.job_id]
+        opens, closes = event_ms(fx, job.job_id, "open"), event_ms(fx, job.job_id, "close")
+        assert (row["name"], row["kind"], row["unit"], row["hosts"]) == (
+            job.name,
+            job.kind,
+            job.unit_name,
+            len(job.hosts),
+        )
+        assert (row["start"], row["end"], row["exit_code"]) == (min(opens), max(closes), 0)
+        assert row["units"] == units_of(fx, job.job_id, fx.start_ms, fx.end_ms)
+        assert row["duration_s"] == max(c - o for o, _, c in job.hosts.values())
+        assert close(row["throughput"], row["units"] / row["duration_s"])
+        saturations = event_ms(fx, job.job_id, "phase")
+        assert row.get("saturated") == ("saturated" if saturations else None)
+        assert row.get("saturated_at") == (min(saturations) if saturations else None)
+        assert close(row["energy_j"], whole_run_j(report)), job.job_id
+        assert close(row["j_per_unit"], report["measured"]["j_per_unit"])
+        assert close(row["kwh_per_million"], report["measured"]["kwh_per_million_units"])
+        assert close(row["measured_share"], report["measured"]["coverage"]["measured_share"])
+
+    # The job window, as the table's link opens it.
+    scope = link_scope(dashboard, table_rows[LLAMA], "Job window: open to close")
+    resolve_variables(filled, dashboard, scope, {"job": LLAMA})
+    assert scope.values["job"] == [LLAMA] and scope.values["host"] == [HOST_A, HOST_B]
+    assert run_dashboard(filled, dashboard, scope) == []
+    report = filled.reports[LLAMA]
+    # The window holds the job's open and summary (at its start): its row, its energy claimed.
+    assert job_table(filled, dashboard, scope)[LLAMA] == table_rows[LLAMA]
+    assert scope.from_ms < summary_ms(report, "start") == table_rows[LLAMA]["start"]
+    (got,) = run_panel(filled, scope, find_panel(dashboard, "Energy: $job_name"))["A"]
+    assert close(got["value"], report["measured"]["energy_j"])
+    (got,) = run_panel(filled, scope, find_panel(dashboard, "Energy per unit: $job_name"))["A"]
+    assert close(got["value"], report["measured"]["j_per_unit"])
+    units = units_of(fx, LLAMA, scope.from_ms, scope.to_ms)
+    assert units == units_of(fx, LLAMA, fx.start_ms, fx.end_ms)  # the window holds them all
+    (got,) = run_panel(filled, scope, find_panel(dashboard, "Units: $job_name"))["A"]
+    assert got["value"] == units
+    (got,) = run_panel(filled, scope, find_panel(dashboard, "Throughput: $job_name"))["A"]
+    assert close(got["value"], units / scope.range_s)
+    (got,) = run_panel(filled, scope, find_panel(dashboard, "Mean power: $job_name"))["A"]
+    energy = sum(expected_energy(fx, "host", scope.from_ms, scope.to_ms, {HOST_A, HOST_B}, left_open=True).values())
+    assert close(got["value"], energy / scope.range_s)
+    unclaimed = table(filled, scope, find_panel(dashboard, "Energy no job claims, by host"), ("host",))
+    claimed: dict[str, float] = defaultdict(float)
+    for r in filled.reports.values():
+        if scope.from_ms < summary_ms(r, "start") <= scope.to_ms:
+            for h in (h for w in ("measured", "warmup") for h in r[w]["by_host"]):
+                claimed[h["host"]] += h["energy_j"]
+    assert {h: row["jobs_j"] for (h,), row in unclaimed.items()} == pytest.approx(claimed, rel=1e-9)
+
+    # Warm-up band: 1 from each host's open to its saturation point, 0 after.
+    power = run_panel(filled, scope, find_panel(dashboard, "Power of $job_name's hosts, warm-up shaded"))
+    assert {s["host"] for s in power["A"]} == {HOST_A, HOST_B}
+    plan = next(j for j in JOBS if j.job_id == LLAMA)
+    for band in power["B"]:
+        open_s, sat_s, _ = plan.hosts[band["host"]]
+        assert sat_s is not None
+        assert {v for t, v in band["points"].items() if fx.at(open_s) // 10**6 <= t < fx.at(sat_s) // 10**6} == {1}
+        assert {v for t, v in band["points"].items() if t >= fx.at(sat_s) // 10**6} == {0}
+        assert min(band["points"]) >= fx.at(open_s) // 10**6
+
+    # Units completed: the running total of each step's units, from the range's first step
+    # (Grafana ends a range query at the last whole step: a units event after it waits for the next).
+    (done,) = run_panel(filled, scope, find_panel(dashboard, "Units completed: $job_name"))["A"]
+    start, end = aligned(scope, INTERVAL_S)
+    assert min(done["points"]) == start and max(done["points"]) == end
+    for t, v in done["points"].items():
+        assert v == units_of(fx, LLAMA, start - INTERVAL_S * 1000, t), t
+
+
+@pytest.mark.servers
+def test_jobs_summary_panels_and_annotations(filled: Filled) -> None:
+    fx = filled.fx
+    dashboard = load("jobs")
+    scope = Scope(fx.start_ms, fx.end_ms)
+    resolve_variables(filled, dashboard, scope, {"job": LLAMA})
+    reports = filled.reports
+
+    drift = run_panel(filled, scope, find_panel(dashboard, "J per unit over time, by job name"))["A"]
+    step_ms = INTERVAL_S * 1000
+    assert {(s["name"], t) for s in drift for t in s["points"]} == {
+        (r["job"]["name"], -(-summary_ms(r, "start") // step_ms) * step_ms) for r in reports.values()
+    }
+    for s in drift:
+        report = next(r for r in reports.values() if r["job"]["name"] == s["name"])
+        assert all(close(v, report["measured"]["j_per_unit"]) for v in s["points"].values())
+
+    by_job = run_panel(filled, scope, find_panel(dashboard, "Energy by job over the range"))["A"]
+    assert {r["job_id"]: r["value"] for r in by_job} == pytest.approx(
+        {job_id: whole_run_j(report) / 3600 for job_id, report in reports.items()}, rel=1e-9
+    )
+    unclaimed = table(filled, scope, find_panel(dashboard, "Energy no job claims, by host"), ("host",))
+    node = expected_energy(fx, "host", fx.start_ms, fx.end_ms, {HOST_A, HOST_B}, left_open=True)
+    assert {h: row["node_j"] for (h,), row in unclaimed.items()} == pytest.approx(node, rel=1e-9)
+    claimed: dict[str, float] = defaultdict(float)
+    for report in reports.values():
+        for window in ("measured", "warmup"):
+            for h in report[window]["by_host"]:
+                claimed[h["host"]] += h["energy_j"]
+    assert {h: row["jobs_j"] for (h,), row in unclaimed.items()} == pytest.approx(claimed, rel=1e-9)
+
+    annotations = {a["name"]: a for a in dashboard["annotations"]["list"] if a["datasource"] == DATASOURCE}
+    got = {
+        (e["time"], e["title"], e["text"], tuple(e["tags"]))
+        for e in annotation_events(filled, scope, annotations["Saturation point"])
+    }
+    assert got == {(e["time_ms"], e["job_id"], "saturated", (e["host"],)) for e in fx.events if e["event"] == "phase"}
+    regions = annotation_events(filled, scope, annotations["Warm-up (start to saturation)"])
+    assert {e["title"]: (e["time"], e["end"]) for e in regions} == {
+        job_id: (summary_ms(r, "start"), summary_ms(r, "saturation"))
+        for job_id, r in reports.items()
+        if r["saturation"]["saturated"]
+    }
+    assert LLAMA in {e["title"] for e in regions}
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize(("select", "jobs"), FILTER_CASES)
+def test_jobs_filters_on_victoria_metrics(filled: Filled, select: dict[str, str | list[str]], jobs: list[str]) -> None:
+    """User, account and partition select the jobs of the table, the summary panels and the annotations."""
+    fx = filled.fx
+    dashboard = load("jobs")
+    scope = Scope(fx.start_ms, fx.end_ms)
+    resolve_variables(filled, dashboard, scope, {"job": LLAMA, **select})
+    assert sorted(job_table(filled, dashboard, scope)) == sorted(jobs)
+    by_job = run_panel(filled, scope, find_panel(dashboard, "Energy by job over the range"))["A"]
+    assert sorted(r["job_id"] for r in by_job) == sorted(jobs)
+    drift = run_panel(filled, scope, find_panel(dashboard, "J per unit over time, by job name"))["A"]
+    assert {s["name"] for s in drift} == {j.name for j in JOBS if j.job_id in jobs}
+    for annotation in dashboard["annotations"]["list"]:
+        if annotation["datasource"] == DATASOURCE:
+            titles = {e["title"] for e in annotation_events(filled, scope, annotation)}
+            assert titles <= set(jobs), annotation["name"]
+    opened = annotation_events(filled, scope, dashboard["annotations"]["list"][1])
+    assert {e["title"] for e in opened} == set(jobs)
+    (units,) = run_panel(filled, scope, find_panel(dashboard, "Units: $job_name"))["A"]  # follows $job only
+    assert units["value"] == units_of(fx, LLAMA, fx.start_ms, fx.end_ms)

@@ -4,8 +4,11 @@ Series (Prometheus naming: base units, ``_total`` for counters, no kWh):
 ``wattline_energy_joules_total`` and ``wattline_power_watts`` per
 {source, component, device, quality}; ``wattline_utilization_ratio``;
 ``wattline_channel_healthy``; ``wattline_channel_unusable`` (1: found but not sampled, its
-counter can wrap within the sampling interval); ``wattline_source_up{source}``; and the agent's own
-delivery counters: the spool's, and the uplink's pushes, failures, resends and bytes.
+counter can wrap within the sampling interval); ``wattline_source_up{source}``;
+``wattline_source_read_seconds{source}`` and ``wattline_source_read_success{source}`` (the
+source's last read: how long it took, and 1 when it raised nothing and no channel of it failed;
+as node_exporter's ``node_scrape_collector_*``); and the agent's own delivery counters: the
+spool's, and the uplink's pushes, failures, resends and bytes.
 """
 
 from __future__ import annotations
@@ -86,6 +89,7 @@ class AgentCollector:
             for name, ok in self.source_up().items():
                 up.add_metric([name], 1.0 if ok else 0.0)
             yield up
+        yield from read_metrics(self.sampler)
         yield CounterMetricFamily("wattline_agent_samples", "Samples produced.", value=self.sampler.samples_emitted)
         yield GaugeMetricFamily(
             "wattline_agent_clock_offset_seconds",
@@ -106,6 +110,24 @@ class AgentCollector:
             )
         if self.uplink is not None:
             yield from uplink_metrics(self.uplink)
+
+
+def read_metrics(sampler: Sampler) -> Iterator[Metric]:
+    """Each source's last read: its duration and whether it went well."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    seconds = GaugeMetricFamily(
+        "wattline_source_read_seconds", "Duration of the source's last read.", labels=["source"]
+    )
+    success = GaugeMetricFamily(
+        "wattline_source_read_success",
+        "1 when the source's last read raised nothing and no channel of it failed.",
+        labels=["source"],
+    )
+    for name, read in sampler.last_reads():
+        seconds.add_metric([name], read.seconds)
+        success.add_metric([name], 1.0 if read.ok else 0.0)
+    yield from (seconds, success)
 
 
 def uplink_metrics(uplink: Uplink) -> Iterator[Metric]:

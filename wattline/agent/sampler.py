@@ -54,6 +54,22 @@ class ChannelState:
     gap_logged_s: float = -math.inf
 
 
+@dataclass(slots=True)
+class SourceRead:
+    """How the last read of one source went (``wattline_source_read_*`` on /metrics)."""
+
+    seconds: float = 0.0  #: how long ``Source.read()`` took
+    ok: bool = False  #: it raised nothing and none of its channels' readings failed
+
+
+def _any_failed(readings: Sequence[Reading]) -> bool:
+    """True when a reading carries an error."""
+    for reading in readings:  # noqa: SIM110 - any() would build a generator on every tick
+        if reading.error is not None:
+            return True
+    return False
+
+
 class Sampler:
     """Reads all sources on each :meth:`tick` and emits ``wire.Sample`` lists."""
 
@@ -70,6 +86,8 @@ class Sampler:
         #: id(channel) -> (channel, state): skips building and hashing the key on every read.
         self._by_channel: dict[int, tuple[Channel, ChannelState]] = {}
         self.source_errors: dict[str, str] = {}
+        #: Source name -> its last read; entries are updated in place (nothing allocated per read).
+        self.reads: dict[str, SourceRead] = {}
         self.ticks = 0
         self.samples_emitted = 0
         self.tick_seconds = 0.0  #: wall time spent inside tick()
@@ -108,14 +126,18 @@ class Sampler:
         started = time.perf_counter()
         parts: list[bytes] = []
         held: list[list[Reading]] = []
+        reads = self.reads
         for source in self.sources:
+            began = time.perf_counter()
             try:
                 readings = source.read()
             except Exception as exc:  # one broken source never stops the others
+                self._read(reads, source.name, began, False)
                 if self.source_errors.get(source.name) != str(exc):
                     log.error("source %s failed: %s", source.name, exc)
                 self.source_errors[source.name] = str(exc) or type(exc).__name__
                 continue
+            self._read(reads, source.name, began, not _any_failed(readings))
             if self.source_errors:
                 self.source_errors.pop(source.name, None)
             if one_stamp:
@@ -135,6 +157,19 @@ class Sampler:
             self.sink(samples)
         self.tick_seconds += time.perf_counter() - started
         return samples, stamp
+
+    @staticmethod
+    def _read(reads: dict[str, SourceRead], name: str, began: float, ok: bool) -> None:
+        """Record source ``name``'s read that began at ``began`` (perf_counter s)."""
+        seconds = time.perf_counter() - began
+        read = reads.get(name)
+        if read is None:
+            read = reads[name] = SourceRead()
+        read.seconds, read.ok = seconds, ok
+
+    def last_reads(self) -> list[tuple[str, SourceRead]]:
+        """Each source read so far (and still read) with its last read."""
+        return list(self.reads.items())  # one C-level copy: safe beside a tick adding a source
 
     def _fold_all(self, readings: Iterable[Reading], now: tuple[int, int], final: bool, parts: list[bytes]) -> None:
         """Fold one source's readings stamped ``now`` (monotonic ns, stamp ns) into ``parts``."""
@@ -233,9 +268,10 @@ class Sampler:
                     state.channel = state.counter.channel = ch
                     state.head = SampleHead(ch.source, ch.component, ch.device, ch.quality.wire)
                 self._by_channel[id(ch)] = (ch, state)
-            for name in list(self.source_errors):
-                if all(src.name != name for src in self.sources):
-                    del self.source_errors[name]
+            names = {src.name for src in self.sources}
+            for table in (self.source_errors, self.reads):
+                for name in [n for n in table if n not in names]:
+                    del table[name]
 
     def snapshot(self) -> list[ChannelState]:
         """A consistent copy of every channel's state."""

@@ -75,6 +75,10 @@ __all__ = [
 LAG_HORIZON_NS = window_bounds.LAG_HORIZON_NS
 #: How often :func:`build_complete_report` looks again while it waits.
 POLL_S = 0.5
+#: How long, at least, :func:`build_complete_report` waits for a store to show a close the
+#: collector acknowledged (VictoriaMetrics and Prometheus make rows searchable later, a loaded
+#: engine seconds later): past it the report is of a running job, and says so.
+SHOW_CLOSE_S = 15.0
 
 #: The components a complete measurement of a host has, for coverage's "missing" list.
 EXPECTED = {"cpu": ("cpu_package", "cpu"), "memory": ("dram",), "network": ("nic",)}
@@ -183,20 +187,21 @@ def build_complete_report(
 
     Waits only for a closed job that ended less than ``wait_s`` ago; returns the report
     as soon as it is complete, else the last one built, whose notes say what it lacks.
-    ``closed``: the caller knows the job closed (its close was acknowledged): up to ``wait_s``
-    more for the store to show it (VictoriaMetrics makes rows searchable a moment after it
-    took them), so the report is not that of a job still running.
+    ``closed``: the caller knows the job closed (its close was acknowledged): up to
+    ``wait_s``, and at least SHOW_CLOSE_S, for the store to show it (VictoriaMetrics makes
+    rows searchable a moment after it took them), so the report is not that of a job still
+    running.
     """
-    deadline = time.monotonic() + wait_s
+    shown_by = time.monotonic() + max(wait_s, SHOW_CLOSE_S)
     while True:
         try:
             report = build_report(reader, job_id, settings)
         except JobNotFound:
-            if not closed or time.monotonic() >= deadline:
+            if not closed or time.monotonic() >= shown_by:
                 raise
             time.sleep(POLL_S)  # its events are stored, not searchable yet
             continue
-        if closed and not report.job.closed and time.monotonic() < deadline:
+        if closed and not report.job.closed and time.monotonic() < shown_by:
             time.sleep(POLL_S)
             continue
         left_s = wait_s - (time.time_ns() - report.end_ns) / 1e9

@@ -75,9 +75,7 @@ __all__ = [
 LAG_HORIZON_NS = window_bounds.LAG_HORIZON_NS
 #: How often :func:`build_complete_report` looks again while it waits.
 POLL_S = 0.5
-#: How long, at least, :func:`build_complete_report` waits for a store to show a close the
-#: collector acknowledged (VictoriaMetrics and Prometheus make rows searchable later, a loaded
-#: engine seconds later): past it the report is of a running job, and says so.
+#: Least wait for a store to show an acknowledged close (a loaded engine lags seconds).
 SHOW_CLOSE_S = 15.0
 
 #: The components a complete measurement of a host has, for coverage's "missing" list.
@@ -187,10 +185,9 @@ def build_complete_report(
 
     Waits only for a closed job that ended less than ``wait_s`` ago; returns the report
     as soon as it is complete, else the last one built, whose notes say what it lacks.
-    ``closed``: the caller knows the job closed (its close was acknowledged): up to
-    ``wait_s``, and at least SHOW_CLOSE_S, for the store to show it (VictoriaMetrics makes
-    rows searchable a moment after it took them), so the report is not that of a job still
-    running.
+    ``closed``: the caller knows the job closed (its close was acknowledged): up to ``wait_s``
+    (at least SHOW_CLOSE_S) for the store to show it (VictoriaMetrics makes rows searchable
+    a moment after it took them), so the report is not that of a job still running.
     """
     shown_by = time.monotonic() + max(wait_s, SHOW_CLOSE_S)
     while True:

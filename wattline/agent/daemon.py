@@ -18,6 +18,7 @@ from wattline.agent.edge import EdgeServer, serve_edges
 from wattline.agent.exporter import AgentCollector, serve
 from wattline.agent.kube import watcher as kube
 from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root
+from wattline.agent.process_use import use_sources
 from wattline.agent.settings import AgentSettings
 from wattline.agent.slurm_watch import SlurmWatcher, gpu_uuids
 from wattline.agent.sources.base import Source
@@ -71,6 +72,7 @@ class Agent:
                 self._to_outbox,
                 self.settings.sysfs_root,
                 gpus=self._gpu_uuids,
+                use_sources=lambda: use_sources(self.sources),
             )
             if self.outbox is not None
             else None

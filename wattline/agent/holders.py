@@ -104,6 +104,9 @@ class HolderRecord:
     holder_name: str = "wrapper"
     #: The uid whose input counts for the job (a Slurm job's user: its events file's owner); -1: none.
     owner_uid: int = -1
+    #: The devices the job claims on this host, for a holder whose processes the agent measures
+    #: (a Slurm job's GPUs: its use of them is sent, a measured 0 too).
+    devices: list[str] = field(default_factory=list)
 
     @property
     def identity(self) -> Identity:

@@ -13,11 +13,16 @@ cgroup_slurm/SOURCE.md says where each layout is documented):
 
 Paths are found again on every miss (a job's folder appears when its first step starts) and
 kept while they resolve; a folder that is gone reads as "no CPU time", never as 0.
+
+A process's job (for its GPU use) is the job whose folder holds its cgroup in
+``/proc/PID/cgroup`` (v1: the line of any hierarchy, each mirrors Slurm's folders); only
+the open jobs' folders are looked for, so a process of any other cgroup is no job's.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from wattline.agent import cgroup_cpu
@@ -57,6 +62,33 @@ class SlurmCgroups:
 
     def forget(self, job_id: str) -> None:
         self._dirs.pop(job_id, None)
+
+    def job_folders(self, jobs: Mapping[str, int]) -> dict[str, str]:
+        """The cgroup folders of ``jobs`` (job -> its user's uid) that are there, as
+        ``/proc/PID/cgroup`` names them (relative to the hierarchy's root) -> job."""
+        found = {}
+        for job_id, uid in jobs.items():
+            directory = self._dirs.get(job_id)
+            if directory is None or not directory.is_dir():
+                directory = self.job_dir(job_id, uid)
+            if directory is not None and self.base is not None:
+                self._dirs[job_id] = directory
+                found[directory.relative_to(self.base).as_posix()] = job_id
+        return found
+
+    def job_of_pid(self, pid: int, folders: Mapping[str, str]) -> str | None:
+        """The job of ``folders`` (:meth:`job_folders`) process ``pid`` runs in; None for any other."""
+        try:
+            text = (self.root / PROC_DIR / str(pid) / "cgroup").read_text()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            parts = line.split(":", 2)[-1].strip("/").split("/")
+            for depth in range(1, len(parts) + 1):
+                job_id = folders.get("/".join(parts[:depth]))
+                if job_id is not None:
+                    return job_id
+        return None
 
     def job_dir(self, job_id: str, uid: int) -> Path | None:
         """The job's cgroup folder, in any of the layouts of the module doc; None when there is none."""

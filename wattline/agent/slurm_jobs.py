@@ -14,6 +14,9 @@ controller's where it has one) and how Slurm ended the job. Where the controller
 that yet (on 22.05 every job is COMPLETING during its epilog, a cancelled one too), the watcher
 asks again later (:func:`.slurm_node.write_ending`).
 
+The close comes after the job's last use events and carries the ``use_scope`` (the
+watcher's, ``last_use``), made once per note: a note the outbox refused sends the same again.
+
 Each event's place in the (job, host) block is fixed, so a note read again (the agent died
 before removing it) stores nothing twice. A note is removed once its events are in the
 outbox; one the outbox refused waits for the next pass.
@@ -36,6 +39,9 @@ from wattline.agent.slurm_records import SlurmError, events_path
 log = logging.getLogger(__name__)
 
 Deliver = Callable[[wire.pb.Host, list[wire.pb.JobEvent]], None]
+#: (job id, its user's uid, its event_seq block) -> the job's use since its last USE events
+#: and the devices whose per-process use was read.
+LastUse = Callable[[str, int, int], tuple[list[wire.pb.JobEvent], list[str]]]
 
 #: Labels of a job from its hook's environment.
 ENV_LABELS = {
@@ -95,6 +101,7 @@ class HookNotes:
         host: wire.pb.Host,
         deliver: Deliver,
         gpus: Callable[[], dict[int, str]] = dict,
+        last_use: LastUse = lambda _job, _uid, _base: ([], []),
     ) -> None:
         self.outbox_root, self.slurm_dir, self.host, self.deliver, self.gpus = (
             outbox_root,
@@ -103,7 +110,9 @@ class HookNotes:
             deliver,
             gpus,
         )
+        self.last_use = last_use
         self.said: dict[Path, str] = {}  #: note -> its last problem (said once)
+        self.closing: dict[Path, tuple[list[wire.pb.JobEvent], list[str]]] = {}  #: close note -> last_use's answer
 
     def take(self) -> int:
         """Turn every note into events; returns how many were taken."""
@@ -124,6 +133,7 @@ class HookNotes:
             with contextlib.suppress(FileNotFoundError):
                 note.path.unlink()
             self.said.pop(note.path, None)
+            self.closing.pop(note.path, None)
             taken += 1
         return taken
 
@@ -183,12 +193,16 @@ class HookNotes:
             beat_seq=base | slurm_node.BEATS_AT,
             holder_name="slurmd",
             owner_uid=job.uid,
+            devices=devices,
         )
         holders.keep(self.outbox_root, record)
 
     def _close(self, note: Note, view: Mapping[str, str]) -> None:
         job, base = note.job, slurm_node.seq_base(note.job.job_id, self.host.host_id)
         code = int(view.get("exit_code") or slurm_node.exit_status(note.env.get("SLURM_JOB_EXIT_CODE2", "0:0")))
+        if note.path not in self.closing:
+            self.closing[note.path] = self.last_use(job.job_id, job.uid, base)
+        uses, scope = self.closing[note.path]
         learnt = slurm_node.bounded({"name": view.get("name", ""), **{k: view.get(k, "") for k in ("account", "qos")}})
         close = wire.JobEvent(
             job_id=job.job_id,
@@ -200,6 +214,7 @@ class HookNotes:
             # what the open could not learn when the controller did not answer then: readers take it from here
             name=learnt.pop("name", ""),
             labels=learnt,
+            use_scope=scope,
         )
         path = events_path(self.slurm_dir, job.job_id)
         lines: list[wire.pb.JobEvent] = []
@@ -211,7 +226,7 @@ class HookNotes:
                     self._say(note.path, f"{bad} malformed lines in the events file ignored")
             except SlurmError as exc:
                 self._say(note.path, str(exc))
-            self.deliver(self.host, [*lines, close])  # under the lock: no line is sent again
+            self.deliver(self.host, [*lines, *uses, close])  # under the lock: no line is sent again
         holders.drop(self.outbox_root, job.job_id, self.host.host_id)
         if not close.end_state and code:
             slurm_node.write_ending(self.slurm_dir, close, self.host, note.conf)

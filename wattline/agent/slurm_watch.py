@@ -17,6 +17,15 @@ every process's over the period (the ``cpu-time`` share rule splits CPU, DRAM an
 it). The event's place is fixed by the period's number (time // ``use_every_s``), so a
 period is one event whoever sends it; a job's first period here starts at its first
 reading (none before: no USE event, that stretch goes by the rule's fallback).
+
+Where a GPU is shared (several jobs, or processes of no job on it), every second it asks the
+per-process sources how much of each GPU each process used, finds each process's job by its
+cgroup (:meth:`.slurm_cgroups.SlurmCgroups.job_of_pid`: only the open jobs', so a process
+of no job counts to nobody) and tallies each job's use of each GPU it ran on or claims
+(:mod:`.process_use`); each use period it sends the job a USE event per such GPU, at the
+GPU's own slot of the period (:func:`use_slot`: the same after a restart). A closing job's
+last, partial period goes out just before its close, which says which GPUs' per-process use
+was read (``use_scope``: a job charged none of them by claim gets its measured use there).
 """
 
 from __future__ import annotations
@@ -24,15 +33,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from wattline import wire
 from wattline.agent import holders, slurm_node, slurm_records
 from wattline.agent.cgroup_cpu import CPU_DEVICE, CPU_METRIC
+from wattline.agent.process_use import UseSource, UseTallies, use_fields
 from wattline.agent.slurm_cgroups import SlurmCgroups
 from wattline.agent.slurm_jobs import HookNotes
 from wattline.agent.sources.base import Channel
@@ -43,8 +56,12 @@ Deliver = Callable[[wire.pb.Host, list[wire.pb.JobEvent]], None]
 
 #: Seconds between two asks of the controller about one ended job, and how long it is asked.
 ASK_EVERY_S, ASK_FOR_S = 2.0, 300.0
-#: Seconds per CPU-time USE period (one event per job and period: 64 jobs cost 13 events/s).
+#: Seconds per use period (one CPU-time event per job and period: 64 jobs cost 13 events/s;
+#: one more per GPU the job ran on or claims).
 USE_EVERY_S = 5.0
+#: Seconds between two asks of the per-process sources: a process's use since the previous
+#: ask is lost if it exits before the next one (its samples go with it).
+SAMPLE_S = 1.0
 
 
 def gpu_uuids(channels: Iterable[Channel]) -> dict[int, str]:
@@ -55,6 +72,25 @@ def gpu_uuids(channels: Iterable[Channel]) -> dict[int, str]:
         if channel.component == "gpu" and info.get("index", "").isdigit() and info.get("uuid"):
             out[int(info["index"])] = info["uuid"]
     return out
+
+
+def use_slot(device: str, gpus: Mapping[int, str]) -> int:
+    """The slot of ``device``'s USE events in a period (:func:`.slurm_node.use_place`), the same
+    in every agent of the host: 1 + the GPU's index (``gpus``: index -> UUID), or the N of
+    ``<kind>:N``; else by its name's hash."""
+    index = next((i for i, uuid in gpus.items() if device == f"gpu:{uuid}"), None)
+    numbered = re.fullmatch(r"[a-z]+:([0-9]{1,4})", device)
+    if index is None and numbered:
+        index = int(numbered.group(1))
+    if index is not None and index < slurm_node.USE_SLOTS - 1:
+        return 1 + index
+    return 1 + zlib.crc32(device.encode()) % (slurm_node.USE_SLOTS - 1)
+
+
+def claims_of(record: holders.HolderRecord) -> frozenset[str]:
+    """The devices a holder record says its job claims (nothing where the record is not ours)."""
+    devices = record.devices if isinstance(record.devices, list) else []
+    return frozenset(d for d in devices if isinstance(d, str))
 
 
 class SlurmWatcher:
@@ -69,6 +105,7 @@ class SlurmWatcher:
         sysfs_root: Path = Path("/"),
         use_every_s: float = USE_EVERY_S,
         gpus: Callable[[], dict[int, str]] = dict,
+        use_sources: Callable[[], Sequence[UseSource]] = list,
     ) -> None:
         self.outbox_root, self.slurm_dir, self.host, self.deliver = outbox_root, slurm_dir, host, deliver
         self.asked: dict[str, float] = {}  #: ending request -> monotonic time of its last ask
@@ -79,7 +116,11 @@ class SlurmWatcher:
         self._read_ns = 0  #: time of the last CPU reading
         self._host_cpu: int | None = None
         self._job_cpu: dict[str, int] = {}  #: job -> its CPU time at the last reading
-        self.notes = HookNotes(outbox_root, slurm_dir, host, deliver, gpus)
+        self.use_sources, self.use = use_sources, UseTallies()
+        self._use_from = 0  #: start of the GPU use period being tallied (0: before the first ask)
+        self._now = 0  #: the current pass's time
+        self._use_error: str | None = None
+        self.notes = HookNotes(outbox_root, slurm_dir, host, deliver, gpus, self._last_use)
 
     def run(self, stop: threading.Event, every_s: float = 0.5) -> None:
         while not stop.is_set():
@@ -92,17 +133,25 @@ class SlurmWatcher:
     def poll(self, now_ns: int | None = None) -> None:
         if not self._root_dir():
             return
+        now_ns = self._now = time.time_ns() if now_ns is None else now_ns
+        period = now_ns // self.use_period_ns
+        if period != self._period or now_ns - self.use.last_ns >= SAMPLE_S * 1e9:
+            self._sample(self._mine(), now_ns)  # before a close note takes its job's last period
         self.notes.take()
-        now_ns = time.time_ns() if now_ns is None else now_ns
-        mine = [
+        mine = self._mine()
+        for record in mine:
+            self._lines(record, now_ns)
+        if period != self._period:
+            self._send_use(mine, now_ns, period)
+        self._endings()
+
+    def _mine(self) -> list[holders.HolderRecord]:
+        """The holder records of this host's open Slurm jobs."""
+        return [
             record
             for _, record in holders.records(self.outbox_root)
             if record.holder_name == "slurmd" and record.host_id == self.host.host_id and record.owner_uid >= 0
         ]
-        for record in mine:
-            self._lines(record, now_ns)
-        self._cpu(mine, now_ns)
-        self._endings()
 
     def _root_dir(self) -> bool:
         """The events directory is there and only root can change it (no file in it counts otherwise)."""
@@ -129,11 +178,23 @@ class SlurmWatcher:
                 log.warning("slurm job %s: events file not read: %s", record.job_id[:100], exc)
                 self.errors[record.job_id] = str(exc)
 
-    def _cpu(self, records: list[holders.HolderRecord], now_ns: int) -> None:
-        """Once per use period: each open job's CPU time since the last reading against the node's."""
-        period = now_ns // self.use_period_ns
-        if period == self._period:
-            return
+    def _send_use(self, records: list[holders.HolderRecord], now_ns: int, period: int) -> None:
+        """The use period that ends: each open job's CPU-time and GPU USE events."""
+        events = self._cpu(records, now_ns, period)
+        self.use.keep_only({r.job_id for r in records})
+        for record in records:
+            base = slurm_node.seq_base(record.job_id, record.host_id)
+            events.setdefault(record.job_id, []).extend(self._gpu_events(record.job_id, base, period, now_ns))
+        for record in records:
+            if events.get(record.job_id):
+                try:
+                    self.deliver(record.host(), events[record.job_id])
+                except Exception as exc:  # the outbox refused them: this period goes by the rule's fallback
+                    log.warning("slurm job %s: use not sent: %s", record.job_id[:100], exc)
+        self._period, self._use_from = period, now_ns
+
+    def _cpu(self, records: list[holders.HolderRecord], now_ns: int, period: int) -> dict[str, list[wire.pb.JobEvent]]:
+        """Each open job's CPU time since the last reading against the node's, as one event per job."""
         host_cpu = self.cgroups.host_cpu_ns()
         span = now_ns - self._read_ns
         deltas: dict[str, tuple[holders.HolderRecord, int]] = {}
@@ -148,27 +209,79 @@ class SlurmWatcher:
                 deltas[record.job_id] = (record, max(0, value - before))
         for gone in set(self._job_cpu) - set(readings):
             self.cgroups.forget(gone)
+        out: dict[str, list[wire.pb.JobEvent]] = {}
         if deltas and span > 0:
-            host_delta = max(0, host_cpu - self._host_cpu) if host_cpu is not None and self._host_cpu is not None else 0
-            total = max(host_delta, sum(d for _, d in deltas.values())) * 100.0 / span
+            total = max(self._host_delta(host_cpu), sum(d for _, d in deltas.values())) * 100.0
             for record, delta in deltas.values():
                 base = slurm_node.seq_base(record.job_id, record.host_id)
-                event = wire.JobEvent(
-                    job_id=record.job_id,
-                    kind=wire.pb.JobEvent.KIND_USE,
-                    time_ns=now_ns,
-                    event_seq=base | slurm_node.use_place(period, 0),
-                    use_device=CPU_DEVICE,
-                    use_period_ns=span,
-                    job_use=delta * 100.0 / span,
-                    device_use=total,
-                    use_metric=CPU_METRIC,
-                )
-                try:
-                    self.deliver(record.host(), [event])
-                except Exception as exc:  # the outbox refused it: this period goes by the rule's fallback
-                    log.warning("slurm job %s: CPU time not sent: %s", record.job_id[:100], exc)
-        self._period, self._read_ns, self._host_cpu, self._job_cpu = period, now_ns, host_cpu, readings
+                fields = use_fields(CPU_DEVICE, span, delta * 100.0, total, CPU_METRIC)
+                out[record.job_id] = [self._use_event(record.job_id, base, period, 0, now_ns, fields)]
+        self._read_ns, self._host_cpu, self._job_cpu = now_ns, host_cpu, readings
+        return out
+
+    def _host_delta(self, host_cpu: int | None) -> int:
+        """Every process's CPU time since the last reading (0 where the root does not account it)."""
+        return max(0, host_cpu - self._host_cpu) if host_cpu is not None and self._host_cpu is not None else 0
+
+    def _use_event(
+        self, job_id: str, base: int, period: int, slot: int, end_ns: int, fields: dict[str, Any]
+    ) -> wire.pb.JobEvent:
+        place = slurm_node.use_place(period, slot)
+        return wire.JobEvent(
+            job_id=job_id, kind=wire.pb.JobEvent.KIND_USE, time_ns=end_ns, event_seq=base | place, **fields
+        )
+
+    # ----------------------------------------------------------------- GPUs shared
+
+    def _sample(self, records: list[holders.HolderRecord], now_ns: int) -> None:
+        """Ask the per-process sources once; add each open job's use of each GPU since the last ask."""
+        jobs = {r.job_id: r.owner_uid for r in records}
+        folders: dict[str, str] | None = None
+
+        def job_of_pid(pid: int) -> str | None:
+            nonlocal folders
+            if folders is None:  # only when some process uses a GPU
+                folders = self.cgroups.job_folders(jobs)
+            return self.cgroups.job_of_pid(pid, folders)
+
+        sources = self.use_sources() if jobs else ()
+        errors = self.use.sample(sources, job_of_pid, now_ns, {r.job_id: claims_of(r) for r in records})
+        error = errors[0] if errors else None
+        if error and error != self._use_error:
+            log.warning("slurm: %s (the jobs get no measured share of their GPUs meanwhile)", error)
+        self._use_error = error
+        self._use_from = self._use_from or now_ns
+
+    def _gpu_events(self, job_id: str, base: int, period: int, end_ns: int) -> list[wire.pb.JobEvent]:
+        """The job's USE events of its GPUs since the last use period, ending at ``end_ns``."""
+        span, tallies = end_ns - self._use_from, self.use.take(job_id)
+        if span <= 0 or not tallies:
+            return []
+        gpus = self.notes.gpus()
+        return [
+            self._use_event(job_id, base, period, use_slot(device, gpus), end_ns,
+                            use_fields(device, span, t.mine, t.total, t.metric))
+            for device, t in sorted(tallies.items())
+        ]  # fmt: skip
+
+    def _last_use(self, job_id: str, uid: int, base: int) -> tuple[list[wire.pb.JobEvent], list[str]]:
+        """For a job's close: its use since its last USE events (CPU time where its cgroup is
+        still there, GPUs), at the places of the period after this one (this one's may hold
+        them already), and the use scope."""
+        period, now_ns = self._now // self.use_period_ns + 1, self._now
+        events = []
+        value, before, host_cpu = (
+            self.cgroups.job_cpu_ns(job_id, uid),
+            self._job_cpu.pop(job_id, None),
+            self.cgroups.host_cpu_ns(),
+        )
+        if value is not None and before is not None and host_cpu is not None and now_ns > self._read_ns:
+            delta = max(0, value - before)
+            total = max(self._host_delta(host_cpu), delta) * 100.0
+            fields = use_fields(CPU_DEVICE, now_ns - self._read_ns, delta * 100.0, total, CPU_METRIC)
+            events.append(self._use_event(job_id, base, period, 0, now_ns, fields))
+        events += self._gpu_events(job_id, base, period, self.use.last_ns)
+        return events, sorted(self.use.scope)
 
     def _endings(self) -> None:
         try:

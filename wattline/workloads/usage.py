@@ -24,11 +24,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from wattline import wire
-from wattline.agent.sources.use import DeviceUse
+from wattline.agent.process_use import UseSource, UseTallies, use_fields, use_sources
 from wattline.workloads.events import EventBuilder
 from wattline.workloads.processes import ProcessTree
 
@@ -46,26 +45,6 @@ def use_period_s() -> float:
     except ValueError:
         return USE_PERIOD_S
     return value if value > 0 else USE_PERIOD_S
-
-
-class UseSource(Protocol):
-    """A source that can say how much of each device each process used."""
-
-    def process_use(self, since_us: int | None = None) -> list[DeviceUse]: ...
-
-
-def use_sources(sources: Iterable[Any]) -> list[UseSource]:
-    """The sources among ``sources`` that give per-process use."""
-    return [s for s in sources if callable(getattr(s, "process_use", None))]
-
-
-@dataclass
-class _Tally:
-    """One device's use over the current period: integrals of use x time, in %·ns."""
-
-    metric: str
-    mine: float = 0.0
-    total: float = 0.0
 
 
 class UseRecorder:
@@ -93,18 +72,15 @@ class UseRecorder:
         self.sample_s = min(sample_s, self.period_s)
         #: Devices ("gpu:<UUID>") the job's processes ran on or used, so far.
         self.devices: set[str] = set()
-        #: Devices whose per-process use could be read, used by the job or not.
-        self.scope: set[str] = set()
         self.sent = 0
         self._period_ns = 0  #: start of the current period
-        self._last_ns = 0  #: the previous ask
-        self._tally: dict[str, _Tally] = {}
+        self._use = UseTallies()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wattline-use", daemon=True)
 
     def start(self) -> UseRecorder:
         """Measure from now until :meth:`stop`; never blocks the job (sources open in the thread)."""
-        self._period_ns = self._last_ns = time.time_ns()
+        self._period_ns = self._use.last_ns = time.time_ns()
         self._thread.start()
         return self
 
@@ -132,48 +108,26 @@ class UseRecorder:
             if time.time_ns() - self._period_ns >= self.period_s * 1e9:
                 self.flush()
 
+    @property
+    def scope(self) -> set[str]:
+        """Devices whose per-process use could be read, used by the job or not."""
+        return self._use.scope
+
     def sample(self) -> None:
         """Ask the sources once; add each device's use since the previous ask to the period."""
-        now = time.time_ns()
-        dt, self._last_ns = now - self._last_ns, now
-        if dt <= 0:
-            return
         pids = self.tree.refresh()
-        for source in self.sources():
-            try:
-                uses = source.process_use()
-            except Exception as exc:
-                log.warning("job %s: per-process use not read: %s", self.builder.spec.job_id, exc)
-                continue
-            for du in uses:
-                if du.supported:
-                    self.scope.add(du.key)
-                mine = sum(v for pid, v in du.use.items() if pid in pids)
-                if not du.supported or (mine <= 0 and not du.running & pids):
-                    continue
-                self.devices.add(du.key)
-                tally = self._tally.setdefault(du.key, _Tally(du.metric))
-                tally.mine += mine * dt
-                total = du.total if du.total is not None else sum(du.use.values())
-                tally.total += max(total, mine) * dt
+        for error in self._use.sample(self.sources(), lambda pid: "" if pid in pids else None, time.time_ns()):
+            log.warning("job %s: %s", self.builder.spec.job_id, error)
+        self.devices.update(self._use.jobs.get("", {}))
 
     def flush(self) -> None:
         """One USE event per device the job ran on or used in the period now ending."""
-        start, end = self._period_ns, self._last_ns
-        tallies, self._tally, self._period_ns = self._tally, {}, end
+        start, end = self._period_ns, self._use.last_ns
+        tallies, self._period_ns = self._use.take(""), end
         if end <= start or not tallies:
             return
-        span = end - start
         events = [
-            self.builder.make(
-                wire.pb.JobEvent.KIND_USE,
-                end,
-                use_device=key,
-                use_period_ns=span,
-                job_use=t.mine / span,
-                device_use=t.total / span,
-                use_metric=t.metric,
-            )
+            self.builder.make(wire.pb.JobEvent.KIND_USE, end, **use_fields(key, end - start, t.mine, t.total, t.metric))
             for key, t in sorted(tallies.items())
         ]
         try:

@@ -38,6 +38,7 @@ from wattline.agent.kube import podresources
 from wattline.agent.kube.cgroups import PodCgroups
 from wattline.agent.kube.podlist import KubeSettings, PodList, PodSourceError
 from wattline.agent.kube.pods import PRECEDENCE, JobOf, Pod, PodEnd, job_of, pod_end
+from wattline.agent.process_use import UseTallies, use_fields, use_sources
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +71,6 @@ class _Lines:
 
 
 @dataclass
-class _Tally:
-    """A job's use of one device since the last poll: integrals of use x time, in %·ns."""
-
-    metric: str
-    mine: float = 0.0
-    total: float = 0.0
-
-
-@dataclass
 class NodeJob:
     """One job on this host: its pods here and what has been sent of it."""
 
@@ -95,7 +87,6 @@ class NodeJob:
     no_cgroup: set[str] = field(default_factory=set)
     #: Pods read before whose cgroup was unreadable at a poll: their next reading has no baseline.
     unread: set[str] = field(default_factory=set)
-    use: dict[str, _Tally] = field(default_factory=dict)  #: device -> its use since the last poll
     beat: int = -1
     lines: dict[str, _Lines] = field(default_factory=dict)
 
@@ -125,12 +116,11 @@ class PodWatcher:
         self.jobs: dict[str, NodeJob] = {}
         self.not_jobs: set[str] = set()  #: UIDs of pods that stay node energy
         self.closed: set[str] = set()  #: jobs closed here: a later pod of theirs does not reopen them
-        self.scope: set[str] = set()  #: devices whose per-process use could be read
+        self.use = UseTallies()  #: each job's GPU use since its last USE events
         self.pending: list[wire.pb.JobEvent] = []
         self.errors: dict[str, str] = {}  #: source -> its last error (said once per change)
         self._host_cpu: int | None = None
         self._period_start = 0
-        self._last_use_ns = 0
         self._poll_ns = 0
 
     # ----------------------------------------------------------------- the loop
@@ -264,7 +254,7 @@ class PodWatcher:
                 exit_code=worst.exit_code,
                 pod_end=worst.state,
                 pod_containers=",".join(e.containers for e in nj.ended.values() if e.containers)[:1024],
-                use_scope=sorted(self.scope),
+                use_scope=sorted(self.use.scope),
             )
         )
         del self.jobs[nj.job.job_id]
@@ -278,27 +268,19 @@ class PodWatcher:
     def _slot(self, device: str) -> int:
         if device == CPU_DEVICE:
             return 0
-        known = sorted(self.scope | {device})
+        known = sorted(self.use.scope | {device})
         index = 1 + known.index(device)
         return index if index < _SLOTS else 1 + zlib.crc32(device.encode()) % (_SLOTS - 1)
 
     def _use_event(
         self, nj: NodeJob, device: str, end_ns: int, span_ns: int, mine: float, total: float, metric: str
     ) -> wire.pb.JobEvent:
+        """``mine``, ``total``: the job's and every process's use of ``device`` integrated over the span."""
         # Numbered by the poll that sends it (polls are a poll_interval apart), not by end_ns:
         # a closing job's last period ends between two polls.
         number = self._poll_ns // int(self.settings.poll_interval * 1e9)
         place = USE_AT + (number % _PERIODS) * _SLOTS + self._slot(device)
-        return nj.event(
-            Kind.KIND_USE,
-            end_ns,
-            place,
-            use_device=device,
-            use_period_ns=span_ns,
-            job_use=mine,
-            device_use=max(total, mine),
-            use_metric=metric,
-        )
+        return nj.event(Kind.KIND_USE, end_ns, place, **use_fields(device, span_ns, mine, total, metric))
 
     def _cpu(self, now: int) -> None:
         """One ``cpu:host`` USE event per open job whose CPU time over the period is known: its
@@ -335,49 +317,30 @@ class PodWatcher:
         if self._period_start and span > 0:
             jobs_sum = math.fsum(per_job.values())
             host_delta = max(0, host - self._host_cpu) if host is not None and self._host_cpu is not None else 0
-            total = max(host_delta, jobs_sum) * 100.0 / span
+            total = max(host_delta, jobs_sum) * 100.0
             for job_id, delta in per_job.items():
                 nj = self.jobs[job_id]
                 if nj.open_ns < now:
-                    mine = delta * 100.0 / span
-                    self.pending.append(self._use_event(nj, CPU_DEVICE, now, span, mine, total, CPU_METRIC))
+                    self.pending.append(self._use_event(nj, CPU_DEVICE, now, span, delta * 100.0, total, CPU_METRIC))
         self._host_cpu, self._period_start = host, now
 
     def sample_use(self, now_ns: int | None = None) -> None:
         """Ask the per-process sources once; add each job's use of each GPU since the last ask."""
-        now = now_ns or time.time_ns()
-        dt, self._last_use_ns = now - self._last_use_ns, now
-        if not self.jobs or dt <= 0 or dt > 60 * 10**9:
-            return
-        pod_job = {uid: nj for nj in self.jobs.values() for uid in nj.live}
-        for source in self.use_sources():
-            try:
-                uses = source.process_use()
-            except Exception as exc:
-                self._said("per-process use", f"per-process use not read: {exc}")
-                continue
-            for du in uses:
-                if not du.supported:
-                    continue
-                self.scope.add(du.key)
-                mine: dict[str, float] = {}
-                for pid in set(du.use) | set(du.running):
-                    uid = self.cgroups.pod_of_pid(pid)
-                    if uid in pod_job:
-                        job_id = pod_job[uid].job.job_id
-                        mine[job_id] = mine.get(job_id, 0.0) + du.use.get(pid, 0.0)
-                total = du.total if du.total is not None else math.fsum(du.use.values())
-                for job_id, value in mine.items():
-                    tally = self.jobs[job_id].use.setdefault(du.key, _Tally(du.metric))
-                    tally.mine += value * dt
-                    tally.total += max(total, value) * dt
+        pod_job = {uid: nj.job.job_id for nj in self.jobs.values() for uid in nj.live}
+
+        def job_of_pid(pid: int) -> str | None:
+            uid = self.cgroups.pod_of_pid(pid)
+            return None if uid is None else pod_job.get(uid)
+
+        sources = self.use_sources() if self.jobs else ()
+        for error in self.use.sample(sources, job_of_pid, now_ns or time.time_ns()):
+            self._said("per-process use", error)
 
     def _flush_use(self, nj: NodeJob, end_ns: int) -> None:
         span = end_ns - self._period_start if self._period_start else 0
-        if span > 0:
-            for device, t in sorted(nj.use.items()):
-                self.pending.append(self._use_event(nj, device, end_ns, span, t.mine / span, t.total / span, t.metric))
-        nj.use.clear()
+        tallies = self.use.take(nj.job.job_id)
+        for device, t in sorted(tallies.items()) if span > 0 else ():
+            self.pending.append(self._use_event(nj, device, end_ns, span, t.mine, t.total, t.metric))
 
     # ----------------------------------------------------------------- units from inside
 
@@ -441,4 +404,4 @@ def from_config(
     settings = build(KubeSettings, "kubernetes", doc).validate()
     if not settings.pods:
         return None
-    return PodWatcher(settings, host, root, deliver, lambda: [s for s in sources() if hasattr(s, "process_use")])
+    return PodWatcher(settings, host, root, deliver, lambda: use_sources(sources()))

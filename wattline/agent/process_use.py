@@ -1,0 +1,131 @@
+"""Each job's use of each device, summed from per-process use: one tally for every holder
+that knows which job a process is in (a wrapper's process tree, the pod watcher's and the
+Slurm watcher's cgroups).
+
+:meth:`UseTallies.sample` asks the per-process sources once (NVML, neuron-monitor: how much
+of each device each process used since the previous ask, :class:`.sources.use.DeviceUse`)
+and adds, for each job and device, the integrals over the time since the previous ask of
+the job's processes' use and of every process's. A job counts on a device where one of its
+processes ran or used it, and where it claims the device (then a measured 0 while only
+others use it). A process in no job counts to nobody: in the device's use, in no job's.
+The devices whose per-process use could be read make the ``scope`` (a close's ``use_scope``).
+The holder sends each job's means over its use period as USE events (:func:`use_fields`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from wattline.agent.sources.use import DeviceUse
+
+#: Longest time between two asks that still counts (longer: the process list then is no
+#: picture of the time since, so that stretch is left out).
+MAX_GAP_NS = 60 * 10**9
+
+
+class UseSource(Protocol):
+    """A source that can say how much of each device each process used."""
+
+    def process_use(self, since_us: int | None = None) -> list[DeviceUse]: ...
+
+
+def use_sources(sources: Iterable[Any]) -> list[UseSource]:
+    """The sources among ``sources`` that give per-process use."""
+    return [s for s in sources if callable(getattr(s, "process_use", None))]
+
+
+@dataclass
+class Tally:
+    """A job's use of one device over a period: integrals of use x time, in %·ns."""
+
+    metric: str
+    mine: float = 0.0
+    total: float = 0.0
+
+
+class UseTallies:
+    """Every job's :class:`Tally` per device since it was last :meth:`take`-n (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.scope: set[str] = set()  #: devices whose per-process use could be read
+        self.jobs: dict[str, dict[str, Tally]] = {}  #: job -> device -> its use so far
+        self.last_ns = 0  #: time of the previous ask (0: none yet)
+
+    def sample(
+        self,
+        sources: Iterable[UseSource],
+        job_of: Callable[[int], str | None],
+        now_ns: int,
+        claims: Mapping[str, Collection[str]] | None = None,
+    ) -> list[str]:
+        """Ask each source once and add each job's use since the previous ask (the first ask,
+        or one after more than MAX_GAP_NS, only sets where the next one counts from).
+        ``job_of``: a process's job, None for none; ``claims``: job -> devices it holds.
+        Returns one line per source that could not be read."""
+        dt, self.last_ns = now_ns - self.last_ns, now_ns
+        counts = 0 < dt <= MAX_GAP_NS
+        errors, owner = [], _Memo(job_of)
+        for source in sources:
+            try:
+                uses = source.process_use()
+            except Exception as exc:  # per-process use is optional: the jobs go on without it
+                errors.append(f"per-process use not read: {exc}")
+                continue
+            for du in uses:
+                if not du.supported:
+                    continue
+                self.scope.add(du.key)
+                if counts:
+                    self.add(du, owner, dt, claims or {})
+        return errors
+
+    def add(
+        self, du: DeviceUse, job_of: Callable[[int], str | None], dt: int, claims: Mapping[str, Collection[str]]
+    ) -> None:
+        """Count ``du`` (one device's per-process use) as lasting ``dt`` ns."""
+        mine = {job: 0.0 for job, devices in claims.items() if du.key in devices}
+        for pid in sorted(set(du.use) | du.running):
+            job = job_of(pid)
+            if job is not None:
+                mine[job] = mine.get(job, 0.0) + du.use.get(pid, 0.0)
+        total = du.total if du.total is not None else math.fsum(du.use.values())
+        for job, value in mine.items():
+            tally = self.jobs.setdefault(job, {}).setdefault(du.key, Tally(du.metric))
+            tally.mine += value * dt
+            tally.total += max(total, value) * dt
+
+    def take(self, job: str) -> dict[str, Tally]:
+        """The job's tallies so far (device -> tally), forgotten here."""
+        return self.jobs.pop(job, {})
+
+    def keep_only(self, jobs: Collection[str]) -> None:
+        """Forget the tallies of jobs not in ``jobs`` (ended without a last period)."""
+        for gone in set(self.jobs) - set(jobs):
+            del self.jobs[gone]
+
+
+class _Memo:
+    """``job_of`` asked once per process per sample (a process may use several devices)."""
+
+    def __init__(self, job_of: Callable[[int], str | None]) -> None:
+        self.job_of, self.known = job_of, dict[int, str | None]()
+
+    def __call__(self, pid: int) -> str | None:
+        if pid not in self.known:
+            self.known[pid] = self.job_of(pid)
+        return self.known[pid]
+
+
+def use_fields(device: str, span_ns: int, mine: float, total: float, metric: str) -> dict[str, Any]:
+    """A USE event's fields: the job's and every process's mean use of ``device`` over a period
+    of ``span_ns`` ending at the event (``mine``, ``total``: their integrals over it, use x ns)."""
+    return {
+        "use_device": device,
+        "use_period_ns": span_ns,
+        "job_use": mine / span_ns,
+        "device_use": max(total, mine) / span_ns,
+        "use_metric": metric,
+    }

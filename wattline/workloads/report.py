@@ -73,10 +73,9 @@ __all__ = [
 #: A series whose last sample before a host's close ended this long before the host's open
 #: is not taken as one the job should have had samples from (a device gone before the job).
 LAG_HORIZON_NS = window_bounds.LAG_HORIZON_NS
-#: How often :func:`build_complete_report` looks again while it waits.
-POLL_S = 0.5
-#: Least wait for a store to show an acknowledged close (a loaded engine lags seconds).
-SHOW_CLOSE_S = 15.0
+#: How often :func:`build_complete_report` looks again while it waits, and the least it waits
+#: for a store to show an acknowledged close (a loaded engine makes it searchable seconds later).
+POLL_S, SHOW_CLOSE_S = 0.5, 15.0
 
 #: The components a complete measurement of a host has, for coverage's "missing" list.
 EXPECTED = {"cpu": ("cpu_package", "cpu"), "memory": ("dram",), "network": ("nic",)}

@@ -15,7 +15,7 @@ The holder sends each job's means over its use period as USE events (:func:`use_
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -53,6 +53,8 @@ class UseTallies:
         self.scope: set[str] = set()  #: devices whose per-process use could be read
         self.jobs: dict[str, dict[str, Tally]] = {}  #: job -> device -> its use so far
         self.last_ns = 0  #: time of the previous ask (0: none yet)
+        self._owners: dict[int, str | None] = {}  #: each process's job, while ``_owners_key`` holds
+        self._owners_key: Hashable | None = None
 
     def sample(
         self,
@@ -60,14 +62,20 @@ class UseTallies:
         job_of: Callable[[int], str | None],
         now_ns: int,
         claims: Mapping[str, Collection[str]] | None = None,
+        owners: Hashable | None = None,
     ) -> list[str]:
         """Ask each source once and add each job's use since the previous ask (the first ask,
         or one after more than MAX_GAP_NS, only sets where the next one counts from).
         ``job_of``: a process's job, None for none; ``claims``: job -> devices it holds.
-        Returns one line per source that could not be read."""
+        ``owners``: what ``job_of`` answers from (the open jobs and their cgroups): while it
+        is the same, a process listed in the previous ask keeps the job found then (a
+        process's cgroup is its own from its start), so a process of no job costs a lookup
+        in a map, not a read of /proc. Returns one line per source that could not be read."""
         dt, self.last_ns = now_ns - self.last_ns, now_ns
         counts = 0 < dt <= MAX_GAP_NS
-        errors, owner = [], _Memo(job_of)
+        if owners is None or owners != self._owners_key:
+            self._owners, self._owners_key = {}, owners
+        errors, owner = [], _Memo(job_of, self._owners)
         for source in sources:
             try:
                 uses = source.process_use()
@@ -80,6 +88,8 @@ class UseTallies:
                 self.scope.add(du.key)
                 if counts:
                     self.add(du, owner, dt, claims or {})
+        if owners is not None:  # forget processes no longer listed: a pid may come back as another's
+            self._owners = {pid: owner.known[pid] for pid in owner.asked}
         return errors
 
     def add(
@@ -108,12 +118,14 @@ class UseTallies:
 
 
 class _Memo:
-    """``job_of`` asked once per process per sample (a process may use several devices)."""
+    """``job_of`` asked once per process (a process may use several devices), ``known`` the
+    answers so far, ``asked`` the processes asked of it."""
 
-    def __init__(self, job_of: Callable[[int], str | None]) -> None:
-        self.job_of, self.known = job_of, dict[int, str | None]()
+    def __init__(self, job_of: Callable[[int], str | None], known: dict[int, str | None]) -> None:
+        self.job_of, self.known, self.asked = job_of, dict(known), set[int]()
 
     def __call__(self, pid: int) -> str | None:
+        self.asked.add(pid)
         if pid not in self.known:
             self.known[pid] = self.job_of(pid)
         return self.known[pid]

@@ -236,16 +236,13 @@ class SlurmWatcher:
     def _sample(self, records: list[holders.HolderRecord], now_ns: int) -> None:
         """Ask the per-process sources once; add each open job's use of each GPU since the last ask."""
         jobs = {r.job_id: r.owner_uid for r in records}
-        folders: dict[str, str] | None = None
-
-        def job_of_pid(pid: int) -> str | None:
-            nonlocal folders
-            if folders is None:  # only when some process uses a GPU
-                folders = self.cgroups.job_folders(jobs)
-            return self.cgroups.job_of_pid(pid, folders)
-
         sources = self.use_sources() if jobs else ()
-        errors = self.use.sample(sources, job_of_pid, now_ns, {r.job_id: claims_of(r) for r in records})
+        folders = self.cgroups.job_folders(jobs) if sources else {}  # a node without GPUs: none
+        claims = {r.job_id: claims_of(r) for r in records}
+        owners = frozenset(folders.items())
+        errors = self.use.sample(
+            sources, lambda pid: self.cgroups.job_of_pid(pid, folders), now_ns, claims, owners=owners
+        )
         error = errors[0] if errors else None
         if error and error != self._use_error:
             log.warning("slurm: %s (the jobs get no measured share of their GPUs meanwhile)", error)

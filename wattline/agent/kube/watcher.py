@@ -333,7 +333,8 @@ class PodWatcher:
             return None if uid is None else pod_job.get(uid)
 
         sources = self.use_sources() if self.jobs else ()
-        for error in self.use.sample(sources, job_of_pid, now_ns or time.time_ns()):
+        owners = frozenset(pod_job.items())
+        for error in self.use.sample(sources, job_of_pid, now_ns or time.time_ns(), owners=owners):
             self._said("per-process use", error)
 
     def _flush_use(self, nj: NodeJob, end_ns: int) -> None:

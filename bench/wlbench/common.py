@@ -60,7 +60,7 @@ def evict_page_cache(files: Sequence[Path | str]) -> int:
 
     A process's peak RSS counts the clean file pages the kernel maps around each page fault
     (fault-around), and it maps only pages already in the page cache: just after an install,
-    gRPC's 17 MB library is wholly cached and a gRPC client peaks about 6 MiB higher than with
+    gRPC's whole library is cached and a gRPC client peaks several MiB higher than with
     only the pages some process touched. Evicting first makes every run start from that state.
     """
     total = 0

@@ -9,10 +9,10 @@ labels comma-separated: ``--sources rapl,nic``, ``--labels cluster=a,rack=3``). 
 ``wattline agent`` work too, so a unit or manifest can switch entry points unchanged: repeated
 ``--source``, ``--collector`` and ``--label``/``-l``, ``-i`` for ``--interval``, a bare ``--tls``.
 
-An argv of only those options, each with its value, is read without :mod:`argparse` (building
-its parser is about 0.4 MiB of the agent's peak memory); anything else (``--help``, an unknown
-or abbreviated option, a missing value, a value that starts with ``-``) goes to argparse, which
-prints the help or the usage error.
+An argv of only those options, each with its value, is read without :mod:`argparse`
+(building its parser raises the agent's peak memory, for a parse a plain loop does as
+well); anything else (``--help``, an unknown or abbreviated option, a missing value, a
+value that starts with ``-``) goes to argparse, which prints the help or the usage error.
 """
 
 from __future__ import annotations

@@ -96,8 +96,9 @@ def wrap_text(channel: Channel) -> str:
 class Delta:
     """Energy of one channel over one interval, as the sampler ships it.
 
-    Treat it as immutable. (Not ``frozen``: built once per channel per tick, a frozen
-    dataclass costs about ten times as much to construct.)
+    Treat it as immutable. (Not ``frozen``: built once per channel per tick, and a frozen
+    dataclass's ``__init__`` goes through ``object.__setattr__`` per field, many times the
+    cost of a plain one.)
     """
 
     energy_j: float

@@ -214,8 +214,9 @@ class Agent:
     ) -> None:
         """Block until ``stop`` is set, calling ``on_tick`` (e.g. the systemd watchdog) every ``every_s``.
 
-        ``every_s`` None: no call and no wake-up at all (a wake-up a second is a tenth of a
-        1 Hz tick's CPU); signal handlers still run, the wait is interrupted for them.
+        ``every_s`` None: no call and no wake-up at all (a wake-up a second is a visible part
+        of a 1 Hz agent's CPU, spent for nothing when no one needs the call); signal handlers
+        still run, the wait is interrupted for them.
         """
         if every_s is None:
             stop.wait()

@@ -12,9 +12,9 @@ Durability
     everything the sampler produced survives ``kill -9`` of the agent (the kernel holds
     the page). ``fsync`` runs once per :meth:`seal` (every ``agent.batch_interval``, 1.5 s
     by default), from the uplink's thread, never the sampler's, and only when something
-    was written; so a power cut loses at most the last interval. Measured on the CI
-    disk: 5 us per record write, 1.6 ms per fsync (0.2 % of one core at 1 fsync/s; an
-    fsync per 10 Hz tick would cost 1.6 % and put disk latency into the sampling loop).
+    was written; so a power cut loses at most the last interval. A record write is cheap
+    (the page cache takes it); an fsync is not, and one per tick would multiply its cost
+    by the sampling rate and put disk latency into the sampling loop.
     The cursor is rewritten (``rename``, no fsync) at most twice a second: a stale
     cursor only means batches resent after a restart, which the idempotent stores
     collapse (one copy per point).

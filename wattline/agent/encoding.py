@@ -1,11 +1,11 @@
 """Samples encoded once, by the sampler, straight into protobuf wire bytes.
 
-Building a ``wire.Sample`` costs about 1 us and putting it into a ``Batch`` copies it again
-(0.5 us); the disk spool then serializes it a third time. The sampler instead writes each
-sample as ``Batch.samples`` entries (field 4) with precomputed bytes for the parts that never
-change (source, component, device, quality, gauge names): about 0.2 us a sample, and the
-spools keep those bytes as they are (the disk spool writes them to its record, the memory
-spool parses a whole batch once when it seals it).
+Building a ``wire.Sample``, putting it into a ``Batch`` (a copy) and serializing it in the
+disk spool would handle every sample three times, all of it Python work per channel per
+tick. The sampler instead writes each sample once, as ``Batch.samples`` entries (field 4)
+with precomputed bytes for the parts that never change (source, component, device,
+quality, gauge names), and the spools keep those bytes as they are (the disk spool writes
+them to its record, the memory spool parses a whole batch once when it seals it).
 
 The bytes are the protobuf encoding of the same message the generic path builds; parsing
 them gives an equal ``wire.Sample`` (tests/test_sampler_encoding.py checks every field).

@@ -32,8 +32,8 @@ LABELS = ["source", "component", "device", "quality"]
 class AgentCollector:
     """Prometheus collector over a live :class:`Sampler` (and optionally its spool).
 
-    prometheus_client is imported only when the endpoint is served: the import alone takes
-    about 4 MiB of resident memory, which an agent without ``prometheus_port`` never needs.
+    prometheus_client is imported only when the endpoint is served: the import alone grows
+    the agent's resident memory, which an agent without ``prometheus_port`` never needs.
     """
 
     def __init__(

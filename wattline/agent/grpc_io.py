@@ -1,13 +1,11 @@
 """Import gRPC for a wattline process with its client I/O on the calling thread.
 
 gRPC (1.85) runs a client call's reads and writes on its EventEngine thread pool by
-default: after each call the pool's threads wake again and again (about 20 times a second
-at one push per 1.5 s), which on the benchmark VM costs more CPU than the call itself
-(README, Performance). With the ``event_engine_client`` experiment off, the thread that
-waits for the answer polls the socket itself (gRPC's long-standing poller). Side by side at
-1 Hz and the default batch interval (agents started together, CPU of every thread from
-``/proc``): the pool's threads 0.89 -> 0.28 ms of CPU a second, the agent 1.96 -> 1.55 ms a
-tick, the pread loop + empty gRPC call yardstick 1.67 -> 1.09 ms.
+default: after each call the pool's threads keep waking up between pushes, and for an agent
+that pushes a small batch every few seconds those wake-ups cost more CPU than the call
+itself. With the ``event_engine_client`` experiment off, the thread that waits for the
+answer polls the socket itself (gRPC's long-standing poller) and nothing wakes between
+calls. ``bench/run``'s agent part (the ``floor+grpc`` yardstick) shows the difference.
 
 gRPC reads ``GRPC_EXPERIMENTS`` once, when it is imported, so :func:`import_grpc` must run
 before anything imports it: ``python -m wattline.agent`` and the ``wattline`` console script

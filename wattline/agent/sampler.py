@@ -24,9 +24,9 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, str, str]  # (source, component, device)
 
-#: Waits up to this long sleep (a cheaper wake-up than Event.wait's lock and condition: about
-#: a quarter less CPU per wake-up); longer ones wait on the stop event. Either way stop is
-#: seen within this long.
+#: Waits up to this long sleep (a cheaper wake-up than Event.wait, which takes a lock and a
+#: condition each time); longer ones wait on the stop event. Either way stop is seen within
+#: this long.
 SLEEP_MAX_S = 0.25
 #: A channel's failed reads are logged at most once in this many seconds.
 GAP_LOG_S = 60.0

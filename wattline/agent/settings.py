@@ -35,9 +35,8 @@ class AgentSettings:
     batch_interval: float = option(
         1.5,
         "Seconds between batches sent to the collector: the longest a sample waits in the agent. "
-        "1.5 keeps sample-to-storage p99 under 2 s at 1 Hz and sends a third fewer batches than 1 s "
-        "(a push costs the agent about 1.3 ms of CPU, mostly gRPC's per-call work); "
-        "raise it (5-10) where older data is fine.",
+        "Each push costs the agent a fixed amount of CPU (gRPC's per-call work, whatever the batch "
+        "holds), so a longer interval costs less; raise it (5-10) where older data is fine.",
     )
     batch_max_samples: int = option(5000, "Most samples in one batch.")
     spool_max_batches: int = option(

@@ -11,10 +11,10 @@ collector, the preferred one is tried again.
 
 The uplink runs in its own thread: the sampler never waits for the network.
 
-Cost (README, Performance): at 1 Hz a push's agent CPU is nearly all gRPC's per-call
-machinery, the same as for an empty call; the batch's bytes are a few microseconds. The
-channel therefore sends no BDP pings (``grpc.http2.bdp_probe``: a PING round trip after
-each response, tuning windows that a batch of a few kB never fills).
+Cost (``bench/run``'s agent part): at 1 Hz a push's agent CPU is nearly all gRPC's per-call
+machinery, the same as for an empty call; the batch's bytes add little. The channel
+therefore sends no BDP pings (``grpc.http2.bdp_probe``: a PING round trip after each
+response, tuning windows that a batch of a few kB never fills).
 
 Counters (exported on the agent's ``/metrics``): ``sent_batches`` acknowledged pushes,
 ``failed_pushes``, ``resent_batches`` (pushes of a batch whose previous push failed; what an

@@ -80,10 +80,10 @@ BUSY_WAIT_S = 1.0
 #: How long a group gathers under load before its commit (see :mod:`wattline.collector.group`).
 GROUP_LINGER_S = 0.05
 #: Calls admitted at once, per worker. A call waits for its group commit (holding no
-#: thread), so the calls in flight are about batches/s x (linger + commit time): 1,000
-#: agents pushing every 1.5 s x 80 ms, about 55, many more while the host is short of CPU;
-#: calls beyond the bound are refused at once (at 16 per worker, 1,000 agents on the
-#: benchmark VM were refused thousands of times a run, each refusal a push later).
+#: thread), so the calls in flight are about batches/s x (linger + commit time), many more
+#: while the host is short of CPU; calls beyond the bound are refused at once and each
+#: refusal costs its agent a push later, so the bound sits well above the steady number
+#: (a tighter one refused a large fleet's calls over and over whenever commits slowed).
 #: Memory bound: each admitted call holds at most one message of max_message_bytes (+ slack).
 POOL_PER_WORKER = 64
 #: How long a call may take to bring its batch (then it is refused and its slot freed).
@@ -308,9 +308,9 @@ class CollectorServer:
     """A running gRPC server with the Telemetry and health services.
 
     The server is gRPC's asyncio server on an event loop of its own thread: a call waiting
-    for its group commit holds no thread (gRPC's threaded server needs one per waiting call:
-    at 1,000 agents into InfluxDB it spent 1.47-1.59 ms of CPU per push, this one 1.1-1.35,
-    ``bench/run``'s scale part). The store's writes run on the committer's writer threads.
+    for its group commit holds no thread (gRPC's threaded server needs one per waiting call,
+    and switching between that many threads costs CPU on every push: ``bench/run``'s scale
+    part). The store's writes run on the committer's writer threads.
     The methods here are plain calls from any thread."""
 
     def __init__(

@@ -50,7 +50,7 @@ def _busy_total(times: Mapping[str, float]) -> tuple[float, float]:
 
 
 def _cpu_times() -> tuple[float, float]:
-    # Imported here, not at the top: psutil costs ~2.7 MiB of resident memory, and this module is
+    # Imported here, not at the top: psutil adds to the agent's resident memory, and this module is
     # imported even where the source stands down (RAPL measures the CPU: the usual case).
     import psutil
 

@@ -254,7 +254,7 @@ def test_a_read_leaves_no_side_files(tmp_path: Path) -> None:
 
 
 def test_every_variable_wattline_reads_is_known() -> None:
-    """No warning for a WATTLINE_* name the code, the deployment files or the README use
+    """No warning for a WATTLINE_* name the code, the deployment files, the README or the docs use
     (``wattline run`` sets WATTLINE_JOB_ID / WATTLINE_EVENTS for its command, and so on)."""
     import re
 
@@ -262,7 +262,9 @@ def test_every_variable_wattline_reads_is_known() -> None:
 
     root = Path(__file__).resolve().parent.parent
     files = [
-        p for d in ("agent", "collector", "workloads", "wattline", "deploy", "grafana") for p in (root / d).rglob("*")
+        p
+        for d in ("agent", "collector", "workloads", "wattline", "deploy", "grafana", "docs")
+        for p in (root / d).rglob("*")
     ]
     names: set[str] = set()
     for path in [*files, root / "README.md"]:

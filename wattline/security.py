@@ -1,6 +1,6 @@
 """Transport security shared by the agent and the collector: TLS, bearer tokens, identities.
 
-Model (README "Security"):
+Model (docs/security.md):
 
 - **TLS** (``tls_cert`` + ``tls_key`` on the collector; ``tls_ca`` on the agent, or the
   system roots) encrypts the gRPC stream and authenticates the collector to the agent.

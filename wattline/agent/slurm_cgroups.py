@@ -1,4 +1,4 @@
-"""Where a Slurm job's cgroup is on this node, for its CPU time (README "Slurm", shared nodes).
+"""Where a Slurm job's cgroup is on this node, for its CPU time (docs/operations/slurm.md, shared nodes).
 
 Slurm's cgroup plugins put a job's processes under one folder per job (tests/fixtures/
 cgroup_slurm/SOURCE.md says where each layout is documented):

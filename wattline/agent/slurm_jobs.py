@@ -1,4 +1,4 @@
-"""The agent's side of a Slurm job's hooks (README "Slurm"): the notes the Prolog and Epilog
+"""The agent's side of a Slurm job's hooks (docs/operations/slurm.md): the notes the Prolog and Epilog
 leave (:mod:`.slurm_records`) become the job's events.
 
 A ``<job>.open`` note becomes the open event: the job's id, the labels of the hook's

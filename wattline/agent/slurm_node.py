@@ -1,4 +1,4 @@
-"""What the agent makes of a Slurm job (README "Slurm"): the (job, host) event_seq block and
+"""What the agent makes of a Slurm job (docs/operations/slurm.md): the (job, host) event_seq block and
 the places in it, the events file's lines as events, what the controller says of a job and
 of how it ended, the job's GPUs.
 
@@ -45,7 +45,7 @@ CLOSE_AT, ABANDONED_AT = (1 << 32) - 2, (1 << 32) - 1
 #: USE places: USE_SLOTS devices per use period (slot 0: ``cpu:host``), USE_PERIODS periods
 #: before the numbers wrap (2**30 places from USE_AT: below CLOSE_AT).
 USE_SLOTS, USE_PERIODS = 64, 1 << 24
-#: What Slurm's job states become in ``end_state`` (README "Slurm"); others: none.
+#: What Slurm's job states become in ``end_state`` (docs/operations/slurm.md); others: none.
 END_STATES = {
     "CANCELLED": "cancelled",
     "TIMEOUT": "timeout",

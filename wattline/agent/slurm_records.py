@@ -1,4 +1,4 @@
-"""What a Slurm node's Prolog and Epilog leave its agent (README "Slurm").
+"""What a Slurm node's Prolog and Epilog leave its agent (docs/operations/slurm.md).
 
 Every job start waits for the Prolog, so a hook only notes what Slurm told it: one small
 file, ``<job>.open`` (Prolog) or ``<job>.close`` (Epilog), in ``slurm_dir``, a directory of

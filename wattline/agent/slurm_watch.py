@@ -1,4 +1,4 @@
-"""The agent's part in a Slurm node's jobs (README "Slurm"), from the prolog to after the epilog.
+"""The agent's part in a Slurm node's jobs (docs/operations/slurm.md), from the prolog to after the epilog.
 
 Every ``every_s`` it takes the hooks' notes (:mod:`.slurm_jobs`: a job's open, its close) and
 looks at the jobs whose holder is a slurmd of this host (the holder records it keeps for

@@ -48,6 +48,7 @@ OTHER_VARIABLES = frozenset(
         "WATTLINE_INFLUX_URL",
         "WATTLINE_INFLUX_DATABASE",
         "WATTLINE_INFLUX_USER",
+        "WATTLINE_PROMETHEUS_URL",  # the Grafana provisioning file's data source
         "WATTLINE_NVML_SCENARIO",
         "WATTLINE_PYTHON",
     }

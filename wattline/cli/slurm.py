@@ -74,7 +74,7 @@ def register(root: typer.Typer) -> None:
     """Add the ``slurm`` command group to ``root``."""
     import typer
 
-    app = typer.Typer(help="Slurm hooks: every Slurm job a wattline job (README 'Slurm'). Each exits 0, always.")
+    app = typer.Typer(help="Slurm hooks: every Slurm job a wattline job (docs/operations/slurm.md); each exits 0.")
 
     def command(name: str) -> None:
         def run(

@@ -40,7 +40,7 @@ class CollectorSettings:
     """Everything ``wattline collector`` needs."""
 
     listen: str = option(
-        "127.0.0.1:50051", "gRPC listen address HOST:PORT (non-loopback needs TLS, see README Security)."
+        "127.0.0.1:50051", "gRPC listen address HOST:PORT (non-loopback needs TLS, see docs/security.md)."
     )
     store: str = option(
         DEFAULT_STORE,

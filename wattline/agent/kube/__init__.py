@@ -1,4 +1,4 @@
-"""Kubernetes pods as wattline jobs: the agent's pod watcher and what it reads (README "Kubernetes pods").
+"""Kubernetes pods as wattline jobs: the agent's pod watcher and what it reads (docs/operations/kubernetes.md).
 
 - :mod:`.pods`: a pod list (kubelet ``/pods`` or the API server's list) parsed; which pods are
   jobs, their job id, name, labels, and how a pod ended.

@@ -30,7 +30,7 @@ MAX_BYTES = 64 << 20
 class KubeSettings:
     """The ``[kubernetes]`` table (env ``WATTLINE_KUBERNETES_*``)."""
 
-    pods: bool = option(False, "Make jobs of this node's pods (README 'Kubernetes pods').")
+    pods: bool = option(False, "Make jobs of this node's pods (docs/operations/kubernetes.md).")
     pod_list_url: str = option(
         "", "URL of this node's pod list: the kubelet's https://NODE_IP:10250/pods (or the API server's list)."
     )

@@ -6,7 +6,7 @@ may create pods, so each is checked and bounded here: a pod whose names do not p
 job (one warning line), never a traceback, and no pod can name a job of another namespace
 (the namespace is part of every job id).
 
-Job ids (README "Kubernetes pods"), the same on every node of a distributed job:
+Job ids (docs/operations/kubernetes.md), the same on every node of a distributed job:
 
 - a pod annotated ``wattline.io/job: NAME``: ``k8s:NAMESPACE/NAME`` (every pod of the
   namespace with that annotation is one job, on one node or several);

@@ -51,7 +51,7 @@ OPEN_AT, BEATS_AT, LINES_AT, USE_AT, CLOSE_AT = 1, 1 << 28, 1 << 29, 1 << 30, (1
 _SLOTS, _PERIODS = 64, 1 << 24
 CPU_DEVICE, CPU_METRIC = "cpu:host", "cpu-time"
 #: Where a pod's own events file is, under the sysfs root: an emptyDir volume named
-#: ``wattline`` (README "Kubernetes pods"); only the pod can write there.
+#: ``wattline`` (docs/operations/kubernetes.md); only the pod can write there.
 EVENTS_FILE = "var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/wattline/events"
 
 

@@ -82,7 +82,7 @@ def utilization_samples(nv: Any, gpu: Gpu, since_us: int) -> list[Any] | None:
     return None
 
 
-#: Why a per-process utilization sample is left out (README "Sources", nvml).
+#: Why a per-process utilization sample is left out (docs/sources.md, nvml).
 STALE = "stamped at or before lastSeenTimeStamp"
 NO_PID, OVER_100, OLDER = "pid 0", "over 100 %", "older sample of its pid"
 

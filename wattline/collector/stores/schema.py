@@ -1,4 +1,4 @@
-"""The storage schema (see README "Storage schema"), shared by every back-end.
+"""The storage schema (see docs/storage.md), shared by every back-end.
 
 Measurement ``energy``: one point per Sample; tags host, source, component, device,
 quality + host labels; the fixed fields of :data:`SAMPLE_FIELDS` and the gauges.

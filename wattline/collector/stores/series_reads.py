@@ -38,7 +38,7 @@ from wattline.collector.stores.victoria_points import (
 #: How far around an instant samples are read at once.
 NEAR_NS = 60 * 10**9
 #: How far beyond the near window a channel's edge sample is looked for (as reports look
-#: for jobs: README "Storage schema").
+#: for jobs: docs/storage.md).
 FAR_NS = 31 * 86400 * 10**9
 _ENERGY_FIELDS = ("energy_j", "cumulative_j", SUB_NS, DURATION_NS, "healthy", "utilization", "energy_error_j")
 _ENERGY = f'__name__=~"{ENERGY}_({"|".join((*_ENERGY_FIELDS, "neuroncores_per_device"))})"'

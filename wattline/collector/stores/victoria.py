@@ -10,7 +10,7 @@ other answer refuses the request's points, with VictoriaMetrics' message as the 
 
 Run VictoriaMetrics with ``-dedup.minScrapeInterval=1ms`` (a resent point then replaces its
 first copy, as in InfluxDB) and ``-search.latencyOffset=0s`` (reports read samples seconds
-old); README "Storage schema" says what the layout gives up.
+old); docs/storage.md says what the layout gives up.
 """
 
 from __future__ import annotations

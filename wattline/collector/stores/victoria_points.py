@@ -1,5 +1,5 @@
 """wattline's points in the Prometheus data model, as VictoriaMetrics stores line protocol
-(README "Storage schema", VictoriaMetrics).
+(docs/storage.md, VictoriaMetrics).
 
 There a series is a metric name and labels, a sample a millisecond time stamp and a float64:
 a line-protocol field becomes the metric ``<measurement>_<field>``, tags become labels, a

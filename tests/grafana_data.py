@@ -120,9 +120,12 @@ def choose(
     """Grafana's selection of ``variable`` among its options ``found``, into ``values`` (or
     ``raw``: a custom all value, inserted as is): ``select[name]``, else "All" where the
     variable allows it (its custom all value if it has one, else every option), else the
-    first option. Only a hidden variable may have no options."""
+    first option. Only a hidden variable, or one whose All is a value of its own (a filter
+    by labels that no job has: a fleet without Slurm), may have no options."""
     name = variable["name"]
-    assert found or variable["hide"] == 2, f"variable ${name} has no options: {query_text(variable)!r}"
+    assert found or variable["hide"] == 2 or "allValue" in variable, (
+        f"variable ${name} has no options: {query_text(variable)!r}"
+    )
     raw.pop(name, None)
     if name in select:
         chosen = [select[name]] if isinstance(select[name], str) else list(select[name])

@@ -599,7 +599,8 @@ def test_exit_mid_stream_restarts_with_backoff(
     ]
     assert delays[:5] == [0.05, 0.1, 0.2, 0.4, 0.4]  # doubling, capped at backoff_max_s
     starts = [float(line.split()[2]) for line in log.read_text().splitlines()]
-    assert len(starts) >= 6 and starts[4] - starts[3] > starts[1] - starts[0] + 0.2
+    # each restart waited at least its delay (a loaded machine only adds to the gaps)
+    assert len(starts) >= 6 and all(b - a >= d - 0.01 for a, b, d in zip(starts, starts[1:], delays, strict=False))
     assert src.read()[0].utilization is not None  # the last report still serves
     src.close()
     n = len(log.read_text().splitlines())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from wattline import wire
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.events import EventBuilder, JobSpec
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
 
 S = 10**9
 T0 = 1_767_225_600 * S  # 2026-01-01T00:00:00Z

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wattline.quality import Quality
-from wattline.workloads.attribution import (
+from wattline.workloads.energy.attribution import (
     Attribution,
     ChannelEnergy,
     EdgeSample,

@@ -24,11 +24,11 @@ from typer.testing import CliRunner
 from wattline import wire
 from wattline.cli.main import app
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.events import EventBuilder, JobSpec
-from wattline.workloads.jobs_view import utc_iso
-from wattline.workloads.report import build_report
-from wattline.workloads.summary import summary_of
-from wattline.workloads.uncertainty import Side, change_bound, edge_term
+from wattline.workloads.energy.uncertainty import Side, change_bound, edge_term
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.workloads.jobs.jobs_view import utc_iso
+from wattline.workloads.report.build import build_report
+from wattline.workloads.services.summary import summary_of
 
 S = 10**9
 T0 = 1_767_225_600 * S  # 2026-01-01T00:00:00Z

@@ -27,9 +27,9 @@ from wattline.agent.sources.cpu_model import CpuModelSource, Options
 from wattline.cli.main import app, main
 from wattline.collector.stores.factory import open_store
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads import economics
-from wattline.workloads import quantities as q
-from wattline.workloads.events import EventBuilder, JobSpec
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.workloads.output import quantities as q
+from wattline.workloads.report import economics
 
 S = 10**9
 WHOLE_J = 100.0 * 60  # every job below: 60 s at 100 W

@@ -33,7 +33,7 @@ from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from wattline.agent.holders import HolderRecord
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.wire import Batch, Host, JobEvent
-from wattline.workloads.events import EventBuilder, JobSpec
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
 
 WATTLINE = [sys.executable, "-m", "wattline.cli.main"]
 POWER_W = 40.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wattline.workloads.economics import (
+from wattline.workloads.report.economics import (
     Change,
     Measured,
     co2_per_million_units_g,

@@ -26,8 +26,8 @@ from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree, step_power
 
 from wattline.agent.settings import AgentSettings
-from wattline.workloads.embedded import embedded_session
-from wattline.workloads.job import Job
+from wattline.workloads.wrappers.embedded import embedded_session
+from wattline.workloads.wrappers.job import Job
 
 ZONE = "intel-rapl:0"
 STEP_W = 80.0

@@ -60,8 +60,8 @@ from grafana_data import (
 from servers import Influxd
 
 from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.workloads.render import report_json
-from wattline.workloads.summary import record_summary
+from wattline.workloads.output.render import report_json
+from wattline.workloads.services.summary import record_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD_DIR = ROOT / "grafana" / "dashboards"

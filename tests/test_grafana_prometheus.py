@@ -60,8 +60,8 @@ from grafana_data import (
 from servers import VictoriaMetrics, http
 
 from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.render import report_json
-from wattline.workloads.summary import record_summary
+from wattline.workloads.output.render import report_json
+from wattline.workloads.services.summary import record_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 PROM_DIR = ROOT / "grafana" / "dashboards-prometheus"

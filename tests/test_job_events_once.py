@@ -37,8 +37,8 @@ from wattline.collector.stores import sqlite as sqlite_module
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.events import EventBuilder, JobSpec
-from wattline.workloads.job import Job
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.workloads.wrappers.job import Job
 
 S = 10**9
 T = 1_780_000_000 * S  # a whole second, as `units 1 <unix second>` gives

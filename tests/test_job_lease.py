@@ -35,10 +35,10 @@ from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
 from wattline.collector.stores.reader import StoredJobEvent
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.wire import JobEvent, lease_ns
-from wattline.workloads.events import EventBuilder, JobSpec
-from wattline.workloads.job import Job
-from wattline.workloads.jobs_view import all_views, views_of
-from wattline.workloads.report import build_report
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.workloads.jobs.jobs_view import all_views, views_of
+from wattline.workloads.report.build import build_report
+from wattline.workloads.wrappers.job import Job
 
 WATTLINE = [sys.executable, "-m", "wattline.cli.main"]
 POWER_W = 50.0

@@ -40,9 +40,9 @@ from wattline.collector.linestore import LineProtocolStore
 from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
 from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.render import report_json
-from wattline.workloads.report import build_report
-from wattline.workloads.summary import Sink, SummaryWriter, record_summary, summary_of
+from wattline.workloads.output.render import report_json
+from wattline.workloads.report.build import build_report
+from wattline.workloads.services.summary import Sink, SummaryWriter, record_summary, summary_of
 
 START_UJ = 10**11
 POWER_W = {"node-a": {"intel-rapl:0": 40.0, "intel-rapl:0:1": 5.0}, "node-b": {"intel-rapl:0": 25.0}}
@@ -212,7 +212,7 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
 
 
 def build_report_settings() -> Any:
-    from wattline.workloads.report import ReportSettings
+    from wattline.workloads.report.build import ReportSettings
 
     return ReportSettings(price_per_instance_hour=0.5)
 
@@ -480,7 +480,7 @@ def test_a_summary_written_incomplete_is_computed_again_when_late_samples_arrive
     from pipeline import SyntheticHost, ZoneSpec
 
     from wattline import wire
-    from wattline.workloads.events import EventBuilder, JobSpec
+    from wattline.workloads.jobs.events import EventBuilder, JobSpec
 
     host = SyntheticHost(tmp_path / "h", "late-host", [ZoneSpec("intel-rapl:0", "package-0", 50.0)])
     store = SqliteStore(tmp_path / "w.db")
@@ -602,7 +602,7 @@ def test_an_incomplete_summary_is_computed_again_up_to_an_hour_after_the_close(t
     from pipeline import SyntheticHost, ZoneSpec
 
     from wattline import wire
-    from wattline.workloads.events import EventBuilder, JobSpec
+    from wattline.workloads.jobs.events import EventBuilder, JobSpec
 
     caplog.set_level("INFO")
     host = SyntheticHost(tmp_path / "h", "late-host", [ZoneSpec("intel-rapl:0", "package-0", 50.0)])

@@ -24,9 +24,9 @@ from typer.testing import CliRunner
 from wattline import wire
 from wattline.cli.main import app
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.comparison import COMPARE_SCHEMA
-from wattline.workloads.events import EventBuilder, JobSpec
-from wattline.workloads.report_json import REPORT_SCHEMA
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.workloads.output.comparison import COMPARE_SCHEMA
+from wattline.workloads.report.report_json import REPORT_SCHEMA
 
 SCHEMAS = Path(__file__).parent.parent / "docs" / "schema"
 GPU = "GPU-5a5a5a5a-0000-4000-8000-000000000000"

@@ -50,8 +50,8 @@ from wattline.collector.stores.sqlite import SqliteStore
 from wattline.v1 import podresources_pb2 as pr
 from wattline.v1 import podresources_pb2_grpc as pr_grpc
 from wattline.workloads import Job
-from wattline.workloads.report import build_report
-from wattline.workloads.report_model import ReportSettings
+from wattline.workloads.report.build import build_report
+from wattline.workloads.report.model import ReportSettings
 
 S = 10**9
 T0 = 1_767_225_600 * S

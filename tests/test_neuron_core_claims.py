@@ -25,7 +25,7 @@ from neuron_streams import TRN2_STREAM, ndjson, trn1_stream, trn2_stream
 from wattline import wire
 from wattline.collector.stores.factory import open_store
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.events import EventBuilder, JobSpec
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
 
 REPLAY = Path(__file__).parent / "neuron_replay.py"
 WATTLINE = [sys.executable, "-m", "wattline.cli.main"]

@@ -18,7 +18,7 @@ from typing import Any
 from nvml_stub.build import build_stub
 
 from wattline.collector.stores.factory import open_store
-from wattline.workloads.report import build_report
+from wattline.workloads.report.build import build_report
 
 GPU0 = "GPU-9e9e9e9e-0000-4000-8000-000000000000"
 

@@ -36,7 +36,7 @@ from wattline.agent.uplink import Uplink
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.reader import StoredJobEvent
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.events import EventBuilder, JobSpec
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
 
 HOST = "outbox-host"
 #: Writes two units events with their own time stamps, then exits 3.
@@ -180,7 +180,7 @@ def test_the_agent_delivers_what_runs_and_jobs_left(host: Host) -> None:
     assert_kept(out, host.outbox)
     # The Job API with collector=: the with-block ends promptly, the program goes on, one line.
     api = (
-        "import time\nfrom wattline.workloads.job import Job\n"
+        "import time\nfrom wattline.workloads.wrappers.job import Job\n"
         f"with Job('api', job_id='api-1', collector='{host.address}') as job:\n"
         "    job.add_units(4)\n"
         "print('after the job')\n"

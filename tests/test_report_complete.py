@@ -24,7 +24,7 @@ from test_faults import HOST, POWER_W, powered_host
 from wattline.agent.settings import AgentSettings
 from wattline.collector.stores.reader import StoredJobEvent
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.report import report_wait_s
+from wattline.workloads.report.build import report_wait_s
 
 TRUE_W = sum(POWER_W.values())  # package + dram: both are in the host's total
 BATCH_S = 2.0

@@ -13,9 +13,9 @@ from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.influx_v2 import InfluxV2Store
 from wattline.collector.stores.reader import JOB_LOOKBACK_NS, Reader, StoredJobEvent, SummaryStore
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.events import EventBuilder, JobSpec
-from wattline.workloads.jobs_view import all_views
-from wattline.workloads.summary import record_local_summary
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.workloads.jobs.jobs_view import all_views
+from wattline.workloads.services.summary import record_local_summary
 
 S = 10**9
 DAY = 86400 * S

@@ -30,7 +30,7 @@ from wattline.collector.lineprotocol import LineProtocolError, job_event_point
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.factory import open_store
 from wattline.quality import Quality
-from wattline.workloads.attribution import (
+from wattline.workloads.energy.attribution import (
     Attribution,
     ChannelEnergy,
     Interval,
@@ -39,10 +39,10 @@ from wattline.workloads.attribution import (
     UseTimeline,
     split_shared,
 )
-from wattline.workloads.device_shares import use_timelines
-from wattline.workloads.events import EventBuilder, JobSpec
-from wattline.workloads.render import report_json
-from wattline.workloads.report import Report, build_report
+from wattline.workloads.energy.device_shares import use_timelines
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.workloads.output.render import report_json
+from wattline.workloads.report.build import Report, build_report
 
 GPU0 = "GPU-5a5a5a5a-0000-4000-8000-000000000000"
 GPU1 = "GPU-6b6b6b6b-0000-4000-8000-000000000000"
@@ -493,7 +493,7 @@ def test_stand_in_serves_per_process_utilization_as_nvml_documents_it(tmp_path: 
 #: The Job API in a process that is itself the GPU's user (a worker, see WORKER).
 JOB_API = """
 import json, os, sys, time
-from wattline.workloads.job import Job
+from wattline.workloads.wrappers.job import Job
 pids, go = sys.argv[1:3]
 with Job("api", job_id="job-api"):
     with open(pids, "a") as f:

@@ -15,7 +15,7 @@ from slurm_node_files import node_config
 from wattline import wire
 from wattline.agent import slurm_node
 from wattline.agent.slurm_records import SlurmError
-from wattline.workloads import slurm
+from wattline.workloads.wrappers import slurm
 
 
 def node_env(tmp_path: Path) -> tuple[Path, dict[str, str]]:

@@ -20,7 +20,7 @@ from wattline import wire
 from wattline.agent import holders, slurm_node
 from wattline.agent.slurm_jobs import HookNotes
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads import slurm
+from wattline.workloads.wrappers import slurm
 
 K = wire.pb.JobEvent
 UID = os.getuid()

@@ -30,12 +30,12 @@ from wattline.agent import holders, slurm_node, slurm_records
 from wattline.agent.slurm_watch import SlurmWatcher
 from wattline.agent.sources.use import DeviceUse
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads import slurm
-from wattline.workloads.attribution import ChannelEnergy, JobWindow, UseInterval, UseTimeline, split_shared
-from wattline.workloads.events import EventBuilder, JobSpec
-from wattline.workloads.report import build_report
-from wattline.workloads.report_model import ReportSettings
-from wattline.workloads.window_energy import Interval
+from wattline.workloads.energy.attribution import ChannelEnergy, JobWindow, UseInterval, UseTimeline, split_shared
+from wattline.workloads.energy.window_energy import Interval
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.workloads.report.build import build_report
+from wattline.workloads.report.model import ReportSettings
+from wattline.workloads.wrappers import slurm
 
 S = 10**9
 T0 = 1_767_225_600 * S
@@ -392,7 +392,7 @@ from wattline.agent import slurm_node
 from wattline.agent.process_use import use_sources
 from wattline.agent.slurm_watch import SlurmWatcher, gpu_uuids
 from wattline.agent.sources.nvml import NvmlSource
-from wattline.workloads import slurm
+from wattline.workloads.wrappers import slurm
 slurm_node.ask_controller = lambda *a, **k: slurm_node.Asked(None, 0.0)
 tmp, root, config, envs, t0 = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), json.loads(sys.argv[4]), int(sys.argv[5])
 src = NvmlSource()

@@ -34,8 +34,8 @@ from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.prometheus import PrometheusStore
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.jobs_view import JobNotFound, build_view
-from wattline.workloads.reading import open_reader
+from wattline.workloads.jobs.jobs_view import JobNotFound, build_view
+from wattline.workloads.services.reading import open_reader
 
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree  # isort: skip
 

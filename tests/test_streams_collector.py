@@ -21,8 +21,8 @@ from servers import Influxd
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.factory import open_store
-from wattline.workloads.events import EventBuilder, JobSpec
-from wattline.workloads.report import build_report
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.workloads.report.build import build_report
 
 HOST = "host-d"
 POWER_W = 50.0

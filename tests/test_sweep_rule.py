@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import random
 
+from wattline.workloads.energy.uncertainty import Side
 from wattline.workloads.sweep.analysis import RunFigures, analyse
-from wattline.workloads.uncertainty import Side
 
 A: tuple[tuple[str, str], ...] = (("x", "a"),)
 B: tuple[tuple[str, str], ...] = (("x", "b"),)

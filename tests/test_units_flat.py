@@ -33,18 +33,18 @@ from wattline.cli.main import app
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.reader import StoredJobEvent, UnitCuts, reduce_units
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.attribution import window_energy
-from wattline.workloads.events import EventBuilder, JobSpec
-from wattline.workloads.jobs_view import BadJob, build_view
-from wattline.workloads.report import build_report
-from wattline.workloads.saturation import (
+from wattline.workloads.energy.attribution import window_energy
+from wattline.workloads.energy.saturation import (
     SaturationParams,
     _bin_rates,
     cumulative_from_events,
     detect_saturation,
     grid_bins,
 )
-from wattline.workloads.timeline import build_timeline
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.workloads.jobs.jobs_view import BadJob, build_view
+from wattline.workloads.report.build import build_report
+from wattline.workloads.report.timeline import build_timeline
 
 S = 10**9
 Store = SqliteStore | InfluxV1Store

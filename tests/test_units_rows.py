@@ -23,11 +23,11 @@ from wattline.collector.stores.influx_http import loads
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.reader import UnitCuts, reduce_units
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.events import EventBuilder, JobSpec
-from wattline.workloads.jobs_view import BadJob, build_view
-from wattline.workloads.report import build_report
-from wattline.workloads.saturation import SaturationParams, grid_bins
-from wattline.workloads.window_energy import window_energy
+from wattline.workloads.energy.saturation import SaturationParams, grid_bins
+from wattline.workloads.energy.window_energy import window_energy
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.workloads.jobs.jobs_view import BadJob, build_view
+from wattline.workloads.report.build import build_report
 
 S = 10**9
 END = T0 + 1200 * S

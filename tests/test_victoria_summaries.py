@@ -23,7 +23,7 @@ from wattline.collector.stores.base import JobSummary, WriteResult
 from wattline.collector.stores.reader import StoredJobEvent
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.summary import SummaryWriter
+from wattline.workloads.services.summary import SummaryWriter
 
 __all__ = ["tree"]  # the fixture, imported for pytest
 

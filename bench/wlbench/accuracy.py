@@ -28,8 +28,8 @@ from wattline.agent.sampler import Sampler
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.events import EventBuilder, JobSpec
-from wattline.workloads.report import build_report
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.workloads.report.build import build_report
 from wlbench.common import Proc, binary, free_port, http, running, start_influxd, wait_port
 
 NS = 10**9

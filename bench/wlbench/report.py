@@ -33,9 +33,9 @@ from wattline import wire
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.reader import UnitCuts
 from wattline.collector.stores.sqlite import _INSERT_ENERGY, _INSERT_SERIES, SqliteStore
-from wattline.workloads.events import EventBuilder, JobSpec
-from wattline.workloads.report import build_report
-from wattline.workloads.saturation import SaturationParams, grid_bins
+from wattline.workloads.energy.saturation import SaturationParams, grid_bins
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.workloads.report.build import build_report
 from wlbench.common import Influxd, Proc, http, running, start_influxd, wait_idle
 from wlbench.data import T0_NS
 

@@ -4,7 +4,7 @@
 sampler to it; :func:`make_uplink` ships a spool with the agent's collectors and
 credentials. :class:`~wattline.agent.daemon.Agent` (``wattline agent``, ``python -m
 wattline.agent``) and ``wattline run``'s embedded session and collector sink
-(``wattline/workloads/session.py``) are all built from these.
+(``wattline/workloads/wrappers/session.py``) are all built from these.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 #: The USE events' device and metric for a job's CPU time against the node's (the
-#: ``cpu-time`` share rule reads these, :data:`wattline.workloads.attribution.CPU_TIME_KEYS`).
+#: ``cpu-time`` share rule reads these, :data:`wattline.workloads.energy.attribution.CPU_TIME_KEYS`).
 CPU_DEVICE, CPU_METRIC = "cpu:host", "cpu-time"
 
 

@@ -28,7 +28,7 @@ from wattline.agent.settings import AgentSettings
 from wattline.collector.settings import CollectorSettings
 from wattline.config import ConfigError, build, check_tables, env_names, parse_pairs, read_toml, unknown_variables
 from wattline.wire import ENV_HEARTBEAT
-from wattline.workloads.job_env import ENV_EVENTS, ENV_JOB_ID
+from wattline.workloads.jobs.job_env import ENV_EVENTS, ENV_JOB_ID
 
 #: Variables read outside the settings tables: set by ``wattline run`` for its command (job
 #: id, events file, heartbeat), the store of ``run``/``report``, log level and tracebacks,

@@ -18,7 +18,7 @@ from wattline.cli.errors import COMMON_ERRORS, exit_status, one_line, say_error
 from wattline.collector.stores.base import StoreUnavailable
 from wattline.collector.stores.influx_v1 import QueryError
 from wattline.config import ConfigError
-from wattline.workloads.run import CommandNotStarted
+from wattline.workloads.wrappers.run import CommandNotStarted
 
 app = typer.Typer(
     name="wattline",

@@ -25,8 +25,8 @@ from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import StoreUnavailable
 from wattline.collector.stores.reader import SummaryStore
 from wattline.config import build, help_of
-from wattline.workloads.report import ReportSettings
-from wattline.workloads.summary import SummaryWriter
+from wattline.workloads.report.build import ReportSettings
+from wattline.workloads.services.summary import SummaryWriter
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """``wattline run``, ``report``, ``jobs`` and ``compare``: their options, parsed, and the call;
-the work is on floor 3 (:mod:`wattline.workloads.job_command`, :mod:`wattline.workloads.reading`)."""
+the work is on floor 3 (:mod:`wattline.workloads.wrappers.job_command`, :mod:`wattline.workloads.services.reading`)."""
 
 from __future__ import annotations
 
@@ -26,12 +26,19 @@ from wattline.cli.options import (
 )
 from wattline.config import ConfigError, parse_pairs
 from wattline.units import parse_duration
-from wattline.workloads.job import default_job_id
-from wattline.workloads.job_command import Job, check_host, claimed_devices, emit_report, job_spec, run_and_report
-from wattline.workloads.reading import compare_jobs, job_rows, report_or_exit
-from wattline.workloads.render import comparison_json, print_comparison, print_jobs
-from wattline.workloads.report import ReportSettings
-from wattline.workloads.run import RunRequest, check_command, units_pattern
+from wattline.workloads.output.render import comparison_json, print_comparison, print_jobs
+from wattline.workloads.report.build import ReportSettings
+from wattline.workloads.services.reading import compare_jobs, job_rows, report_or_exit
+from wattline.workloads.wrappers.job import default_job_id
+from wattline.workloads.wrappers.job_command import (
+    Job,
+    check_host,
+    claimed_devices,
+    emit_report,
+    job_spec,
+    run_and_report,
+)
+from wattline.workloads.wrappers.run import RunRequest, check_command, units_pattern
 
 
 @store_options

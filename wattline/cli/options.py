@@ -31,11 +31,11 @@ from wattline.collector.settings import CollectorSettings, check_tenant
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.reader import OpenReader
 from wattline.config import ConfigError, build
-from wattline.workloads import reading
-from wattline.workloads.carbon import IntensitySeries, parse_intensity
-from wattline.workloads.embedded import default_store_url
-from wattline.workloads.job_command import JobStore
-from wattline.workloads.report import ReportSettings
+from wattline.workloads.report.build import ReportSettings
+from wattline.workloads.report.carbon import IntensitySeries, parse_intensity
+from wattline.workloads.services import reading
+from wattline.workloads.wrappers.embedded import default_store_url
+from wattline.workloads.wrappers.job_command import JobStore
 
 STORE_HELP = (
     "Store to read/write: sqlite:///PATH or http://influxdb:8086 (default: $WATTLINE_STORE or the local SQLite file)."

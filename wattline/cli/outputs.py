@@ -12,17 +12,17 @@ import typer
 from wattline.cli.options import JOB_HELP, StoreChoice, store_options
 from wattline.collector.stores.reader import Reader
 from wattline.config import ConfigError
-from wattline.workloads import export as export_rows
-from wattline.workloads.jobs_view import all_views
-from wattline.workloads.reading import labelled, report_or_exit
-from wattline.workloads.report import Report, ReportSettings, build_report
-from wattline.workloads.timeline import build_timeline
+from wattline.workloads.jobs.jobs_view import all_views
+from wattline.workloads.output import export as export_rows
+from wattline.workloads.report.build import Report, ReportSettings, build_report
+from wattline.workloads.report.timeline import build_timeline
+from wattline.workloads.services.reading import labelled, report_or_exit
 
 
 def check_report_outputs(plot: Path | None, html: Path | None) -> None:
     """ConfigError for a --plot that is not .png/.svg, or an --html that is not .html/.htm;
     also when matplotlib is missing (its install hint)."""
-    from wattline.workloads import plot as plotting
+    from wattline.workloads.output import plot as plotting
 
     if plot is not None:
         plotting.check_path(plot)
@@ -38,8 +38,8 @@ def write_report_outputs(
     """Write the report's figure and page (the store is read once more for the timeline)."""
     if plot is None and html is None:
         return
-    from wattline.workloads import page
-    from wattline.workloads import plot as plotting
+    from wattline.workloads.output import page
+    from wattline.workloads.output import plot as plotting
 
     timeline = build_timeline(reader, report)
     if plot is not None:
@@ -52,7 +52,7 @@ def write_report_outputs(
 
 def write_compare_plot(data: dict[str, Any], a: Report, b: Report, plot: Path) -> None:
     """Write ``compare --plot`` from the comparison JSON and the two reports (footnotes)."""
-    from wattline.workloads import plot as plotting
+    from wattline.workloads.output import plot as plotting
 
     notes = plotting.comparison_footnotes({"A": a, "B": b})
     _write(plot, lambda: plotting.save(plotting.plot_comparison(data, a.job.unit_name, notes), plot))

@@ -10,12 +10,12 @@ from wattline.cli.agent_entry import agent_settings
 from wattline.cli.options import VERBOSE, StoreChoice, report_options, store_options
 from wattline.config import ConfigError, parse_pairs
 from wattline.units import parse_duration
-from wattline.workloads.job_command import Job, check_host, claimed_devices, job_spec
-from wattline.workloads.report import ReportSettings
-from wattline.workloads.run import RunRequest, units_pattern
+from wattline.workloads.report.build import ReportSettings
 from wattline.workloads.sweep import plan as plans
 from wattline.workloads.sweep.command import Outputs, run_sweep
 from wattline.workloads.sweep.grid import parse_params
+from wattline.workloads.wrappers.job_command import Job, check_host, claimed_devices, job_spec
+from wattline.workloads.wrappers.run import RunRequest, units_pattern
 
 
 def _outputs(sla: str | None, as_json: bool, plot: Path | None, html: Path | None, csv: Path | None) -> Outputs:

@@ -24,10 +24,10 @@ import typer
 from wattline.cli.agent_entry import agent_settings
 from wattline.cli.options import VERBOSE, StoreChoice, option_group, report_options, store_options
 from wattline.config import ConfigError
-from wattline.workloads.job import default_job_id
 from wattline.workloads.reference.common import DEVICES, DTYPES, EXTRA_HINT, RANDOM_WEIGHTS, import_torch, missing_extra
 from wattline.workloads.reference.launch import WORKLOAD_SCHEMA, Launch, Where, resolve, run_workload, torchrun
-from wattline.workloads.report import ReportSettings
+from wattline.workloads.report.build import ReportSettings
+from wattline.workloads.wrappers.job import default_job_id
 
 app = typer.Typer(
     name="workload",

@@ -35,7 +35,7 @@ otherwise). The health service stays open (probes carry no credentials).
 
 Job hook: after a batch with job events is written, ``on_job_events`` (if given) gets its
 jobs as (job id, whether a close is among them); it must not block (the job summaries'
-writer only marks the jobs due, :mod:`wattline.workloads.summary`, wired in by the CLI so
+writer only marks the jobs due, :mod:`wattline.workloads.services.summary`, wired in by the CLI so
 that this floor imports nothing above it). Its failure is logged, never the batch's.
 
 The collector keeps no state beyond in-flight batches (and the per-host buckets, which

@@ -15,7 +15,7 @@ import hashlib
 import random
 import time
 
-from wattline.workloads.job import Job
+from wattline.workloads.wrappers.job import Job
 
 WORDS = [f"w{i:04d}" for i in range(4096)]
 

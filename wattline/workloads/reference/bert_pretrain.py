@@ -239,7 +239,7 @@ def train(
     local_world: int,
     node: int,
 ) -> int:
-    from wattline.workloads.job import Job
+    from wattline.workloads.wrappers.job import Job
 
     counts_units = local_rank == 0
     if rank == 0:

@@ -9,9 +9,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from wattline.workloads.energy.saturation import detect_saturation
 from wattline.workloads.reference.common import RANDOM_WEIGHTS
-from wattline.workloads.report import Report
-from wattline.workloads.saturation import detect_saturation
+from wattline.workloads.report.build import Report
 
 
 def cross_check(report: Report, result: dict[str, Any] | None) -> dict[str, Any]:

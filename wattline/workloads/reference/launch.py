@@ -20,8 +20,12 @@ from rich.console import Console
 
 from wattline.agent.settings import AgentSettings
 from wattline.config import ConfigError
-from wattline.workloads.job import default_job_id
-from wattline.workloads.job_command import (
+from wattline.workloads.output.render import print_report, report_json
+from wattline.workloads.reference.common import DEMO_ONLY, DTYPES, RANDOM_WEIGHTS, probe_devices, resolve_device
+from wattline.workloads.reference.figures import cross_check, print_workload
+from wattline.workloads.report.build import Report, ReportSettings
+from wattline.workloads.wrappers.job import default_job_id
+from wattline.workloads.wrappers.job_command import (
     Job,
     JobStore,
     after_the_command,
@@ -31,11 +35,7 @@ from wattline.workloads.job_command import (
     read_report,
     run_in_job,
 )
-from wattline.workloads.reference.common import DEMO_ONLY, DTYPES, RANDOM_WEIGHTS, probe_devices, resolve_device
-from wattline.workloads.reference.figures import cross_check, print_workload
-from wattline.workloads.render import print_report, report_json
-from wattline.workloads.report import Report, ReportSettings
-from wattline.workloads.run import RunRequest
+from wattline.workloads.wrappers.run import RunRequest
 
 #: Version of the ``--json`` shape below (the report inside keeps its own schema).
 WORKLOAD_SCHEMA = "wattline.workload/1"
@@ -134,7 +134,8 @@ def run_workload(launch: Launch, where: Where, settings: AgentSettings, doc: dic
         command = [*(launch.launcher or [sys.executable, "-m"]), f"{MODULE}.{launch.module}", *launch.args]
         command += ["--result-json", str(result_path)]
         request = RunRequest(command, spec, env=launch.env, stdout_to_stderr=where.as_json)
-        live_out = sys.stderr if sys.stderr.isatty() else None  # progress: the live line (wattline/workloads/live.py)
+        # progress: the live line (wattline/workloads/wrappers/live.py)
+        live_out = sys.stderr if sys.stderr.isatty() else None
         job = Job(request, settings, doc, where.collectors, where.store, where.verbose, live_out)
         status, elsewhere = run_in_job(job)
         result = json.loads(result_path.read_text()) if result_path.exists() else None

@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     except MissingExtra:
         print(EXTRA_HINT, file=sys.stderr)
         return 2
-    from wattline.workloads.job import Job
+    from wattline.workloads.wrappers.job import Job
 
     try:
         device = resolve_device(args.device, probe_devices(torch))

@@ -5,7 +5,7 @@ whether each advantage is real. Pure: no I/O, no clock.
 **The significance rule.** An advantage of point A over point B (B's figure minus A's) is
 *real* only when it exceeds both
 
-- the measurement bound of the difference (:func:`wattline.workloads.uncertainty.change_bound`,
+- the measurement bound of the difference (:func:`wattline.workloads.energy.uncertainty.change_bound`,
   as ``wattline compare`` gives it: model terms add, measurement terms in root-sum-square), and
 - the run-to-run spread: twice the two points' ranges of repeats (max - min) added, each
   range taken at least as wide as the median range of the sweep's points and as
@@ -26,9 +26,9 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from wattline.workloads.economics import J_PER_KWH, MILLION, instances_for_sla
+from wattline.workloads.energy.uncertainty import Side, change_bound
+from wattline.workloads.report.economics import J_PER_KWH, MILLION, instances_for_sla
 from wattline.workloads.sweep.grid import Point
-from wattline.workloads.uncertainty import Side, change_bound
 
 #: Runs a point needs before any of its differences can be called real.
 MIN_RUNS = 3

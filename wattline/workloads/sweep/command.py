@@ -22,12 +22,12 @@ from wattline.agent.outbox import outbox_root
 from wattline.agent.tuning import Knob
 from wattline.agent.tuning.records import APPLIED, Applied, knob, restore_dead, restore_dir
 from wattline.config import ConfigError
-from wattline.workloads.job_command import Job, say
-from wattline.workloads.report import ReportSettings
-from wattline.workloads.run import check_command
+from wattline.workloads.report.build import ReportSettings
 from wattline.workloads.sweep import grid, plan, runner
 from wattline.workloads.sweep.analysis import RunFigures, analyse
 from wattline.workloads.sweep.output import answer_json, csv_text, print_answer
+from wattline.workloads.wrappers.job_command import Job, say
+from wattline.workloads.wrappers.run import check_command
 
 
 @dataclass
@@ -99,7 +99,7 @@ def write_outputs(data: dict[str, Any], out: Outputs) -> None:
         _write(out.csv, lambda p: p.write_text(csv_text(data)))
     if out.plot is None and out.html is None:
         return
-    from wattline.workloads import plot as plotting
+    from wattline.workloads.output import plot as plotting
     from wattline.workloads.sweep.figure import plot_sweep, sweep_page
 
     if out.plot is not None:

@@ -1,5 +1,5 @@
 """The sweep's Pareto figure (energy per unit against throughput, matplotlib through
-:mod:`wattline.workloads.plot`) and its self-contained page (the figure inline as SVG)."""
+:mod:`wattline.workloads.output.plot`) and its self-contained page (the figure inline as SVG)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from html import escape
 from typing import Any
 
 from wattline import __version__
-from wattline.workloads.plot import pyplot
-from wattline.workloads.quantities import si
+from wattline.workloads.output.plot import pyplot
+from wattline.workloads.output.quantities import si
 from wattline.workloads.sweep.output import csv_text, verdict_text
 
 

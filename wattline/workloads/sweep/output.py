@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from wattline.workloads import quantities as q
+from wattline.workloads.output import quantities as q
 from wattline.workloads.sweep.analysis import Advantage, PointResult, SweepAnswer, Value
 from wattline.workloads.sweep.grid import point_text
 from wattline.workloads.sweep.plan import Plan

@@ -22,15 +22,15 @@ from types import FrameType
 
 from wattline.agent.tuning.records import Applied
 from wattline.collector.stores.reader import Reader
-from wattline.workloads.job_command import Job, read_report, run_in_job
-from wattline.workloads.jobs_view import all_views
-from wattline.workloads.labels import estimate_share
-from wattline.workloads.report import Report, ReportSettings, build_complete_report
-from wattline.workloads.run import RunRequest
+from wattline.workloads.energy.uncertainty import Side
+from wattline.workloads.jobs.jobs_view import all_views
+from wattline.workloads.output.labels import estimate_share
+from wattline.workloads.report.build import Report, ReportSettings, build_complete_report
 from wattline.workloads.sweep.analysis import RunFigures
 from wattline.workloads.sweep.grid import Point, point_command, point_labels, points, schedule
 from wattline.workloads.sweep.plan import Plan
-from wattline.workloads.uncertainty import Side
+from wattline.workloads.wrappers.job_command import Job, read_report, run_in_job
+from wattline.workloads.wrappers.run import RunRequest
 
 SWEEP_LABEL = "sweep"
 RUN_LABEL = "sweep.run"

@@ -1,0 +1,149 @@
+"""The bound of one channel's energy in one window, from the samples a report read.
+
+Two ways, matching how :mod:`wattline.workloads.report.build` reads energy (the terms are :mod:`.uncertainty`'s):
+
+* :func:`edge_bound`: from the samples at the window's two edges only (the cumulative
+  counter's difference), so the bound costs no more for a long job than for a short one;
+  a stretch between two samples of one stream whose energy the store lacks is an edge
+  piece like a sample, and time before the first or after the last sample is a gap. An
+  unhealthy (0 J) sample strictly inside the window is not read this way, so not bounded.
+* :func:`samples_bound`: from every sample of the window (restarts, shared hosts): every
+  uncovered stretch and every unhealthy sample is a gap.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from wattline.collector.stores.reader import StoredSample
+from wattline.workloads.energy.attribution import Interval
+from wattline.workloads.energy.uncertainty import Bound, edge_term, quality_terms
+
+__all__ = ["LAG_HORIZON_NS", "edge_bound", "edge_power_w", "p_max_w", "samples_bound"]
+
+_NS = 1e9
+#: A piece of a channel's timeline: (start_ns, end_ns, energy_j, healthy); energy None: no
+#: sample covers it.
+Piece = tuple[int, int, float | None, bool]
+_FAR = 2**62
+#: A series whose last sample ended this long before a window is gone (a device removed), not
+#: late: the time after it is no gap. (The report's incomplete notes use the same horizon.)
+LAG_HORIZON_NS = 3600 * 10**9
+
+
+def _powers(samples: Iterable[StoredSample | Interval | None]) -> list[float]:
+    return [s.energy_j * _NS / (s.end_ns - s.start_ns) for s in samples if s is not None and s.end_ns > s.start_ns]
+
+
+def p_max_w(samples: Iterable[StoredSample | Interval | None], energy_j: float, seconds: float) -> float:
+    """The channel's plausible maximum power: the highest mean power among ``samples`` and the window's."""
+    return max([energy_j / seconds if seconds > 0 else 0.0, *_powers(samples)])
+
+
+def edge_power_w(around: Iterable[StoredSample | Interval | None], interior_w: float) -> float:
+    """The highest power inside a sample straddling an edge: the highest mean power of the
+    samples ``around`` the edge plus how much they differ (a trend between them goes on inside
+    the straddling one), and at least the mean power of the window's interior."""
+    powers = _powers(around)
+    return max(2 * max(powers) - min(powers) if powers else 0.0, interior_w)
+
+
+Around = Sequence[StoredSample | Interval | None]
+
+
+def _edge_terms(pieces: Sequence[tuple[Piece, Around]], window: tuple[int, int, float], p_max: float) -> Bound:
+    """Edge and gap terms of the pieces a window covers in part, each with the samples around it."""
+    t0, t1, energy = window
+    parts = [(p, around, inside) for p, around in pieces if (inside := min(p[1], t1) - max(p[0], t0)) > 0]
+    apportioned = sum(p[2] * inside / (p[1] - p[0]) for p, _, inside in parts if p[2] is not None and p[3])
+    interior_ns = t1 - t0 - sum(inside for *_, inside in parts)
+    interior_w = (energy - apportioned) * _NS / interior_ns if interior_ns > 0 else energy * _NS / (t1 - t0)
+    bound = Bound()
+    for (start, end, e, healthy), around, inside in parts:
+        if e is None or not healthy:
+            bound = bound + Bound(gaps_j=p_max * inside / _NS)
+        else:
+            bound = bound + Bound(edges_j=edge_term(start, end, e, inside, edge_power_w(around, interior_w)))
+    return bound
+
+
+def _edge_piece(before: StoredSample | None, after: StoredSample | None, t: int, t0: int, t1: int) -> Piece | None:
+    """The piece of the timeline straddling ``t`` (an edge of the window ``[t0, t1]``), if any.
+    A series whose samples start after the window, or ended long before it, has none."""
+    if after is None:  # nothing after: uncovered, unless long gone
+        return None if before is None or before.end_ns <= t0 - LAG_HORIZON_NS else (before.end_ns, _FAR, None, True)
+    if before is None and after.start_ns >= t1:
+        return None  # the series begins after the window
+    if after.start_ns < t:
+        return (after.start_ns, after.end_ns, after.energy_j, after.healthy)
+    if after.start_ns == t:
+        return None
+    if before is not None and before.stream == after.stream:  # samples the store lacks: energy spread
+        lost = after.cumulative_j - after.energy_j - before.cumulative_j
+        return (before.end_ns, after.start_ns, max(lost, 0.0), True)
+    return (before.end_ns if before is not None else -_FAR, after.start_ns, None, True)  # uncovered
+
+
+def edge_bound(
+    series: tuple[str, str],
+    at_t0: tuple[StoredSample | None, StoredSample | None],
+    at_t1: tuple[StoredSample | None, StoredSample | None],
+    window: tuple[int, int, float],
+) -> Bound:
+    """Bound of a channel (``series``: source, quality) in ``window`` (t0, t1, energy_j) from
+    the samples ``(last ending at or before t, first ending after t)`` at each edge. A source's
+    own per-sample bound (``energy_error_j``) needs every sample: :func:`samples_bound`."""
+    source, quality = series
+    t0, t1, energy = window
+    if t1 <= t0:
+        return Bound()
+    p_max = p_max_w([*at_t0, *at_t1], energy, (t1 - t0) / _NS)
+    bound = quality_terms(source, quality, energy, p_max, None)
+    pieces: dict[tuple[int, int], tuple[Piece, Around]] = {}
+    for before, after, t in ((*at_t0, t0), (*at_t1, t1)):
+        piece = _edge_piece(before, after, t, t0, t1)
+        if piece is not None:
+            pieces.setdefault(piece[:2], (piece, (before, after)))
+    return bound + _edge_terms(list(pieces.values()), window, p_max)
+
+
+def samples_bound(
+    series: tuple[str, str],
+    raw: Sequence[StoredSample],
+    merged: Sequence[Interval],
+    window: tuple[int, int, float],
+) -> Bound:
+    """Bound of a channel in ``window`` (t0, t1, energy_j) from all its samples: ``raw`` as
+    stored, ``merged`` counted once across streams (:mod:`.streams`)."""
+    source, quality = series
+    t0, t1, energy = window
+    if t1 <= t0:
+        return Bound()
+    near = [s for s in raw if s.end_ns > t0 and s.start_ns < t1]
+    p_max = p_max_w([s for s in near if s.healthy], energy, (t1 - t0) / _NS)
+    errors = [_overlap(s, t0, t1) * (s.energy_error_j or 0.0) for s in near if s.energy_error_j is not None]
+    bound = quality_terms(source, quality, energy, p_max, sum(errors) if errors else None)
+    unhealthy = sum(_overlap(s, t0, t1) * (s.end_ns - s.start_ns) for s in near if not s.healthy)
+    covered = 0
+    pieces: list[tuple[Piece, Around]] = []
+    for n, iv in enumerate(merged):
+        inside = min(iv.end_ns, t1) - max(iv.start_ns, t0)
+        if inside <= 0:
+            continue
+        covered += inside
+        if iv.start_ns < t0 or iv.end_ns > t1:
+            pieces.append(((iv.start_ns, iv.end_ns, iv.energy_j, True), merged[max(n - 1, 0) : n + 2]))
+    bound = bound + _edge_terms(pieces, window, p_max)
+    present = raw and min(s.start_ns for s in raw) < t1 and max(s.end_ns for s in raw) > t0 - LAG_HORIZON_NS
+    gap_ns = (max(t1 - t0 - covered, 0) if present else 0) + unhealthy
+    return bound + Bound(gaps_j=p_max * gap_ns / _NS)
+
+
+def _overlap(s: StoredSample, t0: int, t1: int) -> float:
+    """Fraction of sample ``s`` inside ``[t0, t1]``."""
+    length = s.end_ns - s.start_ns
+    if length <= 0:
+        return 1.0 if t0 < s.end_ns <= t1 else 0.0
+    return max(min(s.end_ns, t1) - max(s.start_ns, t0), 0) / length

@@ -1,0 +1,115 @@
+"""Reports and samples as CSV rows: one row per job (joinable with a scheduler's accounting)
+and one row per sample of a job.
+
+Job rows take their figures from the report JSON (:func:`wattline.workloads.report.report_json.report_json`), so every
+energy column is the figure ``wattline report --json`` prints. Sample rows are the job's
+samples on each of its hosts, cut at the host's window and at the saturation point (the
+energy of a sample straddling an edge is apportioned by overlap, as the report does), so
+summing ``energy_j`` over rows with ``in_total`` = 1 and ``window`` = ``measured`` gives
+the measured window's energy of a job that had its hosts to itself.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+from wattline.collector.stores.reader import Reader
+from wattline.workloads.jobs.jobs_view import utc_iso
+from wattline.workloads.output.render import report_json
+from wattline.workloads.report.build import EXCLUDED_COMPONENTS, Report
+from wattline.workloads.report.timeline import host_span
+
+QUALITIES = ("counter", "integrated", "model")
+
+JOB_COLUMNS = [
+    "job_id", "name", "kind", "unit", "hosts", "start", "end", "status", "exit_code", "saturated", "saturated_at",
+    "duration_s", "warmup_s", "measured_s", "units_total", "units_measured", "energy_measured_j", "energy_total_j",
+    "j_per_unit", "kwh_per_million_units", "cost_usd_per_run", "co2_g_per_run",
+    *(f"share_{q}" for q in QUALITIES), "complete", "error",
+]  # fmt: skip
+
+SAMPLE_COLUMNS = [
+    "time", "start", "host", "source", "component", "device", "quality", "window", "in_total",
+    "energy_j", "power_w", "utilization", "healthy",
+]  # fmt: skip
+
+
+def job_row(report: Report) -> dict[str, Any]:
+    """One CSV row of a job: the report's figures (energy of the measured window and of the
+    whole run), its quality shares and its labels (``label_KEY`` columns)."""
+    data = report_json(report)
+    job, meas, shares = data["job"], data["measured"], data["measured"]["coverage"]["shares"]
+    row: dict[str, Any] = {
+        "job_id": job["id"],
+        "name": job["name"],
+        "kind": job["kind"],
+        "unit": job["unit"],
+        "hosts": " ".join(job["hosts"]),
+        "start": job["start"],
+        "end": job["end"],
+        "status": job["status"],
+        "exit_code": job["exit_code"],
+        "saturated": int(data["saturation"]["saturated"]),
+        "saturated_at": data["saturation"]["at"],
+        "duration_s": data["durations_s"]["total"],
+        "warmup_s": data["durations_s"]["warmup"],
+        "measured_s": data["durations_s"]["measured"],
+        "units_total": data["units"]["total"],
+        "units_measured": data["units"]["measured"],
+        "energy_measured_j": meas["energy_j"],
+        "energy_total_j": meas["energy_j"] + data["warmup"]["energy_j"],
+        "j_per_unit": meas["j_per_unit"],
+        "kwh_per_million_units": meas["kwh_per_million_units"],
+        "cost_usd_per_run": meas["cost_usd_per_run"],
+        "co2_g_per_run": meas["co2_g_per_run"],
+        "complete": int(data["complete"]),
+        **{f"share_{q}": shares.get(q, 0.0) for q in QUALITIES},
+    }
+    row.update({f"label_{k}": v for k, v in sorted(job["labels"].items())})
+    return row
+
+
+def sample_rows(reader: Reader, report: Report) -> Iterator[dict[str, Any]]:
+    """The job's samples, host by host (by end, then channel), cut at the window edges and the saturation point."""
+    job = report.job
+    for host in sorted(job.hosts):
+        open_ns, close = host_span(report, host)
+        split = min(max(report.measured_from_ns, open_ns), close)
+        # Samples ending at one instant come in the store's own order (SQLite: insertion,
+        # InfluxDB and VictoriaMetrics: series); channel order makes the CSV the same from any.
+        for s in sorted(reader.samples(host, open_ns, close), key=lambda s: (s.end_ns, s.series, s.stream)):
+            for name, lo, hi in (("warmup", open_ns, split), ("measured", split, close)):
+                a, b = max(s.start_ns, lo), min(s.end_ns, hi)
+                if b < a or (b == a and not (s.start_ns == s.end_ns and lo < b <= hi)):
+                    continue
+                whole = s.end_ns - s.start_ns
+                energy = s.energy_j if whole == 0 else s.energy_j * (b - a) / whole
+                yield {
+                    "time": utc_iso(b),
+                    "start": utc_iso(a),
+                    "host": host,
+                    "source": s.source,
+                    "component": s.component,
+                    "device": s.device,
+                    "quality": s.quality,
+                    "window": name,
+                    "in_total": int(s.component not in EXCLUDED_COMPONENTS),
+                    "energy_j": energy,
+                    "power_w": energy / ((b - a) / 1e9) if b > a else None,
+                    "utilization": s.utilization,
+                    "healthy": int(s.healthy),
+                }
+
+
+def write_csv(rows: Iterable[dict[str, Any]], columns: list[str], out: IO[str]) -> int:
+    """Write ``rows`` under ``columns`` (plus any ``label_*`` columns the rows carry, sorted);
+    None is written as an empty cell. Returns the number of rows."""
+    rows = list(rows)
+    extra = sorted({k for r in rows for k in r if k not in columns})
+    writer = csv.DictWriter(out, fieldnames=columns + extra, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in r.items()})
+    return len(rows)

@@ -1,0 +1,225 @@
+"""A report as readable tables: the measured window beside the whole run.
+
+Every figure states its unit, with an SI prefix and 4 significant digits
+(:mod:`.quantities`); every figure derived from energy that is partly a model estimate
+(energy, power, J per unit, kWh, CO2) carries the ESTIMATE label, never shown as a plain
+measurement. Cost is instance time x price: no estimate enters it. With ``--idle subtract``
+"total" and "above idle" are named as such. The JSON shapes live in :mod:`wattline.workloads.report.report_json`
+and :mod:`.comparison`, the ``wattline jobs`` table in :mod:`.jobs_table`; their public
+names stay importable from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from wattline.workloads.energy.uncertainty import Bound
+from wattline.workloads.jobs.jobs_view import utc_iso
+from wattline.workloads.output import quantities as q
+from wattline.workloads.output.comparison import COMPARE_SCHEMA, change_significance, comparison_json, print_comparison
+from wattline.workloads.output.jobs_table import print_jobs
+from wattline.workloads.output.labels import NO_SAMPLES, estimate_share, estimate_tag, status_text, tagged
+from wattline.workloads.report.build import Report, WindowEnergy, report_coverage
+from wattline.workloads.report.report_json import REPORT_SCHEMA, report_json
+from wattline.workloads.report.spans import Span, spans
+
+#: Names callers import from here; each is defined in the module named above.
+__all__ = [
+    "COMPARE_SCHEMA",
+    "NO_SAMPLES",
+    "REPORT_SCHEMA",
+    "Span",
+    "change_significance",
+    "comparison_json",
+    "component_table",
+    "estimate_share",
+    "estimate_tag",
+    "print_comparison",
+    "print_jobs",
+    "print_report",
+    "report_json",
+    "report_table",
+    "spans",
+    "status_text",
+]
+
+
+def _quality_label(by_quality: dict[str, float]) -> str:
+    total = sum(by_quality.values())
+    model = by_quality.get("model", 0.0)
+    if total <= 0:
+        return ""
+    if model >= total:
+        return "ESTIMATE (model)"
+    kinds = "+".join(q for q in ("counter", "integrated") if by_quality.get(q))
+    return kinds if model == 0 else f"{kinds} + {estimate_tag(model / total)}"
+
+
+def _qualities(*windows: WindowEnergy) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for w in windows:
+        for quality, j in w.by_quality().items():
+            out[quality.value] = out.get(quality.value, 0.0) + j
+    return out
+
+
+def _bounded(text: str, rel: float | None) -> str:
+    """A figure with its relative bound: "171.0 J ± 2.3 %"."""
+    return f"{text} {q.plus_minus(rel)}" if text != q.NA else text
+
+
+def _energy_bounded(energy_j: float, bound: Bound) -> str:
+    """Energy with its bound: relative ("171.0 J ± 2.3 %"), in joules where none was counted ("0 J ± 20 J")."""
+    rel = bound.relative(energy_j)
+    if rel is None:
+        return f"{q.si(energy_j, 'J')} ± {q.si(bound.total_j, 'J')}"
+    return _bounded(q.si(energy_j, "J"), rel)
+
+
+def _span_figure(text: str, s: Span) -> str:
+    """A span's figure derived from its charged energy: bound, then the estimate label."""
+    return tagged(_bounded(text, s.bound_rel), s.estimate)
+
+
+#: (figure name, its text in a span) for the report's main table.
+Row = tuple[str, Callable[[Span], str]]
+
+
+def _report_rows(r: Report) -> list[Row]:
+    unit = r.job.unit_name
+    one = unit.rstrip("s") or "unit"
+    above = r.settings.idle == "subtract"
+    tag = " above idle" if above else ""
+    rows: list[Row] = [
+        ("duration", lambda s: q.duration(s.seconds)),
+        (unit, lambda s: q.count(s.units)),
+        (
+            "throughput",
+            lambda s: (
+                f"{q.count(s.figures.throughput_per_s, unit + '/s')} "
+                f"({q.count(s.figures.throughput_per_hour, unit + '/h')})"
+            ),
+        ),
+        (
+            "energy (total)" if above else "energy",
+            lambda s: (f"{_energy_bounded(s.energy_j, s.bound)}  {_quality_label(_qualities(*s.windows))}").rstrip(),
+        ),
+    ]
+    if above:
+        rows.append(("energy above idle", lambda s: _span_figure(q.si(s.dynamic_j, "J"), s)))
+    rows += [
+        (f"mean power{tag}", lambda s: _span_figure(q.si(s.figures.mean_power_w, "W"), s)),
+        (f"energy per {one}{tag}", lambda s: _span_figure(q.si(s.figures.j_per_unit, "J"), s)),
+        (f"per million {unit}{tag}", lambda s: _span_figure(q.kwh(s.figures.kwh_per_million_units), s)),
+    ]
+    if r.settings.price_per_instance_hour is not None:
+        rows += [
+            ("cost per run (instance time x price)", lambda s: q.usd(s.figures.cost_per_run)),
+            (f"cost per million {unit}", lambda s: q.usd(s.figures.cost_per_million_units)),
+        ]
+    if r.settings.carbon_intensity is not None:
+        rows += [
+            (f"CO2 per run{tag}", lambda s: _span_figure(q.co2(s.figures.co2_per_run_g), s)),
+            (f"CO2 per million {unit}{tag}", lambda s: _span_figure(q.co2(s.figures.co2_per_million_units_g), s)),
+        ]
+    if not r.energy_data:  # no sample at all: no energy figure, not "0 J"
+        rows = [(name, _no_samples) if name.startswith(ENERGY_ROWS) else (name, text) for name, text in rows]
+    return rows
+
+
+#: Rows of the report's table derived from energy (shown as NO_SAMPLES when there is none).
+ENERGY_ROWS = ("energy", "mean power", "per million", "CO2")
+
+
+def _no_samples(_span: Span) -> str:
+    return NO_SAMPLES
+
+
+#: A table as text: (title, column heads, rows of cells).
+TextTable = tuple[str, list[str], list[list[str]]]
+
+
+def report_table(r: Report) -> TextTable:
+    """The report's main table: each figure in the measured window beside the whole run
+    (only the whole run when the job never saturated)."""
+    measured, whole = spans(r)
+    shown = (measured, whole) if r.saturated else (whole,)
+    title = "Measured window and whole run" if r.saturated else "Whole run (not saturated)"
+    return (
+        title,
+        ["figure", *(s.title for s in shown)],
+        [[name, *(text(s) for s in shown)] for name, text in _report_rows(r)],
+    )
+
+
+def component_table(r: Report) -> TextTable:
+    """Energy and mean power by component (measured window), warm-up energy, how obtained."""
+    rows = []
+    for name in sorted(set(r.measured.components) | set(r.warmup.components)):
+        m = r.measured.components.get(name)
+        w = r.warmup.components.get(name)
+        watts = m.energy_j / r.measured.seconds if m and r.measured.seconds > 0 else None
+        rows.append(
+            [
+                name,
+                _energy_bounded(m.energy_j, m.bound) if m else q.si(0.0, "J"),
+                q.si(watts, "W"),
+                q.si(w.energy_j if w else 0.0, "J"),
+                _quality_label(m.by_quality if m else {}),
+            ]
+        )
+    title = "Energy by component" + (" (measured window)" if r.saturated else "")
+    return title, ["component", "energy", "mean power", "warm-up", "how obtained"], rows
+
+
+def print_report(r: Report, console: Console | None = None) -> None:
+    """Readable tables of one report: the measured window beside the whole run."""
+    console = console or Console()
+    job = r.job
+    console.print(
+        f"[bold]Job {escape(job.name)}[/bold] ({escape(job.job_id)}, {escape(job.kind)}) "
+        f"on {len(job.hosts)} host(s): {escape(', '.join(sorted(job.hosts)))}"
+    )
+    console.print(f"Status: {status_text(r.state, job.exit_code, job.heard_at_ns, job.end_reason, job.end_state)}")
+    sat = r.saturation
+    whole = spans(r)[1]
+    if r.saturated:
+        console.print(
+            f"Saturated at {utc_iso(sat.at_ns or 0)} ({sat.method}); the measured window leaves out "
+            f"{q.duration(r.warmup.seconds)} of warm-up, the whole run includes it"
+        )
+    else:
+        console.print(f"[yellow]NOT SATURATED[/yellow] ({escape(sat.reason)}): whole-run figures")
+    share = whole.estimate
+    if share > 0:
+        console.print(
+            f"[bold yellow]ESTIMATE[/bold yellow]: {q.share(share)} of this job's energy is a power-model "
+            "estimate, not a measurement; every figure marked ESTIMATE derives from it"
+        )
+    if r.settings.idle == "subtract":
+        console.print(
+            "Idle policy subtract: figures marked 'above idle' charge only the energy above the idle baseline "
+            f"(the {r.settings.idle_lookback_s:.0f} s before the job); 'total' is all of it"
+        )
+    for title, head, rows in (report_table(r), component_table(r)):
+        t = Table(title=title)
+        for n, col in enumerate(head):
+            t.add_column(col, justify="left" if n == 0 or col == "how obtained" else "right")
+        for row in rows:
+            t.add_row(*(escape(cell) for cell in row))
+        console.print(t)
+    cov = report_coverage(r)
+    shares = ", ".join(f"{quality} {q.share(v)}" for quality, v in cov["shares"].items())
+    console.print(
+        f"Coverage: {shares or 'no energy data'}"
+        + (f"; not measured: {', '.join(cov['missing'])}" if cov["missing"] else "")
+    )
+    for note in r.notes:
+        if note.startswith("warning:"):
+            console.print(f"[yellow]{escape(note)}[/yellow]")
+        else:
+            console.print(f"note: {escape(note)}")

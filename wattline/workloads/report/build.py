@@ -1,0 +1,450 @@
+"""A job's report: saturation, energy of every host and component, per-unit figures
+(what a report holds: :mod:`.model`).
+
+Steps (each documented where it lives):
+
+1. The job is rebuilt from its stored events (:mod:`wattline.workloads.jobs.jobs_view`).
+2. Saturation is detected from the units timeline, the workload's own mark or
+   ``--saturated-after`` (``energy/saturation.py``); without units, from accelerator utilization.
+3. Per host, each channel's energy in the warm-up ``[open, saturation)`` and the
+   measured window ``[saturation, close)`` is the difference of its cumulative counter
+   at the window edges (O(1) in the job's length); when the edges lie in several agent
+   streams (a restart, or streams overlapping in time: counted once, ``energy/streams.py``), or
+   when other jobs shared the host, the samples themselves are split (``energy/attribution.py``).
+   Each channel's energy in each window carries its error bound, from the same samples
+   (``energy/window_bounds.py``, terms in ``energy/uncertainty.py``). A host's channels are built in
+   :mod:`.channels`, the idle baseline of ``--idle subtract`` in :mod:`.idle`.
+4. Figures per unit, cost and CO2 come from :mod:`.economics`.
+5. Completeness: a host window is complete when every series the host reported during
+   the job has samples from before its open to after its close. An agent ships samples every
+   batch interval, so a report built right at job end may lack the last seconds;
+   :func:`build_complete_report` waits (bounded) for them, and a report that still lacks
+   them says so ("incomplete: samples up to ..."), never a quiet shortfall.
+
+Component totals never add RAPL sub-domains to their parent: ``cpu_core`` and
+``cpu_uncore`` are inside ``cpu_package``, and ``psys`` (the whole platform) overlaps
+everything, so those three are left out of the host's energy.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from wattline import wire
+from wattline.collector.stores.reader import Reader, StoredJobEvent, StoredSample, UnitCuts
+from wattline.workloads.energy import window_bounds
+from wattline.workloads.energy.attribution import (
+    ACCELERATOR_COMPONENTS,
+    Attribution,
+    IdlePolicy,
+    JobWindow,
+    ShareRule,
+    coverage,
+    split_shared,
+    window_energy,
+)
+from wattline.workloads.energy.device_shares import DeviceShare, device_shares, use_scope, use_timelines
+from wattline.workloads.energy.saturation import Saturation, detect_saturation, grid_bins
+from wattline.workloads.energy.uncertainty import Bound
+from wattline.workloads.jobs.jobs_view import JobNotFound, JobView, inspect_view, utc_iso, view_at, views_of
+from wattline.workloads.report import economics
+from wattline.workloads.report.channels import EXCLUDED_COMPONENTS, Bounds, channels_from_edges, channels_from_samples
+from wattline.workloads.report.idle import idle_baselines, idle_busy_jobs, idle_busy_note
+from wattline.workloads.report.model import ComponentEnergy, Report, ReportSettings, WindowEnergy
+
+#: Names callers import from here; the report's parts live in the modules named above.
+__all__ = [
+    "EXCLUDED_COMPONENTS",
+    "LAG_HORIZON_NS",
+    "ComponentEnergy",
+    "Report",
+    "ReportSettings",
+    "WindowEnergy",
+    "build_complete_report",
+    "build_report",
+    "report_coverage",
+    "report_wait_s",
+]
+
+#: A series whose last sample before a host's close ended this long before the host's open
+#: is not taken as one the job should have had samples from (a device gone before the job).
+LAG_HORIZON_NS = window_bounds.LAG_HORIZON_NS
+#: How often :func:`build_complete_report` looks again while it waits, and the least it waits
+#: for a store to show an acknowledged close (a loaded engine makes it searchable seconds later).
+POLL_S, SHOW_CLOSE_S = 0.5, 15.0
+
+#: The components a complete measurement of a host has, for coverage's "missing" list.
+EXPECTED = {"cpu": ("cpu_package", "cpu"), "memory": ("dram",), "network": ("nic",)}
+
+
+def build_report(
+    reader: Reader, job_id: str, settings: ReportSettings | None = None, now_ns: int | None = None
+) -> Report:
+    """Compute the report of ``job_id`` from the store behind ``reader``."""
+    settings = settings or ReportSettings()
+    now_ns = now_ns or time.time_ns()
+    events = reader.job_events(job_id, every=False)
+    job = _view(reader, job_id, events, now_ns, settings)
+    end_ns = job.end_ns(now_ns)  # an abandoned job ends when it was last heard
+    state = job.state(now_ns)
+    notes: list[str] = []
+    if state == "running":
+        notes.append("job still running: figures up to now")
+    elif state == "abandoned":
+        notes.append(job.status(now_ns))
+    saturation = _saturation(reader, job, end_ns, settings)
+    start = saturation.at_ns if saturation.saturated and saturation.at_ns is not None else job.start_ns
+    if not saturation.saturated:
+        notes.append(f"not saturated ({saturation.reason}): whole-run figures")
+    others = _concurrent_jobs(reader, job, end_ns)
+    warm = WindowEnergy(seconds=(start - job.start_ns) / 1e9)
+    meas = WindowEnergy(seconds=(end_ns - start) / 1e9)
+    missing: set[str] = set()
+    idle_busy: dict[str, list[str]] = {}
+    incomplete: dict[str, int] = {}
+    late_start: dict[str, int] = {}
+    shares: list[DeviceShare] = []
+    for host, window in sorted(job.hosts.items()):
+        close = window.end_ns(now_ns, end_ns)  # an abandoned host's window ends when last heard
+        at_open, at_close = reader.around(host, (window.open_ns, close))
+        late = _samples_from(at_open, window.open_ns, close)
+        if late is not None:
+            late_start[host] = late[0]
+            notes.append(_late_note(host, window.open_ns, *late))
+        if window.close_ns is not None or window.abandoned(now_ns):
+            lag = _samples_up_to(at_close, window.open_ns)
+            if lag is not None:
+                incomplete[host] = lag[0]
+                notes.append(_incomplete_note(host, close, *lag))
+        busy = idle_busy_jobs(reader, job, host, window.open_ns, settings, now_ns)
+        if busy:
+            idle_busy[host] = busy
+            notes.append(idle_busy_note(host, settings.idle_lookback_s, busy))
+        split = min(max(start, window.open_ns), close)
+        bounds: Bounds = {}
+        attribution, host_missing, host_notes, host_shares = _host_attribution(
+            reader, (job, events), host, (window.open_ns, split, close), others, settings, now_ns, end_ns, bounds
+        )
+        missing |= host_missing
+        notes += host_notes
+        shares += host_shares
+        _accumulate(warm, attribution, f"{job_id}#warmup", host, bounds)
+        _accumulate(meas, attribution, f"{job_id}#measured", host, bounds)
+    units_warm = window_energy(job.unit_intervals, job.start_ns, start)  # apportioned like energy
+    units_meas = job.units_total - units_warm
+    energy = meas.dynamic_j if settings.idle == "subtract" else meas.energy_j
+    measured = economics.Measured(units_meas, meas.seconds, energy, max(len(job.hosts), 1))
+    figures = economics.figures(measured, settings.price_per_instance_hour, settings.carbon_intensity, settings.pue)
+    report = Report(
+        job,
+        end_ns,
+        saturation,
+        start,
+        units_warm,
+        units_meas,
+        warm,
+        meas,
+        figures,
+        settings,
+        sorted(missing),
+        notes,
+        incomplete,
+        late_start,
+        state,
+        idle_busy,
+        shares,
+        *_sharing(job, others, now_ns, end_ns),
+    )
+    if settings.carbon_series is not None:
+        from wattline.workloads.report.carbon import apply_series  # carbon reads the report's timeline
+
+        apply_series(reader, report, settings.carbon_series)
+    return report
+
+
+def report_wait_s(batch_interval_s: float) -> float:
+    """How long a report at job end waits for the last samples: two batch intervals (the
+    agent ships every batch interval; one more for the collector's write) plus 3 s."""
+    return 2 * batch_interval_s + 3.0
+
+
+def build_complete_report(
+    reader: Reader,
+    job_id: str,
+    settings: ReportSettings | None = None,
+    wait_s: float = report_wait_s(1.5),
+    closed: bool = False,
+) -> Report:
+    """:func:`build_report`, waiting up to ``wait_s`` after the job's end for samples that
+    have not reached the store yet (an agent ships them every batch interval).
+
+    Waits only for a closed job that ended less than ``wait_s`` ago; returns the report
+    as soon as it is complete, else the last one built, whose notes say what it lacks.
+    ``closed``: the caller knows the job closed (its close was acknowledged): up to ``wait_s``
+    (at least SHOW_CLOSE_S) for the store to show it (VictoriaMetrics makes rows searchable
+    a moment after it took them), so the report is not that of a job still running.
+    """
+    shown_by = time.monotonic() + max(wait_s, SHOW_CLOSE_S)
+    while True:
+        try:
+            report = build_report(reader, job_id, settings)
+        except JobNotFound:
+            if not closed or time.monotonic() >= shown_by:
+                raise
+            time.sleep(POLL_S)  # its events are stored, not searchable yet
+            continue
+        if closed and not report.job.closed and time.monotonic() < shown_by:
+            time.sleep(POLL_S)
+            continue
+        left_s = wait_s - (time.time_ns() - report.end_ns) / 1e9
+        if not report.incomplete or not report.job.closed or left_s <= 0:
+            return report
+        time.sleep(min(POLL_S, left_s))
+
+
+Edges = tuple[list[StoredSample], list[StoredSample]]  #: (last before, first after) an instant
+
+
+def _samples_up_to(at_close: Edges, open_ns: int) -> tuple[int, list[str]] | None:
+    """None when every series of the host active around the job has a sample ending at or
+    after its close (``at_close``: the host's samples around it); else (the earliest
+    last-sample end among those that lack one, their names)."""
+    after = {s.series for s in at_close[1]}
+    lagging = sorted(
+        (s.end_ns, _name(s))
+        for s in at_close[0]
+        if s.series not in after and s.component not in EXCLUDED_COMPONENTS and s.end_ns > open_ns - LAG_HORIZON_NS
+    )
+    if not lagging:
+        return None
+    return lagging[0][0], [name for _, name in lagging]
+
+
+def _samples_from(at_open: Edges, open_ns: int, close_ns: int) -> tuple[int, list[str]] | None:
+    """None when every series of the host with samples in the job's window also covers its
+    open (``at_open``: the host's samples around it); else (the latest first-sample start
+    among those that begin after it, their names)."""
+    before = {s.series for s in at_open[0]}
+    late = sorted(
+        ((s.start_ns, _name(s)) for s in at_open[1] if s.series not in before),
+        reverse=True,
+    )
+    late = [(t, name) for t, name in late if open_ns < t < close_ns and name.split("/")[1] not in EXCLUDED_COMPONENTS]
+    if not late:
+        return None
+    return late[0][0], [name for _, name in late]
+
+
+def _name(s: StoredSample) -> str:
+    return "/".join(s.series[1:4])
+
+
+def _which(series: list[str]) -> str:
+    return series[0] + (f" and {len(series) - 1} more" if len(series) > 1 else "")
+
+
+def _incomplete_note(host: str, close_ns: int, up_to_ns: int, series: list[str]) -> str:
+    return (
+        f"incomplete: {host}: samples up to {utc_iso(up_to_ns)}, {(close_ns - up_to_ns) / 1e9:.1f} s before the "
+        f"end of the job's window ({_which(series)}); energy figures are low by that part: run the report "
+        "again once the agent has shipped them"
+    )
+
+
+def _late_note(host: str, open_ns: int, from_ns: int, series: list[str]) -> str:
+    return (
+        f"incomplete: {host}: samples only from {utc_iso(from_ns)}, {(from_ns - open_ns) / 1e9:.1f} s after the "
+        f"job opened ({_which(series)}); energy before that is not counted"
+    )
+
+
+def _concurrent_jobs(reader: Reader, job: JobView, end_ns: int) -> list[JobView]:
+    """The other jobs that may have shared the job's hosts during its window (the overlap per
+    host, lease included, is checked in :func:`_host_attribution`), from the events near the
+    window and each unclosed job's last heard time only: the cost does not grow with the rest
+    of the store."""
+    if not job.hosts:
+        return []
+    events = reader.job_events_between(job.start_ns, end_ns, sorted(job.hosts))
+    return [v for v in views_of(events) if v.job_id != job.job_id]
+
+
+def _sharing(job: JobView, others: list[JobView], now_ns: int, end_ns: int) -> tuple[list[str], int | None]:
+    """The other jobs whose window overlapped the job's on one of its hosts, and the earliest
+    time one of them that still runs would be abandoned if not heard again (its lease's
+    end): the figures may change then, or when one of them closes."""
+    shared: set[str] = set()
+    until: list[int] = []
+    for v in others:
+        for host, window in job.hosts.items():
+            theirs = v.hosts.get(host)
+            if theirs is None:
+                continue
+            if theirs.open_ns < window.end_ns(now_ns, end_ns) and theirs.end_ns(now_ns, end_ns) > window.open_ns:
+                shared.add(v.job_id)
+                if theirs.close_ns is None and not theirs.abandoned(now_ns):
+                    until.append(theirs.last_ns + wire.lease_ns())
+    return sorted(shared), min(until, default=None)
+
+
+def neighbours(reader: Reader, job: JobView, until_ns: int) -> list[str]:
+    """The other jobs on the job's hosts from its open to ``until_ns``: those whose figures may
+    have counted it as running there, before its window was known to end earlier (a close
+    made for its dead holder, events that came late)."""
+    others = _concurrent_jobs(reader, job, until_ns)
+    return sorted(
+        v.job_id
+        for v in others
+        if any(
+            host in v.hosts and v.hosts[host].open_ns < until_ns and v.hosts[host].end_ns(until_ns) > w.open_ns
+            for host, w in job.hosts.items()
+        )
+    )
+
+
+def _view(reader: Reader, job_id: str, others: list[StoredJobEvent], now_ns: int, settings: ReportSettings) -> JobView:
+    """The job, its UNITS events read for what the report needs (:func:`wattline.workloads.jobs.jobs_view.view_at`):
+    its units total and count at its start, its saturation mark and each edge of the
+    saturation grid. The grid spans the job's window: its opens and closes give it, and for
+    a job not closed everywhere the times it was last heard (the first read)."""
+    first = inspect_view(job_id, others) if others else None
+    if first is None or not first.hosts or not first.closed:
+        first = inspect_view(job_id, [*others, *reader.unit_events(job_id, UnitCuts(0, 0))])
+    start, end = first.start_ns, first.end_ns(now_ns)
+    bins = grid_bins(start, end, settings.saturation) if end > start else 0
+    mark = first.saturation_mark_ns
+    return view_at(reader, job_id, UnitCuts(start, end, bins, (start,) if mark is None else (start, mark)), others)
+
+
+def _saturation(reader: Reader, job: JobView, end_ns: int, settings: ReportSettings) -> Saturation:
+    utilization = None
+    if not job.unit_events and job.saturation_mark_ns is None:
+        utilization = _accelerator_utilization(reader, job, end_ns)
+    return detect_saturation(
+        job.start_ns,
+        end_ns,
+        unit_events=job.unit_events or None,
+        utilization=utilization,
+        mark_ns=job.saturation_mark_ns,
+        params=settings.saturation,
+    )
+
+
+def _accelerator_utilization(reader: Reader, job: JobView, end_ns: int) -> list[tuple[int, float]] | None:
+    points: dict[int, list[float]] = defaultdict(list)
+    for host, window in job.hosts.items():
+        for s in reader.samples(host, window.open_ns, window.close_ns or end_ns):
+            if s.component in ACCELERATOR_COMPONENTS and s.utilization is not None:
+                points[s.end_ns // 10**9 * 10**9].append(s.utilization)
+    return [(t, sum(v) / len(v)) for t, v in sorted(points.items())] or None
+
+
+def _host_attribution(
+    reader: Reader,
+    job_and_events: tuple[JobView, Sequence[StoredJobEvent]],
+    host: str,
+    edges: tuple[int, int, int],
+    others: Sequence[JobView],
+    settings: ReportSettings,
+    now_ns: int,
+    end_ns: int,
+    bounds: Bounds,
+) -> tuple[Attribution, set[str], list[str], list[DeviceShare]]:
+    """Split one host's energy over [open, close) (``edges``: open, split, close) between this
+    job's two windows and others. Another job's window ends at its close, at its last heard
+    time once abandoned at ``now_ns`` (it shares nothing after that), or at ``end_ns``.
+    Accelerators the jobs measured their use of are split by it (:mod:`wattline.workloads.energy.device_shares`).
+    Each channel's bound in the job's two windows goes to ``bounds``."""
+    job, events = job_and_events
+    open_ns, split_ns, close_ns = edges
+    keys = (f"{job.job_id}#warmup", f"{job.job_id}#measured")
+    notes: list[str] = []
+    uses = use_timelines(events, host)
+    windows_of = ((v, v.hosts[host].open_ns, v.hosts[host].end_ns(now_ns, end_ns)) for v in others if host in v.hosts)
+    concurrent = [
+        JobWindow(v.job_id, host, start, end, frozenset(v.hosts[host].devices))
+        for v, start, end in windows_of
+        if start < close_ns and end > open_ns
+    ]
+    other_events = {w.job_id: reader.job_events(w.job_id, every=False) for w in concurrent}
+    other_uses = {k: use_timelines(v, host) for k, v in other_events.items()}
+    if concurrent or uses:
+        lo = min([open_ns] + [w.start_ns for w in concurrent])
+        hi = max([close_ns] + [w.end_ns for w in concurrent])
+        channels = channels_from_samples(reader.samples(host, lo, hi), host, settings, notes, (keys, edges, bounds))
+        if concurrent:
+            notes.append(f"{host}: shared with {len(concurrent)} other job(s); split by rule {settings.share_rule!r}")
+    else:
+        channels = channels_from_edges(reader, host, (open_ns, split_ns, close_ns), settings, notes, (keys, bounds))
+    every_device = frozenset().union(*(c.claim_keys for c in channels))
+
+    def claims(given: Iterable[str], measured: object, scope: frozenset[str]) -> frozenset[str]:
+        """Claimed devices; without claims, every device but those whose per-process use the
+        job's wrapper read (``scope``: it is charged those by its measured use), or none but
+        by measured use when it measured some and its scope is not known yet (running)."""
+        if given:
+            return frozenset(given)
+        if scope:
+            return every_device - scope
+        return frozenset() if measured else every_device
+
+    devices = claims(job.hosts[host].devices, uses, use_scope(events, host))
+    windows = [
+        JobWindow(f"{job.job_id}#warmup", host, open_ns, split_ns, devices, uses),
+        JobWindow(f"{job.job_id}#measured", host, split_ns, close_ns, devices, uses),
+        *(
+            JobWindow(
+                w.job_id,
+                host,
+                w.start_ns,
+                w.end_ns,
+                claims(w.devices, other_uses[w.job_id], use_scope(other_events[w.job_id], host)),
+                other_uses[w.job_id],
+            )
+            for w in concurrent
+        ),
+    ]
+    idle = IdlePolicy(settings.idle, idle_baselines(reader, host, open_ns, channels, settings, notes))  # type: ignore[arg-type]
+    rule = ShareRule(settings.share_rule, settings.deviceless_share)  # type: ignore[arg-type]
+    missing = {name for name, comps in EXPECTED.items() if not any(c.component in comps for c in channels)}
+    if not channels:
+        notes.append(f"{host}: no energy samples in the job's window (is an agent running there?)")
+    attribution = split_shared(channels, windows, rule, idle=idle)
+    shares = device_shares(attribution, keys, channels, (open_ns, close_ns), uses)
+    notes += [s.note() for s in shares if s.basis != "claimed" or job.hosts[host].devices]
+    claimed = frozenset().union(*(w.devices for w in windows))
+    notes += sorted({c.assumed for c in channels if c.assumed and c.claim_keys & claimed})
+    return attribution, missing, notes, shares
+
+
+def _accumulate(window: WindowEnergy, attribution: Attribution, job_key: str, host: str, bounds: Bounds) -> None:
+    for share in attribution.shares:
+        if share.job_id != job_key or share.host != host:
+            continue
+        comp = window.components.setdefault(share.component, ComponentEnergy(share.component))
+        bound, channel_j = bounds.get((job_key, share.component, share.device, share.quality.value), (Bound(), 0.0))
+        comp.bound += bound.scaled(min(share.energy_j / channel_j, 1.0) if channel_j > 0 else 1.0)
+        comp.energy_j += share.energy_j
+        comp.dynamic_j += share.dynamic_j
+        comp.split_by_use_j += share.measured_j
+        comp.by_quality[share.quality.value] = comp.by_quality.get(share.quality.value, 0.0) + share.energy_j
+        window.hosts[host] = window.hosts.get(host, 0.0) + share.energy_j
+
+
+def report_coverage(report: Report) -> dict[str, Any]:
+    """Share of the measured window's energy by quality, what was not measured at all, and
+    the share that is the job's part of a shared device split by measured utilization (the
+    device's energy is measured; the job's part of it is derived, not measured)."""
+    cov = coverage(report.measured.by_quality(), report.missing)
+    total = report.measured.energy_j
+    split = math.fsum(c.split_by_use_j for c in report.measured.components.values())
+    return {
+        "shares": {q.value: v for q, v in cov.shares.items()},
+        "measured_share": cov.measured_share,
+        "missing": list(cov.missing),
+        "split_by_utilization_share": split / total if total > 0 else 0.0,
+    }

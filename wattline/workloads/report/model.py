@@ -1,0 +1,134 @@
+"""What a job's report holds: its settings, the energy of each window by component and
+host, and the report itself (built by :func:`.build.build_report`)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from wattline.quality import Quality
+from wattline.workloads.energy.device_shares import DeviceShare
+from wattline.workloads.energy.saturation import Saturation, SaturationParams
+from wattline.workloads.energy.uncertainty import Bound
+from wattline.workloads.jobs.jobs_view import JobView
+from wattline.workloads.report import economics
+
+if TYPE_CHECKING:
+    from wattline.workloads.report.carbon import IntensitySeries
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """Knobs of a report (prices, carbon, idle and sharing policy)."""
+
+    price_per_instance_hour: float | None = None
+    carbon_intensity: float | None = None
+    pue: float = 1.0
+    idle: str = "none"  #: none | subtract
+    idle_lookback_s: float = 60.0  #: idle baseline measured over this long before the job
+    #: cpu-time | equal | device-share | exclusive; cpu-time is equal where no job measured its CPU time
+    share_rule: str = "cpu-time"
+    deviceless_share: float = 0.1
+    #: NeuronCores per device where a host's samples do not say (older agents; see report_channels).
+    cores_per_neuron_device: int = 2
+    saturation: SaturationParams = field(default_factory=SaturationParams)
+    #: Carbon intensity over time (a CSV file), applied interval by interval (:mod:`.carbon`).
+    carbon_series: IntensitySeries | None = None
+
+
+@dataclass
+class ComponentEnergy:
+    """Energy of one component (summed over hosts and devices) in one window."""
+
+    component: str
+    energy_j: float = 0.0
+    dynamic_j: float = 0.0
+    by_quality: dict[str, float] = field(default_factory=dict)
+    #: Of energy_j, the part the job got as its measured share of a shared device.
+    split_by_use_j: float = 0.0
+    #: How far energy_j may be off (:mod:`wattline.workloads.energy.uncertainty`).
+    bound: Bound = field(default_factory=Bound)
+
+
+@dataclass
+class WindowEnergy:
+    """Energy of the job in one window, by component and by host."""
+
+    seconds: float
+    components: dict[str, ComponentEnergy] = field(default_factory=dict)
+    hosts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def energy_j(self) -> float:
+        return math.fsum(c.energy_j for c in self.components.values())
+
+    @property
+    def dynamic_j(self) -> float:
+        return math.fsum(c.dynamic_j for c in self.components.values())
+
+    @property
+    def bound(self) -> Bound:
+        """How far energy_j may be off: the components' bounds added (worst case)."""
+        return sum((c.bound for c in self.components.values()), Bound())
+
+    def by_quality(self) -> dict[Quality, float]:
+        out: dict[Quality, float] = defaultdict(float)
+        for comp in self.components.values():
+            for q, j in comp.by_quality.items():
+                out[Quality(q)] += j
+        return dict(out)
+
+
+@dataclass
+class Report:
+    """Everything ``wattline report`` prints."""
+
+    job: JobView
+    end_ns: int
+    saturation: Saturation
+    measured_from_ns: int
+    units_warmup: float
+    units_measured: float
+    warmup: WindowEnergy
+    measured: WindowEnergy
+    figures: economics.Figures
+    settings: ReportSettings
+    missing: list[str]
+    notes: list[str]
+    #: Hosts whose samples do not (yet) reach their close: host -> samples up to (ns).
+    incomplete: dict[str, int] = field(default_factory=dict)
+    #: Hosts whose samples begin after their open: host -> samples only from (ns).
+    late_start: dict[str, int] = field(default_factory=dict)
+    state: str = "closed"  #: closed | running | abandoned (see JobView.state)
+    #: With ``idle="subtract"``: host -> the other jobs that ran in its idle baseline's look-back.
+    idle_busy: dict[str, list[str]] = field(default_factory=dict)
+    #: The job's charge per accelerator: measured share or claimed (:mod:`wattline.workloads.energy.device_shares`).
+    device_shares: list[DeviceShare] = field(default_factory=list)
+    #: The other jobs that shared one of its hosts during its window (their windows
+    #: changing after the fact changes these figures).
+    shared_with: list[str] = field(default_factory=list)
+    #: When one of those that still ran would be abandoned if not heard again; None if none runs.
+    depends_until_ns: int | None = None
+
+    @property
+    def saturated(self) -> bool:
+        return self.saturation.saturated
+
+    @property
+    def complete(self) -> bool:
+        """Every host's samples cover its window, from its open to its close."""
+        return not self.incomplete and not self.late_start
+
+    @property
+    def energy_data(self) -> bool:
+        """Any energy sample of the job's hosts fell in its window: without one, its energy
+        figures are "no samples", not 0 J."""
+        return bool(self.measured.components or self.warmup.components)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report JSON (``wattline report --json``; README "Report JSON")."""
+        from wattline.workloads.output.render import report_json  # render imports this module
+
+        return report_json(self)

@@ -1,0 +1,162 @@
+"""A report as JSON: the stable, documented ``--json`` / ``--report-json`` shape (README
+"Report JSON"). Every figure derived from energy that is partly a model estimate carries
+``estimate``/``estimate_share``, and each its bound (``*_bound``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from wattline.workloads.energy.uncertainty import Bound
+from wattline.workloads.jobs.jobs_view import utc_iso
+from wattline.workloads.output.labels import estimate_share, status_text
+from wattline.workloads.report import economics
+from wattline.workloads.report.build import Report, WindowEnergy, report_coverage
+from wattline.workloads.report.spans import Span, spans
+
+#: Version of the JSON shape below; bumped on any incompatible change.
+REPORT_SCHEMA = "wattline.report/1"
+
+
+def _window_json(w: WindowEnergy) -> dict[str, Any]:
+    return {
+        "seconds": w.seconds,
+        "energy_j": w.energy_j,
+        "dynamic_energy_j": w.dynamic_j,
+        "mean_power_w": w.energy_j / w.seconds if w.seconds > 0 else None,
+        "by_component": [
+            {
+                "component": c.component,
+                "energy_j": c.energy_j,
+                "dynamic_energy_j": c.dynamic_j,
+                "mean_power_w": c.energy_j / w.seconds if w.seconds > 0 else None,
+                "energy_j_by_quality": dict(sorted(c.by_quality.items())),
+                "energy_bound_j": c.bound.total_j,
+            }
+            for c in sorted(w.components.values(), key=lambda c: c.component)
+        ],
+        "by_host": [{"host": h, "energy_j": j} for h, j in sorted(w.hosts.items())],
+        **estimate_json(w),
+        **_bound_json(w.bound, w.energy_j),
+        "mean_power_w_bound": w.bound.total_j / w.seconds if w.seconds > 0 else None,
+    }
+
+
+def _bound_json(bound: Bound, energy_j: float) -> dict[str, Any]:
+    """How far ``energy_j`` may be off: half-width (J), relative, and by term (README "Method: uncertainty")."""
+    return {
+        "energy_bound_j": bound.total_j,
+        "energy_bound_rel": bound.relative(energy_j),
+        "energy_bound_terms_j": bound.terms(),
+    }
+
+
+#: Figures proportional to the charged energy (units, time, intensity exact): the bound's share of each.
+BOUNDED_FIGURES = (
+    "j_per_unit",
+    "kwh_per_million_units",
+    "co2_g_per_run",
+    "co2_g_per_million_units",
+)
+
+
+def _figure_bounds_json(figures: dict[str, Any], rel: float | None) -> dict[str, Any]:
+    """``<figure>_bound``: the half-width of each figure derived from energy (null when unknown)."""
+    return {
+        f"{k}_bound": None if figures.get(k) is None or rel is None else abs(figures[k]) * rel for k in BOUNDED_FIGURES
+    }
+
+
+def estimate_json(*windows: WindowEnergy) -> dict[str, Any]:
+    share = estimate_share(*windows)
+    return {"estimate": share > 0, "estimate_share": share}
+
+
+def _figures_json(f: economics.Figures) -> dict[str, Any]:
+    return {
+        "throughput_units_per_s": f.throughput_per_s,
+        "throughput_units_per_h": f.throughput_per_hour,
+        "throughput_units_per_instance_h": f.throughput_per_instance_hour,
+        "j_per_unit": f.j_per_unit,
+        "kwh_per_million_units": f.kwh_per_million_units,
+        "cost_usd_per_run": f.cost_per_run,
+        "cost_usd_per_million_units": f.cost_per_million_units,
+        "co2_g_per_run": f.co2_per_run_g,
+        "co2_g_per_million_units": f.co2_per_million_units_g,
+    }
+
+
+def _whole_run_json(whole: Span) -> dict[str, Any]:
+    out = {
+        "seconds": whole.seconds,
+        "units": whole.units,
+        "energy_j": whole.energy_j,
+        "dynamic_energy_j": whole.dynamic_j,
+        "mean_power_w": whole.energy_j / whole.seconds if whole.seconds > 0 else None,
+        **_figures_json(whole.figures),
+        **estimate_json(*whole.windows),
+        **_bound_json(whole.bound, whole.energy_j),
+        "mean_power_w_bound": whole.bound.total_j / whole.seconds if whole.seconds > 0 else None,
+    }
+    return out | _figure_bounds_json(out, whole.bound_rel)
+
+
+def report_json(r: Report) -> dict[str, Any]:
+    """The ``--json`` / ``--report-json`` shape (see README "Report JSON")."""
+    job = r.job
+    return {
+        "schema": REPORT_SCHEMA,
+        "energy_data": r.energy_data,
+        "job": {
+            "id": job.job_id,
+            "name": job.name,
+            "kind": job.kind,
+            "unit": job.unit_name,
+            "labels": job.labels,
+            "hosts": sorted(job.hosts),
+            "devices": {h: w.devices for h, w in sorted(job.hosts.items())},
+            "start": utc_iso(job.start_ns),
+            "end": utc_iso(r.end_ns),
+            "closed": job.closed,
+            "status": r.state,  #: closed | running | abandoned
+            "last_heard": None if job.heard_at_ns is None else utc_iso(job.heard_at_ns),
+            "exit_code": job.exit_code,
+            "end_state": job.end_state,  #: how the scheduler ended it ("" on its own)
+            "status_text": status_text(r.state, job.exit_code, job.heard_at_ns, job.end_reason, job.end_state),
+        },
+        "complete": r.complete,
+        "samples_up_to": {host: utc_iso(ns) for host, ns in sorted(r.incomplete.items())},
+        "samples_from": {host: utc_iso(ns) for host, ns in sorted(r.late_start.items())},
+        "saturation": {
+            "saturated": r.saturated,
+            "at": utc_iso(r.saturation.at_ns) if r.saturation.at_ns is not None else None,
+            "method": r.saturation.method,
+            "reason": r.saturation.reason,
+            "plateau_units_per_s": r.saturation.plateau_rate,
+        },
+        "durations_s": {
+            "total": (r.end_ns - job.start_ns) / 1e9,
+            "warmup": r.warmup.seconds,
+            "measured": r.measured.seconds,
+        },
+        "units": {"total": job.units_total, "warmup": r.units_warmup, "measured": r.units_measured},
+        "measured": _measured_json(r),
+        "warmup": _window_json(r.warmup),
+        "whole_run": _whole_run_json(spans(r)[1]),
+        "figures_from": "dynamic_energy_j" if r.settings.idle == "subtract" else "energy_j",
+        "policy": {
+            "idle": r.settings.idle,
+            "share_rule": r.settings.share_rule,
+            "price_usd_per_instance_hour": r.settings.price_per_instance_hour,
+            "carbon_intensity_g_per_kwh": r.settings.carbon_intensity,
+            "pue": r.settings.pue,
+            "idle_baseline_busy": r.idle_busy,
+        },
+        "device_shares": [asdict(d) for d in r.device_shares],
+        "notes": r.notes,
+    }
+
+
+def _measured_json(r: Report) -> dict[str, Any]:
+    out = {**_window_json(r.measured), **_figures_json(r.figures)}
+    return out | _figure_bounds_json(out, spans(r)[0].bound_rel) | {"coverage": report_coverage(r)}

@@ -1,0 +1,56 @@
+"""The stretches of a job a report gives figures for: the measured window and the whole run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wattline.workloads.energy.uncertainty import Bound
+from wattline.workloads.output.labels import estimate_share
+from wattline.workloads.report import economics
+from wattline.workloads.report.build import Report, WindowEnergy
+
+
+@dataclass(frozen=True)
+class Span:
+    """A stretch of the job a report gives figures for: the measured window or the whole run."""
+
+    title: str
+    seconds: float
+    units: float
+    windows: tuple[WindowEnergy, ...]
+    figures: economics.Figures  #: from the energy the idle policy charges
+
+    @property
+    def energy_j(self) -> float:
+        return sum(w.energy_j for w in self.windows)
+
+    @property
+    def dynamic_j(self) -> float:
+        return sum(w.dynamic_j for w in self.windows)
+
+    @property
+    def estimate(self) -> float:
+        return estimate_share(*self.windows)
+
+    @property
+    def bound(self) -> Bound:
+        """How far the energy may be off: the windows' bounds added (worst case)."""
+        return sum((w.bound for w in self.windows), Bound())
+
+    @property
+    def bound_rel(self) -> float | None:
+        """The bound relative to the energy the figures use (total, or above idle)."""
+        return self.bound.relative(self.figures.measured.energy_j)
+
+
+def spans(r: Report) -> tuple[Span, Span]:
+    """(measured window, whole run) of a report; the whole run's figures use the same
+    definitions (:mod:`.economics`) on warm-up + measured."""
+    s = r.settings
+    measured = Span("measured window", r.measured.seconds, r.units_measured, (r.measured,), r.figures)
+    seconds = (r.end_ns - r.job.start_ns) / 1e9
+    windows = (r.warmup, r.measured)
+    energy = sum(w.dynamic_j if s.idle == "subtract" else w.energy_j for w in windows)
+    whole = economics.Measured(r.job.units_total, max(seconds, 0.0), max(energy, 0.0), r.figures.measured.instances)
+    figures = economics.figures(whole, s.price_per_instance_hour, s.carbon_intensity, s.pue)
+    return measured, Span("whole run", seconds, r.job.units_total, windows, figures)

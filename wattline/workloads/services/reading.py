@@ -1,0 +1,144 @@
+"""What ``wattline report``, ``jobs`` and ``compare`` read: the store opened read-only,
+a job named the ways :func:`resolve_job` takes, the jobs' list and two jobs compared.
+
+The CLI parses options and calls these; a bad value or a job that is not in the store is
+a :class:`ConfigError` (one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from wattline.collector.daemon import store_from_settings
+from wattline.collector.lineprotocol import clip
+from wattline.collector.settings import CollectorSettings
+from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
+from wattline.collector.stores.reader import OpenReader, Reader
+from wattline.config import ConfigError
+from wattline.workloads.jobs.jobs_view import AmbiguousJob, JobNotFound, JobView, all_views, resolve_job
+from wattline.workloads.output.render import estimate_share
+from wattline.workloads.report import economics
+from wattline.workloads.report.build import Report, ReportSettings, build_complete_report, build_report
+
+
+def open_reader(settings: CollectorSettings) -> OpenReader:
+    """Open the store a report reads, read-only: a SQLite file must already be a wattline
+    store (nothing is created), an InfluxDB database must exist (ConfigError, exit 2)."""
+    opened = store_from_settings(settings, read_only=True)
+    try:
+        if not isinstance(opened, OpenReader):
+            raise ConfigError(
+                f"store {settings.store}: reports cannot read from a {opened.kind} store "
+                "(use the InfluxDB 1.x API, --influx-api v1, VictoriaMetrics, Prometheus or SQLite)"
+            )
+        if isinstance(opened, InfluxV1Store):
+            _check_database(opened)
+    except BaseException:
+        opened.close()
+        raise
+    return opened
+
+
+def _check_database(store: InfluxV1Store) -> None:
+    """ConfigError when the database a report would read does not exist (its queries would
+    just find nothing), or the server answers no InfluxQL (VictoriaMetrics)."""
+    try:
+        store.query("SELECT time_ns FROM job_events LIMIT 1")
+    except QueryError as exc:
+        if "database not found" in str(exc):
+            raise ConfigError(
+                f"InfluxDB {store.url} has no database {store.database[:100]!r} (--influx-database)"
+            ) from None
+        if "answers no InfluxQL" in str(exc):
+            raise ConfigError(str(exc)) from None
+        raise RuntimeError(f"InfluxDB {store.url}: {exc}") from None
+
+
+def report_or_exit(reader: Reader, ref: str, settings: ReportSettings) -> Report:
+    """The report of the job ``ref`` names (:func:`resolve_job`); one line and exit 2 when it
+    names none or several."""
+    try:
+        return build_complete_report(reader, resolve_job(reader, ref), settings)
+    except (JobNotFound, AmbiguousJob) as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def job_rows(reader: Reader, energy: bool, labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """``wattline jobs``: one row per job (the JSON shape) that has every one of ``labels``; with
+    ``energy``, each job's figures from its report. A job whose stored events are bad has its
+    ``error``, never stops the list."""
+    rows: list[dict[str, Any]] = []
+    now_ns = time.time_ns()
+    for view in labelled(all_views(reader), labels):
+        row: dict[str, Any] = {
+            "id": view.job_id,
+            "name": view.name,
+            "kind": view.kind,
+            "hosts": sorted(view.hosts),
+            "start_ns": view.start_ns,
+            "closed": view.closed,
+            "status": view.state(now_ns),  # closed | running | abandoned
+            "last_heard_ns": view.heard_at_ns,
+            "end_reason": view.end_reason,
+            "end_state": view.end_state,
+            "exit_code": view.exit_code,
+            "duration_s": (view.end_ns(now_ns) - view.start_ns) / 1e9,
+            "units": view.units_total,
+            "unit": view.unit_name,
+            "labels": dict(view.labels),  # a pod-job's namespace, pod and owner (README "Kubernetes pods")
+        }
+        try:
+            view.check()
+            if energy:
+                r = build_report(reader, view.job_id, now_ns=now_ns)
+                row.update(
+                    saturated=r.saturated,
+                    energy_data=r.energy_data,
+                    measured_energy_j=r.measured.energy_j,
+                    total_energy_j=r.measured.energy_j + r.warmup.energy_j,
+                    j_per_unit=r.figures.j_per_unit,
+                    estimate_share=estimate_share(r.measured, r.warmup),
+                )
+        except ValueError as exc:  # BadJob, or figures that cannot be computed
+            row.update(units=None, error=" ".join(str(exc).split()))
+        rows.append(row)
+    return rows
+
+
+def labelled(views: list[JobView], labels: Mapping[str, str] | None) -> list[JobView]:
+    """The views that carry every one of ``labels`` (KEY=VALUE, ``jobs --label``)."""
+    return [v for v in views if all(v.labels.get(k) == val for k, val in (labels or {}).items())]
+
+
+def compare_jobs(
+    a: Report,
+    b: Report,
+    allow_different_units: bool,
+    sla: float | None,
+    work: float | None,
+    instances: int | None,
+    price_a: float | None,
+    price_b: float | None,
+    pue: float,
+) -> economics.Comparison:
+    """``wattline compare``: B's measured figures against A's (:func:`economics.compare`); a
+    ConfigError when they count different units, unless allowed."""
+    if a.job.unit_name != b.job.unit_name and not allow_different_units:
+        raise ConfigError(
+            f"A counts {clip(a.job.unit_name, 40)} and B counts {clip(b.job.unit_name, 40)}: "
+            "per-unit figures would not compare; pass --allow-different-units to compare anyway"
+        )
+    return economics.compare(
+        a.figures.measured,
+        b.figures.measured,
+        sla_units_per_hour=sla,
+        work_units=work,
+        instances=instances,
+        price_a=price_a,
+        price_b=price_b,
+        carbon_intensity=a.settings.carbon_intensity,  # a CSV's energy-weighted value (report/carbon.py)
+        carbon_intensity_b=b.settings.carbon_intensity,
+        pue=pue,
+    )

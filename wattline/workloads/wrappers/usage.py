@@ -1,0 +1,204 @@
+"""Record a job's measured share of each accelerator it runs on (KIND_USE job events).
+
+While a job runs, its wrapper (``wattline run``, or the Job API when it opens its own
+job) asks the per-process sources every second how much of each device every process used
+since the previous ask (NVML per-process utilization samples, neuron-monitor per-runtime
+NeuronCore utilization; :class:`wattline.agent.sources.use.DeviceUse`), sums that over the
+job's processes (:class:`.processes.ProcessTree`) and, every ``period_s``, sends one USE
+event per device the job's processes ran on or used: ``job_use`` (the job's processes) and
+``device_use`` (every process), same unit, their means over
+``(time_ns - use_period_ns, time_ns]``.
+
+Why the wrapper and not the agent: the wrapper knows the job's processes (they are its
+descendants, in its pid namespace) and its events already reach the store exactly once
+(the outbox, or the local store), so the job's share becomes job data bounded by jobs x
+devices x periods, and no sample carries a pid label. The agent would have to learn every
+job's pids and ship per-process series. The cost: each wrapper opens NVML (and, for Neuron
+without embedded sampling, a neuron-monitor of its own).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from wattline import wire
+from wattline.agent.process_use import UseSource, UseTallies, use_fields, use_sources
+from wattline.workloads.jobs.events import EventBuilder
+from wattline.workloads.wrappers.processes import ProcessTree
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two measurements of a job's device use (env WATTLINE_USE_PERIOD_S).
+USE_PERIOD_S = 5.0
+ENV_USE_PERIOD = "WATTLINE_USE_PERIOD_S"
+
+
+def use_period_s() -> float:
+    """``$WATTLINE_USE_PERIOD_S`` when set to a positive number, else :data:`USE_PERIOD_S`."""
+    try:
+        value = float(os.environ.get(ENV_USE_PERIOD, ""))
+    except ValueError:
+        return USE_PERIOD_S
+    return value if value > 0 else USE_PERIOD_S
+
+
+class UseRecorder:
+    """Sends the job's USE events from a daemon thread until :meth:`stop`.
+
+    It asks the sources every ``sample_s`` (at most 1 s: a process's use since the
+    previous ask is lost if it exits before the next one, as its samples go with it) and
+    sends one event per device every ``period_s`` with the use integrated over the period.
+    """
+
+    def __init__(
+        self,
+        builder: EventBuilder,
+        send: Callable[[list[wire.pb.JobEvent]], None],
+        tree: ProcessTree,
+        sources: Callable[[], Sequence[UseSource]],
+        period_s: float | None = None,
+        sample_s: float = 1.0,
+    ) -> None:
+        self.builder = builder
+        self.send = send
+        self.tree = tree
+        self.sources = sources
+        self.period_s = use_period_s() if period_s is None else period_s
+        self.sample_s = min(sample_s, self.period_s)
+        #: Devices ("gpu:<UUID>") the job's processes ran on or used, so far.
+        self.devices: set[str] = set()
+        self.sent = 0
+        self._period_ns = 0  #: start of the current period
+        self._use = UseTallies()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wattline-use", daemon=True)
+
+    def start(self) -> UseRecorder:
+        """Measure from now until :meth:`stop`; never blocks the job (sources open in the thread)."""
+        self._period_ns = self._use.last_ns = time.time_ns()
+        self._thread.start()
+        return self
+
+    def _prime(self) -> None:
+        """Forget what the drivers hold from before the job."""
+        self.tree.refresh()
+        for source in self.sources():
+            try:
+                source.process_use(since_us=self._period_ns // 1000)
+            except Exception as exc:  # per-process use is optional: the job goes on without it
+                log.warning("job %s: no per-process use from %s: %s", self.builder.spec.job_id, source, exc)
+
+    def stop(self) -> None:
+        """Take the last partial period; no USE event after this returns."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self.sample()
+        self.flush()
+
+    def _run(self) -> None:
+        self._prime()
+        while not self._stop.wait(self.sample_s):
+            self.sample()
+            if time.time_ns() - self._period_ns >= self.period_s * 1e9:
+                self.flush()
+
+    @property
+    def scope(self) -> set[str]:
+        """Devices whose per-process use could be read, used by the job or not."""
+        return self._use.scope
+
+    def sample(self) -> None:
+        """Ask the sources once; add each device's use since the previous ask to the period."""
+        pids = self.tree.refresh()
+        for error in self._use.sample(self.sources(), lambda pid: "" if pid in pids else None, time.time_ns()):
+            log.warning("job %s: %s", self.builder.spec.job_id, error)
+        self.devices.update(self._use.jobs.get("", {}))
+
+    def flush(self) -> None:
+        """One USE event per device the job ran on or used in the period now ending."""
+        start, end = self._period_ns, self._use.last_ns
+        tallies, self._period_ns = self._use.take(""), end
+        if end <= start or not tallies:
+            return
+        events = [
+            self.builder.make(wire.pb.JobEvent.KIND_USE, end, **use_fields(key, end - start, t.mine, t.total, t.metric))
+            for key, t in sorted(tallies.items())
+        ]
+        try:
+            self.send(events)
+            self.sent += len(events)
+        except Exception as exc:  # never stop the job
+            log.warning("job %s: use events not sent: %s", self.builder.spec.job_id, exc)
+
+
+#: Sources that can give per-process use.
+USE_SOURCE_NAMES = ("nvml", "neuron")
+
+
+class JobUse:
+    """A :class:`UseRecorder` for one job and the sources it reads: the embedded session's
+    own (``discovery``, when it samples this host) or ones opened here (closed by :meth:`stop`)."""
+
+    def __init__(
+        self,
+        builder: EventBuilder,
+        send: Callable[[list[wire.pb.JobEvent]], None],
+        roots: Iterable[int],
+        *,
+        discovery: Any = None,
+        settings: Any = None,
+        doc: Any = None,
+    ) -> None:
+        self._owned: list[Any] | None = None
+        self._args = (settings, doc)
+        self._lock = threading.Lock()
+        self._discovery = discovery
+        self.recorder = UseRecorder(builder, send, ProcessTree(roots), self._sources)
+
+    def _sources(self) -> list[UseSource]:
+        """The embedded session's sources, else ours, opened at the first call (in the recorder's thread)."""
+        if self._discovery is not None:
+            return use_sources(self._discovery.sources)
+        with self._lock:
+            if self._owned is None:
+                self._owned = _open_sources(*self._args)
+            return use_sources(self._owned)
+
+    def start(self) -> JobUse:
+        self.recorder.start()
+        return self
+
+    @property
+    def scope(self) -> set[str]:
+        """Devices whose per-process use was read (for the close event's ``use_scope``)."""
+        return self.recorder.scope
+
+    def stop(self) -> None:
+        try:
+            self.recorder.stop()
+        finally:
+            with self._lock:
+                for source in self._owned or ():
+                    source.close()
+                self._owned = []
+
+
+def _open_sources(settings: Any, doc: Any) -> list[Any]:
+    """Discover the per-process sources this host has (none is fine: no USE events)."""
+    from wattline.agent import registry
+    from wattline.agent.settings import AgentSettings
+
+    settings = settings or AgentSettings()
+    names = [n for n in settings.sources if n in USE_SOURCE_NAMES]
+    try:
+        statuses = registry.discover(names, settings.sysfs_root, doc)
+    except Exception as exc:  # never stop the job for its use figures
+        log.warning("per-process use unavailable: %s", exc)
+        return []
+    return [s.source for s in statuses if s.source is not None]

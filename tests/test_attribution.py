@@ -12,15 +12,17 @@ from wattline.quality import Quality
 from wattline.workloads.energy.attribution import (
     Attribution,
     ChannelEnergy,
-    EdgeSample,
     IdlePolicy,
-    Interval,
     JobWindow,
     ShareRule,
-    coverage,
+    split_shared,
+)
+from wattline.workloads.energy.coverage import coverage
+from wattline.workloads.energy.window_energy import (
+    EdgeSample,
+    Interval,
     cumulative_window_energy,
     find_edges,
-    split_shared,
     window_energy,
 )
 

@@ -18,8 +18,9 @@ from test_bounds import T0 as BOUNDS_T0
 from test_bounds import Series, write_job
 
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.report.build import ReportSettings, build_report
-from wattline.workloads.report.carbon import read_series
+from wattline.workloads.report.build import build_report
+from wattline.workloads.report.intensity import read_series
+from wattline.workloads.report.model import ReportSettings
 
 WATTLINE = [sys.executable, "-m", "wattline.cli.main"]
 HOST_W = 36.0 + 54.0  # synth's two hosts in the measured window: (30+5+1) W x 1 and x 1.5

@@ -22,7 +22,8 @@ from wattline.collector.stores.factory import open_store
 from wattline.workloads.energy.saturation import SaturationParams
 from wattline.workloads.jobs.events import EventBuilder, JobSpec
 from wattline.workloads.report import economics
-from wattline.workloads.report.build import ReportSettings, build_report
+from wattline.workloads.report.build import build_report
+from wattline.workloads.report.model import ReportSettings
 
 TICK_S = 0.5
 RAMP_S, RUN_S = 20.0, 90.0  # units ramp linearly for 20 s, then a plateau until 90 s

@@ -60,7 +60,7 @@ from grafana_data import (
 from servers import Influxd
 
 from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.workloads.output.render import report_json
+from wattline.workloads.report.report_json import report_json
 from wattline.workloads.services.summary import record_summary
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -60,7 +60,7 @@ from grafana_data import (
 from servers import VictoriaMetrics, http
 
 from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.output.render import report_json
+from wattline.workloads.report.report_json import report_json
 from wattline.workloads.services.summary import record_summary
 
 ROOT = Path(__file__).resolve().parents[1]

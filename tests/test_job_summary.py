@@ -40,8 +40,8 @@ from wattline.collector.linestore import LineProtocolStore
 from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
 from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.output.render import report_json
 from wattline.workloads.report.build import build_report
+from wattline.workloads.report.report_json import report_json
 from wattline.workloads.services.summary import Sink, SummaryWriter, record_summary, summary_of
 
 START_UJ = 10**11
@@ -212,7 +212,7 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
 
 
 def build_report_settings() -> Any:
-    from wattline.workloads.report.build import ReportSettings
+    from wattline.workloads.report.model import ReportSettings
 
     return ReportSettings(price_per_instance_hour=0.5)
 

@@ -33,16 +33,17 @@ from wattline.quality import Quality
 from wattline.workloads.energy.attribution import (
     Attribution,
     ChannelEnergy,
-    Interval,
     JobWindow,
     UseInterval,
     UseTimeline,
     split_shared,
 )
 from wattline.workloads.energy.device_shares import use_timelines
+from wattline.workloads.energy.window_energy import Interval
 from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.output.render import report_json
-from wattline.workloads.report.build import Report, build_report
+from wattline.workloads.report.build import build_report
+from wattline.workloads.report.model import Report
+from wattline.workloads.report.report_json import report_json
 
 GPU0 = "GPU-5a5a5a5a-0000-4000-8000-000000000000"
 GPU1 = "GPU-6b6b6b6b-0000-4000-8000-000000000000"

@@ -33,7 +33,6 @@ from wattline.cli.main import app
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.reader import StoredJobEvent, UnitCuts, reduce_units
 from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.energy.attribution import window_energy
 from wattline.workloads.energy.saturation import (
     SaturationParams,
     _bin_rates,
@@ -41,6 +40,7 @@ from wattline.workloads.energy.saturation import (
     detect_saturation,
     grid_bins,
 )
+from wattline.workloads.energy.window_energy import window_energy
 from wattline.workloads.jobs.events import EventBuilder, JobSpec
 from wattline.workloads.jobs.jobs_view import BadJob, build_view
 from wattline.workloads.report.build import build_report

@@ -27,7 +27,8 @@ from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.reader import UnitCuts, reduce_units
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.energy.saturation import SaturationParams, grid_bins
-from wattline.workloads.report.build import Report, build_report
+from wattline.workloads.report.build import build_report
+from wattline.workloads.report.model import Report
 
 S = 10**9
 Store = SqliteStore | InfluxV1Store

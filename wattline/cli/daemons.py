@@ -25,7 +25,7 @@ from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import StoreUnavailable
 from wattline.collector.stores.reader import SummaryStore
 from wattline.config import build, help_of
-from wattline.workloads.report.build import ReportSettings
+from wattline.workloads.report.model import ReportSettings
 from wattline.workloads.services.summary import SummaryWriter
 
 log = logging.getLogger(__name__)

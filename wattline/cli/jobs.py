@@ -26,8 +26,9 @@ from wattline.cli.options import (
 )
 from wattline.config import ConfigError, parse_pairs
 from wattline.units import parse_duration
-from wattline.workloads.output.render import comparison_json, print_comparison, print_jobs
-from wattline.workloads.report.build import ReportSettings
+from wattline.workloads.output.comparison import comparison_json, print_comparison
+from wattline.workloads.output.jobs_table import print_jobs
+from wattline.workloads.report.model import ReportSettings
 from wattline.workloads.services.reading import compare_jobs, job_rows, report_or_exit
 from wattline.workloads.wrappers.job import default_job_id
 from wattline.workloads.wrappers.job_command import (

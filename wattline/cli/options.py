@@ -31,10 +31,10 @@ from wattline.collector.settings import CollectorSettings, check_tenant
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.reader import OpenReader
 from wattline.config import ConfigError, build
-from wattline.workloads.report.build import ReportSettings
-from wattline.workloads.report.carbon import IntensitySeries, parse_intensity
+from wattline.workloads.report.intensity import IntensitySeries, parse_intensity
+from wattline.workloads.report.model import ReportSettings
 from wattline.workloads.services import reading
-from wattline.workloads.wrappers.embedded import default_store_url
+from wattline.workloads.services.store import default_store_url
 from wattline.workloads.wrappers.job_command import JobStore
 
 STORE_HELP = (

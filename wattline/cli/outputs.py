@@ -14,7 +14,8 @@ from wattline.collector.stores.reader import Reader
 from wattline.config import ConfigError
 from wattline.workloads.jobs.jobs_view import all_views
 from wattline.workloads.output import export as export_rows
-from wattline.workloads.report.build import Report, ReportSettings, build_report
+from wattline.workloads.report.build import build_report
+from wattline.workloads.report.model import Report, ReportSettings
 from wattline.workloads.report.timeline import build_timeline
 from wattline.workloads.services.reading import labelled, report_or_exit
 

@@ -10,7 +10,7 @@ from wattline.cli.agent_entry import agent_settings
 from wattline.cli.options import VERBOSE, StoreChoice, report_options, store_options
 from wattline.config import ConfigError, parse_pairs
 from wattline.units import parse_duration
-from wattline.workloads.report.build import ReportSettings
+from wattline.workloads.report.model import ReportSettings
 from wattline.workloads.sweep import plan as plans
 from wattline.workloads.sweep.command import Outputs, run_sweep
 from wattline.workloads.sweep.grid import parse_params

@@ -26,7 +26,7 @@ from wattline.cli.options import VERBOSE, StoreChoice, option_group, report_opti
 from wattline.config import ConfigError
 from wattline.workloads.reference.common import DEVICES, DTYPES, EXTRA_HINT, RANDOM_WEIGHTS, import_torch, missing_extra
 from wattline.workloads.reference.launch import WORKLOAD_SCHEMA, Launch, Where, resolve, run_workload, torchrun
-from wattline.workloads.report.build import ReportSettings
+from wattline.workloads.report.model import ReportSettings
 from wattline.workloads.wrappers.job import default_job_id
 
 app = typer.Typer(

@@ -62,35 +62,23 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from wattline.quality import Quality
-from wattline.workloads.energy.coverage import Coverage, coverage
 from wattline.workloads.energy.window_energy import (
-    EdgeSample,
     Interval,
-    cumulative_window_energy,
-    find_edges,
-    window_energy,
 )
 
 __all__ = [
     "ACCELERATOR_COMPONENTS",
     "Attribution",
     "ChannelEnergy",
-    "Coverage",
-    "EdgeSample",
     "IdleMode",
     "IdlePolicy",
-    "Interval",
     "JobWindow",
     "Share",
     "ShareKind",
     "ShareRule",
     "UseInterval",
     "UseTimeline",
-    "coverage",
-    "cumulative_window_energy",
-    "find_edges",
     "split_shared",
-    "window_energy",
 ]
 
 _NS = 1_000_000_000

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from wattline.collector.stores.reader import StoredJobEvent
-from wattline.workloads.energy.attribution import Attribution, ChannelEnergy, UseInterval, UseTimeline, window_energy
+from wattline.workloads.energy.attribution import Attribution, ChannelEnergy, UseInterval, UseTimeline
+from wattline.workloads.energy.window_energy import window_energy
 
 #: How a job's part of a device was decided.
 MEASURED, CLAIMED, MIG = "measured share", "claimed", "MIG instance share"

@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from wattline.workloads.energy.attribution import Interval
+from wattline.workloads.energy.window_energy import Interval
 
 __all__ = ["StreamMerge", "StreamSample", "merge_streams"]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from wattline.collector.stores.reader import StoredSample
-from wattline.workloads.energy.attribution import Interval
 from wattline.workloads.energy.uncertainty import Bound, edge_term, quality_terms
+from wattline.workloads.energy.window_energy import Interval
 
 __all__ = ["LAG_HORIZON_NS", "edge_bound", "edge_power_w", "p_max_w", "samples_bound"]
 

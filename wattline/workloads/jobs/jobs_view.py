@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import signal
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -334,3 +335,40 @@ def resolve_job(reader: Reader, ref: str) -> str:
         f"job {clip(ref)} is ambiguous: {len(prefixed)} ids start with it, latest first: {shown}{more}; "
         "give more of the id"
     )
+
+
+#: A scheduler's ``end_state`` (Slurm) or how a pod ended (a pod-job's ``pod_end``) as people
+#: read it; another value is shown as it is.
+END_STATE_TEXT = {
+    "cancelled": "cancelled",
+    "timeout": "timed out",
+    "node_fail": "node failure",
+    "preempted": "preempted",
+    "out_of_memory": "out of memory",
+    "deadline": "deadline reached",
+    "boot_fail": "boot failure",
+    "oom_killed": "OOM-killed",
+    "shutdown": "node shutdown",
+}
+
+
+def status_text(
+    state: str, exit_code: int | None, last_heard_ns: int | None, end_reason: str = "", end_state: str = ""
+) -> str:
+    """How a job ended, for people: "ok (exit 0)", "failed (exit 143, SIGTERM)", "cancelled
+    (exit 143, SIGTERM)" (the scheduler ended it), "evicted (exit 137, SIGKILL)" (how its
+    pod ended), "running", "abandoned (no close; last heard
+    at T)", "abandoned (wrapper gone: ...; last alive at T)"."""
+    if state == "running":
+        return "running"
+    if state == "abandoned":
+        return abandoned_text(end_reason, last_heard_ns or 0)
+    verdict = END_STATE_TEXT.get(end_state, end_state) or ("failed" if exit_code else "ok")
+    if not exit_code:
+        return f"{verdict} (exit 0)"
+    number = -exit_code if exit_code < 0 else exit_code - 128
+    try:
+        name = f", {signal.Signals(number).name}" if number > 0 else ""
+    except ValueError:
+        name = ""
+    return f"{verdict} (exit {exit_code}{name})"

@@ -13,10 +13,11 @@ from rich.table import Table
 
 from wattline.workloads.energy.uncertainty import Side, change_bound
 from wattline.workloads.output import quantities as q
-from wattline.workloads.output.labels import estimate_share, tagged
+from wattline.workloads.output.labels import tagged
 from wattline.workloads.report import economics
-from wattline.workloads.report.build import Report
+from wattline.workloads.report.model import Report
 from wattline.workloads.report.report_json import estimate_json
+from wattline.workloads.report.windows import estimate_share
 
 #: Version of the JSON shape below; bumped on any incompatible change.
 COMPARE_SCHEMA = "wattline.compare/1"

@@ -17,8 +17,9 @@ from typing import IO, Any
 
 from wattline.collector.stores.reader import Reader
 from wattline.workloads.jobs.jobs_view import utc_iso
-from wattline.workloads.output.render import report_json
-from wattline.workloads.report.build import EXCLUDED_COMPONENTS, Report
+from wattline.workloads.report.channels import EXCLUDED_COMPONENTS
+from wattline.workloads.report.model import Report
+from wattline.workloads.report.report_json import report_json
 from wattline.workloads.report.timeline import host_span
 
 QUALITIES = ("counter", "integrated", "model")

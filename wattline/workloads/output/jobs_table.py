@@ -10,9 +10,9 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 
-from wattline.workloads.jobs.jobs_view import utc_iso
+from wattline.workloads.jobs.jobs_view import status_text, utc_iso
 from wattline.workloads.output import quantities as q
-from wattline.workloads.output.labels import NO_SAMPLES, status_text, tagged
+from wattline.workloads.output.labels import NO_SAMPLES, tagged
 
 JOB_COLUMNS = ("id", "name", "status", "start (UTC)", "duration", "hosts", "units")
 ENERGY_COLUMNS = ("energy (whole run)", "J/unit (measured)")

@@ -12,8 +12,9 @@ from typing import Any
 
 from wattline import __version__
 from wattline.workloads.output.quantities import si
-from wattline.workloads.output.render import TextTable, component_table, report_json, report_table
-from wattline.workloads.report.build import Report
+from wattline.workloads.output.render import TextTable, component_table, report_table
+from wattline.workloads.report.model import Report
+from wattline.workloads.report.report_json import report_json
 from wattline.workloads.report.timeline import Series
 
 STYLE = """

@@ -21,10 +21,11 @@ from typing import Any
 
 from wattline.config import ConfigError
 from wattline.workloads.jobs.jobs_view import utc_iso
+from wattline.workloads.output.labels import estimate_tag
 from wattline.workloads.output.quantities import si
-from wattline.workloads.output.render import estimate_share, estimate_tag
-from wattline.workloads.report.build import Report
+from wattline.workloads.report.model import Report
 from wattline.workloads.report.timeline import Timeline
+from wattline.workloads.report.windows import estimate_share
 
 #: Output formats, by file suffix.
 FORMATS = (".png", ".svg")

@@ -18,34 +18,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from wattline.workloads.energy.uncertainty import Bound
-from wattline.workloads.jobs.jobs_view import utc_iso
+from wattline.workloads.jobs.jobs_view import status_text, utc_iso
 from wattline.workloads.output import quantities as q
-from wattline.workloads.output.comparison import COMPARE_SCHEMA, change_significance, comparison_json, print_comparison
-from wattline.workloads.output.jobs_table import print_jobs
-from wattline.workloads.output.labels import NO_SAMPLES, estimate_share, estimate_tag, status_text, tagged
-from wattline.workloads.report.build import Report, WindowEnergy, report_coverage
-from wattline.workloads.report.report_json import REPORT_SCHEMA, report_json
+from wattline.workloads.output.labels import NO_SAMPLES, estimate_tag, tagged
+from wattline.workloads.report.model import Report
+from wattline.workloads.report.report_json import report_coverage
 from wattline.workloads.report.spans import Span, spans
-
-#: Names callers import from here; each is defined in the module named above.
-__all__ = [
-    "COMPARE_SCHEMA",
-    "NO_SAMPLES",
-    "REPORT_SCHEMA",
-    "Span",
-    "change_significance",
-    "comparison_json",
-    "component_table",
-    "estimate_share",
-    "estimate_tag",
-    "print_comparison",
-    "print_jobs",
-    "print_report",
-    "report_json",
-    "report_table",
-    "spans",
-    "status_text",
-]
+from wattline.workloads.report.windows import WindowEnergy
 
 
 def _quality_label(by_quality: dict[str, float]) -> str:

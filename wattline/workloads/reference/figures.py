@@ -11,7 +11,7 @@ from rich.table import Table
 
 from wattline.workloads.energy.saturation import detect_saturation
 from wattline.workloads.reference.common import RANDOM_WEIGHTS
-from wattline.workloads.report.build import Report
+from wattline.workloads.report.model import Report
 
 
 def cross_check(report: Report, result: dict[str, Any] | None) -> dict[str, Any]:

@@ -20,10 +20,11 @@ from rich.console import Console
 
 from wattline.agent.settings import AgentSettings
 from wattline.config import ConfigError
-from wattline.workloads.output.render import print_report, report_json
+from wattline.workloads.output.render import print_report
 from wattline.workloads.reference.common import DEMO_ONLY, DTYPES, RANDOM_WEIGHTS, probe_devices, resolve_device
 from wattline.workloads.reference.figures import cross_check, print_workload
-from wattline.workloads.report.build import Report, ReportSettings
+from wattline.workloads.report.model import Report, ReportSettings
+from wattline.workloads.report.report_json import report_json
 from wattline.workloads.wrappers.job import default_job_id
 from wattline.workloads.wrappers.job_command import (
     Job,

@@ -28,51 +28,33 @@ everything, so those three are left out of the host's energy.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from wattline import wire
 from wattline.collector.stores.reader import Reader, StoredJobEvent, StoredSample, UnitCuts
-from wattline.workloads.energy import window_bounds
 from wattline.workloads.energy.attribution import (
     ACCELERATOR_COMPONENTS,
     Attribution,
     IdlePolicy,
     JobWindow,
     ShareRule,
-    coverage,
     split_shared,
-    window_energy,
 )
 from wattline.workloads.energy.device_shares import DeviceShare, device_shares, use_scope, use_timelines
 from wattline.workloads.energy.saturation import Saturation, detect_saturation, grid_bins
 from wattline.workloads.energy.uncertainty import Bound
+from wattline.workloads.energy.window_bounds import LAG_HORIZON_NS
+from wattline.workloads.energy.window_energy import window_energy
 from wattline.workloads.jobs.jobs_view import JobNotFound, JobView, inspect_view, utc_iso, view_at, views_of
 from wattline.workloads.report import economics
+from wattline.workloads.report.carbon import apply_series
 from wattline.workloads.report.channels import EXCLUDED_COMPONENTS, Bounds, channels_from_edges, channels_from_samples
 from wattline.workloads.report.idle import idle_baselines, idle_busy_jobs, idle_busy_note
-from wattline.workloads.report.model import ComponentEnergy, Report, ReportSettings, WindowEnergy
+from wattline.workloads.report.model import Report, ReportSettings
+from wattline.workloads.report.windows import ComponentEnergy, WindowEnergy
 
-#: Names callers import from here; the report's parts live in the modules named above.
-__all__ = [
-    "EXCLUDED_COMPONENTS",
-    "LAG_HORIZON_NS",
-    "ComponentEnergy",
-    "Report",
-    "ReportSettings",
-    "WindowEnergy",
-    "build_complete_report",
-    "build_report",
-    "report_coverage",
-    "report_wait_s",
-]
-
-#: A series whose last sample before a host's close ended this long before the host's open
-#: is not taken as one the job should have had samples from (a device gone before the job).
-LAG_HORIZON_NS = window_bounds.LAG_HORIZON_NS
 #: How often :func:`build_complete_report` looks again while it waits, and the least it waits
 #: for a store to show an acknowledged close (a loaded engine makes it searchable seconds later).
 POLL_S, SHOW_CLOSE_S = 0.5, 15.0
@@ -160,8 +142,6 @@ def build_report(
         *_sharing(job, others, now_ns, end_ns),
     )
     if settings.carbon_series is not None:
-        from wattline.workloads.report.carbon import apply_series  # carbon reads the report's timeline
-
         apply_series(reader, report, settings.carbon_series)
     return report
 
@@ -433,18 +413,3 @@ def _accumulate(window: WindowEnergy, attribution: Attribution, job_key: str, ho
         comp.split_by_use_j += share.measured_j
         comp.by_quality[share.quality.value] = comp.by_quality.get(share.quality.value, 0.0) + share.energy_j
         window.hosts[host] = window.hosts.get(host, 0.0) + share.energy_j
-
-
-def report_coverage(report: Report) -> dict[str, Any]:
-    """Share of the measured window's energy by quality, what was not measured at all, and
-    the share that is the job's part of a shared device split by measured utilization (the
-    device's energy is measured; the job's part of it is derived, not measured)."""
-    cov = coverage(report.measured.by_quality(), report.missing)
-    total = report.measured.energy_j
-    split = math.fsum(c.split_by_use_j for c in report.measured.components.values())
-    return {
-        "shares": {q.value: v for q, v in cov.shares.items()},
-        "measured_share": cov.measured_share,
-        "missing": list(cov.missing),
-        "split_by_utilization_share": split / total if total > 0 else 0.0,
-    }

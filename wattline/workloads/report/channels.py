@@ -10,16 +10,11 @@ from collections.abc import Iterable
 
 from wattline.collector.stores.reader import Reader, StoredSample
 from wattline.quality import Quality
-from wattline.workloads.energy.attribution import (
-    ChannelEnergy,
-    EdgeSample,
-    Interval,
-    cumulative_window_energy,
-    window_energy,
-)
+from wattline.workloads.energy.attribution import ChannelEnergy
 from wattline.workloads.energy.streams import StreamMerge, StreamSample, merge_streams
 from wattline.workloads.energy.uncertainty import Bound
 from wattline.workloads.energy.window_bounds import edge_bound, samples_bound
+from wattline.workloads.energy.window_energy import EdgeSample, Interval, cumulative_window_energy, window_energy
 from wattline.workloads.report.model import ReportSettings
 
 #: Sub-domains and supersets left out of a host's total (see :mod:`.build`).

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 from wattline.collector.lineprotocol import clip
 from wattline.collector.stores.reader import Reader
-from wattline.workloads.energy.attribution import ChannelEnergy, cumulative_window_energy
+from wattline.workloads.energy.attribution import ChannelEnergy
+from wattline.workloads.energy.window_energy import cumulative_window_energy
 from wattline.workloads.jobs.jobs_view import JobView, views_of
 from wattline.workloads.report.channels import edge_sample
 from wattline.workloads.report.model import ReportSettings

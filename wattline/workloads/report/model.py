@@ -1,22 +1,18 @@
-"""What a job's report holds: its settings, the energy of each window by component and
-host, and the report itself (built by :func:`.build.build_report`)."""
+"""What a job's report holds: its settings and the report itself (built by
+:func:`.build.build_report`; each window's energy: :mod:`.windows`)."""
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from wattline.quality import Quality
 from wattline.workloads.energy.device_shares import DeviceShare
 from wattline.workloads.energy.saturation import Saturation, SaturationParams
-from wattline.workloads.energy.uncertainty import Bound
 from wattline.workloads.jobs.jobs_view import JobView
 from wattline.workloads.report import economics
-
-if TYPE_CHECKING:
-    from wattline.workloads.report.carbon import IntensitySeries
+from wattline.workloads.report.intensity import IntensitySeries
+from wattline.workloads.report.report_json import report_json
+from wattline.workloads.report.windows import WindowEnergy
 
 
 @dataclass(frozen=True)
@@ -31,54 +27,11 @@ class ReportSettings:
     #: cpu-time | equal | device-share | exclusive; cpu-time is equal where no job measured its CPU time
     share_rule: str = "cpu-time"
     deviceless_share: float = 0.1
-    #: NeuronCores per device where a host's samples do not say (older agents; see report_channels).
+    #: NeuronCores per device where a host's samples do not say (older agents; see :mod:`.channels`).
     cores_per_neuron_device: int = 2
     saturation: SaturationParams = field(default_factory=SaturationParams)
-    #: Carbon intensity over time (a CSV file), applied interval by interval (:mod:`.carbon`).
+    #: Carbon intensity over time (a CSV file: :mod:`.intensity`), applied interval by interval (:mod:`.carbon`).
     carbon_series: IntensitySeries | None = None
-
-
-@dataclass
-class ComponentEnergy:
-    """Energy of one component (summed over hosts and devices) in one window."""
-
-    component: str
-    energy_j: float = 0.0
-    dynamic_j: float = 0.0
-    by_quality: dict[str, float] = field(default_factory=dict)
-    #: Of energy_j, the part the job got as its measured share of a shared device.
-    split_by_use_j: float = 0.0
-    #: How far energy_j may be off (:mod:`wattline.workloads.energy.uncertainty`).
-    bound: Bound = field(default_factory=Bound)
-
-
-@dataclass
-class WindowEnergy:
-    """Energy of the job in one window, by component and by host."""
-
-    seconds: float
-    components: dict[str, ComponentEnergy] = field(default_factory=dict)
-    hosts: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def energy_j(self) -> float:
-        return math.fsum(c.energy_j for c in self.components.values())
-
-    @property
-    def dynamic_j(self) -> float:
-        return math.fsum(c.dynamic_j for c in self.components.values())
-
-    @property
-    def bound(self) -> Bound:
-        """How far energy_j may be off: the components' bounds added (worst case)."""
-        return sum((c.bound for c in self.components.values()), Bound())
-
-    def by_quality(self) -> dict[Quality, float]:
-        out: dict[Quality, float] = defaultdict(float)
-        for comp in self.components.values():
-            for q, j in comp.by_quality.items():
-                out[Quality(q)] += j
-        return dict(out)
 
 
 @dataclass
@@ -129,6 +82,4 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The report JSON (``wattline report --json``; README "Report JSON")."""
-        from wattline.workloads.output.render import report_json  # render imports this module
-
         return report_json(self)

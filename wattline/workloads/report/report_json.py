@@ -4,15 +4,19 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from wattline.workloads.energy.coverage import coverage
 from wattline.workloads.energy.uncertainty import Bound
-from wattline.workloads.jobs.jobs_view import utc_iso
-from wattline.workloads.output.labels import estimate_share, status_text
+from wattline.workloads.jobs.jobs_view import status_text, utc_iso
 from wattline.workloads.report import economics
-from wattline.workloads.report.build import Report, WindowEnergy, report_coverage
 from wattline.workloads.report.spans import Span, spans
+from wattline.workloads.report.windows import WindowEnergy, estimate_share
+
+if TYPE_CHECKING:
+    from wattline.workloads.report.model import Report
 
 #: Version of the JSON shape below; bumped on any incompatible change.
 REPORT_SCHEMA = "wattline.report/1"
@@ -160,3 +164,18 @@ def report_json(r: Report) -> dict[str, Any]:
 def _measured_json(r: Report) -> dict[str, Any]:
     out = {**_window_json(r.measured), **_figures_json(r.figures)}
     return out | _figure_bounds_json(out, spans(r)[0].bound_rel) | {"coverage": report_coverage(r)}
+
+
+def report_coverage(report: Report) -> dict[str, Any]:
+    """Share of the measured window's energy by quality, what was not measured at all, and
+    the share that is the job's part of a shared device split by measured utilization (the
+    device's energy is measured; the job's part of it is derived, not measured)."""
+    cov = coverage(report.measured.by_quality(), report.missing)
+    total = report.measured.energy_j
+    split = math.fsum(c.split_by_use_j for c in report.measured.components.values())
+    return {
+        "shares": {q.value: v for q, v in cov.shares.items()},
+        "measured_share": cov.measured_share,
+        "missing": list(cov.missing),
+        "split_by_utilization_share": split / total if total > 0 else 0.0,
+    }

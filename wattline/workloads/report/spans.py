@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from wattline.workloads.energy.uncertainty import Bound
-from wattline.workloads.output.labels import estimate_share
 from wattline.workloads.report import economics
-from wattline.workloads.report.build import Report, WindowEnergy
+from wattline.workloads.report.windows import WindowEnergy, estimate_share
+
+if TYPE_CHECKING:
+    from wattline.workloads.report.model import Report
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from wattline.collector.stores.reader import Reader, StoredSample, UnitCuts
 from wattline.workloads.energy.streams import StreamSample, merge_streams
 from wattline.workloads.jobs.jobs_view import JobView, view_at
-from wattline.workloads.report.build import EXCLUDED_COMPONENTS, Report
+from wattline.workloads.report.channels import EXCLUDED_COMPONENTS
+from wattline.workloads.report.model import Report
 
 #: Most bins a timeline has (a plot is some hundred pixels wide).
 MAX_BINS = 400

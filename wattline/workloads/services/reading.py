@@ -18,9 +18,10 @@ from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
 from wattline.collector.stores.reader import OpenReader, Reader
 from wattline.config import ConfigError
 from wattline.workloads.jobs.jobs_view import AmbiguousJob, JobNotFound, JobView, all_views, resolve_job
-from wattline.workloads.output.render import estimate_share
 from wattline.workloads.report import economics
-from wattline.workloads.report.build import Report, ReportSettings, build_complete_report, build_report
+from wattline.workloads.report.build import build_complete_report, build_report
+from wattline.workloads.report.model import Report, ReportSettings
+from wattline.workloads.report.windows import estimate_share
 
 
 def open_reader(settings: CollectorSettings) -> OpenReader:

@@ -32,9 +32,10 @@ from wattline.collector.stores.base import JobSummary, Store, StoreUnavailable, 
 from wattline.collector.stores.factory import open_store
 from wattline.collector.stores.reader import Reader, SummaryStore
 from wattline.workloads.jobs.jobs_view import BadJob, JobNotFound
-from wattline.workloads.output.render import report_json
-from wattline.workloads.report.build import Report, ReportSettings, build_report, neighbours, report_wait_s
-from wattline.workloads.wrappers.embedded import default_store_url
+from wattline.workloads.report.build import build_report, neighbours, report_wait_s
+from wattline.workloads.report.model import Report, ReportSettings
+from wattline.workloads.report.report_json import report_json
+from wattline.workloads.services.store import default_store_url
 
 log = logging.getLogger(__name__)
 

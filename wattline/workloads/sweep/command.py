@@ -22,7 +22,7 @@ from wattline.agent.outbox import outbox_root
 from wattline.agent.tuning import Knob
 from wattline.agent.tuning.records import APPLIED, Applied, knob, restore_dead, restore_dir
 from wattline.config import ConfigError
-from wattline.workloads.report.build import ReportSettings
+from wattline.workloads.report.model import ReportSettings
 from wattline.workloads.sweep import grid, plan, runner
 from wattline.workloads.sweep.analysis import RunFigures, analyse
 from wattline.workloads.sweep.output import answer_json, csv_text, print_answer

@@ -24,8 +24,9 @@ from wattline.agent.tuning.records import Applied
 from wattline.collector.stores.reader import Reader
 from wattline.workloads.energy.uncertainty import Side
 from wattline.workloads.jobs.jobs_view import all_views
-from wattline.workloads.output.labels import estimate_share
-from wattline.workloads.report.build import Report, ReportSettings, build_complete_report
+from wattline.workloads.report.build import build_complete_report
+from wattline.workloads.report.model import Report, ReportSettings
+from wattline.workloads.report.windows import estimate_share
 from wattline.workloads.sweep.analysis import RunFigures
 from wattline.workloads.sweep.grid import Point, point_command, point_labels, points, schedule
 from wattline.workloads.sweep.plan import Plan

@@ -50,7 +50,7 @@ from wattline.workloads.wrappers.usage import JobUse
 
 if TYPE_CHECKING:
     from wattline.collector.stores.reader import Reader
-    from wattline.workloads.report.build import Report, ReportSettings
+    from wattline.workloads.report.model import Report, ReportSettings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -200,7 +200,7 @@ class Job:
         """
         from wattline.collector.stores.factory import open_store
         from wattline.workloads.report.build import build_complete_report, report_wait_s
-        from wattline.workloads.wrappers.embedded import default_store_url
+        from wattline.workloads.services.store import default_store_url
 
         if self.exit_code is None:
             raise RuntimeError("report() comes after the job's with-block")

@@ -29,8 +29,10 @@ from wattline.collector.stores.influx_v1 import QueryError
 from wattline.collector.stores.reader import OpenReader
 from wattline.config import ConfigError
 from wattline.workloads.jobs.events import JobSpec, check_storable
-from wattline.workloads.output.render import print_report, report_json
-from wattline.workloads.report.build import Report, ReportSettings, build_complete_report, report_wait_s
+from wattline.workloads.output.render import print_report
+from wattline.workloads.report.build import build_complete_report, report_wait_s
+from wattline.workloads.report.model import Report, ReportSettings
+from wattline.workloads.report.report_json import report_json
 from wattline.workloads.wrappers.run import RunRequest, devices_from_env, parse_devices, resolve_gpu_claims, run_job
 
 #: Failures of a report once the command has run: one line, never the command's status lost.

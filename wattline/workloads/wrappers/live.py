@@ -23,7 +23,7 @@ from typing import IO
 
 from wattline import wire
 from wattline.workloads.energy.saturation import detect_saturation
-from wattline.workloads.report.build import EXCLUDED_COMPONENTS
+from wattline.workloads.report.channels import EXCLUDED_COMPONENTS
 
 #: Seconds over which "units/s" is measured.
 RATE_WINDOW_S = 5

@@ -37,15 +37,8 @@ from wattline.agent.registry import SourceStatus
 from wattline.agent.settings import AgentSettings
 from wattline.collector.stores.base import Store
 from wattline.config import ConfigError
-from wattline.workloads.jobs.events import (
-    ENV_EVENTS,
-    ENV_JOB_ID,
-    SATURATED,
-    EventBuilder,
-    EventsFileReader,
-    JobSpec,
-    UnitAccumulator,
-)
+from wattline.workloads.jobs.events import SATURATED, EventBuilder, EventsFileReader, JobSpec, UnitAccumulator
+from wattline.workloads.jobs.job_env import ENV_EVENTS, ENV_JOB_ID
 from wattline.workloads.services.summary import record_local_summary
 from wattline.workloads.wrappers.embedded import embedded_session
 from wattline.workloads.wrappers.heartbeat import Heartbeat

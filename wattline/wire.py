@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from wattline.quality import Quality
 from wattline.v1 import telemetry_pb2 as pb
 
 Ack = pb.Ack
@@ -21,13 +22,9 @@ QUALITY_COUNTER = pb.QUALITY_COUNTER
 QUALITY_INTEGRATED = pb.QUALITY_INTEGRATED
 QUALITY_MODEL = pb.QUALITY_MODEL
 
-#: The names used in storage, reports and Prometheus labels for each quality.
-QUALITY_NAMES: dict[int, str] = {
-    pb.QUALITY_UNSPECIFIED: "unspecified",
-    pb.QUALITY_COUNTER: "counter",
-    pb.QUALITY_INTEGRATED: "integrated",
-    pb.QUALITY_MODEL: "model",
-}
+#: The names used in storage, reports and Prometheus labels for each quality (:class:`Quality`'s,
+#: and "unspecified" for a sample that did not say).
+QUALITY_NAMES: dict[int, str] = {pb.QUALITY_UNSPECIFIED: "unspecified", **{int(q.wire): q.value for q in Quality}}
 QUALITY_BY_NAME: dict[str, int] = {v: k for k, v in QUALITY_NAMES.items()}
 
 #: gRPC service name, for the health service and logs.
@@ -43,6 +40,14 @@ LEASE_HEARTBEATS = 3
 #: Environment override of HEARTBEAT_S, in seconds (for tests; set the same for the job
 #: and for whoever reads the store, or a reader's lease will not match the job's period).
 ENV_HEARTBEAT = "WATTLINE_HEARTBEAT_S"
+
+
+def claim_key(component: str, device: str) -> str:
+    """A device as job claims, USE events and reports name it: ``"gpu:<UUID or index>"``,
+    ``"neuron:<n>"`` for the device ``neuron<n>``, else ``"<component>:<device>"``."""
+    if component == "accelerator" and device.startswith("neuron") and device[6:].isdigit():
+        return f"neuron:{int(device[6:])}"
+    return f"{component}:{device}"
 
 
 def heartbeat_s() -> float:
@@ -74,6 +79,7 @@ __all__ = [
     "Host",
     "JobEvent",
     "Sample",
+    "claim_key",
     "heartbeat_s",
     "lease_ns",
     "pb",

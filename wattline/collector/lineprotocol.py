@@ -72,6 +72,7 @@ from wattline.collector.stores.schema import (
     job_event_time,
     sample_tags,
 )
+from wattline.text import QUOTE_CHARS, clip
 
 FieldValue = float | int | str | bool
 
@@ -87,8 +88,6 @@ MAX_FIELD_KEY_BYTES = 255
 MAX_SERIES_KEY_BYTES = MAX_KEY_BYTES - 4 - MAX_FIELD_KEY_BYTES
 #: Longest job id (UTF-8 bytes): room is left in the series key for the host id and labels.
 MAX_JOB_ID_BYTES = 1024
-#: Characters of a bad value quoted in messages.
-QUOTE_CHARS = 100
 #: Names InfluxDB refuses as tag keys / field keys.
 RESERVED_TAG_KEYS = frozenset({"time", "_field", "_measurement"})
 RESERVED_FIELD_KEYS = frozenset({"time"})
@@ -98,15 +97,6 @@ _CONTROL_NAMES = {"\n": "line feed", "\r": "carriage return", "\x00": "NUL"}
 
 class LineProtocolError(ValueError):
     """A point that line protocol cannot carry faithfully (the message says why)."""
-
-
-def clip(value: object, limit: int = QUOTE_CHARS) -> str:
-    """``repr(value)`` of at most about ``limit`` characters: a long string is cut, and its
-    length said, so a 10 MiB tag makes a short message."""
-    if isinstance(value, str) and len(value) > limit:
-        return f"{value[:limit]!r}... ({len(value)} characters)"
-    text = repr(value)
-    return text if len(text) <= limit + 20 else text[:limit] + "..."
 
 
 def check_time(time_ns: int) -> int:

@@ -63,13 +63,13 @@ from prometheus_client import CollectorRegistry
 from wattline import wire
 from wattline.collector.admission import Gate, HostLimiter, server_options
 from wattline.collector.group import Busy, GroupCommitter
-from wattline.collector.lineprotocol import clip
 from wattline.collector.listen import check_free
 from wattline.collector.livestreams import LiveStreams, StreamWatch
 from wattline.collector.metrics import Metrics
 from wattline.collector.stores.base import Store, StoreUnavailable
 from wattline.collector.validation import drop_invalid_points, validate
 from wattline.security import TokenCheck, peer_identities
+from wattline.text import clip
 
 log = logging.getLogger(__name__)
 

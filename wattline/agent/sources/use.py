@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wattline import wire
+
 
 @dataclass(frozen=True, slots=True)
 class DeviceUse:
@@ -35,6 +37,4 @@ class DeviceUse:
     @property
     def key(self) -> str:
         """The device as job events and device claims name it: ``"gpu:<UUID>"``, ``"neuron:0"``."""
-        if self.component == "accelerator" and self.device.startswith("neuron"):
-            return f"neuron:{self.device[6:]}"
-        return f"{self.component}:{self.device}"
+        return wire.claim_key(self.component, self.device)

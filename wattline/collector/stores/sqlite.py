@@ -37,7 +37,6 @@ from wattline.collector.lineprotocol import (
     MIN_TIME_NS,
     LineEncoder,
     LineProtocolError,
-    clip,
     describe,
     job_event_point,
 )
@@ -66,6 +65,7 @@ from wattline.collector.stores.sqlite_schema import (
     _json,
     connect_read_only,
 )
+from wattline.text import clip
 
 #: Entries kept in each per-store cache (hosts seen, gauge-name tuples seen) before it is emptied.
 _MAX_CACHED = 100_000

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wattline.collector.lineprotocol import LineProtocolError, clip, escape_field_key
+from wattline.collector.lineprotocol import LineProtocolError, escape_field_key
 from wattline.collector.stores.base import StoreUnavailable
 from wattline.collector.stores.schema import NOT_GAUGES, SAMPLE_FIELD_NAMES
 from wattline.config import ConfigError
+from wattline.text import clip
 
 SCHEMA_VERSION = 6
 

@@ -61,7 +61,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from wattline import wire
 from wattline.quality import Quality
+from wattline.units import NS_PER_S
 from wattline.workloads.energy.window_energy import (
     Interval,
 )
@@ -80,8 +82,6 @@ __all__ = [
     "UseTimeline",
     "split_shared",
 ]
-
-_NS = 1_000_000_000
 
 ShareKind = Literal["equal", "device-share", "exclusive", "cpu-time"]
 IdleMode = Literal["none", "subtract"]
@@ -182,7 +182,7 @@ class ChannelEnergy:
         if self.keys:
             return self.keys
         if self.component in ACCELERATOR_COMPONENTS:
-            return frozenset({f"{self.component}:{self.device}"})
+            return frozenset({wire.claim_key(self.component, self.device)})
         return frozenset()
 
 
@@ -402,7 +402,7 @@ def split_shared(
         )
         for iv in ch.intervals:
             length = iv.end_ns - iv.start_ns
-            idle_part = min(iv.energy_j, idle_w * length / _NS)
+            idle_part = min(iv.energy_j, idle_w * length / NS_PER_S)
             dyn = iv.energy_j - idle_part
             inner = edges[bisect.bisect_right(edges, iv.start_ns) : bisect.bisect_left(edges, iv.end_ns)]
             cuts = [iv.start_ns, *inner, iv.end_ns]

@@ -60,6 +60,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from wattline.units import NS_PER_S
+
 __all__ = [
     "Saturation",
     "SaturationParams",
@@ -67,8 +69,6 @@ __all__ = [
     "detect_saturation",
     "grid_bins",
 ]
-
-_NS = 1_000_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,16 +171,20 @@ def detect_saturation(
             at, method, what = mark_ns, "manual", "marked saturated"
         else:
             assert saturated_after_ns is not None
-            at, method, what = start_ns + saturated_after_ns, "after", f"saturated after {saturated_after_ns / _NS:g} s"
+            at, method, what = (
+                start_ns + saturated_after_ns,
+                "after",
+                f"saturated after {saturated_after_ns / NS_PER_S:g} s",
+            )
         if at >= end_ns:
             return _no(f"{what} at or after the job end")
         at = max(at, start_ns)
         rate = _rate_from(grid, rates, at, p) if grid and rates else None
-        return Saturation(True, at, method, rate, f"{what} ({(at - start_ns) / _NS:g} s into the job)")
+        return Saturation(True, at, method, rate, f"{what} ({(at - start_ns) / NS_PER_S:g} s into the job)")
 
     if grid is None:
-        n = int(length / (p.min_bin_s * _NS))
-        return _no(f"job too short: {length / _NS:g} s gives {n} bins of {p.min_bin_s:g} s (need {p.min_bins})")
+        n = int(length / (p.min_bin_s * NS_PER_S))
+        return _no(f"job too short: {length / NS_PER_S:g} s gives {n} bins of {p.min_bin_s:g} s (need {p.min_bins})")
     if not timeline and not utilization:
         return _no("no unit timeline and no utilization series")
 
@@ -211,7 +215,7 @@ def detect_saturation(
         i, method, reason = util_bin, "utilization", f"utilization >= {p.utilization_threshold:g}; {why_not_plateau}"
     at = grid[i]
     rate = _rate_from(grid, rates, at, p) if rates else None
-    return Saturation(True, at, method, rate, f"{reason} ({(at - start_ns) / _NS:g} s into the job, {n} bins)")
+    return Saturation(True, at, method, rate, f"{reason} ({(at - start_ns) / NS_PER_S:g} s into the job, {n} bins)")
 
 
 def _no(reason: str) -> Saturation:
@@ -232,7 +236,7 @@ def _clean_timeline(points: Sequence[tuple[int, float]] | None) -> list[tuple[in
 def grid_bins(start_ns: int, end_ns: int, p: SaturationParams) -> int:
     """How many bins detection cuts ``[start_ns, end_ns)`` into (edges ``start_ns + length * j // n``);
     0 when the job is too short for ``min_bins`` of them."""
-    n = min(p.target_bins, int((end_ns - start_ns) / (p.min_bin_s * _NS)))
+    n = min(p.target_bins, int((end_ns - start_ns) / (p.min_bin_s * NS_PER_S)))
     return n if n >= p.min_bins else 0
 
 
@@ -268,7 +272,7 @@ def _bin_rates(grid: list[int] | None, timeline: Sequence[tuple[int, float]]) ->
     if timeline[0][0] > grid[0]:
         timeline = [(grid[0], 0.0), *timeline]
     cums = [_cum_at(timeline, t) for t in grid]
-    return [(cums[j + 1] - cums[j]) / ((grid[j + 1] - grid[j]) / _NS) for j in range(len(grid) - 1)]
+    return [(cums[j + 1] - cums[j]) / ((grid[j + 1] - grid[j]) / NS_PER_S) for j in range(len(grid) - 1)]
 
 
 def _active_end(rates: Sequence[float], p: SaturationParams) -> int:

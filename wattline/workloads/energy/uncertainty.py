@@ -38,6 +38,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from wattline.quality import Quality
+from wattline.units import NS_PER_S
+
 __all__ = [
     "MODEL_RANGE",
     "SOURCES",
@@ -49,8 +52,6 @@ __all__ = [
     "facts",
     "quality_terms",
 ]
-
-_NS = 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +144,8 @@ def edge_term(start_ns: int, end_ns: int, energy_j: float, inside_ns: int, p_max
     if length <= 0 or inside_ns <= 0 or inside_ns >= length:
         return 0.0
     guess = energy_j * inside_ns / length
-    low = max(0.0, energy_j - p_max_w * (length - inside_ns) / _NS)
-    high = min(energy_j, p_max_w * inside_ns / _NS)
+    low = max(0.0, energy_j - p_max_w * (length - inside_ns) / NS_PER_S)
+    high = min(energy_j, p_max_w * inside_ns / NS_PER_S)
     high, low = max(high, guess), min(low, guess)  # a power below the piece's own mean: no tighter than 0
     return max(guess - low, high - guess)
 
@@ -170,9 +171,9 @@ def model_term(source: str, energy_j: float, error_j: float | None) -> Bound:
 
 def quality_terms(source: str, quality: str, energy_j: float, p_max_w: float, error_j: float | None) -> Bound:
     """The terms a channel's quality brings: counter, integrated power, or model."""
-    if quality == "counter":
+    if quality == Quality.COUNTER:
         return counter_term(source, p_max_w)
-    if quality == "integrated":
+    if quality == Quality.INTEGRATED:
         return integration_term(source, p_max_w)
     return model_term(source, energy_j, error_j)
 

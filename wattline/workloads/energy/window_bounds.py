@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from wattline.collector.stores.reader import StoredSample
+from wattline.units import NS_PER_S
 from wattline.workloads.energy.uncertainty import Bound, edge_term, quality_terms
-from wattline.workloads.energy.window_energy import Interval
+from wattline.workloads.energy.window_energy import Interval, overlap
 
 __all__ = ["LAG_HORIZON_NS", "edge_bound", "edge_power_w", "p_max_w", "samples_bound"]
 
-_NS = 1e9
 #: A piece of a channel's timeline: (start_ns, end_ns, energy_j, healthy); energy None: no
 #: sample covers it.
 Piece = tuple[int, int, float | None, bool]
@@ -34,7 +34,7 @@ LAG_HORIZON_NS = 3600 * 10**9
 
 
 def _powers(samples: Iterable[StoredSample | Interval | None]) -> list[float]:
-    return [s.energy_j * _NS / (s.end_ns - s.start_ns) for s in samples if s is not None and s.end_ns > s.start_ns]
+    return [s.energy_j * NS_PER_S / (s.end_ns - s.start_ns) for s in samples if s is not None and s.end_ns > s.start_ns]
 
 
 def p_max_w(samples: Iterable[StoredSample | Interval | None], energy_j: float, seconds: float) -> float:
@@ -59,11 +59,11 @@ def _edge_terms(pieces: Sequence[tuple[Piece, Around]], window: tuple[int, int, 
     parts = [(p, around, inside) for p, around in pieces if (inside := min(p[1], t1) - max(p[0], t0)) > 0]
     apportioned = sum(p[2] * inside / (p[1] - p[0]) for p, _, inside in parts if p[2] is not None and p[3])
     interior_ns = t1 - t0 - sum(inside for *_, inside in parts)
-    interior_w = (energy - apportioned) * _NS / interior_ns if interior_ns > 0 else energy * _NS / (t1 - t0)
+    interior_w = (energy - apportioned) * NS_PER_S / interior_ns if interior_ns > 0 else energy * NS_PER_S / (t1 - t0)
     bound = Bound()
     for (start, end, e, healthy), around, inside in parts:
         if e is None or not healthy:
-            bound = bound + Bound(gaps_j=p_max * inside / _NS)
+            bound = bound + Bound(gaps_j=p_max * inside / NS_PER_S)
         else:
             bound = bound + Bound(edges_j=edge_term(start, end, e, inside, edge_power_w(around, interior_w)))
     return bound
@@ -99,7 +99,7 @@ def edge_bound(
     t0, t1, energy = window
     if t1 <= t0:
         return Bound()
-    p_max = p_max_w([*at_t0, *at_t1], energy, (t1 - t0) / _NS)
+    p_max = p_max_w([*at_t0, *at_t1], energy, (t1 - t0) / NS_PER_S)
     bound = quality_terms(source, quality, energy, p_max, None)
     pieces: dict[tuple[int, int], tuple[Piece, Around]] = {}
     for before, after, t in ((*at_t0, t0), (*at_t1, t1)):
@@ -122,7 +122,7 @@ def samples_bound(
     if t1 <= t0:
         return Bound()
     near = [s for s in raw if s.end_ns > t0 and s.start_ns < t1]
-    p_max = p_max_w([s for s in near if s.healthy], energy, (t1 - t0) / _NS)
+    p_max = p_max_w([s for s in near if s.healthy], energy, (t1 - t0) / NS_PER_S)
     errors = [_overlap(s, t0, t1) * (s.energy_error_j or 0.0) for s in near if s.energy_error_j is not None]
     bound = quality_terms(source, quality, energy, p_max, sum(errors) if errors else None)
     unhealthy = sum(_overlap(s, t0, t1) * (s.end_ns - s.start_ns) for s in near if not s.healthy)
@@ -138,12 +138,10 @@ def samples_bound(
     bound = bound + _edge_terms(pieces, window, p_max)
     present = raw and min(s.start_ns for s in raw) < t1 and max(s.end_ns for s in raw) > t0 - LAG_HORIZON_NS
     gap_ns = (max(t1 - t0 - covered, 0) if present else 0) + unhealthy
-    return bound + Bound(gaps_j=p_max * gap_ns / _NS)
+    return bound + Bound(gaps_j=p_max * gap_ns / NS_PER_S)
 
 
 def _overlap(s: StoredSample, t0: int, t1: int) -> float:
     """Fraction of sample ``s`` inside ``[t0, t1]``."""
-    length = s.end_ns - s.start_ns
-    if length <= 0:
-        return 1.0 if t0 < s.end_ns <= t1 else 0.0
-    return max(min(s.end_ns, t1) - max(s.start_ns, t0), 0) / length
+    inside, length = overlap(s.start_ns, s.end_ns, t0, t1)
+    return inside / length

@@ -27,17 +27,23 @@ class Interval:
             raise ValueError(f"interval ends before it starts: {self.start_ns} > {self.end_ns}")
 
 
+def overlap(start_ns: int, end_ns: int, t0_ns: int, t1_ns: int) -> tuple[int, int]:
+    """(ns inside, length) of the sample ``(start_ns, end_ns]`` in the window ``[t0_ns, t1_ns]``,
+    so that its part inside is ``inside / length``; an instant sample (no length) is
+    ``(1, 1)`` when ``t0_ns < end_ns <= t1_ns``, else ``(0, 1)``. Every window, bin and
+    bound takes a sample's part by this rule."""
+    if end_ns <= start_ns:
+        return (1 if t0_ns < end_ns <= t1_ns else 0), 1
+    return max(min(end_ns, t1_ns) - max(start_ns, t0_ns), 0), end_ns - start_ns
+
+
 def _overlap_energy(start_ns: int, end_ns: int, energy_j: float, t0_ns: int, t1_ns: int) -> float:
     if end_ns < start_ns:
         raise ValueError(f"sample ends before it starts: {start_ns} > {end_ns}")
-    if end_ns == start_ns:
-        return energy_j if t0_ns < end_ns <= t1_ns else 0.0
-    lo, hi = max(start_ns, t0_ns), min(end_ns, t1_ns)
-    if hi <= lo:
+    inside, length = overlap(start_ns, end_ns, t0_ns, t1_ns)
+    if inside == 0:
         return 0.0
-    if lo == start_ns and hi == end_ns:
-        return energy_j
-    return energy_j * (hi - lo) / (end_ns - start_ns)
+    return energy_j if inside == length else energy_j * inside / length
 
 
 def window_energy(samples: Iterable[tuple[int, int, float] | Interval], t0_ns: int, t1_ns: int) -> float:

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wattline import wire
-from wattline.collector.lineprotocol import clip
 from wattline.collector.stores.reader import Reader, StoredJobEvent, UnitCuts
+from wattline.text import clip
 from wattline.workloads.jobs.events import SATURATED
 
 

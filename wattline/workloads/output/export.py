@@ -16,13 +16,14 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 from wattline.collector.stores.reader import Reader
+from wattline.quality import Quality
 from wattline.workloads.jobs.jobs_view import utc_iso
 from wattline.workloads.report.channels import EXCLUDED_COMPONENTS
 from wattline.workloads.report.model import Report
 from wattline.workloads.report.report_json import report_json
 from wattline.workloads.report.timeline import host_span
 
-QUALITIES = ("counter", "integrated", "model")
+QUALITIES = tuple(q.value for q in Quality)
 
 JOB_COLUMNS = [
     "job_id", "name", "kind", "unit", "hosts", "start", "end", "status", "exit_code", "saturated", "saturated_at",

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from wattline.config import ConfigError
+from wattline.quality import Quality
 from wattline.workloads.jobs.jobs_view import utc_iso
 from wattline.workloads.output.labels import estimate_tag
 from wattline.workloads.output.quantities import si
@@ -39,7 +40,7 @@ COLOURS = {
     "dram": "#9467bd",
     "nic": "#ff7f0e",
 }
-QUALITY_ORDER = {"counter": 0, "integrated": 1, "model": 2}
+QUALITY_ORDER = {q.value: i for i, q in enumerate(Quality)}
 
 
 def pyplot() -> Any:

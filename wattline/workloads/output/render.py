@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from wattline.quality import Quality
 from wattline.workloads.energy.uncertainty import Bound
 from wattline.workloads.jobs.jobs_view import status_text, utc_iso
 from wattline.workloads.output import quantities as q
@@ -29,12 +30,12 @@ from wattline.workloads.report.windows import WindowEnergy
 
 def _quality_label(by_quality: dict[str, float]) -> str:
     total = sum(by_quality.values())
-    model = by_quality.get("model", 0.0)
+    model = by_quality.get(Quality.MODEL.value, 0.0)
     if total <= 0:
         return ""
     if model >= total:
         return "ESTIMATE (model)"
-    kinds = "+".join(q for q in ("counter", "integrated") if by_quality.get(q))
+    kinds = "+".join(k.value for k in Quality if k.measured and by_quality.get(k.value))
     return kinds if model == 0 else f"{kinds} + {estimate_tag(model / total)}"
 
 

@@ -8,6 +8,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Iterable
 
+from wattline import wire
 from wattline.collector.stores.reader import Reader, StoredSample
 from wattline.quality import Quality
 from wattline.workloads.energy.attribution import ChannelEnergy
@@ -37,7 +38,7 @@ def _channel(
     keys: frozenset[str] = frozenset()
     assumed = ""
     if component == "gpu":
-        keys = frozenset({f"gpu:{device}"})
+        keys = frozenset({wire.claim_key(component, device)})
     elif component == "accelerator" and device.startswith("neuron") and device[6:].isdigit():
         found = [
             c
@@ -45,7 +46,8 @@ def _channel(
             if (c := s.neuroncores_per_device) is not None and 0 < c <= MAX_NEURONCORES_PER_DEVICE
         ]
         n, per = int(device[6:]), found[-1] if found else settings.cores_per_neuron_device
-        keys = frozenset({f"neuron:{n}", *(f"neuroncore:{c}" for c in range(n * per, (n + 1) * per))})
+        cores = (f"neuroncore:{c}" for c in range(n * per, (n + 1) * per))
+        keys = frozenset({wire.claim_key(component, device), *cores})
         if not found:
             assumed = (
                 f"{host}: its Neuron samples do not say how many NeuronCores a device has (an older agent); "

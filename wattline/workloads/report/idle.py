@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from wattline.collector.lineprotocol import clip
 from wattline.collector.stores.reader import Reader
+from wattline.text import clip
 from wattline.workloads.energy.attribution import ChannelEnergy
 from wattline.workloads.energy.window_energy import cumulative_window_energy
 from wattline.workloads.jobs.jobs_view import JobView, views_of

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from wattline.collector.stores.reader import Reader, StoredSample, UnitCuts
 from wattline.workloads.energy.streams import StreamSample, merge_streams
+from wattline.workloads.energy.window_energy import overlap
 from wattline.workloads.jobs.jobs_view import JobView, view_at
 from wattline.workloads.report.channels import EXCLUDED_COMPONENTS
 from wattline.workloads.report.model import Report
@@ -138,16 +139,10 @@ def spread(
     """Add each interval's amount, clipped to ``[lo_ns, hi_ns]``, to the bins of ``edges``
     it overlaps, pro rata by overlap (an instant interval goes to the bin holding it)."""
     for a, b, amount in intervals:
-        if b == a:
-            if lo_ns < b <= hi_ns and edges[0] < b <= edges[-1]:
-                out[min(bisect.bisect_left(edges, b) - 1, len(out) - 1)] += amount
-            continue
         ca, cb = max(a, lo_ns, edges[0]), min(b, hi_ns, edges[-1])
-        if cb <= ca:
-            continue
-        i = max(bisect.bisect_right(edges, ca) - 1, 0)
-        while i < len(out) and edges[i] < cb:
-            overlap = min(cb, edges[i + 1]) - max(ca, edges[i])
-            if overlap > 0:
-                out[i] += amount * overlap / (b - a)
+        i = max(bisect.bisect_left(edges, ca) - 1, 0)  # the first bin it can reach
+        while i < len(out) and edges[i] <= cb:
+            inside, length = overlap(a, b, max(lo_ns, edges[i]), min(hi_ns, edges[i + 1]))
+            if inside:
+                out[i] += amount * inside / length
             i += 1

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from wattline.collector.daemon import store_from_settings
-from wattline.collector.lineprotocol import clip
 from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
 from wattline.collector.stores.reader import OpenReader, Reader
 from wattline.config import ConfigError
+from wattline.text import clip
 from wattline.workloads.jobs.jobs_view import AmbiguousJob, JobNotFound, JobView, all_views, resolve_job
 from wattline.workloads.report import economics
 from wattline.workloads.report.build import build_complete_report, build_report

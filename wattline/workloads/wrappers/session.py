@@ -32,6 +32,7 @@ from wattline.agent.spool import Spool
 from wattline.agent.spool_format import SpoolError
 from wattline.agent.uplink import Uplink
 from wattline.collector.stores.base import Store, StoreUnavailable
+from wattline.text import one_line
 from wattline.workloads.jobs.events import append_event_line
 from wattline.workloads.wrappers.live import PowerMeter
 
@@ -239,24 +240,18 @@ class CollectorSink:
             if self.directory is not None:
                 remove(self.directory)
             return
-        why = clip(self.uplink.last_error) or f"no acknowledgement within {self.flush_s:g} s"
+        why = one_line(self.uplink.last_error) or f"no acknowledgement within {self.flush_s:g} s"
         if self.directory is not None:
             self.kept = (
                 f"collector unreachable ({why}); job events kept in {self.directory}, "
                 "delivered by the next wattline process that reaches a collector"
             )
         else:
-            self.kept = f"collector unreachable ({why}); job events lost: no outbox ({clip(self.outbox_error)})"
+            self.kept = f"collector unreachable ({why}); job events lost: no outbox ({one_line(self.outbox_error)})"
         if self.on_kept is not None:
             self.on_kept(self.kept)
         else:
             log.warning("wattline: %s", self.kept)
-
-
-def clip(text: str, limit: int = 100) -> str:
-    """``text`` on one line, at most ``limit`` characters."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _holders_root(settings: AgentSettings) -> Path | None:

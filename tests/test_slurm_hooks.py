@@ -67,7 +67,7 @@ def test_a_hook_exits_0_and_says_why_in_one_line(env: dict[str, str]) -> None:
 def test_a_deploy_script_exits_0_with_one_line_whatever_its_path(tmp_path: Path, name: str, pypath: str) -> None:
     """The script as slurm.conf names it (python -I -S), its settings pointed here; the job's
     config is missing, or wattline is not on PYPATH: one line, exit 0, no traceback."""
-    good = f"{Path(slurm.__file__).resolve().parents[2]}:{sysconfig.get_paths()['purelib']}"
+    good = f"{Path(slurm.__file__).resolve().parents[3]}:{sysconfig.get_paths()['purelib']}"
     text = (Path(__file__).resolve().parents[1] / "deploy/slurm" / name).read_text()
     text = text.replace("PYTHON=/usr/bin/python3", f"PYTHON={sys.executable}")
     text = text.replace("PYPATH=/usr/lib/python3/dist-packages", f"PYPATH={good if pypath == 'good' else pypath}")

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 from influxd_peer import influxd_config, query_rows
+from victoria_peer import victoria_argv
 
 from wattline import wire
 from wattline.collector.stores.influx_v1 import InfluxV1Store
@@ -196,16 +197,7 @@ def victoria_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Victo
     root = tmp_path_factory.mktemp("victoria-metrics")
 
     def make(port: int) -> Daemon:
-        argv = [
-            binary,
-            f"-storageDataPath={root / 'data'}",
-            f"-httpListenAddr=127.0.0.1:{port}",
-            "-retentionPeriod=100y",
-            "-dedup.minScrapeInterval=1ms",  # a resent point replaces the first copy, as in InfluxDB
-            "-search.latencyOffset=0s",
-            "-search.disableCache",
-            "-loggerLevel=WARN",
-        ]
+        argv = victoria_argv(binary, root / "data", port)
         return Daemon(argv, root / "victoria-metrics.log", f"http://127.0.0.1:{port}")
 
     daemon = start(make, "/health", "victoria-metrics")

@@ -1,7 +1,8 @@
 """``bench/run [--quick] [--only PART,...] [--out FILE] [--keep]``: run the benchmarks, print a table, write JSON.
 
-Parts (all by default, in this order): accuracy, report, ingest, scale, agent, pods, slurm. Each figure is a
-ratio against a yardstick measured in the same run, or a count; repeated runs give medians.
+Parts (all by default, in this order): accuracy, report, ingest, scale, agent, pods, slurm, fleet,
+slurm-tracking. Each figure is a ratio against a yardstick measured in the same run, or a count;
+repeated runs give medians.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wlbench import accuracy, agent, ingest, pods, report, scale, slurm
+from wlbench import accuracy, agent, fleet_stores, ingest, pods, report, scale, slurm, slurm_tracking
 from wlbench.common import BENCH, machine, rounded
 from wlbench.targets import Row, rows_for
 
@@ -30,6 +31,8 @@ PARTS: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
     "agent": agent.run,
     "pods": pods.run,
     "slurm": slurm.run,
+    "fleet": fleet_stores.run,
+    "slurm-tracking": slurm_tracking.run,
 }
 
 

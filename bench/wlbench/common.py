@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from influxd_peer import BENCH_EXTRA, influxd_config, query_rows
+from victoria_peer import victoria_argv
 
 BENCH = Path(__file__).resolve().parent.parent
 REPO = BENCH.parent
@@ -284,3 +286,34 @@ def start_influxd(root: Path) -> Influxd:
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/ping", proc)
     return Influxd(proc, url)
+
+
+@dataclass
+class Victoria:
+    proc: Proc
+    url: str
+
+    def flush(self) -> None:
+        """Make what it took searchable now (it keeps new rows in memory for about a second)."""
+        http("GET", self.url + "/internal/force_flush")
+
+    def query(self, promql: str, time_s: float) -> list[dict[str, Any]]:
+        """An instant query's result vector."""
+        params = urllib.parse.urlencode({"query": promql, "time": f"{time_s:.3f}"})
+        status, body = http("GET", f"{self.url}/api/v1/query?{params}")
+        if status != 200:
+            raise RuntimeError(f"victoria-metrics query {promql!r}: {status} {body[:300]!r}")
+        result: list[dict[str, Any]] = json.loads(body)["data"]["result"]
+        return result
+
+
+def start_victoria_metrics(root: Path) -> Victoria:
+    path = binary("VICTORIA_METRICS", "victoria-metrics")
+    if path is None:
+        raise RuntimeError("victoria-metrics not found (Debian package victoria-metrics; or set VICTORIA_METRICS)")
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    proc = Proc(victoria_argv(path, root / "data", port), root / "victoria-metrics.log")
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/health", proc)
+    return Victoria(proc, url)

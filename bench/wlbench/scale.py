@@ -166,9 +166,11 @@ def size(agents: int, store: str, url: str, duration: float, work: Path, sinks: 
         "delay_p50_s": delay["p50"] / 1e3 if delay["p50"] is not None else None,
         "delay_p99_s": delay["p99"] / 1e3 if delay["p99"] is not None else None,
         "delay_max_s": delay["max"] / 1e3 if delay["max"] is not None else None,
+        "collector_cpu_s": collector_cpu,
         "collector_core_pct": collector_cpu / wall * 100,
         "collector_cpu_ms_per_push": collector_cpu * 1e3 / collector["batches"] if collector["batches"] else None,
         "simulator_core_pct": fleet_cpu / wall * 100,
         "collector_hwm_mib": hwm,
         "cores": os.cpu_count(),
+        "window": [start, end],  # wall clock (s) of the agents' first and last tick
     }

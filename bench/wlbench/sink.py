@@ -7,9 +7,10 @@ Usage: ``python -m wlbench.sink --listen 127.0.0.1:PORT --stats FILE [--store nu
   server and its admission path with no store behind them, delays to the acknowledgement).
 - ``encode``: encodes every batch with the real :class:`LineEncoder`, then discards the lines
   (decode + encode through gRPC, per core).
-- ``sqlite:PATH`` or ``http://influxd:8086``: the real store; after each write, the delay
-  from every sample's interval end to the end of the write is recorded (visible in storage:
-  committed for SQLite, acknowledged by ``/write`` for InfluxDB).
+- ``sqlite:PATH``, ``http://influxd:8086`` or ``http://victoria-metrics:8428``: the real store;
+  after each write, the delay from every sample's interval end to the end of the write is
+  recorded (committed for SQLite, acknowledged by ``/write`` for InfluxDB and VictoriaMetrics:
+  visible in storage for the first two, searchable about a second later in the third).
 
 On SIGTERM the server stops (in-flight batches finish) and FILE gets JSON: samples per host,
 points written, delay percentiles and histogram. With ``--reuse-port`` several sinks share
@@ -108,8 +109,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.store in ("null", "encode"):
         store = BenchStore(None, encode=args.store == "encode")
-    else:  # a real store: sqlite:PATH or an InfluxDB URL
-        store = BenchStore(open_store(args.store, api="v1" if args.store.startswith("http") else None), encode=False)
+    else:  # a real store: sqlite:PATH, or an InfluxDB or VictoriaMetrics URL (told apart by its /ping)
+        store = BenchStore(open_store(args.store), encode=False)
     server = CollectorServer(
         store, args.listen, workers=args.workers, max_message_bytes=64 << 20, reuse_port=args.reuse_port
     )

@@ -41,7 +41,7 @@ from wlbench.data import T0_NS
 NS = 10**9
 #: Seconds of samples per batch (one host's two series).
 BATCH_S = 1800
-CLI_RUNS = 3
+CLI_RUNS = 5
 #: Relative error beyond which a report is wrong.
 EXACT = 1e-9
 

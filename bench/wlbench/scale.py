@@ -70,25 +70,34 @@ def merge_stats(docs: list[dict[str, Any]]) -> dict[str, Any]:
     batches = sum(doc.get("batches", 0) for doc in docs)
     per_second: Counter[str] = Counter()
     hist: Counter[int] = Counter()
+    steady: Counter[int] = Counter()
     for doc in docs:
         by_host.update(doc["by_host"])
         per_second.update(doc["per_second"])
         hist.update({int(k): v for k, v in doc["delay_hist_ms"].items()})
-    total = sum(hist.values())
-
-    def pct(p: float) -> float | None:
-        if not total:
-            return None
-        rank, seen = min(total - 1, int(p / 100 * total)), 0
-        for ms in sorted(hist):
-            seen += hist[ms]
-            if seen > rank:
-                return float(ms)
-        return None
-
+        steady.update({int(k): v for k, v in doc.get("steady_delay_hist_ms", {}).items()})
     worst = [d["delay_ms"]["max"] for d in docs if d["delay_ms"]["max"] is not None]
-    delay = {"count": total, "p50": pct(50), "p99": pct(99), "max": max(worst) if worst else None}
-    return {"by_host": dict(by_host), "per_second": dict(per_second), "delay_ms": delay, "batches": batches}
+    delay = {"count": hist.total(), "p50": pct(hist, 50), "p99": pct(hist, 99), "max": max(worst) if worst else None}
+    return {
+        "by_host": dict(by_host),
+        "per_second": dict(per_second),
+        "delay_ms": delay,
+        "steady_delay_ms": {"count": steady.total(), "p50": pct(steady, 50), "p99": pct(steady, 99)},
+        "batches": batches,
+    }
+
+
+def pct(hist: Counter[int], p: float) -> float | None:
+    """The ``p``-th percentile of a millisecond histogram."""
+    total = hist.total()
+    if not total:
+        return None
+    rank, seen = min(total - 1, int(p / 100 * total)), 0
+    for ms in sorted(hist):
+        seen += hist[ms]
+        if seen > rank:
+            return float(ms)
+    return None
 
 
 def sqlite_tx_rate(path: Path, batches: int = 300) -> float:
@@ -103,15 +112,19 @@ def sqlite_tx_rate(path: Path, batches: int = 300) -> float:
     return rate
 
 
-def size(agents: int, store: str, url: str, duration: float, work: Path, sinks: int = 1) -> dict[str, Any]:
-    """``agents`` simulated agents into ``sinks`` collector processes sharing one port."""
+def size(
+    agents: int, store: str, url: str, duration: float, work: Path, sinks: int = 1, steady_after_s: float = 0.0
+) -> dict[str, Any]:
+    """``agents`` simulated agents into ``sinks`` collector processes sharing one port;
+    ``steady_after_s``: also the delays of the samples stamped that long after the first."""
     work.mkdir(parents=True, exist_ok=True)
     port = free_port()
     stats_files = [work / f"collector-{k}.json" for k in range(sinks)]
     procs: list[Proc] = []
     for k, stats_file in enumerate(stats_files):
         argv = [PYTHON, "-m", "wlbench.sink", "--listen", f"127.0.0.1:{port}", "--stats", str(stats_file)]
-        procs.append(Proc([*argv, "--store", url, *(["--reuse-port"] if sinks > 1 else [])], work / f"sink-{k}.log"))
+        argv += ["--store", url, "--steady-after", str(steady_after_s), *(["--reuse-port"] if sinks > 1 else [])]
+        procs.append(Proc(argv, work / f"sink-{k}.log"))
     collectors = list(procs)
     processes = 1 if agents <= 100 else 4
     fleets: list[Proc] = []
@@ -144,7 +157,7 @@ def size(agents: int, store: str, url: str, duration: float, work: Path, sinks: 
     stored = sum(collector["by_host"].values())
     steady = range(int(start) + 2, int(end))  # whole seconds after the first pushes, before the end
     in_window = sum(n for sec, n in collector["per_second"].items() if int(sec) in steady)
-    delay = collector["delay_ms"]
+    delay, steady_delay = collector["delay_ms"], collector["steady_delay_ms"]
     fleet_cpu = sum(p.popen.cpu_s() or 0.0 for p in fleets if isinstance(p.popen, RusagePopen))
     return {
         "agents": agents,
@@ -166,11 +179,13 @@ def size(agents: int, store: str, url: str, duration: float, work: Path, sinks: 
         "delay_p50_s": delay["p50"] / 1e3 if delay["p50"] is not None else None,
         "delay_p99_s": delay["p99"] / 1e3 if delay["p99"] is not None else None,
         "delay_max_s": delay["max"] / 1e3 if delay["max"] is not None else None,
+        "steady_delay_p50_s": None if steady_delay["p50"] is None else steady_delay["p50"] / 1e3,
+        "steady_delay_p99_s": None if steady_delay["p99"] is None else steady_delay["p99"] / 1e3,
         "collector_cpu_s": collector_cpu,
         "collector_core_pct": collector_cpu / wall * 100,
         "collector_cpu_ms_per_push": collector_cpu * 1e3 / collector["batches"] if collector["batches"] else None,
         "simulator_core_pct": fleet_cpu / wall * 100,
         "collector_hwm_mib": hwm,
         "cores": os.cpu_count(),
-        "window": [start, end],  # wall clock (s) of the agents' first and last tick
+        "window": [int(start), int(end)],  # wall clock (s) of the agents' first and last tick
     }

@@ -13,7 +13,8 @@ Usage: ``python -m wlbench.sink --listen 127.0.0.1:PORT --stats FILE [--store nu
   visible in storage for the first two, searchable about a second later in the third).
 
 On SIGTERM the server stops (in-flight batches finish) and FILE gets JSON: samples per host,
-points written, delay percentiles and histogram. With ``--reuse-port`` several sinks share
+points written, delay percentiles and histogram (``--steady-after S``: also the histogram of
+the samples stamped S seconds or more after the first one it saw). With ``--reuse-port`` several sinks share
 the port as ``wattline collector --processes`` does (their FILEs are merged by the caller).
 """
 
@@ -41,7 +42,7 @@ class BenchStore(Store):
 
     kind = "bench"
 
-    def __init__(self, inner: Store | None, encode: bool) -> None:
+    def __init__(self, inner: Store | None, encode: bool, steady_after_s: float = 0.0) -> None:
         self.inner = inner
         self.max_concurrent_writes = inner.max_concurrent_writes if inner is not None else 0
         self.encoder = LineEncoder() if encode else None
@@ -50,6 +51,10 @@ class BenchStore(Store):
         self.batches = 0
         self.rejected = 0
         self.delays_ms: list[float] = []
+        #: The delays of samples stamped ``steady_after_s`` or more after the first one seen.
+        self.steady_ms: list[float] = []
+        self.steady_after_ns = int(steady_after_s * 1e9)
+        self.first_ns: int | None = None
         self.per_second: Counter[int] = Counter()  #: samples committed per wall-clock second
         self._lock = threading.Lock()
 
@@ -67,6 +72,11 @@ class BenchStore(Store):
         done_ns = time.time_ns()
         delays = [(done_ns - s.end_ns) / 1e6 for b in batches for s in b.samples] if self.encoder is None else []
         with self._lock:
+            if self.steady_after_ns and delays:
+                ends = [s.end_ns for b in batches for s in b.samples]
+                self.first_ns = min(ends) if self.first_ns is None else min(self.first_ns, *ends)
+                after = self.first_ns + self.steady_after_ns
+                self.steady_ms += [d for d, end in zip(delays, ends, strict=True) if end >= after]
             for batch, result in zip(batches, results, strict=True):
                 self.by_host[batch.host.host_id] += len(batch.samples)
                 self.points += result.written
@@ -89,14 +99,19 @@ class BenchStore(Store):
             "batches": self.batches,
             "rejected": self.rejected,
             "delay_ms": {"count": len(delays), "p50": pct(50), "p99": pct(99), "max": delays[-1] if delays else None},
-            # whole milliseconds -> samples, so the delays of several sink processes merge
-            "delay_hist_ms": {str(k): v for k, v in sorted(Counter(int(d) for d in delays).items())},
+            "delay_hist_ms": histogram(delays),
+            "steady_delay_hist_ms": histogram(self.steady_ms),
             "per_second": {str(k): v for k, v in sorted(self.per_second.items())},
         }
 
     def close(self) -> None:
         if self.inner is not None:
             self.inner.close()
+
+
+def histogram(delays_ms: list[float]) -> dict[str, int]:
+    """Whole milliseconds -> samples, so the delays of several sink processes merge."""
+    return {str(k): v for k, v in sorted(Counter(int(d) for d in delays_ms).items())}
 
 
 def main() -> None:
@@ -106,11 +121,12 @@ def main() -> None:
     ap.add_argument("--store", default="null")
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--reuse-port", action="store_true", help="share the port with other sinks (SO_REUSEPORT)")
+    ap.add_argument("--steady-after", type=float, default=0.0, help="also the delays of samples this many s in")
     args = ap.parse_args()
     if args.store in ("null", "encode"):
         store = BenchStore(None, encode=args.store == "encode")
     else:  # a real store: sqlite:PATH, or an InfluxDB or VictoriaMetrics URL (told apart by its /ping)
-        store = BenchStore(open_store(args.store), encode=False)
+        store = BenchStore(open_store(args.store), encode=False, steady_after_s=args.steady_after)
     server = CollectorServer(
         store, args.listen, workers=args.workers, max_message_bytes=64 << 20, reuse_port=args.reuse_port
     )

@@ -16,7 +16,9 @@ to a null-sink collector (:mod:`wlbench.sink`):
 
 Figure: each agent's CPU seconds per wall second from ``/proc`` (utime + stime, all its
 threads, live or exited) over ``window_s`` after ``SETTLE_S`` (start-up and the opens'
-delivery done); medians of the copies; the ratio to ``alone``. In process, same run: one
+delivery done); medians of the copies; the ratio to ``alone``; and how many more event
+directories wait in its outbox at the window's end than at its start (per minute): CPU per
+second is the cost only where that stays near 0. In process, same run: one
 watcher pass (:meth:`SlurmWatcher.poll`, every tenth with the period's CPU-time reading)
 with the 64 jobs and with none, back to back, delivering into nothing; and what the agent
 does with each job's USE event of a period: one outbox directory of its own per event
@@ -75,6 +77,7 @@ def run(work: Path, quick: bool) -> dict[str, Any]:
     ticker = threading.Thread(target=tick, args=(tree, nodes["64 jobs, lines"], stop), daemon=True)
     procs: list[Proc] = []
     cpu: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    backlog: dict[str, list[float]] = {kind: [] for kind in KINDS}
     with running(procs):
         sink_argv = [PYTHON, "-m", "wlbench.sink", "--listen", collector, "--stats", str(work / "sink.json")]
         procs.append(Proc(sink_argv, work / "sink.log"))
@@ -91,18 +94,27 @@ def run(work: Path, quick: bool) -> dict[str, Any]:
         for _, proc in agents:
             if not proc.alive():
                 raise RuntimeError(f"agent exited:\n{proc.tail()}")
-        c0, t0 = [p.cpu_s() for _, p in agents], time.monotonic()
+        outboxes = [node.outbox for kind in KINDS for node in nodes[kind]]
+        c0, t0, w0 = [p.cpu_s() for _, p in agents], time.monotonic(), [waiting(o) for o in outboxes]
         time.sleep(window_s)
-        c1, t1 = [p.cpu_s() for _, p in agents], time.monotonic()
+        c1, t1, w1 = [p.cpu_s() for _, p in agents], time.monotonic(), [waiting(o) for o in outboxes]
         stop.set()
-        for (kind, _), a, b in zip(agents, c0, c1, strict=True):
+        for (kind, _), a, b, before, after in zip(agents, c0, c1, w0, w1, strict=True):
             cpu[kind].append((b - a) / (t1 - t0))
+            backlog[kind].append((after - before) / (t1 - t0) * 60)
     result["cpu_s_per_s"] = {kind: median(v) for kind, v in cpu.items()}
     result["runs"] = cpu
+    result["outbox_growth_per_min"] = {kind: median(v) for kind, v in backlog.items()}
+    result["outbox_growth_runs"] = backlog
     alone = result["cpu_s_per_s"]["alone"]
     result["ratio_to_alone"] = {kind: ratio(v, alone) for kind, v in result["cpu_s_per_s"].items()}
     result["opened_events"] = sum(len(n.jobs) for ns in nodes.values() for n in ns)
     return result
+
+
+def waiting(outbox: Path) -> int:
+    """Event directories in ``outbox`` not delivered yet (the agent's outbox names them ``p<pid>-...``)."""
+    return sum(1 for p in outbox.iterdir() if p.name.startswith("p")) if outbox.is_dir() else 0
 
 
 def tick(tree: Path, writers: list[SlurmNode], stop: threading.Event) -> None:
@@ -144,10 +156,11 @@ def watcher_passes(tree: Path, node: SlurmNode, empty: Path) -> dict[str, float 
 
 def use_delivery(root: Path, collector: str) -> dict[str, float]:
     """CPU ms per USE event: into an outbox directory of its own, then that directory
-    delivered (a disk spool opened, an uplink made, one push, the directory removed); best of
-    three rounds of JOBS events."""
+    delivered (a disk spool opened, an uplink made, one push, the directory removed), and the
+    delivery's wall time (one drainer delivers one directory at a time); best of three rounds
+    of JOBS events."""
     host = wire.Host(host_id="delivery")
-    out: dict[str, list[float]] = {"to_outbox_ms": [], "delivered_ms": []}
+    out: dict[str, list[float]] = {"to_outbox_ms": [], "delivered_ms": [], "delivered_wall_ms": []}
     for r in range(3):
         c0 = time.process_time()
         for k, job in enumerate(job_ids(JOBS)):
@@ -159,12 +172,13 @@ def use_delivery(root: Path, collector: str) -> dict[str, float]:
                 spool.add_job_events([event])
             finally:
                 spool.close()
-        c1 = time.process_time()
+        c1, w1 = time.process_time(), time.monotonic()
         drainer = OutboxDrainer(root, host, lambda spool: Uplink(spool, [collector], quiet=True))
         delivered = drainer.drain_once(threading.Event())
-        c2 = time.process_time()
+        c2, w2 = time.process_time(), time.monotonic()
         if delivered != JOBS:
             raise RuntimeError(f"outbox: {delivered} of {JOBS} directories delivered")
         out["to_outbox_ms"].append((c1 - c0) / JOBS * 1e3)
         out["delivered_ms"].append((c2 - c1) / JOBS * 1e3)
+        out["delivered_wall_ms"].append((w2 - w1) / JOBS * 1e3)
     return {k: min(v) for k, v in out.items()}

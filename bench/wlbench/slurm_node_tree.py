@@ -1,5 +1,7 @@
 """A Slurm node with many open jobs, for the agent to track: its cgroup v2 tree, each job
-opened by the real prolog, the jobs' CPU time and events-file lines advanced as they run.
+opened by the real prolog (its events file and its open note, which the agent turns into the
+job's open event and holder record), the jobs' CPU time and events-file lines advanced as
+they run.
 
 The tree has the shape Slurm's cgroup/v2 plugin gives it (tests/fixtures/cgroup_slurm/
 SOURCE.md), under the same root as the fixture host's powercap and NIC trees: the root's
@@ -12,8 +14,12 @@ replaced whole once a second (the kernel's counting: not the agent's cost).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from slurm_node_files import slurmd_proc  # tests/slurm_node_files.py
 
 from wattline.workloads import slurm
 
@@ -78,15 +84,15 @@ class SlurmNode:
     slurm_dir: Path
     jobs: list[str] = field(default_factory=list)
 
-    def open_jobs(self, jobs: int, slurmd_pid: int) -> None:
-        """Open ``jobs`` jobs as the prolog does (their holder: ``slurmd_pid``); any problem fails the run."""
-        for job in job_ids(jobs):
-            env = {"SLURM_JOB_ID": job, "SLURM_JOB_UID": str(os.getuid()), "SLURM_JOB_GID": str(os.getgid()),
-                   "SLURM_JOB_USER": "bench", "SLURM_JOB_PARTITION": "cpu", "SLURMD_NODENAME": "n1"}  # fmt: skip
-            problems = slurm.prolog(env, self.config, parent=slurmd_pid)
-            if problems:
-                raise RuntimeError(f"prolog of job {job}: {problems}")
-            self.jobs.append(job)
+    def open_jobs(self, jobs: int, proc: Path) -> None:
+        """Run the real prolog of ``jobs`` jobs in a child process whose parent, this process, is
+        the slurmd it finds (named so in ``proc``, a /proc of its own: tests/slurm_node_files.py),
+        so their holder lives as long as the benchmark; any problem fails the run."""
+        argv = [sys.executable, "-m", "wlbench.slurm_node_tree", str(self.config), str(jobs), str(proc)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"prologs failed: {done.stderr[-1000:]}")
+        self.jobs += job_ids(jobs)
 
     def append_line(self, job: str, units: int) -> None:
         """A ``units N`` line in the job's events file, as a job's shell step writes it."""
@@ -107,3 +113,18 @@ def node_config(work: Path, host_id: str, tree: Path, collector: str) -> SlurmNo
         'edge_socket = "off"\n'
     )
     return SlurmNode(host_id, config, outbox, slurm_dir)
+
+
+def prologs(config: Path, jobs: int, proc: Path) -> None:
+    """The prolog of each of ``jobs`` jobs, as Slurm runs it under this process's parent."""
+    slurmd_proc(proc)
+    for job in job_ids(jobs):
+        env = {"SLURM_JOB_ID": job, "SLURM_JOB_UID": str(os.getuid()), "SLURM_JOB_GID": str(os.getgid()),
+               "SLURM_JOB_USER": "bench", "SLURM_JOB_PARTITION": "cpu", "SLURMD_NODENAME": "n1"}  # fmt: skip
+        problems = slurm.prolog(env, config, proc)
+        if problems:
+            raise SystemExit(f"prolog of job {job}: {problems}")
+
+
+if __name__ == "__main__":
+    prologs(Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]))

@@ -3,8 +3,10 @@ against the agent alone, side by side in one run.
 
 The node (:mod:`wlbench.slurm_node_tree`): the fixture host's RAPL zones and NICs and a
 cgroup v2 tree with 64 job folders under one root, each job opened by the real prolog (its
-open event in the agent's outbox, its events file, its holder record naming a live process,
-this one, as its slurmd); every job's CPU time advanced once a second. Agents, all running at
+events file and its open note, from which the agent makes the job's open event and its
+holder record; the holder, the slurmd the prolog finds in /proc, is this process, named so
+in a /proc of the prologs' own: tests/slurm_node_files.py); every job's CPU time advanced
+once a second. Agents, all running at
 once, ``REPLICAS`` copies of each, ``wattline agent -c FILE`` at 1 Hz on RAPL + NIC, shipping
 to a null-sink collector (:mod:`wlbench.sink`):
 
@@ -20,12 +22,13 @@ delivery done); medians of the copies; the ratio to ``alone``; and how many more
 directories wait in its outbox at the window's end than at its start (per minute): CPU per
 second is the cost only where that stays near 0. In process, same run: one
 watcher pass (:meth:`SlurmWatcher.poll`, every tenth with the period's CPU-time reading)
-with the 64 jobs and with none, back to back, delivering into nothing; and what the agent
+with 64 jobs (their notes taken first) and with none, back to back, delivering into nothing; and what the agent
 does with each job's USE event of a period: one outbox directory of its own per event
 (:func:`~wattline.agent.outbox.open_outbox`, as ``Agent._to_outbox`` does), then a drainer pass
 delivering each directory through an uplink of its own (as the agent's
 :class:`~wattline.agent.outbox.OutboxDrainer` does), in this process's CPU time (gRPC as this
-process imports it, not the agent's entry point).
+process imports it, not the agent's entry point), with the collector idle, and again after
+the window while the agents keep it busy.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ def run(work: Path, quick: bool) -> dict[str, Any]:
     replicas, window_s = (1, 15.0) if quick else (2, 120.0)
     tree = host_tree(work / "tree")
     cgroup_tree(tree, JOBS)
+    proc = work / "proc"
     port = free_port()
     collector = f"127.0.0.1:{port}"
     nodes: dict[str, list[SlurmNode]] = {}
@@ -69,10 +73,12 @@ def run(work: Path, quick: bool) -> dict[str, Any]:
         for i in range(replicas):
             name = f"{SLUGS[kind]}-{i}"
             node = node_config(work / name, name, tree, collector)
-            node.open_jobs(jobs, os.getpid())
+            node.open_jobs(jobs, proc)
             nodes[kind].append(node)
     result: dict[str, Any] = {"jobs": JOBS, "replicas": replicas, "window_s": window_s, "line_every_s": LINE_EVERY_S}
-    result["watcher_pass"] = watcher_passes(tree, nodes["64 jobs"][0], work / "empty")
+    in_process = node_config(work / "in-process", "in-process", tree, collector)
+    in_process.open_jobs(JOBS, proc)
+    result["watcher_pass"] = watcher_passes(tree, in_process, work / "empty")
     stop = threading.Event()
     ticker = threading.Thread(target=tick, args=(tree, nodes["64 jobs, lines"], stop), daemon=True)
     procs: list[Proc] = []
@@ -98,6 +104,8 @@ def run(work: Path, quick: bool) -> dict[str, Any]:
         c0, t0, w0 = [p.cpu_s() for _, p in agents], time.monotonic(), [waiting(o) for o in outboxes]
         time.sleep(window_s)
         c1, t1, w1 = [p.cpu_s() for _, p in agents], time.monotonic(), [waiting(o) for o in outboxes]
+        # the same delivery while the agents keep the collector busy (its commits linger then)
+        result["use_delivery_busy"] = use_delivery(work / "delivery-busy", collector)
         stop.set()
         for (kind, _), a, b, before, after in zip(agents, c0, c1, w0, w1, strict=True):
             cpu[kind].append((b - a) / (t1 - t0))
@@ -145,6 +153,7 @@ def watcher_passes(tree: Path, node: SlurmNode, empty: Path) -> dict[str, float 
         for _ in range(3):
             watcher = SlurmWatcher(outbox, slurm_dir, host, lambda _h, _e: None, tree)
             now = time.time_ns()
+            watcher.poll(now - WATCH_EVERY_NS)  # the prolog's notes taken: the jobs' holder records kept
             c0 = time.thread_time()
             for k in range(PASSES):
                 watcher.poll(now + k * WATCH_EVERY_NS)

@@ -533,7 +533,9 @@ def slurm_tracking_rows(r: dict[str, Any]) -> list[Row]:
     rows.append(Row("slurm-tracking", "a job's USE event (one per job per 5 s): own outbox directory + its delivery",
                     f"{num(u['to_outbox_ms'], 'ms')} + {num(u['delivered_ms'], 'ms')} CPU",
                     f"{num(per_s / 10, '% of a core')} for {r['jobs']} jobs; delivery "
-                    f"{num(u.get('delivered_wall_ms'), 'ms')} wall a directory, one at a time"))  # fmt: skip
+                    f"{num(u.get('delivered_wall_ms'), 'ms')} wall a directory, one at a time "
+                    f"({num(r.get('use_delivery_busy', {}).get('delivered_wall_ms'), 'ms')} "
+                    "with the agents' collector busy)"))  # fmt: skip
     return rows
 
 

@@ -13,8 +13,8 @@ write's acknowledgement), and the database servers.
 Beside the scale part's figures, per store: the samples the database holds after the run
 (a count query) against those sent and not still waiting in an agent: lost; the delays to
 the acknowledgement also of the samples from STEADY_AFTER_S on; the database server's CPU
-per sample stored from STEADY_AFTER_S to half the run, and the collector's over the whole
-run; from the second half on, when the samples of a few hosts first come back from a query;
+per sample stored from STEADY_AFTER_S (quick: a quarter of the run) to half the run, and the
+collector's over the whole run; from the second half on, when the samples of a few hosts first come back from a query;
 after the run, when a new series does (:mod:`wlbench.visibility`).
 """
 
@@ -61,7 +61,7 @@ def run(servers: dict[str, Influxd | Victoria], work: Path, quick: bool) -> dict
         d["in_database"] = stored(server, start)
         # sent, not waiting in an agent's spool, and not in the database: lost
         d["lost_in_database"] = d["sent"] - d["unacked_at_end"] - d["in_database"]
-        server_cores = cpu.rate(start + STEADY_AFTER_S, start + duration / 2)
+        server_cores = cpu.rate(start + min(STEADY_AFTER_S, duration / 4), start + duration / 2)
         d["server_core_pct"] = None if server_cores is None else server_cores * 100
         d["server_us_per_sample"] = None if server_cores is None else server_cores / d["stored_per_s"] * 1e6
         d["server_hwm_mib"] = server.proc.hwm_mib()

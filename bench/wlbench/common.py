@@ -11,11 +11,12 @@ import statistics
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -274,18 +275,29 @@ class Influxd:
         return query_rows(body)
 
 
-def start_influxd(root: Path) -> Influxd:
-    path = binary("INFLUXD", "influxd")
+def start_server(
+    env: str, name: str, package: str, root: Path, argv: Callable[[str, int], list[str]], ready: str
+) -> tuple[Proc, str]:
+    """The server ``name`` (binary from ``$env``, else /usr/bin) on a free port, its files under
+    ``root``, once ``GET ready`` answers; ``argv(binary, port)`` is its command line."""
+    path = binary(env, name)
     if path is None:
-        raise RuntimeError("influxd not found (Debian package influxdb; or set INFLUXD)")
+        raise RuntimeError(f"{name} not found (Debian package {package}; or set {env})")
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    config = root / "influxdb.conf"
-    config.write_text(influxd_config(root, port, free_port(), **BENCH_EXTRA))
-    proc = Proc([path, "-config", str(config)], root / "influxd.log")
+    proc = Proc(argv(path, port), root / f"{name}.log")
     url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/ping", proc)
-    return Influxd(proc, url)
+    wait_http(url + ready, proc)
+    return proc, url
+
+
+def start_influxd(root: Path) -> Influxd:
+    def argv(path: str, port: int) -> list[str]:
+        config = root / "influxdb.conf"
+        config.write_text(influxd_config(root, port, free_port(), **BENCH_EXTRA))
+        return [path, "-config", str(config)]
+
+    return Influxd(*start_server("INFLUXD", "influxd", "influxdb", root, argv, "/ping"))
 
 
 @dataclass
@@ -308,12 +320,33 @@ class Victoria:
 
 
 def start_victoria_metrics(root: Path) -> Victoria:
-    path = binary("VICTORIA_METRICS", "victoria-metrics")
-    if path is None:
-        raise RuntimeError("victoria-metrics not found (Debian package victoria-metrics; or set VICTORIA_METRICS)")
-    root.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    proc = Proc(victoria_argv(path, root / "data", port), root / "victoria-metrics.log")
-    url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/health", proc)
-    return Victoria(proc, url)
+    def argv(path: str, port: int) -> list[str]:
+        return victoria_argv(path, root / "data", port)
+
+    return Victoria(*start_server("VICTORIA_METRICS", "victoria-metrics", "victoria-metrics", root, argv, "/health"))
+
+
+class Poller:
+    """Calls :meth:`tick` every ``every_s`` on a thread of its own from ``start_at`` (wall
+    clock; default at once) between :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, every_s: float, start_at: float = 0.0) -> None:
+        self.every_s, self.start_at = every_s, start_at
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        self._stop.wait(max(0.0, self.start_at - time.time()))
+        while not self._stop.is_set():
+            self.tick()
+            self._stop.wait(self.every_s)
+
+    def tick(self) -> None:
+        raise NotImplementedError

@@ -20,21 +20,20 @@ after the run, when a new series does (:mod:`wlbench.visibility`).
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from wattline.collector.stores.factory import open_store
 from wlbench import scale
-from wlbench.common import Influxd, Proc, Victoria
+from wlbench.common import Influxd, Poller, Proc, Victoria
 from wlbench.fleet import AGENT_PUSH_EVERY_S
 from wlbench.visibility import Probe, new_series_delay
 
 #: Samples per agent and second (the fixture host's RAPL zones and NICs).
 CHANNELS = 12
 #: Seconds from the run's start to the steady state (every series made; VictoriaMetrics took
-#: about 11 s for the 1,000 agents' 84,000): delays and the server's CPU are also given from then.
+#: about 11 s for the 1,000 agents' 100,000): delays and the server's CPU also from then.
 STEADY_AFTER_S = 15.0
 
 
@@ -86,26 +85,16 @@ def stored(server: Influxd | Victoria, since: float) -> int:
     return int(rows[0]["count"]) if rows else 0
 
 
-class CpuLog:
-    """A process's CPU seconds, noted once a second on a thread of its own."""
+class CpuLog(Poller):
+    """A process's CPU seconds, noted once a second."""
 
     def __init__(self, proc: Proc) -> None:
+        super().__init__(1.0)
         self.proc = proc
         self.points: list[tuple[float, float]] = []  #: (wall clock, CPU seconds)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cpu-log", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.points.append((time.time(), self.proc.cpu_s()))
-            self._stop.wait(1.0)
+    def tick(self) -> None:
+        self.points.append((time.time(), self.proc.cpu_s()))
 
     def rate(self, a: float, b: float) -> float | None:
         """Cores used between the wall-clock times ``a`` and ``b`` (the points inside them)."""

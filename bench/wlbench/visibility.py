@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import json
 import statistics
-import threading
 import time
 import urllib.parse
 from typing import Any
 
 from wattline import wire
 from wattline.collector.stores.base import Store
-from wlbench.common import Influxd, Victoria, http
+from wlbench.common import Influxd, Poller, Victoria, http
 
 #: The probed hosts: the first ten simulated agents (wlbench.fleet names them fleet-00000...).
 HOSTS = [f"fleet-{i:05d}" for i in range(10)]
@@ -57,35 +56,24 @@ def visible(server: Influxd | Victoria, hosts: str, window_s: float) -> list[Key
     return keys
 
 
-class Probe:
-    """Polls ``server`` on a thread of its own from ``start_at`` (wall clock) to :meth:`stop`."""
+class Probe(Poller):
+    """Polls ``server`` from ``start_at`` (wall clock) on."""
 
     def __init__(self, server: Influxd | Victoria, start_at: float) -> None:
+        super().__init__(EVERY_S, start_at)
         self.server = server
-        self.start_at = start_at
         self.first_seen: dict[Key, float] = {}  #: -> wall clock, s
         self.errors = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="visibility-probe", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        self._stop.wait(max(0.0, self.start_at - time.time()))
-        while not self._stop.wait(EVERY_S):
-            try:
-                keys = visible(self.server, "|".join(HOSTS), WINDOW_S)
-            except (OSError, RuntimeError, ValueError, KeyError):
-                self.errors += 1
-                continue
-            seen = time.time()
-            for key in keys:
-                self.first_seen.setdefault(key, seen)
+    def tick(self) -> None:
+        try:
+            keys = visible(self.server, "|".join(HOSTS), WINDOW_S)
+        except (OSError, RuntimeError, ValueError, KeyError):
+            self.errors += 1
+            return
+        seen = time.time()
+        for key in keys:
+            self.first_seen.setdefault(key, seen)
 
     def figures(self, channels: int, end: float) -> dict[str, Any]:
         """Delay percentiles (s) from time stamp to first seen of the samples stamped from a

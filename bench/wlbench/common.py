@@ -306,7 +306,7 @@ class Victoria:
     url: str
 
     def flush(self) -> None:
-        """Make what it took searchable now (it keeps new rows in memory for about a second)."""
+        """Make what it took searchable now (new rows wait in memory before they are)."""
         http("GET", self.url + "/internal/force_flush")
 
     def query(self, promql: str, time_s: float) -> list[dict[str, Any]]:

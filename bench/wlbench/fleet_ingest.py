@@ -32,8 +32,8 @@ from wlbench.visibility import Probe, new_series_delay
 
 #: Samples per agent and second (the fixture host's RAPL zones and NICs).
 CHANNELS = 12
-#: Seconds from the run's start to the steady state (every series made; VictoriaMetrics took
-#: about 11 s for the 1,000 agents' 100,000): delays and the server's CPU also from then.
+#: Seconds from the run's start to the steady state, when every series exists (VictoriaMetrics
+#: makes new series slowly, refusing pushes meanwhile): delays and the server's CPU also from then.
 STEADY_AFTER_S = 15.0
 
 

@@ -2,7 +2,7 @@
 
 Both servers run side by side for the whole part: first the ingest of 1,000 agents at 1 Hz
 into each (:mod:`wlbench.fleet_ingest`), then the 16-host reports of a 24 h and a 1 h job
-on each (:mod:`wlbench.fleet_report`). ``--quick``: 100 agents for 10 s, jobs of 10 min and 1 h.
+on each (:mod:`wlbench.fleet_report`). ``--quick``: 100 agents, jobs of 10 min and 1 h.
 """
 
 from __future__ import annotations

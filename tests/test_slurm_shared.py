@@ -132,13 +132,19 @@ def test_two_jobs_on_one_node_get_their_cpu_time_shares(
 ) -> None:
     dirs = cgroup_tree(tmp_path / "host", layout)
     node, windows = open_jobs(tmp_path, monkeypatch)
-    sent: list[wire.pb.JobEvent] = []
-    watcher = SlurmWatcher(node.outbox, node.slurm_dir, node.host, lambda _h, ev: sent.extend(ev), tmp_path / "host")
+    deliveries: list[list[wire.pb.JobEvent]] = []
+    watcher = SlurmWatcher(
+        node.outbox, node.slurm_dir, node.host, lambda _h, ev: deliveries.append(ev), tmp_path / "host"
+    )
     for t in range(LENGTH_S + 1):
         advance(dirs, t, layout)
         watcher.poll(T0 + t * S)
-    uses = [e for e in sent if e.kind == wire.pb.JobEvent.KIND_USE]
+    uses = [e for batch in deliveries for e in batch if e.kind == wire.pb.JobEvent.KIND_USE]
     assert {e.job_id for e in uses} == set(CORES) and len(uses) == 2 * LENGTH_S // 5  # one per job and period
+    # one outbox delivery per period for every job (each delivery is an outbox directory of its own)
+    assert all(
+        {e.job_id for e in batch} == set(CORES) for batch in deliveries if batch[0].kind == wire.pb.JobEvent.KIND_USE
+    )
     assert len({(e.job_id, e.event_seq) for e in uses}) == len(uses)
     assert all(e.use_device == "cpu:host" and e.use_metric == "cpu-time" for e in uses)
 

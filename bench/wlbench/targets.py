@@ -528,10 +528,11 @@ def slurm_tracking_rows(r: dict[str, Any]) -> list[Row]:
     w, u = r["watcher_pass"], r["use_delivery"]
     rows.append(Row("slurm-tracking", f"one watcher pass (2 a second), {r['jobs']} jobs", num(w["64 jobs_ms"], "ms"),
                     f"no job {num(w['none_ms'], 'ms')}; per job {num(w['per_job_us'], 'us')}"))  # fmt: skip
-    per_s = r["jobs"] / 5.0 * (u["to_outbox_ms"] + u["delivered_ms"])
-    rows.append(Row("slurm-tracking", "a job's USE event (one per job per 5 s): own outbox directory + its delivery",
+    per_s = (u["to_outbox_ms"] + u["delivered_ms"]) / 5.0
+    rows.append(Row("slurm-tracking", f"a use period's USE events of {r['jobs']} jobs (one outbox directory "
+                    "every 5 s) + its delivery",
                     f"{num(u['to_outbox_ms'], 'ms')} + {num(u['delivered_ms'], 'ms')} CPU",
-                    f"{num(per_s / 10, '% of a core')} for {r['jobs']} jobs; delivery "
+                    f"{num(per_s / 10, '% of a core')}; delivery "
                     f"{num(u.get('delivered_wall_ms'), 'ms')} wall a directory, one at a time "
                     f"({num(r.get('use_delivery_busy', {}).get('delivered_wall_ms'), 'ms')} "
                     "with the agents' collector busy)"))  # fmt: skip

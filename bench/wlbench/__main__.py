@@ -21,7 +21,8 @@ from typing import Any
 
 from wlbench import accuracy, agent, fleet_stores, ingest, pods, report, scale, slurm, slurm_tracking
 from wlbench.common import BENCH, machine, rounded
-from wlbench.targets import Row, rows_for
+from wlbench.rows import Row
+from wlbench.targets import rows_for
 
 PARTS: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
     "accuracy": accuracy.run,

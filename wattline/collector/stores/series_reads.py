@@ -52,6 +52,9 @@ class SeriesReads:
 
     url: str
     _api: SeriesApi
+    #: Seconds a reader may wait for what the engine acknowledged to be searchable: a new
+    #: series (a job's open and close among them) shows on VictoriaMetrics about 10 s later.
+    search_lag_s = 15.0
 
     # -- samples --------------------------------------------------------------------------
 

@@ -55,9 +55,8 @@ from wattline.workloads.report.idle import idle_baselines, idle_busy_jobs, idle_
 from wattline.workloads.report.model import Report, ReportSettings
 from wattline.workloads.report.windows import ComponentEnergy, WindowEnergy
 
-#: How often :func:`build_complete_report` looks again while it waits, and the least it waits
-#: for a store to show an acknowledged close (a loaded engine makes it searchable seconds later).
-POLL_S, SHOW_CLOSE_S = 0.5, 15.0
+#: How often :func:`build_complete_report` looks again while it waits.
+POLL_S = 0.5
 
 #: The components a complete measurement of a host has, for coverage's "missing" list.
 EXPECTED = {"cpu": ("cpu_package", "cpu"), "memory": ("dram",), "network": ("nic",)}
@@ -152,6 +151,11 @@ def report_wait_s(batch_interval_s: float) -> float:
     return 2 * batch_interval_s + 3.0
 
 
+def search_lag_s(reader: Reader) -> float:
+    """How long after acknowledging a write the store may take to show it (0: at once)."""
+    return float(getattr(reader, "search_lag_s", 0.0))
+
+
 def build_complete_report(
     reader: Reader,
     job_id: str,
@@ -165,10 +169,10 @@ def build_complete_report(
     Waits only for a closed job that ended less than ``wait_s`` ago; returns the report
     as soon as it is complete, else the last one built, whose notes say what it lacks.
     ``closed``: the caller knows the job closed (its close was acknowledged): up to ``wait_s``
-    (at least SHOW_CLOSE_S) for the store to show it (VictoriaMetrics makes rows searchable
+    (at least the store's :func:`search_lag_s`) for the store to show it (VictoriaMetrics makes rows searchable
     a moment after it took them), so the report is not that of a job still running.
     """
-    shown_by = time.monotonic() + max(wait_s, SHOW_CLOSE_S)
+    shown_by = time.monotonic() + max(wait_s, search_lag_s(reader))
     while True:
         try:
             report = build_report(reader, job_id, settings)

@@ -32,7 +32,7 @@ from wattline.collector.stores.base import JobSummary, Store, StoreUnavailable, 
 from wattline.collector.stores.factory import open_store
 from wattline.collector.stores.reader import Reader, SummaryStore
 from wattline.workloads.jobs.jobs_view import BadJob, JobNotFound
-from wattline.workloads.report.build import build_report, neighbours, report_wait_s
+from wattline.workloads.report.build import build_report, neighbours, report_wait_s, search_lag_s
 from wattline.workloads.report.model import Report, ReportSettings
 from wattline.workloads.report.report_json import report_json
 from wattline.workloads.services.store import default_store_url
@@ -301,11 +301,13 @@ class SummaryWriter:
             # after a close: the agents may not have shipped the last samples yet, or the store
             # not show the close yet
             unsettled = not (report.complete and report.job.closed)
-            if closing_at is not None and unsettled and self._poll_again(job_id, closing_at):
+            # the close not shown yet is the store's lag (a new series on VictoriaMetrics: seconds)
+            lag_s = None if report.job.closed else search_lag_s(self.reader)
+            if closing_at is not None and unsettled and self._poll_again(job_id, closing_at, lag_s):
                 return
             result = self.sink(summary_of(report))
         except JobNotFound as exc:
-            if self._poll_again(job_id, noted_at):  # its first events are not searchable yet
+            if self._poll_again(job_id, noted_at, search_lag_s(self.reader)):  # its first events are not searchable yet
                 return
             self._not_written(job_id, exc)
             return
@@ -350,9 +352,10 @@ class SummaryWriter:
                 for old in sorted(self._done, key=self._done.__getitem__)[: len(self._done) - self.max_jobs]:
                     del self._done[old]
 
-    def _poll_again(self, job_id: str, since: float) -> bool:
-        """Look at ``job_id`` again in ``poll_s`` if ``wait_s`` has not passed ``since``."""
-        left_s = self.wait_s - (self._clock() - since)
+    def _poll_again(self, job_id: str, since: float, at_least_s: float | None = None) -> bool:
+        """Look at ``job_id`` again in ``poll_s`` if ``wait_s`` (at least ``at_least_s``: for
+        events the store does not show yet) has not passed ``since``."""
+        left_s = max(self.wait_s, at_least_s or 0.0) - (self._clock() - since)
         if left_s > 0:
             self._again(job_id, min(self.poll_s, left_s))
         return left_s > 0

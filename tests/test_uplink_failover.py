@@ -190,7 +190,9 @@ def test_sampler_keeps_time_while_the_storage_hangs(tmp_path: Path) -> None:
     try:
         agent = agent_on(tmp_path, [f"127.0.0.1:{server.port}"], push_timeout=0.5)
         gaps = tick_gaps(agent, 2.0)
-        assert len(gaps) >= 30 and max(gaps) < 0.25, max(gaps)
+        # a sampler held up by the hanging push would miss ticks for push_timeout (0.5 s) at a
+        # time; under it, a loaded machine's scheduling (a 0.25 s gap was seen in CI)
+        assert len(gaps) >= 30 and max(gaps) < 0.45, max(gaps)
         assert store.entered.is_set() and agent.spool.acked_samples == 0
     finally:
         store.open.set()

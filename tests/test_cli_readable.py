@@ -251,7 +251,7 @@ def test_report_shows_the_whole_run_beside_the_measured_window_and_the_exit_stat
     assert code == 0
     assert "Status: failed (exit 3)" in out
     rows = table_rows(out)
-    assert rows["figure"] == ["measured window", "whole run"]
+    assert rows["figure"] == ["saturated window", "whole run"]
     assert rows["duration"] == ["50 s", "1 min 00 s"]
     assert rows["items"] == ["500", "600"]
     # 100 W x 50 s, x 60 s; RAPL lags up to 1 ms at each edge: 0.2 J in 5 kJ, the whole run 2 windows

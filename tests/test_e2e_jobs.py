@@ -101,19 +101,19 @@ def collector_into(tmp_path: Path) -> Iterator[object]:
 def check_report(store: Store, job_id: str, truth: Truth) -> economics.Figures:
     report = build_report(store, job_id)  # type: ignore[arg-type]
     assert report.saturated, report.saturation.reason
-    sat = report.measured_from_ns
+    sat = report.saturated_from_ns
     end = T0_NS + int(RUN_S * 1e9)
     assert T0_NS + RAMP_S * 1e9 * 0.85 <= sat <= T0_NS + RAMP_S * 1e9 * 1.1, (sat - T0_NS) / 1e9
-    assert report.measured.energy_j == pytest.approx(truth.energy_between(sat, end), rel=1e-3)
+    assert report.saturated_window.energy_j == pytest.approx(truth.energy_between(sat, end), rel=1e-3)
     assert report.warmup.energy_j == pytest.approx(truth.energy_between(T0_NS, sat), rel=1e-3)
-    assert report.units_measured == pytest.approx(truth.units_between(sat, end), rel=1e-3)
+    assert report.units_saturated == pytest.approx(truth.units_between(sat, end), rel=1e-3)
     j_per_unit = truth.energy_between(sat, end) / truth.units_between(sat, end)
     assert report.figures.j_per_unit == pytest.approx(j_per_unit, rel=1e-3)
     # conservation: the node energy over the job = warm-up + measured (no other job ran)
-    assert report.warmup.energy_j + report.measured.energy_j == pytest.approx(
+    assert report.warmup.energy_j + report.saturated_window.energy_j == pytest.approx(
         truth.energy_between(T0_NS, end), rel=1e-9
     )
-    assert set(report.measured.components) == {"cpu_package", "dram"}
+    assert set(report.saturated_window.components) == {"cpu_package", "dram"}
     assert sorted(report.job.hosts) == sorted(truth.energy)
     return report.figures
 
@@ -126,7 +126,7 @@ def test_two_hosts_through_collector_and_influxdb(tmp_path: Path, influxd: Influ
         truth_b = run_job(tmp_path / "b", address, "job-b", ["b1", "b2"], power_w=150.0, rate=630.0)
         fa = check_report(store, "job-a", truth_a)
         fb = check_report(store, "job-b", truth_b)
-    cmp = economics.compare(fa.measured, fb.measured, sla_units_per_hour=1_000_000)
+    cmp = economics.compare(fa.window, fb.window, sla_units_per_hour=1_000_000)
     assert cmp.throughput_ratio == pytest.approx(6.3, rel=1e-3)
     assert cmp.sla is not None and (cmp.sla.instances.a, cmp.sla.instances.b) == (3, 1)
     runner = CliRunner()
@@ -159,12 +159,12 @@ def test_same_job_in_the_embedded_sqlite_store_gives_the_same_figures(
         fi = check_report(influx, "job", truth_i)
         fs = check_report(sqlite, "job", truth_s)
     assert fi.j_per_unit == pytest.approx(fs.j_per_unit, rel=1e-12)
-    assert (fi.measured.units, fi.measured.seconds, fi.measured.instances) == (
-        fs.measured.units,
-        fs.measured.seconds,
+    assert (fi.window.units, fi.window.seconds, fi.window.instances) == (
+        fs.window.units,
+        fs.window.seconds,
         2,
     )
-    assert fi.measured.energy_j == pytest.approx(fs.measured.energy_j, rel=1e-12)
+    assert fi.window.energy_j == pytest.approx(fs.window.energy_j, rel=1e-12)
 
 
 def test_concurrent_jobs_on_one_host_never_share_a_joule(tmp_path: Path) -> None:
@@ -193,8 +193,8 @@ def test_concurrent_jobs_on_one_host_never_share_a_joule(tmp_path: Path) -> None
         totals = {}
         for job in ("x", "y"):
             r = build_report(store, job)  # type: ignore[arg-type]
-            totals[job] = r.warmup.energy_j + r.measured.energy_j
-            assert r.units_warmup + r.units_measured == pytest.approx(600.0)
+            totals[job] = r.warmup.energy_j + r.saturated_window.energy_j
+            assert r.units_warmup + r.units_saturated == pytest.approx(600.0)
             assert any("shared with 1 other job" in n for n in r.notes)
     host.close()
     assert totals["x"] == pytest.approx(110.0 * (20 + 40 / 2), rel=1e-9)
@@ -222,8 +222,10 @@ def test_idle_policy_subtract_charges_energy_above_the_pre_job_baseline(tmp_path
         whole = build_report(store, "j", ReportSettings(saturation=SaturationParams(min_bins=5)))  # type: ignore[arg-type]
         dynamic = build_report(store, "j", ReportSettings(idle="subtract", saturation=SaturationParams(min_bins=5)))  # type: ignore[arg-type]
     host.close()
-    seconds = dynamic.measured.seconds
-    assert whole.measured.energy_j == dynamic.measured.energy_j == pytest.approx(100.0 * seconds, rel=1e-9)
-    assert dynamic.measured.dynamic_j == pytest.approx(60.0 * seconds, rel=1e-9)
-    assert dynamic.figures.measured.energy_j == pytest.approx(60.0 * seconds, rel=1e-9)  # what J/unit uses
-    assert whole.figures.measured.energy_j == pytest.approx(100.0 * seconds, rel=1e-9)
+    seconds = dynamic.saturated_window.seconds
+    assert (
+        whole.saturated_window.energy_j == dynamic.saturated_window.energy_j == pytest.approx(100.0 * seconds, rel=1e-9)
+    )
+    assert dynamic.saturated_window.dynamic_j == pytest.approx(60.0 * seconds, rel=1e-9)
+    assert dynamic.figures.window.energy_j == pytest.approx(60.0 * seconds, rel=1e-9)  # what J/unit uses
+    assert whole.figures.window.energy_j == pytest.approx(100.0 * seconds, rel=1e-9)

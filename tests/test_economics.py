@@ -6,7 +6,7 @@ import pytest
 
 from wattline.workloads.report.economics import (
     Change,
-    Measured,
+    Window,
     co2_per_million_units_g,
     co2_per_run_g,
     compare,
@@ -31,7 +31,7 @@ HOUR = 3600.0
 
 def test_single_job_figures() -> None:
     # 3600 units in one hour on 2 instances drawing 1 kWh together.
-    m = Measured(units=3600, seconds=HOUR, energy_j=3.6e6, instances=2)
+    m = Window(units=3600, seconds=HOUR, energy_j=3.6e6, instances=2)
     assert throughput_per_s(m) == 1.0
     assert throughput_per_hour(m) == 3600.0
     assert throughput_per_instance_hour(m) == 1800.0
@@ -50,19 +50,19 @@ def test_single_job_figures() -> None:
 
 
 def test_zero_units_and_zero_seconds_give_none_not_errors() -> None:
-    idle = Measured(units=0, seconds=60, energy_j=6000.0)
+    idle = Window(units=0, seconds=60, energy_j=6000.0)
     assert j_per_unit(idle) is None
     assert kwh_per_million_units(idle) is None
     assert cost_per_million_units(idle, 1.0) is None
     assert co2_per_million_units_g(idle, 400.0) is None
     assert throughput_per_s(idle) == 0.0
     assert instances_for_sla(1e6, throughput_per_instance_hour(idle)) is None
-    instant = Measured(units=10, seconds=0, energy_j=0.0)
+    instant = Window(units=10, seconds=0, energy_j=0.0)
     assert throughput_per_s(instant) is None
     assert mean_power_w(instant) is None
     assert cost_per_run(instant, 1.0) == 0.0
     assert j_per_unit(instant) == 0.0
-    no_hosts = Measured(units=10, seconds=10, energy_j=10.0, instances=0)
+    no_hosts = Window(units=10, seconds=10, energy_j=10.0, instances=0)
     assert throughput_per_instance_hour(no_hosts) is None and power_per_instance_w(no_hosts) is None
     c = compare(idle, instant, sla_units_per_hour=1e6, work_units=100, price_a=1.0, price_b=1.0)
     assert c.throughput_ratio is None
@@ -73,10 +73,10 @@ def test_zero_units_and_zero_seconds_give_none_not_errors() -> None:
 
 def test_invalid_inputs() -> None:
     with pytest.raises(ValueError):
-        Measured(units=-1, seconds=1, energy_j=1)
+        Window(units=-1, seconds=1, energy_j=1)
     with pytest.raises(ValueError):
-        figures(Measured(1, 1, 1), pue=0.9)
-    m = Measured(1, 1, 1)
+        figures(Window(1, 1, 1), pue=0.9)
+    m = Window(1, 1, 1)
     with pytest.raises(ValueError):
         compare(m, m, sla_units_per_hour=0)
     with pytest.raises(ValueError):
@@ -91,8 +91,8 @@ def test_instances_for_sla_is_exact_at_integers() -> None:
 
 # Inference table: LayoutLM, SLA 1,000,000 inferences/h. Per-instance throughputs chosen so
 # that the ratio is 6.3x and ceil(1e6 / T) gives 6 and 33: T_gpu in [30,303, 31,250).
-GPU_INF = Measured(units=30_500, seconds=HOUR, energy_j=1000.0 * HOUR)  # 30,500/h at 1000 W
-INF1 = Measured(units=6.3 * 30_500, seconds=HOUR, energy_j=440.0 * HOUR)  # 192,150/h at 440 W
+GPU_INF = Window(units=30_500, seconds=HOUR, energy_j=1000.0 * HOUR)  # 30,500/h at 1000 W
+INF1 = Window(units=6.3 * 30_500, seconds=HOUR, energy_j=440.0 * HOUR)  # 192,150/h at 440 W
 # Prices that give the study's USD 2 vs USD 25 per million: 6 x 0.362 and 33 x 0.752.
 PRICE_INF1, PRICE_GPU_INF = 0.362, 0.752
 
@@ -128,8 +128,8 @@ def test_study_inference_co2_with_pue() -> None:
 
 # Training table: BERT-Large, 450 M sequences on 16 instances each way, 4 h vs 2.3 h.
 WORK = 450e6
-GPU_TRAIN = Measured(units=WORK / 4, seconds=HOUR, energy_j=16 * 4000.0 * HOUR, instances=16)
-TRN1 = Measured(units=WORK / 2.3, seconds=HOUR, energy_j=16 * 4939.0 * HOUR, instances=16)
+GPU_TRAIN = Window(units=WORK / 4, seconds=HOUR, energy_j=16 * 4000.0 * HOUR, instances=16)
+TRN1 = Window(units=WORK / 2.3, seconds=HOUR, energy_j=16 * 4939.0 * HOUR, instances=16)
 # Price per instance-hour: USD 2,091 / (16 x 4 h) and USD 787 / (16 x 2.3 h).
 PRICE_GPU_TRAIN = 2091 / (16 * 4)
 PRICE_TRN1 = 787 / (16 * 2.3)
@@ -155,7 +155,7 @@ def test_study_training_table() -> None:
 
 
 def test_work_defaults_to_each_jobs_own_instance_count() -> None:
-    small = Measured(units=WORK / 8, seconds=HOUR, energy_j=HOUR * 8 * 4000.0, instances=8)
+    small = Window(units=WORK / 8, seconds=HOUR, energy_j=HOUR * 8 * 4000.0, instances=8)
     c = compare(GPU_TRAIN, small, work_units=WORK)
     assert c.work is not None
     assert (c.work.instances.a, c.work.instances.b) == (16, 8)

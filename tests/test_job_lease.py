@@ -219,7 +219,7 @@ def test_over_the_wire_a_live_job_keeps_sharing_and_a_killed_one_stops(
         assert live.poll() is None
         report = build_report(store, "short", now_ns=now)  # type: ignore[arg-type]
         assert any("shared with 1 other job" in n for n in report.notes), report.notes
-        charged = report.warmup.energy_j + report.measured.energy_j
+        charged = report.warmup.energy_j + report.saturated_window.energy_j
         assert charged == pytest.approx(POWER_W * (t_close - t_open) / 1e9 / 2, rel=0.01)
         views = {v.job_id: v for v in all_views(store)}
         assert views["live"].state(now) == "running" and views["short"].state(now) == "closed"  # heard < 1 s ago
@@ -263,7 +263,7 @@ def test_a_store_from_before_heartbeats_ends_an_unclosed_job_at_its_last_event(t
         assert rb.warmup.energy_j + rb.measured.energy_j == pytest.approx(POWER_W * 20, rel=1e-9)
         ro = build_report(store, "old")
         assert ro.end_ns == T0_NS + 10 * 10**9 and ro.state == "abandoned"
-        assert ro.warmup.energy_j + ro.measured.energy_j == pytest.approx(POWER_W * 10, rel=1e-9)
+        assert ro.warmup.energy_j + ro.saturated_window.energy_j == pytest.approx(POWER_W * 10, rel=1e-9)
         assert f"abandoned (no close; last heard at {utc_iso(T0_NS + 10 * 10**9)})" in ro.notes
     host.close()
 

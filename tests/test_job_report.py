@@ -31,8 +31,8 @@ def serve(job):
 
 job = serve()
 report = job.report()
-print(json.dumps({{"dict": report.to_dict(), "units": report.units_measured + report.units_warmup,
-                  "energy_j": report.measured.energy_j, "seconds": report.measured.seconds}}))
+print(json.dumps({{"dict": report.to_dict(), "units": report.units_saturated + report.units_warmup,
+                  "energy_j": report.saturated_window.energy_j, "seconds": report.saturated_window.seconds}}))
 """
 
 

@@ -90,6 +90,8 @@ def assert_matches(summary: JobSummary, report: dict[str, Any]) -> None:
     assert f["energy_total_j"] == pytest.approx(whole_run_j(report), rel=1e-3)
     assert f["j_per_unit"] == pytest.approx(report["measured"]["j_per_unit"], rel=1e-3)
     assert f["units_total"] == report["units"]["total"]
+    assert f["units_saturated"] == f["units_measured"] == report["units"]["saturated"]
+    assert f["saturated_s"] == f["measured_s"] == pytest.approx(report["durations_s"]["saturated"])
     assert f["hosts"] == len(report["job"]["hosts"])
     assert f["status"] == report["job"]["status"] == "closed" and f["complete"] is True
     assert f["measured_share"] == pytest.approx(report["measured"]["coverage"]["measured_share"])
@@ -199,7 +201,7 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
         assert count["count"] == 1
         rewritten = store.job_summary("pair-1")
         assert rewritten is not None and rewritten.fields["computed_ns"] > summaries["pair-1"].fields["computed_ns"]
-        assert rewritten.fields["energy_j"] == pytest.approx(again.measured.energy_j)
+        assert rewritten.fields["energy_j"] == pytest.approx(again.saturated_window.energy_j)
 
         check_dashboard(influxd, database, reports)
     finally:
@@ -342,7 +344,7 @@ def test_embedded_run_writes_its_summary_and_the_writer_retries(tmp_path: Path, 
         stored = store.job_summary("emb-1")
         assert stored is not None, "the embedded run wrote no summary"
         report = build_report(store, "emb-1")
-        assert stored.fields["energy_j"] == pytest.approx(report.measured.energy_j, rel=1e-9)
+        assert stored.fields["energy_j"] == pytest.approx(report.saturated_window.energy_j, rel=1e-9)
         assert stored.time_ns == report.job.start_ns
 
         sink = FlakySink(failures=2)
@@ -351,7 +353,7 @@ def test_embedded_run_writes_its_summary_and_the_writer_retries(tmp_path: Path, 
             writer.job_events([("emb-1", True), ("emb-1", True)])  # debounced: one job due
             wait_for("summary after retries", lambda: sink.written, timeout_s=10)
             assert len(sink.written) == 1 and writer.failed == 2 and writer.written == 1
-            assert sink.written[0].fields["energy_j"] == pytest.approx(report.measured.energy_j)
+            assert sink.written[0].fields["energy_j"] == pytest.approx(report.saturated_window.energy_j)
             assert sum("failed (attempt" in r.message for r in caplog.records) == 2
             # A running job's events within running_every_s of its last summary wait for it.
             writer.job_events([("emb-1", False)])

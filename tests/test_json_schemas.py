@@ -3,7 +3,7 @@
 refuse one with a field renamed, retyped or added.
 
 Outputs: a job on two hosts, part of its energy a model estimate (tests/synthetic_job.py),
-plain and with every policy option; two jobs sharing a GPU, split by their measured use, one
+plain and with every policy option; two jobs sharing a GPU, split by their recorded use, one
 closed and one that never closed (abandoned); a job without any sample and one whose samples
 stop before its close; a comparison of two jobs, plain and with the SLA and work figures.
 """
@@ -43,7 +43,7 @@ def validator(name: str) -> jsonschema.Draft202012Validator:
 
 def gpu_jobs(path: Path) -> str:
     """A store with a GPU at :data:`GPU_W` over a minute, shared by :data:`GPU_JOBS`, each
-    claiming it and sending its measured use every 10 s and a unit a second."""
+    claiming it and sending its use every 10 s and a unit a second."""
     with SqliteStore(path) as store:
         batch = wire.Batch(stream_id="gpu", seq=1, sent_ns=T0)
         batch.host.host_id = "node-1"
@@ -147,9 +147,16 @@ def test_real_reports_of_each_shape_are_valid(reports: dict[str, dict[str, Any]]
     plain, policy = reports["two hosts"], reports["every policy option"]
     assert plain["job"]["hosts"] == ["node-1", "node-2"] and plain["measured"]["estimate"]
     assert policy["figures_from"] == "dynamic_energy_j" and policy["measured"]["cost_usd_per_run"] is not None
+    # The saturated window under its name and, the same, under its deprecated one ("measured").
+    for data in reports.values():
+        assert data["saturated"] == data["measured"]
+        assert data["durations_s"]["saturated"] == data["durations_s"]["measured"]
+        assert data["units"]["saturated"] == data["units"]["measured"]
+    assert plain["saturated"]["estimate"] and policy["saturated"]["cost_usd_per_run"] is not None
     for shape, closes in zip(("shared GPU, closed", "shared GPU, abandoned"), (True, False), strict=True):
         data = reports[shape]
         assert [d["basis"] for d in data["device_shares"]] == ["measured share"]
+        assert all(d["split_by_use_j"] == d["measured_j"] > 0 for d in data["device_shares"])
         assert data["job"]["closed"] is closes and (data["job"]["exit_code"] is None) is not closes
     assert reports["shared GPU, abandoned"]["job"]["status"] == "abandoned"
     assert not reports["no samples"]["energy_data"] and reports["no samples"]["saturation"]["at"] is None
@@ -203,6 +210,9 @@ def retyped(data: dict[str, Any], path: FieldPath, value: object) -> dict[str, A
         ("report", "two hosts", lambda d: retyped(d, ("job", "start"), "2026-01-01 00:00:00")),
         ("report", "two hosts", lambda d: retyped(d, ("extra",), 1)),
         ("report", "shared GPU, closed", lambda d: renamed(d, ("device_shares", 0, "measured_j"), "split_j")),
+        ("report", "two hosts", lambda d: renamed(d, ("saturated", "energy_j"), "energy_joules")),
+        ("report", "two hosts", lambda d: renamed(d, ("units", "saturated"), "steady")),
+        ("report", "shared GPU, closed", lambda d: renamed(d, ("device_shares", 0, "split_by_use_j"), "split_j")),
         ("compare", "SLA and work", lambda d: renamed(d, ("j_per_unit", "change_pct"), "change_percent")),
         ("compare", "SLA and work", lambda d: retyped(d, ("sla", "instances", "estimate"), True)),
         ("compare", "SLA and work", lambda d: retyped(d, ("a", "saturated"), "yes")),

@@ -264,7 +264,7 @@ def store_with(path: Path, events: list[wire.pb.JobEvent]) -> SqliteStore:
 def total_j(store: SqliteStore, job_id: str) -> tuple[float, dict[str, float]]:
     report = build_report(store, job_id, ReportSettings(share_rule="cpu-time"), now_ns=T0 + 120 * S)  # type: ignore[arg-type]
     parts: dict[str, float] = {}
-    for window in (report.warmup, report.measured):
+    for window in (report.warmup, report.saturated_window):
         for name, comp in window.components.items():
             parts[name] = parts.get(name, 0.0) + comp.energy_j
     return sum(parts.values()), parts
@@ -615,7 +615,7 @@ def test_a_pod_counts_its_own_units_from_inside(
     assert [u[1] for u in units[3:]] == [3]
     store = store_with(tmp_path / "w.db", sent)
     report = build_report(store, "k8s:team-a/nb-alice", ReportSettings(share_rule="cpu-time"), now_ns=T0 + 120 * S)  # type: ignore[arg-type]
-    assert report.units_warmup + report.units_measured == 25
+    assert report.units_warmup + report.units_saturated == 25
 
 
 #: The end-to-end node's GPUs (pod-resources ids are their UUIDs): GPU_A given whole to the

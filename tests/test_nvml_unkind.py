@@ -183,7 +183,7 @@ def test_power_sensed_part_time_and_averaged_is_within_the_integrated_bound(tmp_
     loads = [(float(sm), float(a), float(b)) for _g, _pid, sm, _m, a, b in (line.split() for line in procs.open())]
     truth = IDLE_W * (closed - opened)
     truth += sum(W_PER_SM * sm * max(0.0, min(b, closed) - max(a, opened)) for sm, a, b in loads)
-    windows = [w.components["gpu"] for w in (report.warmup, report.measured) if "gpu" in w.components]
+    windows = [w.components["gpu"] for w in (report.warmup, report.saturated_window) if "gpu" in w.components]
     figure, bound = sum(c.energy_j for c in windows), sum(c.bound.total_j for c in windows)
     assert {q for c in windows for q in c.by_quality} == {"integrated"}
     assert all(c.bound.integration_j > 0 for c in windows)

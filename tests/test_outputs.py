@@ -64,7 +64,7 @@ def test_plot_png_and_svg_show_estimates_warmup_saturation_and_throughput(store_
     for path, extra in ((png, ()), (svg, ()), (by_host, ("--by-host",))):
         out = cli("report", "synth", "--store", store_url, "--plot", str(path), *extra)
         assert out.returncode == 0, out.stderr
-        assert f"wrote {path}" in out.stderr and "Measured window" in out.stdout  # the table still prints
+        assert f"wrote {path}" in out.stderr and "Saturated window" in out.stdout  # the table still prints
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(png.read_bytes()[16:20], "big"), int.from_bytes(png.read_bytes()[20:24], "big")
     assert (width, height) == (1000, 520)
@@ -73,7 +73,7 @@ def test_plot_png_and_svg_show_estimates_warmup_saturation_and_throughput(store_
     assert "warm-up (excluded from figures)" in text and "saturated at 10.0 s" in text
     assert (
         "throughput (documents/s)" in text
-        and "measured window: 4.5 kJ, 2.25 J/document (partly ESTIMATE (3 % model))" in text
+        and "saturated window: 4.5 kJ, 2.25 J/document (partly ESTIMATE (3 % model))" in text
     )  # 1.5 x (30+5+1) x 50
     assert "<pattern" in svg.read_text()  # the estimate is hatched
     host_text = _svg_text(by_host)
@@ -129,6 +129,12 @@ def test_jobs_csv_loads_and_agrees_with_report_json(store_url: str) -> None:
         report = report_of(store_url, job_id, "--price", "2", "--carbon-intensity", "400")
         row = rows[job_id]
         assert float(row["energy_measured_j"]) == report["measured"]["energy_j"]
+        assert (row["saturated_s"], row["units_saturated"], row["energy_saturated_j"]) == (
+            row["measured_s"],
+            row["units_measured"],
+            row["energy_measured_j"],
+        )  # the deprecated columns: the same values under their new names
+        assert float(row["units_saturated"]) == report["units"]["saturated"]
         assert float(row["energy_total_j"]) == report["measured"]["energy_j"] + report["warmup"]["energy_j"]
         assert float(row["j_per_unit"]) == report["measured"]["j_per_unit"]
         assert float(row["kwh_per_million_units"]) == report["measured"]["kwh_per_million_units"]
@@ -139,6 +145,7 @@ def test_jobs_csv_loads_and_agrees_with_report_json(store_url: str) -> None:
         assert row["status"] == "closed" and row["exit_code"] == "0" and row["unit"] == "documents"
     measured = sum(truth("measured", c, 2) for c in ("cpu_package", "dram", "nic"))
     assert float(rows["synth"]["energy_measured_j"]) == pytest.approx(measured)
+    assert float(rows["synth"]["energy_saturated_j"]) == pytest.approx(measured)
     assert (rows["synth"]["label_SLURM_JOB_ID"], rows["other"]["label_SLURM_JOB_ID"]) == ("4242", "4243")
 
 
@@ -191,7 +198,7 @@ def test_html_page_is_self_contained_and_renders_in_chromium(store_url: str, tmp
     assert not re.search(r"<script|<link|<img|<iframe|@import|url\((?!#)|\b(src|href)=\"(?!#)", html, re.I)
     assert "url(#" in html  # the hatch pattern, referenced inside the page
     assert html.count("<svg") == 1 and "nic — ESTIMATE (model)" in html  # the figure, inline
-    for text in ("Measured window", "Energy by component", "Coverage", "Notes", "Provenance", "wattline.report/1"):
+    for text in ("Saturated window", "Energy by component", "Coverage", "Notes", "Provenance", "wattline.report/1"):
         assert text in html
     assert "4.5 kJ ± 2.8 %  counter + partly ESTIMATE (3 % model)" in html and "300 gCO2/kWh" in html
     assert "rapl</td><td>cpu_core" in html  # every sampled series is listed

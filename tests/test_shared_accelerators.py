@@ -156,12 +156,14 @@ def reports(db: Path, *jobs: str) -> dict[str, Report]:
 
 
 def gpu_j(report: Report) -> float:
-    return sum(w.components["gpu"].energy_j for w in (report.warmup, report.measured) if "gpu" in w.components)
+    return sum(w.components["gpu"].energy_j for w in (report.warmup, report.saturated_window) if "gpu" in w.components)
 
 
 def gpu_bound_j(report: Report) -> float:
     """The report's own bound (J) on the job's GPU energy, both windows."""
-    return sum(w.components["gpu"].bound.total_j for w in (report.warmup, report.measured) if "gpu" in w.components)
+    return sum(
+        w.components["gpu"].bound.total_j for w in (report.warmup, report.saturated_window) if "gpu" in w.components
+    )
 
 
 #: A bound wider than this many times the error a scenario constructs is a defect too: it
@@ -231,10 +233,10 @@ def test_two_jobs_on_one_gpu_get_their_measured_shares(tmp_path: Path) -> None:
     for job in ("job-a", "job-b"):
         [ds] = got[job].device_shares  # GPU 0 only: GPU 1 was used by no process of the job
         assert (ds.device, ds.basis) == (GPU0, "measured share")
-        assert ds.measured_j == pytest.approx(ds.energy_j, rel=1e-9)
+        assert ds.split_by_use_j == pytest.approx(ds.energy_j, rel=1e-9)
         assert any("measured share" in n and "derived from utilization" in n for n in got[job].notes)
         split = report_json(got[job])["measured"]["coverage"]["split_by_utilization_share"]
-        assert split == pytest.approx(gpu_j(got[job]) / (got[job].measured.energy_j + got[job].warmup.energy_j))
+        assert split == pytest.approx(gpu_j(got[job]) / (got[job].saturated_window.energy_j + got[job].warmup.energy_j))
     da, db_ = got["job-a"].device_shares[0], got["job-b"].device_shares[0]
     assert da.span_energy_j == pytest.approx(db_.span_energy_j, rel=1e-9)
     # the span's edges are the counter's reads: each lags by up to a step (the report bounds
@@ -400,7 +402,7 @@ def test_measured_use_splits_a_device_and_the_rest_is_stated() -> None:
     assert got["b"] == pytest.approx(0.2 * 400 + 100, rel=1e-12)
     assert got[None] == pytest.approx(0.2 * 400 + 200 + 200, rel=1e-12)
     assert math.fsum(got.values()) == 1000.0
-    measured = {s.job_id: s.measured_j for s in att.shares}
+    measured = {s.job_id: s.split_by_use_j for s in att.shares}
     assert measured["a"] == pytest.approx(240 + 100) and measured["b"] == pytest.approx(80 + 100)
 
 

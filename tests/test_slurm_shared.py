@@ -152,7 +152,7 @@ def test_two_jobs_on_one_node_get_their_cpu_time_shares(
     attributed = 0.0
     for job_id, cores in CORES.items():
         report = build_report(store, job_id, ReportSettings(), now_ns=T0 + 120 * S)  # the default rule
-        got = sum(c.energy_j for w in (report.warmup, report.measured) for c in w.components.values())
+        got = sum(c.energy_j for w in (report.warmup, report.saturated_window) for c in w.components.values())
         assert got == pytest.approx(CPU_W * LENGTH_S * cores / NODE_CORES, rel=0.01), (layout, job_id)
         attributed += got
     # Conservation, from the attribution of the same events: node = jobs + unattributed.
@@ -333,7 +333,7 @@ def gpu_truth(sm: dict[int, float], job: str) -> float:
 def energy_by_component(store: SqliteStore, job_id: str) -> dict[str, float]:
     report = build_report(store, job_id, ReportSettings(), now_ns=T0 + 120 * S)  # the default share rule
     out: dict[str, float] = {}
-    for window in (report.warmup, report.measured):
+    for window in (report.warmup, report.saturated_window):
         for name, comp in window.components.items():
             out[name] = out.get(name, 0.0) + comp.energy_j
     return out

@@ -79,7 +79,7 @@ class Jobs:
 
 def job_energy(store: Store, job: str) -> tuple[float, list[str]]:
     report = build_report(store, job, now_ns=T0_NS + 3600 * S)  # type: ignore[arg-type]
-    return report.warmup.energy_j + report.measured.energy_j, report.notes
+    return report.warmup.energy_j + report.saturated_window.energy_j, report.notes
 
 
 def run_ticks(hosts: list[SyntheticHost], seconds: float, jobs: Jobs, ship_every: int = 4) -> None:

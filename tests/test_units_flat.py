@@ -176,7 +176,7 @@ def test_report_units_figures_are_the_written_ones_read_at_a_few_instants(
     warm = written.between(T0, at)
     assert report.job.units_total == written.total
     assert report.units_warmup == pytest.approx(warm, rel=1e-12) and 0 < warm < written.total
-    assert report.units_measured == pytest.approx(written.total - warm, rel=1e-12)
+    assert report.units_saturated == pytest.approx(written.total - warm, rel=1e-12)
     # counts are 60-62 units a report, and an extra 4 at every 11th is a lump the median mostly skips
     assert report.saturation.plateau_rate == pytest.approx(plateau_rate(every_s), rel=0.02)
     # the point and rate found from the few instants are those from every event, exactly

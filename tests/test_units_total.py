@@ -103,7 +103,7 @@ def check_units(report: Report, written: Written, knee_ns: tuple[int, int], rate
     warm = written.between(T0, at)
     assert report.job.units_total == written.total
     assert report.units_warmup == pytest.approx(warm, rel=1e-12) and 0 < warm < written.total
-    assert report.units_measured == pytest.approx(written.total - warm, rel=1e-12)
+    assert report.units_saturated == pytest.approx(written.total - warm, rel=1e-12)
 
 
 def test_report_figures_from_totals_are_the_written_ones(store: Store) -> None:

@@ -88,7 +88,7 @@ def case_error(root: Path, store: Store, job_id: str, case: tuple[float, int, fl
     report = build_report(store, job_id)  # type: ignore[arg-type]
     # A counter advances by round(P x step) uJ per tick: the truth is those whole microjoules.
     truth = sum(round(p * step * 1e6) / 1e6 / step for p in POWER.values()) * (close_s - open_s)
-    got = report.warmup.energy_j + report.measured.energy_j
+    got = report.warmup.energy_j + report.saturated_window.energy_j
     return abs(got - truth) / truth
 
 

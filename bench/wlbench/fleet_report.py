@@ -90,7 +90,7 @@ def run(servers: dict[str, Influxd | Victoria], work: Path, quick: bool) -> dict
             d["build_report_s"][label] = statistics.median(timings[1:])
             d["cold_s"][label] = timings[0]
             r = build_report(store, f"bench-{label}")
-            energy_j, units = r.warmup.energy_j + r.measured.energy_j, r.units_warmup + r.units_measured
+            energy_j, units = r.warmup.energy_j + r.saturated_window.energy_j, r.units_warmup + r.units_saturated
             d["error"][label] = errors(seconds, energy_j, units)
         cli = cli_reports(servers[name], lengths)
         d["cli_startup_s"] = statistics.median(s for s, _ in cli["--help"])

@@ -130,7 +130,7 @@ def timed_reports(store: Any, lengths: dict[str, int]) -> dict[str, tuple[list[f
     out = {}
     for label, seconds in lengths.items():
         truth = HOSTS * sum(w for _, _, w in SERIES) * seconds
-        total = reports[label].warmup.energy_j + reports[label].measured.energy_j
+        total = reports[label].warmup.energy_j + reports[label].saturated_window.energy_j
         out[label] = (timings[label], abs(total - truth) / truth)
     return out
 

@@ -129,7 +129,7 @@ def report(
     choice: StoreChoice,
     rsettings: ReportSettings,
 ) -> None:
-    """Energy, throughput, J per unit, cost and CO2 of one job: the measured window (from
+    """Energy, throughput, J per unit, cost and CO2 of one job: the saturated window (from
     saturation to end) beside the whole run, and how the job ended."""
     from wattline.cli import outputs
 
@@ -152,7 +152,7 @@ def jobs(
     choice: StoreChoice,
 ) -> None:
     """List jobs: id, name, status (exit code, running, abandoned), start, duration, hosts,
-    units and, unless --no-energy, the whole run's energy and the measured J per unit.
+    units and, unless --no-energy, the whole run's energy and the saturated window's J per unit.
 
     A job whose stored events are bad is listed with its ``error``; it never stops the listing.
     """
@@ -197,7 +197,7 @@ def compare(
     *,
     choice: StoreChoice,
 ) -> None:
-    """The study's table for two measured jobs: throughput, instances for an SLA, energy, cost, CO2."""
+    """The study's table for two jobs: throughput, instances for an SLA, energy, cost, CO2."""
     from wattline.cli import outputs
 
     settings_a = report_settings(None, carbon_a or carbon_intensity, pue, idle, "equal")

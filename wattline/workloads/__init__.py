@@ -1,7 +1,7 @@
 """Workload wrappers, saturation, attribution and reports (floor 3), in rooms that import
 down only (``tests/test_layers.py``):
 
-- :mod:`.energy`: a window's joules, their bounds, the measured window, a host's energy
+- :mod:`.energy`: a window's joules, their bounds, the saturated window, a host's energy
   attributed to its jobs and a shared accelerator split among them;
 - :mod:`.jobs`: the events a wrapper writes and a job's view built from them;
 - :mod:`.report`: a job's report built from the store, its figures and its JSON;

@@ -1,4 +1,4 @@
 """Energy arithmetic: a window's joules from counters and samples (:mod:`.window_energy`,
 :mod:`.streams`), how far they may be off (:mod:`.window_bounds`, :mod:`.uncertainty`), the
-measured window (:mod:`.saturation`), a host's energy attributed to its jobs
+saturated window (:mod:`.saturation`), a host's energy attributed to its jobs
 (:mod:`.attribution`) and a shared accelerator split among them (:mod:`.device_shares`)."""

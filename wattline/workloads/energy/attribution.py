@@ -24,11 +24,11 @@ piece; each piece then goes
   device, none when every active job does); ``"exclusive"`` all to the one active
   job, unattributed when several are active; ``"cpu-time"`` by each job's measured CPU
   time (its USE intervals of :data:`CPU_TIME_KEYS`: the job's and every process's CPU time
-  over the piece, as for a device's measured use below; the rest, other processes',
+  over the piece, as for a device's recorded use below; the rest, other processes',
   unattributed; where no active job measured it, equal); no active job: unattributed.
 
-* for an accelerator channel with **measured use** (:class:`UseInterval`, a job's
-  processes' share of the device measured by its wrapper: NVML per-process
+* for an accelerator channel with **recorded use** (:class:`UseInterval`, a job's
+  processes' share of the device read by its wrapper: NVML per-process
   utilization, neuron-monitor per-runtime NeuronCore use), cut also at every use
   interval's edges: where an active job's use interval covers the piece, each such job
   gets ``job_use / device_use`` of it (scaled down together if they sum above 1, as
@@ -37,8 +37,8 @@ piece; each piece then goes
   where the device was idle (``device_use`` 0) while jobs were on it, the piece goes by
   the :class:`ShareRule` among those jobs (``device-share`` as ``equal``: each holds this
   one device); where no use interval covers it, by the claims as above. A share by
-  measured use is derived from utilization, not a measurement of the job's own energy:
-  :attr:`Share.measured_j` keeps that part apart so reports can label it.
+  use is derived from utilization, not a measurement of the job's own energy:
+  :attr:`Share.split_by_use_j` keeps that part apart so reports can label it.
 
 Every piece is handed out in full (the last share is the remainder), so for each
 host ``node energy == sum over jobs + unattributed`` to float rounding, and no
@@ -97,7 +97,7 @@ CPU_TIME_KEYS = frozenset({"cpu:host"})
 
 @dataclass(frozen=True, slots=True)
 class UseInterval:
-    """A job's measured use of one device over ``(start_ns, end_ns]`` (a USE job event).
+    """A job's recorded use of one device over ``(start_ns, end_ns]`` (a USE job event).
 
     ``job_use`` and ``device_use`` are in one unit (percent of the device): the job's
     processes' and every process's; the job's share is their ratio.
@@ -136,7 +136,7 @@ class UseTimeline:
 @dataclass(frozen=True, slots=True)
 class JobWindow:
     """A job on one host: its window, the devices it claims ("gpu:0", "neuroncore:3") and
-    its measured use of devices (device claim key -> use intervals, sorted, disjoint)."""
+    its recorded use of devices (device claim key -> use intervals, sorted, disjoint)."""
 
     job_id: str
     host: str
@@ -233,8 +233,8 @@ class Share:
     quality: Quality
     energy_j: float  #: total
     dynamic_j: float  #: above the idle baseline; energy_j - dynamic_j is the idle part
-    #: The part of energy_j handed out by measured use (derived from utilization).
-    measured_j: float = 0.0
+    #: The part of energy_j handed out by use (derived from utilization, not measured).
+    split_by_use_j: float = 0.0
 
     @property
     def idle_j(self) -> float:
@@ -325,11 +325,11 @@ def _weights(channel_keys: frozenset[str], active: Sequence[JobWindow], rule: Sh
     ]
 
 
-def _measured_weights(
+def _use_weights(
     keys: frozenset[str], active: Sequence[JobWindow], a: int, b: int, rule: ShareRule
 ) -> list[tuple[str | None, float]] | None:
-    """Weights of a piece of an accelerator channel by the active jobs' measured use (the
-    rest, None, unattributed); None when no active job measured its use there."""
+    """Weights of a piece of an accelerator channel by the active jobs' recorded use (the
+    rest, None, unattributed); None when no active job recorded its use there."""
     uses = [(j, u) for j in active if (u := j.use_at(keys, a, b)) is not None]
     if not uses:
         return None
@@ -389,7 +389,7 @@ def split_shared(
         idle_w = policy.idle_w(ch.host, ch.component, ch.device)
         energy: dict[str | None, list[float]] = defaultdict(list)
         dynamic: dict[str | None, list[float]] = defaultdict(list)
-        measured: dict[str | None, list[float]] = defaultdict(list)
+        by_use_parts: dict[str | None, list[float]] = defaultdict(list)
         edges = sorted(
             {t for j in host_jobs for t in (j.start_ns, j.end_ns)}
             | {
@@ -417,19 +417,19 @@ def split_shared(
                     left_e -= pe
                     left_d -= pd
                 active = _active(host_jobs, a, b)
-                by_use = _measured_weights(use_keys, active, a, b, share_rule) if use_keys else None
+                by_use = _use_weights(use_keys, active, a, b, share_rule) if use_keys else None
                 w: Sequence[tuple[str | None, float]] = (
                     by_use if by_use is not None else _weights(keys, active, share_rule)
                 )
                 for k, part in _hand_out(pe, w):
                     energy[k].append(part)
                     if by_use is not None:
-                        measured[k].append(part)
+                        by_use_parts[k].append(part)
                 for k, part in _hand_out(pd, w):
                     dynamic[k].append(part)
         for k in sorted(energy, key=lambda x: (x is None, x or "")):
             total, dyn_total = math.fsum(energy[k]), math.fsum(dynamic[k])
             shares.append(
-                Share(k, ch.host, ch.component, ch.device, ch.quality, total, dyn_total, math.fsum(measured[k]))
+                Share(k, ch.host, ch.component, ch.device, ch.quality, total, dyn_total, math.fsum(by_use_parts[k]))
             )
     return Attribution(tuple(shares), policy)

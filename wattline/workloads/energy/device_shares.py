@@ -1,11 +1,12 @@
-"""Jobs sharing an accelerator: their measured use, and what each report says per device.
+"""Jobs sharing an accelerator: their recorded use, and what each report says per device.
 
-A job's wrapper records its measured use of each device as USE job events
+A job's wrapper records its use of each device as USE job events
 (:mod:`wattline.workloads.wrappers.usage`). Here they become :class:`~.attribution.UseTimeline` per device for
 :func:`~.attribution.split_shared`, and a job's charge per device becomes one
 :class:`DeviceShare`: "62 % of GPU-… (measured share)" or "whole device (claimed)".
-A measured share is derived from utilization (the job's processes' part of the device's
-use), not a measurement of the job's own energy, and is labelled so.
+A share by use (basis "measured share", a name the report JSON keeps) is derived from
+utilization (the job's processes' part of the device's use), not a measurement of the job's
+own energy, and is labelled so.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from wattline.workloads.energy.attribution import Attribution, ChannelEnergy, Us
 from wattline.workloads.energy.window_energy import window_energy
 
 #: How a job's part of a device was decided.
-MEASURED, CLAIMED, MIG = "measured share", "claimed", "MIG instance share"
+BY_USE, CLAIMED, MIG = "measured share", "claimed", "MIG instance share"
 
 
 def use_timelines(events: Iterable[StoredJobEvent], host: str) -> dict[str, UseTimeline]:
@@ -70,8 +71,8 @@ class DeviceShare:
     component: str
     device: str
     basis: str  #: "measured share" | "MIG instance share" (a rule by instance size) | "claimed"
-    energy_j: float  #: charged to the job (warm-up and measured windows)
-    measured_j: float  #: of which handed out by measured use (derived from utilization)
+    energy_j: float  #: charged to the job (warm-up and saturated windows)
+    split_by_use_j: float  #: of which handed out by use (derived from utilization, not measured)
     device_energy_j: float  #: the device's energy over the job's window on this host
     share: float  #: energy_j / device_energy_j (0 when the device drew nothing)
     #: The device's energy over the span split with the jobs that shared it, and the part of
@@ -90,7 +91,7 @@ class DeviceShare:
                 f"{name}: {100 * self.share:.0f} % of its {self.device_energy_j:.1f} J while the job ran (its MIG "
                 "instance's share of the GPU by memory size: a rule, not a measurement; the GPU counted once)"
             )
-        rest = self.energy_j - self.measured_j
+        rest = self.energy_j - self.split_by_use_j
         extra = f", {rest:.1f} J of it by the share rule while the device was idle" if rest > 1e-9 else ""
         return (
             f"{name}: {100 * self.share:.0f} % of its {self.device_energy_j:.1f} J while the job ran "
@@ -117,12 +118,12 @@ def device_shares(
         energy = math.fsum(s.energy_j for s in mine)
         if energy <= 0:
             continue
-        measured = math.fsum(s.measured_j for s in mine)
+        by_use = math.fsum(s.split_by_use_j for s in mine)
         device = window_energy(ch.intervals, *window)
         metrics = {u.metric for k in ch.claim_keys & uses.keys() for u in uses[k].intervals}
-        basis = (MIG if metrics == {"mig-memory"} else MEASURED) if measured > 0 else CLAIMED
+        basis = (MIG if metrics == {"mig-memory"} else BY_USE) if by_use > 0 else CLAIMED
         share = energy / device if device > 0 else 0.0
         span = math.fsum(s.energy_j for s in of_device)
         rest = math.fsum(s.energy_j for s in of_device if s.job_id is None)
-        out.append(DeviceShare(ch.host, ch.component, ch.device, basis, energy, measured, device, share, span, rest))
+        out.append(DeviceShare(ch.host, ch.component, ch.device, basis, energy, by_use, device, share, span, rest))
     return out

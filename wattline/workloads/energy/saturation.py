@@ -1,4 +1,4 @@
-"""When a job saturates the hardware: the start of its measured window.
+"""When a job saturates the hardware: the start of its saturated window.
 
 The study measures energy and throughput only once a workload drives the hardware
 to its limit; warm-up (compilation, ramp-up) is excluded from the figures but still
@@ -111,7 +111,7 @@ class SaturationParams:
 
 @dataclass(frozen=True, slots=True)
 class Saturation:
-    """Where a job's measured window starts, and how that was decided."""
+    """Where a job's saturated window starts, and how that was decided."""
 
     saturated: bool
     at_ns: int | None  #: saturation point, ns since the epoch; None when not saturated

@@ -91,7 +91,7 @@ def _compare_rows(a: Report, b: Report, cmp: economics.Comparison) -> list[tuple
 
 def _side(r: Report) -> Side | None:
     """A job's relative bound in a comparison (of the energy its figures use)."""
-    return Side.of(r.measured.bound, r.figures.measured.energy_j)
+    return Side.of(r.saturated_window.bound, r.figures.window.energy_j)
 
 
 def change_significance(a: Report, b: Report, c: economics.Change) -> tuple[float | None, bool | None]:
@@ -106,7 +106,7 @@ def comparison_json(a: Report, b: Report, cmp: economics.Comparison) -> dict[str
     """The ``compare --json`` shape: both jobs' figures and each change (b relative to a);
     a figure derived from energy says whether either side is an estimate, the change's bound
     (``change_pct_bound``, percentage points) and whether it is ``within_uncertainty``."""
-    estimate = estimate_share(a.measured) > 0 or estimate_share(b.measured) > 0
+    estimate = estimate_share(a.saturated_window) > 0 or estimate_share(b.saturated_window) > 0
 
     def change(c: economics.Change, energy: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {"a": c.a, "b": c.b, "ratio": c.ratio, "change_pct": c.pct}
@@ -121,8 +121,8 @@ def comparison_json(a: Report, b: Report, cmp: economics.Comparison) -> dict[str
             "name": r.job.name,
             "unit": r.job.unit_name,
             "saturated": r.saturated,
-            **estimate_json(r.measured),
-            "energy_bound_rel": r.measured.bound.relative(r.figures.measured.energy_j),
+            **estimate_json(r.saturated_window),
+            "energy_bound_rel": r.saturated_window.bound.relative(r.figures.window.energy_j),
         }
 
     out: dict[str, Any] = {
@@ -170,7 +170,7 @@ def print_comparison(a: Report, b: Report, cmp: economics.Comparison, console: C
     t = Table(title=escape(f"A = {a.job.name} ({a.job.job_id})  vs  B = {b.job.name} ({b.job.job_id})"))
     for col in ("figure", "A", "B", "change (B vs A)"):
         t.add_column(col, justify="left" if col == "figure" else "right")
-    share_a, share_b = estimate_share(a.measured), estimate_share(b.measured)
+    share_a, share_b = estimate_share(a.saturated_window), estimate_share(b.saturated_window)
     t.add_row("throughput ratio (per instance)", "1x", economics.format_ratio(cmp.throughput_ratio), "")
     for name, c, kind in _compare_rows(a, b, cmp):
         text_a, text_b = kind.text(c.a), kind.text(c.b)

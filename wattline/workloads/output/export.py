@@ -5,8 +5,9 @@ Job rows take their figures from the report JSON (:func:`wattline.workloads.repo
 energy column is the figure ``wattline report --json`` prints. Sample rows are the job's
 samples on each of its hosts, cut at the host's window and at the saturation point (the
 energy of a sample straddling an edge is apportioned by overlap, as the report does), so
-summing ``energy_j`` over rows with ``in_total`` = 1 and ``window`` = ``measured`` gives
-the measured window's energy of a job that had its hosts to itself.
+summing ``energy_j`` over rows with ``in_total`` = 1 and ``window`` = ``measured`` (the
+saturated window; the value kept for old readers) gives the saturated window's energy of a
+job that had its hosts to itself.
 """
 
 from __future__ import annotations
@@ -29,8 +30,14 @@ JOB_COLUMNS = [
     "job_id", "name", "kind", "unit", "hosts", "start", "end", "status", "exit_code", "saturated", "saturated_at",
     "duration_s", "warmup_s", "measured_s", "units_total", "units_measured", "energy_measured_j", "energy_total_j",
     "j_per_unit", "kwh_per_million_units", "cost_usd_per_run", "co2_g_per_run",
-    *(f"share_{q}" for q in QUALITIES), "complete", "error",
+    *(f"share_{q}" for q in QUALITIES), "complete", "error", "saturated_s", "units_saturated", "energy_saturated_j",
 ]  # fmt: skip
+#: Deprecated job columns (the saturated window was called "measured"), kept for old readers.
+DEPRECATED_JOB_COLUMNS = {
+    "measured_s": "saturated_s",
+    "units_measured": "units_saturated",
+    "energy_measured_j": "energy_saturated_j",
+}
 
 SAMPLE_COLUMNS = [
     "time", "start", "host", "source", "component", "device", "quality", "window", "in_total",
@@ -39,10 +46,10 @@ SAMPLE_COLUMNS = [
 
 
 def job_row(report: Report) -> dict[str, Any]:
-    """One CSV row of a job: the report's figures (energy of the measured window and of the
+    """One CSV row of a job: the report's figures (energy of the saturated window and of the
     whole run), its quality shares and its labels (``label_KEY`` columns)."""
     data = report_json(report)
-    job, meas, shares = data["job"], data["measured"], data["measured"]["coverage"]["shares"]
+    job, sat, shares = data["job"], data["saturated"], data["saturated"]["coverage"]["shares"]
     row: dict[str, Any] = {
         "job_id": job["id"],
         "name": job["name"],
@@ -57,18 +64,19 @@ def job_row(report: Report) -> dict[str, Any]:
         "saturated_at": data["saturation"]["at"],
         "duration_s": data["durations_s"]["total"],
         "warmup_s": data["durations_s"]["warmup"],
-        "measured_s": data["durations_s"]["measured"],
+        "saturated_s": data["durations_s"]["saturated"],
         "units_total": data["units"]["total"],
-        "units_measured": data["units"]["measured"],
-        "energy_measured_j": meas["energy_j"],
-        "energy_total_j": meas["energy_j"] + data["warmup"]["energy_j"],
-        "j_per_unit": meas["j_per_unit"],
-        "kwh_per_million_units": meas["kwh_per_million_units"],
-        "cost_usd_per_run": meas["cost_usd_per_run"],
-        "co2_g_per_run": meas["co2_g_per_run"],
+        "units_saturated": data["units"]["saturated"],
+        "energy_saturated_j": sat["energy_j"],
+        "energy_total_j": sat["energy_j"] + data["warmup"]["energy_j"],
+        "j_per_unit": sat["j_per_unit"],
+        "kwh_per_million_units": sat["kwh_per_million_units"],
+        "cost_usd_per_run": sat["cost_usd_per_run"],
+        "co2_g_per_run": sat["co2_g_per_run"],
         "complete": int(data["complete"]),
         **{f"share_{q}": shares.get(q, 0.0) for q in QUALITIES},
     }
+    row.update({old: row[new] for old, new in DEPRECATED_JOB_COLUMNS.items()})
     row.update({f"label_{k}": v for k, v in sorted(job["labels"].items())})
     return row
 
@@ -78,7 +86,7 @@ def sample_rows(reader: Reader, report: Report) -> Iterator[dict[str, Any]]:
     job = report.job
     for host in sorted(job.hosts):
         open_ns, close = host_span(report, host)
-        split = min(max(report.measured_from_ns, open_ns), close)
+        split = min(max(report.saturated_from_ns, open_ns), close)
         # Samples ending at one instant come in the store's own order (SQLite: insertion,
         # InfluxDB and VictoriaMetrics: series); channel order makes the CSV the same from any.
         for s in sorted(reader.samples(host, open_ns, close), key=lambda s: (s.end_ns, s.series, s.stream)):

@@ -15,7 +15,7 @@ from wattline.workloads.output import quantities as q
 from wattline.workloads.output.labels import NO_SAMPLES, tagged
 
 JOB_COLUMNS = ("id", "name", "status", "start (UTC)", "duration", "hosts", "units")
-ENERGY_COLUMNS = ("energy (whole run)", "J/unit (measured)")
+ENERGY_COLUMNS = ("energy (whole run)", "J/unit (saturated)")
 
 
 def _job_cells(row: dict[str, Any], energy: bool, errors: bool) -> list[str]:

@@ -55,7 +55,7 @@ def report_page(report: Report, figure_svg: str | None, series: list[Series]) ->
     labelled alike), ``figure_svg`` the inline figure (None: no figure), ``series`` the
     sampled series."""
     data = report_json(report)
-    job, m, w, sat = data["job"], data["measured"], data["warmup"], data["saturation"]
+    job, m, w, sat = data["job"], data["saturated"], data["warmup"], data["saturation"]
     title = f"wattline report: {job['name']} ({job['id']})"
     parts = [
         "<!DOCTYPE html>",
@@ -90,7 +90,7 @@ def report_page(report: Report, figure_svg: str | None, series: list[Series]) ->
         *_titled(component_table(report)),
         "<h2>Energy by host</h2>",
         _table(
-            ("host", "measured window", "warm-up"),
+            ("host", "saturated window", "warm-up"),
             _host_rows(m, w),
         ),
         "<h2>Coverage</h2>",

@@ -159,9 +159,9 @@ def _title(report: Report) -> str:
     job, f = report.job, report.figures
     jpu = "n/a" if f.j_per_unit is None else f"{si(f.j_per_unit, 'J')}/{job.unit_name.rstrip('s') or 'unit'}"
     head = f"{job.name} ({job.job_id}) on {len(job.hosts)} host(s)"
-    window = "measured window" if report.saturated else "whole run (not saturated)"
-    tag = estimate_tag(estimate_share(report.measured))
-    tail = f"{window}: {si(report.measured.energy_j, 'J')}, {jpu}" + (f" ({tag})" if tag else "")
+    window = "saturated window" if report.saturated else "whole run (not saturated)"
+    tag = estimate_tag(estimate_share(report.saturated_window))
+    tail = f"{window}: {si(report.saturated_window.energy_j, 'J')}, {jpu}" + (f" ({tag})" if tag else "")
     if any("shared with" in n for n in report.notes):
         tail += "; hosts shared with other jobs: curves are host power"
     if not report.complete:
@@ -245,10 +245,12 @@ def comparison_footnotes(reports: dict[str, Report]) -> list[str]:
     for tag, r in reports.items():
         if not r.saturated:
             notes.append(f"{tag} never saturated: its figures are whole-run figures")
-        by_quality = r.measured.by_quality()
+        by_quality = r.saturated_window.by_quality()
         model = sum(j for q, j in by_quality.items() if q.value == "model")
         if model > 0:
-            notes.append(f"{tag}: {model / max(r.measured.energy_j, 1e-12):.0%} of the energy is a MODEL ESTIMATE")
+            notes.append(
+                f"{tag}: {model / max(r.saturated_window.energy_j, 1e-12):.0%} of the energy is a MODEL ESTIMATE"
+            )
     return notes
 
 

@@ -1,4 +1,4 @@
-"""A report as readable tables: the measured window beside the whole run.
+"""A report as readable tables: the saturated window beside the whole run.
 
 Every figure states its unit, with an SI prefix and 4 significant digits
 (:mod:`.quantities`); every figure derived from energy that is partly a model estimate
@@ -124,11 +124,11 @@ TextTable = tuple[str, list[str], list[list[str]]]
 
 
 def report_table(r: Report) -> TextTable:
-    """The report's main table: each figure in the measured window beside the whole run
+    """The report's main table: each figure in the saturated window beside the whole run
     (only the whole run when the job never saturated)."""
-    measured, whole = spans(r)
-    shown = (measured, whole) if r.saturated else (whole,)
-    title = "Measured window and whole run" if r.saturated else "Whole run (not saturated)"
+    saturated, whole = spans(r)
+    shown = (saturated, whole) if r.saturated else (whole,)
+    title = "Saturated window and whole run" if r.saturated else "Whole run (not saturated)"
     return (
         title,
         ["figure", *(s.title for s in shown)],
@@ -137,12 +137,12 @@ def report_table(r: Report) -> TextTable:
 
 
 def component_table(r: Report) -> TextTable:
-    """Energy and mean power by component (measured window), warm-up energy, how obtained."""
+    """Energy and mean power by component (saturated window), warm-up energy, how obtained."""
     rows = []
-    for name in sorted(set(r.measured.components) | set(r.warmup.components)):
-        m = r.measured.components.get(name)
+    for name in sorted(set(r.saturated_window.components) | set(r.warmup.components)):
+        m = r.saturated_window.components.get(name)
         w = r.warmup.components.get(name)
-        watts = m.energy_j / r.measured.seconds if m and r.measured.seconds > 0 else None
+        watts = m.energy_j / r.saturated_window.seconds if m and r.saturated_window.seconds > 0 else None
         rows.append(
             [
                 name,
@@ -152,12 +152,12 @@ def component_table(r: Report) -> TextTable:
                 _quality_label(m.by_quality if m else {}),
             ]
         )
-    title = "Energy by component" + (" (measured window)" if r.saturated else "")
+    title = "Energy by component" + (" (saturated window)" if r.saturated else "")
     return title, ["component", "energy", "mean power", "warm-up", "how obtained"], rows
 
 
 def print_report(r: Report, console: Console | None = None) -> None:
-    """Readable tables of one report: the measured window beside the whole run."""
+    """Readable tables of one report: the saturated window beside the whole run."""
     console = console or Console()
     job = r.job
     console.print(
@@ -169,7 +169,7 @@ def print_report(r: Report, console: Console | None = None) -> None:
     whole = spans(r)[1]
     if r.saturated:
         console.print(
-            f"Saturated at {utc_iso(sat.at_ns or 0)} ({sat.method}); the measured window leaves out "
+            f"Saturated at {utc_iso(sat.at_ns or 0)} ({sat.method}); the saturated window leaves out "
             f"{q.duration(r.warmup.seconds)} of warm-up, the whole run includes it"
         )
     else:

@@ -7,7 +7,7 @@ Steps (each documented where it lives):
 2. Saturation is detected from the units timeline, the workload's own mark or
    ``--saturated-after`` (``energy/saturation.py``); without units, from accelerator utilization.
 3. Per host, each channel's energy in the warm-up ``[open, saturation)`` and the
-   measured window ``[saturation, close)`` is the difference of its cumulative counter
+   saturated window ``[saturation, close)`` is the difference of its cumulative counter
    at the window edges (O(1) in the job's length); when the edges lie in several agent
    streams (a restart, or streams overlapping in time: counted once, ``energy/streams.py``), or
    when other jobs shared the host, the samples themselves are split (``energy/attribution.py``).
@@ -83,7 +83,7 @@ def build_report(
         notes.append(f"not saturated ({saturation.reason}): whole-run figures")
     others = _concurrent_jobs(reader, job, end_ns)
     warm = WindowEnergy(seconds=(start - job.start_ns) / 1e9)
-    meas = WindowEnergy(seconds=(end_ns - start) / 1e9)
+    sat = WindowEnergy(seconds=(end_ns - start) / 1e9)
     missing: set[str] = set()
     idle_busy: dict[str, list[str]] = {}
     incomplete: dict[str, int] = {}
@@ -114,21 +114,21 @@ def build_report(
         notes += host_notes
         shares += host_shares
         _accumulate(warm, attribution, f"{job_id}#warmup", host, bounds)
-        _accumulate(meas, attribution, f"{job_id}#measured", host, bounds)
+        _accumulate(sat, attribution, f"{job_id}#saturated", host, bounds)
     units_warm = window_energy(job.unit_intervals, job.start_ns, start)  # apportioned like energy
-    units_meas = job.units_total - units_warm
-    energy = meas.dynamic_j if settings.idle == "subtract" else meas.energy_j
-    measured = economics.Measured(units_meas, meas.seconds, energy, max(len(job.hosts), 1))
-    figures = economics.figures(measured, settings.price_per_instance_hour, settings.carbon_intensity, settings.pue)
+    units_sat = job.units_total - units_warm
+    energy = sat.dynamic_j if settings.idle == "subtract" else sat.energy_j
+    stretch = economics.Window(units_sat, sat.seconds, energy, max(len(job.hosts), 1))
+    figures = economics.figures(stretch, settings.price_per_instance_hour, settings.carbon_intensity, settings.pue)
     report = Report(
         job,
         end_ns,
         saturation,
         start,
         units_warm,
-        units_meas,
+        units_sat,
         warm,
-        meas,
+        sat,
         figures,
         settings,
         sorted(missing),
@@ -341,11 +341,11 @@ def _host_attribution(
     """Split one host's energy over [open, close) (``edges``: open, split, close) between this
     job's two windows and others. Another job's window ends at its close, at its last heard
     time once abandoned at ``now_ns`` (it shares nothing after that), or at ``end_ns``.
-    Accelerators the jobs measured their use of are split by it (:mod:`wattline.workloads.energy.device_shares`).
+    Accelerators the jobs recorded their use of are split by it (:mod:`wattline.workloads.energy.device_shares`).
     Each channel's bound in the job's two windows goes to ``bounds``."""
     job, events = job_and_events
     open_ns, split_ns, close_ns = edges
-    keys = (f"{job.job_id}#warmup", f"{job.job_id}#measured")
+    keys = (f"{job.job_id}#warmup", f"{job.job_id}#saturated")
     notes: list[str] = []
     uses = use_timelines(events, host)
     windows_of = ((v, v.hosts[host].open_ns, v.hosts[host].end_ns(now_ns, end_ns)) for v in others if host in v.hosts)
@@ -366,20 +366,20 @@ def _host_attribution(
         channels = channels_from_edges(reader, host, (open_ns, split_ns, close_ns), settings, notes, (keys, bounds))
     every_device = frozenset().union(*(c.claim_keys for c in channels))
 
-    def claims(given: Iterable[str], measured: object, scope: frozenset[str]) -> frozenset[str]:
+    def claims(given: Iterable[str], used: object, scope: frozenset[str]) -> frozenset[str]:
         """Claimed devices; without claims, every device but those whose per-process use the
-        job's wrapper read (``scope``: it is charged those by its measured use), or none but
-        by measured use when it measured some and its scope is not known yet (running)."""
+        job's wrapper read (``scope``: it is charged those by its recorded use), or none but
+        by recorded use when it recorded some and its scope is not known yet (running)."""
         if given:
             return frozenset(given)
         if scope:
             return every_device - scope
-        return frozenset() if measured else every_device
+        return frozenset() if used else every_device
 
     devices = claims(job.hosts[host].devices, uses, use_scope(events, host))
     windows = [
         JobWindow(f"{job.job_id}#warmup", host, open_ns, split_ns, devices, uses),
-        JobWindow(f"{job.job_id}#measured", host, split_ns, close_ns, devices, uses),
+        JobWindow(f"{job.job_id}#saturated", host, split_ns, close_ns, devices, uses),
         *(
             JobWindow(
                 w.job_id,
@@ -414,6 +414,6 @@ def _accumulate(window: WindowEnergy, attribution: Attribution, job_key: str, ho
         comp.bound += bound.scaled(min(share.energy_j / channel_j, 1.0) if channel_j > 0 else 1.0)
         comp.energy_j += share.energy_j
         comp.dynamic_j += share.dynamic_j
-        comp.split_by_use_j += share.measured_j
+        comp.split_by_use_j += share.split_by_use_j
         comp.by_quality[share.quality.value] = comp.by_quality.get(share.quality.value, 0.0) + share.energy_j
         window.hosts[host] = window.hosts.get(host, 0.0) + share.energy_j

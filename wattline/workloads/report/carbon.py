@@ -6,7 +6,7 @@ columns ignored), one row per period; ``time`` is ISO 8601 (no offset: UTC) or U
 seconds. Each row's value holds from its time until the next row's; the last row's holds
 on. Before the first row there is no value: the first one is used, and the report says so.
 
-The measured window is cut where the intensity changes; the job's energy in each piece (its
+The saturated window is cut where the intensity changes; the job's energy in each piece (its
 hosts' power over time, :mod:`.timeline`) is weighted by that piece's intensity, which
 gives the window's energy-weighted intensity. CO2 figures use it: CO2 of the run = the
 sum over pieces of energy x intensity (x PUE). On a host shared with other jobs the
@@ -28,9 +28,9 @@ from wattline.workloads.report.timeline import build_timeline
 
 
 def apply_series(reader: Reader, report: Report, series: IntensitySeries) -> None:
-    """Set ``report``'s CO2 figures from ``series``, applied piece by piece over its measured
+    """Set ``report``'s CO2 figures from ``series``, applied piece by piece over its saturated
     window (see the module doc), and say so in a note."""
-    lo, hi = report.measured_from_ns, report.end_ns
+    lo, hi = report.saturated_from_ns, report.end_ns
     inside = [t for t in series.times_ns if lo < t < hi]
     edges = [report.job.start_ns, *([lo] if lo > report.job.start_ns else []), *inside, hi]
     timeline = build_timeline(reader, report, edges=edges)
@@ -47,12 +47,10 @@ def apply_series(reader: Reader, report: Report, series: IntensitySeries) -> Non
         effective = math.fsum(s * series.at(t) for s, t in seconds) / max(sum(s for s, _ in seconds), 1)
     settings = dataclasses.replace(report.settings, carbon_intensity=effective)
     report.settings = settings
-    report.figures = economics.figures(
-        report.figures.measured, settings.price_per_instance_hour, effective, settings.pue
-    )
+    report.figures = economics.figures(report.figures.window, settings.price_per_instance_hour, effective, settings.pue)
     note = (
         f"carbon intensity from {series.source[:100]}: applied interval by interval ({len(inside) + 1} "
-        f"period(s) in the measured window), energy-weighted {effective:.6g} gCO2/kWh"
+        f"period(s) in the saturated window), energy-weighted {effective:.6g} gCO2/kWh"
     )
     if lo < series.times_ns[0]:
         note += (

@@ -1,6 +1,6 @@
 """Report and comparison arithmetic: throughput, energy, cost and CO2 per unit and per run.
 
-Inputs are a job's measured window (:class:`Measured`, from saturation to end) and
+Inputs are a stretch of a job (:class:`Window`: the saturated window, from saturation to end, or the whole run) and
 prices. Every figure that cannot be computed (no units, zero seconds, no price) is
 None, never an exception. Definitions (units/h and USD per instance-hour):
 
@@ -14,7 +14,7 @@ At an SLA of ``S`` units/h a fleet of ``N = ceil(S / T)`` instances runs all the
 time; each hour it costs ``N x price`` and draws ``N x P x 3600`` J for ``S`` units, so
 ``cost per million = N x price / S x 1e6`` and ``energy per million =
 N x P x 3600 / S x 1e6`` J. The last instance is paid and powered in full even when
-it is partly idle, and ``P`` is the measured power at saturation (an over-provisioned
+it is partly idle, and ``P`` is the power at saturation (an over-provisioned
 fleet running below saturation draws somewhat less: an upper bound).
 
 Processing ``W`` units on ``K`` instances takes ``W / (K x T)`` hours, costs
@@ -35,8 +35,8 @@ __all__ = [
     "Change",
     "Comparison",
     "Figures",
-    "Measured",
     "SlaFigures",
+    "Window",
     "WorkFigures",
     "co2_per_million_units_g",
     "co2_per_run_g",
@@ -62,8 +62,8 @@ MILLION = 1e6
 
 
 @dataclass(frozen=True, slots=True)
-class Measured:
-    """A job's measured window: work units, duration, energy of all hosts, host count."""
+class Window:
+    """A stretch of a job (its saturated window or whole run): work units, duration, energy of all hosts, host count."""
 
     units: float
     seconds: float
@@ -72,7 +72,7 @@ class Measured:
 
     def __post_init__(self) -> None:
         if self.units < 0 or self.seconds < 0 or self.energy_j < 0 or self.instances < 0:
-            raise ValueError(f"measured figures must be >= 0: {self}")
+            raise ValueError(f"window figures must be >= 0: {self}")
 
 
 def _div(x: float | None, y: float | None) -> float | None:
@@ -90,48 +90,48 @@ def _mul(*xs: float | None) -> float | None:
     return out
 
 
-def throughput_per_s(m: Measured) -> float | None:
+def throughput_per_s(m: Window) -> float | None:
     """Units per second (all instances)."""
     return _div(m.units, m.seconds)
 
 
-def throughput_per_hour(m: Measured) -> float | None:
+def throughput_per_hour(m: Window) -> float | None:
     """Units per hour (all instances)."""
     return _mul(throughput_per_s(m), 3600.0)
 
 
-def throughput_per_instance_hour(m: Measured) -> float | None:
+def throughput_per_instance_hour(m: Window) -> float | None:
     """Units per hour per instance."""
     return _div(throughput_per_hour(m), m.instances)
 
 
-def j_per_unit(m: Measured) -> float | None:
+def j_per_unit(m: Window) -> float | None:
     """Joules per unit; None with no units."""
     return _div(m.energy_j, m.units)
 
 
-def kwh_per_million_units(m: Measured) -> float | None:
+def kwh_per_million_units(m: Window) -> float | None:
     """kWh per million units."""
     return _div(_mul(j_per_unit(m), MILLION), J_PER_KWH)
 
 
-def mean_power_w(m: Measured) -> float | None:
+def mean_power_w(m: Window) -> float | None:
     """Mean power of all instances, watts."""
     return _div(m.energy_j, m.seconds)
 
 
-def power_per_instance_w(m: Measured) -> float | None:
+def power_per_instance_w(m: Window) -> float | None:
     """Mean power of one instance, watts."""
     return _div(mean_power_w(m), m.instances)
 
 
-def cost_per_run(m: Measured, price_per_instance_hour: float | None) -> float | None:
-    """Cost of the measured run: instances x hours x price."""
+def cost_per_run(m: Window, price_per_instance_hour: float | None) -> float | None:
+    """Cost of the window: instances x hours x price."""
     return _mul(float(m.instances), m.seconds / 3600.0, price_per_instance_hour)
 
 
-def cost_per_million_units(m: Measured, price_per_instance_hour: float | None) -> float | None:
-    """Cost per million units at the measured throughput."""
+def cost_per_million_units(m: Window, price_per_instance_hour: float | None) -> float | None:
+    """Cost per million units at the window's throughput."""
     return _div(_mul(cost_per_run(m, price_per_instance_hour), MILLION), m.units)
 
 
@@ -139,12 +139,12 @@ def _co2_g(energy_j: float | None, carbon_intensity: float | None, pue: float) -
     return _mul(_div(energy_j, J_PER_KWH), pue, carbon_intensity)
 
 
-def co2_per_run_g(m: Measured, carbon_intensity: float | None, pue: float = 1.0) -> float | None:
-    """gCO2 of the measured run: kWh x PUE x intensity (gCO2/kWh)."""
+def co2_per_run_g(m: Window, carbon_intensity: float | None, pue: float = 1.0) -> float | None:
+    """gCO2 of the window: kWh x PUE x intensity (gCO2/kWh)."""
     return _co2_g(m.energy_j, carbon_intensity, pue)
 
 
-def co2_per_million_units_g(m: Measured, carbon_intensity: float | None, pue: float = 1.0) -> float | None:
+def co2_per_million_units_g(m: Window, carbon_intensity: float | None, pue: float = 1.0) -> float | None:
     """gCO2 per million units."""
     return _co2_g(_mul(j_per_unit(m), MILLION), carbon_intensity, pue)
 
@@ -158,9 +158,9 @@ def instances_for_sla(sla_units_per_hour: float, per_instance_per_hour: float | 
 
 @dataclass(frozen=True, slots=True)
 class Figures:
-    """Every report figure of one measured job (None where undefined)."""
+    """Every report figure of one window of a job (None where undefined)."""
 
-    measured: Measured
+    window: Window
     throughput_per_s: float | None
     throughput_per_hour: float | None
     throughput_per_instance_hour: float | None
@@ -175,7 +175,7 @@ class Figures:
 
 
 def figures(
-    m: Measured,
+    m: Window,
     price_per_instance_hour: float | None = None,
     carbon_intensity: float | None = None,
     pue: float = 1.0,
@@ -184,7 +184,7 @@ def figures(
     if pue < 1.0:
         raise ValueError("pue must be >= 1")
     return Figures(
-        measured=m,
+        window=m,
         throughput_per_s=throughput_per_s(m),
         throughput_per_hour=throughput_per_hour(m),
         throughput_per_instance_hour=throughput_per_instance_hour(m),
@@ -342,7 +342,7 @@ def _work(
     pue: float,
 ) -> WorkFigures:
     def one(f: Figures, price: float | None, ci: float | None) -> tuple[float | None, ...]:
-        k = float(instances if instances is not None else f.measured.instances)
+        k = float(instances if instances is not None else f.window.instances)
         hours = _div(work, _mul(k, f.throughput_per_instance_hour))
         energy = _mul(k, f.power_per_instance_w, hours, 3600.0)
         return k, hours, energy, _mul(k, price, hours), _co2_g(energy, ci, pue)
@@ -353,8 +353,8 @@ def _work(
 
 
 def compare(
-    a: Measured,
-    b: Measured,
+    a: Window,
+    b: Window,
     *,
     sla_units_per_hour: float | None = None,
     work_units: float | None = None,

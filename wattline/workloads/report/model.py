@@ -41,11 +41,12 @@ class Report:
     job: JobView
     end_ns: int
     saturation: Saturation
-    measured_from_ns: int
+    saturated_from_ns: int
     units_warmup: float
-    units_measured: float
+    units_saturated: float
     warmup: WindowEnergy
-    measured: WindowEnergy
+    #: From saturation to the end (the whole job when never saturated).
+    saturated_window: WindowEnergy
     figures: economics.Figures
     settings: ReportSettings
     missing: list[str]
@@ -57,7 +58,7 @@ class Report:
     state: str = "closed"  #: closed | running | abandoned (see JobView.state)
     #: With ``idle="subtract"``: host -> the other jobs that ran in its idle baseline's look-back.
     idle_busy: dict[str, list[str]] = field(default_factory=dict)
-    #: The job's charge per accelerator: measured share or claimed (:mod:`wattline.workloads.energy.device_shares`).
+    #: The job's charge per accelerator: share by use or claimed (:mod:`wattline.workloads.energy.device_shares`).
     device_shares: list[DeviceShare] = field(default_factory=list)
     #: The other jobs that shared one of its hosts during its window (their windows
     #: changing after the fact changes these figures).
@@ -78,7 +79,7 @@ class Report:
     def energy_data(self) -> bool:
         """Any energy sample of the job's hosts fell in its window: without one, its energy
         figures are "no samples", not 0 J."""
-        return bool(self.measured.components or self.warmup.components)
+        return bool(self.saturated_window.components or self.warmup.components)
 
     def to_dict(self) -> dict[str, Any]:
         """The report JSON (``wattline report --json``; README "Report JSON")."""

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -108,6 +109,7 @@ def _whole_run_json(whole: Span) -> dict[str, Any]:
 def report_json(r: Report) -> dict[str, Any]:
     """The ``--json`` / ``--report-json`` shape (see README "Report JSON")."""
     job = r.job
+    saturated = _saturated_json(r)
     return {
         "schema": REPORT_SCHEMA,
         "energy_data": r.energy_data,
@@ -141,10 +143,17 @@ def report_json(r: Report) -> dict[str, Any]:
         "durations_s": {
             "total": (r.end_ns - job.start_ns) / 1e9,
             "warmup": r.warmup.seconds,
-            "measured": r.measured.seconds,
+            "saturated": r.saturated_window.seconds,
+            "measured": r.saturated_window.seconds,  # deprecated name of "saturated"
         },
-        "units": {"total": job.units_total, "warmup": r.units_warmup, "measured": r.units_measured},
-        "measured": _measured_json(r),
+        "units": {
+            "total": job.units_total,
+            "warmup": r.units_warmup,
+            "saturated": r.units_saturated,
+            "measured": r.units_saturated,  # deprecated name of "saturated"
+        },
+        "saturated": saturated,
+        "measured": copy.deepcopy(saturated),  # deprecated name of "saturated"
         "warmup": _window_json(r.warmup),
         "whole_run": _whole_run_json(spans(r)[1]),
         "figures_from": "dynamic_energy_j" if r.settings.idle == "subtract" else "energy_j",
@@ -156,23 +165,25 @@ def report_json(r: Report) -> dict[str, Any]:
             "pue": r.settings.pue,
             "idle_baseline_busy": r.idle_busy,
         },
-        "device_shares": [asdict(d) for d in r.device_shares],
+        # measured_j: deprecated name of split_by_use_j (a share by use is derived, not measured)
+        "device_shares": [asdict(d) | {"measured_j": d.split_by_use_j} for d in r.device_shares],
         "notes": r.notes,
     }
 
 
-def _measured_json(r: Report) -> dict[str, Any]:
-    out = {**_window_json(r.measured), **_figures_json(r.figures)}
+def _saturated_json(r: Report) -> dict[str, Any]:
+    out = {**_window_json(r.saturated_window), **_figures_json(r.figures)}
     return out | _figure_bounds_json(out, spans(r)[0].bound_rel) | {"coverage": report_coverage(r)}
 
 
 def report_coverage(report: Report) -> dict[str, Any]:
-    """Share of the measured window's energy by quality, what was not measured at all, and
-    the share that is the job's part of a shared device split by measured utilization (the
-    device's energy is measured; the job's part of it is derived, not measured)."""
-    cov = coverage(report.measured.by_quality(), report.missing)
-    total = report.measured.energy_j
-    split = math.fsum(c.split_by_use_j for c in report.measured.components.values())
+    """Share of the saturated window's energy by quality, the measured share (counter and
+    integrated), what was not measured at all, and the share that is the job's part of a
+    shared device split by utilization (the device's energy is measured; the job's part of
+    it is derived, not measured)."""
+    cov = coverage(report.saturated_window.by_quality(), report.missing)
+    total = report.saturated_window.energy_j
+    split = math.fsum(c.split_by_use_j for c in report.saturated_window.components.values())
     return {
         "shares": {q.value: v for q, v in cov.shares.items()},
         "measured_share": cov.measured_share,

@@ -1,4 +1,4 @@
-"""The stretches of a job a report gives figures for: the measured window and the whole run."""
+"""The stretches of a job a report gives figures for: the saturated window and the whole run."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Span:
-    """A stretch of the job a report gives figures for: the measured window or the whole run."""
+    """A stretch of the job a report gives figures for: the saturated window or the whole run."""
 
     title: str
     seconds: float
@@ -43,17 +43,19 @@ class Span:
     @property
     def bound_rel(self) -> float | None:
         """The bound relative to the energy the figures use (total, or above idle)."""
-        return self.bound.relative(self.figures.measured.energy_j)
+        return self.bound.relative(self.figures.window.energy_j)
 
 
 def spans(r: Report) -> tuple[Span, Span]:
-    """(measured window, whole run) of a report; the whole run's figures use the same
-    definitions (:mod:`.economics`) on warm-up + measured."""
+    """(saturated window, whole run) of a report; the whole run's figures use the same
+    definitions (:mod:`.economics`) on warm-up + saturated window."""
     s = r.settings
-    measured = Span("measured window", r.measured.seconds, r.units_measured, (r.measured,), r.figures)
+    saturated = Span(
+        "saturated window", r.saturated_window.seconds, r.units_saturated, (r.saturated_window,), r.figures
+    )
     seconds = (r.end_ns - r.job.start_ns) / 1e9
-    windows = (r.warmup, r.measured)
+    windows = (r.warmup, r.saturated_window)
     energy = sum(w.dynamic_j if s.idle == "subtract" else w.energy_j for w in windows)
-    whole = economics.Measured(r.job.units_total, max(seconds, 0.0), max(energy, 0.0), r.figures.measured.instances)
+    whole = economics.Window(r.job.units_total, max(seconds, 0.0), max(energy, 0.0), r.figures.window.instances)
     figures = economics.figures(whole, s.price_per_instance_hour, s.carbon_intensity, s.pue)
-    return measured, Span("whole run", seconds, r.job.units_total, windows, figures)
+    return saturated, Span("whole run", seconds, r.job.units_total, windows, figures)

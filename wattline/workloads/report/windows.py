@@ -1,4 +1,4 @@
-"""The energy of a job in one window (warm-up or measured), by component and host, and the
+"""The energy of a job in one window (warm-up or saturated), by component and host, and the
 share of it that is a model estimate."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class ComponentEnergy:
     energy_j: float = 0.0
     dynamic_j: float = 0.0
     by_quality: dict[str, float] = field(default_factory=dict)
-    #: Of energy_j, the part the job got as its measured share of a shared device.
+    #: Of energy_j, the part the job got as its share by use of a shared device (derived, not measured).
     split_by_use_j: float = 0.0
     #: How far energy_j may be off (:mod:`wattline.workloads.energy.uncertainty`).
     bound: Bound = field(default_factory=Bound)

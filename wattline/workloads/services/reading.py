@@ -97,10 +97,11 @@ def job_rows(reader: Reader, energy: bool, labels: Mapping[str, str] | None = No
                 row.update(
                     saturated=r.saturated,
                     energy_data=r.energy_data,
-                    measured_energy_j=r.measured.energy_j,
-                    total_energy_j=r.measured.energy_j + r.warmup.energy_j,
+                    saturated_energy_j=r.saturated_window.energy_j,
+                    measured_energy_j=r.saturated_window.energy_j,  # deprecated name of saturated_energy_j
+                    total_energy_j=r.saturated_window.energy_j + r.warmup.energy_j,
                     j_per_unit=r.figures.j_per_unit,
-                    estimate_share=estimate_share(r.measured, r.warmup),
+                    estimate_share=estimate_share(r.saturated_window, r.warmup),
                 )
         except ValueError as exc:  # BadJob, or figures that cannot be computed
             row.update(units=None, error=" ".join(str(exc).split()))
@@ -124,7 +125,7 @@ def compare_jobs(
     price_b: float | None,
     pue: float,
 ) -> economics.Comparison:
-    """``wattline compare``: B's measured figures against A's (:func:`economics.compare`); a
+    """``wattline compare``: B's saturated-window figures against A's (:func:`economics.compare`); a
     ConfigError when they count different units, unless allowed."""
     if a.job.unit_name != b.job.unit_name and not allow_different_units:
         raise ConfigError(
@@ -132,8 +133,8 @@ def compare_jobs(
             "per-unit figures would not compare; pass --allow-different-units to compare anyway"
         )
     return economics.compare(
-        a.figures.measured,
-        b.figures.measured,
+        a.figures.window,
+        b.figures.window,
         sla_units_per_hour=sla,
         work_units=work,
         instances=instances,

@@ -2,9 +2,9 @@
 
 :func:`summary_of` turns a :class:`~wattline.workloads.report.build.Report` into a
 :class:`~wattline.collector.stores.base.JobSummary` through :func:`report_json`, so a
-summary holds exactly what ``wattline report --json`` prints for the job (measured window
+summary holds exactly what ``wattline report --json`` prints for the job (saturated window
 and whole run energy, energy by component, units, J per unit, kWh per million units,
-throughput, mean power, measured share, saturation, durations, exit status, cost and CO2
+throughput, mean power, measured share (counter and integrated), saturation, durations, exit status, cost and CO2
 when priced) and the policy it was computed under. Stores write it as measurement
 ``job_summary`` (+ ``job_summary_host``, each host's energy), keyed by the job id and the
 job's start: recomputing rewrites the same point.
@@ -47,8 +47,8 @@ Sink = Callable[[JobSummary], WriteResult]
 def summary_of(report: Report, computed_ns: int | None = None) -> JobSummary:
     """The summary point of ``report`` (figures taken from :func:`report_json`; absent = None)."""
     data = report_json(report)
-    job, meas, warm = data["job"], data["measured"], data["warmup"]
-    cov = meas["coverage"]
+    job, sat, warm = data["job"], data["saturated"], data["warmup"]
+    cov = sat["coverage"]
     policy = data["policy"]
     fields: dict[str, Any] = {
         "schema": SCHEMA,
@@ -66,26 +66,28 @@ def summary_of(report: Report, computed_ns: int | None = None) -> JobSummary:
         "saturation_method": report.saturation.method,
         "duration_s": data["durations_s"]["total"],
         "warmup_s": data["durations_s"]["warmup"],
-        "measured_s": data["durations_s"]["measured"],
+        "saturated_s": data["durations_s"]["saturated"],
+        "measured_s": data["durations_s"]["saturated"],  # deprecated name of saturated_s
         "units_total": data["units"]["total"],
         "units_warmup": data["units"]["warmup"],
-        "units_measured": data["units"]["measured"],
-        "energy_j": meas["energy_j"],
-        "dynamic_energy_j": meas["dynamic_energy_j"],
+        "units_saturated": data["units"]["saturated"],
+        "units_measured": data["units"]["saturated"],  # deprecated name of units_saturated
+        "energy_j": sat["energy_j"],
+        "dynamic_energy_j": sat["dynamic_energy_j"],
         "energy_warmup_j": warm["energy_j"],
-        "energy_total_j": meas["energy_j"] + warm["energy_j"],
-        "mean_power_w": meas["mean_power_w"],
-        "energy_bound_j": meas["energy_bound_j"],
-        "energy_bound_rel": meas["energy_bound_rel"],
-        "j_per_unit": meas["j_per_unit"],
-        "kwh_per_million_units": meas["kwh_per_million_units"],
-        "throughput_units_per_s": meas["throughput_units_per_s"],
-        "throughput_units_per_h": meas["throughput_units_per_h"],
+        "energy_total_j": sat["energy_j"] + warm["energy_j"],
+        "mean_power_w": sat["mean_power_w"],
+        "energy_bound_j": sat["energy_bound_j"],
+        "energy_bound_rel": sat["energy_bound_rel"],
+        "j_per_unit": sat["j_per_unit"],
+        "kwh_per_million_units": sat["kwh_per_million_units"],
+        "throughput_units_per_s": sat["throughput_units_per_s"],
+        "throughput_units_per_h": sat["throughput_units_per_h"],
         "measured_share": cov["measured_share"],
-        "cost_usd_per_run": meas["cost_usd_per_run"],
-        "cost_usd_per_million_units": meas["cost_usd_per_million_units"],
-        "co2_g_per_run": meas["co2_g_per_run"],
-        "co2_g_per_million_units": meas["co2_g_per_million_units"],
+        "cost_usd_per_run": sat["cost_usd_per_run"],
+        "cost_usd_per_million_units": sat["cost_usd_per_million_units"],
+        "co2_g_per_run": sat["co2_g_per_run"],
+        "co2_g_per_million_units": sat["co2_g_per_million_units"],
         "policy_idle": policy["idle"],
         "policy_share_rule": policy["share_rule"],
         "price_usd_per_instance_hour": policy["price_usd_per_instance_hour"],
@@ -94,11 +96,11 @@ def summary_of(report: Report, computed_ns: int | None = None) -> JobSummary:
         "notes": len(data["notes"]),
         "computed_ns": computed_ns if computed_ns is not None else time.time_ns(),
     }
-    for comp in meas["by_component"]:
+    for comp in sat["by_component"]:
         fields[f"energy_{comp['component']}_j"] = comp["energy_j"]
     for quality, share in cov["shares"].items():
         fields[f"share_{quality}"] = share
-    hosts: dict[str, float] = {h["host"]: h["energy_j"] for h in meas["by_host"]}
+    hosts: dict[str, float] = {h["host"]: h["energy_j"] for h in sat["by_host"]}
     for h in warm["by_host"]:
         hosts[h["host"]] = hosts.get(h["host"], 0.0) + h["energy_j"]
     for host in job["hosts"]:

@@ -57,7 +57,7 @@ class RunFigures:
     estimate_share: float = 0.0
     saturated: bool = True
     problem: str = ""  #: why it gives no figures (failed, no units, no energy data)
-    #: median of the latencies the workload reported in the measured window (seconds), if any
+    #: median of the latencies the workload reported in the saturated window (seconds), if any
     latency_s: float | None = None
 
     @property

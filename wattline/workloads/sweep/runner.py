@@ -48,9 +48,9 @@ class Interrupted(Exception):
 
 
 def window_latency(report: Report, latencies: list[tuple[float, int]]) -> float | None:
-    """The median of the latencies (seconds, time ns) reported in the measured window, saturation
+    """The median of the latencies (seconds, time ns) reported in the saturated window, saturation
     to end: the ramp's requests are not what the setting serves at its plateau."""
-    inside = [s for s, t in latencies if report.measured_from_ns <= t <= report.end_ns]
+    inside = [s for s, t in latencies if report.saturated_from_ns <= t <= report.end_ns]
     return statistics.median(inside) if inside else None
 
 
@@ -77,8 +77,8 @@ def figures_of(
         throughput_per_instance_h=f.throughput_per_instance_hour,
         mean_power_w=f.mean_power_w,
         power_per_instance_w=f.power_per_instance_w,
-        side=Side.of(report.measured.bound, f.measured.energy_j),
-        estimate_share=estimate_share(report.measured),
+        side=Side.of(report.saturated_window.bound, f.window.energy_j),
+        estimate_share=estimate_share(report.saturated_window),
         saturated=report.saturated,
         problem=problem,
         latency_s=window_latency(report, latencies or []),

@@ -260,7 +260,7 @@ def test_a_store_from_before_heartbeats_ends_an_unclosed_job_at_its_last_event(t
             store.write(batch)
             host.spool.ack(batch.seq)
         rb = build_report(store, "b")
-        assert rb.warmup.energy_j + rb.measured.energy_j == pytest.approx(POWER_W * 20, rel=1e-9)
+        assert rb.warmup.energy_j + rb.saturated_window.energy_j == pytest.approx(POWER_W * 20, rel=1e-9)
         ro = build_report(store, "old")
         assert ro.end_ns == T0_NS + 10 * 10**9 and ro.state == "abandoned"
         assert ro.warmup.energy_j + ro.saturated_window.energy_j == pytest.approx(POWER_W * 10, rel=1e-9)

@@ -1,4 +1,4 @@
-"""Jobs sharing one accelerator, end to end: each charged its measured share of it.
+"""Jobs sharing one accelerator, end to end: each charged its share of it by use.
 
 Two ``wattline run`` jobs (embedded sampling into one SQLite store) run on a stand-in GPU
 through the real pynvml bindings. Each job's worker registers itself with the stand-in

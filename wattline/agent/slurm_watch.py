@@ -25,7 +25,7 @@ of no job counts to nobody) and tallies each job's use of each GPU it ran on or 
 (:mod:`.process_use`); each use period it sends the job a USE event per such GPU, at the
 GPU's own slot of the period (:func:`use_slot`: the same after a restart). A closing job's
 last, partial period goes out just before its close, which says which GPUs' per-process use
-was read (``use_scope``: a job charged none of them by claim gets its measured use there).
+was read (``use_scope``: a job charged none of them by claim gets its share by use there).
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ class SlurmWatcher:
         )
         error = errors[0] if errors else None
         if error and error != self._use_error:
-            log.warning("slurm: %s (the jobs get no measured share of their GPUs meanwhile)", error)
+            log.warning("slurm: %s (the jobs get no share by use of their GPUs meanwhile)", error)
         self._use_error = error
         self._use_from = self._use_from or now_ns
 

@@ -3,7 +3,7 @@
 ``List`` names pods by (namespace, name), never by UID, and lists active pods only. A device
 given whole is charged to the pod in full (a claim: ``gpu:GPU-<uuid>``, ``neuron:N``,
 ``neuroncore:N``); a time-sliced or MPS replica (``GPU-<uuid>::<n>``) is a share of a GPU
-other pods hold too, so it is no claim: the pod's measured use splits that GPU.
+other pods hold too, so it is no claim: the pod's use splits that GPU.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ PREFIXES = {
 
 @dataclass
 class PodDevices:
-    """A pod's devices: ``claimed`` in full, and ``shared`` GPUs (replicas) split by measured use."""
+    """A pod's devices: ``claimed`` in full, and ``shared`` GPUs (replicas) split by use."""
 
     claimed: set[str] = field(default_factory=set)
     shared: set[str] = field(default_factory=set)

@@ -1,4 +1,4 @@
-"""Record a job's measured share of each accelerator it runs on (KIND_USE job events).
+"""Record a job's use of each accelerator it runs on (KIND_USE job events).
 
 While a job runs, its wrapper (``wattline run``, or the Job API when it opens its own
 job) asks the per-process sources every second how much of each device every process used

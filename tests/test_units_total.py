@@ -183,7 +183,10 @@ def test_wattline_report_json_from_totals(tmp_path: Path) -> None:
     at = T0 + round(data["durations_s"]["warmup"] * S)
     assert FILL_KNEE[0] <= at <= FILL_KNEE[1]
     warm = written.between(T0, at)
-    assert data["units"] == pytest.approx({"total": written.total, "warmup": warm, "measured": written.total - warm})
+    saturated = written.total - warm  # under its name and its deprecated one ("measured")
+    assert data["units"] == pytest.approx(
+        {"total": written.total, "warmup": warm, "saturated": saturated, "measured": saturated}
+    )
 
 
 def test_influxdb_stores_the_total_as_a_float_field(influxd: Influxd) -> None:

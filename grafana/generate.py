@@ -305,7 +305,7 @@ PROMQL = {"fleet": FLEET_PANELS, "host": HOST_PANELS, "jobs": JOBS_PANELS}
 
 # -- what else differs per panel ---------------------------------------------------------------
 
-#: The job table's links open the job's window (start to end) or its measured window
+#: The job table's links open the job's window (start to end) or its saturated window
 #: (saturation to end) from 1 ms before its first edge: a range selector leaves out its
 #: window's first instant, where the job's open and summary (or its saturation) lie.
 LINK_FROM = {"start": "window_from", "saturated_at": "measured_from"}

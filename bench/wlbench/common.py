@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import json
 import os
@@ -326,8 +327,8 @@ def start_victoria_metrics(root: Path) -> Victoria:
     return Victoria(*start_server("VICTORIA_METRICS", "victoria-metrics", "victoria-metrics", root, argv, "/health"))
 
 
-class Poller:
-    """Calls :meth:`tick` every ``every_s`` on a thread of its own from ``start_at`` (wall
+class Poller(abc.ABC):
+    """Calls :meth:`tick` (each subclass's own) every ``every_s`` on a thread of its own from ``start_at`` (wall
     clock; default at once) between :meth:`start` and :meth:`stop`."""
 
     def __init__(self, every_s: float, start_at: float = 0.0) -> None:
@@ -348,5 +349,6 @@ class Poller:
             self.tick()
             self._stop.wait(self.every_s)
 
+    @abc.abstractmethod
     def tick(self) -> None:
-        raise NotImplementedError
+        """One poll."""

@@ -129,6 +129,14 @@ def agent_rows(r: dict[str, Any]) -> list[Row]:
                     met=at_most(entry.get("hwm_mib"), 40.0),
                 )
             )
+        if "floor+grpc" in d:  # what any Python agent that pushes over gRPC peaks at
+            rows.append(
+                Row(
+                    "agent",
+                    f"peak RSS floor, {hz}: the interpreter alone / a bare gRPC client pushing every batch interval",
+                    f"{num(d['floor'].get('hwm_mib'), 'MiB')} / {num(d['floor+grpc'].get('hwm_mib'), 'MiB')}",
+                )
+            )
     b2b = r.get("back_to_back")
     if b2b:
         rows.append(
@@ -159,6 +167,26 @@ def ingest_rows(r: dict[str, Any]) -> list[Row]:
                 inf[f"ratio_{n}"],
                 ">= 0.9x",
                 at_least(inf[f"ratio_{n}"], 0.9),
+            )
+        )
+        cpu = inf.get("cpu_us_per_point", {}).get(f"grpc_{n}")
+        if cpu:  # the parties' CPU per point: what the CPU floor above is made of
+            rows.append(
+                Row(
+                    "ingest",
+                    f"CPU per point, {n} process{'es' if n > 1 else ''}: influxd / collector / pusher",
+                    " / ".join(num(cpu.get(k), "us") for k in ("influxd", "collector", "pusher")),
+                    f"direct /write: influxd {num(inf['cpu_us_per_point'].get('ceiling', {}).get('influxd'), 'us')}",
+                )
+            )
+    steps = inf.get("steps_us_per_point")
+    if steps:
+        rows.append(
+            Row(
+                "ingest",
+                "the collector's steps per point, bare loops",
+                f"LineEncoder {num(steps.get('encode'), 'us')}, validation {num(steps.get('validate'), 'us')}, "
+                f"protobuf decode {num(steps.get('decode'), 'us')}, request body {num(steps.get('body'), 'us')}",
             )
         )
     null = r.get("null_sink")

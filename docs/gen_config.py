@@ -17,7 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-PAGE = Path(__file__).resolve().parent / "options.md"
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # run as a script or loaded from its path (a test): its neighbour pagegen
+    sys.path.insert(0, str(HERE))
+from pagegen import Generated  # noqa: E402
+
+PAGE = HERE / "options.md"
 ROOT = PAGE.parents[1]
 EXAMPLE = ROOT / "deploy" / "etc" / "wattline" / "wattline.toml"
 
@@ -150,30 +155,27 @@ def generate() -> str:
     return "".join(parts)
 
 
+def _generated() -> Generated:
+    return Generated(PAGE, "python docs/gen_config.py", lambda _current: generate())
+
+
 def stale() -> bool:
     """True when the page on disk is not what :func:`generate` writes."""
-    return not PAGE.exists() or PAGE.read_text() != generate()
+    return _generated().stale_message() is not None
 
 
 def on_pre_build(config: Any) -> None:
     """MkDocs hook: a stale page stops the build."""
-    if stale():
-        from mkdocs.exceptions import PluginError
-
-        raise PluginError("docs/options.md is stale: run python docs/gen_config.py")
+    _generated().on_pre_build(config)
 
 
 def main(argv: list[str]) -> int:
     if argv[1:] == ["--check"]:
-        if stale():
-            print("docs/options.md is stale: run python docs/gen_config.py", file=sys.stderr)
-            return 1
-        return 0
+        return _generated().check()
     if argv[1:]:
         print("usage: python docs/gen_config.py [--check]", file=sys.stderr)
         return 2
-    PAGE.write_text(generate())
-    return 0
+    return _generated().write()
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import docs_scripts
 import pytest
 
 from wattline.agent.kube.podlist import KubeSettings
@@ -33,11 +34,7 @@ OPTIONS = PAGES["docs/options.md"]
 
 
 def _gen_config() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_config", ROOT / "docs" / "gen_config.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return docs_scripts.load("gen_config")
 
 
 def test_the_configuration_reference_is_current() -> None:

@@ -193,8 +193,6 @@ _PATH = re.compile(r"(?<![\w/.~$@-])((?:wattline|tests|deploy|bench|grafana|prot
 #: Paths the tools make, named in the docs but not in a checkout.
 MADE = {
     "bench/.venv": "bench/run makes it",
-    "bench/results": "bench/run writes it",
-    "bench/results/latest.json": "bench/run writes it",
 }
 
 

@@ -7,6 +7,7 @@ Dashboard JSON schema (tests/grafana_schema).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -63,23 +64,30 @@ def dashboard_schema() -> dict[str, Any]:
     inputs = {name: (SCHEMA_PROJECT / name).read_bytes() for name in SCHEMA_INPUTS}
     key = hashlib.sha256(b"".join(hashlib.sha256(inputs[name]).digest() for name in SCHEMA_INPUTS)).hexdigest()
     schema_path = SCHEMA_BUILD / f"dashboard-schema-{key[:16]}.json"
-    if not schema_path.exists():
-        SCHEMA_BUILD.mkdir(parents=True, exist_ok=True)
-        for name, data in inputs.items():
-            (SCHEMA_BUILD / name).write_bytes(data)
-        lock_hash = hashlib.sha256(inputs["package-lock.json"]).hexdigest()
-        stamp = SCHEMA_BUILD / "node_modules" / ".wattline-lock-sha256"
-        if not stamp.exists() or stamp.read_text() != lock_hash:
-            run_tool(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], SCHEMA_BUILD, 600)
-            stamp.write_text(lock_hash)
-        partial = schema_path.with_suffix(".partial")
-        run_tool(["node", "generate.mjs", str(partial)], SCHEMA_BUILD, 300)
-        partial.replace(schema_path)
-        for stale in SCHEMA_BUILD.glob("dashboard-schema-*.json"):
-            if stale != schema_path:
-                stale.unlink()
+    SCHEMA_BUILD.mkdir(parents=True, exist_ok=True)
+    # pytest-xdist workers share tests/_build: one builds the schema, the others wait for it.
+    with open(SCHEMA_BUILD.parent / "grafana_schema.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not schema_path.exists():
+            _build_schema(inputs, schema_path)
     schema: dict[str, Any] = json.loads(schema_path.read_text())
     return schema
+
+
+def _build_schema(inputs: dict[str, bytes], schema_path: Path) -> None:
+    for name, data in inputs.items():
+        (SCHEMA_BUILD / name).write_bytes(data)
+    lock_hash = hashlib.sha256(inputs["package-lock.json"]).hexdigest()
+    stamp = SCHEMA_BUILD / "node_modules" / ".wattline-lock-sha256"
+    if not stamp.exists() or stamp.read_text() != lock_hash:
+        run_tool(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], SCHEMA_BUILD, 600)
+        stamp.write_text(lock_hash)
+    partial = schema_path.with_suffix(".partial")
+    run_tool(["node", "generate.mjs", str(partial)], SCHEMA_BUILD, 300)
+    partial.replace(schema_path)
+    for stale in SCHEMA_BUILD.glob("dashboard-schema-*.json"):
+        if stale != schema_path:
+            stale.unlink()
 
 
 def schema_errors(schema: dict[str, Any], document: dict[str, Any]) -> list[str]:

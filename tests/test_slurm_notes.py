@@ -12,13 +12,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from slurm_node_files import node_config, slurmd_proc
 
 from wattline import wire
-from wattline.agent import holders, slurm_node
+from wattline.agent import holders, slurm_node, slurm_records, slurm_watch
 from wattline.agent.slurm_jobs import HookNotes
+from wattline.agent.slurm_watch import SlurmWatcher
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.wrappers import slurm
 
@@ -171,3 +173,58 @@ def test_a_time_limit_says_timeout(tmp_path: Path, controller: dict[str, str]) -
         capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     assert listed.returncode == 0 and "timed out (exit 143, SIGTERM)" in listed.stdout, listed.stdout + listed.stderr
+
+
+def test_an_idle_node_looks_only_at_the_directory_and_takes_a_new_note_at_once(
+    tmp_path: Path, controller: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no job open and nothing waiting, a pass is one lstat of the directory (it listed the
+    directory and the holder records twice a second on every node); the prolog's note changes
+    the directory, so the next pass takes it; a note the directory's mtime does not show (a
+    coarse clock) is taken by the whole pass that runs every QUIET_MAX_S."""
+    config, proc = node_config(tmp_path), slurmd_proc(tmp_path / "proc")
+    sent: list[wire.pb.JobEvent] = []
+    watcher = SlurmWatcher(
+        tmp_path / "outbox", tmp_path / "slurm", wire.Host(host_id="n1"), lambda _h, ev: sent.extend(ev)
+    )
+    looks: list[Path] = []
+    listing = slurm_records.pending
+    monkeypatch.setattr(slurm_records, "pending", lambda d: looks.append(d) or listing(d))
+
+    def age_directory() -> None:  # made more than a second ago: its mtime tells every later file
+        os.utime(tmp_path / "slurm", ns=(time.time_ns() - 5 * 10**9,) * 2)
+
+    (tmp_path / "slurm").mkdir(mode=0o755)
+    age_directory()
+    watcher.poll()
+    assert len(looks) == 1  # the first pass is whole
+    for _ in range(5):
+        watcher.poll()
+    assert len(looks) == 1 and sent == []  # idle: nothing listed
+
+    assert slurm.prolog(job_env("77"), config, proc) == []
+    watcher.poll()
+    assert [(e.job_id, e.kind) for e in sent] == [("77", K.KIND_OPEN)] and len(looks) == 2
+    watcher.poll()
+    assert len(looks) == 3  # a job open: every pass is whole
+    assert slurm.epilog({**job_env("77"), "SLURM_JOB_EXIT_CODE2": "0:0"}, config) == []
+    watcher.poll()
+    assert [e.kind for e in sent if e.job_id == "77"][-1] == K.KIND_CLOSE
+    age_directory()
+    watcher.poll()  # whole: the close's pass left nothing open, this one sees the aged directory
+    settled = len(looks)
+    watcher.poll()
+    assert len(looks) == settled
+
+    # a note whose directory change the mtime does not show (a coarse clock): the whole pass
+    # that runs every QUIET_MAX_S takes it; the watcher's clock is the test's from here
+    clock = [time.monotonic()]
+    monkeypatch.setattr(slurm_watch, "time", SimpleNamespace(time_ns=time.time_ns, monotonic=lambda: clock[0]))
+    seen = os.stat(tmp_path / "slurm").st_mtime_ns
+    assert slurm.prolog(job_env("78"), config, proc) == []
+    os.utime(tmp_path / "slurm", ns=(seen, seen))
+    watcher.poll()
+    assert not any(e.job_id == "78" for e in sent) and len(looks) == settled
+    clock[0] += slurm_watch.QUIET_MAX_S
+    watcher.poll()
+    assert [(e.job_id, e.kind) for e in sent if e.job_id == "78"] == [("78", K.KIND_OPEN)]

@@ -122,6 +122,9 @@ class EdgeServer:
         self.ticks = self.refused = 0
         self._stop = threading.Event()
         self._sock = self._bind(path)
+        # close() writes to this pipe: the thread sleeps in select() until a wrapper connects
+        # or the agent stops, instead of waking a few times a second to look at a flag.
+        self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(target=self._serve, name="wattline-edges", daemon=True)
         self._thread.start()
 
@@ -150,8 +153,9 @@ class EdgeServer:
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            ready, _, _ = select.select([self._sock], [], [], 0.25)
-            if ready:
+            listening = self._sock.fileno()
+            ready, _, _ = select.select([listening, self._wake_r], [], [])
+            if listening in ready and not self._stop.is_set():
                 try:
                     self._answer(self._accept_all())
                 except Exception:  # a bug here must not end the agent: the wrappers fall back
@@ -191,9 +195,14 @@ class EdgeServer:
 
     def close(self) -> None:
         """Stop answering and remove the socket."""
+        if self._stop.is_set():
+            return
         self._stop.set()
+        os.write(self._wake_w, b"x")
         self._thread.join(timeout=5)
         self._sock.close()
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
         with contextlib.suppress(OSError):
             self.path.unlink()
 

@@ -111,13 +111,15 @@ class HookNotes:
             gpus,
         )
         self.last_use = last_use
+        self.left = 0  #: notes the last take() found and did not take (unreadable, or refused)
         self.said: dict[Path, str] = {}  #: note -> its last problem (said once)
         self.closing: dict[Path, tuple[list[wire.pb.JobEvent], list[str]]] = {}  #: close note -> last_use's answer
 
     def take(self) -> int:
-        """Turn every note into events; returns how many were taken."""
+        """Turn every note into events; returns how many were taken (:attr:`left`: how many stay)."""
         notes = []
-        for _, kind, path in slurm_records.pending(self.slurm_dir):
+        found = slurm_records.pending(self.slurm_dir)
+        for _, kind, path in found:
             note = self._read(kind, path)
             if note is not None:
                 notes.append(note)
@@ -135,6 +137,7 @@ class HookNotes:
             self.said.pop(note.path, None)
             self.closing.pop(note.path, None)
             taken += 1
+        self.left = len(found) - taken
         return taken
 
     def _say(self, path: Path, problem: str) -> None:

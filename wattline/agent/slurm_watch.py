@@ -62,6 +62,12 @@ USE_EVERY_S = 5.0
 #: Seconds between two asks of the per-process sources: a process's use since the previous
 #: ask is lost if it exits before the next one (its samples go with it).
 SAMPLE_S = 1.0
+#: An idle node's passes look only at the directory's mtime; a whole pass at least this often.
+QUIET_MAX_S = 10.0
+#: Seconds between an idle node's passes (a wake-up of the thread costs more CPU than a quiet
+#: pass). The first job's note keeps its hook's instant; taken up to this much later, only a
+#: shared GPU's split by use misses that much of the job's first seconds.
+IDLE_EVERY_S = 2.0
 
 
 def gpu_uuids(channels: Iterable[Channel]) -> dict[int, str]:
@@ -120,6 +126,9 @@ class SlurmWatcher:
         self._use_from = 0  #: start of the GPU use period being tallied (0: before the first ask)
         self._now = 0  #: the current pass's time
         self._use_error: str | None = None
+        self._idle_since: tuple[int, float] | None = None  #: (directory mtime, monotonic) of an idle whole pass
+        #: No job of ours open and nothing waiting (or no directory): run() looks every IDLE_EVERY_S.
+        self.idle = False
         self.notes = HookNotes(outbox_root, slurm_dir, host, deliver, gpus, self._last_use)
 
     def run(self, stop: threading.Event, every_s: float = 0.5) -> None:
@@ -128,22 +137,43 @@ class SlurmWatcher:
                 self.poll()
             except Exception:  # a bug here must not end the agent's sampling
                 log.exception("slurm: pass failed")
-            stop.wait(every_s)
+            stop.wait(IDLE_EVERY_S if self.idle else every_s)
 
     def poll(self, now_ns: int | None = None) -> None:
-        if not self._root_dir():
+        st = self._root_dir()
+        self.idle = st is None or self._idle_since is not None
+        if st is None:
             return
         now_ns = self._now = time.time_ns() if now_ns is None else now_ns
+        quiet = self._quiet(st, time.monotonic())
         period = now_ns // self.use_period_ns
         if period != self._period or now_ns - self.use.last_ns >= SAMPLE_S * 1e9:
-            self._sample(self._mine(), now_ns)  # before a close note takes its job's last period
-        self.notes.take()
-        mine = self._mine()
-        for record in mine:
-            self._lines(record, now_ns)
+            self._sample([] if quiet else self._mine(), now_ns)  # before a close note takes its job's last period
+        mine: list[holders.HolderRecord] = []
+        if not quiet:
+            self.notes.take()
+            mine = self._mine()
+            for record in mine:
+                self._lines(record, now_ns)
         if period != self._period:
             self._send_use(mine, now_ns, period)
-        self._endings()
+        if not quiet:
+            self._endings()
+            idle = not mine and not self.asked and not self.notes.left
+            # a directory changed within the last second may change again within its mtime's tick
+            settled = time.time_ns() - st.st_mtime_ns > 1e9
+            self._idle_since = (st.st_mtime_ns, time.monotonic()) if idle and settled else None
+            self.idle = self._idle_since is not None
+
+    def _quiet(self, st: os.stat_result, now: float) -> bool:
+        """Nothing to do since the last whole pass: it found no job of ours open and no note or
+        ending request waiting, and no file was made in the directory since (its mtime, older
+        than a second then, is unchanged). A hook makes every note and events file there, so an
+        idle node's pass is one lstat; a whole pass still runs every QUIET_MAX_S."""
+        if self._idle_since is None:
+            return False
+        mtime_ns, since = self._idle_since
+        return st.st_mtime_ns == mtime_ns and now - since < QUIET_MAX_S
 
     def _mine(self) -> list[holders.HolderRecord]:
         """The holder records of this host's open Slurm jobs."""
@@ -153,13 +183,14 @@ class SlurmWatcher:
             if record.holder_name == "slurmd" and record.host_id == self.host.host_id and record.owner_uid >= 0
         ]
 
-    def _root_dir(self) -> bool:
-        """The events directory is there and only root can change it (no file in it counts otherwise)."""
+    def _root_dir(self) -> os.stat_result | None:
+        """The events directory's lstat where it is there and only root can change it (no file
+        in it counts otherwise), else None."""
         try:
             st = os.lstat(self.slurm_dir)
         except OSError:
-            return False
-        return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+            return None
+        return st if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022 else None
 
     def _lines(self, record: holders.HolderRecord, now_ns: int) -> None:
         path = slurm_records.events_path(self.slurm_dir, record.job_id)

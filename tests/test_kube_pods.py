@@ -41,8 +41,9 @@ from typer.testing import CliRunner
 from wattline import wire
 from wattline.agent.kube import pods as kube_pods
 from wattline.agent.kube.cgroups import PodCgroups
-from wattline.agent.kube.podlist import KubeSettings, PodList
+from wattline.agent.kube.podlist import PodList
 from wattline.agent.kube.pods import job_of, parse_pod, parse_pod_list, pod_end
+from wattline.agent.kube.settings import KubeSettings
 from wattline.agent.kube.watcher import PodWatcher
 from wattline.agent.sources.use import DeviceUse
 from wattline.cli.main import app

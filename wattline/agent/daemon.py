@@ -9,14 +9,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wattline import systemd, wire
 from wattline.agent import holders, registry
 from wattline.agent.assembly import UplinkSecurity, assemble, make_uplink, uplink_security
 from wattline.agent.edge import EdgeServer, serve_edges
 from wattline.agent.exporter import AgentCollector, serve
-from wattline.agent.kube import watcher as kube
+from wattline.agent.kube.settings import pods_settings
 from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root
 from wattline.agent.process_use import use_sources
 from wattline.agent.settings import AgentSettings
@@ -26,6 +26,9 @@ from wattline.agent.spool import Spool
 from wattline.agent.spool_format import SpoolError
 from wattline.agent.tuning.records import restore_dead, restore_dir
 from wattline.agent.uplink import Uplink
+
+if TYPE_CHECKING:
+    from wattline.agent.kube.watcher import PodWatcher
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +62,15 @@ class Agent:
         self.prometheus_port: int | None = None
         self.edges: EdgeServer | None = None
         self._previous_sighup: Any = None
-        self.pods = (  # the pods' job events go through the outbox, as every holder's
-            kube.from_config(self.doc, self.settings.sysfs_root, self.host, self._to_outbox, self._sources)
-            if self.outbox is not None
-            else None
-        )
+        self.pods: PodWatcher | None = None  # the pods' job events go through the outbox, as every holder's
+        kube = pods_settings(self.doc) if self.outbox is not None else None
+        if kube is not None:
+            # an HTTP client and the pod-resources gRPC stubs: loaded only where pods are on
+            from wattline.agent.kube.watcher import PodWatcher
+
+            self.pods = PodWatcher(
+                kube, self.host, self.settings.sysfs_root, self._to_outbox, lambda: use_sources(self._sources())
+            )
         self.slurm = (  # a Slurm job's lines and how it ended, between and after its hooks
             SlurmWatcher(
                 self.outbox.root,

@@ -23,7 +23,7 @@ from typing import Any
 
 from wattline.agent import registry
 from wattline.agent.daemon import run_agent
-from wattline.agent.kube.podlist import KubeSettings
+from wattline.agent.kube.settings import KubeSettings
 from wattline.agent.settings import AgentSettings
 from wattline.collector.settings import CollectorSettings
 from wattline.config import ConfigError, build, check_tables, env_names, parse_pairs, read_toml, unknown_variables

@@ -36,9 +36,10 @@ from wattline import wire
 from wattline.agent.event_lines import MAX_LINE, line_event
 from wattline.agent.kube import podresources
 from wattline.agent.kube.cgroups import PodCgroups
-from wattline.agent.kube.podlist import KubeSettings, PodList, PodSourceError
+from wattline.agent.kube.podlist import PodList, PodSourceError
 from wattline.agent.kube.pods import PRECEDENCE, JobOf, Pod, PodEnd, job_of, pod_end
-from wattline.agent.process_use import UseTallies, use_fields, use_sources
+from wattline.agent.kube.settings import KubeSettings
+from wattline.agent.process_use import UseTallies, use_fields
 
 log = logging.getLogger(__name__)
 
@@ -394,15 +395,3 @@ def read_pod_file(path: Path, offset: int, size: int = 1 << 20) -> bytes:
         return b""
     finally:
         os.close(fd)
-
-
-def from_config(
-    doc: Any, root: Path, host: wire.pb.Host, deliver: Deliver, sources: Callable[[], Sequence[Any]]
-) -> PodWatcher | None:
-    """The watcher the ``[kubernetes]`` table asks for (None when ``pods`` is off); ConfigError on bad settings."""
-    from wattline.config import build
-
-    settings = build(KubeSettings, "kubernetes", doc).validate()
-    if not settings.pods:
-        return None
-    return PodWatcher(settings, host, root, deliver, lambda: use_sources(sources()))

@@ -29,7 +29,7 @@ def wait_until(check: Callable[[], T], what: str | Callable[[], str], timeout_s:
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout_s:g} s: {what() if callable(what) else what}", pytrace=False)
+            pytest.fail(f"not within {timeout_s:g} s: {what() if callable(what) else what}")
         time.sleep(POLL_S)
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 from influxd_peer import influxd_config, query_rows
 from victoria_peer import victoria_argv
+from waits import wait_until
 
 from wattline import wire
 from wattline.collector.stores.influx_v1 import InfluxV1Store
@@ -166,6 +167,11 @@ def sqlite_or_influxdb1_store(request: pytest.FixtureRequest, tmp_path: Path) ->
             yield influx
 
 
+def searchable(url: str) -> None:
+    """VictoriaMetrics at ``url`` makes what it took searchable now (it buffers rows a second or so)."""
+    http("GET", url + "/internal/force_flush")
+
+
 class VictoriaMetrics:
     """A running single-node ``victoria-metrics``."""
 
@@ -173,22 +179,23 @@ class VictoriaMetrics:
         self.daemon = daemon
         self.url = daemon.url
 
-    def export(self, match: str, expect: int = 1, timeout_s: float = 15.0) -> list[dict[str, Any]]:
-        """``/api/v1/export`` series for the selector ``match``, once at least ``expect`` are there.
+    def export(self, match: str, expect: int = 1) -> list[dict[str, Any]]:
+        """``/api/v1/export`` series for the selector ``match``, once at least ``expect`` (1 or
+        more) are there; the test fails if they never are.
 
         Ingestion is asynchronous (rows sit in buffers for up to a second or so), so this
         forces a flush and polls.
         """
         query = urllib.parse.urlencode({"match[]": match})
-        deadline = time.monotonic() + timeout_s
-        while True:
-            http("GET", self.url + "/internal/force_flush")
+
+        def found() -> list[dict[str, Any]]:
+            searchable(self.url)
             status, body = http("GET", f"{self.url}/api/v1/export?{query}")
             assert status == 200, body
             series = [json.loads(line) for line in body.splitlines() if line.strip()]
-            if len(series) >= expect or time.monotonic() > deadline:
-                return series
-            time.sleep(0.1)
+            return series if len(series) >= expect else []
+
+        return wait_until(found, f"{expect} series of {match} in VictoriaMetrics")
 
 
 @pytest.fixture(scope="session")

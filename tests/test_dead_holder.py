@@ -21,7 +21,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ import pytest
 from procs import Proc, start_collector
 from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
+from waits import wait_sampled, wait_until
 
 from wattline.agent.holders import HolderRecord
 from wattline.collector.stores.sqlite import SqliteStore
@@ -85,7 +86,7 @@ def start_dead(tmp_path: Path, where: list[str], state: str = "state") -> subpro
 
 def kill_after(proc: subprocess.Popen[str], seconds: float) -> int:
     """SIGKILL ``proc``'s group after ``seconds``; the kill's time (ns)."""
-    time.sleep(seconds)
+    time.sleep(seconds)  # time, not a state: the wrapper's own run time before its kill
     assert proc.poll() is None, "the wrapper ended by itself"
     killed = time.time_ns()
     os.killpg(proc.pid, signal.SIGKILL)
@@ -120,13 +121,6 @@ def closed_summary(db: Path, job_id: str) -> bool:
     return job_id in summarised(db) and summary(db, job_id)["status"] in ("closed", "abandoned")
 
 
-def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.3)
-
-
 def summary(db: Path, job_id: str) -> dict[str, Any]:
     with sqlite3.connect(db) as conn:
         row = conn.execute("SELECT fields FROM job_summary WHERE job_id = ?", (job_id,)).fetchone()
@@ -145,13 +139,15 @@ def fleet(tmp_path: Path, tree: PowerAdvancer, env: dict[str, str] | None = None
     db = tmp_path / "w.db"
     port = free_port()
     collector = start_collector(port, ["--store", f"sqlite:///{db}"], tmp_path / "collector.log", env=env)
+    started = time.time_ns()
     agent = Proc(
         ["agent", "--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl",
          "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
         tmp_path / "agent.log",
     )  # fmt: skip
     try:
-        time.sleep(2.0)  # the agent's first batches: samples before the jobs open
+        with SqliteStore(db) as store:  # the agent's first batches: samples before the jobs open
+            wait_sampled(store, HOST, started)
         yield ["--host-id", HOST, f"--collector=127.0.0.1:{port}", "--store", f"sqlite:///{db}"]
     finally:
         agent.terminate()
@@ -195,7 +191,7 @@ def test_embedded_next_job_5_s_after_a_killed_run_is_its_own(tmp_path: Path, tre
     db = tmp_path / "w.db"
     dead = start_dead(tmp_path, embedded(tree))
     killed = kill_after(dead, 6.0)
-    time.sleep(5.0)
+    time.sleep(5.0)  # time, not a state: the next job starts 5 s after the kill (the scenario)
     printed = json.loads(cli(tmp_path, "run", "--job-id", "next", "--json", *embedded(tree), "--", "sleep", "4").stdout)
 
     truth = truth_j(db, "next")
@@ -213,12 +209,12 @@ def test_fleet_next_job_5_s_after_a_killed_run_is_its_own(tmp_path: Path, tree: 
     with fleet(tmp_path, tree) as where:
         dead = start_dead(tmp_path, where)
         killed = kill_after(dead, 6.0)
-        time.sleep(5.0)
+        time.sleep(5.0)  # time, not a state: the next job starts 5 s after the kill (the scenario)
         printed = json.loads(cli(tmp_path, "run", "--job-id", "next", "--json", *where, "--", "sleep", "4").stdout)
         truth = truth_j(db, "next")
         assert total_j(printed) == pytest.approx(truth, rel=0.01)
         assert not any("shared" in n for n in printed["notes"]), printed["notes"]
-        wait_for(lambda: closed_summary(db, "next") and closed_summary(db, "dead"), 30, "the collector's summaries")
+        wait_until(lambda: closed_summary(db, "next") and closed_summary(db, "dead"), "the collector's summaries")
         assert summary(db, "next")["energy_total_j"] == pytest.approx(truth, rel=0.01)
         check_dead(db, tmp_path, killed, embedded=False)
 
@@ -232,16 +228,16 @@ def test_stored_summaries_converge_once_the_dead_holder_is_found(tmp_path: Path,
     with fleet(tmp_path, tree) as where:
         dead = start_dead(tmp_path, where, state="elsewhere")
         kill_after(dead, 4.0)
-        time.sleep(2.0)
+        time.sleep(2.0)  # time, not a state: the next job starts 2 s after the kill, inside dead's lease
         printed = json.loads(cli(tmp_path, "run", "--job-id", "next", "--json", *where, "--", "sleep", "4").stdout)
         truth = truth_j(db, "next")
         assert total_j(printed) == pytest.approx(truth / 2, rel=0.02)  # the lease: nobody could check
-        wait_for(lambda: closed_summary(db, "next"), 20, "next's first summary after its close")
+        wait_until(lambda: closed_summary(db, "next"), "next's first summary after its close")
         first = summary(db, "next")
         assert first["energy_total_j"] == pytest.approx(truth / 2, rel=0.02)
 
         cli(tmp_path, "run", "--job-id", "later", "--no-report", *where, "--", "true", state="elsewhere")
-        wait_for(lambda: summary(db, "next")["computed_ns"] != first["computed_ns"], 30, "next's summary again")
+        wait_until(lambda: summary(db, "next")["computed_ns"] != first["computed_ns"], "next's summary again")
         assert events(db, "dead")["close"][0]["abandoned"].startswith("wrapper gone")
         assert summary(db, "next")["energy_total_j"] == pytest.approx(truth, rel=0.01)
 
@@ -300,7 +296,8 @@ def test_a_summary_that_counted_a_job_as_running_is_computed_again_when_its_leas
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        time.sleep(2.0)
+        # next opens while dead runs: the truth below takes dead's window as opened before next's
+        wait_until(lambda: "open" in events(db, "dead"), "dead's open stored")
         nxt = subprocess.Popen(
             [*WATTLINE, "run", "--job-id", "next", "--no-report", *where, "--", "sleep", "5"],
             env={**env(tmp_path), **heartbeat},
@@ -309,7 +306,7 @@ def test_a_summary_that_counted_a_job_as_running_is_computed_again_when_its_leas
         )
         kill_after(dead, 4.3)  # next closes about 0.7 s later, dead still inside its lease
         assert nxt.wait(timeout=60) == 0
-        wait_for(lambda: closed_summary(db, "next"), 30, "next's summary after its close")
+        wait_until(lambda: closed_summary(db, "next"), "next's summary after its close")
         ev_dead, ev_next = events(db, "dead"), events(db, "next")
         dead_end = max(e["time_ns"] for kind in ev_dead.values() for e in kind)  # its last heartbeat
         lease_end = dead_end + 3 * 2.0e9
@@ -319,7 +316,7 @@ def test_a_summary_that_counted_a_job_as_running_is_computed_again_when_its_leas
         first = summary(db, "next")
         if first["computed_ns"] < lease_end:  # computed while dead still counted as running
             assert first["energy_total_j"] < truth * 0.99  # it shared the moments after dead's death
-            wait_for(lambda: summary(db, "next")["computed_ns"] > lease_end, 30, "next's summary never computed again")
+            wait_until(lambda: summary(db, "next")["computed_ns"] > lease_end, "next's summary never computed again")
         # else the writer's wait for next's last samples outlasted dead's lease: right at once
         assert summary(db, "next")["energy_total_j"] == pytest.approx(truth, rel=0.01)
 

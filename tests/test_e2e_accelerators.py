@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from nvml_stub.build import build_stub
 from servers import Influxd
+from waits import wait_until
 
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.factory import open_store
@@ -93,6 +94,24 @@ def test_sources_lists_each_device_with_its_quality(tmp_path: Path) -> None:
     assert neuron["power_w"] == pytest.approx(120.0)  # idle 60 W + 20 % x 300 W (trn1 table)
 
 
+def sampled(influxd: Influxd, db: str) -> bool:
+    """The store holds what the checks below read while the agent runs: 15 one-joule intervals
+    of each live GPU, the lost GPU's 5 before its loss, and the Neuron device's samples (the
+    lost GPU's gap comes at the agent's stop, as an unhealthy sample)."""
+    try:
+        rows = influxd.query("SELECT sum(energy_j) AS e FROM energy GROUP BY device", db)
+    except RuntimeError as exc:  # nothing written yet
+        if "database not found" not in str(exc):
+            raise
+        return False
+    joules = {r["device"]: r["e"] for r in rows}
+    return (
+        all(joules.get(gpu, 0) >= 15 for gpu in (GPU_A, GPU_MIG))
+        and joules.get(GPU_LOST, 0) >= 5
+        and "neuron0" in joules
+    )
+
+
 def test_agent_to_influxdb_with_a_lost_gpu_mig_and_neuron(tmp_path: Path, influxd: Influxd) -> None:
     db = influxd.new_database()
     with open_store(influxd.url, database=db) as store:
@@ -103,7 +122,7 @@ def test_agent_to_influxdb_with_a_lost_gpu_mig_and_neuron(tmp_path: Path, influx
                "--batch-interval", "0.2", "--host-id", "trn-gpu-1", "--collector", f"127.0.0.1:{server.port}"]  # fmt: skip
         agent = subprocess.Popen(cmd, env=env_for(tmp_path), stderr=subprocess.PIPE, text=True)
         try:
-            time.sleep(4.0)
+            wait_until(lambda: sampled(influxd, db) or agent.poll() is not None, "the devices' samples stored")
         finally:
             agent.send_signal(signal.SIGTERM)
             _, stderr = agent.communicate(timeout=30)

@@ -187,11 +187,6 @@ def post(url: str, path: str, params: dict[str, str]) -> Any:
     return doc["data"]
 
 
-def wait_for(vm: VictoriaMetrics, match: str, count: int) -> None:
-    found = vm.export(match, expect=count)
-    assert len(found) >= count, (match, len(found))
-
-
 @pytest.fixture(scope="module")
 def filled(victoria_metrics: VictoriaMetrics) -> Filled:
     fx = Fixture(start_ns=BASE_NS, end_ns=BASE_NS + DURATION_S * S)
@@ -201,11 +196,11 @@ def filled(victoria_metrics: VictoriaMetrics) -> Filled:
             result = store.write(batch)
             assert result.rejected == 0, result.reasons
         streams = len(CHANNELS) + sum(1 for c in CHANNELS if c.host in RESTARTS)
-        wait_for(victoria_metrics, f'energy_energy_j{{host=~"{HOST_A}|{HOST_B}"}}', streams)
-        wait_for(victoria_metrics, '{__name__="job_events_sub_ns", event="close"}', sum(len(j.hosts) for j in JOBS))
+        victoria_metrics.export(f'energy_energy_j{{host=~"{HOST_A}|{HOST_B}"}}', expect=streams)
+        victoria_metrics.export('{__name__="job_events_sub_ns", event="close"}', expect=sum(len(j.hosts) for j in JOBS))
         for job in JOBS:  # the job summaries, as a collector writes them (the same report code)
             reports[job.job_id] = report_json(record_summary(store, store.write_summary, job.job_id))
-        wait_for(victoria_metrics, "job_summary_energy_j", len(JOBS))
+        victoria_metrics.export("job_summary_energy_j", expect=len(JOBS))
     return Filled(victoria_metrics.url, fx, reports)
 
 

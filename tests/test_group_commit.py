@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import grpc
 import pytest
 from store_rows import energy_rows
+from waits import wait_until
 
 from tests.servers import T0, Influxd, make_batch
 from wattline import wire
@@ -105,7 +106,7 @@ def test_waiting_batches_are_committed_together_and_each_call_gets_its_own_resul
     first = call.start(batch(0, samples=1))
     assert store.entered.wait(5)  # the first commit is running (and held)
     rest = [call.start(batch(i, samples=i)) for i in range(1, 20)]
-    time.sleep(0.3)  # they all queue behind it
+    wait_until(lambda: committer.queued() == 19, "19 batches queued behind it")
     store.gate.set()
     results = [first.result(10)] + [f.result(10) for f in rest]
     assert [r.written for r in results] == [1, *range(1, 20)]
@@ -122,7 +123,7 @@ def test_group_size_is_bounded_by_points(tmp_path: Path) -> None:
         first = pool.submit(committer.write, batch(0))
         assert store.entered.wait(5)
         rest = [pool.submit(committer.write, batch(i, samples=4)) for i in range(1, 7)]
-        time.sleep(0.3)
+        wait_until(lambda: committer.queued() == 6, "6 batches queued behind it")
         store.gate.set()
         assert all(f.result(10).written == 4 for f in rest) and first.result(10).written == 3
     assert store.groups[0] == 1 and store.groups[1:] == [2, 2, 2]  # 4 + 4 points fit in 10, 12 do not
@@ -157,7 +158,7 @@ def test_a_failed_commit_fails_every_call_of_its_group(
     first = call.start(batch(0))
     assert store.entered.wait(5)
     rest = [call.start(batch(i)) for i in range(1, 6)]
-    time.sleep(0.3)
+    wait_until(lambda: committer.queued() == 5, "5 batches queued behind it")
     store.fail = StoreUnavailable("disk gone")
     store.gate.set()
     for future in [first, *rest]:
@@ -178,7 +179,7 @@ def test_a_call_that_goes_away_while_its_group_waits_leaves_the_others_their_res
         first = asyncio.run_coroutine_threadsafe(committer.write_async(batch(0)), loop)
         assert store.entered.wait(5)
         rest = [asyncio.run_coroutine_threadsafe(committer.write_async(batch(i, samples=i)), loop) for i in range(1, 6)]
-        time.sleep(0.3)
+        wait_until(lambda: committer.queued() == 5, "5 batches queued behind it")
         rest[1].cancel()
         store.gate.set()
         assert first.result(10).written == 3
@@ -274,16 +275,16 @@ def test_under_load_a_group_lingers_to_gather_more_and_alone_a_batch_does_not_wa
         assert store.entered.wait(5)  # the writer is committing batch 0 (held)
         queued = time.monotonic()
         waiting = [pool.submit(committer.write, batch(i)) for i in (1, 2)]
-        time.sleep(0.2)  # both queued behind it
+        wait_until(lambda: committer.queued() == 2, "both queued behind it")
         store.gate.set()
-        time.sleep(0.1)
+        time.sleep(0.1)  # time, not a state: the late batch comes 0.1 s later, inside the linger
         late = pool.submit(committer.write, batch(3))
         assert first.result(10).written == 3
         assert [f.result(10).written for f in [*waiting, late]] == [3, 3, 3]
         assert time.monotonic() - queued >= 0.55  # the linger counts from the oldest batch's arrival
     assert store.groups == [1, 3]
     committer.write(batch(4))  # the last group had 3: this one lingers too, alone
-    time.sleep(0.1)
+    time.sleep(0.1)  # time, not a state: an idle spell
     started = time.monotonic()
     committer.write(batch(5))  # the last group was 1 batch and it is alone: no linger
     assert time.monotonic() - started < 0.3
@@ -302,7 +303,7 @@ def test_a_group_of_linger_points_commits_without_lingering(tmp_path: Path) -> N
         first = pool.submit(committer.write, batch(0, samples=2))
         assert store.entered.wait(5)
         waiting = [pool.submit(committer.write, batch(i, samples=2)) for i in range(1, 21)]  # 20 x 2 points
-        time.sleep(0.3)
+        wait_until(lambda: committer.queued() == 20, "20 batches queued behind it")
         started = time.monotonic()
         store.gate.set()
         assert [f.result(10).written for f in [first, *waiting]] == [2] * 21
@@ -322,7 +323,7 @@ def test_large_batches_under_load_are_not_held_back(tmp_path: Path) -> None:
         first = pool.submit(committer.write, batch(0))
         assert store.entered.wait(5)
         waiting = [pool.submit(committer.write, batch(i)) for i in (1, 2)]  # load: 2 queued
-        time.sleep(0.2)
+        wait_until(lambda: committer.queued() == 2, "both queued behind it")
         started = time.monotonic()
         store.gate.set()
         assert [f.result(10).written for f in [first, *waiting]] == [3, 3, 3]
@@ -390,7 +391,8 @@ def test_server_acknowledges_each_batch_after_its_group_commit(tmp_path: Path) -
         with ThreadPoolExecutor(max_workers=8) as pool:
             calls = [pool.submit(push, batch(i), timeout=20) for i in range(8)]
             assert store.entered.wait(5)
-            time.sleep(0.5)
+            unacked = "wattline_collector_unacked_batches"  # queued, or in the commit held at the gate
+            wait_until(lambda: server.registry.get_sample_value(unacked) == 8, "all 8 batches received")
             store.gate.set()
             acks = [c.result(20) for c in calls]
         assert sorted(a.stream_id for a in acks) == sorted(f"s-{i}" for i in range(8))

@@ -29,6 +29,7 @@ from pipeline import T0_NS, SyntheticHost, ZoneSpec
 from procs import Proc
 from servers import Influxd
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
+from waits import wait_until
 
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
@@ -114,7 +115,7 @@ def kill_after_heartbeats(proc: subprocess.Popen[str], heard: Any, covered: Any,
     reach past the last of them (frozen with SIGSTOP while the store is looked at)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.2)  # a poll, not wait_until's: each look stops the run, so not too often
         os.killpg(proc.pid, signal.SIGSTOP)
         beat = [e.time_ns for e in heard() if e.event == "heartbeat"]
         if len(beat) >= beats and covered(max(beat)):
@@ -131,10 +132,8 @@ def test_killed_run_is_abandoned_at_its_last_heartbeat_and_the_next_job_is_charg
     db = tmp_path / "w.db"
     dead = start_run(tmp_path, "dead", tree, *embedded(tree))
     try:
-        deadline = time.monotonic() + 60
-        while not db.exists():
-            assert dead.poll() is None and time.monotonic() < deadline, "wattline run never created its store"
-            time.sleep(0.05)
+        wait_until(lambda: db.exists() or dead.poll() is not None, "wattline run creating its store")
+        assert dead.poll() is None, "wattline run ended before creating its store"
         with SqliteStore(db) as store:
             kill_after_heartbeats(
                 dead,
@@ -208,13 +207,10 @@ def test_over_the_wire_a_live_job_keeps_sharing_and_a_killed_one_stops(
     dead = start_run(tmp_path, "dead", tree, *collector)
     try:
         kill_after_heartbeats(dead, lambda: stored_events(store, "dead"), lambda t: covered(store, t))
-        time.sleep(LEASE_S + 0.5)
+        time.sleep(LEASE_S + 0.5)  # time, not a state: the dead job's lease expires
         cli(tmp_path, "run", "--job-id", "short", "--no-report", "--host-id", HOST, *collector, "--", "sleep", "5")
         t_open, t_close = window(store.job_events("short"))
-        deadline = time.monotonic() + 30
-        while not covered(store, t_close):
-            assert time.monotonic() < deadline, "the agent's samples never reached the short job's close"
-            time.sleep(0.1)
+        wait_until(lambda: covered(store, t_close), "the agent's samples reaching the short job's close")
         now = time.time_ns()
         assert live.poll() is None
         report = build_report(store, "short", now_ns=now)  # type: ignore[arg-type]
@@ -287,7 +283,7 @@ def test_the_job_api_renews_its_lease_until_it_closes(monkeypatch: pytest.Monkey
             sent.append("closed")
 
     with Job("api", job_id="api-1", sink=Sink()):
-        time.sleep(0.5)
+        time.sleep(0.5)  # time, not a state: the job's own run time (ten heartbeat periods)
     kinds = [e if e == "closed" else JobEvent.Kind.Name(e.kind) for e in sent]
     assert kinds[0] == "KIND_OPEN" and kinds[-2:] == ["KIND_CLOSE", "closed"]
     assert set(kinds[1:-2]) == {"KIND_HEARTBEAT"}
@@ -298,6 +294,7 @@ def test_the_job_api_renews_its_lease_until_it_closes(monkeypatch: pytest.Monkey
     gaps = sorted(b - a for a, b in itertools.pairwise(stamps))
     assert gaps[0] >= 0.05e9 * 0.99, gaps
     assert gaps[len(gaps) // 2] <= 0.05e9 * 1.5, gaps
+    # time, not a state: a window in which no beat may come (the close stopped the heartbeat's thread first)
     time.sleep(0.2)
     assert len(sent) == len(kinds)  # nothing after the close
 
@@ -305,7 +302,7 @@ def test_the_job_api_renews_its_lease_until_it_closes(monkeypatch: pytest.Monkey
     monkeypatch.setenv("WATTLINE_JOB_ID", "parent-job")
     monkeypatch.setenv("WATTLINE_EVENTS", str(Path(os.devnull)))
     with Job("joined", sink=Sink()):
-        time.sleep(0.3)
+        time.sleep(0.3)  # time, not a state: the job's own run time (six heartbeat periods)
     assert sent == ["closed"]
 
 

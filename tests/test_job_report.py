@@ -15,7 +15,9 @@ import pytest
 from procs import CLI, clean_env, start_collector, start_rapl_agent
 from servers import free_port
 from test_faults import HOST, POWER_W, powered_host
+from waits import wait_sampled
 
+from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads import Job, job_window
 
 SCRIPT = """
@@ -73,9 +75,11 @@ def test_job_report_with_a_collector_waits_for_the_agents_last_samples(tmp_path:
     store = f"sqlite:///{tmp_path / 'w.db'}"
     port = free_port()
     collector = start_collector(port, ["--store", store], tmp_path / "collector.log")
+    started = time.time_ns()
     agent = start_rapl_agent(HOST, tree, port, 2, tmp_path / "agent.log")
     try:
-        time.sleep(1.5)  # the agent samples before the job opens
+        with SqliteStore(tmp_path / "w.db") as stored:  # the agent samples before the job opens
+            wait_sampled(stored, HOST, started)
         env = {"WATTLINE_AGENT_HOST_ID": HOST, "WATTLINE_AGENT_BATCH_INTERVAL": "2"}
         got = script(tmp_path, store, f'collector="127.0.0.1:{port}"', env)
         # printed the moment the job ended, when the agent had not shipped its last 2 s yet

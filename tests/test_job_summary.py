@@ -35,6 +35,7 @@ from test_grafana import (
     run_panel,
     whole_run_j,
 )
+from waits import wait_until
 
 from wattline.collector.linestore import LineProtocolStore
 from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
@@ -70,17 +71,6 @@ def run_args(job: str, job_id: str, host: str, port: int, config: Path, steps: i
 def agent(host: str, tree: Path, port: int, tmp_path: Path) -> Proc:
     spool = ["--spool-dir", str(tmp_path / f"spool-{host}"), "--outbox-dir", str(tmp_path / "outbox")]
     return start_rapl_agent(host, tree, port, BATCH_S, tmp_path / f"{host}.log", *spool)
-
-
-def wait_for(what: str, check: Any, timeout_s: float = 40.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} after {timeout_s} s")
-        time.sleep(0.5)
 
 
 def assert_matches(summary: JobSummary, report: dict[str, Any]) -> None:
@@ -147,17 +137,17 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
     try:
         begun = time.time_ns()
         for host in POWER_W:  # the agents' samples cover the jobs' opens
-            wait_for(f"{host}'s samples", lambda h=host: store.samples(h, begun, time.time_ns() + 10**9))
+            wait_until(lambda h=host: store.samples(h, begun, time.time_ns() + 10**9), f"{host}'s samples")
         solo = Proc(run_args("ocr-solo", "solo-1", "node-a", port, config), tmp_path / "solo.log")
         assert solo.process.wait(timeout=60) == 0, solo.log()
         # The two-host job: node-b starts 1 s after node-a and runs 25 s (node-a: 4 s; a loaded machine makes that slower), so
         # node-a closes first: a summary while node-b runs, then one when it closes.
         first = Proc(run_args("ocr-pair", "pair-1", "node-a", port, config), tmp_path / "pair-a.log")
         # node-b opens once node-a's open is stored: node-a's window starts first
-        wait_for("node-a's open of pair-1", lambda: any(e.event == "open" for e in store.job_events("pair-1")), 20)
+        wait_until(lambda: any(e.event == "open" for e in store.job_events("pair-1")), "node-a's open of pair-1")
         second = Proc(run_args("ocr-pair", "pair-1", "node-b", port, config, steps=50), tmp_path / "pair-b.log")
         assert first.process.wait(timeout=60) == 0, first.log()
-        while_running = wait_for("pair summary after node-a's close", lambda: store.job_summary("pair-1"), 10)
+        while_running = wait_until(lambda: store.job_summary("pair-1"), "pair summary after node-a's close")
         assert second.alive(), "node-b's run ended before the summary after node-a's close was checked"
         assert while_running.fields["status"] == "running" and while_running.fields["closed"] is False
         assert second.process.wait(timeout=60) == 0, second.log()
@@ -170,8 +160,8 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
             return s if closed and s.fields.get("complete") is True else None
 
         summaries = {
-            "solo-1": wait_for("solo summary", lambda: closed_summary("solo-1", 1)),
-            "pair-1": wait_for("pair summary", lambda: closed_summary("pair-1", 2)),
+            "solo-1": wait_until(lambda: closed_summary("solo-1", 1), "solo summary"),
+            "pair-1": wait_until(lambda: closed_summary("pair-1", 2), "pair summary"),
         }
         reports = {}
         for job_id, summary in summaries.items():
@@ -351,7 +341,7 @@ def test_embedded_run_writes_its_summary_and_the_writer_retries(tmp_path: Path, 
         writer = SummaryWriter(store, sink, retry_s=0.05, running_every_s=60.0, wait_s=0.0).start()
         try:
             writer.job_events([("emb-1", True), ("emb-1", True)])  # debounced: one job due
-            wait_for("summary after retries", lambda: sink.written, timeout_s=10)
+            wait_until(lambda: sink.written, "summary after retries")
             assert len(sink.written) == 1 and writer.failed == 2 and writer.written == 1
             assert sink.written[0].fields["energy_j"] == pytest.approx(report.saturated_window.energy_j)
             assert sum("failed (attempt" in r.message for r in caplog.records) == 2
@@ -505,17 +495,17 @@ def test_a_summary_written_incomplete_is_computed_again_when_late_samples_arrive
         writer = SummaryWriter(store, sink, wait_s=0.2, poll_s=0.05, running_every_s=0.3).start()
         try:
             writer.job_events([("late-1", True)])
-            first = wait_for("the incomplete summary", lambda: sink.written, timeout_s=10)[0]
+            first = wait_until(lambda: sink.written, "the incomplete summary")[0]
             assert first.fields["complete"] is False
             assert first.fields["energy_j"] == pytest.approx(50.0 * 10, rel=1e-6)
             host.advance(7.0, 7)  # the late samples arrive
             ship()
-            last = wait_for("a complete summary", lambda: [s for s in sink.written if s.fields["complete"]], 10)[0]
+            last = wait_until(lambda: [s for s in sink.written if s.fields["complete"]], "a complete summary")[0]
             assert last.fields["energy_j"] == pytest.approx(50.0 * 15, rel=1e-6)
             assert last.fields["energy_j"] == pytest.approx(
                 build_report(store, "late-1").saturated_window.energy_j, rel=1e-9
             )
-            time.sleep(1.0)  # complete: not computed again
+            time.sleep(1.0)  # time, not a state: complete, so not computed again (3 x running_every_s)
             assert sum(s.fields["complete"] for s in sink.written) == 1 and writer.pending() == 0
         finally:
             writer.stop()
@@ -565,7 +555,7 @@ def barrier(writer: SummaryWriter, caplog: Any, at: float | None = None, clock: 
         clock.t = at
     marker = f"barrier-{next(_BARRIERS)}"
     writer.job_events([(marker, False)])
-    wait_for(marker, lambda: any(f"summary of {marker} not written" in r.getMessage() for r in caplog.records), 10)
+    wait_until(lambda: any(f"summary of {marker} not written" in r.getMessage() for r in caplog.records), marker)
 
 
 def driven_writer(tmp_path: Path, clock: TestClock, sink: Sink, **kw: Any) -> tuple[SqliteStore, SummaryWriter]:
@@ -584,7 +574,7 @@ def test_a_failed_write_is_retried_at_2_s_doubling_to_60_s(tmp_path: Path, caplo
     store, writer = driven_writer(tmp_path, clock, sink)
     try:
         writer.job_events([("emb-1", False)])
-        wait_for("the first attempt", lambda: writer.failed == 1, 10)
+        wait_until(lambda: writer.failed == 1, "the first attempt")
         for gap in (2, 4, 8, 16, 32, 60, 60):
             due = sink.attempts[-1] + gap
             tries = len(sink.attempts)
@@ -626,7 +616,7 @@ def test_an_incomplete_summary_is_computed_again_up_to_an_hour_after_the_close(t
         closing = [b.open(opened), b.close(0, opened + 15 * 10**9)]
         store.write(wire.Batch(stream_id="wrapper", seq=1, host=wire.Host(host_id="late-host"), job_events=closing))
         writer.job_events([("late-1", True)])
-        wait_for("the summary at the close", lambda: sink.written, 10)
+        wait_until(lambda: sink.written, "the summary at the close")
         for at in range(600, 3600 + 3 * 600, 600):  # each interval's due time, then past the hour
             barrier(writer, caplog, float(at), clock)
         assert sink.attempts == [0.0, 600.0, 1200.0, 1800.0, 2400.0, 3000.0, 3600.0]

@@ -37,6 +37,7 @@ from procs import Proc, start_collector
 from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from typer.testing import CliRunner
+from waits import wait_sampled, wait_until
 
 from wattline import wire
 from wattline.agent.kube import pods as kube_pods
@@ -777,11 +778,15 @@ def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, k
     ids = {"pt": "k8s:team-a/llama-ft:25a8decc", "batch": "k8s:team-a/embed-batch:25a8decc",
            "note": "k8s:team-a/nb-alice", "ts1": "k8s:team-a/infer-1", "ts2": "k8s:team-a/infer-2"}  # fmt: skip
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not _closed(store, len(ids) + 1):  # pt closes on each node
-            time.sleep(0.5)
-        assert _closed(store, len(ids) + 1), "\n".join(p.log()[-2000:] for p in agents)
-        time.sleep(2)  # the samples up to the close reach the store (batches every 0.5 s)
+        wait_until(  # pt closes on each node
+            lambda: _closed(store, len(ids) + 1),
+            lambda: "job closes:\n" + "\n".join(p.log()[-2000:] for p in agents),
+            90,
+        )
+        with SqliteStore(tmp_path / "w.db") as db:  # the samples up to the last close reach the store
+            closed = max(e.time_ns for e in db.job_events() if e.event == "close")
+            for node in (a, b):
+                wait_sampled(db, node.host, closed)
     finally:
         for p in [*agents, collector]:
             p.terminate()

@@ -27,6 +27,7 @@ import pytest
 from procs import CLI, Proc, clean_env, start_collector
 from servers import free_port
 from sysfs_trees import Zone, powercap_tree
+from waits import wait_until
 
 from wattline import wire
 from wattline.agent import disk_spool, outbox
@@ -126,13 +127,6 @@ def left(outbox: Path) -> list[Path]:
     return [p for p in outbox.iterdir() if p.name != "holders"] + held
 
 
-def wait_until(predicate: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
-
-
 def check_first_jobs(host: Host, ids: list[str]) -> None:
     listed = host.jobs()
     for job_id in ids:
@@ -202,7 +196,7 @@ def test_the_agent_delivers_what_runs_and_jobs_left(host: Host) -> None:
         host.tmp / "agent.log",
     )  # fmt: skip
     try:
-        wait_until(lambda: not left(host.outbox), 30, f"outbox not drained:\n{agent.log()[-3000:]}")
+        wait_until(lambda: not left(host.outbox), lambda: f"the outbox drained:\n{agent.log()[-3000:]}")
         assert agent.terminate() == 0
     finally:
         agent.kill9()
@@ -222,7 +216,7 @@ def test_a_killed_wrapper_leaves_its_events_for_the_next_run(host: Host) -> None
         start_new_session=True,
     )
     try:
-        wait_until(lambda: sum(e.units for e in host.spooled()) == 12, 30, "units never spooled")
+        wait_until(lambda: sum(e.units for e in host.spooled()) == 12, "the units spooled")
     finally:
         os.killpg(wrapper.pid, signal.SIGKILL)  # the wrapper and its command, at once
         wrapper.wait(10)
@@ -251,7 +245,7 @@ def test_sigterm_or_ctrl_c_is_forwarded_and_the_events_kept(host: Host, sig: sig
         text=True,
     )
     try:
-        wait_until(lambda: any(e.phase == "running" for e in host.spooled()), 30, "the command never ran")
+        wait_until(lambda: any(e.phase == "running" for e in host.spooled()), "the command running")
         wrapper.send_signal(sig)
         _, err = wrapper.communicate(timeout=15)
     finally:
@@ -321,8 +315,8 @@ def test_the_agent_keeps_no_outbox_thread_and_delivers_between_its_pushes(
     agent = daemon.Agent(settings)
     agent.start()
     try:
-        wait_until(lambda: agent.uplink.connected, 30, "no collector answered")
-        time.sleep(1.0)  # several looks at the empty outbox
+        wait_until(lambda: agent.uplink.connected, "a collector answering")
+        time.sleep(1.0)  # time, not a state: several looks at the empty outbox (one each OUTBOX_EVERY_S)
         assert "wattline-outbox" not in [t.name for t in threading.enumerate()]
         left = open_outbox(host.outbox, wire.Host(host_id=HOST))
         left.add_job_events(
@@ -330,7 +324,7 @@ def test_the_agent_keeps_no_outbox_thread_and_delivers_between_its_pushes(
         )
         left.seal()
         left.close()  # its process is gone: the lock is free
-        wait_until(lambda: not left.directory.exists(), 30, "the left directory was not delivered")
+        wait_until(lambda: not left.directory.exists(), "the left directory delivered")
     finally:
         agent.stop()
     assert "left" in host.jobs()

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from pipeline import T0_NS
 from procs import CLI, Proc, clean_env
 from store_rows import energy_rows
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree, set_energy, zone_dir
+from waits import wait_until
 
 from wattline.agent.clock import StampClock
 from wattline.agent.registry import Discovery
@@ -34,14 +35,6 @@ from wattline.collector.stores.sqlite import SqliteStore
 
 HOST = "rediscover-host"
 START_UJ = 10**9
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def samples(store: SqliteStore, device: str) -> list[dict[str, Any]]:
@@ -79,14 +72,16 @@ def test_agent_samples_a_zone_added_at_run_time_after_sighup_and_reports_a_vanis
         tmp_path / "agent.log",
     )
     try:
-        wait_for("package-0 samples", lambda: len(samples(store, "package-0")) >= 5)
+        wait_until(lambda: len(samples(store, "package-0")) >= 5, "package-0 samples")
         powercap_tree(tree, [Zone("intel-rapl:1", "package-1", START_UJ)])
         counters.add("intel-rapl:1", 25.0)
-        time.sleep(1.0)
+        added = time.time_ns()
+        # the agent went on sampling for a second (its samples of package-0 are stored that far)
+        wait_until(lambda: samples(store, "package-0")[-1]["time_ns"] > added + 10**9, "package-0 samples a second on")
         assert samples(store, "package-1") == []  # the periodic rediscovery is a minute away
 
         agent.process.send_signal(signal.SIGHUP)
-        wait_for("package-1 samples", lambda: len(samples(store, "package-1")) >= 15)
+        wait_until(lambda: len(samples(store, "package-1")) >= 15, "package-1 samples")
         assert agent.alive()
         assert_power(samples(store, "package-1"), 25.0)
         assert "rediscovery: rapl cpu_package package-1 appeared" in agent.log()
@@ -95,11 +90,11 @@ def test_agent_samples_a_zone_added_at_run_time_after_sighup_and_reports_a_vanis
         os.unlink(tree / "sys/class/powercap/intel-rapl:0")
         shutil.rmtree(zone_dir(tree, "intel-rapl:0"))
         agent.process.send_signal(signal.SIGHUP)
-        wait_for("the vanished line", lambda: "package-0 vanished" in agent.log())
+        wait_until(lambda: "package-0 vanished" in agent.log(), "the vanished line")
         vanished_at = time.time_ns()
         agent.process.send_signal(signal.SIGHUP)  # a second rediscovery reports nothing new
-        wait_for(
-            "samples after the vanishing", lambda: samples(store, "package-1")[-1]["time_ns"] > vanished_at + 10**9
+        wait_until(
+            lambda: samples(store, "package-1")[-1]["time_ns"] > vanished_at + 10**9, "samples after the vanishing"
         )
         assert agent.log().count("vanished") == 1
         assert "rediscovery: rapl cpu_package package-0 vanished; no longer read" in agent.log()
@@ -139,7 +134,7 @@ def test_embedded_run_rediscovers_periodically(tmp_path: Path, store: SqliteStor
         text=True,
     )
     try:
-        wait_for("the zone to be added", added.exists)
+        wait_until(added.exists, "the zone to be added")
         counters.add("intel-rapl:1", 20.0)
         out, _ = proc.communicate(timeout=60)
     finally:

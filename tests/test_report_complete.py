@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from procs import CLI, Proc, clean_env, start_collector, start_rapl_agent
 from servers import free_port
 from test_faults import HOST, POWER_W, powered_host
+from waits import wait_until
 
 from wattline.agent.settings import AgentSettings
 from wattline.collector.stores.reader import StoredJobEvent
@@ -46,14 +46,6 @@ def stored_window(store: str, job_id: str) -> tuple[float, float]:
     """(open, close) in Unix s of a closed one-host job, from its stored events: the truth's window."""
     times = {e.event: e.time_ns / 1e9 for e in stored_events(store, job_id) if e.event in ("open", "close")}
     return times["open"], times["close"]
-
-
-def wait_until(check: Callable[[], object], what: str, timeout_s: float = 30.0) -> None:
-    """Polls ``check`` (an observable state: a stored row) instead of sleeping a guess."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.05)
 
 
 def measured(report: dict[str, Any]) -> tuple[float, float]:
@@ -84,7 +76,7 @@ def test_report_at_job_end_waits_for_the_last_samples(tmp_path: Path) -> None:
     collector = start_collector(port, ["--store", store], tmp_path / "collector.log")
     # A job that starts before the host's agent does: its first seconds have no samples.
     early = json_run("early", 4, port, store, tmp_path / "early.log")
-    time.sleep(1.5)
+    wait_until(lambda: stored_events(store, "early-1"), "the early job's open stored")
     agent = start_rapl_agent(HOST, tree, port, BATCH_S, tmp_path / "agent.log")
     try:
         assert early.process.wait(timeout=60) == 0, early.log()

@@ -8,11 +8,12 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waits import wait_until
 
 from wattline.agent.counter import EnergyCounter
 from wattline.agent.sources.base import Channel, SourceUnavailable
@@ -39,14 +40,6 @@ U0 = 1.3631567613356375  # report 1, NeuronCore 0 utilization (%)
 
 def fragment(name: str) -> dict[str, Any]:
     return dict(json.loads((FIX / f"docs_fragment_{name}.json").read_text()))
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
 
 
 def gone(pid: int) -> bool:
@@ -488,7 +481,7 @@ def test_replayed_stream(tmp_path: Path, sources: list[NeuronSource]) -> None:
     assert sorted(m["type"] for m in config["system_metrics"]) == sorted(
         m["type"] for m in documented["system_metrics"]
     )
-    wait_until(lambda: src.monitor_status().reports >= 4)
+    wait_until(lambda: src.monitor_status().reports >= 4, "monitor reports >= 4")
     t0 = time.monotonic()
     (r,) = src.read()
     assert time.monotonic() - t0 < 0.05  # latest state only, never waits for the child
@@ -521,7 +514,7 @@ def test_sysfs_power_with_monitor(tmp_path: Path, sources: list[NeuronSource]) -
     root = neuron_tree(tmp_path / "root", power=f"POWER_STATUS_VALID,{int(time.time()) // 60 * 60},10.00,30.00,20.00")
     src = replay_source(sources, tmp_path, root=root)
     assert len(src.discover()) == 1
-    wait_until(lambda: src.monitor_status().reports >= 1)
+    wait_until(lambda: src.monitor_status().reports >= 1, "monitor reports >= 1")
     (r,) = src.read()
     assert r.error is None and r.power_w == pytest.approx(120.0)
     assert r.utilization is not None and r.gauges["memory_used_bytes"] > 0
@@ -532,7 +525,7 @@ def test_the_configured_cores_per_device_is_the_count_samples_carry(
 ) -> None:
     src = replay_source(sources, tmp_path, cores_per_device=4)
     src.discover()
-    wait_until(lambda: src.monitor_status().reports >= 1)
+    wait_until(lambda: src.monitor_status().reports >= 1, "monitor reports >= 1")
     (r,) = src.read()
     assert r.gauges["neuroncores_per_device"] == 4.0  # the override wins over the report's 2
 
@@ -542,7 +535,7 @@ def test_rediscovery_keeps_the_monitor_and_finds_a_new_device(tmp_path: Path, so
     root = neuron_tree(tmp_path / "root", power=line)
     src = replay_source(sources, tmp_path, root=root)
     assert [c.device for c in src.discover()] == ["neuron0"]
-    wait_until(lambda: src.monitor_status().reports >= 1)
+    wait_until(lambda: src.monitor_status().reports >= 1, "monitor reports >= 1")
     pid = src.monitor_status().pid
     (root / "sys/devices/virtual/neuron_device/neuron1/info/architecture").mkdir(parents=True)
     set_power(root, 1, line)
@@ -560,8 +553,8 @@ def test_malformed_and_truncated_lines_are_skipped(
     caplog.set_level(logging.WARNING, logger="wattline.agent.sources.neuron")
     src = replay_source(sources, tmp_path, "--inject", "malformed", "--inject", "truncated")
     src.discover()
-    wait_until(lambda: src.monitor_status().bad_lines >= 6)  # three passes of the stream
-    wait_until(lambda: src.monitor_status().last_report_age_s is not None)
+    wait_until(lambda: src.monitor_status().bad_lines >= 6, "monitor bad_lines >= 6")  # three passes of the stream
+    wait_until(lambda: src.monitor_status().last_report_age_s is not None, "a report's age")
     (r,) = src.read()
     assert r.error is None and r.utilization is not None
     skipped = [rec for rec in caplog.records if "skipped a bad line" in rec.getMessage()]
@@ -572,7 +565,7 @@ def test_malformed_and_truncated_lines_are_skipped(
 def test_error_field_is_noted_not_fatal(tmp_path: Path, sources: list[NeuronSource]) -> None:
     src = replay_source(sources, tmp_path, "--inject", "error")
     src.discover()
-    wait_until(lambda: src.monitor_status().report_errors >= 2)
+    wait_until(lambda: src.monitor_status().report_errors >= 2, "monitor report_errors >= 2")
     (r,) = src.read()
     src.read()
     assert r.error is None
@@ -590,7 +583,9 @@ def test_exit_mid_stream_restarts_with_backoff(
         sources, tmp_path, "--inject", "exit-after=1", "--log", str(log), backoff_reset_s=30.0, backoff_max_s=0.4
     )
     src.discover()
-    wait_until(lambda: src.monitor_status().starts >= 6 and len(log.read_text().splitlines()) >= 6)
+    wait_until(
+        lambda: src.monitor_status().starts >= 6 and len(log.read_text().splitlines()) >= 6, "six starts, logged"
+    )
     status = src.monitor_status()
     assert status.restarts == status.starts - 1 >= 5
     assert status.last_exit == "exited with status 3: neuron-monitor: simulated failure after 1 reports"
@@ -604,7 +599,7 @@ def test_exit_mid_stream_restarts_with_backoff(
     assert src.read()[0].utilization is not None  # the last report still serves
     src.close()
     n = len(log.read_text().splitlines())
-    time.sleep(0.3)
+    time.sleep(0.3)  # time, not a state: a window in which no restart may come
     assert len(log.read_text().splitlines()) == n  # no restart after close
 
 
@@ -614,7 +609,7 @@ def test_backoff_resets_after_a_healthy_run(
     caplog.set_level(logging.WARNING, logger="wattline.agent.sources.neuron")
     src = replay_source(sources, tmp_path, "--inject", "exit-after=2", backoff_reset_s=0.0)
     src.discover()
-    wait_until(lambda: src.monitor_status().starts >= 4)
+    wait_until(lambda: src.monitor_status().starts >= 4, "monitor starts >= 4")
     delays = [rec.getMessage() for rec in caplog.records if "restarting in" in rec.getMessage()]
     assert len(delays) >= 3 and all(d.endswith("restarting in 0.05 s") for d in delays)
 
@@ -623,7 +618,9 @@ def test_stderr_is_drained(tmp_path: Path, sources: list[NeuronSource]) -> None:
     # 1 MiB of stderr would block a child whose stderr pipe nobody reads.
     src = replay_source(sources, tmp_path, "--inject", "stderr-flood")
     src.discover()
-    wait_until(lambda: src.monitor_status().stderr_last_line == "neuron-monitor: flood done")
+    wait_until(
+        lambda: src.monitor_status().stderr_last_line == "neuron-monitor: flood done", "the flood's last stderr line"
+    )
     assert src.read()[0].utilization is not None
 
 
@@ -666,8 +663,8 @@ def test_private_config_dir_is_removed(tmp_path: Path, sources: list[NeuronSourc
 def test_stale_monitor_fails_the_model(tmp_path: Path, sources: list[NeuronSource]) -> None:
     src = replay_source(sources, tmp_path, "--inject", "exit-after=1", backoff_initial_s=30.0, report_stale_s=0.2)
     src.discover()
-    wait_until(lambda: bool(src.monitor_status().last_exit))
-    time.sleep(0.3)
+    wait_until(lambda: src.monitor_status().last_exit, "the monitor's exit")
+    time.sleep(0.3)  # time, not a state: the last report ages past report_stale_s
     (r,) = src.read()
     assert r.utilization is None and r.power_w is None
     assert r.error is not None and re.fullmatch(

@@ -258,7 +258,7 @@ def test_age_bound_drops_old_batches(tmp_path: Path, caplog: pytest.LogCaptureFi
     spool = DiskSpool(HOST, tmp_path, max_age_s=0.2)
     spool.add_samples(tick(1))
     spool.seal()
-    time.sleep(0.3)
+    time.sleep(0.3)  # time, not a state: the first batch ages past max_age_s
     spool.add_samples(tick(2))
     with caplog.at_level(logging.WARNING):
         got = ends(drain(spool))

@@ -25,13 +25,15 @@ from typing import Any
 
 import pytest
 from procs import CLI, clean_env, start_rapl_agent
-from servers import Daemon, Influxd, VictoriaMetrics, http
+from servers import Daemon, Influxd, VictoriaMetrics, searchable
+from waits import wait_sampled, wait_until
 
 from wattline import wire
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.base import Store, WriteResult
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.prometheus import PrometheusStore
+from wattline.collector.stores.reader import Reader
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.collector.stores.victoria import VictoriaStore
 from wattline.workloads.jobs.jobs_view import JobNotFound, build_view
@@ -88,16 +90,27 @@ def run(env: dict[str, str], job_id: str, script: str, *extra: str) -> list[str]
     ]  # fmt: skip
 
 
-def wait_closed(store: SqliteStore, job_ids: Sequence[str], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
+def wait_closed(store: SqliteStore, job_ids: Sequence[str]) -> None:
+    def closed() -> bool:
         try:
-            if all(build_view(j, store.job_events(j)).closed for j in job_ids):
-                return
+            return all(build_view(j, store.job_events(j)).closed for j in job_ids)
         except JobNotFound:
-            pass
-        assert time.monotonic() < deadline, "jobs not closed"
-        time.sleep(0.5)
+            return False
+
+    wait_until(closed, f"{', '.join(job_ids)} closed")
+
+
+def has_event(store: SqliteStore, job_id: str, kind: str) -> bool:
+    return any(e.event == kind for e in store.job_events(job_id))
+
+
+def shown_as_in(reader: Reader, sqlite: SqliteStore) -> bool:
+    """``reader`` shows the jobs' events and the host's last samples that SQLite holds."""
+
+    def last(store: Reader) -> dict[tuple[str, ...], int]:
+        return {s.series: s.end_ns for s in store.last_before(HOST, time.time_ns())}
+
+    return last(reader) == last(sqlite) and all(len(reader.job_events(j)) == len(sqlite.job_events(j)) for j in JOBS)
 
 
 JOBS = ("steady-1", "burst-1", "killed-1")
@@ -129,27 +142,33 @@ def test_sqlite_influxdb_victoria_metrics_and_prometheus_give_the_same_reports(
             "PARITY_COLLECTOR": f"127.0.0.1:{server.port}",
         }
         outbox = ["--outbox-dir", str(tmp_path / "state" / "wattline" / "outbox"), "--edge-socket", "off"]
+        started = time.time_ns()
         agent = start_rapl_agent(HOST, tree, server.port, 0.5, tmp_path / "agent.log", *outbox)
         try:
-            time.sleep(1.5)
+            wait_sampled(sqlite, HOST, started)  # the agent's first batches: samples before the jobs open
             steady = 'for i in 1 2 3 4 5 6; do echo "done 16"; sleep 0.4; done'
             burst = 'sleep 0.5; echo "done 5"; echo "done 7"; sleep 1; printf "done 3\\ndone 4\\n"; sleep 0.6'
             first = subprocess.Popen(run(env, "steady-1", steady), env=env, start_new_session=True)
-            time.sleep(0.9)  # the second run overlaps the first
+            wait_until(lambda: has_event(sqlite, "steady-1", "open"), "steady-1 open")  # the second run overlaps it
             second = subprocess.Popen(run(env, "burst-1", burst), env=env, start_new_session=True)
             killed = subprocess.Popen(run(env, "killed-1", "echo 'done 2'; sleep 60"), env=env, start_new_session=True)
             assert first.wait(60) == 0 and second.wait(60) == 0
-            time.sleep(1.0)
+            wait_until(lambda: has_event(sqlite, "killed-1", "open"), "killed-1 open")  # then killed while it runs
             os.killpg(killed.pid, signal.SIGKILL)  # the wrapper and its command: nobody closes the job
             killed.wait(10)
             wait_closed(sqlite, JOBS)
-            time.sleep(2.0)  # the agent's last samples after the closes
+            closed = max(e.time_ns for j in JOBS for e in sqlite.job_events(j) if e.event == "close")
+            wait_sampled(sqlite, HOST, closed)  # the agent's samples up to the last close
         finally:
             agent.terminate()
             server.stop()
             powered.close()
-        http("GET", victoria_metrics.url + "/internal/force_flush")
-        time.sleep(1.0)
+
+        def flushed() -> bool:  # the Tee wrote every batch to every store: VictoriaMetrics shows them
+            searchable(victoria_metrics.url)
+            return shown_as_in(victoria, sqlite)
+
+        wait_until(flushed, "VictoriaMetrics shows what SQLite holds")
         for url, kind in ((victoria_metrics.url, "victoriametrics"), (prometheus.url, "prometheus")):
             with open_reader_of(url) as reader:
                 assert reader.kind == kind

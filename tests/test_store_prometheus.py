@@ -204,7 +204,7 @@ def test_collector_summaries_and_reports_with_a_tenant(tmp_path: Path, tree: Any
     where = ["--store", f"prometheus+{proxy.url}/prometheus?write=/api/v1/push", "--tenant", "team-a.1"]
     try:
         with PrometheusStore(prometheus.url) as node:
-            collector_and_reports(tmp_path, tree, where, node, lambda: time.sleep(0.5))
+            collector_and_reports(tmp_path, tree, where, node, lambda: None)  # remote write: searchable once taken
     finally:
         proxy.close()
     assert proxy.seen["unrouted"] == 0 and proxy.seen["push"] > 0

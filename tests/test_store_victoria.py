@@ -4,12 +4,12 @@ instant), and a job summary stays one point however it is rewritten."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servers import T0, VictoriaMetrics, http, make_batch
+from servers import T0, VictoriaMetrics, make_batch, searchable
+from waits import wait_until
 
 from wattline.collector.stores.base import JobSummary
 from wattline.collector.stores.sqlite import SqliteStore
@@ -22,9 +22,14 @@ def stores(tmp_path: Path, victoria_metrics: VictoriaMetrics) -> Iterator[tuple[
         yield vm, sqlite
 
 
-def flush(vm: VictoriaStore) -> None:
-    http("GET", vm.url + "/internal/force_flush")
-    time.sleep(1.0)
+def shown(vm: VictoriaStore, summary: JobSummary) -> None:
+    """Wait until ``summary`` is the one ``vm`` shows (a rewrite: the last one written)."""
+
+    def read() -> bool:
+        searchable(vm.url)
+        return vm.job_summary(summary.job_id) == summary
+
+    wait_until(read, f"the summary of {summary.job_id} written last searchable")
 
 
 @pytest.mark.servers
@@ -38,7 +43,14 @@ def test_reads_equal_sqlite_resends_included(stores: tuple[VictoriaStore, Sqlite
     batch.job_events[-1].abandoned = "holder died"
     for _ in range(2):  # a resend
         assert vm.write(batch).written == sqlite.write(batch).written == 10
-    flush(vm)
+
+    def shown_all() -> bool:
+        searchable(vm.url)
+        return len(vm.job_events("vm-reads-job")) == len(sqlite.job_events("vm-reads-job")) and len(
+            vm.samples("vm-reads", T0, T0 + 10**12)
+        ) == len(sqlite.samples("vm-reads", T0, T0 + 10**12))
+
+    wait_until(shown_all, "the batch searchable")
     assert vm.job_events("vm-reads-job") == sqlite.job_events("vm-reads-job")
     assert vm.job_events("vm-reads-job", every=False) == sqlite.job_events("vm-reads-job", every=False)
     assert vm.job_events_between(T0, T0 + 10**9, ["vm-reads"]) == sqlite.job_events_between(
@@ -56,11 +68,11 @@ def test_a_summary_stays_one_point(stores: tuple[VictoriaStore, SqliteStore]) ->
     fields = {"status": "running", "closed": False, "energy_j": 12.5, "hosts": 1, "start_ns": T0 + 7, "schema": "s/1"}
     first = JobSummary("vm-sum", T0 + 7, {"name": "n", "kind": "inference"}, fields, {"h": 12.5})
     assert vm.write_summary(first).written == 2
-    flush(vm)
+    shown(vm, first)
     assert vm.job_summary("vm-sum") == first
     closed = JobSummary("vm-sum", T0 + 7, first.tags, {**fields, "status": "closed", "closed": True, "exit_code": 0})
     vm.write_summary(closed)
-    flush(vm)
+    shown(vm, JobSummary(closed.job_id, closed.time_ns, closed.tags, closed.fields, {}))
     assert vm.job_summary("vm-sum") == JobSummary(closed.job_id, closed.time_ns, closed.tags, closed.fields, {})
 
 
@@ -74,5 +86,5 @@ def test_a_rewritten_summary_reads_back_as_written_lower_or_higher(stores: tuple
         summary = JobSummary("vm-rw", T0, {"name": "n"}, {**fields, "energy_j": energy, "computed_ns": computed})
         vm.write_summary(JobSummary(summary.job_id, T0, summary.tags, {**summary.fields, "energy_j": 1e6}))
         vm.write_summary(summary)  # at once: the first is not searchable yet
-        flush(vm)
-        assert vm.job_summary("vm-rw") == summary
+        shown(vm, summary)
+        assert vm.job_summary("vm-rw") == summary  # and stays so

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 from pipeline import equal_share_truth
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
+from waits import wait_until
 
 from wattline.collector.stores.factory import open_store
 
@@ -59,6 +59,14 @@ def energy(r: dict[str, Any]) -> float:
     return float(r["warmup"]["energy_j"] + r["measured"]["energy_j"])
 
 
+def opened(tmp_path: Path, job_id: str) -> bool:
+    """``job_id``'s open is stored (no store is created here: its run makes it)."""
+    if not (tmp_path / "w.db").exists():
+        return False
+    with open_store(f"sqlite:///{tmp_path / 'w.db'}") as store:
+        return any(e.event == "open" for e in store.job_events(job_id))  # type: ignore[attr-defined]
+
+
 def windows(tmp_path: Path, *job_ids: str) -> dict[str, tuple[int, int]]:
     """(open, close) of each job as stored, ns."""
     with open_store(f"sqlite:///{tmp_path / 'w.db'}") as store:
@@ -71,7 +79,7 @@ def windows(tmp_path: Path, *job_ids: str) -> dict[str, tuple[int, int]]:
 
 def test_two_overlapping_embedded_runs_count_each_joule_once(tmp_path: Path, tree: PowerAdvancer) -> None:
     a = start_run(tmp_path, tree, "run-a", 6.0)
-    time.sleep(1.5)
+    wait_until(lambda: opened(tmp_path, "run-a"), "run-a's open stored")  # b opens while a runs
     b = start_run(tmp_path, tree, "run-b", 6.0)
     for proc in (a, b):
         _out, err = proc.communicate(timeout=90)

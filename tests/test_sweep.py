@@ -22,6 +22,9 @@ import pytest
 from procs import CLI, clean_env, start_collector, start_rapl_agent
 from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
+from waits import wait_sampled
+
+from wattline.collector.stores.sqlite import SqliteStore
 
 ZONE = "intel-rapl:0"
 WORKLOAD = Path(__file__).parent / "sweep_workload.py"
@@ -123,11 +126,13 @@ def test_sweep_through_a_collector_and_a_host_agent(tmp_path: Path, host: PowerA
     db = tmp_path / "fleet.db"
     port = free_port()
     collector = start_collector(port, ["--store", f"sqlite:///{db}"], tmp_path / "collector.log")
+    started = time.time_ns()
     agent = start_rapl_agent(
         HOST, host.root, port, 0.5, tmp_path / "agent.log", env={"XDG_STATE_HOME": str(tmp_path / "agent-state")}
     )
     try:
-        time.sleep(2.0)  # the agent's first batches: samples before the first run opens
+        with SqliteStore(db) as store:  # the agent's first batches: samples before the first run opens
+            wait_sampled(store, HOST, started)
         out = wattline(
             ["sweep", "--param", "watts=30,45", "--param", "rate=100,150", "--units", "items", "--repeat", "2",
              "--json", "--host-id", HOST, f"--collector=127.0.0.1:{port}", "--store", f"sqlite:///{db}",

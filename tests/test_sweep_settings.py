@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -19,6 +18,7 @@ import pytest
 from nvml_stub.build import build_stub
 from procs import CLI, clean_env
 from sysfs_trees import write_attr
+from waits import wait_until
 
 MAX_KHZ = 3000000
 
@@ -57,13 +57,6 @@ def sweep(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
         [*CLI, "sweep", "--source", "cpu_model", "--repeat", "1", *args],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
-
-
-def wait_for(check: object, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def kill_9(proc: subprocess.Popen[str]) -> None:
@@ -106,7 +99,7 @@ def test_cpufreq_restored_after_ctrl_c_and_after_kill_9(tmp_path: Path, how: str
     args = ["--sysfs-root", str(tmp_path / "host"), "--param", "cpu_governor=performance", "--param", "s=1", "--"]
     proc = sweep([*args, "sleep", "{s}0"], env)
     governor = files[0].parent / "scaling_governor"
-    wait_for(lambda: governor.read_text().strip() == "performance")
+    wait_until(lambda: governor.read_text().strip() == "performance", "the governor set")
     if how == "ctrl-c":
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it to the foreground group
         _, err = proc.communicate(timeout=60)
@@ -187,7 +180,9 @@ def test_nvml_power_limit_set_per_point_restored_at_the_end(tmp_path: Path) -> N
 def test_nvml_power_limit_restored_after_kill_9(tmp_path: Path) -> None:
     env = nvml_env(tmp_path)
     proc = sweep(["--param", "power_limit=200", "--param", "s=1", "--", "sleep", "{s}0"], env)
-    wait_for(lambda: (tmp_path / "limits").exists() and "200000" in (tmp_path / "limits").read_text())
+    wait_until(
+        lambda: (tmp_path / "limits").exists() and "200000" in (tmp_path / "limits").read_text(), "the power limit set"
+    )
     kill_9(proc)
     assert limit_now(env) == 200000
     out = next_wattline_command(env)
@@ -254,7 +249,9 @@ def test_the_agent_restores_a_dead_sweep_at_start(tmp_path: Path) -> None:
         env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        wait_for(lambda: governor.read_text().strip() == "powersave" or agent.poll() is not None)
+        wait_until(
+            lambda: governor.read_text().strip() == "powersave" or agent.poll() is not None, "the governor restored"
+        )
     finally:
         agent.terminate()
         _, err = agent.communicate(timeout=30)

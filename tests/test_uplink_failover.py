@@ -17,6 +17,7 @@ from servers import Influxd, free_port
 from store_rows import energy_rows
 from sysfs_trees import Zone, powercap_tree
 from test_wire_abuse import GatedStore
+from waits import wait_until
 
 from wattline.agent.daemon import Agent
 from wattline.agent.settings import AgentSettings
@@ -35,12 +36,14 @@ def run_uplink(uplink: Uplink) -> tuple[threading.Event, threading.Thread]:
     return stop, thread
 
 
-def wait_delivered(host: SyntheticHost, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while host.spool.backlog() and time.monotonic() < deadline:
+def wait_delivered(host: SyntheticHost) -> None:
+    """Until the collectors acknowledged everything sampled (sealed here, sent by the uplink's thread)."""
+
+    def delivered() -> bool:
         host.spool.seal()
-        time.sleep(0.05)
-    assert host.spool.backlog() == 0, host.uplink.last_error if host.uplink else ""
+        return host.spool.backlog() == 0
+
+    wait_until(delivered, lambda: f"the spool delivered: {host.uplink.last_error if host.uplink else ''}")
 
 
 @pytest.fixture
@@ -83,7 +86,7 @@ def test_failover_and_failback_between_two_collectors(tmp_path: Path) -> None:
         assert batches(b) > 0 and uplink.address.endswith(f":{b.port}")
         a = CollectorServer(store, f"127.0.0.1:{port_a}")  # and comes back on its address
         a.start()
-        time.sleep(0.6)
+        time.sleep(0.6)  # time, not a state: failback_s (0.5 s) on the secondary runs out before the next push
         host.advance(5.0, 10)
         wait_delivered(host)
         assert batches(a) > 0, "no failback to the preferred collector"
@@ -119,7 +122,7 @@ def test_two_collector_processes_one_killed_mid_stream(tmp_path: Path, influxd: 
         for i in range(90):
             host.advance(TICK_S)
             ticks += 1
-            time.sleep(0.03)
+            time.sleep(0.03)  # time, not a state: the stream goes on while a collector dies and comes back
             if i == 20:
                 procs[0].kill9()  # mid-stream, possibly mid-write
             if i == 50:
@@ -167,7 +170,7 @@ def tick_gaps(agent: Agent, seconds: float) -> list[float]:
 
     agent.sampler.sink = timed
     agent.start()
-    time.sleep(seconds)
+    time.sleep(seconds)  # time, not a state: the agent's run whose ticks are timed
     agent.stop(flush_s=0.1)
     return [b - a for a, b in itertools.pairwise(stamps)]
 

@@ -24,8 +24,10 @@ from typing import Any
 
 import pytest
 from procs import CLI, Proc, clean_env, start_collector
-from servers import T0, VictoriaMetrics, free_port, http, make_batch
+from servers import T0, VictoriaMetrics, free_port, make_batch, searchable
 from test_dead_holder import BATCH_S, POWER_W, cli, tree
+from test_store_victoria import shown
+from waits import wait_sampled, wait_until
 
 from wattline.collector.stores.base import JobSummary
 from wattline.collector.stores.prometheus import PrometheusStore
@@ -113,11 +115,6 @@ def proxy(victoria_metrics: VictoriaMetrics) -> Iterator[PrefixProxy]:
     routed.close()
 
 
-def flush(url: str) -> None:
-    http("GET", url + "/internal/force_flush")
-    time.sleep(1.0)
-
-
 @pytest.mark.servers
 def test_a_store_through_the_cluster_paths_reads_what_the_node_holds(
     tmp_path: Path, proxy: PrefixProxy, victoria_metrics: VictoriaMetrics
@@ -131,10 +128,15 @@ def test_a_store_through_the_cluster_paths_reads_what_the_node_holds(
         SqliteStore(tmp_path / "w.db") as sqlite,
     ):
         assert cluster.write(batch).written == sqlite.write(batch).written == 10
-        cluster.write_summary(JobSummary(summary.job_id, T0, summary.tags, {**fields, "energy_j": 99.0}))
-        flush(victoria_metrics.url)
+        first = JobSummary(summary.job_id, T0, summary.tags, {**fields, "energy_j": 99.0}, {})
+        cluster.write_summary(first)
+        shown(node, first)
         cluster.write_summary(summary)  # a rewrite: delete, then write
-        flush(victoria_metrics.url)
+        shown(node, summary)
+        wait_until(
+            lambda: len(node.job_events("cl-reads-job")) == len(sqlite.job_events("cl-reads-job")),
+            "the batch's job events searchable",
+        )
         for store in (cluster, node):
             assert store.job_events("cl-reads-job") == sqlite.job_events("cl-reads-job")
             assert store.samples("cl-reads", T0, T0 + 4 * 10**9) == sqlite.samples("cl-reads", T0, T0 + 4 * 10**9)
@@ -151,7 +153,7 @@ def test_collector_and_reports_with_a_tenant(
     `wattline report --store PROXY --tenant 7:3` and the single node's URL read the same."""
     with VictoriaStore(victoria_metrics.url) as node:
         collector_and_reports(
-            tmp_path, tree, ["--store", proxy.url, "--tenant", TENANT], node, lambda: flush(victoria_metrics.url)
+            tmp_path, tree, ["--store", proxy.url, "--tenant", TENANT], node, lambda: searchable(victoria_metrics.url)
         )
     assert proxy.seen["unrouted"] == 0 and proxy.seen["insert"] > 0 and proxy.seen["delete"] > 0
 
@@ -165,20 +167,25 @@ def collector_and_reports(
     host = "cluster-host"
     port = free_port()
     collector = start_collector(port, where, tmp_path / "collector.log")
+    started = time.time_ns()  # the engine is the session's: samples of this host from before may be there
     agent = Proc(
         ["agent", "--host-id", host, "--sysfs-root", str(tree.root), "--source", "rapl",
          "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
         tmp_path / "agent.log",
     )  # fmt: skip
     try:
-        time.sleep(2.0)
+        wait_sampled(node, host, started, refresh=flush)  # the agent's first batches: samples before the job opens
         cli(tmp_path, "run", "--job-id", "cl-job", "--no-report", "--host-id", host,
             f"--collector=127.0.0.1:{port}", *where, "--", "sleep", "3")  # fmt: skip
-        deadline = time.monotonic() + 30
-        while not (found := node.job_summary("cl-job")) or found.fields["status"] != "closed":
-            assert time.monotonic() < deadline, "no summary of cl-job"
+
+        def closed_summary() -> JobSummary | None:
             flush()
-        time.sleep(2.0)  # samples after the close
+            found = node.job_summary("cl-job")
+            return found if found is not None and found.fields["status"] == "closed" else None
+
+        found = wait_until(closed_summary, "a closed summary of cl-job")
+        closed = max(e.time_ns for e in node.job_events("cl-job") if e.event == "close")
+        wait_sampled(node, host, closed, refresh=flush)  # samples up to the stored close
     finally:
         agent.terminate()
         collector.terminate()

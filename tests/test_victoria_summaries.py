@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 from procs import Proc, start_collector
-from servers import VictoriaMetrics, free_port, http, make_batch
-from test_dead_holder import BATCH_S, HOST, POWER_W, cli, kill_after, start_dead, total_j, tree, wait_for
+from servers import VictoriaMetrics, free_port, make_batch, searchable
+from test_dead_holder import BATCH_S, HOST, POWER_W, cli, kill_after, start_dead, total_j, tree
+from waits import wait_sampled, wait_until
 
 from wattline.collector.stores.base import JobSummary, WriteResult
 from wattline.collector.stores.reader import StoredJobEvent
@@ -71,8 +72,8 @@ def test_the_writer_waits_for_events_the_store_does_not_show_yet(
     writer = SummaryWriter(store, sink, wait_s=5.0, poll_s=0.05, running_every_s=60.0).start()
     try:
         writer.job_events([("lag-job", True)])
-        wait_for(lambda: bool(sink.written), 10, "no summary")
-        time.sleep(0.5)
+        wait_until(lambda: sink.written, "a summary")
+        time.sleep(0.5)  # time, not a state: a window in which no second summary may come
     finally:
         writer.stop()
         store.close()
@@ -87,8 +88,14 @@ def vm(victoria_metrics: VictoriaMetrics) -> Iterator[VictoriaStore]:
 
 
 def summary(vm: VictoriaStore, job_id: str) -> JobSummary | None:
-    http("GET", vm.url + "/internal/force_flush")  # what was written is searchable now
+    searchable(vm.url)
     return vm.job_summary(job_id)
+
+
+def settled(vm: VictoriaStore, job_id: str, status: str) -> bool:
+    """A summary of ``job_id`` with ``status`` is stored."""
+    found = summary(vm, job_id)
+    return found is not None and found.fields["status"] == status
 
 
 def truth_j(vm: VictoriaStore, job_id: str) -> float:
@@ -122,6 +129,7 @@ def test_collector_into_victoria_metrics_writes_summaries_that_converge(
     state home ends it; the collector then writes dead's summary and next's again (its own)."""
     port = free_port()
     collector = start_collector(port, ["--store", vm.url], tmp_path / "collector.log")
+    started = time.time_ns()  # the database is the session's: HOST has samples of other tests
     agent = Proc(
         ["agent", "--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl",
          "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
@@ -129,21 +137,25 @@ def test_collector_into_victoria_metrics_writes_summaries_that_converge(
     )  # fmt: skip
     where = ["--host-id", HOST, f"--collector=127.0.0.1:{port}", "--store", vm.url]
     try:
-        time.sleep(2.0)  # the agent's first batches: samples before the jobs open
+        wait_sampled(vm, HOST, started, refresh=lambda: searchable(vm.url))  # samples before the jobs open
         dead = start_dead(tmp_path, where, state="elsewhere")
         kill_after(dead, 4.0)
-        time.sleep(2.0)
+        time.sleep(2.0)  # time, not a state: the next job starts 2 s after the kill, inside dead's lease
         cli(tmp_path, "run", "--job-id", "next", "--no-report", *where, "--", "sleep", "4")
-        wait_for(lambda: (found := summary(vm, "next")) is not None and found.fields["status"] == "closed", 30,
-                 "next's first summary after its close")  # fmt: skip
+        wait_until(lambda: (found := summary(vm, "next")) is not None and found.fields["status"] == "closed",
+                   "next's first summary after its close")  # fmt: skip
         first = summary(vm, "next")
         assert first is not None and first.fields["status"] == "closed"
         assert first.fields["energy_total_j"] == pytest.approx(truth_j(vm, "next") / 2, rel=0.02)
 
         cli(tmp_path, "run", "--job-id", "later", "--no-report", *where, "--", "true", state="elsewhere")
-        wait_for(lambda: summary(vm, "dead") is not None, 30, "dead's summary")
-        wait_for(lambda: summary(vm, "next").fields["computed_ns"] != first.fields["computed_ns"], 30, "next again")
-        time.sleep(BATCH_S * 4)  # a last summary in flight lands before the comparison
+        wait_until(lambda: summary(vm, "dead") is not None, "dead's summary")
+        wait_until(lambda: summary(vm, "next").fields["computed_ns"] != first.fields["computed_ns"], "next again")
+        # the summaries compared below have landed: later's, dead's once abandoned, and next's
+        # once computed with dead's close (a first recomputation may not have seen it yet)
+        wait_until(lambda: settled(vm, "later", "closed") and settled(vm, "dead", "abandoned")
+                   and summary(vm, "next").fields["energy_total_j"] == pytest.approx(truth_j(vm, "next"), rel=0.01),
+                   "the summaries of later, dead and next (its own figure)")  # fmt: skip
     finally:
         agent.terminate()
         collector.terminate()
@@ -165,6 +177,7 @@ def test_the_report_printed_at_the_end_of_a_run_is_of_the_closed_job(
     host = "shown-host"  # the database is the session's: other tests' jobs ran on HOST
     port = free_port()
     collector = start_collector(port, ["--store", vm.url], tmp_path / "collector.log")
+    started = time.time_ns()
     agent = Proc(
         ["agent", "--host-id", host, "--sysfs-root", str(tree.root), "--source", "rapl",
          "--batch-interval", str(BATCH_S), f"--collector=127.0.0.1:{port}"],
@@ -172,7 +185,7 @@ def test_the_report_printed_at_the_end_of_a_run_is_of_the_closed_job(
     )  # fmt: skip
     where = ["--host-id", host, f"--collector=127.0.0.1:{port}", "--store", vm.url]
     try:
-        time.sleep(2.0)
+        wait_sampled(vm, host, started, refresh=lambda: searchable(vm.url))  # samples before the job opens
         printed = json.loads(cli(tmp_path, "run", "--job-id", "shown", "--json", *where, "--", "sleep", "3").stdout)
     finally:
         agent.terminate()

@@ -15,8 +15,10 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from servers import make_batch
 from store_rows import energy_rows
+from waits import wait_until
 
 from wattline import wire
 from wattline.agent.memory_spool import MemorySpool
@@ -93,6 +95,14 @@ def status_of(call: Callable[[], object]) -> tuple[grpc.StatusCode, str]:
     except grpc.RpcError as exc:
         return exc.code(), exc.details()  # type: ignore[attr-defined]
     return grpc.StatusCode.OK, ""
+
+
+def refused(address: str) -> bool:
+    """A new call (a health check: it writes nothing) is refused: the server is stopping."""
+    with grpc.insecure_channel(address) as channel:
+        check = health_pb2_grpc.HealthStub(channel).Check
+        code, _ = status_of(lambda: check(health_pb2.HealthCheckRequest(service=""), timeout=2))
+    return code == grpc.StatusCode.UNAVAILABLE
 
 
 def big_batch(samples: int, seq: int = 1) -> wire.pb.Batch:
@@ -222,6 +232,8 @@ def test_silent_clients_do_not_block_the_others(serve: Serve) -> None:
     stalled = [stalled_call.future(never_sends(), timeout=30) for _ in range(3)]
     own: list[grpc.Channel] = []
     try:
+        # time, not a state: the stalled calls take their slots (gRPC's count of admitted calls is
+        # not observable; a stall not in yet only makes the next check easier, never fail)
         time.sleep(0.3)
         started = time.monotonic()
         assert stub(address).Push(make_batch(), timeout=10).written == 4
@@ -233,9 +245,13 @@ def test_silent_clients_do_not_block_the_others(serve: Serve) -> None:
             for channel in own
             for _ in range(POOL_PER_WORKER // 2)
         ]
-        time.sleep(0.3)
-        code, _details = status_of(lambda: stub(address).Push(make_batch(seq=2), timeout=10))
-        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED  # at once, not queued behind the stalled ones
+
+        def push() -> object:
+            return stub(address).Push(make_batch(seq=2), timeout=10)
+
+        # every slot taken once the new stalled calls are in: a push is then refused at once, not
+        # queued behind the stalled ones (one admitted before that is written, its slot freed)
+        wait_until(lambda: status_of(push)[0] == grpc.StatusCode.RESOURCE_EXHAUSTED, "a push refused at once")
         stalled += more
     finally:
         release.set()
@@ -327,7 +343,7 @@ def test_graceful_stop_acknowledges_what_is_in_flight(serve: Serve, store: Gated
     assert store.entered.wait(10)
     stopper = threading.Thread(target=server.stop, kwargs={"grace_s": 10})
     stopper.start()
-    time.sleep(0.3)
+    wait_until(lambda: refused(address), "the stopping server refusing new calls")
     code, _ = status_of(lambda: stub(address).Push(make_batch(seq=2), timeout=2))
     assert code == grpc.StatusCode.UNAVAILABLE  # no new calls once stopping
     store.open.set()

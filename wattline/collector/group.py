@@ -123,6 +123,11 @@ class GroupCommitter:
                 self._start_writer_if_behind()
         return item.future
 
+    def queued(self) -> int:
+        """Batches waiting for a writer (for tests: a state to wait for, not a guess of time)."""
+        with self._ready:
+            return len(self._queue)
+
     def _start_writer_if_behind(self) -> None:
         """Start another writer (lock held) if there may be one more and :meth:`_behind`."""
         if len(self._threads) < self.writers and self._queue and self._behind():

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import slurm_cluster
+from waits import wait_until
 
 pytestmark = pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or "-")
 
@@ -104,9 +105,13 @@ def test_a_job_on_two_nodes_is_one_job(cluster: slurm_cluster.Cluster) -> None:
 
 
 def test_exit_status_and_a_job_longer_than_the_lease(cluster: slurm_cluster.Cluster) -> None:
-    """A 12 s job outlives the 9 s lease: only the agent's heartbeats for slurmd keep it running."""
-    job = sbatch(cluster, "-w", "n2", "--wrap", "sleep 12; exit 3")
-    time.sleep(10.5)
+    """A 15 s job outlives the 9 s lease: only the agent's heartbeats for slurmd keep it running."""
+    job = sbatch(cluster, "-w", "n2", "--wrap", "sleep 15; exit 3")
+    opened = wait_until(
+        lambda: next((e["time_ns"] for e in events(cluster, job) if e["event"] == "open"), None), f"job {job} open"
+    )
+    # time, not a state: the lease (9 s) runs out 1 s before this look, 5 s before the job ends
+    time.sleep(max(0.0, opened / 1e9 + 10.0 - time.time()))
     rows = {r["id"]: r for r in wattline(cluster, "jobs", "--no-energy")}
     assert rows[job]["status"] == "running", rows[job]
     found = closed(cluster, job)
@@ -120,7 +125,7 @@ def test_scancel_says_so(cluster: slurm_cluster.Cluster) -> None:
     """22.05 shows a cancelled job COMPLETING to its epilog: the agent asks again afterwards and
     the close, sent again under its identity, says "cancelled" (one close stored)."""
     job = sbatch(cluster, "-w", "n1", "--wrap", "sleep 60")
-    time.sleep(3)
+    wait_until(lambda: any(e["event"] == "open" for e in events(cluster, job)), f"job {job} open")
     cluster.run("scancel", job)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -142,10 +147,8 @@ def test_an_agent_killed_during_a_job(cluster: slurm_cluster.Cluster) -> None:
     power x the time the two agents' samples cover within the window (the gap between them is
     not measured, and the report says so)."""
     job = sbatch(cluster, "-w", "n2", "--wrap", "sleep 12; exit 4")
-    deadline = time.monotonic() + 30
-    while not any(e["event"] == "open" for e in events(cluster, job)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1)
+    wait_until(lambda: any(e["event"] == "open" for e in events(cluster, job)), f"job {job} open")
+    time.sleep(1)  # time, not a state: the first agent samples a second of the job
     cluster.agents["n2"].kill9()
     time.sleep(3)
     cluster.restart_agent("n2")

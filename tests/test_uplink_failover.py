@@ -178,8 +178,9 @@ def tick_gaps(agent: Agent, seconds: float) -> list[float]:
 def test_sampler_keeps_time_while_the_collector_is_blackholed(tmp_path: Path, blackhole: str) -> None:
     agent = agent_on(tmp_path, [blackhole], push_timeout=0.5)
     gaps = tick_gaps(agent, 2.0)
-    assert len(gaps) >= 30  # 0.05 s ticks for 2 s
-    assert max(gaps) < 0.25, max(gaps)  # a push times out after 0.5 s
+    # a sampler held up by the blackholed push would miss ticks for push_timeout (0.5 s) at a
+    # time; under it, a loaded machine's scheduling (0.253 s seen under two busy loops)
+    assert len(gaps) >= 30 and max(gaps) < 0.45, max(gaps)  # 0.05 s ticks for 2 s
     assert agent.uplink.failed_pushes >= 2
     assert "DEADLINE_EXCEEDED" in agent.uplink.last_error
     assert agent.spool.acked_samples == 0 and agent.spool.dropped_samples == 0

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -52,6 +54,18 @@ def gone(pid: int) -> bool:
 
 
 # -- parsing: recorded (older) shape -----------------------------------------------------
+
+
+@contextlib.contextmanager
+def monitor_stopped(src: NeuronSource) -> Iterator[None]:
+    """The source's neuron-monitor child stopped (SIGSTOP): it writes nothing until continued."""
+    pid = src.monitor_status().pid
+    assert pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def test_recorded_stream_parses_every_field() -> None:
@@ -482,9 +496,10 @@ def test_replayed_stream(tmp_path: Path, sources: list[NeuronSource]) -> None:
         m["type"] for m in documented["system_metrics"]
     )
     wait_until(lambda: src.monitor_status().reports >= 4, "monitor reports >= 4")
-    t0 = time.monotonic()
-    (r,) = src.read()
-    assert time.monotonic() - t0 < 0.05  # latest state only, never waits for the child
+    with monitor_stopped(src):  # a read that waited for the child's next report would hang here
+        t0 = time.monotonic()
+        (r,) = src.read()
+        assert time.monotonic() - t0 < 1.0  # latest state only, never waits for the child
     assert r.error is None
     assert r.utilization is not None and 0.0065 < r.utilization < 0.0069  # cores 0 + 1 of trn1 / 2
     assert r.gauges["memory_used_bytes"] in (101876188, 102298328)
@@ -539,9 +554,10 @@ def test_rediscovery_keeps_the_monitor_and_finds_a_new_device(tmp_path: Path, so
     pid = src.monitor_status().pid
     (root / "sys/devices/virtual/neuron_device/neuron1/info/architecture").mkdir(parents=True)
     set_power(root, 1, line)
-    t0 = time.monotonic()
-    assert [c.device for c in src.discover()] == ["neuron0", "neuron1"]
-    assert time.monotonic() - t0 < 0.5  # no wait for a first report: the monitor kept running
+    with monitor_stopped(src):  # a rediscovery that waited for a report would hang here
+        t0 = time.monotonic()
+        assert [c.device for c in src.discover()] == ["neuron0", "neuron1"]
+        assert time.monotonic() - t0 < 1.0  # no wait for a first report: the monitor kept running
     status = src.monitor_status()
     assert status.running and status.pid == pid and status.restarts == 0
     assert [r.error for r in src.read()] == [None, None]

@@ -97,7 +97,7 @@ def test_one_node_job_is_measured_with_its_user_and_partition(cluster: slurm_clu
 
 
 def test_a_job_on_two_nodes_is_one_job(cluster: slurm_cluster.Cluster) -> None:
-    job = sbatch(cluster, "-N", "2", "--wrap", "srun sleep 3")
+    job = sbatch(cluster, "-N", "2", "--wrap", "srun sleep 5")  # 1 % of 5 s: see the array tasks
     found = closed(cluster, job, hosts=2)
     report = check_energy(cluster, job, found)
     assert sorted(report["job"]["hosts"]) == ["n1", "n2"]
@@ -170,7 +170,9 @@ def test_an_agent_killed_during_a_job(cluster: slurm_cluster.Cluster) -> None:
 
 def test_array_tasks_are_jobs_of_their_own(cluster: slurm_cluster.Cluster) -> None:
     """Task 1 runs under the array's own id, task 2 under the next one (Slurm numbers them so)."""
-    first = sbatch(cluster, "--array=1-2%1", "--wrap", "sleep 2")  # one at a time: each has its node
+    # one at a time: each has its node; 5 s each, so 1 % is 50 ms, beyond what a starved machine
+    # moves an edge by (2 s jobs read 1.05 % off under two busy loops: the fake counter's thread late)
+    first = sbatch(cluster, "--array=1-2%1", "--wrap", "sleep 5")
     tasks = {}
     for job in (first, str(int(first) + 1)):
         report = check_energy(cluster, job, closed(cluster, job))

@@ -399,7 +399,8 @@ def test_server_acknowledges_each_batch_after_its_group_commit(tmp_path: Path) -
         assert all(a.written == 3 and a.rejected == 0 for a in acks)
         assert len(store.groups) < 8 and sum(store.groups) == 8
         assert rows(sqlite) == 24
-        assert server.registry.get_sample_value("wattline_collector_batches_per_commit_sum") == 8
+        per_commit = "wattline_collector_batches_per_commit_sum"  # observed after a group's acks are out
+        wait_until(lambda: server.registry.get_sample_value(per_commit) == 8, "8 batches observed per commit")
     finally:
         channel.close()
         server.stop(1)

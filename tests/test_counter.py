@@ -151,3 +151,27 @@ def test_model_energy_per_interval() -> None:
     assert c.update(Reading(ch, energy_j=0.0), 0.0) is None
     d = c.update(Reading(ch, energy_j=3.5), 1.0)
     assert d is not None and d.energy_j == 3.5 and d.power_w == 3.5
+
+
+def test_a_short_interval_that_sees_a_whole_step_of_a_stepping_counter_counts_it() -> None:
+    """An NVML energy counter steps about every 100 ms: an edge tick 1 ms after a regular tick
+    may see a whole step (60 J at 600 W), 60 kW over its millisecond. Against the bound over the
+    interval alone (700 W limit x 1.5 x 1.5 over 1 ms) it was "implausible": 0 J, unhealthy, the
+    step's energy lost. Over the interval plus one step it counts; the truth is the counter's."""
+    gpu = Channel("nvml", "gpu", "GPU-0", Quality.COUNTER, 1e-3, None, 700.0 * 1.5, counter_step_s=0.2)
+    power_w, step_s = 600.0, 0.1
+
+    def raw(t: float) -> int:  # mJ at the last step before t
+        return int(power_w * 1e3 * step_s * math.floor(t / step_s + 1e-9))
+
+    times = [0.0, 0.05, 0.0995, 0.1005, 0.15, 0.1999, 0.2001, 0.2002, 0.3, 0.30001]
+    c = EnergyCounter(gpu)
+    deltas = [c.update(Reading(gpu, energy_raw=raw(t)), t) for t in times]
+    got = [d for d in deltas if d is not None]
+    assert all(d.healthy and not d.status for d in got), [(d.energy_j, d.status) for d in got]
+    assert math.fsum(d.energy_j for d in got) == pytest.approx((raw(times[-1]) - raw(0.0)) * 1e-3)
+    assert [round(d.energy_j, 6) for d in got] == [0.0, 0.0, 60.0, 0.0, 0.0, 60.0, 0.0, 60.0, 0.0]
+    # a delta no step can explain is still absurd: 400 J within 1 ms, over 1050 W x 1.5 x 0.201 s
+    absurd = c.update(Reading(gpu, energy_raw=raw(0.30001) + 400_000), 0.30101)
+    assert absurd is not None and absurd.energy_j == 0.0 and not absurd.healthy
+    assert absurd.status.startswith("implausible")

@@ -14,8 +14,9 @@ Rules, in order, for a raw counter value ``v`` after ``prev``:
    re-registered): the interval counts 0 J (the energy since the reset is unknown:
    counting ``v`` could count energy from before our interval), status "counter reset".
 3. ``v < prev`` and no wrap range: a reset, as above.
-4. A delta implying more than ``max_power_w`` x 1.5 is absurd: 0 J, status
-   "implausible ... W", and the baseline moves to ``v``.
+4. A delta implying more than ``max_power_w`` x 1.5 over the interval plus one step of the
+   counter (``counter_step_s``: a short interval may see a whole step) is absurd: 0 J,
+   status "implausible ... W", and the baseline moves to ``v``.
 
 A failed read (``Reading.error``) of a counter channel keeps the last good value and its
 time: the hardware counter kept counting, so the next good read's delta covers the whole
@@ -187,7 +188,7 @@ class EnergyCounter:
             return self._emit(0.0, dt, status=COUNTER_RESET)
         energy = ticks * ch.counter_scale_j
         bound = ch.max_power_w
-        if bound is not None and energy > bound * PLAUSIBILITY_FACTOR * max(dt, 1e-3):  # _plausible, inlined
+        if bound is not None and energy > bound * PLAUSIBILITY_FACTOR * (dt + ch.counter_step_s):  # _plausible, inlined
             return self._emit(0.0, dt, status=f"implausible {energy / dt if dt else math.inf:.0f} W", healthy=False)
         self.cumulative_j += energy
         return Delta(energy, energy / dt if dt > 0 else 0.0, self.cumulative_j, dt)
@@ -232,7 +233,7 @@ class EnergyCounter:
             return True
         if power_w is not None:
             return power_w <= bound * PLAUSIBILITY_FACTOR
-        return energy_j <= bound * PLAUSIBILITY_FACTOR * max(dt, 1e-3)
+        return energy_j <= bound * PLAUSIBILITY_FACTOR * (dt + self.channel.counter_step_s)
 
     def _emit(
         self,

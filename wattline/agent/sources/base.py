@@ -56,6 +56,10 @@ class Channel:
     #: dropped (channel marked unhealthy), and a backwards step that would need more
     #: than this to be a wrap is a reset. None: no bound known.
     max_power_w: float | None = None
+    #: Longest the counter holds still between two steps (RAPL about 1 ms; NVML's energy counter
+    #: about 100 ms): an interval shorter than that may see a whole step, so the plausibility
+    #: bound allows ``max_power_w`` over the interval plus one step.
+    counter_step_s: float = 1e-3
     #: Static descriptive labels (zone path, GPU name, UUID); become Prometheus info
     #: and ``wattline sources`` output, never storage tags.
     info: tuple[tuple[str, str], ...] = ()

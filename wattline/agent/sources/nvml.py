@@ -34,9 +34,6 @@ LIBRARY_MISSING = "NVML library not found (no NVIDIA driver): libnvidia-ml.so.1"
 _ENERGY, _FIELD, _USAGE = "total_energy_consumption", "power_instant", "power_usage"
 #: NVML_FI_DEV_POWER_INSTANT (mW), not named by older nvidia-ml-py releases.
 _FI_DEV_POWER_INSTANT = 186
-#: The energy counter steps about every 100 ms on A100/H100 (../shared/fixtures/nvml/ACCURACY.md,
-#: tests/nvml_stub/UNKIND.md); twice that, for drivers that step more slowly.
-NVML_COUNTER_STEP_S = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,7 +338,7 @@ class NvmlSource(Source):
             counter_scale_j=1e-3 if counter else 1.0,
             counter_max=None,
             max_power_w=limit * self.options.power_limit_margin if limit else self.options.default_max_power_w,
-            counter_step_s=NVML_COUNTER_STEP_S,
+            counter_step_s=0.2,  # it steps about every 100 ms on A100/H100 (tests/nvml_stub/UNKIND.md)
             info=tuple(info),
         )
 

@@ -15,9 +15,12 @@ from wattline.workloads.energy.attribution import (
     IdlePolicy,
     JobWindow,
     ShareRule,
+    UseInterval,
+    UseTimeline,
     split_shared,
 )
 from wattline.workloads.energy.coverage import coverage
+from wattline.workloads.energy.device_shares import device_shares
 from wattline.workloads.energy.window_energy import (
     EdgeSample,
     Interval,
@@ -211,6 +214,29 @@ def test_shared_neuron_device_is_split_by_claimed_cores() -> None:
     chans = [chan("accelerator", "neuron0", per_second(2, 90.0), keys=cores)]
     attr = split_shared(chans, [job("a", 0, 2, "neuroncore:0"), job("b", 0, 1, "neuroncore:1")])
     assert attr.by_job() == {"a": pytest.approx(45.0 + 90.0), "b": pytest.approx(45.0)}
+
+
+def test_a_shared_devices_span_is_the_jobs_first_start_to_last_end() -> None:
+    """A GPU at 200 W in 1 s samples; a [0.3, 5.7] s uses 30 % of its 40 %, b [2.2, 6.4] s
+    10 %. Over the span [0.3, 6.4] s: 1220 J = a's 810 + b's 210 + 200 no job was charged
+    (the other's use while each ran alone). The parts of the straddling samples outside the
+    span are none of it (counted in, the span was 1400 J and 380 J unattributed)."""
+    gpu = chan("gpu", "0", per_second(7, 200.0))
+    use = {n: {"gpu:0": UseTimeline([UseInterval(0, 7 * NS, u, 40.0, "sm")])} for n, u in (("a", 30.0), ("b", 10.0))}
+    jobs = [JobWindow("a", H, int(0.3 * NS), int(5.7 * NS), uses=use["a"]),
+            JobWindow("b", H, int(2.2 * NS), int(6.4 * NS), uses=use["b"])]  # fmt: skip
+    attr = split_shared([gpu], jobs)
+    [share] = device_shares(
+        attr, ["a"], [gpu], (int(0.3 * NS), int(5.7 * NS)), use["a"], (int(0.3 * NS), int(6.4 * NS))
+    )
+    assert (share.basis, share.energy_j, share.device_energy_j) == (
+        "measured share",
+        pytest.approx(810.0),
+        pytest.approx(1080.0),
+    )
+    assert share.span_energy_j == pytest.approx(1220.0)
+    assert share.unattributed_j == pytest.approx(200.0)
+    assert attr.by_job()["b"] == pytest.approx(210.0)
 
 
 def test_hosts_are_independent() -> None:

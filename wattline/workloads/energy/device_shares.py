@@ -75,9 +75,10 @@ class DeviceShare:
     split_by_use_j: float  #: of which handed out by use (derived from utilization, not measured)
     device_energy_j: float  #: the device's energy over the job's window on this host
     share: float  #: energy_j / device_energy_j (0 when the device drew nothing)
-    #: The device's energy over the span split with the jobs that shared it, and the part of
-    #: it no job was charged (other processes' use, no job on it): for each device, span =
-    #: the sum of every job's charge + unattributed.
+    #: The device's energy from the first start to the last end of the jobs that shared it
+    #: with this one (this job's window when none did), and the part of it no job was charged
+    #: (other processes' use, or none of these jobs on it): for each device, span = the sum of
+    #: every job's charge over it + unattributed.
     span_energy_j: float = 0.0
     unattributed_j: float = 0.0
 
@@ -105,8 +106,13 @@ def device_shares(
     channels: Sequence[ChannelEnergy],
     window: tuple[int, int],
     uses: Mapping[str, UseTimeline],
+    span: tuple[int, int],
 ) -> list[DeviceShare]:
-    """The job's charge (its windows ``job_keys``, its ``uses``) for each accelerator channel it got energy of."""
+    """The job's charge (its windows ``job_keys``, its ``uses``) for each accelerator channel it
+    got energy of. ``span``: from the first start to the last end of the jobs ``attribution``
+    split (``window`` when none shared the host); the samples reach past it, and what lies
+    outside is no job's."""
+    lo, hi = span
     out = []
     for ch in channels:
         if not ch.claim_keys:
@@ -123,7 +129,10 @@ def device_shares(
         metrics = {u.metric for k in ch.claim_keys & uses.keys() for u in uses[k].intervals}
         basis = (MIG if metrics == {"mig-memory"} else BY_USE) if by_use > 0 else CLAIMED
         share = energy / device if device > 0 else 0.0
-        span = math.fsum(s.energy_j for s in of_device)
-        rest = math.fsum(s.energy_j for s in of_device if s.job_id is None)
-        out.append(DeviceShare(ch.host, ch.component, ch.device, basis, energy, by_use, device, share, span, rest))
+        # The samples straddling the span's ends reach past it; that part, where none of the
+        # jobs ran, is all unattributed and is no part of the span.
+        outside = math.fsum(iv.energy_j for iv in ch.intervals) - window_energy(ch.intervals, lo, hi)
+        total = math.fsum(s.energy_j for s in of_device) - outside
+        rest = math.fsum(s.energy_j for s in of_device if s.job_id is None) - outside
+        out.append(DeviceShare(ch.host, ch.component, ch.device, basis, energy, by_use, device, share, total, rest))
     return out

@@ -356,9 +356,9 @@ def _host_attribution(
     ]
     other_events = {w.job_id: reader.job_events(w.job_id, every=False) for w in concurrent}
     other_uses = {k: use_timelines(v, host) for k, v in other_events.items()}
+    lo = min([open_ns] + [w.start_ns for w in concurrent])
+    hi = max([close_ns] + [w.end_ns for w in concurrent])
     if concurrent or uses:
-        lo = min([open_ns] + [w.start_ns for w in concurrent])
-        hi = max([close_ns] + [w.end_ns for w in concurrent])
         channels = channels_from_samples(reader.samples(host, lo, hi), host, settings, notes, (keys, edges, bounds))
         if concurrent:
             notes.append(f"{host}: shared with {len(concurrent)} other job(s); split by rule {settings.share_rule!r}")
@@ -398,7 +398,7 @@ def _host_attribution(
     if not channels:
         notes.append(f"{host}: no energy samples in the job's window (is an agent running there?)")
     attribution = split_shared(channels, windows, rule, idle=idle)
-    shares = device_shares(attribution, keys, channels, (open_ns, close_ns), uses)
+    shares = device_shares(attribution, keys, channels, (open_ns, close_ns), uses, (lo, hi))
     notes += [s.note() for s in shares if s.basis != "claimed" or job.hosts[host].devices]
     claimed = frozenset().union(*(w.devices for w in windows))
     notes += sorted({c.assumed for c in channels if c.assumed and c.claim_keys & claimed})

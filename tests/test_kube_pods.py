@@ -302,6 +302,23 @@ def test_pods_become_jobs_with_their_constructed_shares(
     assert attributed + unattributed == pytest.approx(node_j, rel=1e-6)
 
 
+def test_a_pod_that_ends_between_polls_sends_its_last_use_as_means_over_the_asks(
+    node: tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]],
+) -> None:
+    """The pods end at 62 s; the poll at 65 s sees it. Its ask covered [60, 65] s, so the last
+    USE (60, 62] s gives the means over those 5 s: ts1 30 of 40 % (over 2 s: 75 of 100 %; a
+    larger use would read over 100 % of the GPU)."""
+    kubelet, watcher, dirs, sent = node
+    for t in range(0, 61, 5):
+        advance(dirs, t)
+        watcher.poll(T0 + t * S)
+    kubelet.reply = pod_list("Succeeded", T0, T0 + 62 * S)
+    watcher.poll(T0 + 65 * S)
+    last = [e for e in sent if e.kind == wire.pb.JobEvent.KIND_USE and e.use_device == "gpu:GPU-b"
+            and e.job_id == "k8s:team-a/infer-1" and e.time_ns == T0 + 62 * S]  # fmt: skip
+    assert [(e.use_period_ns, e.job_use, e.device_use) for e in last] == [(2 * S, 30.0, 40.0)]
+
+
 def test_jobs_and_report_say_how_each_pod_ended(
     node: tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]], tmp_path: Path
 ) -> None:
@@ -823,6 +840,12 @@ def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, k
             # their span is unattributed; that span is this job's window (the two pods ran together).
             assert share["unattributed_j"] == pytest.approx(0.0, abs=1e-9 * share["span_energy_j"])
             assert share["span_energy_j"] == pytest.approx(share["device_energy_j"], rel=1e-9)
+    with SqliteStore(tmp_path / "w.db") as db:  # a GPU's use is a percent of it, the job's part of every process's
+        for job_id in ids.values():
+            for e in db.job_events(job_id):
+                if e.event == "use" and str(e.fields["device"]).startswith("gpu:"):
+                    job_use, device_use = float(e.fields["job_use"]), float(e.fields["device_use"])
+                    assert 0.0 <= job_use <= device_use <= 100.0, (job_id, e.time_ns, e.fields)
     # Node A's energy while its pods ran, conserved: the pod-jobs' parts + what no pod used
     # (the system's cores, the batch pod's after it ended), constructed apart.
     rest = CPU_W * ((NODE_CORES - sum(CORES.values())) * la + CORES["batch"] * (la - lbatch)) / NODE_CORES

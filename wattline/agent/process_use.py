@@ -131,13 +131,18 @@ class _Memo:
         return self.known[pid]
 
 
-def use_fields(device: str, span_ns: int, mine: float, total: float, metric: str) -> dict[str, Any]:
+def use_fields(
+    device: str, span_ns: int, mine: float, total: float, metric: str, tallied_ns: int | None = None
+) -> dict[str, Any]:
     """A USE event's fields: the job's and every process's mean use of ``device`` over a period
-    of ``span_ns`` ending at the event (``mine``, ``total``: their integrals over it, use x ns)."""
+    of ``span_ns`` ending at the event (``mine``, ``total``: their integrals, use x ns, over
+    ``tallied_ns``, default the period: longer for a job that ended between two asks, whose
+    last ask came after its end; the means are over the asks' time, so never over 100 %)."""
+    over = max(span_ns, tallied_ns or 0)
     return {
         "use_device": device,
         "use_period_ns": span_ns,
-        "job_use": mine / span_ns,
-        "device_use": max(total, mine) / span_ns,
+        "job_use": mine / over,
+        "device_use": max(total, mine) / over,
         "use_metric": metric,
     }

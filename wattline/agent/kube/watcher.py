@@ -274,14 +274,15 @@ class PodWatcher:
         return index if index < _SLOTS else 1 + zlib.crc32(device.encode()) % (_SLOTS - 1)
 
     def _use_event(
-        self, nj: NodeJob, device: str, end_ns: int, span_ns: int, mine: float, total: float, metric: str
+        self, nj: NodeJob, device: str, end_ns: int, span_ns: int, use: tuple[float, float, str], tallied_ns: int = 0
     ) -> wire.pb.JobEvent:
-        """``mine``, ``total``: the job's and every process's use of ``device`` integrated over the span."""
+        """``use``: the job's and every process's use of ``device`` integrated over the
+        ``tallied_ns`` the asks covered (default the span), and its metric."""
         # Numbered by the poll that sends it (polls are a poll_interval apart), not by end_ns:
         # a closing job's last period ends between two polls.
         number = self._poll_ns // int(self.settings.poll_interval * 1e9)
         place = USE_AT + (number % _PERIODS) * _SLOTS + self._slot(device)
-        return nj.event(Kind.KIND_USE, end_ns, place, **use_fields(device, span_ns, mine, total, metric))
+        return nj.event(Kind.KIND_USE, end_ns, place, **use_fields(device, span_ns, *use, tallied_ns))
 
     def _cpu(self, now: int) -> None:
         """One ``cpu:host`` USE event per open job whose CPU time over the period is known: its
@@ -322,7 +323,7 @@ class PodWatcher:
             for job_id, delta in per_job.items():
                 nj = self.jobs[job_id]
                 if nj.open_ns < now:
-                    self.pending.append(self._use_event(nj, CPU_DEVICE, now, span, delta * 100.0, total, CPU_METRIC))
+                    self.pending.append(self._use_event(nj, CPU_DEVICE, now, span, (delta * 100.0, total, CPU_METRIC)))
         self._host_cpu, self._period_start = host, now
 
     def sample_use(self, now_ns: int | None = None) -> None:
@@ -340,9 +341,11 @@ class PodWatcher:
 
     def _flush_use(self, nj: NodeJob, end_ns: int) -> None:
         span = end_ns - self._period_start if self._period_start else 0
+        # A pod that ended between two polls: this poll's ask, after its end, is in the tallies.
+        tallied = self.use.last_ns - self._period_start
         tallies = self.use.take(nj.job.job_id)
         for device, t in sorted(tallies.items()) if span > 0 else ():
-            self.pending.append(self._use_event(nj, device, end_ns, span, t.mine, t.total, t.metric))
+            self.pending.append(self._use_event(nj, device, end_ns, span, (t.mine, t.total, t.metric), tallied))
 
     # ----------------------------------------------------------------- units from inside
 

@@ -192,7 +192,10 @@ def test_embedded_next_job_5_s_after_a_killed_run_is_its_own(tmp_path: Path, tre
     dead = start_dead(tmp_path, embedded(tree))
     killed = kill_after(dead, 6.0)
     time.sleep(5.0)  # time, not a state: the next job starts 5 s after the kill (the scenario)
-    printed = json.loads(cli(tmp_path, "run", "--job-id", "next", "--json", *embedded(tree), "--", "sleep", "4").stdout)
+    run = cli(tmp_path, "run", "--job-id", "next", "--json", *embedded(tree), "--", "sleep", "4")
+    printed = json.loads(run.stdout)
+    # The one line naming the sources; ending the dead job says nothing here (`jobs` shows it).
+    assert [line.split(":")[:2] for line in run.stderr.splitlines()] == [["wattline", " sources"]], run.stderr
 
     truth = truth_j(db, "next")
     assert truth == pytest.approx(POWER_W * 4.0, rel=0.05)  # the window is the command's

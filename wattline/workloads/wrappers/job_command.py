@@ -101,11 +101,13 @@ def check_host(spec: JobSpec, settings: AgentSettings) -> None:
 @contextlib.contextmanager
 def sources_line(verbose: bool) -> Iterator[Callable[[str], None]]:
     """Quiets the log lines of the first discovery (unless ``verbose``) and yields what prints
-    the one summary line instead."""
-    logger = logging.getLogger("wattline.agent.registry")
-    level = logger.level
+    the one summary line instead. Also quiet unless ``verbose``: the note that an earlier job
+    whose wrapper died was ended (``wattline jobs`` shows it abandoned)."""
+    logger, holders = logging.getLogger("wattline.agent.registry"), logging.getLogger("wattline.agent.holders")
+    level, holders_level = logger.level, holders.level
     if not verbose:
         logger.setLevel(logging.ERROR)
+        holders.setLevel(logging.WARNING)
 
     def show(line: str) -> None:
         logger.setLevel(level)
@@ -115,6 +117,7 @@ def sources_line(verbose: bool) -> Iterator[Callable[[str], None]]:
         yield show
     finally:
         logger.setLevel(level)
+        holders.setLevel(holders_level)
 
 
 def run_in_job(job: Job) -> tuple[int, bool]:

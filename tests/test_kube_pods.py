@@ -302,21 +302,41 @@ def test_pods_become_jobs_with_their_constructed_shares(
     assert attributed + unattributed == pytest.approx(node_j, rel=1e-6)
 
 
+class EndingGpuUse(GpuUse):
+    """:class:`GpuUse` until ``ended``, then no process on the GPUs."""
+
+    ended = False
+
+    def process_use(self, since_us: int | None = None) -> list[DeviceUse]:
+        return (
+            [DeviceUse("gpu", d.device, "sm", frozenset(), {}) for d in super().process_use()]
+            if self.ended
+            else super().process_use()
+        )
+
+
 def test_a_pod_that_ends_between_polls_sends_its_last_use_as_means_over_the_asks(
     node: tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]],
 ) -> None:
-    """The pods end at 62 s; the poll at 65 s sees it. Its ask covered [60, 65] s, so the last
-    USE (60, 62] s gives the means over those 5 s: ts1 30 of 40 % (over 2 s: 75 of 100 %; a
-    larger use would read over 100 % of the GPU)."""
+    """Polls every 5 s, asks every second between them; the pods end at 62.5 s, the poll at
+    65 s sees it. The last USE, (60, 62.5] s, gives the means over the asks that saw the
+    pods' processes, 60-63 s: ts1 30 of 40 % (over its 2.5 s, 36 of 48 %; at a larger use,
+    over 100 % of the GPU; over the 5 s to the poll, 18 of 24 %)."""
     kubelet, watcher, dirs, sent = node
+    gpus = EndingGpuUse()
+    watcher.use_sources = lambda: [gpus]
     for t in range(0, 61, 5):
         advance(dirs, t)
         watcher.poll(T0 + t * S)
-    kubelet.reply = pod_list("Succeeded", T0, T0 + 62 * S)
+    for t in (61, 62, 63):
+        watcher.sample_use(T0 + t * S)
+    gpus.ended = True
+    watcher.sample_use(T0 + 64 * S)
+    kubelet.reply = pod_list("Succeeded", T0, T0 + 62_500_000_000)
     watcher.poll(T0 + 65 * S)
     last = [e for e in sent if e.kind == wire.pb.JobEvent.KIND_USE and e.use_device == "gpu:GPU-b"
-            and e.job_id == "k8s:team-a/infer-1" and e.time_ns == T0 + 62 * S]  # fmt: skip
-    assert [(e.use_period_ns, e.job_use, e.device_use) for e in last] == [(2 * S, 30.0, 40.0)]
+            and e.job_id == "k8s:team-a/infer-1" and e.time_ns == T0 + 62_500_000_000]  # fmt: skip
+    assert [(e.use_period_ns, e.job_use, e.device_use) for e in last] == [(2_500_000_000, 30.0, 40.0)]
 
 
 def test_jobs_and_report_say_how_each_pod_ended(
@@ -742,6 +762,37 @@ class E2eLister(pr_grpc.PodResourcesListerServicer):
         )
 
 
+def unmeasured_use(db_path: Path, jobs: list[str], device: str) -> tuple[int, float]:
+    """The time in the jobs' window (one for all) no USE event of theirs for ``device`` covers,
+    and the device's stored energy over it (each sample's part pro rata)."""
+    with SqliteStore(db_path) as db:
+        events = [e for job in jobs for e in db.job_events(job)]
+        [host] = {e.host for e in events}
+        [(start, end)] = {
+            (min(e.time_ns for e in db.job_events(j) if e.event == "open"), max(e.time_ns for e in db.job_events(j) if e.event == "close"))
+            for j in jobs
+        }  # fmt: skip
+        covered = sorted(
+            (e.time_ns - int(e.fields["period_ns"]), e.time_ns)
+            for e in events
+            if e.event == "use" and e.fields["device"] == f"gpu:{device}"
+        )
+        holes, at = [], start
+        for a, b in covered:
+            if a > at:
+                holes.append((at, min(a, end)))
+            at = max(at, b)
+        holes += [(at, end)] if at < end else []
+        samples = [x for x in db.samples(host, start, end) if x.device == device]
+    energy = sum(
+        x.energy_j * max(0, min(b, x.end_ns) - max(a, x.start_ns)) / (x.end_ns - x.start_ns)
+        for a, b in holes
+        for x in samples
+        if x.end_ns > x.start_ns
+    )
+    return sum(b - a for a, b in holes), energy
+
+
 def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, kubelet_pki: Path) -> None:
     """Two real ``wattline agent`` processes (RAPL at a known power; node A also a stand-in
     NVML with a GPU given whole and one time-sliced) watch their recorded nodes -> a real
@@ -836,9 +887,12 @@ def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, k
         if name in GPU_B_USE:  # the time-sliced GPU's energy over the job: all of it the two pods'
             [share] = [d for d in doc["device_shares"] if d["device"] == GPU_B]
             assert share["basis"] == "measured share"
-            # Every process on it is one of the two pods', so none of the device's energy over
-            # their span is unattributed; that span is this job's window (the two pods ran together).
-            assert share["unattributed_j"] == pytest.approx(0.0, abs=1e-9 * share["span_energy_j"])
+            # Every process on it is one of the two pods': the device's energy over their span
+            # (this job's window: they ran together) is unattributed only where no use was
+            # measured, the last look's answer after its ask (the processes end at the answer).
+            unmeasured, unmeasured_j = unmeasured_use(tmp_path / "w.db", [ids["ts1"], ids["ts2"]], GPU_B)
+            assert unmeasured < 0.5 * S, unmeasured  # the agent's ask to the kubelet's answer
+            assert share["unattributed_j"] == pytest.approx(unmeasured_j, rel=1e-6, abs=1e-9 * share["span_energy_j"])
             assert share["span_energy_j"] == pytest.approx(share["device_energy_j"], rel=1e-9)
     with SqliteStore(tmp_path / "w.db") as db:  # a GPU's use is a percent of it, the job's part of every process's
         for job_id in ids.values():

@@ -44,6 +44,7 @@ class Tally:
     metric: str
     mine: float = 0.0
     total: float = 0.0
+    covered_ns: int = 0  #: the time the asks that counted for the job covered
 
 
 class UseTallies:
@@ -106,6 +107,7 @@ class UseTallies:
             tally = self.jobs.setdefault(job, {}).setdefault(du.key, Tally(du.metric))
             tally.mine += value * dt
             tally.total += max(total, value) * dt
+            tally.covered_ns += dt
 
     def take(self, job: str) -> dict[str, Tally]:
         """The job's tallies so far (device -> tally), forgotten here."""
@@ -136,8 +138,9 @@ def use_fields(
 ) -> dict[str, Any]:
     """A USE event's fields: the job's and every process's mean use of ``device`` over a period
     of ``span_ns`` ending at the event (``mine``, ``total``: their integrals, use x ns, over
-    ``tallied_ns``, default the period: longer for a job that ended between two asks, whose
-    last ask came after its end; the means are over the asks' time, so never over 100 %)."""
+    ``tallied_ns``, default the period; longer for a job that ended between two of its
+    holder's reads of its processes, as the ask that last saw them reached past its end: the
+    means are then over the time the asks covered, so never over 100 %)."""
     over = max(span_ns, tallied_ns or 0)
     return {
         "use_device": device,

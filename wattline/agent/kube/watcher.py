@@ -341,11 +341,11 @@ class PodWatcher:
 
     def _flush_use(self, nj: NodeJob, end_ns: int) -> None:
         span = end_ns - self._period_start if self._period_start else 0
-        # A pod that ended between two polls: this poll's ask, after its end, is in the tallies.
-        tallied = self.use.last_ns - self._period_start
         tallies = self.use.take(nj.job.job_id)
         for device, t in sorted(tallies.items()) if span > 0 else ():
-            self.pending.append(self._use_event(nj, device, end_ns, span, (t.mine, t.total, t.metric), tallied))
+            # A pod that ended between two asks: the last that saw its processes reached past its end.
+            use = (t.mine, t.total, t.metric)
+            self.pending.append(self._use_event(nj, device, end_ns, span, use, t.covered_ns))
 
     # ----------------------------------------------------------------- units from inside
 

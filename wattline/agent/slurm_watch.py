@@ -1,15 +1,16 @@
 """The agent's part in a Slurm node's jobs (docs/operations/slurm.md), from the prolog to after the epilog.
 
-Every ``every_s`` it takes the hooks' notes (:mod:`.slurm_jobs`: a job's open, its close) and
-looks at the jobs whose holder is a slurmd of this host (the holder records it keeps for
-them, :mod:`.holders`), reading the new complete lines of each one's events file, so a
-``units N`` line without a time counts when it was written (within ``every_s``), not at the
-epilog; the file counts only while the job's user owns it, a link is never followed, and the
-reader's progress is kept under a lock (:func:`.slurm_node.progress`), so each line is sent
-once. And it answers the requests its closes left (``<job>.ending``): once the controller
-has settled how a job ended (on 22.05 every job is COMPLETING during its epilog, a cancelled
-one too), the close is sent again with its ``end_state``: the same identity, so the store
-keeps one close, now saying "cancelled".
+Every ``every_s`` (an idle node: every IDLE_EVERY_S, one lstat of the directory) it takes
+the hooks' notes (:mod:`.slurm_jobs`: a job's open, its close) and looks at the jobs whose
+holder is a slurmd of this host (the holder records it keeps for them, :mod:`.holders`),
+reading the new complete lines of each one's events file, so a ``units N`` line without a
+time counts when it was written (within ``every_s``), not at the epilog; the file counts
+only while the job's user owns it, a link is never followed, and the reader's progress is
+kept under a lock (:func:`.slurm_node.progress`), so each line is sent once. And it answers
+the requests its closes left (``<job>.ending``): once the controller has settled how a job
+ended (on 22.05 every job is COMPLETING during its epilog, a cancelled one too), the close
+is sent again with its ``end_state``: the same identity, so the store keeps one close, now
+saying "cancelled".
 
 On a shared node it also reads each open job's cgroup CPU time (:mod:`.slurm_cgroups`) and,
 once per ``use_every_s``, sends each job a ``cpu:host`` USE event: its CPU time against
@@ -65,8 +66,10 @@ SAMPLE_S = 1.0
 #: An idle node's passes look only at the directory's mtime; a whole pass at least this often.
 QUIET_MAX_S = 10.0
 #: Seconds between an idle node's passes (a wake-up of the thread costs more CPU than a quiet
-#: pass). The first job's note keeps its hook's instant; taken up to this much later, only a
-#: shared GPU's split by use misses that much of the job's first seconds.
+#: pass). The first job's note keeps its hook's instant; taken up to this much later, its
+#: first seconds have no GPU use read (a shared GPU's split by use misses them), its first CPU
+#: time period goes by the share rule's fallback, and a ``units N`` line without a time
+#: written then counts at that pass.
 IDLE_EVERY_S = 2.0
 
 
@@ -140,6 +143,7 @@ class SlurmWatcher:
             stop.wait(IDLE_EVERY_S if self.idle else every_s)
 
     def poll(self, now_ns: int | None = None) -> None:
+        looked_ns = time.time_ns()  # before the lstat: a file made after it has a later mtime
         st = self._root_dir()
         self.idle = st is None or self._idle_since is not None
         if st is None:
@@ -160,8 +164,8 @@ class SlurmWatcher:
         if not quiet:
             self._endings()
             idle = not mine and not self.asked and not self.notes.left
-            # a directory changed within the last second may change again within its mtime's tick
-            settled = time.time_ns() - st.st_mtime_ns > 1e9
+            # a directory changed within a second of the lstat may change again within its mtime's tick
+            settled = looked_ns - st.st_mtime_ns > 1e9
             self._idle_since = (st.st_mtime_ns, time.monotonic()) if idle and settled else None
             self.idle = self._idle_since is not None
 

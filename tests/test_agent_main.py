@@ -77,8 +77,8 @@ def test_help_and_usage_errors_still_come_from_argparse(capsys: pytest.CaptureFi
     assert done.value.code == 2 and "unrecognized arguments: --bogus 1" in capsys.readouterr().err
 
 
-def test_the_agent_loads_no_argparse_nor_the_disk_spool_it_does_not_use(tmp_path: Path) -> None:
-    """The module entry's usual argv, memory spool: neither module is in the process (peak memory)."""
+def test_the_agent_loads_no_argparse_disk_spool_nor_pod_watcher_it_does_not_use(tmp_path: Path) -> None:
+    """The module entry's usual argv, memory spool, pods off: none of them is in the process (peak memory)."""
     tree = powercap_tree(tmp_path / "host", [Zone("intel-rapl:0", "package-0", 10**6)])
     script = (
         "import sys\n"
@@ -90,7 +90,7 @@ def test_the_agent_loads_no_argparse_nor_the_disk_spool_it_does_not_use(tmp_path
         f" '--outbox-dir', {str(tmp_path / 'ob')!r}, '--collector', '127.0.0.1:1'])\n"
         "flags = {k: v for k, v in vars(args).items() if k not in ('config', 'log_level')}\n"
         "agent = Agent(build(AgentSettings, 'agent', {}, env={}, flags=flags).validate())\n"
-        "print(sorted(m for m in ('argparse', 'wattline.agent.disk_spool') if m in sys.modules))\n"
+        "print(sorted(m for m in ('argparse', 'wattline.agent.disk_spool', 'wattline.agent.kube.watcher') if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]

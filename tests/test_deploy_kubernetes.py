@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from wattline.agent.kube.cgroups import CGROUP_DIR, PROC_DIR
-from wattline.agent.kube.podlist import KubeSettings
+from wattline.agent.kube.settings import KubeSettings
 from wattline.agent.kube.watcher import EVENTS_FILE
 from wattline.agent.settings import AgentSettings
 from wattline.collector.settings import CollectorSettings

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from wattline import wire
-from wattline.agent.kube.podlist import KubeSettings
+from wattline.agent.kube.settings import KubeSettings
 from wattline.agent.kube.watcher import PodWatcher
 
 JOBS = 5

@@ -1,5 +1,6 @@
 """Kubernetes pods as wattline jobs: the agent's pod watcher and what it reads (docs/operations/kubernetes.md).
 
+- :mod:`.settings`: the ``[kubernetes]`` settings (the agent loads the rest only where pods are on).
 - :mod:`.pods`: a pod list (kubelet ``/pods`` or the API server's list) parsed; which pods are
   jobs, their job id, name, labels, and how a pod ended.
 - :mod:`.podlist`: fetching that list over HTTP(S).

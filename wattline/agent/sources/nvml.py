@@ -338,7 +338,7 @@ class NvmlSource(Source):
             counter_scale_j=1e-3 if counter else 1.0,
             counter_max=None,
             max_power_w=limit * self.options.power_limit_margin if limit else self.options.default_max_power_w,
-            counter_step_s=0.2,  # it steps about every 100 ms on A100/H100 (tests/nvml_stub/UNKIND.md)
+            counter_step_s=0.2,  # twice its ~100 ms step (tests/nvml_stub/UNKIND.md), the bounds' nvml update_s
             info=tuple(info),
         )
 

@@ -75,10 +75,10 @@ class DeviceShare:
     split_by_use_j: float  #: of which handed out by use (derived from utilization, not measured)
     device_energy_j: float  #: the device's energy over the job's window on this host
     share: float  #: energy_j / device_energy_j (0 when the device drew nothing)
-    #: The device's energy from the first start to the last end of the jobs that shared it
-    #: with this one (this job's window when none did), and the part of it no job was charged
-    #: (other processes' use, or none of these jobs on it): for each device, span = the sum of
-    #: every job's charge over it + unattributed.
+    #: The device's energy from the first start to the last end of the jobs the report split
+    #: with this one (all that overlapped it on the host, whatever devices they used; this
+    #: job's window when none did), and the part of it no job was charged (other processes'
+    #: use, or no job on the device): span = the sum of every job's charge + unattributed.
     span_energy_j: float = 0.0
     unattributed_j: float = 0.0
 

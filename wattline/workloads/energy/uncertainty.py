@@ -66,7 +66,8 @@ class SourceFacts:
 #: Per source (README "Method: uncertainty" names each fact's source).
 SOURCES: dict[str, SourceFacts] = {
     "rapl": SourceFacts(update_s=0.001, resolution_j=1e-6),  # energy_uj, updated about every 1 ms
-    "nvml": SourceFacts(update_s=0.1, resolution_j=1e-3, averaging_s=1.0),  # mJ, about every 100 ms; 1 s power avg
+    # mJ, about every 100 ms (the agent's plausibility rule allows twice that: nvml.py counter_step_s); 1 s power avg
+    "nvml": SourceFacts(update_s=0.1, resolution_j=1e-3, averaging_s=1.0),
 }
 
 #: Relative half-width of a model estimate without a per-sample bound, per source.

@@ -793,6 +793,16 @@ def unmeasured_use(db_path: Path, jobs: list[str], device: str) -> tuple[int, fl
     return sum(b - a for a, b in holes), energy
 
 
+def last_use_stretch(db_path: Path, jobs: list[str], device: str) -> int:
+    """From the last look's ask (the latest end of a USE event of the jobs for ``device``
+    before their close) to their close (one for all), ns."""
+    with SqliteStore(db_path) as db:
+        events = [e for job in jobs for e in db.job_events(job)]
+    [close] = {e.time_ns for e in events if e.event == "close"}
+    uses = [e.time_ns for e in events if e.event == "use" and e.fields["device"] == f"gpu:{device}"]
+    return close - max(t for t in uses if t < close)
+
+
 def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, kubelet_pki: Path) -> None:
     """Two real ``wattline agent`` processes (RAPL at a known power; node A also a stand-in
     NVML with a GPU given whole and one time-sliced) watch their recorded nodes -> a real
@@ -870,6 +880,15 @@ def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, k
     truth["pt"][NODE_B] = CPU_W * CORES_B["pt1"] / NODE_B_CORES * lb
     for name in GPU_B_USE:
         truth[name][NODE] += W_PER_SM * GPU_B_USE[name] * la
+    # The time-sliced GPU's last use period runs from the last look's ask to the kubelet's
+    # answer (the processes end at the answer): use read there is what the next ask finds of
+    # it, perhaps nothing for one pod or both (the README's "counted in the ask that reads
+    # it"). Its energy may go to either pod or none: within the time-sliced pods' tolerance.
+    last_stretch = last_use_stretch(tmp_path / "w.db", [ids["ts1"], ids["ts2"]], GPU_B)
+    assert last_stretch < 0.5 * S, last_stretch
+    slack = {name: W_PER_SM * sum(GPU_B_USE.values()) * last_stretch / S for name in GPU_B_USE}
+    unmeasured, unmeasured_j = unmeasured_use(tmp_path / "w.db", [ids["ts1"], ids["ts2"]], GPU_B)
+    assert unmeasured <= last_stretch
     runner = CliRunner()
     on_a = 0.0
     for name, job_id in ids.items():
@@ -882,7 +901,8 @@ def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, k
                 by_host[h["host"]] = by_host.get(h["host"], 0.0) + h["energy_j"]
         assert by_host.keys() == truth[name].keys(), (name, by_host)
         for host, j in truth[name].items():
-            assert by_host[host] == pytest.approx(j, rel=0.01), (name, host, by_host, truth[name])
+            tolerance = 0.01 * j + (slack.get(name, 0.0) if host == NODE else 0.0)
+            assert by_host[host] == pytest.approx(j, abs=tolerance), (name, host, by_host, truth[name])
         on_a += by_host[NODE]
         if name in GPU_B_USE:  # the time-sliced GPU's energy over the job: all of it the two pods'
             [share] = [d for d in doc["device_shares"] if d["device"] == GPU_B]
@@ -890,8 +910,6 @@ def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, k
             # Every process on it is one of the two pods': the device's energy over their span
             # (this job's window: they ran together) is unattributed only where no use was
             # measured, the last look's answer after its ask (the processes end at the answer).
-            unmeasured, unmeasured_j = unmeasured_use(tmp_path / "w.db", [ids["ts1"], ids["ts2"]], GPU_B)
-            assert unmeasured < 0.5 * S, unmeasured  # the agent's ask to the kubelet's answer
             assert share["unattributed_j"] == pytest.approx(unmeasured_j, rel=1e-6, abs=1e-9 * share["span_energy_j"])
             assert share["span_energy_j"] == pytest.approx(share["device_energy_j"], rel=1e-9)
     with SqliteStore(tmp_path / "w.db") as db:  # a GPU's use is a percent of it, the job's part of every process's
@@ -903,7 +921,9 @@ def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, k
     # Node A's energy while its pods ran, conserved: the pod-jobs' parts + what no pod used
     # (the system's cores, the batch pod's after it ended), constructed apart.
     rest = CPU_W * ((NODE_CORES - sum(CORES.values())) * la + CORES["batch"] * (la - lbatch)) / NODE_CORES
-    assert on_a + rest == pytest.approx((CPU_W + GPU_A_W + W_PER_SM * sum(GPU_B_USE.values())) * la, rel=0.01)
+    assert on_a + rest + unmeasured_j == pytest.approx(
+        (CPU_W + GPU_A_W + W_PER_SM * sum(GPU_B_USE.values())) * la, rel=0.01
+    )
     result = runner.invoke(app, ["jobs", "--store", store, "--json", "--no-energy"])
     assert result.exit_code == 0, result.output
     listed = {j["id"]: j for j in json.loads(result.output)}

@@ -882,7 +882,7 @@ def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, k
         truth[name][NODE] += W_PER_SM * GPU_B_USE[name] * la
     # The time-sliced GPU's last use period runs from the last look's ask to the kubelet's
     # answer (the processes end at the answer): use read there is what the next ask finds of
-    # it, perhaps nothing for one pod or both (the README's "counted in the ask that reads
+    # it, perhaps nothing for one pod or both (docs/jobs.md: "counted in the ask that reads
     # it"). Its energy may go to either pod or none: within the time-sliced pods' tolerance.
     last_stretch = last_use_stretch(tmp_path / "w.db", [ids["ts1"], ids["ts2"]], GPU_B)
     assert last_stretch < 0.5 * S, last_stretch

@@ -7,6 +7,7 @@ refused without permission in one line, exit 2, nothing changed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -59,6 +60,22 @@ def sweep(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+def signal_states(pid: int) -> list[str]:
+    """Each thread of ``pid`` and of its children: name, state, blocked, ignored and caught
+    signals, as /proc shows them (the Ctrl-C test says them when the sweep did not stop)."""
+    out = []
+    with contextlib.suppress(psutil.Error):
+        for p in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+            with contextlib.suppress(OSError):
+                for task in sorted(Path(f"/proc/{p.pid}/task").iterdir()):
+                    fields = dict(
+                        line.split(":", 1) for line in (task / "status").read_text().splitlines() if ":" in line
+                    )
+                    keys = ("Name", "State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+                    out.append(f"{p.pid}/{task.name} " + " ".join(fields.get(k, "?").strip() for k in keys))
+    return out
+
+
 def kill_9(proc: subprocess.Popen[str]) -> None:
     """``kill -9`` the sweep wherever it is (even creating its store), and the command it ran.
 
@@ -101,9 +118,11 @@ def test_cpufreq_restored_after_ctrl_c_and_after_kill_9(tmp_path: Path, how: str
     governor = files[0].parent / "scaling_governor"
     wait_until(lambda: governor.read_text().strip() == "performance", "the governor set")
     if how == "ctrl-c":
+        before = signal_states(proc.pid)
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it to the foreground group
+        after = signal_states(proc.pid)
         _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 130, err
+        assert proc.returncode == 130, f"{err}\nbefore the kill: {before}\nafter it: {after}"
         assert "resume with: wattline sweep --resume" in err
     else:
         kill_9(proc)

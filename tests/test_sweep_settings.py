@@ -53,9 +53,16 @@ def observer(out: Path, *files: Path) -> list[str]:
     return [sys.executable, "-c", code, str(out), *map(str, files)]
 
 
+#: Runs its arguments with SIGINT and SIGQUIT at their defaults, as a terminal's foreground
+#: job has them: a suite started in the background (``cmd &`` in a script) passes them on
+#: ignored, and a process that starts with Ctrl-C ignored keeps ignoring it (Python too).
+FOREGROUND = [sys.executable, "-c", "import os, signal as s, sys; s.signal(s.SIGINT, s.SIG_DFL); "
+              "s.signal(s.SIGQUIT, s.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"]  # fmt: skip
+
+
 def sweep(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [*CLI, "sweep", "--source", "cpu_model", "--repeat", "1", *args],
+        [*FOREGROUND, *CLI, "sweep", "--source", "cpu_model", "--repeat", "1", *args],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
 

@@ -903,19 +903,8 @@ def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, k
         for host, j in truth[name].items():
             tolerance = 0.01 * j + (slack.get(name, 0.0) if host == NODE else 0.0)
             parts = {w: {c["component"]: c["energy_j"] for c in doc[w]["by_component"]} for w in ("warmup", "measured")}
-            why = (
-                name,
-                host,
-                by_host,
-                truth[name],
-                "CPU truth",
-                cpu[name],
-                "parts",
-                parts,
-                "last stretch",
-                last_stretch,
-            )
-            assert by_host[host] == pytest.approx(j, abs=tolerance), why
+            why = f"{name} {host}: {by_host} truth {truth[name]}, CPU {cpu[name]}; report {parts}; last {last_stretch}"
+            assert by_host[host] == pytest.approx(j, abs=tolerance), why  # a string: pytest cuts a long tuple
         on_a += by_host[NODE]
         if name in GPU_B_USE:  # the time-sliced GPU's energy over the job: all of it the two pods'
             [share] = [d for d in doc["device_shares"] if d["device"] == GPU_B]

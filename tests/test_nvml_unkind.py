@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from nvml_stub.build import build_stub
 
 from wattline.collector.stores.factory import open_store
@@ -88,6 +89,39 @@ def test_process_utilization_as_drivers_answer_it_gives_each_process_its_own_use
     assert set(dropped) == {"pid 0", "stamped at or before lastSeenTimeStamp", "over 100 %", "older sample of its pid"}
     assert dropped["stamped at or before lastSeenTimeStamp"] >= 1  # the second ask's
     assert out["stderr"].count("left out (over 100 %)") == 1
+
+
+#: A holder of a job (the job: this process, 20 % SM from 1 s ago) that had no job, so asked
+#: nothing, at its previous ask 1 s ago; another process (no job's, the parent) used the GPU
+#: fully from 4 s to 1.5 s ago: the driver still holds its samples.
+FIRST_ASK = r"""
+import json, os, sys, time
+from wattline.agent.process_use import UseTallies
+from wattline.agent.sources.nvml import NvmlSource
+procs, now = sys.argv[1], time.time()
+with open(procs, "w") as f:
+    f.write(f"0 {os.getppid()} 100 0 {now - 4.0} {now - 1.5}\n0 {os.getpid()} 20 0 {now - 1.0} -\n")
+src = NvmlSource()
+src.discover()
+tallies, job_of = UseTallies(), {os.getpid(): "job"}.get
+tallies.sample([], job_of, int((now - 1.0) * 1e9))
+asked = time.time_ns()
+tallies.sample([src], job_of, asked)
+[t] = tallies.take("job").values()
+print(json.dumps({"mine": t.mine, "total": t.total, "dt": asked - int((now - 1.0) * 1e9)}))
+src.close()
+"""
+
+
+def test_a_holders_first_ask_after_having_no_job_counts_only_its_period(tmp_path: Path) -> None:
+    """The pod and Slurm watchers ask no source while they have no job; the first ask after
+    that must not count what the driver still holds from before (its last 100 samples,
+    5 s at 50 ms): the job's 20 % is all the GPU's use over the period, not diluted into a
+    mean over 5 s beside another process's 100 % that ended before the period (on the old
+    code 4 of 54 %: a job's share 7 % for 100 %)."""
+    out = run_script(FIRST_ASK, tmp_path, f"gpu {GPU0} NVIDIA H100 80GB HBM3\nenergy 1000\nsample_period_ms 50\n")
+    assert out["total"] == out["mine"] > 0  # the job's use is all the GPU's over the period
+    assert out["mine"] / out["dt"] == pytest.approx(20.0, abs=1.5)  # its mean, not diluted
 
 
 #: Discovery notes and one process_use() of GPU 0.

@@ -54,6 +54,7 @@ class UseTallies:
         self.scope: set[str] = set()  #: devices whose per-process use could be read
         self.jobs: dict[str, dict[str, Tally]] = {}  #: job -> device -> its use so far
         self.last_ns = 0  #: time of the previous ask (0: none yet)
+        self._asked: dict[int, UseSource] = {}  #: the sources the previous ask read, by id()
         self._owners: dict[int, str | None] = {}  #: each process's job, while ``_owners_key`` holds
         self._owners_key: Hashable | None = None
 
@@ -66,23 +67,35 @@ class UseTallies:
         owners: Hashable | None = None,
     ) -> list[str]:
         """Ask each source once and add each job's use since the previous ask (the first ask,
-        or one after more than MAX_GAP_NS, only sets where the next one counts from).
+        or one after more than MAX_GAP_NS, only sets where the next one counts from). A
+        source the previous ask did not read (a holder asks none while it has no job) is
+        read from the previous ask's time (``since_us``; the Neuron source then has nothing
+        to place in time: that period is unmeasured, not another's).
         ``job_of``: a process's job, None for none; ``claims``: job -> devices it holds.
         ``owners``: what ``job_of`` answers from (the open jobs and their cgroups): while it
         is the same, a process listed in the previous ask keeps the job found then (a
         process's cgroup is its own from its start), so a process of no job costs a lookup
         in a map, not a read of /proc. Returns one line per source that could not be read."""
-        dt, self.last_ns = now_ns - self.last_ns, now_ns
+        previous_ns, self.last_ns = self.last_ns, now_ns
+        dt = now_ns - previous_ns
         counts = 0 < dt <= MAX_GAP_NS
         if owners is None or owners != self._owners_key:
             self._owners, self._owners_key = {}, owners
         errors, owner = [], _Memo(job_of, self._owners)
+        asked, self._asked = self._asked, {}
         for source in sources:
             try:
-                uses = source.process_use()
+                if counts and asked.get(id(source)) is not source:
+                    # Not read at the previous ask (no job then, or new): what it holds from
+                    # before that (NVML's last 100 samples, other processes' among them) is
+                    # no picture of this period, so it is read from the period's start.
+                    uses = source.process_use(since_us=previous_ns // 1000)
+                else:
+                    uses = source.process_use()
             except Exception as exc:  # per-process use is optional: the jobs go on without it
                 errors.append(f"per-process use not read: {exc}")
                 continue
+            self._asked[id(source)] = source
             for du in uses:
                 if not du.supported:
                     continue

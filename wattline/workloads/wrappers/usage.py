@@ -84,15 +84,6 @@ class UseRecorder:
         self._thread.start()
         return self
 
-    def _prime(self) -> None:
-        """Forget what the drivers hold from before the job."""
-        self.tree.refresh()
-        for source in self.sources():
-            try:
-                source.process_use(since_us=self._period_ns // 1000)
-            except Exception as exc:  # per-process use is optional: the job goes on without it
-                log.warning("job %s: no per-process use from %s: %s", self.builder.spec.job_id, source, exc)
-
     def stop(self) -> None:
         """Take the last partial period; no USE event after this returns."""
         self._stop.set()
@@ -102,7 +93,9 @@ class UseRecorder:
         self.flush()
 
     def _run(self) -> None:
-        self._prime()
+        # The first ask reads each source from the job's start (UseTallies: a source not
+        # read before), so what the drivers hold from before the job is not counted.
+        self.sample()
         while not self._stop.wait(self.sample_s):
             self.sample()
             if time.time_ns() - self._period_ns >= self.period_s * 1e9:

@@ -39,7 +39,7 @@ from wattline.agent.kube.cgroups import PodCgroups
 from wattline.agent.kube.podlist import PodList, PodSourceError
 from wattline.agent.kube.pods import PRECEDENCE, JobOf, Pod, PodEnd, job_of, pod_end
 from wattline.agent.kube.settings import KubeSettings
-from wattline.agent.process_use import UseTallies, use_fields
+from wattline.agent.process_use import Tally, UseTallies, use_fields
 
 log = logging.getLogger(__name__)
 
@@ -273,16 +273,15 @@ class PodWatcher:
         index = 1 + known.index(device)
         return index if index < _SLOTS else 1 + zlib.crc32(device.encode()) % (_SLOTS - 1)
 
-    def _use_event(
-        self, nj: NodeJob, device: str, end_ns: int, span_ns: int, use: tuple[float, float, str], tallied_ns: int = 0
-    ) -> wire.pb.JobEvent:
-        """``use``: the job's and every process's use of ``device`` integrated over the
-        ``tallied_ns`` the asks covered (default the span), and its metric."""
+    def _use_event(self, nj: NodeJob, device: str, end_ns: int, span_ns: int, use: Tally) -> wire.pb.JobEvent:
+        """``use``: the job's and every process's use of ``device`` over the period of
+        ``span_ns`` ending at ``end_ns`` (integrated over the time its asks covered)."""
         # Numbered by the poll that sends it (polls are a poll_interval apart), not by end_ns:
         # a closing job's last period ends between two polls.
         number = self._poll_ns // int(self.settings.poll_interval * 1e9)
         place = USE_AT + (number % _PERIODS) * _SLOTS + self._slot(device)
-        return nj.event(Kind.KIND_USE, end_ns, place, **use_fields(device, span_ns, *use, tallied_ns))
+        fields = use_fields(device, span_ns, use.mine, use.total, use.metric, use.covered_ns)
+        return nj.event(Kind.KIND_USE, end_ns, place, **fields)
 
     def _cpu(self, now: int) -> None:
         """One ``cpu:host`` USE event per open job whose CPU time over the period is known: its
@@ -323,7 +322,8 @@ class PodWatcher:
             for job_id, delta in per_job.items():
                 nj = self.jobs[job_id]
                 if nj.open_ns < now:
-                    self.pending.append(self._use_event(nj, CPU_DEVICE, now, span, (delta * 100.0, total, CPU_METRIC)))
+                    use = Tally(CPU_METRIC, delta * 100.0, total)
+                    self.pending.append(self._use_event(nj, CPU_DEVICE, now, span, use))
         self._host_cpu, self._period_start = host, now
 
     def sample_use(self, now_ns: int | None = None) -> None:
@@ -344,8 +344,7 @@ class PodWatcher:
         tallies = self.use.take(nj.job.job_id)
         for device, t in sorted(tallies.items()) if span > 0 else ():
             # A pod that ended between two asks: the last that saw its processes reached past its end.
-            use = (t.mine, t.total, t.metric)
-            self.pending.append(self._use_event(nj, device, end_ns, span, use, t.covered_ns))
+            self.pending.append(self._use_event(nj, device, end_ns, span, t))
 
     # ----------------------------------------------------------------- units from inside
 

@@ -217,26 +217,33 @@ def test_shared_neuron_device_is_split_by_claimed_cores() -> None:
 
 
 def test_a_shared_devices_span_is_the_jobs_first_start_to_last_end() -> None:
-    """A GPU at 200 W in 1 s samples; a [0.3, 5.7] s uses 30 % of its 40 %, b [2.2, 6.4] s
-    10 %. Over the span [0.3, 6.4] s: 1220 J = a's 810 + b's 210 + 200 no job was charged
-    (the other's use while each ran alone). The parts of the straddling samples outside the
-    span are none of it (counted in, the span was 1400 J and 380 J unattributed)."""
+    """A GPU at 200 W in 1 s samples; a [0.3, 5.7] s uses 30 %, b [2.2, 6.4] s 10 %, a
+    process of no job 10 % throughout; each job's one use period spans its window (its
+    device_use the mean of all three over it). By rate: alone, a gets 30/40 of 380 J; both
+    running, a 30/50 and b 10/50 of 700 J; b alone 10/20 of 140 J. Over the span [0.3, 6.4] s:
+    1220 J = a's 705 + b's 210 + 305 no job was charged. The parts of the straddling samples
+    outside the span are none of it (counted in, the span was 1400 J)."""
     gpu = chan("gpu", "0", per_second(7, 200.0))
-    use = {n: {"gpu:0": UseTimeline([UseInterval(0, 7 * NS, u, 40.0, "sm")])} for n, u in (("a", 30.0), ("b", 10.0))}
-    jobs = [JobWindow("a", H, int(0.3 * NS), int(5.7 * NS), uses=use["a"]),
-            JobWindow("b", H, int(2.2 * NS), int(6.4 * NS), uses=use["b"])]  # fmt: skip
+    a0, a1, b0, b1 = 0.3, 5.7, 2.2, 6.4
+    both = a1 - b0
+    a_dev = 30 + 10 * both / (a1 - a0) + 10
+    b_dev = 10 + 30 * both / (b1 - b0) + 10
+    use = {
+        "a": {"gpu:0": UseTimeline([UseInterval(int(a0 * NS), int(a1 * NS), 30.0, a_dev, "sm")])},
+        "b": {"gpu:0": UseTimeline([UseInterval(int(b0 * NS), int(b1 * NS), 10.0, b_dev, "sm")])},
+    }
+    jobs = [JobWindow("a", H, int(a0 * NS), int(a1 * NS), uses=use["a"]),
+            JobWindow("b", H, int(b0 * NS), int(b1 * NS), uses=use["b"])]  # fmt: skip
     attr = split_shared([gpu], jobs)
-    [share] = device_shares(
-        attr, ["a"], [gpu], (int(0.3 * NS), int(5.7 * NS)), use["a"], (int(0.3 * NS), int(6.4 * NS))
-    )
+    [share] = device_shares(attr, ["a"], [gpu], (int(a0 * NS), int(a1 * NS)), use["a"], (int(a0 * NS), int(b1 * NS)))
     assert (share.basis, share.energy_j, share.device_energy_j) == (
         "measured share",
-        pytest.approx(810.0),
+        pytest.approx(380 * 30 / 40 + 700 * 30 / 50),
         pytest.approx(1080.0),
     )
     assert share.span_energy_j == pytest.approx(1220.0)
-    assert share.unattributed_j == pytest.approx(200.0)
-    assert attr.by_job()["b"] == pytest.approx(210.0)
+    assert share.unattributed_j == pytest.approx(1220.0 - 705.0 - 210.0)
+    assert attr.by_job()["b"] == pytest.approx(700 * 10 / 50 + 140 * 10 / 20)
 
 
 def test_hosts_are_independent() -> None:

@@ -28,16 +28,16 @@ piece; each piece then goes
   unattributed; where no active job measured it, equal); no active job: unattributed.
 
 * for an accelerator channel with **recorded use** (:class:`UseInterval`, a job's
-  processes' share of the device read by its wrapper: NVML per-process
-  utilization, neuron-monitor per-runtime NeuronCore use), cut also at every use
-  interval's edges: where an active job's use interval covers the piece, each such job
-  gets ``job_use / device_use`` of it (scaled down together if they sum above 1, as
-  unsynchronised wrappers may) and the rest, other processes' use, is unattributed (all
-  of it when only other processes used the device);
-  where the device was idle (``device_use`` 0) while jobs were on it, the piece goes by
-  the :class:`ShareRule` among those jobs (``device-share`` as ``equal``: each holds this
-  one device); where no use interval covers it, by the claims as above. A share by
-  use is derived from utilization, not a measurement of the job's own energy:
+  processes' share of the device read by its holder: NVML per-process utilization,
+  neuron-monitor per-runtime NeuronCore use), cut also at every use interval's edges:
+  where an active job's use interval covers the piece, the jobs' use rates and the other
+  processes' estimated one split it (:mod:`.use_split`: a job alone on a device gets its
+  period's ``job_use / device_use``; overlapping jobs' periods are combined by rate, not
+  by ratio), and the other processes' part is unattributed (all of it when only they
+  used the device); where the device was idle (no use) while jobs were on it, the piece
+  goes by the :class:`ShareRule` among those jobs (``device-share`` as ``equal``: each
+  holds this one device); where no use interval covers it, by the claims as above. A
+  share by use is derived from utilization, not a measurement of the job's own energy:
   :attr:`Share.split_by_use_j` keeps that part apart so reports can label it.
 
 Every piece is handed out in full (the last share is the remainder), so for each
@@ -57,13 +57,14 @@ import bisect
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from wattline import wire
 from wattline.quality import Quality
 from wattline.units import NS_PER_S
+from wattline.workloads.energy.use_split import UseInterval, UseSplit, UseTimeline
 from wattline.workloads.energy.window_energy import (
     Interval,
 )
@@ -93,44 +94,6 @@ CPU_TIME_KEYS = frozenset({"cpu:host"})
 
 
 # --------------------------------------------------------------------------- sharing
-
-
-@dataclass(frozen=True, slots=True)
-class UseInterval:
-    """A job's recorded use of one device over ``(start_ns, end_ns]`` (a USE job event).
-
-    ``job_use`` and ``device_use`` are in one unit (percent of the device): the job's
-    processes' and every process's; the job's share is their ratio.
-    """
-
-    start_ns: int
-    end_ns: int
-    job_use: float
-    device_use: float
-    metric: str = ""  #: "sm", "memory", "neuroncore", "mig-memory" (a rule by MIG instance size)
-
-    @property
-    def share(self) -> float:
-        """The job's part of the device's use, 0..1; 0 when the device was idle."""
-        return min(self.job_use / self.device_use, 1.0) if self.device_use > 0 else 0.0
-
-
-class UseTimeline:
-    """A job's use intervals of one device, sorted and disjoint, found by time in O(log n)."""
-
-    __slots__ = ("_ends", "intervals")
-
-    def __init__(self, intervals: Iterable[UseInterval]) -> None:
-        self.intervals = tuple(sorted(intervals, key=lambda u: u.end_ns))
-        self._ends = [u.end_ns for u in self.intervals]
-
-    def at(self, a: int, b: int) -> UseInterval | None:
-        """The interval covering the piece ``(a, b]`` (a point when ``a == b``), if any."""
-        i = bisect.bisect_left(self._ends, b)
-        if i == len(self.intervals):
-            return None
-        u = self.intervals[i]
-        return u if u.start_ns <= a and (a < b or u.start_ns < b) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,28 +288,6 @@ def _weights(channel_keys: frozenset[str], active: Sequence[JobWindow], rule: Sh
     ]
 
 
-def _use_weights(
-    keys: frozenset[str], active: Sequence[JobWindow], a: int, b: int, rule: ShareRule
-) -> list[tuple[str | None, float]] | None:
-    """Weights of a piece of an accelerator channel by the active jobs' recorded use (the
-    rest, None, unattributed); None when no active job recorded its use there."""
-    uses = [(j, u) for j in active if (u := j.use_at(keys, a, b)) is not None]
-    if not uses:
-        return None
-    shares = [(j.job_id, u.share) for j, u in uses if u.share > 0]
-    if not shares and any(u.device_use > 0 for _, u in uses):
-        return []  # only other processes used the device: unattributed
-    if not shares:  # jobs on the device, the device idle: by the rule among them
-        present = [j for j, _ in uses]
-        if rule.kind == "exclusive":
-            return [(present[0].job_id, 1.0)] if len(present) == 1 else []
-        return [(j.job_id, 1.0) for j in present]
-    total = math.fsum(w for _, w in shares)
-    if total > 1.0:
-        return [(k, w / total) for k, w in shares]
-    return [*shares, (None, 1.0 - total)]
-
-
 def _hand_out(amount: float, weights: Sequence[tuple[str | None, float]]) -> list[tuple[str | None, float]]:
     """Split ``amount`` by weights; the last share is the remainder, so the parts sum exactly."""
     weights = [(k, w) for k, w in weights if w > 0]
@@ -387,6 +328,7 @@ def split_shared(
         keys = ch.claim_keys
         use_keys = keys or (CPU_TIME_KEYS if share_rule.kind == "cpu-time" else keys)
         idle_w = policy.idle_w(ch.host, ch.component, ch.device)
+        by_use_split = UseSplit(host_jobs, use_keys) if use_keys else None
         energy: dict[str | None, list[float]] = defaultdict(list)
         dynamic: dict[str | None, list[float]] = defaultdict(list)
         by_use_parts: dict[str | None, list[float]] = defaultdict(list)
@@ -417,7 +359,7 @@ def split_shared(
                     left_e -= pe
                     left_d -= pd
                 active = _active(host_jobs, a, b)
-                by_use = _use_weights(use_keys, active, a, b, share_rule) if use_keys else None
+                by_use = by_use_split.weights(active, a, b, share_rule.kind == "exclusive") if by_use_split else None
                 w: Sequence[tuple[str | None, float]] = (
                     by_use if by_use is not None else _weights(keys, active, share_rule)
                 )

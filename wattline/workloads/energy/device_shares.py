@@ -17,7 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from wattline.collector.stores.reader import StoredJobEvent
-from wattline.workloads.energy.attribution import Attribution, ChannelEnergy, UseInterval, UseTimeline
+from wattline.workloads.energy.attribution import Attribution, ChannelEnergy
+from wattline.workloads.energy.use_split import UseInterval, UseTimeline
 from wattline.workloads.energy.window_energy import window_energy
 
 #: How a job's part of a device was decided.

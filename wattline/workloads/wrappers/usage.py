@@ -24,10 +24,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from wattline import wire
-from wattline.agent.process_use import UseSource, UseTallies, use_fields, use_sources
+from wattline.agent.process_use import Tally, UseSource, UseTallies, use_fields, use_sources
 from wattline.workloads.jobs.events import EventBuilder
 from wattline.workloads.wrappers.processes import ProcessTree
 
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 #: Seconds between two measurements of a job's device use (env WATTLINE_USE_PERIOD_S).
 USE_PERIOD_S = 5.0
 ENV_USE_PERIOD = "WATTLINE_USE_PERIOD_S"
+#: A period ends at the previous ask when an ask's mean use of a device (the job's or every
+#: process's) differs from the period's so far by more than this many percentage points.
+USE_CHANGE_PCT = 10.0
 
 
 def use_period_s() -> float:
@@ -52,7 +56,10 @@ class UseRecorder:
 
     It asks the sources every ``sample_s`` (at most 1 s: a process's use since the
     previous ask is lost if it exits before the next one, as its samples go with it) and
-    sends one event per device every ``period_s`` with the use integrated over the period.
+    sends one event per device every ``period_s`` with the use integrated over the period,
+    or sooner, at the previous ask, when the use changed by more than :data:`USE_CHANGE_PCT`
+    (a process starting, ending, a phase) or the job's processes left a device: a period's
+    mean stands for all of it when the device is split, so a period holds one steady stretch.
     """
 
     def __init__(
@@ -107,16 +114,28 @@ class UseRecorder:
         return self._use.scope
 
     def sample(self) -> None:
-        """Ask the sources once; add each device's use since the previous ask to the period."""
+        """Ask the sources once; add each device's use since the previous ask to the period
+        (ended first, at the previous ask, when this ask's use differs from it)."""
         pids = self.tree.refresh()
+        before = {key: replace(t) for key, t in self._use.jobs.get("", {}).items()}
+        asked_ns = self._use.last_ns
         for error in self._use.sample(self.sources(), lambda pid: "" if pid in pids else None, time.time_ns()):
             log.warning("job %s: %s", self.builder.spec.job_id, error)
-        self.devices.update(self._use.jobs.get("", {}))
+        now = self._use.jobs.get("", {})
+        self.devices.update(now)
+        if asked_ns > self._period_ns and _changed(before, now):
+            self._send(self._period_ns, asked_ns, before)
+            self._period_ns = asked_ns
+            rest = {key: _less(t, before.get(key)) for key, t in now.items()}
+            self._use.jobs[""] = {key: t for key, t in rest.items() if t.covered_ns > 0}
 
     def flush(self) -> None:
         """One USE event per device the job ran on or used in the period now ending."""
         start, end = self._period_ns, self._use.last_ns
-        tallies, self._period_ns = self._use.take(""), end
+        self._period_ns = end
+        self._send(start, end, self._use.take(""))
+
+    def _send(self, start: int, end: int, tallies: dict[str, Tally]) -> None:
         if end <= start or not tallies:
             return
         events = [
@@ -128,6 +147,32 @@ class UseRecorder:
             self.sent += len(events)
         except Exception as exc:  # never stop the job
             log.warning("job %s: use events not sent: %s", self.builder.spec.job_id, exc)
+
+
+def _changed(before: dict[str, Tally], now: dict[str, Tally]) -> bool:
+    """Whether the last ask's mean use of a device (``now`` less ``before``) differs from the
+    period's before it by more than USE_CHANGE_PCT, is of a device the period had not, or
+    has none of the job's processes on a device the period had (so the stretch since the
+    last ask that saw them, their use lost at their exit, is in no period)."""
+    for key, t in now.items():
+        b = before.get(key)
+        if b is None:
+            return True
+        asked = t.covered_ns - b.covered_ns
+        if asked <= 0 < b.covered_ns:  # its processes gone from the device (an exit: their last use with them)
+            return True
+        if asked > 0 and b.covered_ns > 0:
+            for this, so_far in ((t.mine - b.mine, b.mine), (t.total - b.total, b.total)):
+                if abs(this / asked - so_far / b.covered_ns) > USE_CHANGE_PCT:
+                    return True
+    return False
+
+
+def _less(t: Tally, b: Tally | None) -> Tally:
+    """What the last ask added to a tally."""
+    if b is None:
+        return t
+    return Tally(t.metric, t.mine - b.mine, t.total - b.total, t.covered_ns - b.covered_ns)
 
 
 #: Sources that can give per-process use.

@@ -1,0 +1,176 @@
+"""A device's energy split by the jobs' recorded use (USE job events), their periods overlapping.
+
+Each job's holder (its wrapper, the pod or Slurm watcher) sends the mean use of a device by
+the job's processes (``job_use``) and by every process (``device_use``) over periods of its
+own, which start and end when that holder happened to ask. One period's ratio
+``job_use / device_use`` is the job's part of the device over that period as a whole, but
+not over each of its pieces: where another job started inside it, the job's part there was
+smaller than the period's ratio, and where the other had not started yet, larger. Two such
+ratios applied to the pieces they share may add up to more than the device.
+
+So a piece ``(a, b]`` goes by rates instead: each job using the device then is taken at its
+own period's mean (``job_use``, the job's processes alone); the processes of no job at the
+largest *others* estimate of the periods that cover the piece, one period's estimate being
+``device_use - job_use -`` the other jobs' mean use over that period (from their own
+periods, never below 0); and a job gets ``rate / (sum of the jobs' rates + others)``. Where
+a single job's periods cover the device this is exactly its period ratio. The largest
+estimate is kept because a period's ``device_use`` can only fall short: NVML drops an
+exited process's samples, so a job that asks after another's process ended sees none of
+that process's use in the time before it ended. A job that is running but whose use has no
+period covering the piece yet (its holder's next event is still to come) counts at the
+rate of its nearest period in the sum, never in its own favour: it is charged only where its
+own periods cover it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class UseInterval:
+    """A job's recorded use of one device over ``(start_ns, end_ns]`` (a USE job event).
+
+    ``job_use`` and ``device_use`` are in one unit (percent of the device): the job's
+    processes' and every process's; the job's share is their ratio.
+    """
+
+    start_ns: int
+    end_ns: int
+    job_use: float
+    device_use: float
+    metric: str = ""  #: "sm", "memory", "neuroncore", "mig-memory" (a rule by MIG instance size)
+
+    @property
+    def share(self) -> float:
+        """The job's part of the device's use, 0..1; 0 when the device was idle."""
+        return min(self.job_use / self.device_use, 1.0) if self.device_use > 0 else 0.0
+
+
+class UseTimeline:
+    """A job's use intervals of one device, sorted and disjoint, found by time in O(log n)."""
+
+    __slots__ = ("_ends", "intervals")
+
+    def __init__(self, intervals: Iterable[UseInterval]) -> None:
+        self.intervals = tuple(sorted(intervals, key=lambda u: u.end_ns))
+        self._ends = [u.end_ns for u in self.intervals]
+
+    def at(self, a: int, b: int) -> UseInterval | None:
+        """The interval covering the piece ``(a, b]`` (a point when ``a == b``), if any."""
+        i = bisect.bisect_left(self._ends, b)
+        if i == len(self.intervals):
+            return None
+        u = self.intervals[i]
+        return u if u.start_ns <= a and (a < b or u.start_ns < b) else None
+
+    def nearest(self, b: int) -> UseInterval:
+        """The interval that ends at or after ``b`` and is closest to it, else the last one
+        (the rate a job held where no interval covers it; the timeline is not empty)."""
+        i = bisect.bisect_left(self._ends, b)
+        return self.intervals[min(i, len(self.intervals) - 1)]
+
+    def integral(self, lo: int, hi: int) -> float:
+        """Use x ns over ``(lo, hi]``: each interval's ``job_use`` where it covers, and
+        where none does, the next interval's (the last one's after the last)."""
+        total, pos = 0.0, lo
+        i = bisect.bisect_right(self._ends, lo)
+        while pos < hi and i < len(self.intervals):
+            u = self.intervals[i]
+            end = min(u.end_ns, hi)
+            total += u.job_use * (end - pos)  # a gap before u holds u's rate
+            pos, i = end, i + 1
+        if pos < hi:
+            total += self.intervals[-1].job_use * (hi - pos)
+        return total
+
+
+class UsingWindow(Protocol):
+    """What a use split reads of a job's window (:class:`~.attribution.JobWindow`)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def start_ns(self) -> int: ...
+    @property
+    def end_ns(self) -> int: ...
+    @property
+    def uses(self) -> Mapping[str, UseTimeline]: ...
+
+
+@dataclass(slots=True)
+class _User:
+    """One job's timeline on the device and its span there: its windows and its periods."""
+
+    timeline: UseTimeline
+    start_ns: int
+    end_ns: int
+    others: dict[int, float]  #: id() of its interval -> the others' rate estimated from it
+
+
+class UseSplit:
+    """The pieces of one device channel split by the recorded use of ``windows`` (the
+    windows of one job share its timeline object; see the module doc)."""
+
+    def __init__(self, windows: Sequence[UsingWindow], keys: frozenset[str]) -> None:
+        self._users: dict[int, _User] = {}
+        self._user_of: dict[str, _User] = {}
+        for w in windows:
+            tl = next((w.uses[k] for k in sorted(keys & w.uses.keys()) if w.uses[k].intervals), None)
+            if tl is None:
+                continue
+            user = self._users.get(id(tl))
+            if user is None:  # its periods may reach past its windows (the first ask before its start)
+                start, end = tl.intervals[0].start_ns, tl.intervals[-1].end_ns
+                user = self._users[id(tl)] = _User(tl, min(start, w.start_ns), max(end, w.end_ns), {})
+            user.start_ns, user.end_ns = min(user.start_ns, w.start_ns), max(user.end_ns, w.end_ns)
+            self._user_of[w.job_id] = user
+        for user in self._users.values():
+            for u in user.timeline.intervals:
+                length = u.end_ns - u.start_ns
+                theirs = math.fsum(
+                    v.timeline.integral(*clip)
+                    for v in self._users.values()
+                    if v is not user
+                    if (clip := _clip(v, u.start_ns, u.end_ns))
+                )
+                user.others[id(u)] = max(0.0, u.device_use - u.job_use - theirs / length) if length > 0 else 0.0
+
+    def weights(
+        self, active: Sequence[UsingWindow], a: int, b: int, exclusive: bool
+    ) -> list[tuple[str | None, float]] | None:
+        """Weights of the piece ``(a, b]`` among ``active`` (None: unattributed); None when
+        no active job's recorded use covers it. Where the device was idle while jobs
+        recorded their use, equal among them (one only when ``exclusive``)."""
+        covered: list[tuple[str, UseInterval]] = []
+        held: dict[int, float] = {}
+        for w in active:
+            user = self._user_of.get(w.job_id)
+            if user is None:
+                continue
+            u = user.timeline.at(a, b)
+            if u is not None:
+                covered.append((w.job_id, u))
+                held[id(user)] = u.job_use
+            else:
+                held.setdefault(id(user), user.timeline.nearest(b).job_use)
+        if not covered:
+            return None
+        others = max(self._user_of[j].others[id(u)] for j, u in covered)
+        total = math.fsum(held.values()) + others
+        if total <= 0:  # jobs on the device, the device idle: among them
+            if exclusive:
+                return [(covered[0][0], 1.0)] if len(covered) == 1 else []
+            return [(j, 1.0) for j, _ in covered]
+        shares: list[tuple[str | None, float]] = [(j, u.job_use / total) for j, u in covered if u.job_use > 0]
+        return [*shares, (None, 1.0 - math.fsum(w for _, w in shares))]
+
+
+def _clip(user: _User, lo: int, hi: int) -> tuple[int, int] | None:
+    """``(lo, hi]`` within the user's span, None when they do not meet."""
+    lo, hi = max(lo, user.start_ns), min(hi, user.end_ns)
+    return (lo, hi) if lo < hi else None

@@ -243,6 +243,12 @@ def test_two_jobs_on_one_gpu_get_their_measured_shares(tmp_path: Path) -> None:
     # jobs' figures, not the span, so the constructed error is the tolerance)
     assert abs(da.span_energy_j - truth) <= stepping_j(W_PER_SM * 80, windows=1)
     assert math.isclose(da.span_energy_j, da.energy_j + db_.energy_j + da.unattributed_j, rel_tol=1e-9)
+    # B's run ends first and writes B's summary; A's use events after that change B's part,
+    # so A's close writes B's summary again: each stored summary is the job's figure now
+    with open_store(f"sqlite:///{db}") as store:
+        stored = {s.job_id: s.fields["energy_total_j"] for s in store.job_summaries()}  # type: ignore[attr-defined]
+    for job in ("job-a", "job-b"):
+        assert stored[job] == pytest.approx(got[job].warmup.energy_j + got[job].saturated_window.energy_j, rel=1e-9)
 
 
 def test_a_job_whose_process_vanishes_is_charged_only_while_it_used_the_gpu(tmp_path: Path) -> None:

@@ -214,31 +214,29 @@ class _Tree:
 
 class _Driver:
     """A per-process source that answers, at each ask, the use since the previous one from a
-    schedule: the job's process (pid 10) and a process of no job (pid 99) at 20 %."""
+    schedule (pid -> use, per ask): the processes listed hold the device."""
 
-    def __init__(self, job_use: list[float | None]) -> None:
-        self.job_use, self.asks = job_use, 0
+    def __init__(self, schedule: list[dict[int, float]]) -> None:
+        self.schedule, self.asks = schedule, 0
 
     def process_use(self, since_us: int | None = None) -> list[DeviceUse]:
-        mine = self.job_use[min(self.asks, len(self.job_use) - 1)]
+        use = self.schedule[min(self.asks, len(self.schedule) - 1)]
         self.asks += 1
-        use = {99: 20.0} | ({10: mine} if mine is not None else {})
-        return [DeviceUse("gpu", "GPU-x", "sm", frozenset(use), use)]
+        return [DeviceUse("gpu", "GPU-x", "sm", frozenset(use), dict(use))]
 
 
 def _wrapper_events(
-    job_use: list[float | None], monkeypatch: pytest.MonkeyPatch
+    schedule: list[dict[int, float]], monkeypatch: pytest.MonkeyPatch
 ) -> list[tuple[float, float, float, float]]:
-    """The USE events (start s, end s, job_use, device_use) of a wrapper asking once a second
-    (5 s periods) while its process's use follows ``job_use`` (one entry per ask, from the
-    ask at 0 s; None: not on the device yet)."""
+    """The USE events (start s, end s, job_use, device_use) of a wrapper of a job whose
+    process is pid 10, asking once a second (5 s periods) from 0 s through ``schedule``."""
     clock = [0]
     monkeypatch.setattr(usage.time, "time_ns", lambda: clock[0])
     sent: list[wire.pb.JobEvent] = []
-    driver = _Driver(job_use)
+    driver = _Driver(schedule)
     rec = usage.UseRecorder(EventBuilder(JobSpec("j", "j")), sent.extend, _Tree(), lambda: [driver], period_s=5.0)  # type: ignore[arg-type]
     rec._period_ns = rec._use.last_ns = 0  # what start() sets, without its thread: asks below
-    for second in range(len(job_use)):
+    for second in range(len(schedule)):
         clock[0] = second * S
         rec.sample()
         if clock[0] - rec._period_ns >= 5 * S:
@@ -247,16 +245,22 @@ def _wrapper_events(
     return [(e.time_ns / S - e.use_period_ns / S, e.time_ns / S, e.job_use, e.device_use) for e in sent]
 
 
-def test_a_wrappers_period_ends_where_its_use_changes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The process comes onto the GPU in (1, 2] s, uses 60 % to 5 s, then 20 %: the periods are
-    (1, 4] at 60 of 80 % and (4, 9] at 20 of 40 %, not a 5 s mean across the change (nor
-    across the second before it came on, when it used nothing)."""
-    events = _wrapper_events([None, None, 60, 60, 60, 20, 20, 20, 20, 20], monkeypatch)
-    assert events == [(1.0, 4.0, 60.0, 80.0), (4.0, 9.0, 20.0, 40.0)]
+def test_a_wrappers_period_ends_where_the_processes_on_the_device_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process of no job (pid 99) at 20 % throughout; the job's process comes onto the GPU
+    in (1, 2] s at 60 %, another job's (pid 77) in (4, 5] at 20 %, and the job's exits in
+    (7, 8]: the periods are (1, 4] at 60 of 80 % and (4, 7] at 60 of 100 %, not 5 s means
+    across a start, and none over the second in which the job's process exited (its use
+    then is lost with it: NVML drops an exited process's samples)."""
+    other, job, second_job = {99: 20.0}, {10: 60.0}, {77: 20.0}
+    schedule = [other, other, other | job, other | job, other | job] + [other | job | second_job] * 3
+    events = _wrapper_events(schedule + [other | second_job] * 3, monkeypatch)
+    assert events == [(1.0, 4.0, 60.0, 80.0), (4.0, 7.0, 60.0, 100.0)]
 
 
-def test_a_wrappers_period_is_not_cut_by_use_that_wavers_within_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Use between 55 and 64 % (within 10 points of the mean) keeps 5 s periods."""
-    events = _wrapper_events([55, 64, 58, 62, 55, 64, 58, 62, 55, 64, 60], monkeypatch)
+def test_a_wrappers_period_holds_use_that_changes_while_the_processes_stay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Use that wavers or steps (NVML's samples come at their own pace: an ask may find none
+    of a running process's) keeps 5 s periods while the same processes hold the device."""
+    use = [55.0, 64.0, 0.0, 62.0, 55.0, 64.0, 58.0, 20.0, 20.0, 64.0, 60.0]
+    events = _wrapper_events([{10: u, 99: 20.0} for u in use], monkeypatch)
     assert [(a, b) for a, b, _, _ in events] == [(0.0, 5.0), (5.0, 10.0)]
-    assert events[0][2] == pytest.approx((64 + 58 + 62 + 55 + 64) / 5)
+    assert events[0][2] == pytest.approx(math.fsum(use[1:6]) / 5)

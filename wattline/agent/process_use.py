@@ -45,6 +45,8 @@ class Tally:
     mine: float = 0.0
     total: float = 0.0
     covered_ns: int = 0  #: the time the asks that counted for the job covered
+    #: The processes holding the device at the last ask that counted (any job's or none's).
+    running: frozenset[int] = frozenset()
 
 
 class UseTallies:
@@ -121,6 +123,7 @@ class UseTallies:
             tally.mine += value * dt
             tally.total += max(total, value) * dt
             tally.covered_ns += dt
+            tally.running = du.running
 
     def take(self, job: str) -> dict[str, Tally]:
         """The job's tallies so far (device -> tally), forgotten here."""

@@ -40,6 +40,8 @@ from wattline.workloads.services.store import default_store_url
 log = logging.getLogger(__name__)
 
 SCHEMA = "wattline.job_summary/1"
+#: Most seconds an embedded run spends rewriting other jobs' summaries after its own.
+NEIGHBOURS_S = 1.0
 #: A job summary sink: a store's ``write_summary``.
 Sink = Callable[[JobSummary], WriteResult]
 
@@ -126,7 +128,10 @@ def record_summary(reader: Reader, sink: Sink, job_id: str, settings: ReportSett
     """Compute ``job_id``'s report and write its summary; returns the report.
 
     Raises what the report or the write raises; a refused point is a ValueError."""
-    report = build_report(reader, job_id, settings)
+    return _write(sink, build_report(reader, job_id, settings))
+
+
+def _write(sink: Sink, report: Report) -> Report:
     result = sink(summary_of(report))
     if result.rejected:
         raise ValueError("; ".join(result.reasons) or "summary refused by the store")
@@ -143,7 +148,11 @@ def record_local_summary(
     ``store_url``); a failure is one warning, never the run's (the command's exit status stands).
 
     ``changed``: jobs whose window changed after the fact (ended here for a dead holder):
-    their summaries and those of the jobs that shared a host with them are written again."""
+    their summaries and those of the jobs that shared a host with them are written again.
+    So are, for at most :data:`NEIGHBOURS_S` (the run's exit waits for it), those of the
+    jobs that shared the host with ``job_id`` when its use split a device (its use events,
+    some sent after their summaries were written, change their part); one warning names
+    what is left."""
     changed = list(changed)
     if job_id is None and not changed:
         return
@@ -153,20 +162,40 @@ def record_local_summary(
             if not isinstance(store, SummaryStore):
                 log.warning("job %s: no summary written (a %s store is not read back)", shown, store.kind)
                 return
-            again: list[str] = []
+            again: list[str] = []  # their figures counted a job as running that had ended
+            shared: list[str] = []  # their part of a device split by use may change
             for jid in [*changed, *([job_id] if job_id else [])]:
                 report = _record_or_warn(store, jid)
                 if report is not None and jid in changed:
                     again += neighbours(store, report.job, time.time_ns())
-            for jid in dict.fromkeys(j for j in again if j != job_id and j not in changed):
+                elif report is not None and any(d.split_by_use_j > 0 for d in report.device_shares):
+                    shared += neighbours(store, report.job, time.time_ns())
+            done = {*changed, job_id}
+            for jid in dict.fromkeys(j for j in again if j not in done):
                 _record_or_warn(store, jid)
+                done.add(jid)
+            left = [j for j in dict.fromkeys(shared) if j not in done]
+            deadline = time.monotonic() + NEIGHBOURS_S
+            while left and time.monotonic() < deadline:
+                _record_or_warn(store, left.pop(0), ended_only=True)
+            if left:
+                log.warning(
+                    "job %s: %d summaries of jobs that shared its devices not rewritten (`wattline report` "
+                    "shows their figures now): %s",
+                    shown,
+                    len(left),
+                    " ".join(j[:100] for j in left[:5]),
+                )
     except Exception as exc:
         log.warning("job %s: summary not written: %s: %s", shown, type(exc).__name__, str(exc)[:300])
 
 
-def _record_or_warn(store: SummaryStore, job_id: str) -> Report | None:
+def _record_or_warn(store: SummaryStore, job_id: str, ended_only: bool = False) -> Report | None:
+    """Write ``job_id``'s summary (not while it runs when ``ended_only``: its own close will,
+    and a figure computed before that must not overwrite it)."""
     try:
-        return record_summary(store, store.write_summary, job_id)
+        report = build_report(store, job_id)
+        return report if ended_only and report.state == "running" else _write(store.write_summary, report)
     except Exception as exc:
         log.warning("job %s: summary not written: %s: %s", job_id[:100], type(exc).__name__, str(exc)[:300])
         return None

@@ -37,9 +37,6 @@ log = logging.getLogger(__name__)
 #: Seconds between two measurements of a job's device use (env WATTLINE_USE_PERIOD_S).
 USE_PERIOD_S = 5.0
 ENV_USE_PERIOD = "WATTLINE_USE_PERIOD_S"
-#: A period ends at the previous ask when an ask's mean use of a device (the job's or every
-#: process's) differs from the period's so far by more than this many percentage points.
-USE_CHANGE_PCT = 10.0
 
 
 def use_period_s() -> float:
@@ -57,9 +54,9 @@ class UseRecorder:
     It asks the sources every ``sample_s`` (at most 1 s: a process's use since the
     previous ask is lost if it exits before the next one, as its samples go with it) and
     sends one event per device every ``period_s`` with the use integrated over the period,
-    or sooner, at the previous ask, when the use changed by more than :data:`USE_CHANGE_PCT`
-    (a process starting, ending, a phase) or the job's processes left a device: a period's
-    mean stands for all of it when the device is split, so a period holds one steady stretch.
+    or sooner, at the previous ask, when the processes holding a device changed (the job's or
+    another's started or ended) or the job's left it: a period's mean stands for all of it
+    when the device is split between jobs, so a period holds one set of processes.
     """
 
     def __init__(
@@ -150,21 +147,15 @@ class UseRecorder:
 
 
 def _changed(before: dict[str, Tally], now: dict[str, Tally]) -> bool:
-    """Whether the last ask's mean use of a device (``now`` less ``before``) differs from the
-    period's before it by more than USE_CHANGE_PCT, is of a device the period had not, or
-    has none of the job's processes on a device the period had (so the stretch since the
-    last ask that saw them, their use lost at their exit, is in no period)."""
+    """Whether the last ask (``now`` less ``before``) found a device the period had not, none
+    of the job's processes on one it had (their use since the ask before went with them), or
+    other processes holding one than at the ask before (a process started or ended)."""
     for key, t in now.items():
         b = before.get(key)
         if b is None:
             return True
-        asked = t.covered_ns - b.covered_ns
-        if asked <= 0 < b.covered_ns:  # its processes gone from the device (an exit: their last use with them)
+        if b.covered_ns > 0 and (t.covered_ns == b.covered_ns or t.running != b.running):
             return True
-        if asked > 0 and b.covered_ns > 0:
-            for this, so_far in ((t.mine - b.mine, b.mine), (t.total - b.total, b.total)):
-                if abs(this / asked - so_far / b.covered_ns) > USE_CHANGE_PCT:
-                    return True
     return False
 
 
@@ -172,7 +163,7 @@ def _less(t: Tally, b: Tally | None) -> Tally:
     """What the last ask added to a tally."""
     if b is None:
         return t
-    return Tally(t.metric, t.mine - b.mine, t.total - b.total, t.covered_ns - b.covered_ns)
+    return Tally(t.metric, t.mine - b.mine, t.total - b.total, t.covered_ns - b.covered_ns, t.running)
 
 
 #: Sources that can give per-process use.

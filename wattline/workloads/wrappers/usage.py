@@ -112,7 +112,7 @@ class UseRecorder:
 
     def sample(self) -> None:
         """Ask the sources once; add each device's use since the previous ask to the period
-        (ended first, at the previous ask, when this ask's use differs from it)."""
+        (ended first, at the previous ask, where this ask found other processes: :func:`_changed`)."""
         pids = self.tree.refresh()
         before = {key: replace(t) for key, t in self._use.jobs.get("", {}).items()}
         asked_ns = self._use.last_ns

@@ -248,13 +248,14 @@ def _wrapper_events(
 def test_a_wrappers_period_ends_where_the_processes_on_the_device_change(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process of no job (pid 99) at 20 % throughout; the job's process comes onto the GPU
     in (1, 2] s at 60 %, another job's (pid 77) in (4, 5] at 20 %, and the job's exits in
-    (7, 8]: the periods are (1, 4] at 60 of 80 % and (4, 7] at 60 of 100 %, not 5 s means
-    across a start, and none over the second in which the job's process exited (its use
-    then is lost with it: NVML drops an exited process's samples)."""
+    (7, 8]: the periods are (1, 4] at 60 of 80 % and then 5 s to (4, 9], not 5 s means across
+    the starts. The asks after the exit, which find none of the job's processes (NVML drops
+    an exited process's samples), stay in that last period: its means (60 and 100 % over the
+    3 s the job was seen, over 5 s) keep the job's part of the device, 60 %."""
     other, job, second_job = {99: 20.0}, {10: 60.0}, {77: 20.0}
     schedule = [other, other, other | job, other | job, other | job] + [other | job | second_job] * 3
     events = _wrapper_events(schedule + [other | second_job] * 3, monkeypatch)
-    assert events == [(1.0, 4.0, 60.0, 80.0), (4.0, 7.0, 60.0, 100.0)]
+    assert events == [(1.0, 4.0, 60.0, 80.0), (4.0, 9.0, 60.0 * 3 / 5, 100.0 * 3 / 5)]
 
 
 def test_a_wrappers_period_holds_use_that_changes_while_the_processes_stay(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,8 +55,8 @@ class UseRecorder:
     previous ask is lost if it exits before the next one, as its samples go with it) and
     sends one event per device every ``period_s`` with the use integrated over the period,
     or sooner, at the previous ask, when the processes holding a device changed (the job's or
-    another's started or ended) or the job's left it: a period's mean stands for all of it
-    when the device is split between jobs, so a period holds one set of processes.
+    another's started or ended): a period's mean stands for all of it when the device is
+    split between jobs, so a period holds one set of processes.
     """
 
     def __init__(
@@ -147,14 +147,14 @@ class UseRecorder:
 
 
 def _changed(before: dict[str, Tally], now: dict[str, Tally]) -> bool:
-    """Whether the last ask (``now`` less ``before``) found a device the period had not, none
-    of the job's processes on one it had (their use since the ask before went with them), or
-    other processes holding one than at the ask before (a process started or ended)."""
+    """Whether the last ask (``now`` less ``before``) found a device the period had not, or
+    other processes holding one than at the ask before (a process started or ended). An ask
+    that found none of the job's processes on a device (they exited: their use since the
+    ask before went with them) stays in the period: the job's and the device's means both
+    lack that use, so a job alone keeps its exact part of the device's energy."""
     for key, t in now.items():
         b = before.get(key)
-        if b is None:
-            return True
-        if b.covered_ns > 0 and (t.covered_ns == b.covered_ns or t.running != b.running):
+        if b is None or (b.covered_ns > 0 and t.running != b.running):
             return True
     return False
 

@@ -180,7 +180,7 @@ def record_local_summary(
                 _record_or_warn(store, left.pop(0), ended_only=True)
             if left:
                 log.warning(
-                    "job %s: %d summaries of jobs that shared its devices not rewritten (`wattline report` "
+                    "job %s: %d summaries of jobs that shared its host not rewritten (`wattline report` "
                     "shows their figures now): %s",
                     shown,
                     len(left),

@@ -319,9 +319,11 @@ def test_a_pod_that_ends_between_polls_sends_its_last_use_as_means_over_the_asks
     node: tuple[Kubelet, PodWatcher, dict[str, Path], list[wire.pb.JobEvent]],
 ) -> None:
     """Polls every 5 s, asks every second between them; the pods end at 62.5 s, the poll at
-    65 s sees it. The last USE, (60, 62.5] s, gives the means over the asks that saw the
-    pods' processes, 60-63 s: ts1 30 of 40 % (over its 2.5 s, 36 of 48 %; at a larger use,
-    over 100 % of the GPU; over the 5 s to the poll, 18 of 24 %)."""
+    65 s sees it. The last USE, (60, 62.5] s, gives the means over the asks that covered the
+    pods' processes: 60-63 s, where they were seen at 30 of 40 %, and 63-64 s, where they
+    were gone and left no sample, at half that (they ran for between none and all of it):
+    105 of 140 % s over 4 s (over its 2.5 s, 42 of 56 %; at a larger use, over 100 % of the
+    GPU; over the 5 s to the poll, 21 of 28 %)."""
     kubelet, watcher, dirs, sent = node
     gpus = EndingGpuUse()
     watcher.use_sources = lambda: [gpus]
@@ -336,7 +338,7 @@ def test_a_pod_that_ends_between_polls_sends_its_last_use_as_means_over_the_asks
     watcher.poll(T0 + 65 * S)
     last = [e for e in sent if e.kind == wire.pb.JobEvent.KIND_USE and e.use_device == "gpu:GPU-b"
             and e.job_id == "k8s:team-a/infer-1" and e.time_ns == T0 + 62_500_000_000]  # fmt: skip
-    assert [(e.use_period_ns, e.job_use, e.device_use) for e in last] == [(2_500_000_000, 30.0, 40.0)]
+    assert [(e.use_period_ns, e.job_use, e.device_use) for e in last] == [(2_500_000_000, 26.25, 35.0)]
 
 
 def test_jobs_and_report_say_how_each_pod_ended(

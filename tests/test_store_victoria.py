@@ -11,6 +11,7 @@ import pytest
 from servers import T0, VictoriaMetrics, make_batch, searchable
 from waits import wait_until
 
+from wattline import wire
 from wattline.collector.stores.base import JobSummary
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.collector.stores.victoria import VictoriaStore
@@ -41,8 +42,11 @@ def test_reads_equal_sqlite_resends_included(stores: tuple[VictoriaStore, Sqlite
     opened.holder_pid, opened.holder_start_ticks, opened.holder_boot_id = 4242, 99, "boot-x"
     opened.labels["empty"] = ""
     batch.job_events[-1].abandoned = "holder died"
+    use = batch.job_events.add(job_id="vm-reads-job", kind=wire.pb.JobEvent.KIND_USE, time_ns=T0 + 2 * 10**9)
+    use.event_seq, use.use_device, use.use_period_ns, use.use_metric = 77, "gpu:GPU-x", 10**9, "sm"
+    use.job_use, use.device_use, use.use_steady = 45.5, 60.0, True  # a flag, read back as stored
     for _ in range(2):  # a resend
-        assert vm.write(batch).written == sqlite.write(batch).written == 10
+        assert vm.write(batch).written == sqlite.write(batch).written == 11
 
     def shown_all() -> bool:
         searchable(vm.url)

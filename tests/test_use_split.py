@@ -227,8 +227,8 @@ class _Driver:
 
 def _wrapper_events(
     schedule: list[dict[int, float]], monkeypatch: pytest.MonkeyPatch
-) -> list[tuple[float, float, float, float]]:
-    """The USE events (start s, end s, job_use, device_use) of a wrapper of a job whose
+) -> list[tuple[float, float, float, float, bool]]:
+    """The USE events (start s, end s, job_use, device_use, steady) of a wrapper of a job whose
     process is pid 10, asking once a second (5 s periods) from 0 s through ``schedule``."""
     clock = [0]
     monkeypatch.setattr(usage.time, "time_ns", lambda: clock[0])
@@ -242,26 +242,35 @@ def _wrapper_events(
         if clock[0] - rec._period_ns >= 5 * S:
             rec.flush()
     rec.flush()
-    return [(e.time_ns / S - e.use_period_ns / S, e.time_ns / S, e.job_use, e.device_use) for e in sent]
+    return [(e.time_ns / S - e.use_period_ns / S, e.time_ns / S, e.job_use, e.device_use, e.use_steady) for e in sent]
 
 
 def test_a_wrappers_period_ends_where_the_processes_on_the_device_change(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process of no job (pid 99) at 20 % throughout; the job's process comes onto the GPU
     in (1, 2] s at 60 %, another job's (pid 77) in (4, 5] at 20 %, and the job's exits in
-    (7, 8]: the periods are (1, 4] at 60 of 80 % and then 5 s to (4, 9], not 5 s means across
-    the starts. The asks after the exit, which find none of the job's processes (NVML drops
-    an exited process's samples), stay in that last period: its means (60 and 100 % over the
-    3 s the job was seen, over 5 s) keep the job's part of the device, 60 %."""
+    (7, 8]. Each ask that found other processes than the one before is a period of its own,
+    unsteady; between them, steady periods of one set of processes each: (2, 4] at 60 of
+    80 %, (5, 7] at 60 of 100 %. The exited process left no sample for (7, 8] (NVML drops
+    them): it counts at half its last use there, 30 of 70 %, and the job's part after it is a
+    measured 0 (the device stays the job's)."""
     other, job, second_job = {99: 20.0}, {10: 60.0}, {77: 20.0}
     schedule = [other, other, other | job, other | job, other | job] + [other | job | second_job] * 3
     events = _wrapper_events(schedule + [other | second_job] * 3, monkeypatch)
-    assert events == [(1.0, 4.0, 60.0, 80.0), (4.0, 9.0, 60.0 * 3 / 5, 100.0 * 3 / 5)]
+    assert events == [
+        (1.0, 2.0, 60.0, 80.0, False),
+        (2.0, 4.0, 60.0, 80.0, True),
+        (4.0, 5.0, 60.0, 100.0, False),
+        (5.0, 7.0, 60.0, 100.0, True),
+        (7.0, 8.0, 30.0, 70.0, False),
+        (8.0, 10.0, 0.0, 40.0, True),
+    ]
 
 
 def test_a_wrappers_period_holds_use_that_changes_while_the_processes_stay(monkeypatch: pytest.MonkeyPatch) -> None:
     """Use that wavers or steps (NVML's samples come at their own pace: an ask may find none
-    of a running process's) keeps 5 s periods while the same processes hold the device."""
+    of a running process's) keeps 5 s steady periods while the same processes hold the
+    device; the first ask that found them is unsteady (they started somewhere in it)."""
     use = [55.0, 64.0, 0.0, 62.0, 55.0, 64.0, 58.0, 20.0, 20.0, 64.0, 60.0]
     events = _wrapper_events([{10: u, 99: 20.0} for u in use], monkeypatch)
-    assert [(a, b) for a, b, _, _ in events] == [(0.0, 5.0), (5.0, 10.0)]
-    assert events[0][2] == pytest.approx(math.fsum(use[1:6]) / 5)
+    assert [(a, b, steady) for a, b, _, _, steady in events] == [(0.0, 1.0, False), (1.0, 6.0, True), (6.0, 10.0, True)]
+    assert events[1][2] == pytest.approx(math.fsum(use[2:7]) / 5)

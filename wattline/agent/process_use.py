@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from wattline.agent.sources.use import DeviceUse
@@ -59,6 +59,8 @@ class UseTallies:
         self._asked: dict[int, UseSource] = {}  #: the sources the previous ask read, by id()
         self._owners: dict[int, str | None] = {}  #: each process's job, while ``_owners_key`` holds
         self._owners_key: Hashable | None = None
+        #: Per device, the processes the previous ask listed: their job and use then.
+        self._last: dict[str, dict[int, tuple[str | None, float]]] = {}
 
     def sample(
         self,
@@ -103,7 +105,12 @@ class UseTallies:
                     continue
                 self.scope.add(du.key)
                 if counts:
-                    self.add(du, owner, dt, claims or {})
+                    with_lost, lost = _with_lost(du, self._last.get(du.key, {}))
+                    self.add(with_lost, _Known(lost, owner), dt, claims or {})
+                # the jobs as this ask found them (none looked up where it counted nothing)
+                self._last[du.key] = {
+                    pid: (owner.known.get(pid), du.use.get(pid, 0.0)) for pid in du.running | du.use.keys()
+                }
         if owners is not None:  # forget processes no longer listed: a pid may come back as another's
             self._owners = {pid: owner.known[pid] for pid in owner.asked}
         return errors
@@ -135,6 +142,30 @@ class UseTallies:
             del self.jobs[gone]
 
 
+def _with_lost(du: DeviceUse, last: Mapping[int, tuple[str | None, float]]) -> tuple[DeviceUse, dict[int, str | None]]:
+    """``du`` with the use of the GPU processes that exited since the previous ask and left no
+    sample (NVML drops an exited process's): half their use then, as each ran for between
+    none and all of the time since; and their jobs (pid -> job), as the previous ask found them."""
+    if du.component != "gpu" or du.total is not None:  # MIG: shares by a rule, nothing lost
+        return du, {}
+    gone = {pid: v for pid, v in last.items() if v[1] > 0 and pid not in du.running and pid not in du.use}
+    if not gone:
+        return du, {}
+    use = du.use | {pid: rate / 2 for pid, (_, rate) in gone.items()}
+    return replace(du, use=use), {pid: job for pid, (job, _) in gone.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """``job_of`` that knows the jobs of some processes already (exited ones)."""
+
+    known: Mapping[int, str | None]
+    job_of: Callable[[int], str | None]
+
+    def __call__(self, pid: int) -> str | None:
+        return self.known[pid] if pid in self.known else self.job_of(pid)
+
+
 class _Memo:
     """``job_of`` asked once per process (a process may use several devices), ``known`` the
     answers so far, ``asked`` the processes asked of it."""
@@ -150,13 +181,20 @@ class _Memo:
 
 
 def use_fields(
-    device: str, span_ns: int, mine: float, total: float, metric: str, tallied_ns: int | None = None
+    device: str,
+    span_ns: int,
+    mine: float,
+    total: float,
+    metric: str,
+    tallied_ns: int | None = None,
+    steady: bool = False,
 ) -> dict[str, Any]:
     """A USE event's fields: the job's and every process's mean use of ``device`` over a period
     of ``span_ns`` ending at the event (``mine``, ``total``: their integrals, use x ns, over
     ``tallied_ns``, default the period; longer for a job that ended between two of its
     holder's reads of its processes, as the ask that last saw them reached past its end: the
-    means are then over the time the asks covered, so never over 100 %)."""
+    means are then over the time the asks covered, so never over 100 %). ``steady``: every
+    ask in the period found the same processes holding the device."""
     over = max(span_ns, tallied_ns or 0)
     return {
         "use_device": device,
@@ -164,4 +202,5 @@ def use_fields(
         "job_use": mine / over,
         "device_use": max(total, mine) / over,
         "use_metric": metric,
+        "use_steady": steady,
     }

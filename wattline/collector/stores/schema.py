@@ -158,6 +158,8 @@ def job_event_fields(event: wire.pb.JobEvent) -> dict[str, float | int | str | b
     elif event.kind == wire.pb.JobEvent.KIND_USE:
         fields.update(device=event.use_device, period_ns=int(event.use_period_ns), metric=event.use_metric)
         fields.update(job_use=float(event.job_use), device_use=float(event.device_use))
+        if event.use_steady:  # absent: not known to be (older writers, the watchers)
+            fields["steady"] = 1
     return fields
 
 

@@ -38,7 +38,8 @@ piece; each piece then goes
   goes by the :class:`ShareRule` among those jobs (``device-share`` as ``equal``: each
   holds this one device); where no use interval covers it, by the claims as above. A
   share by use is derived from utilization, not a measurement of the job's own energy:
-  :attr:`Share.split_by_use_j` keeps that part apart so reports can label it.
+  :attr:`Share.split_by_use_j` keeps that part apart so reports can label it, and
+  :attr:`Share.split_bound_j` says how far it may be off (:meth:`.use_split.UseSplit.bounds`).
 
 Every piece is handed out in full (the last share is the remainder), so for each
 host ``node energy == sum over jobs + unattributed`` to float rounding, and no
@@ -64,7 +65,7 @@ from typing import Literal
 from wattline import wire
 from wattline.quality import Quality
 from wattline.units import NS_PER_S
-from wattline.workloads.energy.use_split import UseInterval, UseSplit, UseTimeline
+from wattline.workloads.energy.use_split import Piece, UseInterval, UseSplit, UseTimeline
 from wattline.workloads.energy.window_energy import (
     Interval,
 )
@@ -198,6 +199,8 @@ class Share:
     dynamic_j: float  #: above the idle baseline; energy_j - dynamic_j is the idle part
     #: The part of energy_j handed out by use (derived from utilization, not measured).
     split_by_use_j: float = 0.0
+    #: How far that split may be off, J (:meth:`.use_split.UseSplit.bounds`).
+    split_bound_j: float = 0.0
 
     @property
     def idle_j(self) -> float:
@@ -304,6 +307,12 @@ def _hand_out(amount: float, weights: Sequence[tuple[str | None, float]]) -> lis
     return out
 
 
+def _parts(weights: Sequence[tuple[str | None, float]]) -> dict[str, float]:
+    """Each job window's part of a piece, 0..1, from its weights."""
+    total = math.fsum(w for _, w in weights if w > 0)
+    return {k: w / total for k, w in weights if k is not None and w > 0} if total > 0 else {}
+
+
 def split_shared(
     channels: Sequence[ChannelEnergy],
     jobs: Sequence[JobWindow],
@@ -332,6 +341,7 @@ def split_shared(
         energy: dict[str | None, list[float]] = defaultdict(list)
         dynamic: dict[str | None, list[float]] = defaultdict(list)
         by_use_parts: dict[str | None, list[float]] = defaultdict(list)
+        split_pieces: list[Piece] = []
         edges = sorted(
             {t for j in host_jobs for t in (j.start_ns, j.end_ns)}
             | {
@@ -369,9 +379,13 @@ def split_shared(
                         by_use_parts[k].append(part)
                 for k, part in _hand_out(pd, w):
                     dynamic[k].append(part)
+                if by_use_split is not None and keys:
+                    split_pieces.append((a, b, pe, _parts(w), frozenset(j.job_id for j in active)))
+        # an accelerator's split by its processes' use; a host's CPU split by CPU time (a count,
+        # not samples of the processes on a device) has no unsteady stretch to bound
+        split_bounds = by_use_split.bounds(split_pieces) if by_use_split is not None and keys else {}
         for k in sorted(energy, key=lambda x: (x is None, x or "")):
             total, dyn_total = math.fsum(energy[k]), math.fsum(dynamic[k])
-            shares.append(
-                Share(k, ch.host, ch.component, ch.device, ch.quality, total, dyn_total, math.fsum(by_use_parts[k]))
-            )
+            by_use_j, bound_j = math.fsum(by_use_parts[k]), split_bounds.get(k, 0.0) if k is not None else 0.0
+            shares.append(Share(k, ch.host, ch.component, ch.device, ch.quality, total, dyn_total, by_use_j, bound_j))
     return Attribution(tuple(shares), policy)

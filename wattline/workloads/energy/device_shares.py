@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from wattline.collector.stores.reader import StoredJobEvent
 from wattline.workloads.energy.attribution import Attribution, ChannelEnergy
@@ -37,9 +37,17 @@ def use_timelines(events: Iterable[StoredJobEvent], host: str) -> dict[str, UseT
         except (KeyError, TypeError, ValueError):
             continue
         if period > 0 and all(math.isfinite(v) and v >= 0 for v in (job, dev)) and f.get("device"):
-            metric = str(f.get("metric", ""))
-            per_device[str(f["device"])].append(UseInterval(e.time_ns - period, e.time_ns, job, dev, metric))
+            metric, steady = str(f.get("metric", "")), _is_one(f.get("steady"))
+            per_device[str(f["device"])].append(UseInterval(e.time_ns - period, e.time_ns, job, dev, metric, steady))
     return {key: UseTimeline(_disjoint(iv)) for key, iv in per_device.items()}
+
+
+def _is_one(value: object) -> bool:
+    """A stored flag (1, 1.0 or "1" as the stores give it back); absent or anything else: False."""
+    try:
+        return float(value) == 1.0  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
 
 
 def use_scope(events: Iterable[StoredJobEvent], host: str) -> frozenset[str]:
@@ -60,7 +68,7 @@ def _disjoint(intervals: list[UseInterval]) -> list[UseInterval]:
     for u in sorted(intervals, key=lambda u: u.end_ns):
         start = max(u.start_ns, out[-1].end_ns) if out else u.start_ns
         if start < u.end_ns:
-            out.append(UseInterval(start, u.end_ns, u.job_use, u.device_use, u.metric))
+            out.append(replace(u, start_ns=start))
     return out
 
 

@@ -20,7 +20,11 @@ in joules (README "Method: uncertainty" gives each one's source):
 * ``model``: a model estimate is off by up to its model's stated range
   (:data:`MODEL_RANGE`), or by the ``energy_error_j`` its source gave with each sample;
 * ``gaps``: time in the window with no sample at all, or with an unhealthy (0 J) one,
-  could have held up to ``p_max x that time``.
+  could have held up to ``p_max x that time``;
+* ``split``: a device split among jobs by their recorded use, each job's use known as
+  period means whose changes its holder places only to within a resolution
+  (:meth:`~wattline.workloads.energy.use_split.UseSplit.bounds`); not a term of the
+  channel, added to the job's share of it.
 
 ``p_max`` is the channel's plausible maximum power: the highest mean power among the
 samples the report read for it around the window, and the window's own mean power
@@ -98,6 +102,7 @@ class Bound:
     integration_j: float = 0.0
     model_j: float = 0.0
     gaps_j: float = 0.0
+    split_j: float = 0.0
 
     @property
     def total_j(self) -> float:
@@ -107,7 +112,7 @@ class Bound:
     @property
     def measurement_j(self) -> float:
         """The terms of the measurement itself (all but the model's range)."""
-        return self.resolution_j + self.edges_j + self.integration_j + self.gaps_j
+        return self.resolution_j + self.edges_j + self.integration_j + self.gaps_j + self.split_j
 
     def __add__(self, other: Bound) -> Bound:
         return Bound(
@@ -116,6 +121,7 @@ class Bound:
             self.integration_j + other.integration_j,
             self.model_j + other.model_j,
             self.gaps_j + other.gaps_j,
+            self.split_j + other.split_j,
         )
 
     def scaled(self, factor: float) -> Bound:
@@ -126,6 +132,7 @@ class Bound:
             self.integration_j * factor,
             self.model_j * factor,
             self.gaps_j * factor,
+            self.split_j * factor,
         )
 
     def terms(self) -> dict[str, float]:

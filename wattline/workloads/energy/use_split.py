@@ -20,12 +20,21 @@ that process's use in the time before it ended. A job that is running but whose 
 period covering the piece yet (its holder's next event is still to come) counts at the
 rate of its nearest period in the sum, never in its own favour: it is charged only where its
 own periods cover it.
+
+How far that may be off (:meth:`UseSplit.bounds`): a period's mean stands for one set of
+processes only where the same processes held the device throughout (a *steady* period);
+the split is then exact while their rates hold. Where one started or ended inside a period
+(a wrapper sends the ask in which it did as a period of its own; the pod and Slurm
+watchers' periods may all hold one), a job's part there lay somewhere between its parts
+before and after that period: its term is the energy there x how far its weight is from
+the farther of the two. A process's change of pace inside a steady period is not bounded.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -44,6 +53,8 @@ class UseInterval:
     job_use: float
     device_use: float
     metric: str = ""  #: "sm", "memory", "neuroncore", "mig-memory" (a rule by MIG instance size)
+    #: The same processes held the device throughout (else one may have started or ended in it).
+    steady: bool = False
 
     @property
     def share(self) -> float:
@@ -87,6 +98,19 @@ class UseTimeline:
         if pos < hi:
             total += self.intervals[-1].job_use * (hi - pos)
         return total
+
+    def rate(self, lo: int, hi: int) -> float:
+        """The mean use over ``(lo, hi]`` (``lo < hi``): over the parts of its steady
+        intervals there, where it has any (an unsteady one may lack the use of a process
+        that exited in it), else :meth:`integral`'s."""
+        total, covered = 0.0, 0
+        i = bisect.bisect_right(self._ends, lo)
+        while i < len(self.intervals) and self.intervals[i].start_ns < hi:
+            u = self.intervals[i]
+            if u.steady and (inside := min(u.end_ns, hi) - max(u.start_ns, lo)) > 0:
+                total, covered = total + u.job_use * inside, covered + inside
+            i += 1
+        return total / covered if covered else self.integral(lo, hi) / (hi - lo)
 
 
 class UsingWindow(Protocol):
@@ -133,7 +157,7 @@ class UseSplit:
             for u in user.timeline.intervals:
                 length = u.end_ns - u.start_ns
                 theirs = math.fsum(
-                    v.timeline.integral(*clip)
+                    v.timeline.rate(*clip) * (clip[1] - clip[0])
                     for v in self._users.values()
                     if v is not user
                     if (clip := _clip(v, u.start_ns, u.end_ns))
@@ -160,7 +184,10 @@ class UseSplit:
                 held.setdefault(id(user), user.timeline.nearest(b).job_use)
         if not covered:
             return None
-        others = max(self._user_of[j].others[id(u)] for j, u in covered)
+        # a steady period's estimate where one covers the piece: an unsteady one's may lack
+        # the use of a process that exited in it
+        trusted = [(j, u) for j, u in covered if u.steady] or covered
+        others = max(self._user_of[j].others[id(u)] for j, u in trusted)
         total = math.fsum(held.values()) + others
         if total <= 0:  # jobs on the device, the device idle: among them
             if exclusive:
@@ -168,6 +195,54 @@ class UseSplit:
             return [(j, 1.0) for j, _ in covered]
         shares: list[tuple[str | None, float]] = [(j, u.job_use / total) for j, u in covered if u.job_use > 0]
         return [*shares, (None, 1.0 - math.fsum(w for _, w in shares))]
+
+    def bounds(self, pieces: Sequence[Piece]) -> dict[str, float]:
+        """Each window's term (J, see the module doc) over the channel's ``pieces`` in time
+        order. In a piece of an unsteady period (of any job), a job whose window is open there
+        may have had any weight between its weights on the pieces just outside that period
+        (the processes before and after the change): its term there is the piece's energy x
+        how far its weight is from the farther of the two. Where its window is not open on
+        one side (the job's first or last period), that side's weight is what it would have
+        been with the job's processes not yet there or gone: all of the piece where nothing
+        else shared it, else none. A piece in several unsteady periods counts once, at the
+        largest."""
+        starts = [p[0] for p in pieces]
+        worst: dict[tuple[int, int], tuple[float, str]] = {}  # (piece, job's timeline) -> (weight off, window)
+        for u in {u for user in self._users.values() for u in user.timeline.intervals if not u.steady}:
+            first, end = bisect.bisect_left(starts, u.start_ns), bisect.bisect_left(starts, u.end_ns)
+            before = self._by_user(pieces[first - 1]) if first > 0 and pieces[first - 1][1] == u.start_ns else {}
+            after = self._by_user(pieces[end]) if end < len(pieces) and pieces[end][0] == u.end_ns else {}
+            for i in range(first, end):
+                for key, (w, window) in self._by_user(pieces[i]).items():
+                    alone = 1.0 if w >= 1.0 - 1e-9 else 0.0
+                    sides = (side[key][0] if key in side else alone for side in (before, after))
+                    off = max(abs(w - side) for side in sides)
+                    if off > worst.get((i, key), _NONE)[0]:
+                        worst[(i, key)] = (off, window)
+        out: dict[str, float] = defaultdict(float)
+        for (i, _), (off, window) in worst.items():
+            out[window] += off * pieces[i][2]
+        return dict(out)
+
+    def _by_user(self, piece: Piece) -> dict[int, tuple[float, str]]:
+        """Per job's timeline, its part of ``piece`` and its window there, for the jobs whose
+        windows are open on it (part 0 where they got none)."""
+        out: dict[int, tuple[float, str]] = {}
+        weights = piece[3]
+        for window in sorted(piece[4]):
+            user = self._user_of.get(window)
+            if user is None:
+                continue
+            w = weights.get(window, 0.0)
+            part, best = out.get(id(user), (0.0, ""))
+            out[id(user)] = (part + w, window if not best or w > weights.get(best, 0.0) else best)
+        return out
+
+
+_NONE = (0.0, "")
+#: A piece of a channel as :meth:`UseSplit.bounds` reads it: ``(start_ns, end_ns, energy_j,
+#: window id -> its part of the piece (0..1), the ids of the windows open on it)``.
+Piece = tuple[int, int, float, Mapping[str, float], frozenset[str]]
 
 
 def _clip(user: _User, lo: int, hi: int) -> tuple[int, int] | None:

@@ -412,6 +412,7 @@ def _accumulate(window: WindowEnergy, attribution: Attribution, job_key: str, ho
         comp = window.components.setdefault(share.component, ComponentEnergy(share.component))
         bound, channel_j = bounds.get((job_key, share.component, share.device, share.quality.value), (Bound(), 0.0))
         comp.bound += bound.scaled(min(share.energy_j / channel_j, 1.0) if channel_j > 0 else 1.0)
+        comp.bound += Bound(split_j=share.split_bound_j)
         comp.energy_j += share.energy_j
         comp.dynamic_j += share.dynamic_j
         comp.split_by_use_j += share.split_by_use_j

@@ -56,7 +56,8 @@ class UseRecorder:
     sends one event per device every ``period_s`` with the use integrated over the period,
     or sooner, at the previous ask, when the processes holding a device changed (the job's or
     another's started or ended): a period's mean stands for all of it when the device is
-    split between jobs, so a period holds one set of processes.
+    split between jobs, so a steady period holds one set of processes, and the ask in which
+    they changed is an unsteady period of its own (the split's bound covers it).
     """
 
     def __init__(
@@ -78,6 +79,8 @@ class UseRecorder:
         self.devices: set[str] = set()
         self.sent = 0
         self._period_ns = 0  #: start of the current period
+        #: The processes holding each device the job used, at the last ask that read it.
+        self._running: dict[str, frozenset[int]] = {}
         self._use = UseTallies()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wattline-use", daemon=True)
@@ -111,32 +114,43 @@ class UseRecorder:
         return self._use.scope
 
     def sample(self) -> None:
-        """Ask the sources once; add each device's use since the previous ask to the period
-        (ended first, at the previous ask, where this ask found other processes: :func:`_changed`)."""
+        """Ask the sources once and add each device's use since the previous ask to the
+        period; where this ask found other processes holding a device the job used than the
+        ask before (one started or ended, the job's included), the period ends at the previous
+        ask and the time since is sent as an unsteady period of its own."""
         pids = self.tree.refresh()
         before = {key: replace(t) for key, t in self._use.jobs.get("", {}).items()}
         asked_ns = self._use.last_ns
-        for error in self._use.sample(self.sources(), lambda pid: "" if pid in pids else None, time.time_ns()):
+        # The devices it used stay the job's (a measured 0 once its processes left them), so
+        # the ask after they exit still finds the change and covers the stretch to their exit.
+        claims = {"": frozenset(self.devices)}
+        for error in self._use.sample(self.sources(), lambda pid: "" if pid in pids else None, time.time_ns(), claims):
             log.warning("job %s: %s", self.builder.spec.job_id, error)
         now = self._use.jobs.get("", {})
         self.devices.update(now)
-        if asked_ns > self._period_ns and _changed(before, now):
-            self._send(self._period_ns, asked_ns, before)
-            self._period_ns = asked_ns
-            rest = {key: _less(t, before.get(key)) for key, t in now.items()}
-            self._use.jobs[""] = {key: t for key, t in rest.items() if t.covered_ns > 0}
+        added = {key: _less(t, before.get(key)) for key, t in now.items()}
+        added = {key: t for key, t in added.items() if t.covered_ns > 0}
+        changed = any(self._running.get(key) != t.running for key, t in added.items())
+        self._running.update((key, t.running) for key, t in added.items())
+        if changed:
+            self._send(self._period_ns, asked_ns, before, steady=True)
+            self._send(asked_ns, self._use.last_ns, added, steady=False)
+            self._use.take("")
+            self._period_ns = self._use.last_ns
 
     def flush(self) -> None:
         """One USE event per device the job ran on or used in the period now ending."""
         start, end = self._period_ns, self._use.last_ns
         self._period_ns = end
-        self._send(start, end, self._use.take(""))
+        self._send(start, end, self._use.take(""), steady=True)
 
-    def _send(self, start: int, end: int, tallies: dict[str, Tally]) -> None:
+    def _send(self, start: int, end: int, tallies: dict[str, Tally], steady: bool) -> None:
         if end <= start or not tallies:
             return
         events = [
-            self.builder.make(wire.pb.JobEvent.KIND_USE, end, **use_fields(key, end - start, t.mine, t.total, t.metric))
+            self.builder.make(
+                wire.pb.JobEvent.KIND_USE, end, **use_fields(key, end - start, t.mine, t.total, t.metric, None, steady)
+            )
             for key, t in sorted(tallies.items())
         ]
         try:
@@ -144,19 +158,6 @@ class UseRecorder:
             self.sent += len(events)
         except Exception as exc:  # never stop the job
             log.warning("job %s: use events not sent: %s", self.builder.spec.job_id, exc)
-
-
-def _changed(before: dict[str, Tally], now: dict[str, Tally]) -> bool:
-    """Whether the last ask (``now`` less ``before``) found a device the period had not, or
-    other processes holding one than at the ask before (a process started or ended). An ask
-    that found none of the job's processes on a device (they exited: their use since the
-    ask before went with them) stays in the period: the job's and the device's means both
-    lack that use, so a job alone keeps its exact part of the device's energy."""
-    for key, t in now.items():
-        b = before.get(key)
-        if b is None or (b.covered_ns > 0 and t.running != b.running):
-            return True
-    return False
 
 
 def _less(t: Tally, b: Tally | None) -> Tally:

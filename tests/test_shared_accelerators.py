@@ -246,6 +246,12 @@ def test_two_jobs_on_one_gpu_get_their_measured_shares(tmp_path: Path) -> None:
         assert (ds.device, ds.basis) == (GPU0, "measured share")
         assert ds.split_by_use_j == pytest.approx(ds.energy_j, rel=1e-9)
         assert any("measured share" in n and "derived from utilization" in n for n in got[job].notes)
+        # the split's own term, per device and in the bound: the processes came and went
+        # between two of the wrapper's asks, and the note says what it is for
+        windows = (got[job].warmup, got[job].saturated_window)
+        split_j = sum(w.components["gpu"].bound.split_j for w in windows if "gpu" in w.components)
+        assert ds.split_bound_j == pytest.approx(split_j, rel=1e-9) and split_j > 0
+        assert any(f"± {split_j:.1f} J where processes started or ended" in n for n in got[job].notes)
         split = report_json(got[job])["measured"]["coverage"]["split_by_utilization_share"]
         assert split == pytest.approx(gpu_j(got[job]) / (got[job].saturated_window.energy_j + got[job].warmup.energy_j))
     da, db_ = got["job-a"].device_shares[0], got["job-b"].device_shares[0]

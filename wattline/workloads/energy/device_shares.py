@@ -90,6 +90,8 @@ class DeviceShare:
     #: use, or no job on the device): span = the sum of every job's charge + unattributed.
     span_energy_j: float = 0.0
     unattributed_j: float = 0.0
+    #: How far the split by use may be off, J (the bound's ``split`` term for this device).
+    split_bound_j: float = 0.0
 
     def note(self) -> str:
         """One line for the report's notes."""
@@ -103,6 +105,8 @@ class DeviceShare:
             )
         rest = self.energy_j - self.split_by_use_j
         extra = f", {rest:.1f} J of it by the share rule while the device was idle" if rest > 1e-9 else ""
+        if self.split_bound_j > 0:
+            extra += f"; ± {self.split_bound_j:.1f} J where processes started or ended between two reads of their use"
         return (
             f"{name}: {100 * self.share:.0f} % of its {self.device_energy_j:.1f} J while the job ran "
             f"(measured share{extra}; derived from utilization, not a measurement of the job's energy)"
@@ -134,6 +138,7 @@ def device_shares(
         if energy <= 0:
             continue
         by_use = math.fsum(s.split_by_use_j for s in mine)
+        split_bound = math.fsum(s.split_bound_j for s in mine)
         device = window_energy(ch.intervals, *window)
         metrics = {u.metric for k in ch.claim_keys & uses.keys() for u in uses[k].intervals}
         basis = (MIG if metrics == {"mig-memory"} else BY_USE) if by_use > 0 else CLAIMED
@@ -143,5 +148,6 @@ def device_shares(
         outside = math.fsum(iv.energy_j for iv in ch.intervals) - window_energy(ch.intervals, lo, hi)
         total = math.fsum(s.energy_j for s in of_device) - outside
         rest = math.fsum(s.energy_j for s in of_device if s.job_id is None) - outside
-        out.append(DeviceShare(ch.host, ch.component, ch.device, basis, energy, by_use, device, share, total, rest))
+        where = (ch.host, ch.component, ch.device)
+        out.append(DeviceShare(*where, basis, energy, by_use, device, share, total, rest, split_bound))
     return out

@@ -380,7 +380,9 @@ def split_shared(
                 for k, part in _hand_out(pd, w):
                     dynamic[k].append(part)
                 if by_use_split is not None and keys:
-                    split_pieces.append((a, b, pe, _parts(w), frozenset(j.job_id for j in active)))
+                    # no job's use there: nothing to say of any job's weight beside an unsteady period
+                    opened = frozenset(j.job_id for j in active) if by_use is not None else frozenset()
+                    split_pieces.append((a, b, pe, _parts(w) if by_use is not None else {}, opened))
         # an accelerator's split by its processes' use; a host's CPU split by CPU time (a count,
         # not samples of the processes on a device) has no unsteady stretch to bound
         split_bounds = by_use_split.bounds(split_pieces) if by_use_split is not None and keys else {}

@@ -202,10 +202,10 @@ class UseSplit:
         may have had any weight between its weights on the pieces just outside that period
         (the processes before and after the change): its term there is the piece's energy x
         how far its weight is from the farther of the two. Where its window is not open on
-        one side (the job's first or last period), that side's weight is what it would have
-        been with the job's processes not yet there or gone: all of the piece where nothing
-        else shared it, else none. A piece in several unsteady periods counts once, at the
-        largest."""
+        one side (the job's first or last period, or a piece no job's use covers: its weights
+        are claims', no measure of use), that side's weight is what it would have been with
+        the job's processes not yet there or gone: all of the piece where nothing else shared
+        it, else none. A piece in several unsteady periods counts once, at the largest."""
         starts = [p[0] for p in pieces]
         worst: dict[tuple[int, int], tuple[float, str]] = {}  # (piece, job's timeline) -> (weight off, window)
         for u in {u for user in self._users.values() for u in user.timeline.intervals if not u.steady}:
@@ -241,7 +241,8 @@ class UseSplit:
 
 _NONE = (0.0, "")
 #: A piece of a channel as :meth:`UseSplit.bounds` reads it: ``(start_ns, end_ns, energy_j,
-#: window id -> its part of the piece (0..1), the ids of the windows open on it)``.
+#: window id -> its part of the piece (0..1), the ids of the windows open on it)``; a piece no
+#: job's use covers has neither.
 Piece = tuple[int, int, float, Mapping[str, float], frozenset[str]]
 
 

@@ -707,6 +707,9 @@ class RecordedNode:
                 items.append(_pod(name, owner, annotations, phase if end else "Running", start, end or now))
                 if end is None and len(self.seen) == ends_at:  # listed running at its last look
                     self.ended[name] = now
+                    # its cgroup stops now, as the kubelet says, not at the writer thread's next
+                    # turn (a busy host delays it: the pod's last CPU time then came after its end)
+                    self._advance(now)
             if len(self.seen) == 1:
                 self._gpu_use(start, None)
             elif len(self.seen) == LOOKS:
@@ -724,9 +727,13 @@ class RecordedNode:
         while not self.stop.wait(0.02):
             with self.lock:
                 if self.seen:
-                    start = self.seen[0]
-                    until = {name: (t - start) / S for name, t in self.ended.items()}
-                    advance(self.dirs, (time.time_ns() - start) / S, self.cores, self.node_cores, until)
+                    self._advance(time.time_ns())
+
+    def _advance(self, now: int) -> None:
+        """The cgroups' CPU time at ``now`` (under the lock)."""
+        start = self.seen[0]
+        until = {name: (t - start) / S for name, t in self.ended.items()}
+        advance(self.dirs, (now - start) / S, self.cores, self.node_cores, until)
 
     def span_s(self, pod: str) -> float:
         """How long ``pod`` ran, by the kubelet's clock."""

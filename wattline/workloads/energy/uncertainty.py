@@ -21,10 +21,10 @@ in joules (README "Method: uncertainty" gives each one's source):
   (:data:`MODEL_RANGE`), or by the ``energy_error_j`` its source gave with each sample;
 * ``gaps``: time in the window with no sample at all, or with an unhealthy (0 J) one,
   could have held up to ``p_max x that time``;
-* ``split``: a device split among jobs by their recorded use, each job's use known as
-  period means whose changes its holder places only to within a resolution
-  (:meth:`~wattline.workloads.energy.use_split.UseSplit.bounds`); not a term of the
-  channel, added to the job's share of it.
+* ``split``: a device split among jobs by their recorded use: where the processes on it
+  changed inside a period (an unsteady one), a job's part there lay between its parts
+  before and after (:meth:`~wattline.workloads.energy.use_split.UseSplit.bounds`); not a
+  term of the channel, added to the job's share of it.
 
 ``p_max`` is the channel's plausible maximum power: the highest mean power among the
 samples the report read for it around the window, and the window's own mean power

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cpu_events import cpu_periods
+
 from wattline import wire
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.jobs.events import EventBuilder, JobSpec
@@ -66,6 +68,7 @@ def add_job(
         events += [b.units(WARM_RATE, t0 + (i + 1) * S) for i in range(WARMUP_S)]
         events.append(b.phase("saturated", t0 + WARMUP_S * S))
         events += [b.units(BUSY_RATE, t0 + (i + 1) * S) for i in range(WARMUP_S, LENGTH_S)]
+        events += cpu_periods(b, t0, t0 + LENGTH_S * S)  # its processes: the host's only busy ones
         events.append(b.close(0, t0 + LENGTH_S * S))
         batch.job_events.extend(events)
         assert store.write(batch).rejected == 0

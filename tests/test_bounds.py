@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from cpu_events import cpu_periods
 from typer.testing import CliRunner
 
 from wattline import wire
@@ -160,6 +161,8 @@ def write_job(
                 b.open(T0 + round(open_s * S)),
                 b.phase("saturated", T0 + round((open_s if saturated_s is None else saturated_s) * S)),
                 b.units(units, T0 + round(close_s * S)),
+                # its holder read its CPU time: the host's only busy processes (its share: all)
+                *cpu_periods(b, T0 + round(open_s * S), T0 + round(close_s * S)),
                 b.close(0, T0 + round(close_s * S)),
             ]
         )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cpu_events import S, cpu_use
 from pipeline import T0_NS, SyntheticHost, ZoneSpec
 from typer.testing import CliRunner
 
@@ -68,7 +69,10 @@ class Host:
         self.host.spool.add_job_events([b.open(self.host.t_ns)])
         for second in range(seconds):
             self.host.advance(1.0)
-            self.host.spool.add_job_events([b.units(rate, self.host.t_ns)])
+            # as its wrapper reads it: its processes were the host's only busy ones
+            self.host.spool.add_job_events(
+                [b.units(rate, self.host.t_ns), cpu_use(b, self.host.t_ns - S, self.host.t_ns)]
+            )
             if second + 1 == warmup:
                 self.host.spool.add_job_events([b.phase("saturated", self.host.t_ns)])
         if exit_code is not None:

@@ -438,10 +438,10 @@ def test_a_pod_whose_cgroup_appears_after_it_is_seen_gets_its_measured_share(
     got, parts = total_j(store_with(tmp_path / "w.db", sent), "k8s:team-a/nb-alice")
     assert got == pytest.approx(CPU_W * CORES["note"] / NODE_CORES * (LENGTH_S - made_s), rel=0.01), parts
 
-    # A pod read first when it already ran (started between two polls, its cgroup made while
-    # it was pending), or read again after its cgroup was unreadable: what it ran since is
-    # unknown, so its job sends no share for that period (it used to send 0, or the gap's
-    # CPU time as the period's).
+    # A pod read while pending is known from that reading on: its job's first period runs from
+    # the look before it started. A pod already running at the watcher's first look, or read
+    # again after its cgroup was unreadable, is known only from that reading on: its job sends
+    # no share for the period before (it used to send 0, or the gap's CPU time as the period's).
     later: list[wire.pb.JobEvent] = []
     pending = pod_list("Running")
     pending["items"][1]["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "ContainerCreating"}}
@@ -455,8 +455,8 @@ def test_a_pod_whose_cgroup_appears_after_it_is_seen_gets_its_measured_share(
         fresh.poll(T0 + t * S)
     uses = {(e.job_id, (e.time_ns - T0) // S) for e in later if e.kind == wire.pb.JobEvent.KIND_USE}
     pt, batch = "k8s:team-a/llama-ft:25a8decc", "k8s:team-a/embed-batch:25a8decc"
-    assert {t for j, t in uses if j == batch} == {40, 45, 50}  # first read at 35: nothing known before
-    assert {t for j, t in uses if j == pt} == {35, 50}  # 40: its cgroup unread, 45: after the gap
+    assert {t for j, t in uses if j == batch} == {35, 40, 45, 50}  # read pending at 30
+    assert {t for j, t in uses if j == pt} == {35, 50}  # 30: first look; 40: its cgroup unread, 45: after the gap
 
 
 def test_a_restarted_agent_sends_the_same_events(

@@ -376,7 +376,10 @@ def test_two_neuron_runtimes_on_one_device_split_it_by_their_neuroncore_use(tmp_
     mapped = {int(pid): (float(a), float(b)) for pid, a, b in (line.split() for line in spans.read_text().splitlines())}
     live = {rec: int(pid) for rec, pid in (line.split() for line in pid_map.read_text().splitlines())}
     with open_store(f"sqlite:///{db}") as store:
-        uses = {job: [e for e in store.job_events(job) if e.event == "use"] for job in got}
+        uses = {
+            job: [e for e in store.job_events(job) if e.event == "use" and e.fields["device"] != "cpu:host"]
+            for job in got
+        }
     for job, rec, share in (("job-a", "7001", 0.75), ("job-b", "7002", 0.25)):
         # the wrapper measured the constructed ratio (its first period may begin before the
         # process became the runtime)
@@ -559,7 +562,7 @@ def test_the_job_api_measures_the_calling_process(tmp_path: Path) -> None:
     # charged over the use periods the Job recorded (an ask comes late under load), less at
     # most the two straddling 1 s samples
     with open_store(f"sqlite:///{tmp_path / 'w.db'}") as store:
-        uses = [e for e in store.job_events("job-api") if e.event == "use"]
+        uses = [e for e in store.job_events("job-api") if e.event == "use" and e.fields["device"] != "cpu:host"]
     busy_s = sum(max(0.0, min(e.time_ns / 1e9, t1) - max((e.time_ns - e.fields["period_ns"]) / 1e9, t0)) for e in uses)
     assert busy_s > 2.0
     # Two-sided: within the report's bound, less what apportioning the Job API's 1 s samples
@@ -649,7 +652,7 @@ def test_a_job_on_a_mig_instance_gets_its_instances_share_of_the_parent(tmp_path
     # a MIG process is seen running at each ask (every 0.5 s here, later under load), not
     # sampled in between: the job is charged its share of the parent's power over its use periods
     with open_store(f"sqlite:///{db}") as store:
-        uses = [e for e in store.job_events("job-m") if e.event == "use"]
+        uses = [e for e in store.job_events("job-m") if e.event == "use" and e.fields["device"] != "cpu:host"]
     # while its process held the instance; once it left it (its use ended before the job did), 0
     held = [e.fields["job_use"] / e.fields["device_use"] for e in uses]
     n = len([r for r in held if r > 0])

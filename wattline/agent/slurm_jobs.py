@@ -39,9 +39,9 @@ from wattline.agent.slurm_records import SlurmError, events_path
 log = logging.getLogger(__name__)
 
 Deliver = Callable[[wire.pb.Host, list[wire.pb.JobEvent]], None]
-#: (job id, its user's uid, its event_seq block) -> the job's use since its last USE events
-#: and the devices whose per-process use was read.
-LastUse = Callable[[str, int, int], tuple[list[wire.pb.JobEvent], list[str]]]
+#: (job id, its user's uid, its event_seq block, its end) -> the job's use since its last USE
+#: events and the devices whose per-process use was read.
+LastUse = Callable[[str, int, int, int], tuple[list[wire.pb.JobEvent], list[str]]]
 
 #: Labels of a job from its hook's environment.
 ENV_LABELS = {
@@ -101,7 +101,7 @@ class HookNotes:
         host: wire.pb.Host,
         deliver: Deliver,
         gpus: Callable[[], dict[int, str]] = dict,
-        last_use: LastUse = lambda _job, _uid, _base: ([], []),
+        last_use: LastUse = lambda _job, _uid, _base, _end: ([], []),
     ) -> None:
         self.outbox_root, self.slurm_dir, self.host, self.deliver, self.gpus = (
             outbox_root,
@@ -204,7 +204,7 @@ class HookNotes:
         job, base = note.job, slurm_node.seq_base(note.job.job_id, self.host.host_id)
         code = int(view.get("exit_code") or slurm_node.exit_status(note.env.get("SLURM_JOB_EXIT_CODE2", "0:0")))
         if note.path not in self.closing:
-            self.closing[note.path] = self.last_use(job.job_id, job.uid, base)
+            self.closing[note.path] = self.last_use(job.job_id, job.uid, base, note.time_ns)
         uses, scope = self.closing[note.path]
         learnt = slurm_node.bounded({"name": view.get("name", ""), **{k: view.get(k, "") for k in ("account", "qos")}})
         close = wire.JobEvent(

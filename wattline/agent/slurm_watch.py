@@ -15,9 +15,11 @@ saying "cancelled".
 On a shared node it also reads each open job's cgroup CPU time (:mod:`.slurm_cgroups`) and,
 once per ``use_every_s``, sends each job a ``cpu:host`` USE event: its CPU time against
 every process's over the period (the ``cpu-time`` share rule splits CPU, DRAM and NIC by
-it). The event's place is fixed by the period's number (time // ``use_every_s``), so a
-period is one event whoever sends it; a job's first period here starts at its first
-reading (none before: no USE event, that stretch goes by the rule's fallback).
+it; :class:`.cpu_use.CpuTally`). The event's place is fixed by the period's number (time //
+``use_every_s``), so a period is one event whoever sends it. A job's cgroup counts from 0
+from its start, so its first period runs from its open; its last, sent with its close, to
+the epilog's instant (its cgroup still there: else that stretch is the report's to
+estimate and bound).
 
 Where a GPU is shared (several jobs, or processes of no job on it), every second it asks the
 per-process sources how much of each GPU each process used, finds each process's job by its
@@ -45,7 +47,7 @@ from typing import Any
 
 from wattline import wire
 from wattline.agent import holders, slurm_node, slurm_records
-from wattline.agent.cgroup_cpu import CPU_DEVICE, CPU_METRIC
+from wattline.agent.cpu_use import CpuTally
 from wattline.agent.process_use import UseSource, UseTallies, use_fields
 from wattline.agent.slurm_cgroups import SlurmCgroups
 from wattline.agent.slurm_jobs import HookNotes
@@ -122,9 +124,8 @@ class SlurmWatcher:
         self.cgroups = SlurmCgroups(sysfs_root)
         self.use_period_ns = max(1, int(use_every_s * 1e9))
         self._period = -1  #: number of the use period of the last CPU reading
-        self._read_ns = 0  #: time of the last CPU reading
-        self._host_cpu: int | None = None
-        self._job_cpu: dict[str, int] = {}  #: job -> its CPU time at the last reading
+        self.cpu = CpuTally()  #: each open job's CPU time against the node's
+        self._read: set[str] = set()  #: the jobs whose cgroup the last reading found
         self.use_sources, self.use = use_sources, UseTallies()
         self._use_from = 0  #: start of the GPU use period being tallied (0: before the first ask)
         self._now = 0  #: the current pass's time
@@ -234,34 +235,23 @@ class SlurmWatcher:
         self._period, self._use_from = period, now_ns
 
     def _cpu(self, records: list[holders.HolderRecord], now_ns: int, period: int) -> dict[str, list[wire.pb.JobEvent]]:
-        """Each open job's CPU time since the last reading against the node's, as one event per job."""
-        host_cpu = self.cgroups.host_cpu_ns()
-        span = now_ns - self._read_ns
-        deltas: dict[str, tuple[holders.HolderRecord, int]] = {}
-        readings: dict[str, int] = {}
+        """Each open job's CPU time since its last reading against the node's, as one event per job."""
+        readings: dict[str, float | None] = {}
         for record in records:
             value = self.cgroups.job_cpu_ns(record.job_id, record.owner_uid)
-            if value is None:
-                continue
+            if value is not None and not self.cpu.known(record.job_id):
+                self.cpu.start(record.job_id, record.open_ns, 0.0, record.open_ns)  # its cgroup counts from its start
             readings[record.job_id] = value
-            before = self._job_cpu.get(record.job_id)
-            if before is not None:
-                deltas[record.job_id] = (record, max(0, value - before))
-        for gone in set(self._job_cpu) - set(readings):
+        for gone in self._read - set(readings):
             self.cgroups.forget(gone)
+        self._read = {job for job, value in readings.items() if value is not None}
+        periods = self.cpu.read(now_ns, self.cgroups.host_cpu_ns(), readings)
         out: dict[str, list[wire.pb.JobEvent]] = {}
-        if deltas and span > 0:
-            total = max(self._host_delta(host_cpu), sum(d for _, d in deltas.values())) * 100.0
-            for record, delta in deltas.values():
+        for record in records:
+            if (p := periods.get(record.job_id)) is not None:
                 base = slurm_node.seq_base(record.job_id, record.host_id)
-                fields = use_fields(CPU_DEVICE, span, delta * 100.0, total, CPU_METRIC)
-                out[record.job_id] = [self._use_event(record.job_id, base, period, 0, now_ns, fields)]
-        self._read_ns, self._host_cpu, self._job_cpu = now_ns, host_cpu, readings
+                out[record.job_id] = [self._use_event(record.job_id, base, period, 0, p.end_ns, p.fields())]
         return out
-
-    def _host_delta(self, host_cpu: int | None) -> int:
-        """Every process's CPU time since the last reading (0 where the root does not account it)."""
-        return max(0, host_cpu - self._host_cpu) if host_cpu is not None and self._host_cpu is not None else 0
 
     def _use_event(
         self, job_id: str, base: int, period: int, slot: int, end_ns: int, fields: dict[str, Any]
@@ -301,22 +291,16 @@ class SlurmWatcher:
             for device, t in sorted(tallies.items())
         ]  # fmt: skip
 
-    def _last_use(self, job_id: str, uid: int, base: int) -> tuple[list[wire.pb.JobEvent], list[str]]:
-        """For a job's close: its use since its last USE events (CPU time where its cgroup is
-        still there, GPUs), at the places of the period after this one (this one's may hold
-        them already), and the use scope."""
+    def _last_use(self, job_id: str, uid: int, base: int, end_ns: int) -> tuple[list[wire.pb.JobEvent], list[str]]:
+        """For a job's close at ``end_ns``: its use since its last USE events (CPU time, to its
+        end, where its cgroup is still there; GPUs), at the places of the period after this one
+        (this one's may hold them already), and the use scope."""
         period, now_ns = self._now // self.use_period_ns + 1, self._now
         events = []
-        value, before, host_cpu = (
-            self.cgroups.job_cpu_ns(job_id, uid),
-            self._job_cpu.pop(job_id, None),
-            self.cgroups.host_cpu_ns(),
-        )
-        if value is not None and before is not None and host_cpu is not None and now_ns > self._read_ns:
-            delta = max(0, value - before)
-            total = max(self._host_delta(host_cpu), delta) * 100.0
-            fields = use_fields(CPU_DEVICE, now_ns - self._read_ns, delta * 100.0, total, CPU_METRIC)
-            events.append(self._use_event(job_id, base, period, 0, now_ns, fields))
+        value, host_cpu = self.cgroups.job_cpu_ns(job_id, uid), self.cgroups.host_cpu_ns()
+        last = self.cpu.end(job_id, end_ns, value, now_ns, host_cpu)
+        if last is not None:
+            events.append(self._use_event(job_id, base, period, 0, last.end_ns, last.fields()))
         events += self._gpu_events(job_id, base, period, self.use.last_ns)
         return events, sorted(self.use.scope)
 

@@ -17,6 +17,7 @@ from wattline.cli.options import (
     JOB_HELP,
     PRICE,
     PUE,
+    SHARE,
     VERBOSE,
     StoreChoice,
     print_json,
@@ -147,24 +148,29 @@ def jobs(
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV: one row per job with its report's figures."),
     price: float | None = PRICE,
     carbon_intensity: str | None = CARBON,
+    pue: float = PUE,
+    idle: str = IDLE,
+    share_rule: str = SHARE,
     label: list[str] | None = typer.Option(None, "--label", "-l", help="Only jobs with label KEY=VALUE (repeat: all)."),
     *,
     choice: StoreChoice,
 ) -> None:
     """List jobs: id, name, status (exit code, running, abandoned), start, duration, hosts,
-    units and, unless --no-energy, the whole run's energy and the saturated window's J per unit.
+    units and, unless --no-energy, the whole run's energy and the saturated window's J per unit
+    (each job's report under the same --share-rule and --idle as `wattline report`).
 
     A job whose stored events are bad is listed with its ``error``; it never stops the listing.
     """
     wanted = parse_pairs(label or [], "--label")
+    settings = report_settings(price, carbon_intensity, pue, idle, share_rule)
     if as_csv:
         from wattline.cli import outputs
 
         with choice.reader() as reader:
-            outputs.jobs_csv(reader, report_settings(price, carbon_intensity, 1.0, "none", "equal"), wanted)
+            outputs.jobs_csv(reader, settings, wanted)
         return
     with choice.reader() as reader:
-        rows = job_rows(reader, energy, wanted)
+        rows = job_rows(reader, energy, wanted, settings)
     if as_json:
         print_json(rows)
     else:
@@ -189,6 +195,7 @@ def compare(
     carbon_b: str | None = typer.Option(None, "--carbon-intensity-b", help="B's carbon intensity (number or CSV)."),
     pue: float = PUE,
     idle: str = IDLE,
+    share_rule: str = SHARE,
     allow_different_units: bool = typer.Option(
         False, "--allow-different-units", help="Compare jobs that count different units (tokens vs documents)."
     ),
@@ -200,8 +207,8 @@ def compare(
     """The study's table for two jobs: throughput, instances for an SLA, energy, cost, CO2."""
     from wattline.cli import outputs
 
-    settings_a = report_settings(None, carbon_a or carbon_intensity, pue, idle, "equal")
-    settings_b = report_settings(None, carbon_b or carbon_intensity, pue, idle, "equal")
+    settings_a = report_settings(None, carbon_a or carbon_intensity, pue, idle, share_rule)
+    settings_b = report_settings(None, carbon_b or carbon_intensity, pue, idle, share_rule)
     _check_compare(sla, work, instances, price_a, price_b)
     outputs.check_report_outputs(plot, None)
     with choice.reader() as reader:

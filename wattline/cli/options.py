@@ -31,6 +31,7 @@ from wattline.collector.settings import CollectorSettings, check_tenant
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.reader import OpenReader
 from wattline.config import ConfigError, build
+from wattline.share_rules import DEFAULT_SHARE_RULE, SHARE_RULE_HELP, check_share_rule
 from wattline.workloads.report.intensity import IntensitySeries, parse_intensity
 from wattline.workloads.report.model import ReportSettings
 from wattline.workloads.services import reading
@@ -52,12 +53,7 @@ CARBON = typer.Option(
 )
 PUE = typer.Option(1.0, "--pue", help="Power usage effectiveness applied to CO2 (>= 1).")
 IDLE = typer.Option("none", "--idle", help="Idle policy: none (total energy) or subtract (above the pre-job baseline).")
-SHARE = typer.Option(
-    "cpu-time",
-    "--share-rule",
-    help="Split of host-wide energy between concurrent jobs: cpu-time (by measured CPU time; equal where "
-    "no job measured it), equal, device-share, exclusive.",
-)
+SHARE = typer.Option(DEFAULT_SHARE_RULE, "--share-rule", help=SHARE_RULE_HELP)
 STORE = typer.Option(None, "--store", help=STORE_HELP)
 CONFIG = typer.Option(None, "--config", "-c", help=CONFIG_HELP)
 AS_JSON = typer.Option(False, "--json", help="Print JSON.")
@@ -140,8 +136,7 @@ def report_settings(
     """The report's settings; ``carbon_intensity`` is a number or a CSV file (:mod:`.carbon`)."""
     if idle not in {"none", "subtract"}:
         raise ConfigError(f"option --idle: {idle!r} is not none or subtract")
-    if share_rule not in {"equal", "device-share", "exclusive", "cpu-time"}:
-        raise ConfigError(f"option --share-rule: {share_rule!r} is not equal, device-share, exclusive or cpu-time")
+    check_share_rule(share_rule, "--share-rule")
     if pue < 1.0:
         raise ConfigError(f"option --pue: {pue} is below 1")
     if price is not None and price < 0:

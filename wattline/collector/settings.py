@@ -11,6 +11,7 @@ import grpc
 
 from wattline.config import ConfigError, option
 from wattline.security import is_loopback, read_token, server_credentials
+from wattline.share_rules import DEFAULT_SHARE_RULE, SHARE_RULE_HELP, check_share_rule
 
 DEFAULT_STORE = "sqlite:///var/lib/wattline/wattline.db"
 
@@ -98,11 +99,7 @@ class CollectorSettings:
         6.0, "Seconds after a close to wait for the job's last samples before its summary is written incomplete."
     )
     summary_idle: str = option("none", "Summary idle policy: none (total energy) or subtract (above the baseline).")
-    summary_share_rule: str = option(
-        "cpu-time",
-        "Summary split of host-wide energy between concurrent jobs: cpu-time (by measured CPU time; equal "
-        "where no job measured it), equal, device-share, exclusive.",
-    )
+    summary_share_rule: str = option(DEFAULT_SHARE_RULE, "Summaries' rule. " + SHARE_RULE_HELP)
     summary_price: float | None = option(None, "Instance price for summaries' cost figures, USD per instance-hour.")
     summary_carbon_intensity: float | None = option(None, "Grid carbon intensity for summaries' CO2, gCO2/kWh.")
     summary_pue: float = option(1.0, "Power usage effectiveness applied to summaries' CO2 (>= 1).")
@@ -128,11 +125,7 @@ class CollectorSettings:
             raise ConfigError("option collector.host_rate/host_burst: rate >= 0 and burst >= 1")
         if self.summary_idle not in {"none", "subtract"}:
             raise ConfigError(f"option collector.summary_idle: {self.summary_idle!r} is not none or subtract")
-        if self.summary_share_rule not in {"equal", "device-share", "exclusive", "cpu-time"}:
-            raise ConfigError(
-                f"option collector.summary_share_rule: {self.summary_share_rule!r} is not equal, device-share, "
-                "exclusive or cpu-time"
-            )
+        check_share_rule(self.summary_share_rule, "collector.summary_share_rule")
         if not self.summary_interval > 0 or not self.summary_wait >= 0 or not self.summary_pue >= 1:
             raise ConfigError("option collector.summary_interval/summary_wait/summary_pue: need > 0, >= 0 and >= 1")
         prices = (("summary_price", self.summary_price), ("summary_carbon_intensity", self.summary_carbon_intensity))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import os
 import stat
 import threading
@@ -36,6 +35,7 @@ from wattline import wire
 from wattline.agent.event_lines import MAX_LINE, line_event
 from wattline.agent.kube import podresources
 from wattline.agent.kube.cgroups import PodCgroups
+from wattline.agent.kube.pod_cpu import PodCpu, PodState
 from wattline.agent.kube.podlist import PodList, PodSourceError
 from wattline.agent.kube.pods import PRECEDENCE, JobOf, Pod, PodEnd, job_of, pod_end
 from wattline.agent.kube.settings import KubeSettings
@@ -80,14 +80,8 @@ class NodeJob:
     pods: dict[str, Pod] = field(default_factory=dict)
     ended: dict[str, PodEnd] = field(default_factory=dict)
     opened: bool = False
-    open_ns: int = 0
+    open_ns: int = 0  #: its first container's start (0: its pods are all pending yet)
     claimed: set[str] = field(default_factory=set)
-    cpu_ns: dict[str, int] = field(default_factory=dict)  #: pod UID -> its last CPU reading
-    #: Pods whose cgroup was looked for at the last poll and not found: when it appears its
-    #: counter started at 0 since (the kernel's), so its first reading is known in full.
-    no_cgroup: set[str] = field(default_factory=set)
-    #: Pods read before whose cgroup was unreadable at a poll: their next reading has no baseline.
-    unread: set[str] = field(default_factory=set)
     beat: int = -1
     lines: dict[str, _Lines] = field(default_factory=dict)
 
@@ -97,6 +91,14 @@ class NodeJob:
     @property
     def live(self) -> list[str]:
         return [uid for uid in self.pods if uid not in self.ended]
+
+    @property
+    def end_ns(self) -> int:
+        """When its last pod here ended (once every one has)."""
+        return max(max(e.time_ns for e in self.ended.values()), self.open_ns)
+
+    def cpu_states(self) -> list[PodState]:
+        return [PodState(uid, p.started or p.terminal, uid in self.ended) for uid, p in self.pods.items()]
 
 
 class PodWatcher:
@@ -118,10 +120,10 @@ class PodWatcher:
         self.not_jobs: set[str] = set()  #: UIDs of pods that stay node energy
         self.closed: set[str] = set()  #: jobs closed here: a later pod of theirs does not reopen them
         self.use = UseTallies()  #: each job's GPU use since its last USE events
+        self.cpu = PodCpu(self.cgroups)  #: each job's CPU time against the node's
         self.pending: list[wire.pb.JobEvent] = []
         self.errors: dict[str, str] = {}  #: source -> its last error (said once per change)
-        self._host_cpu: int | None = None
-        self._period_start = 0
+        self._gpu_from = 0  #: start of the GPU use period being tallied (the previous look)
         self._poll_ns = 0
 
     # ----------------------------------------------------------------- the loop
@@ -167,11 +169,12 @@ class PodWatcher:
         self.sample_use(now_ns)
         if pods is not None:
             self._track(pods, listed, devices, now_ns)
+        self._cpu(now_ns, listed if pods is not None else None)  # a closing job's last period before its close
         for nj in list(self.jobs.values()):
             self._tend(nj, now_ns)
         for nj in self.jobs.values():
             self._flush_use(nj, now_ns)
-        self._cpu(now_ns)
+        self._gpu_from = now_ns
         self.flush()
 
     def _devices(self) -> dict[tuple[str, str], podresources.PodDevices]:
@@ -198,10 +201,8 @@ class PodWatcher:
             if job is None or job.job_id in self.closed:
                 self.not_jobs.add(pod.uid)
                 continue
-            if not pod.started and not pod.terminal:
-                continue  # pending: its work has not begun
             nj = self.jobs.get(job.job_id)
-            if nj is None:
+            if nj is None:  # pending pods too: their cgroups are read from now, so a job's first period is known
                 nj = self.jobs[job.job_id] = NodeJob(job, seq_base(job.job_id, self.host.host_id))
             nj.pods[pod.uid] = pod
             given = devices.get((pod.namespace, pod.name))
@@ -209,6 +210,9 @@ class PodWatcher:
                 nj.claimed |= given.claimed
             if pod.terminal and pod.uid not in nj.ended:
                 nj.ended[pod.uid] = pod_end(pod, False, now)
+            if not nj.opened and (pod.started or pod.terminal):  # its work has begun: the job opens then
+                start = pod.started_ns or now
+                nj.open_ns = min(nj.open_ns or start, start)
         self.not_jobs &= listed  # forget pods that left the list
         for nj in self.jobs.values():
             for uid, pod in nj.pods.items():
@@ -216,8 +220,13 @@ class PodWatcher:
                     nj.ended[uid] = pod_end(pod, True, now)
 
     def _tend(self, nj: NodeJob, now: int) -> None:
+        if not nj.open_ns:  # pending still, or gone before any container started: no job here
+            if not nj.live:
+                del self.jobs[nj.job.job_id]
+                for uid in nj.pods:
+                    self.cgroups.forget(uid)
+            return
         if not nj.opened:
-            nj.open_ns = min(p.started_ns or now for p in nj.pods.values())
             labels = dict(nj.job.labels)
             if len(nj.pods) > 1:
                 labels["pod"] = ",".join(sorted(p.name for p in nj.pods.values()))[:256]
@@ -245,7 +254,7 @@ class PodWatcher:
                 nj.beat = number
             return
         worst = min(nj.ended.values(), key=lambda e: PRECEDENCE.index(e.state))
-        end_ns = max(max(e.time_ns for e in nj.ended.values()), nj.open_ns)
+        end_ns = nj.end_ns
         self._flush_use(nj, end_ns)
         self.pending.append(
             nj.event(
@@ -273,58 +282,30 @@ class PodWatcher:
         index = 1 + known.index(device)
         return index if index < _SLOTS else 1 + zlib.crc32(device.encode()) % (_SLOTS - 1)
 
+    def _place(self, device: str) -> int:
+        """A USE event's place: numbered by the look that sends it (looks are a poll_interval
+        apart), not by its end: a closing job's last period ends between two looks."""
+        number = self._poll_ns // int(self.settings.poll_interval * 1e9)
+        return USE_AT + (number % _PERIODS) * _SLOTS + self._slot(device)
+
     def _use_event(self, nj: NodeJob, device: str, end_ns: int, span_ns: int, use: Tally) -> wire.pb.JobEvent:
         """``use``: the job's and every process's use of ``device`` over the period of
         ``span_ns`` ending at ``end_ns`` (integrated over the time its asks covered)."""
-        # Numbered by the poll that sends it (polls are a poll_interval apart), not by end_ns:
-        # a closing job's last period ends between two polls.
-        number = self._poll_ns // int(self.settings.poll_interval * 1e9)
-        place = USE_AT + (number % _PERIODS) * _SLOTS + self._slot(device)
         fields = use_fields(device, span_ns, use.mine, use.total, use.metric, use.covered_ns)
-        return nj.event(Kind.KIND_USE, end_ns, place, **fields)
+        return nj.event(Kind.KIND_USE, end_ns, self._place(device), **fields)
 
-    def _cpu(self, now: int) -> None:
-        """One ``cpu:host`` USE event per open job whose CPU time over the period is known: its
-        pods' CPU time against every process's. Known: each live pod read at both ends of the
-        period, or its cgroup not yet made at the start (its counter starts at 0). A pod read
-        first now that ran before (it was pending), or unreadable at either end, leaves its
-        job's period unknown: no event, so no share (a 0 sent for it would read as a measured
-        0, and 0 of 0 as a share of the node's CPU energy equal to the other jobs')."""
-        host = self.cgroups.host_cpu_ns()
-        span = now - self._period_start
-        per_job: dict[str, float] = {}
-        for nj in self.jobs.values():
-            delta, known = 0.0, True
-            for uid in nj.live:
-                value = self.cgroups.pod_cpu_ns(uid)
-                if value is None:
-                    if uid in nj.cpu_ns:  # gone with its pod, or unreadable: what it ran since is unread
-                        del nj.cpu_ns[uid]
-                        nj.unread.add(uid)
-                        known = False
-                    elif uid not in nj.unread:
-                        nj.no_cgroup.add(uid)  # not made yet: its counter will start at 0
-                    continue
-                before = nj.cpu_ns.get(uid, 0 if uid in nj.no_cgroup else None)
-                nj.cpu_ns[uid] = value
-                nj.no_cgroup.discard(uid)
-                nj.unread.discard(uid)
-                if before is None:
-                    known = False
-                else:
-                    delta += max(0, value - before)
-            if known:
-                per_job[nj.job.job_id] = delta
-        if self._period_start and span > 0:
-            jobs_sum = math.fsum(per_job.values())
-            host_delta = max(0, host - self._host_cpu) if host is not None and self._host_cpu is not None else 0
-            total = max(host_delta, jobs_sum) * 100.0
-            for job_id, delta in per_job.items():
-                nj = self.jobs[job_id]
-                if nj.open_ns < now:
-                    use = Tally(CPU_METRIC, delta * 100.0, total)
-                    self.pending.append(self._use_event(nj, CPU_DEVICE, now, span, use))
-        self._host_cpu, self._period_start = host, now
+    def _cpu(self, now: int, listed: set[str] | None) -> None:
+        """One ``cpu:host`` USE event per open job whose CPU time since the last look is known:
+        its pods' CPU time against every process's (:mod:`.pod_cpu`); a job whose pods all
+        ended, to its end."""
+        opens = {j: nj.open_ns for j, nj in self.jobs.items() if nj.open_ns}
+        ends = {j: nj.end_ns for j, nj in self.jobs.items() if nj.open_ns and not nj.live}
+        states = {j: nj.cpu_states() for j, nj in self.jobs.items()}
+        for job_id, period in self.cpu.read(now, states, opens, ends, listed).items():
+            nj, kept = self.jobs[job_id], self.cpu.jobs[job_id]
+            place = kept.place if period.replaces and kept.place else self._place(CPU_DEVICE)
+            kept.place = place
+            self.pending.append(nj.event(Kind.KIND_USE, period.end_ns, place, **period.fields()))
 
     def sample_use(self, now_ns: int | None = None) -> None:
         """Ask the per-process sources once; add each job's use of each GPU since the last ask."""
@@ -340,7 +321,7 @@ class PodWatcher:
             self._said("per-process use", error)
 
     def _flush_use(self, nj: NodeJob, end_ns: int) -> None:
-        span = end_ns - self._period_start if self._period_start else 0
+        span = end_ns - self._gpu_from if self._gpu_from else 0
         tallies = self.use.take(nj.job.job_id)
         for device, t in sorted(tallies.items()) if span > 0 else ():
             # A pod that ended between two asks: the last that saw its processes reached past its end.

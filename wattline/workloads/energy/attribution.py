@@ -25,7 +25,11 @@ piece; each piece then goes
   job, unattributed when several are active; ``"cpu-time"`` by each job's measured CPU
   time (its USE intervals of :data:`CPU_TIME_KEYS`: the job's and every process's CPU time
   over the piece, as for a device's recorded use below; the rest, other processes',
-  unattributed; where no active job measured it, equal); no active job: unattributed.
+  unattributed); where an active job's CPU time was not read, its part is estimated
+  (:meth:`.use_split.UseSplit.estimate`: at its nearest period's rate, else an equal part of
+  what the others left, all of it where none was read) and :attr:`Share.estimated_j` and
+  :attr:`Share.estimate_bound_j` say how much and how far it may be off; no active job:
+  unattributed.
 
 * for an accelerator channel with **recorded use** (:class:`UseInterval`, a job's
   processes' share of the device read by its holder: NVML per-process utilization,
@@ -64,6 +68,7 @@ from typing import Literal
 
 from wattline import wire
 from wattline.quality import Quality
+from wattline.share_rules import SHARE_RULES, ShareKind
 from wattline.units import NS_PER_S
 from wattline.workloads.energy.use_split import Piece, UseInterval, UseSplit, UseTimeline
 from wattline.workloads.energy.window_energy import (
@@ -85,7 +90,6 @@ __all__ = [
     "split_shared",
 ]
 
-ShareKind = Literal["equal", "device-share", "exclusive", "cpu-time"]
 IdleMode = Literal["none", "subtract"]
 
 #: Components that are devices a job claims ("gpu:<device>", "accelerator:<device>").
@@ -158,7 +162,7 @@ class ShareRule:
     deviceless_share: float = 0.1  #: device-share: part of the energy for jobs without devices
 
     def __post_init__(self) -> None:
-        if self.kind not in ("equal", "device-share", "exclusive", "cpu-time"):
+        if self.kind not in SHARE_RULES:
             raise ValueError(f"unknown share rule {self.kind!r}")
         if not 0 <= self.deviceless_share <= 1:
             raise ValueError("deviceless_share must be in [0, 1]")
@@ -201,6 +205,10 @@ class Share:
     split_by_use_j: float = 0.0
     #: How far that split may be off, J (:meth:`.use_split.UseSplit.bounds`).
     split_bound_j: float = 0.0
+    #: Of energy_j, the part estimated where the job's use was not read (a host-wide channel
+    #: split by CPU time: :meth:`.use_split.UseSplit.estimate`), and how far it may be off, J.
+    estimated_j: float = 0.0
+    estimate_bound_j: float = 0.0
 
     @property
     def idle_j(self) -> float:
@@ -341,6 +349,8 @@ def split_shared(
         energy: dict[str | None, list[float]] = defaultdict(list)
         dynamic: dict[str | None, list[float]] = defaultdict(list)
         by_use_parts: dict[str | None, list[float]] = defaultdict(list)
+        estimated: dict[str | None, list[float]] = defaultdict(list)
+        estimate_off: dict[str | None, list[float]] = defaultdict(list)
         split_pieces: list[Piece] = []
         edges = sorted(
             {t for j in host_jobs for t in (j.start_ns, j.end_ns)}
@@ -369,7 +379,13 @@ def split_shared(
                     left_e -= pe
                     left_d -= pd
                 active = _active(host_jobs, a, b)
-                by_use = by_use_split.weights(active, a, b, share_rule.kind == "exclusive") if by_use_split else None
+                off: Mapping[str, float] = {}
+                if by_use_split is None:
+                    by_use = None
+                elif keys:
+                    by_use = by_use_split.weights(active, a, b, share_rule.kind == "exclusive")
+                else:  # a host-wide channel by CPU time: where a job's was not read, estimated
+                    by_use, off = by_use_split.estimate(active, a, b) if active else (None, {})
                 w: Sequence[tuple[str | None, float]] = (
                     by_use if by_use is not None else _weights(keys, active, share_rule)
                 )
@@ -377,6 +393,9 @@ def split_shared(
                     energy[k].append(part)
                     if by_use is not None:
                         by_use_parts[k].append(part)
+                    if k is not None and k in off:
+                        estimated[k].append(part)
+                        estimate_off[k].append(pe * off[k])
                 for k, part in _hand_out(pd, w):
                     dynamic[k].append(part)
                 if by_use_split is not None and keys:
@@ -389,5 +408,8 @@ def split_shared(
         for k in sorted(energy, key=lambda x: (x is None, x or "")):
             total, dyn_total = math.fsum(energy[k]), math.fsum(dynamic[k])
             by_use_j, bound_j = math.fsum(by_use_parts[k]), split_bounds.get(k, 0.0) if k is not None else 0.0
-            shares.append(Share(k, ch.host, ch.component, ch.device, ch.quality, total, dyn_total, by_use_j, bound_j))
+            guessed = (math.fsum(estimated[k]), math.fsum(estimate_off[k]))
+            shares.append(
+                Share(k, ch.host, ch.component, ch.device, ch.quality, total, dyn_total, by_use_j, bound_j, *guessed)
+            )
     return Attribution(tuple(shares), policy)

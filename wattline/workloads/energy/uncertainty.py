@@ -24,7 +24,12 @@ in joules (README "Method: uncertainty" gives each one's source):
 * ``split``: a device split among jobs by their recorded use: where the processes on it
   changed inside a period (an unsteady one), a job's part there lay between its parts
   before and after (:meth:`~wattline.workloads.energy.use_split.UseSplit.bounds`); not a
-  term of the channel, added to the job's share of it.
+  term of the channel, added to the job's share of it;
+* ``unread``: a host's energy split by CPU time where a job's CPU time was not read there
+  (its holder could not read it: a pod's cgroup gone, an agent restarted, an older
+  wrapper): its part is estimated, and lay anywhere between none and all that the jobs read
+  there left (:meth:`~wattline.workloads.energy.use_split.UseSplit.estimate`); added to the
+  job's share like ``split``.
 
 ``p_max`` is the channel's plausible maximum power: the highest mean power among the
 samples the report read for it around the window, and the window's own mean power
@@ -103,6 +108,7 @@ class Bound:
     model_j: float = 0.0
     gaps_j: float = 0.0
     split_j: float = 0.0
+    unread_j: float = 0.0
 
     @property
     def total_j(self) -> float:
@@ -112,7 +118,7 @@ class Bound:
     @property
     def measurement_j(self) -> float:
         """The terms of the measurement itself (all but the model's range)."""
-        return self.resolution_j + self.edges_j + self.integration_j + self.gaps_j + self.split_j
+        return self.resolution_j + self.edges_j + self.integration_j + self.gaps_j + self.split_j + self.unread_j
 
     def __add__(self, other: Bound) -> Bound:
         return Bound(
@@ -122,6 +128,7 @@ class Bound:
             self.model_j + other.model_j,
             self.gaps_j + other.gaps_j,
             self.split_j + other.split_j,
+            self.unread_j + other.unread_j,
         )
 
     def scaled(self, factor: float) -> Bound:
@@ -133,6 +140,7 @@ class Bound:
             self.model_j * factor,
             self.gaps_j * factor,
             self.split_j * factor,
+            self.unread_j * factor,
         )
 
     def terms(self) -> dict[str, float]:

@@ -122,7 +122,9 @@ def samples_bound(
     if t1 <= t0:
         return Bound()
     near = [s for s in raw if s.end_ns > t0 and s.start_ns < t1]
-    p_max = p_max_w([s for s in near if s.healthy], energy, (t1 - t0) / NS_PER_S)
+    # and the last sample before the window, as edge_bound reads it
+    prior = max((s for s in raw if s.end_ns <= t0 and s.healthy), key=lambda s: s.end_ns, default=None)
+    p_max = p_max_w([s for s in [*near, prior] if s is not None and s.healthy], energy, (t1 - t0) / NS_PER_S)
     errors = [_overlap(s, t0, t1) * (s.energy_error_j or 0.0) for s in near if s.energy_error_j is not None]
     bound = quality_terms(source, quality, energy, p_max, sum(errors) if errors else None)
     unhealthy = sum(_overlap(s, t0, t1) * (s.end_ns - s.start_ns) for s in near if not s.healthy)
@@ -134,7 +136,8 @@ def samples_bound(
             continue
         covered += inside
         if iv.start_ns < t0 or iv.end_ns > t1:
-            pieces.append(((iv.start_ns, iv.end_ns, iv.energy_j, True), merged[max(n - 1, 0) : n + 2]))
+            # around it, as edge_bound reads them: the one before and itself
+            pieces.append(((iv.start_ns, iv.end_ns, iv.energy_j, True), merged[max(n - 1, 0) : n + 1]))
     bound = bound + _edge_terms(pieces, window, p_max)
     present = raw and min(s.start_ns for s in raw) < t1 and max(s.end_ns for s in raw) > t0 - LAG_HORIZON_NS
     gap_ns = (max(t1 - t0 - covered, 0) if present else 0) + unhealthy

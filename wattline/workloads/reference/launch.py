@@ -138,7 +138,7 @@ def run_workload(launch: Launch, where: Where, settings: AgentSettings, doc: dic
         # progress: the live line (wattline/workloads/wrappers/live.py)
         live_out = sys.stderr if sys.stderr.isatty() else None
         job = Job(request, settings, doc, where.collectors, where.store, where.verbose, live_out)
-        status, elsewhere = run_in_job(job)
+        status, elsewhere = run_in_job(job, where.settings)
         result = json.loads(result_path.read_text()) if result_path.exists() else None
     if elsewhere:
         if where.as_json:

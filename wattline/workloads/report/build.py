@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from wattline import wire
 from wattline.collector.stores.reader import Reader, StoredJobEvent, StoredSample, UnitCuts
 from wattline.workloads.energy.attribution import (
     ACCELERATOR_COMPONENTS,
+    CPU_TIME_KEYS,
     Attribution,
     IdlePolicy,
     JobWindow,
@@ -45,12 +46,14 @@ from wattline.workloads.energy.attribution import (
 from wattline.workloads.energy.device_shares import DeviceShare, device_shares, use_scope, use_timelines
 from wattline.workloads.energy.saturation import Saturation, detect_saturation, grid_bins
 from wattline.workloads.energy.uncertainty import Bound
+from wattline.workloads.energy.use_split import UseTimeline
 from wattline.workloads.energy.window_bounds import LAG_HORIZON_NS
 from wattline.workloads.energy.window_energy import window_energy
 from wattline.workloads.jobs.jobs_view import JobNotFound, JobView, inspect_view, utc_iso, view_at, views_of
 from wattline.workloads.report import economics
 from wattline.workloads.report.carbon import apply_series
 from wattline.workloads.report.channels import EXCLUDED_COMPONENTS, Bounds, channels_from_edges, channels_from_samples
+from wattline.workloads.report.host_split import host_split_notes
 from wattline.workloads.report.idle import idle_baselines, idle_busy_jobs, idle_busy_note
 from wattline.workloads.report.model import Report, ReportSettings
 from wattline.workloads.report.windows import ComponentEnergy, WindowEnergy
@@ -359,9 +362,9 @@ def _host_attribution(
     lo = min([open_ns] + [w.start_ns for w in concurrent])
     hi = max([close_ns] + [w.end_ns for w in concurrent])
     if concurrent or uses:
-        channels = channels_from_samples(reader.samples(host, lo, hi), host, settings, notes, (keys, edges, bounds))
-        if concurrent:
-            notes.append(f"{host}: shared with {len(concurrent)} other job(s); split by rule {settings.share_rule!r}")
+        # with each series' last sample before: one that stopped before the window is a gap there
+        read = [*reader.last_before(host, lo), *reader.samples(host, lo, hi)]
+        channels = channels_from_samples(read, host, settings, notes, (keys, edges, bounds))
     else:
         channels = channels_from_edges(reader, host, (open_ns, split_ns, close_ns), settings, notes, (keys, bounds))
     every_device = frozenset().union(*(c.claim_keys for c in channels))
@@ -376,7 +379,11 @@ def _host_attribution(
             return every_device - scope
         return frozenset() if used else every_device
 
-    devices = claims(job.hosts[host].devices, uses, use_scope(events, host))
+    def device_uses(timelines: Mapping[str, UseTimeline]) -> bool:
+        """Whether a job recorded its use of a device (its CPU time is no device's)."""
+        return any(key not in CPU_TIME_KEYS for key in timelines)
+
+    devices = claims(job.hosts[host].devices, device_uses(uses), use_scope(events, host))
     windows = [
         JobWindow(f"{job.job_id}#warmup", host, open_ns, split_ns, devices, uses),
         JobWindow(f"{job.job_id}#saturated", host, split_ns, close_ns, devices, uses),
@@ -386,7 +393,7 @@ def _host_attribution(
                 host,
                 w.start_ns,
                 w.end_ns,
-                claims(w.devices, other_uses[w.job_id], use_scope(other_events[w.job_id], host)),
+                claims(w.devices, device_uses(other_uses[w.job_id]), use_scope(other_events[w.job_id], host)),
                 other_uses[w.job_id],
             )
             for w in concurrent
@@ -398,6 +405,7 @@ def _host_attribution(
     if not channels:
         notes.append(f"{host}: no energy samples in the job's window (is an agent running there?)")
     attribution = split_shared(channels, windows, rule, idle=idle)
+    notes += host_split_notes(attribution, keys, channels, (open_ns, close_ns), rule.kind, len(concurrent))
     shares = device_shares(attribution, keys, channels, (open_ns, close_ns), uses, (lo, hi))
     notes += [s.note() for s in shares if s.basis != "claimed" or job.hosts[host].devices]
     claimed = frozenset().union(*(w.devices for w in windows))
@@ -406,13 +414,18 @@ def _host_attribution(
 
 
 def _accumulate(window: WindowEnergy, attribution: Attribution, job_key: str, host: str, bounds: Bounds) -> None:
+    shared = {(s.component, s.device, s.quality.value) for s in attribution.shares if s.job_id == job_key}
+    for (key, component, device, quality), (bound, _) in bounds.items():
+        if key == job_key and (component, device, quality) not in shared:  # no sample in the window: its gap
+            window.components.setdefault(component, ComponentEnergy(component)).bound += bound
     for share in attribution.shares:
         if share.job_id != job_key or share.host != host:
             continue
         comp = window.components.setdefault(share.component, ComponentEnergy(share.component))
         bound, channel_j = bounds.get((job_key, share.component, share.device, share.quality.value), (Bound(), 0.0))
         comp.bound += bound.scaled(min(share.energy_j / channel_j, 1.0) if channel_j > 0 else 1.0)
-        comp.bound += Bound(split_j=share.split_bound_j)
+        comp.bound += Bound(split_j=share.split_bound_j, unread_j=share.estimate_bound_j)
+        comp.estimated_j += share.estimated_j
         comp.energy_j += share.energy_j
         comp.dynamic_j += share.dynamic_j
         comp.split_by_use_j += share.split_by_use_j

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from wattline.share_rules import DEFAULT_SHARE_RULE
 from wattline.workloads.energy.device_shares import DeviceShare
 from wattline.workloads.energy.saturation import Saturation, SaturationParams
 from wattline.workloads.jobs.jobs_view import JobView
@@ -24,8 +25,8 @@ class ReportSettings:
     pue: float = 1.0
     idle: str = "none"  #: none | subtract
     idle_lookback_s: float = 60.0  #: idle baseline measured over this long before the job
-    #: cpu-time | equal | device-share | exclusive; cpu-time is equal where no job measured its CPU time
-    share_rule: str = "cpu-time"
+    #: How host-wide energy is split between jobs (:mod:`wattline.share_rules`).
+    share_rule: str = DEFAULT_SHARE_RULE
     deviceless_share: float = 0.1
     #: NeuronCores per device where a host's samples do not say (older agents; see :mod:`.channels`).
     cores_per_neuron_device: int = 2

@@ -21,6 +21,8 @@ class ComponentEnergy:
     by_quality: dict[str, float] = field(default_factory=dict)
     #: Of energy_j, the part the job got as its share by use of a shared device (derived, not measured).
     split_by_use_j: float = 0.0
+    #: Of energy_j, the part estimated where the job's CPU time was not read (host-wide components).
+    estimated_j: float = 0.0
     #: How far energy_j may be off (:mod:`wattline.workloads.energy.uncertainty`).
     bound: Bound = field(default_factory=Bound)
 

@@ -66,10 +66,12 @@ def report_or_exit(reader: Reader, ref: str, settings: ReportSettings) -> Report
         raise ConfigError(str(exc)) from None
 
 
-def job_rows(reader: Reader, energy: bool, labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+def job_rows(
+    reader: Reader, energy: bool, labels: Mapping[str, str] | None = None, settings: ReportSettings | None = None
+) -> list[dict[str, Any]]:
     """``wattline jobs``: one row per job (the JSON shape) that has every one of ``labels``; with
-    ``energy``, each job's figures from its report. A job whose stored events are bad has its
-    ``error``, never stops the list."""
+    ``energy``, each job's figures from its report under ``settings`` (those of ``wattline
+    report`` by default). A job whose stored events are bad has its ``error``, never stops the list."""
     rows: list[dict[str, Any]] = []
     now_ns = time.time_ns()
     for view in labelled(all_views(reader), labels):
@@ -93,7 +95,7 @@ def job_rows(reader: Reader, energy: bool, labels: Mapping[str, str] | None = No
         try:
             view.check()
             if energy:
-                r = build_report(reader, view.job_id, now_ns=now_ns)
+                r = build_report(reader, view.job_id, settings, now_ns=now_ns)
                 row.update(
                     saturated=r.saturated,
                     energy_data=r.energy_data,

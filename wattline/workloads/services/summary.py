@@ -143,16 +143,17 @@ def record_local_summary(
     job_id: str | None,
     opener: Callable[[], Store] | None = None,
     changed: Iterable[str] = (),
+    settings: ReportSettings | None = None,
 ) -> None:
-    """The embedded run's summary, into its local store (``opener()``, else the store at
-    ``store_url``); a failure is one warning, never the run's (the command's exit status stands).
+    """The embedded run's summary under ``settings`` (the report's), into its local store
+    (``opener()``, else the store at ``store_url``); a failure is one warning, never the run's
+    (the command's exit status stands).
 
     ``changed``: jobs whose window changed after the fact (ended here for a dead holder):
     their summaries and those of the jobs that shared a host with them are written again.
     So are, for at most :data:`NEIGHBOURS_S` (the run's exit waits for it), those of the
-    jobs that shared the host with ``job_id`` when its use split a device (its use events,
-    some sent after their summaries were written, change their part); one warning names
-    what is left."""
+    jobs that shared the host with ``job_id`` (its CPU time and its use of a device, some sent
+    after their summaries were written, change their part); one warning names what is left."""
     changed = list(changed)
     if job_id is None and not changed:
         return
@@ -165,19 +166,19 @@ def record_local_summary(
             again: list[str] = []  # their figures counted a job as running that had ended
             shared: list[str] = []  # their part of a device split by use may change
             for jid in [*changed, *([job_id] if job_id else [])]:
-                report = _record_or_warn(store, jid)
+                report = _record_or_warn(store, jid, settings)
                 if report is not None and jid in changed:
                     again += neighbours(store, report.job, time.time_ns())
-                elif report is not None and any(d.split_by_use_j > 0 for d in report.device_shares):
+                elif report is not None and report.shared_with:
                     shared += neighbours(store, report.job, time.time_ns())
             done = {*changed, job_id}
             for jid in dict.fromkeys(j for j in again if j not in done):
-                _record_or_warn(store, jid)
+                _record_or_warn(store, jid, settings)
                 done.add(jid)
             left = [j for j in dict.fromkeys(shared) if j not in done]
             deadline = time.monotonic() + NEIGHBOURS_S
             while left and time.monotonic() < deadline:
-                _record_or_warn(store, left.pop(0), ended_only=True)
+                _record_or_warn(store, left.pop(0), settings, ended_only=True)
             if left:
                 log.warning(
                     "job %s: %d summaries of jobs that shared its host not rewritten (`wattline report` "
@@ -190,11 +191,13 @@ def record_local_summary(
         log.warning("job %s: summary not written: %s: %s", shown, type(exc).__name__, str(exc)[:300])
 
 
-def _record_or_warn(store: SummaryStore, job_id: str, ended_only: bool = False) -> Report | None:
+def _record_or_warn(
+    store: SummaryStore, job_id: str, settings: ReportSettings | None, ended_only: bool = False
+) -> Report | None:
     """Write ``job_id``'s summary (not while it runs when ``ended_only``: its own close will,
     and a figure computed before that must not overwrite it)."""
     try:
-        report = build_report(store, job_id)
+        report = build_report(store, job_id, settings)
         return report if ended_only and report.state == "running" else _write(store.write_summary, report)
     except Exception as exc:
         log.warning("job %s: summary not written: %s: %s", job_id[:100], type(exc).__name__, str(exc)[:300])

@@ -153,7 +153,7 @@ def run_plan(
         shown = " ".join(f"{k}={v}" for k, v in point)
         say(f"wattline sweep {plan.sweep_id}: run {n}/{len(todo)}: {shown} (repeat {run + 1}/{plan.repeat})")
         started = time.monotonic()
-        status, elsewhere = run_in_job(job)
+        status, elsewhere = run_in_job(job, settings)
         if status in STOPPING:
             raise Interrupted(status)
         if elsewhere:

@@ -178,16 +178,19 @@ class Job:
         self.exit_code = 0 if exc_type is None else (130 if exc_type is KeyboardInterrupt else 1)
         if not self.joined:
             scope = self._use.scope if self._use else ()
-            self._sink.send([self._builder.close(self.exit_code, self._sink.edge_tick(), use_scope=scope)])
+            close_ns = self._sink.edge_tick() or time.time_ns()
+            if self._use is not None:
+                self._use.finish(close_ns)
+            self._sink.send([self._builder.close(self.exit_code, close_ns, use_scope=scope)])
         if self._holding is not None:
             self._holding.release()
         self._sink.close()
-        if ended_ids(self._sink) and not self._collector and not self._sink_given:
+        if not self.joined and not self._collector and not self._sink_given:  # embedded: as `wattline run`
             from wattline.workloads.services.summary import (
                 record_local_summary,  # summaries read reports: loaded only here
             )
 
-            record_local_summary(self._store, None, changed=ended_ids(self._sink))
+            record_local_summary(self._store, self.job_id, changed=ended_ids(self._sink))
 
     def report(self, settings: ReportSettings | None = None, reader: Reader | None = None) -> Report:
         """The job's report after its window: the figures ``wattline report`` prints (its

@@ -120,8 +120,9 @@ def sources_line(verbose: bool) -> Iterator[Callable[[str], None]]:
         holders.setLevel(holders_level)
 
 
-def run_in_job(job: Job) -> tuple[int, bool]:
+def run_in_job(job: Job, settings: ReportSettings | None = None) -> tuple[int, bool]:
     """Run the job's command; (its exit status, whether its report is to be read elsewhere).
+    ``settings``: the report's, also those of the summary an embedded run stores.
 
     Elsewhere, said in one line: no collector acknowledged the events (they wait in the
     outbox), or a collector recorded them in a store not named here."""
@@ -136,6 +137,7 @@ def run_in_job(job: Job) -> tuple[int, bool]:
             open_store=job.store.open,
             on_sources=on_sources,
             live_out=job.live_out,
+            report_settings=settings,
         )
     spec = job.request.spec
     if kept:
@@ -182,7 +184,7 @@ def emit_report(report: Report, as_json: bool, report_json_path: Path | None) ->
 def run_and_report(job: Job, settings: ReportSettings, show: bool, as_json: bool, report_json_path: Path | None) -> int:
     """``wattline run``: the command's exit status once it has run as a job and its report is
     shown (``show``) and written to ``report_json_path``."""
-    status, elsewhere = run_in_job(job)
+    status, elsewhere = run_in_job(job, settings)
     if elsewhere or not (show or report_json_path):
         return status
 

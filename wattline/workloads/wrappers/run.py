@@ -20,6 +20,7 @@ import errno
 import logging
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -46,6 +47,7 @@ from wattline.workloads.wrappers.holding import ended_ids, hold_job
 from wattline.workloads.wrappers.session import CollectorSink, EventSink
 
 if TYPE_CHECKING:
+    from wattline.workloads.report.model import ReportSettings
     from wattline.workloads.wrappers.live import LiveLine
 from wattline.workloads.wrappers.usage import JobUse
 
@@ -238,18 +240,15 @@ class JobRunner:
         holding = hold_job(self.sink, self.builder, opened)
         heartbeat = Heartbeat(self.builder, self.sink.send).start()
         live = self._live_line()
-        use = self.use(self.builder, child.pid).start() if self.use is not None else None
+        use = self.use(self.builder, child.pid).start(self.open_ns) if self.use is not None else None
         previous = {sig: signal.signal(sig, self._forwarder(child, interactive)) for sig in FORWARDED}
         pump = None
         if self.pattern is not None and child.stdout is not None:
             pump = threading.Thread(target=self._pump_stdout, args=(child.stdout,), daemon=True)
             pump.start()
         try:
-            while True:
-                try:
-                    returncode = child.wait(timeout=0.2)
-                    break
-                except subprocess.TimeoutExpired:
+            with _ExitWatch(child.pid) as exited:
+                while not exited.wait(0.2):
                     reader.poll()
         finally:
             for sig, handler in previous.items():
@@ -258,7 +257,8 @@ class JobRunner:
             if live is not None:
                 live.stop()
             if use is not None:
-                use.stop()
+                use.stop()  # before the command is reaped: its last CPU time is read from what it left
+        returncode = child.wait()
         if pump is not None:
             pump.join(timeout=5)
         reader.poll()
@@ -267,6 +267,8 @@ class JobRunner:
         self._saturated_after()
         status = exit_status(returncode)
         scope = use.scope if use is not None else ()
+        if use is not None:
+            use.finish(self.close_ns)
         self.sink.send([self.builder.close(status, self.close_ns, scope)])
         if holding is not None:
             holding.release()
@@ -341,6 +343,41 @@ class JobRunner:
         return forward
 
 
+class _ExitWatch:
+    """Waits for a child to end without reaping it (its ``/proc`` entry, with its final CPU
+    time and its reaped children's, stays until :meth:`subprocess.Popen.wait`): a pidfd that
+    becomes readable at its end, else a poll every few ms."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._fd: int | None = None
+
+    def __enter__(self) -> _ExitWatch:
+        with contextlib.suppress(OSError, AttributeError):  # a kernel before 5.3, or a seccomp filter
+            self._fd = os.pidfd_open(self.pid)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+
+    def wait(self, timeout_s: float) -> bool:
+        """True once the child has ended (within ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._fd is not None:
+                select.select([self._fd], [], [], max(0.0, deadline - time.monotonic()))
+            try:
+                if os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    return True
+            except ChildProcessError:  # already reaped
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            if self._fd is None:
+                time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
+
+
 def _terminal_delivered() -> bool:
     """True when we are the foreground process group of our controlling terminal, the one
     whose Ctrl-C reaches our whole group (stdin may be a file or a pipe all the same)."""
@@ -366,6 +403,7 @@ def run_job(
     open_store: Callable[[], Store] | None = None,
     on_sources: Callable[[str], None] | None = None,
     live_out: IO[str] | None = None,
+    report_settings: ReportSettings | None = None,
 ) -> int:
     """Run ``request`` under a job window; returns the command's exit status.
 
@@ -375,7 +413,8 @@ def run_job(
     line saying where they wait. Otherwise this process samples the host itself into the
     store ``open_store()`` opens (else the local store ``store_url``) and writes the job's
     summary there, and ``on_sources`` gets the one line
-    of :func:`sources_summary`. ``live_out`` (a terminal) gets the live line (:mod:`.live`).
+    of :func:`sources_summary`. ``live_out`` (a terminal) gets the live line (:mod:`.live`);
+    ``report_settings``: those of the summary an embedded run writes (the report's).
     Raises :class:`CommandNotStarted` (nothing recorded) when the command cannot start.
     """
     check_command(request.command, {**os.environ, **request.env})
@@ -398,5 +437,5 @@ def run_job(
     finally:
         sink.close()
     if not collectors:  # embedded: the run writes its job's summary (a collector does otherwise)
-        record_local_summary(store_url, request.spec.job_id, open_store, changed=ended_ids(sink))
+        record_local_summary(store_url, request.spec.job_id, open_store, ended_ids(sink), report_settings)
     return status

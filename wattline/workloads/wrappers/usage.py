@@ -1,4 +1,4 @@
-"""Record a job's use of each accelerator it runs on (KIND_USE job events).
+"""Record a job's use of each accelerator it runs on, and of the host's CPU (KIND_USE job events).
 
 While a job runs, its wrapper (``wattline run``, or the Job API when it opens its own
 job) asks the per-process sources every second how much of each device every process used
@@ -7,7 +7,11 @@ NeuronCore utilization; :class:`wattline.agent.sources.use.DeviceUse`), sums tha
 job's processes (:class:`.processes.ProcessTree`) and, every ``period_s``, sends one USE
 event per device the job's processes ran on or used: ``job_use`` (the job's processes) and
 ``device_use`` (every process), same unit, their means over
-``(time_ns - use_period_ns, time_ns]``.
+``(time_ns - use_period_ns, time_ns]``. Each period it also sends the job's CPU time against
+the host's (device ``cpu:host``, :mod:`wattline.agent.cpu_use`; the process tree's from
+``/proc/PID/stat``, :class:`.processes.TreeCpu`), from the job's open to the command's end,
+as the pod and Slurm watchers do for theirs: the ``cpu-time`` share rule splits host-wide
+energy by it.
 
 Why the wrapper and not the agent: the wrapper knows the job's processes (they are its
 descendants, in its pid namespace) and its events already reach the store exactly once
@@ -28,9 +32,10 @@ from dataclasses import replace
 from typing import Any
 
 from wattline import wire
+from wattline.agent.cpu_use import CpuPeriod, CpuTally, host_cpu_ns
 from wattline.agent.process_use import Tally, UseSource, UseTallies, use_fields, use_sources
 from wattline.workloads.jobs.events import EventBuilder
-from wattline.workloads.wrappers.processes import ProcessTree
+from wattline.workloads.wrappers.processes import ProcessTree, TreeCpu
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +73,10 @@ class UseRecorder:
         sources: Callable[[], Sequence[UseSource]],
         period_s: float | None = None,
         sample_s: float = 1.0,
+        cpu: Callable[[], int] | None = None,
     ) -> None:
+        """``cpu``: the job's processes' CPU time so far (ns), read at each period's end; None:
+        no CPU-time events."""
         self.builder = builder
         self.send = send
         self.tree = tree
@@ -82,22 +90,42 @@ class UseRecorder:
         #: The processes holding each device the job used, at the last ask that read it.
         self._running: dict[str, frozenset[int]] = {}
         self._use = UseTallies()
+        self.cpu = cpu
+        self._cpu = CpuTally()
+        self._final_cpu: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wattline-use", daemon=True)
 
-    def start(self) -> UseRecorder:
-        """Measure from now until :meth:`stop`; never blocks the job (sources open in the thread)."""
-        self._period_ns = self._use.last_ns = time.time_ns()
+    def start(self, open_ns: int | None = None) -> UseRecorder:
+        """Measure from now until :meth:`stop`; never blocks the job (sources open in the thread).
+        ``open_ns``: the job's open, before its processes started: their CPU time counts from
+        there (from 0); without it, from now (what they had used before is not the job's)."""
+        self._period_ns = self._use.last_ns = now = time.time_ns()
+        if self.cpu is not None:
+            self._cpu.read(now, host_cpu_ns(), {})
+            if open_ns is not None:
+                self._cpu.start("", open_ns, 0.0, open_ns)
+            else:
+                self._cpu.start("", now, self.cpu(), now)
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        """Take the last partial period; no USE event after this returns."""
+        """Take the last partial period of each device and the processes' CPU time so far (their
+        last, for :meth:`finish`); no device's USE event after this returns."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         self.sample()
-        self.flush()
+        self._flush_devices()
+        self._final_cpu = self.cpu() if self.cpu is not None else None
+
+    def finish(self, end_ns: int) -> None:
+        """The last CPU-time period, to the job's close at ``end_ns``: the processes' CPU time
+        as :meth:`stop` read it (they have ended, or what they do after is not the job's)."""
+        if self._final_cpu is not None:
+            self._send_cpu(self._cpu.read(end_ns, host_cpu_ns(), {"": self._final_cpu}, ends={"": end_ns}))
+            self._final_cpu = None
 
     def _run(self) -> None:
         # The first ask reads each source from the job's start (UseTallies: a source not
@@ -119,6 +147,8 @@ class UseRecorder:
         ask before (one started or ended, the job's included), the period ends at the previous
         ask and the time since is sent as an unsteady period of its own."""
         pids = self.tree.refresh()
+        if self.cpu is not None:  # a read a second keeps track of the processes that come and go
+            self.cpu()
         before = {key: replace(t) for key, t in self._use.jobs.get("", {}).items()}
         asked_ns = self._use.last_ns
         # The devices it used stay the job's (a measured 0 once its processes left them), so
@@ -139,20 +169,32 @@ class UseRecorder:
             self._period_ns = self._use.last_ns
 
     def flush(self) -> None:
-        """One USE event per device the job ran on or used in the period now ending."""
+        """One USE event per device the job ran on or used in the period now ending, and one of
+        its CPU time."""
+        self._flush_devices()
+        if self.cpu is not None:
+            self._send_cpu(self._cpu.read(time.time_ns(), host_cpu_ns(), {"": self.cpu()}))
+
+    def _flush_devices(self) -> None:
         start, end = self._period_ns, self._use.last_ns
         self._period_ns = end
         self._send(start, end, self._use.take(""), steady=True)
 
+    def _send_cpu(self, periods: dict[str, CpuPeriod]) -> None:
+        if (period := periods.get("")) is not None:
+            self._deliver([self.builder.make(wire.pb.JobEvent.KIND_USE, period.end_ns, **period.fields())])
+
     def _send(self, start: int, end: int, tallies: dict[str, Tally], steady: bool) -> None:
         if end <= start or not tallies:
             return
-        events = [
+        self._deliver([
             self.builder.make(
                 wire.pb.JobEvent.KIND_USE, end, **use_fields(key, end - start, t.mine, t.total, t.metric, None, steady)
             )
             for key, t in sorted(tallies.items())
-        ]
+        ])  # fmt: skip
+
+    def _deliver(self, events: list[wire.pb.JobEvent]) -> None:
         try:
             self.send(events)
             self.sent += len(events)
@@ -189,7 +231,8 @@ class JobUse:
         self._args = (settings, doc)
         self._lock = threading.Lock()
         self._discovery = discovery
-        self.recorder = UseRecorder(builder, send, ProcessTree(roots), self._sources)
+        tree = ProcessTree(roots)
+        self.recorder = UseRecorder(builder, send, tree, self._sources, cpu=TreeCpu(tree).read)
 
     def _sources(self) -> list[UseSource]:
         """The embedded session's sources, else ours, opened at the first call (in the recorder's thread)."""
@@ -200,8 +243,9 @@ class JobUse:
                 self._owned = _open_sources(*self._args)
             return use_sources(self._owned)
 
-    def start(self) -> JobUse:
-        self.recorder.start()
+    def start(self, open_ns: int | None = None) -> JobUse:
+        """See :meth:`UseRecorder.start`."""
+        self.recorder.start(open_ns)
         return self
 
     @property
@@ -209,7 +253,12 @@ class JobUse:
         """Devices whose per-process use was read (for the close event's ``use_scope``)."""
         return self.recorder.scope
 
+    def finish(self, end_ns: int) -> None:
+        """See :meth:`UseRecorder.finish`."""
+        self.recorder.finish(end_ns)
+
     def stop(self) -> None:
+        """See :meth:`UseRecorder.stop`; the sources opened here are closed."""
         try:
             self.recorder.stop()
         finally:

@@ -4,6 +4,8 @@ truth the test constructs, as it is measured for real ones, not an estimate."""
 
 from __future__ import annotations
 
+import itertools
+
 from wattline import wire
 from wattline.workloads.jobs.events import EventBuilder
 
@@ -38,4 +40,4 @@ def cpu_periods(
     the end); by default the job's processes were the host's only busy ones (its share: all)."""
     step = int(every_s * S)
     edges = [*range(start_ns, end_ns, step), end_ns]
-    return [cpu_use(builder, a, b, job_cpus, host_cpus) for a, b in zip(edges, edges[1:], strict=False) if b > a]
+    return [cpu_use(builder, a, b, job_cpus, host_cpus) for a, b in itertools.pairwise(edges) if b > a]

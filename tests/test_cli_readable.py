@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cpu_events import S, cpu_use
+from cpu_events import cpu_use
 from pipeline import T0_NS, SyntheticHost, ZoneSpec
 from typer.testing import CliRunner
 

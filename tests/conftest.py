@@ -24,7 +24,13 @@ os.environ["XDG_DATA_HOME"] = os.path.join(_HOME, "data")
 
 @pytest.fixture(autouse=True)
 def own_state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A state home of the test's own (outbox, holder records)."""
+    """A state home of the test's own (outbox, holder records), and a runtime folder: an agent
+    run by a user other than root serves its edge socket in ``$XDG_RUNTIME_DIR/wattline``,
+    which must be neither the user's real one nor another test's. (Root's agents serve under
+    their ``--sysfs-root``: each test's own tree.)"""
     state = tmp_path_factory.mktemp("state")
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    runtime = tmp_path_factory.mktemp("runtime")
+    runtime.chmod(0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     yield state

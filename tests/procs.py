@@ -22,7 +22,7 @@ CLI = [sys.executable, "-m", "wattline.cli.main"]
 
 def clean_env() -> dict[str, str]:
     """The environment without WATTLINE_* settings, systemd or debug variables of the caller."""
-    drop = ("WATTLINE_", "NOTIFY_SOCKET", "WATCHDOG_", "STATE_DIRECTORY")
+    drop = ("WATTLINE_", "NOTIFY_SOCKET", "WATCHDOG_", "STATE_DIRECTORY", "RUNTIME_DIRECTORY")
     return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
 
 

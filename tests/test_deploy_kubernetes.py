@@ -16,6 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from wattline.agent.edge import socket_places
 from wattline.agent.kube.cgroups import CGROUP_DIR, PROC_DIR
 from wattline.agent.kube.settings import KubeSettings
 from wattline.agent.kube.watcher import EVENTS_FILE
@@ -24,6 +25,7 @@ from wattline.collector.settings import CollectorSettings
 from wattline.config import build
 
 K8S = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "operations" / "kubernetes.md"
 NAMESPACE = "wattline"
 CLUSTER_SCOPED = {"Namespace", "PriorityClass", "ClusterRole", "ClusterRoleBinding"}
 #: What the downward API gives the agent's $(NODE_IP) and $(NODE_NAME) in these tests.
@@ -173,10 +175,12 @@ def test_agent_pod() -> None:
             "host-proc": "/proc",
             "pod-resources": "/var/lib/kubelet/pod-resources",
             "kubelet-pods": "/var/lib/kubelet/pods",
+            "runtime": "/run/wattline",
         }
         mounts = {m["name"]: m for m in container["volumeMounts"]}
-        for name, path in host_paths.items():  # every host path under /host, read-only
-            assert (mounts[name]["mountPath"], mounts[name]["readOnly"]) == ("/host" + path, True), name
+        for name, path in host_paths.items():  # every host path under /host, read-only but the edge socket's
+            writable = name == "runtime"
+            assert (mounts[name]["mountPath"], mounts[name].get("readOnly", False)) == ("/host" + path, not writable)
         # No propagation: Secret tmpfs mounts of pods started later stay out of the agent's view.
         assert mounts["kubelet-pods"]["mountPropagation"] == "None"
         assert mounts["config"]["readOnly"] is True
@@ -355,3 +359,46 @@ def test_every_path_the_pod_watcher_reads_is_mounted() -> None:
         agent = build(AgentSettings, "agent", doc, env=env)
         outbox = mount_of(container, agent.outbox_dir)
         assert outbox is not None and not outbox.get("readOnly") and "emptyDir" in volumes[outbox["name"]]
+
+
+def guide_pod() -> dict[str, Any]:
+    """The pod docs/operations/kubernetes.md shows for a pod's own jobs."""
+    (pod,) = [doc for block in re.findall(r"```yaml\n(.*?)```", GUIDE.read_text(), re.S)
+              if (doc := yaml.safe_load(block))["kind"] == "Pod"]  # fmt: skip
+    return dict(pod)
+
+
+def test_the_agent_serves_its_edge_socket_on_the_node_and_pods_reach_it() -> None:
+    """The agent (uid 0, --sysfs-root /host, no socket setting) serves the node's
+    /run/wattline/edge.sock through a writable hostPath; the guide's pod, strict-schema-valid,
+    mounts the same host folder where a wrapper in it looks, as root or any other uid, and
+    carries the node's host id."""
+    node_socket = "/run/wattline/edge.sock"
+    doc = config()
+    for ds in daemonsets():
+        pod = ds["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        env = expanded_env(container, NODE)
+        args = container["args"]
+        root = args[args.index("--sysfs-root") + 1]
+        agent = build(AgentSettings, "agent", doc, env=env).validate()
+        uid = container["securityContext"]["runAsUser"]
+        served = [p.path for p in socket_places(agent.edge_socket, Path(root), env, uid) if uid == 0 or not p.root_only]
+        assert str(served[0]) == root + node_socket
+        mount = mount_of(container, str(served[0]))
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert mount is not None and not mount.get("readOnly", False)
+        host = volumes[mount["name"]]["hostPath"]
+        assert posixpath.join(host["path"], posixpath.relpath(str(served[0]), mount["mountPath"])) == node_socket
+        assert host["type"] == "DirectoryOrCreate"
+    pod = guide_pod()
+    kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
+    (container,) = pod["spec"]["containers"]
+    assert env_of(container)["WATTLINE_AGENT_HOST_ID"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    for uid in (0, 1000):  # a wrapper in the pod, no socket setting, no $XDG_RUNTIME_DIR
+        assert node_socket in [str(p.path) for p in socket_places("", Path("/"), {}, uid)]
+    mount = mount_of(container, node_socket)
+    assert mount is not None
+    host = volumes[mount["name"]]["hostPath"]
+    assert posixpath.join(host["path"], posixpath.relpath(node_socket, mount["mountPath"])) == node_socket

@@ -7,14 +7,21 @@ A workload raises its power as its first act and lowers it as its last
 its two steps, from the schedule it wrote; the report, at the default 1 Hz sampling, must
 be within 0.2 % of it, its bound must hold the truth and stay under 0.2 % too. Both
 embedded (``wattline run`` sampling itself) and through a real ``wattline agent`` and
-collector (``wattline run --collector``, the agent ticking on request over its socket).
+collector (``wattline run --collector``, the agent ticking on request over its socket):
+one told where its socket is, and agents started by hand with no socket setting and no
+systemd, whose socket the wrappers find by the same rule (issue #42), also as another user.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +31,7 @@ import pytest
 from procs import CLI, Proc, clean_env, start_collector
 from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree, step_power
+from waits import wait_until
 
 from wattline.agent.settings import AgentSettings
 from wattline.workloads.wrappers.embedded import embedded_session
@@ -35,6 +43,8 @@ START_UJ = 10**11
 SECONDS = 3.75
 HOST = "edge-host"
 WORKLOAD = Path(__file__).parent / "step_workload.py"
+#: A user other than the agent's, for the wrapper (the usual case: agent as root, jobs as users).
+NOBODY = 65534
 
 
 @pytest.fixture
@@ -123,3 +133,109 @@ def test_run_through_an_agent_reads_the_energy_at_its_edges(tmp_path: Path, step
     finally:
         agent.terminate()
         collector.terminate()
+
+
+@contextlib.contextmanager
+def agent_by_hand(work: Path, tree: Path, runtime: Path) -> Iterator[tuple[int, str, Proc]]:
+    """A collector into SQLite and a 1 Hz agent started as an operator would by hand: no
+    systemd (no $RUNTIME_DIRECTORY), no socket setting, ``runtime`` its $XDG_RUNTIME_DIR;
+    (collector port, store URL, agent) once the agent says it samples."""
+    store = f"sqlite:///{work / 'w.db'}"
+    port = free_port()
+    collector = start_collector(port, ["--store", store], work / "collector.log")
+    agent = Proc(
+        ["agent", "--host-id", HOST, "--sysfs-root", str(tree), "--source", "rapl", "--interval", "1",
+         "--batch-interval", "0.5", f"--collector=127.0.0.1:{port}"],
+        work / "agent.log", env={"XDG_RUNTIME_DIR": str(runtime)},
+    )  # fmt: skip
+    try:
+        wait_until(lambda: "sampling every" in agent.log(), lambda: agent.log()[-3000:], timeout_s=30)
+        time.sleep(1.5)  # the job opens half-way between two of the agent's ticks
+        yield port, store, agent
+    finally:
+        agent.terminate()
+        collector.terminate()
+
+
+def served_where(agent: Proc, tree: Path, runtime: Path) -> None:
+    """The agent said where it serves: root's folder under its root (made 0755, every user may
+    ask), any other user's under $XDG_RUNTIME_DIR (made 0700); the socket is gone once it stopped."""
+    folder, mode = (tree / "run/wattline", 0o755) if os.geteuid() == 0 else (runtime / "wattline", 0o700)
+    assert f"ticking at jobs' edges on request at {folder / 'edge.sock'}" in agent.log()
+    assert stat.S_IMODE(folder.stat().st_mode) == mode
+    assert agent.terminate() == 0 and not (folder / "edge.sock").exists()
+
+
+def test_an_agent_started_by_hand_serves_the_edges_by_default(tmp_path: Path, stepped: PowerAdvancer) -> None:
+    """No systemd, no ``edge_socket``: the agent serves its socket where the rule puts it,
+    and `wattline run --collector` (same user, same rule) finds it: the job's edges are read.
+    Before issue #42 the agent served none here and the figure was -2.8 % off."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    with agent_by_hand(tmp_path, stepped.root, runtime) as (port, store, agent):
+        out = subprocess.run(
+            [*CLI, "run", "--job-id", "step-by-hand", "--host-id", HOST, "--collector", f"127.0.0.1:{port}",
+             "--sysfs-root", str(stepped.root), "--store", store, "--json", *workload(tmp_path / "schedule")],
+            capture_output=True, text=True, timeout=60,
+            env={**clean_env(), "XDG_RUNTIME_DIR": str(runtime), "WATTLINE_AGENT_BATCH_INTERVAL": "0.5"},
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        check(json.loads(out.stdout), truth_j(tmp_path / "schedule"))
+        served_where(agent, stepped.root, runtime)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the wrapper as another user: needs root")
+def test_another_users_run_finds_a_root_agents_socket(tmp_path: Path) -> None:
+    """The agent as root, the job as user nobody with a $XDG_RUNTIME_DIR of its own (asked
+    first, nobody serves there): the wrapper goes on to root's folder and the edges are read."""
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import wattline"], env=clean_env(), user=NOBODY).returncode
+    except OSError:  # e.g. an interpreter under /root (mode 0700)
+        probe = -1
+    if probe != 0:
+        pytest.skip(f"user {NOBODY} cannot run {sys.executable} with wattline")
+    shared = Path(tempfile.mkdtemp(prefix="wattline-edges-"))  # pytest's own tmp is root's alone
+    try:
+        shared.chmod(0o755)
+        tree = powercap_tree(shared / "host", [Zone(ZONE, "package-0", START_UJ)])
+        user = shared / "user"  # what the job's user writes: its runtime and state, the schedule
+        for folder in (user, user / "runtime", user / "state"):
+            folder.mkdir(mode=0o700)
+            os.chown(folder, NOBODY, NOBODY)
+        schedule = user / "schedule"
+        powered = PowerAdvancer(tree, {ZONE: 0.0}, START_UJ, schedule=schedule)
+        try:
+            with agent_by_hand(tmp_path, tree, tmp_path) as (port, store, _agent):
+                env = {
+                    **clean_env(),
+                    "XDG_RUNTIME_DIR": str(user / "runtime"),
+                    "XDG_STATE_HOME": str(user / "state"),
+                    "XDG_DATA_HOME": str(user / "state"),
+                    "HOME": str(user),
+                    "WATTLINE_AGENT_BATCH_INTERVAL": "0.5",
+                }
+                out = subprocess.run(
+                    [*CLI, "run", "--job-id", "step-user", "--host-id", HOST, "--collector", f"127.0.0.1:{port}",
+                     "--sysfs-root", str(tree), "--no-report", *workload(schedule)],
+                    capture_output=True, text=True, timeout=60, env=env, user=NOBODY, group=NOBODY, extra_groups=[],
+                )  # fmt: skip
+                assert out.returncode == 0, out.stderr[-3000:]
+                report = wait_until(lambda: completed(store, "step-user"), "the job's report complete")
+        finally:
+            powered.close()
+        check(report, truth_j(schedule))
+    finally:
+        shutil.rmtree(shared)
+
+
+def completed(store: str, job_id: str) -> dict[str, Any] | None:
+    """The job's report once the store holds all it needs (the samples past its close)."""
+    done = subprocess.run(
+        [*CLI, "report", job_id, "--store", store, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+    )
+    report = json.loads(done.stdout) if done.returncode == 0 else None
+    return report if report and report["complete"] else None

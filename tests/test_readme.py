@@ -235,7 +235,7 @@ PROMISES: list[tuple[str, str]] = [
     ("sends a `heartbeat` event every 30 s", "test_job_lease.py::test_the_job_api_renews_its_lease_until_it_closes"),
     ("waits, at most two\nbatch intervals plus 3 s after the close",
      "test_report_complete.py::test_report_at_job_end_waits_for_the_last_samples"),
-    ("budget of ticks (10 at once, then 5 a second)", "test_edge_socket.py::test_a_peer_beyond_its_budget_is_refused"),
+    ("budget of ticks (10 at once, then 5 a second)", "test_edge_socket.py::test_a_peer_gets_10_ticks_at_once_then_5_a_second"),
     ("exits with CMD's status at most about 3 s after CMD ends",
      "test_outbox.py::test_collector_down_exit_status_kept_then_a_later_run_delivers"),
     ("up to an hour after the\nclose",

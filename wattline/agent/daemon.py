@@ -117,7 +117,7 @@ class Agent:
             self.prometheus_port = serve(collector, self.settings.prometheus_port, self.settings.prometheus_addr)
             log.info("prometheus metrics on http://%s:%d/metrics", self.settings.prometheus_addr, self.prometheus_port)
         self.sampler.tick()  # baseline readings before the first interval
-        self.edges = serve_edges(self.settings.edge_socket, self.sampler.edge_tick, self.env)
+        self.edges = serve_edges(self.settings.edge_socket, self.sampler.edge_tick, self.settings.sysfs_root, self.env)
         if threading.current_thread() is threading.main_thread():  # SIGHUP: rediscover the sources now
             self._previous_sighup = signal.signal(signal.SIGHUP, lambda *_: self.discovery.request())
         for name, target in (

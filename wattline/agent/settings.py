@@ -27,7 +27,11 @@ class AgentSettings:
         "Seconds between source rediscoveries: devices that appear are sampled, ones that vanish reported "
         "(0: only on SIGHUP to the agent).",
     )
-    sysfs_root: Path = option(Path("/"), "Root under which /sys and /proc are read (a recorded tree in tests).")
+    sysfs_root: Path = option(
+        Path("/"),
+        "Root under which /sys and /proc are read, and run/wattline (root's edge socket) is found: the host's / "
+        "as this process sees it (a recorded tree in tests, /host in a container).",
+    )
     sources: list[str] = option(list(DEFAULT_SOURCES), "Sources to try, in order (rapl,nvml,neuron,nic,cpu_model).")
     collectors: list[str] = option(
         ["127.0.0.1:50051"], "Collector addresses HOST:PORT, in preference order (fail over and back)."
@@ -59,8 +63,10 @@ class AgentSettings:
     edge_socket: str = option(
         "",
         "Unix socket on which the agent ticks on request at jobs' open and close (wattline run, Job ask it), "
-        "so their energy there is read, not apportioned. Empty: $RUNTIME_DIRECTORY/edge.sock under systemd, "
-        "else /run/wattline/edge.sock (served when that directory exists); 'off': neither serve nor ask.",
+        "so their energy there is read, not apportioned. Empty: $RUNTIME_DIRECTORY/edge.sock under systemd; "
+        "else an agent run as root serves /run/wattline/edge.sock (under sysfs_root; the folder made 0755), any "
+        "other user $XDG_RUNTIME_DIR/wattline/edge.sock (made 0700), and a wrapper asks its user's, then root's. "
+        "'off': neither serve nor ask.",
     )
     slurm_dir: str = option(
         slurm_records.DEFAULT_DIR,

@@ -80,7 +80,11 @@ def run(
         None, "--report-json", help="Also write the report as JSON to this file."
     ),
     interval: float | None = typer.Option(None, "--interval", "-i", help="Embedded sampling interval, seconds."),
-    sysfs_root: Path | None = typer.Option(None, "--sysfs-root", help="Root for /sys and /proc (embedded sampling)."),
+    sysfs_root: Path | None = typer.Option(
+        None,
+        "--sysfs-root",
+        help="Root for /sys and /proc (embedded sampling) and /run/wattline (the agent's edge socket).",
+    ),
     sources: list[str] | None = typer.Option(
         None, "--source", help="Sources for embedded sampling (repeat; default all)."
     ),

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from wattline import __version__, wire
 from wattline.agent import holders
 from wattline.agent.assembly import assemble, make_uplink, uplink_security
-from wattline.agent.edge import ask_edge_tick, socket_path
+from wattline.agent.edge import ask_edge_tick, socket_places
 from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root, remove
 from wattline.agent.settings import AgentSettings
@@ -157,7 +157,7 @@ class CollectorSink:
     ) -> None:
         security = uplink_security(settings)
         self.host_id = settings.host_id or socket.gethostname()
-        self.edge_socket = socket_path(settings.edge_socket)
+        self.edge_sockets = [place.path for place in socket_places(settings.edge_socket, settings.sysfs_root)]
         self.flush_s = flush_s
         self.on_kept = on_kept
         self.kept: str | None = None
@@ -218,7 +218,7 @@ class CollectorSink:
 
     def edge_tick(self) -> int | None:
         """The host agent samples: it is asked to tick now (a few ms at most; None without one)."""
-        return ask_edge_tick(self.edge_socket)
+        return ask_edge_tick(self.edge_sockets)
 
     def close(self) -> None:
         """Deliver what is left within ``flush_s``, then leftovers of dead processes in the rest of it."""

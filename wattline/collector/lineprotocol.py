@@ -35,7 +35,8 @@ every back-end (SQLite included, via :meth:`LineEncoder.check`) stores the same 
   whatever its fields (checked once per series and per field key, never per point).
 - **Job events** (:func:`job_event_point`): a job id as :func:`check_job_id` allows,
   ``event_seq`` set (it is the event's identity), units finite and >= 0
-  (:func:`check_units`). The events file reader and the Job API use the same checks.
+  (:func:`check_units`). Those checks and the time range live in :mod:`wattline.point_limits`,
+  where every reader of the events file and the Job API take them too.
 - Messages quote at most about 100 characters of a bad value (:func:`clip`).
 - Field values: ``float`` as ``repr`` (shortest exact round-trip form; NaN and
   infinities refused), ``int`` with the ``i`` suffix (int64 range, else refused),
@@ -72,15 +73,12 @@ from wattline.collector.stores.schema import (
     job_event_time,
     sample_tags,
 )
+from wattline.point_limits import INT64_MAX, INT64_MIN, MAX_TIME_NS, MIN_TIME_NS, check_time, check_units
+from wattline.point_limits import LineProtocolError as LineProtocolError  # the encoder's error, raised here too
 from wattline.text import QUOTE_CHARS, clip
 
 FieldValue = float | int | str | bool
 
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
-#: Time stamps InfluxDB accepts (ns since the epoch).
-MIN_TIME_NS = INT64_MIN + 2
-MAX_TIME_NS = INT64_MAX - 1
 #: InfluxDB's limit on series key + 4 + field key (escaped, UTF-8 bytes).
 MAX_KEY_BYTES = 65535
 #: Longest escaped field key, and so the longest escaped series key that fits with any field.
@@ -93,24 +91,6 @@ RESERVED_TAG_KEYS = frozenset({"time", "_field", "_measurement"})
 RESERVED_FIELD_KEYS = frozenset({"time"})
 _CONTROL = re.compile("[\n\r\x00]")
 _CONTROL_NAMES = {"\n": "line feed", "\r": "carriage return", "\x00": "NUL"}
-
-
-class LineProtocolError(ValueError):
-    """A point that line protocol cannot carry faithfully (the message says why)."""
-
-
-def check_time(time_ns: int) -> int:
-    """``time_ns`` when InfluxDB can store it, else :class:`LineProtocolError`."""
-    if not MIN_TIME_NS <= time_ns <= MAX_TIME_NS:
-        raise LineProtocolError(f"time {time_ns} is outside InfluxDB's range {MIN_TIME_NS}..{MAX_TIME_NS}")
-    return time_ns
-
-
-def check_units(units: float) -> float:
-    """``units`` when it is a unit count (finite, >= 0), else :class:`LineProtocolError`."""
-    if not 0 <= units < float("inf"):  # NaN fails every comparison
-        raise LineProtocolError(f"units must be finite and >= 0, got {clip(units)}")
-    return units
 
 
 def check_job_id(job_id: str) -> str:

@@ -32,14 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from wattline import wire
-from wattline.collector.lineprotocol import (
-    MAX_TIME_NS,
-    MIN_TIME_NS,
-    LineEncoder,
-    LineProtocolError,
-    describe,
-    job_event_point,
-)
+from wattline.collector.lineprotocol import LineEncoder, LineProtocolError, describe, job_event_point
 from wattline.collector.pointfields import sample_fields
 from wattline.collector.stores.base import JobSummary, Store, StoreUnavailable, WriteResult
 from wattline.collector.stores.schema import (
@@ -65,6 +58,7 @@ from wattline.collector.stores.sqlite_schema import (
     _json,
     connect_read_only,
 )
+from wattline.point_limits import MAX_TIME_NS, MIN_TIME_NS
 from wattline.text import clip
 
 #: Entries kept in each per-store cache (hosts seen, gauge-name tuples seen) before it is emptied.

@@ -29,8 +29,9 @@ from typing import Any
 
 from wattline import wire
 from wattline.agent import holders
-from wattline.collector.lineprotocol import LineEncoder, check_job_id, check_time, check_units, job_event_point
+from wattline.collector.lineprotocol import LineEncoder, check_job_id, job_event_point
 from wattline.collector.stores.schema import JOB_EVENTS, SEQ_COUNTER_BITS, host_tags
+from wattline.point_limits import check_time, check_units
 from wattline.text import clip
 from wattline.workloads.jobs.job_env import ENV_EVENTS as ENV_EVENTS  # re-exported: importers from here keep working
 from wattline.workloads.jobs.job_env import ENV_JOB_ID as ENV_JOB_ID

@@ -154,10 +154,13 @@ def check_storable(spec: JobSpec, host_id: str, labels: Mapping[str, str]) -> No
 
 
 class UnitAccumulator:
-    """Sums unit counts and emits at most one UNITS event per ``period_s``.
+    """Sums unit counts and emits at most one UNITS event per ``period_s``, but for a count
+    with a time and a count of 0, sent at once.
 
     A training loop may count every step at hundreds of Hz; the saturation detector
     needs about one point per second, and storage should not get one row per step.
+    Each UNITS event covers the time since the previous one, so a 0 says "counting starts
+    now": the units before it are not spread past it.
     """
 
     def __init__(self, builder: EventBuilder, emit: Callable[[list[wire.pb.JobEvent]], None], period_s: float = 0.5):
@@ -166,25 +169,50 @@ class UnitAccumulator:
         self.period_s = period_s
         self.total = 0.0
         self._pending = 0.0
+        self._pending_ns = 0  #: when the pending units were last added: all were done by then
         self._last_emit = time.monotonic()
         self._lock = threading.Lock()
 
     def add(self, count: float, time_ns: int | None = None) -> None:
-        """Count ``count`` more units; ValueError unless it is finite and >= 0."""
+        """Count ``count`` more units, done by ``time_ns`` (default: now); ValueError unless the
+        count is finite and >= 0."""
         check_units(count)
+        now = time.time_ns()
         with self._lock:
             self.total += count
-            self._pending += count
-            due = time.monotonic() - self._last_emit >= self.period_s
-        if due or time_ns is not None:
-            self.flush(time_ns)
+            if time_ns is None and count:
+                self._pending += count
+                self._pending_ns = now
+                if time.monotonic() - self._last_emit < self.period_s:
+                    return
+                events = self._take(None)
+            else:
+                events = self._take((count, now if time_ns is None else time_ns))
+        self.emit(events)
+
+    def _take(self, then: tuple[float, int] | None) -> list[wire.pb.JobEvent]:
+        """Under the lock: UNITS events of the pending units, at the time they were last added,
+        and of ``then`` (a count and its time). Pending units added after ``then``'s time (an
+        events file's line stamped in the past) were written before it, so done by then: they
+        go in its event, never after it."""
+        pending, at = self._pending, self._pending_ns
+        self._pending = 0.0
+        self._last_emit = time.monotonic()
+        if then is None:
+            return [self.builder.units(pending, at)] if pending else []
+        count, then_ns = then
+        if not pending or at >= then_ns:
+            return [self.builder.units(pending + count, then_ns)]
+        return [self.builder.units(pending, at), self.builder.units(count, then_ns)]
 
     def flush(self, time_ns: int | None = None) -> None:
+        """Send the pending units, at ``time_ns`` (default: now): a phase or the close ends their span."""
         with self._lock:
             pending, self._pending = self._pending, 0.0
             self._last_emit = time.monotonic()
-        if pending:
-            self.emit([self.builder.units(pending, time_ns)])
+            events = [self.builder.units(pending, time_ns)] if pending else []
+        if events:
+            self.emit(events)
 
 
 def parse_event_line(line: str) -> tuple[str, str, int | None] | None:

@@ -141,7 +141,9 @@ class Job:
         return self
 
     def add_units(self, count: float = 1) -> None:
-        """Count ``count`` more completed work units (inferences, sequences, tokens)."""
+        """Count ``count`` more completed work units (inferences, sequences, tokens); 0 says
+        "counting starts now" (the units before it are not spread past now). ValueError unless
+        the count is finite and >= 0."""
         if self._units is None:
             raise RuntimeError("add_units() outside the job's with-block")
         self._units.add(count)

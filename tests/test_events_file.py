@@ -1,22 +1,25 @@
-"""A units event of 0 ends the span of the units before it on every path (issue #42 item 7): a
-``units 0`` line through ``wattline run`` and the agent (a Slurm job's events file, a pod's),
-``Job.add_units(0)`` (embedded, joined to ``wattline run``, to a Slurm job, in a pod), and every
-store's reads.
+"""The events file has one grammar (issue #42, items 6 and 7). Every reader — ``wattline run``
+(and through it ``wattline sweep``'s latencies), the agent for a Slurm job and for a pod — makes
+the same events of tests/events_table.py's lines, says each kind of bad line once and skips it;
+and a ``units 0`` line or ``Job.add_units(0)`` is a UNITS event on every path that ends the span
+of the units before it.
 
-Truth: unit counts written at known times and apportioned by the documented rule (each units
-event covers the time since the previous one) around a saturation point the test placed.
+Truth: the table's lines with the times written in them; unit counts written at known times and
+apportioned by the documented rule (each units event covers the time since the previous one)
+around a saturation point the test placed.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
+import events_table
 import pytest
 from procs import CLI, clean_env
 from servers import Influxd, searchable
@@ -29,7 +32,9 @@ from test_slurm_notes import controller as controller  # a fixture
 from waits import wait_until
 
 from wattline import wire
+from wattline.agent import event_lines
 from wattline.agent.kube.watcher import PodWatcher
+from wattline.agent.slurm_jobs import HookNotes
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.prometheus import PrometheusStore
@@ -43,7 +48,18 @@ from wattline.workloads.report.model import ReportSettings
 from wattline.workloads.wrappers import slurm
 
 S = 10**9
+TABLE = Path(__file__).parent / "events_table.py"
+ZERO_WORKLOAD = Path(__file__).parent / "zero_units_workload.py"
 UNITS, PHASE = wire.pb.JobEvent.KIND_UNITS, wire.pb.JobEvent.KIND_PHASE
+#: How each kind of problem reads in the one line that says it.
+SAID = {
+    "long": "a line has at most 4096 characters",
+    "form": "expected 'units N', 'phase NAME' or 'latency SECONDS'",
+    "units": "units must be a finite number >= 0",
+    "latency": "latency must be a finite number >= 0",
+    "phase": "a phase name is 1 to 64 printable characters",
+    "time": "UNIX_TIME must be seconds after the epoch",
+}
 #: A time stamp the Python API writes into an events file carries microseconds (``%.6f``),
 #: read back through a float of seconds (0.24 us apart near 2026): within 2 us of the event's.
 LINE_NS = 2_000
@@ -74,6 +90,27 @@ def sent_events(sent: list[wire.pb.JobEvent], job_id: str) -> list[tuple[str, An
     ]
 
 
+def said_once_each(messages: list[str], base: int) -> None:
+    """One line for each kind of problem in the table, no more."""
+    said = [m for m in messages if "ignored line" in m]
+    assert sorted(kind for kind, text in SAID.items() for m in said if text in m) == sorted(
+        events_table.problems(base)
+    ), said
+    assert len(said) == len(events_table.problems(base)), said
+
+
+def slurm_job(tmp_path: Path, job_id: str) -> tuple[dict[str, str], Path, HookNotes, list[wire.pb.JobEvent]]:
+    """A Slurm job whose prolog the agent took: the job's environment, the node's config, the
+    agent's notes reader and what it sent."""
+    config, proc = node_config(tmp_path), slurmd_proc(tmp_path / "proc")
+    env = job_env(job_id)
+    sent: list[wire.pb.JobEvent] = []
+    notes = agent(tmp_path, sent)
+    slurm.prolog(env, config, proc)
+    assert notes.take() == 1
+    return env, config, notes, sent
+
+
 class Recorder:
     """A sink of the caller's own: keeps the job's events."""
 
@@ -90,6 +127,85 @@ class Recorder:
 
     def close(self) -> None:
         return None
+
+
+@pytest.fixture
+def agent_says(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """The agent's reports of bad lines, fresh for the test (the agent keeps one for its life)."""
+    monkeypatch.setattr(event_lines, "AGENT_BAD_LINES", event_lines.BadLines())
+    caplog.set_level(logging.WARNING, logger="wattline.agent.event_lines")
+    return caplog
+
+
+# ------------------------------------------------------------------ item 6: one table, every reader
+
+
+def test_wattline_run_reads_the_table(tmp_path: Path) -> None:
+    env = env_for(tmp_path)
+    out = cli("run", "--job-id", "table-run", "--no-report", "--", sys.executable, str(TABLE), env=env)
+    assert out.returncode == 0, out.stderr
+    base = int(out.stdout.split()[0])
+    assert stored(tmp_path / "w.db", "table-run") == events_table.events(base)
+    said_once_each(out.stderr.splitlines(), base)
+    assert "Traceback" not in out.stderr
+
+
+def test_wattline_sweep_reads_the_tables_latencies(tmp_path: Path) -> None:
+    """The good latencies after the table's ``phase saturated`` (0.25 s, 0 s): their median; the
+    bad ones (-0.5, nan) skipped."""
+    out = cli("sweep", "--param", "n=1", "--repeat", "1", "--json", "--", sys.executable, str(TABLE), "{n}",
+              env=env_for(tmp_path), timeout=240)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    [point] = json.loads(out.stdout)["points"]
+    assert point["latency_s"]["mean"] == 0.125
+    assert "Traceback" not in out.stderr
+
+
+def test_a_slurm_jobs_events_file_reads_the_table(
+    tmp_path: Path, controller: dict[str, str], agent_says: pytest.LogCaptureFixture
+) -> None:
+    env, config, notes, sent = slurm_job(tmp_path, "61")
+    base = int(time.time())
+    (tmp_path / "slurm/61.events").write_text(events_table.text(base), encoding="utf-8")
+    slurm.epilog({**env, "SLURM_JOB_EXIT_CODE2": "0:0"}, config)
+    assert notes.take() == 1
+    assert sent_events(sent, "61") == events_table.events(base)
+    messages = [r.getMessage() for r in agent_says.records]
+    said_once_each(messages, base)
+    assert all(m.startswith("slurm job 61: events file: ignored line:") for m in messages), messages
+
+
+def test_a_pods_events_file_reads_the_table(node: Node, agent_says: pytest.LogCaptureFixture) -> None:
+    kubelet, watcher, dirs, sent = node
+    advance(dirs, 0)
+    watcher.poll(T0)
+    base = T0 // S + 1
+    events_file(watcher.root, "note").write_text(events_table.text(base), encoding="utf-8")
+    watcher.poll(T0 + 10 * S)
+    kubelet.reply = pod_list("Succeeded")
+    watcher.poll(T0 + 65 * S)
+    assert sent_events(sent, "k8s:team-a/nb-alice") == events_table.events(base)
+    messages = [r.getMessage() for r in agent_says.records]
+    said_once_each(messages, base)
+    assert all("job k8s:team-a/nb-alice: events file: ignored line:" in m for m in messages), messages
+
+
+def test_the_job_api_takes_no_more_than_the_events_file_carries() -> None:
+    """A phase name or a latency the file would refuse is a ValueError, whichever way the job's
+    events go (here: the caller's own sink)."""
+    sink = Recorder()
+    with Job("limits", sink=sink) as job:
+        for name in ("p" * 65, "two words", "bell\x07", ""):
+            with pytest.raises(ValueError, match=r"^a phase name is 1 to 64 printable characters without spaces"):
+                job.phase(name)
+        for seconds in (-0.5, float("nan"), float("inf")):
+            with pytest.raises(ValueError, match="units must be finite and >= 0"):
+                job.add_latency(seconds)
+        job.phase("p" * 64)
+    assert [e.phase for e in sink.events if e.kind == PHASE] == ["p" * 64]
+
+
+# ------------------------------------------------------------------ item 7: units 0 ends the span
 
 
 def report_of(env: dict[str, str], job_id: str) -> dict[str, Any]:
@@ -126,39 +242,24 @@ def test_wattline_run_counts_from_a_units_0_line(tmp_path: Path) -> None:
     assert units["total"] == 10
 
 
-JOB_SCRIPT = """
-import json, sys, time
-from wattline.workloads import Job
-
-with Job("zero", job_id="zero-api", store=sys.argv[1] or None) as job:
-    time.sleep(1)
-    a = time.time_ns(); job.add_units(0); b = time.time_ns()
-    time.sleep(1)
-    c = time.time_ns(); job.mark_saturated(); d = time.time_ns()
-    time.sleep(1)
-    e = time.time_ns(); job.add_units(10); f = time.time_ns()
-    time.sleep(0.3)
-print(json.dumps({"zero": [a, b], "mark": [c, d], "ten": [e, f]}))
-"""
-
-
 @pytest.mark.parametrize("how", ["embedded", "joined"])
 def test_the_job_api_counts_from_add_units_0(tmp_path: Path, how: str) -> None:
     """``add_units(0)`` 1 s into the job, ``mark_saturated()`` 1 s later, ``add_units(10)`` 1 s
-    after that: half the units are saturated (each call's instant known to its bracket), not a
-    third. Embedded (the job's own), and joined to ``wattline run`` (lines in its events file)."""
+    after that (tests/zero_units_workload.py): half the units are saturated (each call's instant
+    known to its bracket), not a third. Embedded (the job's own), and joined to ``wattline run``
+    (lines in its events file)."""
     env = env_for(tmp_path)
-    (tmp_path / "job.py").write_text(textwrap.dedent(JOB_SCRIPT))
+    marks = tmp_path / "marks.json"
     if how == "embedded":
-        out = subprocess.run([sys.executable, str(tmp_path / "job.py"), env["WATTLINE_STORE"]],
+        out = subprocess.run([sys.executable, str(ZERO_WORKLOAD), env["WATTLINE_STORE"], str(marks)],
                              capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
         job_id, slack = "zero-api", 0
     else:
-        out = cli("run", "--job-id", "zero-joined", "--no-report", "--", sys.executable, str(tmp_path / "job.py"), "",
-                  env=env)  # fmt: skip
+        out = cli("run", "--job-id", "zero-joined", "--no-report", "--", sys.executable, str(ZERO_WORKLOAD), "",
+                  str(marks), env=env)  # fmt: skip
         job_id, slack = "zero-joined", LINE_NS
     assert out.returncode == 0, out.stderr
-    at = json.loads(out.stdout.splitlines()[-1])
+    at = json.loads(marks.read_text())
     zero = [t for kind, units, t in stored(tmp_path / "w.db", job_id) if kind == "units" and units == 0]
     assert len(zero) == 1 and at["zero"][0] - slack <= zero[0] <= at["zero"][1] + slack, (zero, at)
     (a, b), (c, d), (e, f) = ([t - slack, u + slack] for t, u in (at["zero"], at["mark"], at["ten"]))
@@ -185,30 +286,33 @@ def test_a_count_sent_by_add_units_0_keeps_its_own_time() -> None:
     assert a <= units[0][1] <= b and c <= units[1][1] <= d, (units, a, b, c, d)
 
 
+def joined_zero(monkeypatch: pytest.MonkeyPatch, path: Path, job_id: str, then: float = 0) -> tuple[int, int, int]:
+    """The Python API joined to ``job_id`` through its events file ``path`` calls ``add_units(0)``,
+    then ``add_units(then)`` where it is not 0: the clock just before and just after the 0, and
+    once the job's window is left (the last count is sent then)."""
+    monkeypatch.setenv("WATTLINE_EVENTS", str(path))
+    monkeypatch.setenv("WATTLINE_JOB_ID", job_id)
+    with Job("inside") as job:
+        before = time.time_ns()
+        job.add_units(0)
+        after = time.time_ns()
+        if then:
+            job.add_units(then)
+    return before, after, time.time_ns()
+
+
 def test_a_slurm_job_counts_from_units_0(
     tmp_path: Path, controller: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Lines ``units 0`` at B, ``phase saturated`` at B + 0.5 s, ``units 10`` at B + 1 s, then the
     Python API joined to the job (``add_units(0)``, ``add_units(4)``): every 0 reaches the store
     at its time, and the saturated window holds 5 + 4 units."""
-    config, proc = node_config(tmp_path), slurmd_proc(tmp_path / "proc")
-    env = job_env("62")
-    sent: list[wire.pb.JobEvent] = []
-    notes = agent(tmp_path, sent)
-    slurm.prolog(env, config, proc)
-    assert notes.take() == 1
+    env, config, notes, sent = slurm_job(tmp_path, "62")
     b = int(time.time()) + 1
     path = tmp_path / "slurm/62.events"
     path.write_text(f"units 0 {b}\nphase saturated {b + 0.5}\nunits 10 {b + 1}\n")
     time.sleep(max(0.0, b + 1.2 - time.time()))
-    monkeypatch.setenv("WATTLINE_EVENTS", str(path))
-    monkeypatch.setenv("WATTLINE_JOB_ID", "62")
-    with Job("inside") as job:
-        before = time.time_ns()
-        job.add_units(0)
-        after = time.time_ns()
-        job.add_units(4)
-    closing = time.time_ns()
+    before, after, closing = joined_zero(monkeypatch, path, "62", then=4)
     slurm.epilog({**env, "SLURM_JOB_EXIT_CODE2": "0:0"}, config)
     assert notes.take() == 1
     got = sent_events(sent, "62")
@@ -231,12 +335,7 @@ def test_a_pod_counts_from_units_0(node: Node, tmp_path: Path, monkeypatch: pyte
     note = events_file(watcher.root, "note")
     note.write_text("".join(f"{line} {(T0 + k * S) // S}\n" for line, k in
                             (("units 0", 10), ("phase saturated", 15), ("units 10", 20))))  # fmt: skip
-    monkeypatch.setenv("WATTLINE_EVENTS", str(note))
-    monkeypatch.setenv("WATTLINE_JOB_ID", "k8s:team-a/nb-alice")
-    with Job("notebook") as job:
-        before = time.time_ns()
-        job.add_units(0)
-        after = time.time_ns()
+    before, after, _ = joined_zero(monkeypatch, note, "k8s:team-a/nb-alice")
     watcher.poll(T0 + 30 * S)
     kubelet.reply = pod_list("Succeeded")
     watcher.poll(T0 + 65 * S)

@@ -213,28 +213,14 @@ def test_units_without_a_time_count_when_written(cluster: slurm_cluster.Cluster)
         assert abs(at - truth) <= 1.0, (units, written)
 
 
-ZERO_SCRIPT = """
-import json, sys, time
-from wattline.workloads import Job
-
-with Job("inside") as job:
-    time.sleep(1)
-    a = time.time_ns(); job.add_units(0); b = time.time_ns()
-    time.sleep(1)
-    c = time.time_ns(); job.mark_saturated(); d = time.time_ns()
-    time.sleep(1)
-    e = time.time_ns(); job.add_units(10); f = time.time_ns()
-open(sys.argv[1], "w").write(json.dumps([[a, b], [c, d], [e, f]]))
-"""
-
-
 def test_the_python_api_counts_from_add_units_0(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
     """Inside a Slurm job, ``add_units(0)`` 1 s in, ``mark_saturated()`` 1 s later, ``add_units(10)``
-    1 s after that (each instant known to its bracket): the 0 reaches the store at its time
-    through the job's events file, and half the units are saturated, not a third."""
-    script, marks = tmp_path / "zero.py", tmp_path / "marks.json"
-    script.write_text(ZERO_SCRIPT)
-    job = sbatch(cluster, "-w", "n1", "--wrap", f"{sys.executable} {script} {marks}")
+    1 s after that (tests/zero_units_workload.py; each instant known to its bracket): the 0
+    reaches the store at its time through the job's events file, and half the units are
+    saturated, not a third."""
+    marks = tmp_path / "marks.json"
+    workload = Path(__file__).parent / "zero_units_workload.py"
+    job = sbatch(cluster, "-w", "n1", "--wrap", f"{sys.executable} {workload} '' {marks}")
     found = closed(cluster, job)
     slack = 2_000  # the API's lines carry microseconds, read back through a float of seconds (0.24 us apart)
     (a, b), (c, d), (e, f) = ([t - slack, u + slack] for t, u in json.loads(marks.read_text()))

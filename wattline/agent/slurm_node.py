@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wattline import wire
-from wattline.agent import slurm_records
-from wattline.agent.event_lines import line_event
+from wattline.agent import event_lines, slurm_records
 from wattline.agent.slurm_records import SlurmError
 
 #: The controller is asked for what a 22.05 prolog's environment lacks (name, account, QOS)
@@ -227,20 +226,24 @@ def new_line_events(
 ) -> tuple[list[wire.pb.JobEvent], int]:
     """UNITS / PHASE events of the complete lines in ``data`` (the file from ``state``'s offset),
     line N at its fixed place, a line without a time at ``now_ns``; advances ``state`` past
-    them. Returns the events and how many lines were malformed (blank and ``#`` lines are not)."""
+    them. Returns the events and how many lines were bad (each said once per kind of problem,
+    :data:`~wattline.agent.event_lines.AGENT_BAD_LINES`; blank, ``#`` and ``latency`` lines are
+    good, and make no event)."""
     complete = data[: data.rfind(b"\n") + 1]  # a last line without its newline is unfinished
     out, bad = [], 0
     for raw in complete.split(b"\n")[:-1]:
         number = state[1]
         state[1] += 1
-        line = raw.decode(errors="replace")
-        parsed = line_event(line)
-        if parsed is None:
-            bad += bool(line.strip()) and not line.lstrip().startswith("#")
+        try:
+            parsed = event_lines.parse_line(raw.decode(errors="replace"))
+        except event_lines.BadLine as exc:
+            bad += 1
+            event_lines.AGENT_BAD_LINES.report(f"slurm job {job_id[:100]}: events file", exc)
             continue
-        if number >= BEATS_AT - LINES_AT:
-            continue  # past the block's room for lines
-        kind, fields, stamp = parsed
+        event = event_lines.job_event(parsed) if parsed is not None else None
+        if event is None or number >= BEATS_AT - LINES_AT:
+            continue  # no event, or past the block's room for lines
+        kind, fields, stamp = event
         out.append(
             wire.JobEvent(
                 job_id=job_id, kind=kind, time_ns=stamp or now_ns, event_seq=base | (LINES_AT + number), **fields

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from wattline import wire
-from wattline.agent.event_lines import MAX_LINE, line_event
+from wattline.agent.event_lines import complete_lines, line_event
 from wattline.agent.kube import podresources
 from wattline.agent.kube.cgroups import PodCgroups
 from wattline.agent.kube.pod_cpu import PodCpu, PodState
@@ -336,12 +336,12 @@ class PodWatcher:
         if not chunk:
             return
         state.offset += len(chunk)
-        *lines, state.partial = (state.partial + chunk).split(b"\n")
-        state.partial = state.partial[-MAX_LINE:]
+        lines, state.partial = complete_lines(state.partial, chunk)
         pod_slot = (zlib.crc32(uid.encode()) % 16) << 24
-        for raw in lines:
+        where = f"pod {uid} of job {nj.job.job_id[:100]}: events file"
+        for line in lines:
             state.number += 1
-            event = line_event(raw.decode("utf-8", "replace"))
+            event = line_event(line, where)
             if event is not None:
                 kind, fields, stamp = event
                 at = LINES_AT + pod_slot + state.number % (1 << 24)

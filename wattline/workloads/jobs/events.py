@@ -1,22 +1,14 @@
-"""Job events: building them, batching unit counts, and the language-neutral events file.
+"""Job events: building them, batching unit counts, and following the events file.
 
 Any workload started by ``wattline run`` may report progress by appending lines to the
-file named in ``$WATTLINE_EVENTS`` (open in append mode, one line per write)::
-
-    units 32              # 32 more work units done (now)
-    units 32 1733150000.5 # ... at this Unix time (seconds, float)
-    latency 0.012         # one request took 12 ms (now; a time as above): read by `wattline sweep`
-    phase saturated       # the workload knows it saturates the hardware from now on
-    phase NAME            # any other phase marker
-
-Unknown or malformed lines are reported once and ignored; they never stop the job. A
-units count must be finite and >= 0 and a time stamp one InfluxDB can store: the same
-checks the collector applies on the wire (:mod:`wattline.collector.lineprotocol`).
+file named in ``$WATTLINE_EVENTS`` (open in append mode, one line per write): ``units N
+[UNIX_TIME]``, ``phase NAME [UNIX_TIME]``, ``latency SECONDS [UNIX_TIME]`` (read by ``wattline
+sweep``). Their grammar and limits are every reader's, in :mod:`wattline.agent.event_lines`; a
+bad line is said once per kind of problem and skipped, never stopping the job.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import secrets
@@ -29,14 +21,12 @@ from typing import Any
 
 from wattline import wire
 from wattline.agent import holders
+from wattline.agent.event_lines import BadLine, BadLines, complete_lines, parse_line
 from wattline.collector.lineprotocol import LineEncoder, check_job_id, job_event_point
 from wattline.collector.stores.schema import JOB_EVENTS, SEQ_COUNTER_BITS, host_tags
-from wattline.point_limits import check_time, check_units
-from wattline.text import clip
+from wattline.point_limits import check_units
 from wattline.workloads.jobs.job_env import ENV_EVENTS as ENV_EVENTS  # re-exported: importers from here keep working
 from wattline.workloads.jobs.job_env import ENV_JOB_ID as ENV_JOB_ID
-
-log = logging.getLogger(__name__)
 
 SATURATED = "saturated"
 
@@ -215,32 +205,6 @@ class UnitAccumulator:
             self.emit(events)
 
 
-def parse_event_line(line: str) -> tuple[str, str, int | None] | None:
-    """Parse one events-file line into (verb, argument, time_ns); None for blanks.
-
-    Raises ValueError with a short reason for a malformed line.
-    """
-    parts = line.split()
-    if not parts or parts[0].startswith("#"):
-        return None
-    if parts[0] not in {"units", "phase", "latency"} or len(parts) not in (2, 3):
-        raise ValueError(f"expected 'units N', 'phase NAME' or 'latency SECONDS' [UNIX_TIME], got {clip(line.strip())}")
-    if parts[0] in ("units", "latency"):
-        try:
-            check_units(float(parts[1]))
-        except ValueError:
-            raise ValueError(f"{parts[0]} must be a finite number >= 0, got {clip(parts[1])}") from None
-    stamp = None
-    if len(parts) == 3:
-        try:
-            stamp = check_time(int(float(parts[2]) * 1e9))
-        except (ValueError, OverflowError):  # not a number, inf or NaN, out of range
-            raise ValueError(f"UNIX_TIME must be seconds since the epoch, got {clip(parts[2])}") from None
-        if stamp <= 0:
-            raise ValueError(f"UNIX_TIME must be after the epoch, got {clip(parts[2])}")
-    return parts[0], parts[1], stamp
-
-
 class EventsFileReader:
     """Follows an events file written by the workload and feeds the job."""
 
@@ -257,38 +221,33 @@ class EventsFileReader:
         self.on_phase = on_phase
         self.on_latency = on_latency
         self._offset = 0
-        self._partial = ""
-        self.bad_lines = 0
+        self._partial = b""
+        self.bad_lines = BadLines(files=1)
 
     def poll(self) -> None:
         """Consume complete lines appended since the last poll."""
         try:
-            with self.path.open("r", encoding="utf-8", errors="replace") as fh:
+            with self.path.open("rb") as fh:
                 fh.seek(self._offset)
                 chunk = fh.read()
-                self._offset = fh.tell()
         except FileNotFoundError:
             return
-        text = self._partial + chunk
-        lines = text.split("\n")
-        self._partial = lines.pop()
+        self._offset += len(chunk)
+        lines, self._partial = complete_lines(self._partial, chunk)
         for line in lines:
             try:
-                parsed = parse_event_line(line)
-            except ValueError as exc:
-                self.bad_lines += 1
-                if self.bad_lines <= 3:
-                    log.warning("%s: ignored line: %s", self.path, exc)
+                parsed = parse_line(line)
+            except BadLine as exc:
+                self.bad_lines.report(str(self.path), exc)
                 continue
             if parsed is None:
                 continue
-            verb, arg, stamp = parsed
-            if verb == "units":
-                self.on_units(float(arg), stamp)
-            elif verb == "phase":
-                self.on_phase(arg, stamp)
+            if parsed.verb == "phase":
+                self.on_phase(str(parsed.value), parsed.time_ns)
+            elif parsed.verb == "units":
+                self.on_units(float(parsed.value), parsed.time_ns)
             elif self.on_latency is not None:
-                self.on_latency(float(arg), stamp)
+                self.on_latency(float(parsed.value), parsed.time_ns)
 
 
 def append_event_line(line: str, path: str | None = None) -> None:

@@ -31,9 +31,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from wattline.agent.event_lines import check_phase
 from wattline.agent.holders import Holding
 from wattline.agent.settings import AgentSettings
 from wattline.config import build
+from wattline.point_limits import check_units
 from wattline.workloads.jobs.events import (
     SATURATED,
     EventBuilder,
@@ -151,7 +153,8 @@ class Job:
     def add_latency(self, seconds: float) -> None:
         """One request's latency, now: inside ``wattline run`` / ``wattline sweep`` a ``latency``
         events-file line (the sweep's Pareto front weighs it); no job event carries it, so a
-        job of its own ignores it."""
+        job of its own ignores it. ValueError unless ``seconds`` is finite and >= 0."""
+        check_units(float(seconds))
         if self.joined:
             append_event_line(f"latency {float(seconds)!r} {time.time()!r}")
 
@@ -161,7 +164,9 @@ class Job:
         self.phase(SATURATED)
 
     def phase(self, name: str) -> None:
-        """Mark the start of a named phase."""
+        """Mark the start of a named phase; ValueError for a name the events file could not
+        carry (:func:`~wattline.agent.event_lines.check_phase`), whichever way the job's events go."""
+        check_phase(name)
         if self._sink is None or self._units is None:
             raise RuntimeError("phase() outside the job's with-block")
         self._units.flush()

@@ -80,10 +80,19 @@ def check_phase(name: str) -> str:
     return name
 
 
+def check_count(verb: str, value: float) -> float:
+    """``value`` when a ``units`` or ``latency`` line (``verb``) may carry it (finite, >= 0; -0 as
+    0), else :class:`BadLine`: the Job API takes no more."""
+    try:
+        return check_units(value) + 0.0
+    except ValueError:  # NaN, infinite or negative
+        raise BadLine(verb, f"{verb} must be a finite number >= 0, got {clip(value)}") from None
+
+
 def _count(verb: str, text: str) -> float:
     try:
-        return check_units(float(text)) + 0.0  # + 0.0: "-0" counts 0, not -0.0
-    except ValueError:  # not a number, NaN, infinite or negative
+        return check_count(verb, float(text))
+    except ValueError:  # not a number, or not a count: said with the text as written
         raise BadLine(verb, f"{verb} must be a finite number >= 0, got {clip(text)}") from None
 
 

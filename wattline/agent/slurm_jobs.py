@@ -224,9 +224,8 @@ class HookNotes:
         with slurm_node.progress(self.slurm_dir, job.job_id) as state:
             try:
                 data = slurm_node.read_events_file(path, job.uid, state[0])
-                lines, _ = slurm_node.new_line_events(
-                    job.job_id, base, data, state, note.time_ns
-                )  # bad ones said there
+                # its bad lines are said there, once per kind of problem
+                lines, _ = slurm_node.new_line_events(job.job_id, base, data, state, note.time_ns)
             except SlurmError as exc:
                 self._say(note.path, str(exc))
             self.deliver(self.host, [*lines, *uses, close])  # under the lock: no line is sent again

@@ -31,11 +31,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from wattline.agent.event_lines import check_phase
+from wattline.agent.event_lines import check_count, check_phase
 from wattline.agent.holders import Holding
 from wattline.agent.settings import AgentSettings
 from wattline.config import build
-from wattline.point_limits import check_units
 from wattline.workloads.jobs.events import (
     SATURATED,
     EventBuilder,
@@ -154,7 +153,7 @@ class Job:
         """One request's latency, now: inside ``wattline run`` / ``wattline sweep`` a ``latency``
         events-file line (the sweep's Pareto front weighs it); no job event carries it, so a
         job of its own ignores it. ValueError unless ``seconds`` is finite and >= 0."""
-        check_units(float(seconds))
+        check_count("latency", float(seconds))
         if self.joined:
             append_event_line(f"latency {float(seconds)!r} {time.time()!r}")
 

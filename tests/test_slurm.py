@@ -223,7 +223,8 @@ def test_the_python_api_counts_from_add_units_0(cluster: slurm_cluster.Cluster, 
     job = sbatch(cluster, "-w", "n1", "--wrap", f"{sys.executable} {workload} '' {marks}")
     found = closed(cluster, job)
     slack = 2_000  # the API's lines carry microseconds, read back through a float of seconds (0.24 us apart)
-    (a, b), (c, d), (e, f) = ([t - slack, u + slack] for t, u in json.loads(marks.read_text()))
+    at = json.loads(marks.read_text())
+    (a, b), (c, d), (e, f) = ([t - slack, u + slack] for t, u in (at["zero"], at["mark"], at["ten"]))
     zero = [x["time_ns"] for x in found if x["event"] == "units" and x["units"] == 0]
     assert len(zero) == 1 and a <= zero[0] <= b, (zero, a, b)
     units = wattline(cluster, "report", job)["units"]

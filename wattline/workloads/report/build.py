@@ -361,7 +361,10 @@ def _host_attribution(
     other_uses = {k: use_timelines(v, host) for k, v in other_events.items()}
     lo = min([open_ns] + [w.start_ns for w in concurrent])
     hi = max([close_ns] + [w.end_ns for w in concurrent])
-    if concurrent or uses:
+    # the samples themselves where the host was shared, or its energy split by use (a device's,
+    # or the CPU's by CPU time); else the counters at the window's edges
+    by_cpu_time = settings.share_rule == "cpu-time" and CPU_TIME_KEYS & uses.keys()
+    if concurrent or _device_uses(uses) or by_cpu_time:
         # with each series' last sample before: one that stopped before the window is a gap there
         read = [*reader.last_before(host, lo), *reader.samples(host, lo, hi)]
         channels = channels_from_samples(read, host, settings, notes, (keys, edges, bounds))
@@ -379,11 +382,7 @@ def _host_attribution(
             return every_device - scope
         return frozenset() if used else every_device
 
-    def device_uses(timelines: Mapping[str, UseTimeline]) -> bool:
-        """Whether a job recorded its use of a device (its CPU time is no device's)."""
-        return any(key not in CPU_TIME_KEYS for key in timelines)
-
-    devices = claims(job.hosts[host].devices, device_uses(uses), use_scope(events, host))
+    devices = claims(job.hosts[host].devices, _device_uses(uses), use_scope(events, host))
     windows = [
         JobWindow(f"{job.job_id}#warmup", host, open_ns, split_ns, devices, uses),
         JobWindow(f"{job.job_id}#saturated", host, split_ns, close_ns, devices, uses),
@@ -393,7 +392,7 @@ def _host_attribution(
                 host,
                 w.start_ns,
                 w.end_ns,
-                claims(w.devices, device_uses(other_uses[w.job_id]), use_scope(other_events[w.job_id], host)),
+                claims(w.devices, _device_uses(other_uses[w.job_id]), use_scope(other_events[w.job_id], host)),
                 other_uses[w.job_id],
             )
             for w in concurrent
@@ -411,6 +410,11 @@ def _host_attribution(
     claimed = frozenset().union(*(w.devices for w in windows))
     notes += sorted({c.assumed for c in channels if c.assumed and c.claim_keys & claimed})
     return attribution, missing, notes, shares
+
+
+def _device_uses(timelines: Mapping[str, UseTimeline]) -> bool:
+    """Whether a job recorded its use of a device (its CPU time is no device's)."""
+    return any(key not in CPU_TIME_KEYS for key in timelines)
 
 
 def _accumulate(window: WindowEnergy, attribution: Attribution, job_key: str, host: str, bounds: Bounds) -> None:

@@ -7,7 +7,9 @@ agent and a collector the same, the summary written by the collector; and where 
 could check the holder (its record elsewhere), the stored summaries converge once one does.
 
 Real processes on a fake powercap tree advanced at a known power; the truth is P times the
-window the stored open and close events give (never a figure of the report).
+window the stored open and close events give (never a figure of the report). The jobs'
+windows are under test, not their CPU time (their commands sleep): every report and summary
+here splits the host by rule "equal".
 """
 
 from __future__ import annotations
@@ -62,8 +64,16 @@ def env(tmp_path: Path, state: str = "state") -> dict[str, str]:
     }
 
 
+#: The split by windows alone (see the module doc): the reports', the embedded runs' summaries
+#: and, in the environment, the collector's.
+EQUAL = ["--share-rule", "equal"]
+EQUAL_ENV = {"WATTLINE_COLLECTOR_SUMMARY_SHARE_RULE": "equal"}
+
+
 def cli(tmp_path: Path, *args: str, state: str = "state") -> subprocess.CompletedProcess[str]:
-    out = subprocess.run([*WATTLINE, *args], capture_output=True, text=True, timeout=120, env=env(tmp_path, state))
+    """A command; report, jobs and run under rule "equal"."""
+    ruled = [args[0], *EQUAL, *args[1:]] if args[0] in ("report", "jobs", "run") else list(args)
+    out = subprocess.run([*WATTLINE, *ruled], capture_output=True, text=True, timeout=120, env=env(tmp_path, state))
     assert out.returncode == 0, out.stderr[-3000:]
     return out
 
@@ -138,7 +148,9 @@ def fleet(tmp_path: Path, tree: PowerAdvancer, env: dict[str, str] | None = None
     `wattline run` options that send a job there."""
     db = tmp_path / "w.db"
     port = free_port()
-    collector = start_collector(port, ["--store", f"sqlite:///{db}"], tmp_path / "collector.log", env=env)
+    collector = start_collector(
+        port, ["--store", f"sqlite:///{db}"], tmp_path / "collector.log", env={**(env or {}), **EQUAL_ENV}
+    )
     started = time.time_ns()
     agent = Proc(
         ["agent", "--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl",
@@ -251,7 +263,7 @@ def test_two_processes_finding_one_dead_holder_store_one_close(tmp_path: Path, t
     kill_after(dead, 3.0)
     runs = [
         subprocess.Popen(
-            [*WATTLINE, "run", "--job-id", f"next{i}", "--no-report", *embedded(tree), "--", "sleep", "1"],
+            [*WATTLINE, "run", *EQUAL, "--job-id", f"next{i}", "--no-report", *embedded(tree), "--", "sleep", "1"],
             env=env(tmp_path),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

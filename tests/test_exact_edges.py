@@ -10,6 +10,9 @@ embedded (``wattline run`` sampling itself) and through a real ``wattline agent`
 collector (``wattline run --collector``, the agent ticking on request over its socket):
 one told where its socket is, and agents started by hand with no socket setting and no
 systemd, whose socket the wrappers find by the same rule (issue #42), also as another user.
+The job is alone on its host and every report here is under ``--share-rule exclusive``, which
+charges such a job the host: the edges are under test, not the split by CPU time
+(tests/test_cpu_*.py, tests/test_run_cpu_shares.py).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from sysfs_trees import PowerAdvancer, Zone, powercap_tree, step_power
 from waits import wait_until
 
 from wattline.agent.settings import AgentSettings
+from wattline.workloads.report.model import ReportSettings
 from wattline.workloads.wrappers.embedded import embedded_session
 from wattline.workloads.wrappers.job import Job
 
@@ -43,6 +47,8 @@ START_UJ = 10**11
 SECONDS = 3.75
 HOST = "edge-host"
 WORKLOAD = Path(__file__).parent / "step_workload.py"
+#: The job is alone on its host: it is charged the host (see the module doc).
+ALONE = ["--share-rule", "exclusive"]
 #: A user other than the agent's, for the wrapper (the usual case: agent as root, jobs as users).
 NOBODY = 65534
 
@@ -81,7 +87,7 @@ def test_embedded_run_reads_the_energy_at_its_edges(tmp_path: Path, stepped: Pow
     env = {**clean_env(), "WATTLINE_STORE": f"sqlite:///{tmp_path / 'w.db'}", "COLUMNS": "200"}
     sampling = ["--sysfs-root", str(stepped.root), "--source", "rapl", "--interval", "1"]
     out = subprocess.run(
-        [*CLI, "run", "--job-id", "step", "--host-id", HOST, "--json", *sampling, *workload(tmp_path / "schedule")],
+        [*CLI, "run", "--job-id", "step", "--host-id", HOST, "--json", *ALONE, *sampling, *workload(tmp_path / "schedule")],
         capture_output=True, text=True, timeout=60, env=env,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
@@ -101,7 +107,7 @@ def test_job_api_on_a_running_session_reads_the_energy_at_its_edges(tmp_path: Pa
         time.sleep(SECONDS)
         step_power(schedule, ZONE, 0.0)
         time.sleep(0.05)  # the fake counter is rewritten every 10 ms: let it show the step first
-    check(job.report().to_dict(), truth_j(schedule))
+    check(job.report(ReportSettings(share_rule="exclusive")).to_dict(), truth_j(schedule))
 
 
 def test_run_through_an_agent_reads_the_energy_at_its_edges(tmp_path: Path, stepped: PowerAdvancer) -> None:
@@ -125,7 +131,7 @@ def test_run_through_an_agent_reads_the_energy_at_its_edges(tmp_path: Path, step
         env = {**clean_env(), "WATTLINE_AGENT_EDGE_SOCKET": str(sock), "WATTLINE_AGENT_BATCH_INTERVAL": "0.5"}
         out = subprocess.run(
             [*CLI, "run", "--job-id", "step-agent", "--host-id", HOST, "--collector", f"127.0.0.1:{port}",
-             "--store", store, "--json", *workload(tmp_path / "schedule")],
+             "--store", store, "--json", *ALONE, *workload(tmp_path / "schedule")],
             capture_output=True, text=True, timeout=60, env=env,
         )  # fmt: skip
         assert out.returncode == 0, out.stderr[-3000:]
@@ -175,7 +181,7 @@ def test_an_agent_started_by_hand_serves_the_edges_by_default(tmp_path: Path, st
     with agent_by_hand(tmp_path, stepped.root, runtime) as (port, store, agent):
         out = subprocess.run(
             [*CLI, "run", "--job-id", "step-by-hand", "--host-id", HOST, "--collector", f"127.0.0.1:{port}",
-             "--sysfs-root", str(stepped.root), "--store", store, "--json", *workload(tmp_path / "schedule")],
+             "--sysfs-root", str(stepped.root), "--store", store, "--json", *ALONE, *workload(tmp_path / "schedule")],
             capture_output=True, text=True, timeout=60,
             env={**clean_env(), "XDG_RUNTIME_DIR": str(runtime), "WATTLINE_AGENT_BATCH_INTERVAL": "0.5"},
         )  # fmt: skip
@@ -231,7 +237,7 @@ def test_another_users_run_finds_a_root_agents_socket(tmp_path: Path) -> None:
 def completed(store: str, job_id: str) -> dict[str, Any] | None:
     """The job's report once the store holds all it needs (the samples past its close)."""
     done = subprocess.run(
-        [*CLI, "report", job_id, "--store", store, "--json"],
+        [*CLI, "report", job_id, "--store", store, "--json", *ALONE],
         capture_output=True,
         text=True,
         timeout=60,

@@ -7,7 +7,9 @@ The lease is for what the host cannot check: the killed runs here keep their hol
 records in a state home of their own (as a wrapper in another PID namespace would be out
 of reach), so no later process ends their jobs at once (tests/test_dead_holder.py: when one
 can). Real processes on a fake powercap tree advanced at a known power; lowered heartbeat
-(``WATTLINE_HEARTBEAT_S``) so the lease is about a second.
+(``WATTLINE_HEARTBEAT_S``) so the lease is about a second. The jobs' windows are under
+test, not their CPU time: every report here splits the host by rule "equal" (the jobs' commands
+sleep; by CPU time they would get next to none of the host, tests/test_cpu_*.py).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from wattline.wire import JobEvent, lease_ns
 from wattline.workloads.jobs.events import EventBuilder, JobSpec
 from wattline.workloads.jobs.jobs_view import all_views, views_of
 from wattline.workloads.report.build import build_report
+from wattline.workloads.report.model import ReportSettings
 from wattline.workloads.wrappers.job import Job
 
 WATTLINE = [sys.executable, "-m", "wattline.cli.main"]
@@ -75,8 +78,14 @@ def env(tmp_path: Path, state: str = "state") -> dict[str, str]:
     }
 
 
+#: The split by windows alone (see the module doc).
+EQUAL = ReportSettings(share_rule="equal")
+
+
 def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run([*WATTLINE, *args], capture_output=True, text=True, timeout=120, env=env(tmp_path))
+    """A read-only command (report, jobs) under rule "equal"."""
+    ruled = [*args, "--share-rule", "equal"] if args[0] in ("report", "jobs") else list(args)
+    out = subprocess.run([*WATTLINE, *ruled], capture_output=True, text=True, timeout=120, env=env(tmp_path))
     assert out.returncode == 0, out.stderr[-3000:]
     return out
 
@@ -213,7 +222,7 @@ def test_over_the_wire_a_live_job_keeps_sharing_and_a_killed_one_stops(
         wait_until(lambda: covered(store, t_close), "the agent's samples reaching the short job's close")
         now = time.time_ns()
         assert live.poll() is None
-        report = build_report(store, "short", now_ns=now)  # type: ignore[arg-type]
+        report = build_report(store, "short", EQUAL, now_ns=now)  # type: ignore[arg-type]
         assert any("shared with 1 other job" in n for n in report.notes), report.notes
         charged = report.warmup.energy_j + report.saturated_window.energy_j
         assert charged == pytest.approx(POWER_W * (t_close - t_open) / 1e9 / 2, rel=0.01)
@@ -223,7 +232,7 @@ def test_over_the_wire_a_live_job_keeps_sharing_and_a_killed_one_stops(
         # the dead job's own report ends at its last heartbeat
         last_heard = max(e.time_ns for e in store.job_events("dead"))
         assert views["dead"].last_heard_ns() == last_heard
-        assert build_report(store, "dead", now_ns=now).end_ns == last_heard  # type: ignore[arg-type]
+        assert build_report(store, "dead", EQUAL, now_ns=now).end_ns == last_heard  # type: ignore[arg-type]
     finally:
         for proc in (live, dead):
             if proc.poll() is None:
@@ -255,9 +264,9 @@ def test_a_store_from_before_heartbeats_ends_an_unclosed_job_at_its_last_event(t
         while (batch := host.spool.peek()) is not None:
             store.write(batch)
             host.spool.ack(batch.seq)
-        rb = build_report(store, "b")
+        rb = build_report(store, "b", EQUAL)
         assert rb.warmup.energy_j + rb.saturated_window.energy_j == pytest.approx(POWER_W * 20, rel=1e-9)
-        ro = build_report(store, "old")
+        ro = build_report(store, "old", EQUAL)
         assert ro.end_ns == T0_NS + 10 * 10**9 and ro.state == "abandoned"
         assert ro.warmup.energy_j + ro.saturated_window.energy_j == pytest.approx(POWER_W * 10, rel=1e-9)
         assert f"abandoned (no close; last heard at {utc_iso(T0_NS + 10 * 10**9)})" in ro.notes
@@ -286,11 +295,12 @@ def test_the_job_api_renews_its_lease_until_it_closes(monkeypatch: pytest.Monkey
         time.sleep(0.5)  # time, not a state: the job's own run time (ten heartbeat periods)
     kinds = [e if e == "closed" else JobEvent.Kind.Name(e.kind) for e in sent]
     assert kinds[0] == "KIND_OPEN" and kinds[-2:] == ["KIND_CLOSE", "closed"]
-    assert set(kinds[1:-2]) == {"KIND_HEARTBEAT"}
+    # between them heartbeats, and its CPU time (one USE event, the last, just before its close)
+    assert set(kinds[1:-3]) == {"KIND_HEARTBEAT"} and kinds[-3] == "KIND_USE"
     # Two-sided, from the events' own stamps (not a count a slow thread could still meet): no
     # beat comes sooner than a period after the one before, and the typical spacing is the
     # period, not twice it (a scheduler's lateness moves single beats, not the median).
-    stamps = [e.time_ns for e in sent[:-2]]
+    stamps = [e.time_ns for e in sent[:-3]]  # the open and the heartbeats
     gaps = sorted(b - a for a, b in itertools.pairwise(stamps))
     assert gaps[0] >= 0.05e9 * 0.99, gaps
     assert gaps[len(gaps) // 2] <= 0.05e9 * 1.5, gaps

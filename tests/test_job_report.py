@@ -23,6 +23,7 @@ from wattline.workloads import Job, job_window
 SCRIPT = """
 import json, sys, time
 from wattline.workloads import Job, job_window
+from wattline.workloads.report.model import ReportSettings
 
 @job_window("py-demo", kind="inference", units="documents", job_id="py-1", store=sys.argv[1], {extra})
 def serve(job):
@@ -32,17 +33,19 @@ def serve(job):
     return job
 
 job = serve()
-report = job.report()
+report = job.report(ReportSettings(share_rule=sys.argv[2]))
 print(json.dumps({{"dict": report.to_dict(), "units": report.units_saturated + report.units_warmup,
                   "energy_j": report.saturated_window.energy_j, "seconds": report.saturated_window.seconds}}))
 """
 
 
-def script(tmp_path: Path, store: str, extra: str = "", env: dict[str, str] | None = None) -> dict[str, Any]:
+def script(
+    tmp_path: Path, store: str, extra: str = "", env: dict[str, str] | None = None, rule: str = "cpu-time"
+) -> dict[str, Any]:
     path = tmp_path / "job_script.py"
     path.write_text(textwrap.dedent(SCRIPT.format(extra=extra)))
     out = subprocess.run(
-        [sys.executable, str(path), store],
+        [sys.executable, str(path), store, rule],
         capture_output=True,
         text=True,
         timeout=120,
@@ -52,9 +55,12 @@ def script(tmp_path: Path, store: str, extra: str = "", env: dict[str, str] | No
     return dict(json.loads(out.stdout))
 
 
-def report_json(store: str, job_id: str) -> dict[str, Any]:
+def report_json(store: str, job_id: str, rule: str = "cpu-time") -> dict[str, Any]:
     out = subprocess.run(
-        [*CLI, "report", job_id, "--json", "--store", store], capture_output=True, text=True, timeout=60
+        [*CLI, "report", job_id, "--json", "--store", store, "--share-rule", rule],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     return dict(json.loads(out.stdout))
@@ -81,12 +87,15 @@ def test_job_report_with_a_collector_waits_for_the_agents_last_samples(tmp_path:
         with SqliteStore(tmp_path / "w.db") as stored:  # the agent samples before the job opens
             wait_sampled(stored, HOST, started)
         env = {"WATTLINE_AGENT_HOST_ID": HOST, "WATTLINE_AGENT_BATCH_INTERVAL": "2"}
-        got = script(tmp_path, store, f'collector="127.0.0.1:{port}"', env)
+        # alone on its host, the job is charged the host (its waiting is under test, not its CPU time)
+        got = script(tmp_path, store, f'collector="127.0.0.1:{port}"', env, rule="exclusive")
         # printed the moment the job ended, when the agent had not shipped its last 2 s yet
         assert got["dict"]["complete"] is True, got["dict"]["notes"]
-        true_j = sum(POWER_W.values()) * got["seconds"]
+        with SqliteStore(tmp_path / "w.db") as stored:  # the truth's window: the stored open and close
+            times = {e.event: e.time_ns for e in stored.job_events("py-1") if e.event in ("open", "close")}
+        true_j = sum(POWER_W.values()) * (times["close"] - times["open"]) / 1e9
         assert abs(got["energy_j"] - true_j) <= 0.01 * true_j, (got["energy_j"], true_j)
-        assert got["dict"]["measured"]["energy_j"] == report_json(store, "py-1")["measured"]["energy_j"]
+        assert got["dict"]["measured"]["energy_j"] == report_json(store, "py-1", "exclusive")["measured"]["energy_j"]
     finally:
         counters.close()
         agent.kill9()

@@ -3,7 +3,9 @@
 hosts). The collector writes each job's ``job_summary`` point when its close arrives; it
 must match ``wattline report --json`` for the job (energy and J per unit to 0.1 %), be one
 point per job however often it is recomputed, and the Jobs dashboard's summary panels must
-give those figures. Plus the writer's own rules (debounce, retry) and the SQLite table.
+give those figures. Plus the writer's own rules (debounce, retry) and the SQLite table. Each
+job is alone on its hosts, whose power the test sets (its command barely uses the CPU): the
+summaries and reports here are under rule "exclusive", which charges such a job its hosts.
 """
 
 from __future__ import annotations
@@ -125,6 +127,7 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
         ["--store", influxd.url, "--config", str(config)],
         tmp_path / "collector.log",
         "--summary-wait", "10", "--summary-interval", "3", "--summary-price", "0.5",
+        "--summary-share-rule", "exclusive",
     )  # fmt: skip
     trees = {
         host: powercap_tree(tmp_path / host, [Zone(z, "package-0" if z == "intel-rapl:0" else "dram", START_UJ)
@@ -166,8 +169,9 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
         reports = {}
         for job_id, summary in summaries.items():
             out = wattline(
-                "report", job_id, "--json", "--store", influxd.url, "--config", str(config), "--price", "0.5"
-            )
+                "report", job_id, "--json", "--store", influxd.url, "--config", str(config), "--price", "0.5",
+                "--share-rule", "exclusive",
+            )  # fmt: skip
             assert out.returncode == 0, out.stderr
             reports[job_id] = json.loads(out.stdout)
             assert_matches(summary, reports[job_id])
@@ -206,7 +210,7 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
 def build_report_settings() -> Any:
     from wattline.workloads.report.model import ReportSettings
 
-    return ReportSettings(price_per_instance_hour=0.5)
+    return ReportSettings(price_per_instance_hour=0.5, share_rule="exclusive")
 
 
 def check_dashboard(influxd: Influxd, database: str, reports: dict[str, dict[str, Any]]) -> None:

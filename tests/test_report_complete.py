@@ -5,7 +5,9 @@ to a real collector every 2 s; ``wattline run --collector … --store …`` prin
 moment its command ends, when the agent has not shipped the last seconds yet. The report
 printed then must match the same report built later (and the truth, power x time) within
 1 %; and where the samples cannot arrive (the agent is gone) the report says "incomplete"
-instead of printing a quiet shortfall.
+instead of printing a quiet shortfall. The job is alone on its host: every report here is
+under ``--share-rule exclusive``, which charges it the host (completeness is under test, not
+its CPU time: it sleeps).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ BATCH_S = 2.0
 
 def wattline(*args: str, store: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {**clean_env(), "WATTLINE_AGENT_BATCH_INTERVAL": str(BATCH_S), "COLUMNS": "200"}
+    ruled = ["--share-rule", "exclusive"] if args[0] in ("report", "jobs", "run") else []
     return subprocess.run(
-        [*CLI, args[0], "--store", store, *args[1:]], capture_output=True, text=True, timeout=timeout, env=env
+        [*CLI, args[0], "--store", store, *ruled, *args[1:]], capture_output=True, text=True, timeout=timeout, env=env
     )
 
 
@@ -57,7 +60,7 @@ def json_run(job: str, seconds: float, port: int, store: str, log_path: Path) ->
     """``wattline run --json`` of ``sleep seconds`` as job ``job`` (id ``job-1``) on HOST."""
     return Proc(
         ["run", "--job", job, "--job-id", f"{job}-1", "--host-id", HOST, "--collector", f"127.0.0.1:{port}",
-         "--store", store, "--json", "--", "sleep", str(seconds)],
+         "--store", store, "--json", "--share-rule", "exclusive", "--", "sleep", str(seconds)],
         log_path,
     )  # fmt: skip
 

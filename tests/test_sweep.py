@@ -4,7 +4,10 @@
 :class:`sysfs_trees.PowerAdvancer` and counts RATE units a second: each point's truth is
 WATTS / RATE (from the grid, not from the code under test). The grid holds two settings of
 equal truth (30 W at 100/s, 45 W at 150/s): never called different; the best (30 W at
-150/s) leads the next by 50 %: real.
+150/s) leads the next by 50 %: real. Each run is alone on the host, whose power the workload
+sets without using the CPU for it: the sweeps here are under ``--share-rule exclusive``,
+which charges a job alone its host (by CPU time its share would follow what the machine
+running the tests does, not the grid).
 """
 
 from __future__ import annotations
@@ -54,7 +57,9 @@ def env_for(tmp_path: Path) -> dict[str, str]:
 
 
 def wattline(args: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    """A command; a sweep under ``--share-rule exclusive`` (see the module doc)."""
+    ruled = [args[0], "--share-rule", "exclusive", *args[1:]] if args[0] == "sweep" else args
+    return subprocess.run([*CLI, *ruled], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def check_truth(data: dict[str, Any], runs: int) -> None:

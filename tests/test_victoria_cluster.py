@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from procs import CLI, Proc, clean_env, start_collector
 from servers import T0, VictoriaMetrics, free_port, make_batch, searchable
-from test_dead_holder import BATCH_S, POWER_W, cli, tree
+from test_dead_holder import BATCH_S, EQUAL_ENV, POWER_W, cli, tree
 from test_store_victoria import shown
 from waits import wait_sampled, wait_until
 
@@ -163,10 +163,10 @@ def collector_and_reports(
 ) -> None:
     """A collector writing to the store ``where`` names, an agent and a job run through it; its
     summary converges, and `wattline report --json` through ``where`` and straight from the
-    engine (``node``'s URL) read the same figures."""
+    engine (``node``'s URL) read the same figures (all by rule "equal", as :func:`cli`)."""
     host = "cluster-host"
     port = free_port()
-    collector = start_collector(port, where, tmp_path / "collector.log")
+    collector = start_collector(port, where, tmp_path / "collector.log", env=EQUAL_ENV)
     started = time.time_ns()  # the engine is the session's: samples of this host from before may be there
     agent = Proc(
         ["agent", "--host-id", host, "--sysfs-root", str(tree.root), "--source", "rapl",

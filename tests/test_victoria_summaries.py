@@ -3,7 +3,8 @@
 summary of a job that closes, of a job ended for its dead holder, and writes a neighbour's
 summary again once that dead job ends (convergence, as tests/test_dead_holder.py drives it on
 SQLite). Each stored summary reads back with the figures ``wattline report --json`` gives from
-the same store, and the energy is P x the window of the stored open and close events.
+the same store, and the energy is P x the window of the stored open and close events (the
+jobs' windows are under test: every figure by rule "equal", as tests/test_dead_holder.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 from procs import Proc, start_collector
 from servers import VictoriaMetrics, free_port, make_batch, searchable
-from test_dead_holder import BATCH_S, HOST, POWER_W, cli, kill_after, start_dead, total_j, tree
+from test_dead_holder import BATCH_S, EQUAL_ENV, HOST, POWER_W, cli, kill_after, start_dead, total_j, tree
 from waits import wait_sampled, wait_until
 
 from wattline.collector.stores.base import JobSummary, WriteResult
@@ -135,7 +136,7 @@ def test_collector_into_victoria_metrics_writes_summaries_that_converge(
     first summary shares its window with the dead job (half); a later run from the dead one's
     state home ends it; the collector then writes dead's summary and next's again (its own)."""
     port = free_port()
-    collector = start_collector(port, ["--store", vm.url], tmp_path / "collector.log")
+    collector = start_collector(port, ["--store", vm.url], tmp_path / "collector.log", env=EQUAL_ENV)
     started = time.time_ns()  # the database is the session's: HOST has samples of other tests
     agent = Proc(
         ["agent", "--host-id", HOST, "--sysfs-root", str(tree.root), "--source", "rapl",
@@ -183,7 +184,7 @@ def test_the_report_printed_at_the_end_of_a_run_is_of_the_closed_job(
     not report the job as still running."""
     host = "shown-host"  # the database is the session's: other tests' jobs ran on HOST
     port = free_port()
-    collector = start_collector(port, ["--store", vm.url], tmp_path / "collector.log")
+    collector = start_collector(port, ["--store", vm.url], tmp_path / "collector.log", env=EQUAL_ENV)
     started = time.time_ns()
     agent = Proc(
         ["agent", "--host-id", host, "--sysfs-root", str(tree.root), "--source", "rapl",

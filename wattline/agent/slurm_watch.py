@@ -240,7 +240,10 @@ class SlurmWatcher:
         for record in records:
             value = self.cgroups.job_cpu_ns(record.job_id, record.owner_uid)
             if value is not None and not self.cpu.known(record.job_id):
-                self.cpu.start(record.job_id, record.open_ns, 0.0, record.open_ns)  # its cgroup counts from its start
+                if record.open_ns <= now_ns:  # its cgroup counts from its start
+                    self.cpu.start(record.job_id, record.open_ns, 0.0, record.open_ns)
+                else:  # an open stamped after this pass (another clock): known from this reading on
+                    self.cpu.start(record.job_id, now_ns, value, now_ns)
             readings[record.job_id] = value
         for gone in self._read - set(readings):
             self.cgroups.forget(gone)

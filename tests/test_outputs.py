@@ -156,13 +156,15 @@ def test_export_csv_rows_sum_to_the_report(store_url: str, tmp_path: Path) -> No
     rows = list(csv.DictReader(path.open()))
     assert list(rows[0]) == [
         "time", "start", "host", "source", "component", "device", "quality", "window", "in_total",
-        "energy_j", "power_w", "utilization", "healthy",
+        "energy_j", "power_w", "utilization", "healthy", "job_energy_j",
     ]  # fmt: skip
     assert len(rows) == 2 * 4 * 60  # 2 hosts x 4 series x 60 one-second samples inside the window
     report = report_of(store_url, "synth")
     for window in ("warmup", "measured"):
         got = sum(float(r["energy_j"]) for r in rows if r["window"] == window and r["in_total"] == "1")
         assert got == pytest.approx(report[window]["energy_j"], rel=1e-12)
+        charged = sum(float(r["job_energy_j"]) for r in rows if r["window"] == window)
+        assert charged == pytest.approx(report[window]["energy_j"], rel=1e-12)  # alone on its hosts: all of it
         by_host = {h["host"]: h["energy_j"] for h in report[window]["by_host"]}
         for host in ("node-1", "node-2"):
             mine = [r for r in rows if r["window"] == window and r["in_total"] == "1" and r["host"] == host]

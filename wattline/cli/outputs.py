@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from wattline.cli.options import JOB_HELP, StoreChoice, store_options
+from wattline.cli.options import IDLE, JOB_HELP, SHARE, StoreChoice, report_settings, store_options
 from wattline.collector.stores.reader import Reader
 from wattline.config import ConfigError
 from wattline.workloads.jobs.jobs_view import all_views
@@ -82,9 +82,10 @@ def jobs_csv(reader: Reader, settings: ReportSettings, labels: dict[str, str] | 
     export_rows.write_csv(rows, export_rows.JOB_COLUMNS, sys.stdout)
 
 
-def export(reader: Reader, job_id: str, csv_path: str) -> None:
-    """``export JOB --csv FILE|-``: the job's samples, cut at its window and saturation point."""
-    report = report_or_exit(reader, job_id, ReportSettings())
+def export(reader: Reader, job_id: str, csv_path: str, settings: ReportSettings | None = None) -> None:
+    """``export JOB --csv FILE|-``: the job's samples, cut at its window and saturation point,
+    each with what the report (under ``settings``) charged the job for it."""
+    report = report_or_exit(reader, job_id, settings or ReportSettings())
     rows = export_rows.sample_rows(reader, report)
     if csv_path == "-":
         export_rows.write_csv(rows, export_rows.SAMPLE_COLUMNS, sys.stdout)
@@ -102,12 +103,16 @@ def export(reader: Reader, job_id: str, csv_path: str) -> None:
 def export_command(
     job_id: str = typer.Argument(..., metavar="JOB", help=f"Job: {JOB_HELP}."),
     csv_path: str = typer.Option(..., "--csv", help="CSV file to write, or - for stdout."),
+    idle: str = IDLE,
+    share_rule: str = SHARE,
     *,
     choice: StoreChoice,
 ) -> None:
-    """The job's samples as CSV: time, host, source, component, device, quality, window, energy, power."""
+    """The job's samples as CSV: time, host, source, component, device, quality, window, energy,
+    power, and what the job was charged for each (as `wattline report` splits the host)."""
+    settings = report_settings(None, None, 1.0, idle, share_rule)
     with choice.reader() as reader:
-        export(reader, job_id, csv_path)
+        export(reader, job_id, csv_path, settings)
 
 
 def register(app: typer.Typer) -> None:

@@ -91,6 +91,8 @@ __all__ = [
 ]
 
 IdleMode = Literal["none", "subtract"]
+#: An interval of a channel: (host, component, device, quality, start_ns, end_ns).
+IntervalKey = tuple[str, str, str, Quality, int, int]
 
 #: Components that are devices a job claims ("gpu:<device>", "accelerator:<device>").
 ACCELERATOR_COMPONENTS = frozenset({"gpu", "accelerator"})
@@ -327,12 +329,14 @@ def split_shared(
     rule: ShareRule | ShareKind = "equal",
     *,
     idle: IdlePolicy | None = None,
+    detail: dict[IntervalKey, dict[str | None, float]] | None = None,
 ) -> Attribution:
     """Charge each channel's energy to the jobs active on its host (see the module doc).
 
     ``rule`` is a :class:`ShareRule` or its kind. Conservation per host:
     ``node_total_j == sum of all shares`` (jobs and unattributed), for the total and,
-    with the idle part added, for the dynamic energy.
+    with the idle part added, for the dynamic energy. ``detail``, when given, receives each
+    interval's parts: its :data:`IntervalKey` -> job (None: unattributed) -> J.
     """
     share_rule = ShareRule(rule) if isinstance(rule, str) else rule
     policy = idle or IdlePolicy()
@@ -362,6 +366,7 @@ def split_shared(
                 for t in (u.start_ns, u.end_ns)
             }
         )
+        series = (ch.host, ch.component, ch.device, ch.quality)
         for iv in ch.intervals:
             length = iv.end_ns - iv.start_ns
             idle_part = min(iv.energy_j, idle_w * length / NS_PER_S)
@@ -391,6 +396,9 @@ def split_shared(
                 )
                 for k, part in _hand_out(pe, w):
                     energy[k].append(part)
+                    if detail is not None:
+                        kept = detail.setdefault((*series, iv.start_ns, iv.end_ns), {})
+                        kept[k] = kept.get(k, 0.0) + part
                     if by_use is not None:
                         by_use_parts[k].append(part)
                     if k is not None and k in off:

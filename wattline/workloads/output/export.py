@@ -4,10 +4,11 @@ and one row per sample of a job.
 Job rows take their figures from the report JSON (:func:`wattline.workloads.report.report_json.report_json`), so every
 energy column is the figure ``wattline report --json`` prints. Sample rows are the job's
 samples on each of its hosts, cut at the host's window and at the saturation point (the
-energy of a sample straddling an edge is apportioned by overlap, as the report does), so
-summing ``energy_j`` over rows with ``in_total`` = 1 and ``window`` = ``measured`` (the
-saturated window; the value kept for old readers) gives the saturated window's energy of a
-job that had its hosts to itself.
+energy of a sample straddling an edge is apportioned by overlap, as the report does), and
+``job_energy_j`` is what the report charged the job for it (the host split between jobs, and
+by CPU time, by the report's rule): summing ``job_energy_j`` over the rows of ``window`` =
+``measured`` (the saturated window; the value kept for old readers) gives the report's
+saturated-window energy, ``energy_j`` the host's.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from wattline.collector.stores.reader import Reader
 from wattline.quality import Quality
 from wattline.workloads.jobs.jobs_view import utc_iso
 from wattline.workloads.report.channels import EXCLUDED_COMPONENTS
+from wattline.workloads.report.host_energy import sample_parts
 from wattline.workloads.report.model import Report
 from wattline.workloads.report.report_json import report_json
 from wattline.workloads.report.timeline import host_span
@@ -41,7 +43,7 @@ DEPRECATED_JOB_COLUMNS = {
 
 SAMPLE_COLUMNS = [
     "time", "start", "host", "source", "component", "device", "quality", "window", "in_total",
-    "energy_j", "power_w", "utilization", "healthy",
+    "energy_j", "power_w", "utilization", "healthy", "job_energy_j",
 ]  # fmt: skip
 
 
@@ -82,14 +84,18 @@ def job_row(report: Report) -> dict[str, Any]:
 
 
 def sample_rows(reader: Reader, report: Report) -> Iterator[dict[str, Any]]:
-    """The job's samples, host by host (by end, then channel), cut at the window edges and the saturation point."""
+    """The job's samples, host by host (by end, then channel), cut at the window edges and the
+    saturation point, each with the job's part of it."""
     job = report.job
+    charged = sample_parts(reader, report)
     for host in sorted(job.hosts):
         open_ns, close = host_span(report, host)
         split = min(max(report.saturated_from_ns, open_ns), close)
         # Samples ending at one instant come in the store's own order (SQLite: insertion,
         # InfluxDB and VictoriaMetrics: series); channel order makes the CSV the same from any.
         for s in sorted(reader.samples(host, open_ns, close), key=lambda s: (s.end_ns, s.series, s.stream)):
+            quality = _quality(s.quality)
+            parts = charged.get((host, s.component, s.device, quality, s.start_ns, s.end_ns), {}) if quality else {}
             for name, lo, hi in (("warmup", open_ns, split), ("measured", split, close)):
                 a, b = max(s.start_ns, lo), min(s.end_ns, hi)
                 if b < a or (b == a and not (s.start_ns == s.end_ns and lo < b <= hi)):
@@ -110,7 +116,15 @@ def sample_rows(reader: Reader, report: Report) -> Iterator[dict[str, Any]]:
                     "power_w": energy / ((b - a) / 1e9) if b > a else None,
                     "utilization": s.utilization,
                     "healthy": int(s.healthy),
+                    "job_energy_j": parts.get("warmup" if name == "warmup" else "saturated", 0.0),
                 }
+
+
+def _quality(value: str) -> Quality | None:
+    try:
+        return Quality(value)
+    except ValueError:  # stored as no known quality: left out of the report
+        return None
 
 
 def write_csv(rows: Iterable[dict[str, Any]], columns: list[str], out: IO[str]) -> int:

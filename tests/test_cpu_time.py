@@ -50,7 +50,7 @@ def test_a_job_starting_and_ending_between_readings_is_read_from_its_start_to_it
     got = []
     for t in (5.0, 10.0, 15.0):
         ends = {"j": int(end * S)} if t > end else {}
-        got += list(tally.read(int(t * S), host_at(t, start, end), {"j": job_at(t, start, end)}, ends).values())
+        got += tally.read(int(t * S), host_at(t, start, end), {"j": job_at(t, start, end)}, ends)["j"]
     assert [(p.start_ns, p.end_ns) for p in got] == [(2 * S, 5 * S), (5 * S, 10 * S), (10 * S, 12_500_000_000)]
     assert [p.job_ns / S for p in got] == pytest.approx([3 * JOB, 5 * JOB, 2.5 * JOB])
     assert [share(p) for p in got] == pytest.approx([JOB / (JOB + OTHERS)] * 3)
@@ -66,10 +66,34 @@ def test_an_end_learnt_after_the_next_reading_cuts_the_period_that_reached_past_
     tally.start("j", 0, 0.0, 0)
     for t in (5.0, 10.0, 15.0):
         tally.read(int(t * S), host_at(t, start, end), {"j": job_at(t, start, end)})
-    again = tally.read(20 * S, host_at(20, start, end), {"j": job_at(20, start, end)}, {"j": int(end * S)})["j"]
+    [again] = tally.read(20 * S, host_at(20, start, end), {"j": job_at(20, start, end)}, {"j": int(end * S)})["j"]
     assert again.replaces and (again.start_ns, again.end_ns) == (10 * S, 12_500_000_000)
     assert again.job_ns == pytest.approx(2.5 * JOB * S)
     assert share(again) == pytest.approx(JOB / (JOB + OTHERS))
+
+
+def test_a_period_is_cut_where_another_job_starts_or_ends_inside_it() -> None:
+    """Readings every 5 s; A runs throughout at 1 CPU, B from 6.5 s to 8 s at 2 CPUs, the other
+    processes at OTHERS. A's period (5, 10] is cut at 6.5 and 8 s: its share in each part is
+    exact (1 / (1 + OTHERS), 1 / (3 + OTHERS), then again), where one mean over the period would
+    have given it the same share throughout."""
+    tally, cpus = CpuTally(), {"a": (0.0, 100.0, 1.0), "b": (6.5, 8.0, 2.0)}
+
+    def used(job: str, t: float) -> float:
+        start, end, n = cpus[job]
+        return n * max(0.0, min(t, end) - start) * S
+
+    def host(t: float) -> float:
+        return OTHERS * t * S + used("a", t) + used("b", t)
+
+    tally.read(0, host(0), {})
+    tally.start("a", 0)
+    tally.read(5 * S, host(5), {"a": used("a", 5)})
+    tally.start("b", int(6.5 * S), 0.0, int(6.5 * S))
+    got = tally.read(10 * S, host(10), {"a": used("a", 10), "b": used("b", 10)}, {"b": 8 * S})
+    assert [(p.start_ns / S, p.end_ns / S, p.part) for p in got["a"]] == [(5, 6.5, 0), (6.5, 8, 1), (8, 10, 2)]
+    assert [share(p) for p in got["a"]] == pytest.approx([1 / (1 + OTHERS), 1 / (3 + OTHERS), 1 / (1 + OTHERS)])
+    assert [share(p) for p in got["b"]] == pytest.approx([2 / (3 + OTHERS)])
 
 
 def test_a_reading_that_fails_leaves_no_period_and_the_next_ones_start_afresh() -> None:
@@ -80,7 +104,7 @@ def test_a_reading_that_fails_leaves_no_period_and_the_next_ones_start_afresh() 
     values: list[float | None] = [5 * S, None, 15 * S, 20 * S]
     got = {t: tally.read(t * S, t * 2.0 * S, {"j": v}) for t, v in zip(times, values, strict=True)}
     assert [t for t, p in got.items() if p] == [5, 20]  # 10: unread; 15: its new baseline
-    assert share(got[20]["j"]) == pytest.approx(0.5)
+    assert [share(p) for p in got[20]["j"]] == pytest.approx([0.5])
 
 
 def test_without_a_host_counter_the_jobs_are_the_host() -> None:
@@ -90,7 +114,7 @@ def test_without_a_host_counter_the_jobs_are_the_host() -> None:
     for job in ("a", "b"):
         tally.start(job, 0)
     got = tally.read(10 * S, None, {"a": 10.0 * S, "b": 30.0 * S})
-    assert {j: share(p) for j, p in got.items()} == pytest.approx({"a": 0.25, "b": 0.75})
+    assert {j: share(p) for j, [p] in got.items()} == pytest.approx({"a": 0.25, "b": 0.75})
 
 
 def test_the_hosts_cpu_time_is_read_from_proc_stat(tmp_path: Path) -> None:

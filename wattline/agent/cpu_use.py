@@ -11,21 +11,26 @@ is the job's edges:
   read before its window opened (a pending pod), is known from its open
   (:meth:`CpuTally.start`): its first period runs from its open, not from its first reading;
 * a job whose processes ended (its containers, its command) has its counter frozen since
-  its end: the period from its last reading runs to its end (``ends``), and where a period
-  already sent reached past the end (the end was learned late), that period is sent again
-  cut at the end, in place of the first (:attr:`CpuPeriod.replaces`).
+  its end: the period from its last reading runs to its end (``ends``), and where the periods
+  already sent reached past the end (the end was learned late), they are sent again cut at
+  the end, each in place of the one it replaces (:attr:`CpuPeriod.replaces`).
 
-Where a job's stretch covers only part of the host's reading interval, the host's CPU time
-over the stretch is the job's own (it lies in the stretch) plus the other processes' at their
-mean rate over the interval. A job whose reading fails has no period until it is read twice
-again: that stretch is unmeasured (the report estimates it and bounds the estimate).
+Between two readings each job's CPU time is taken to have run at one pace over its stretch
+(from its last reading, or its open, to this reading, or its end), and the other processes'
+(every process's less the jobs') at one pace over the host's interval. So where another job
+started or ended inside a job's stretch, the host's pace changed there: the job's period is
+cut at that instant, each part with its own CPU time and the host's (:attr:`CpuPeriod.part`),
+and a job's share of each part is exact where the paces held. A job whose reading fails has
+no period until it is read twice again: that stretch is unmeasured (the report estimates it
+and bounds the estimate).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +55,18 @@ def host_cpu_ns(proc: Path = Path("/proc")) -> int | None:
     return (user + nice + system + irq + softirq) * NS_PER_TICK
 
 
+#: Most parts a job's period of one reading is cut into (the rest are one part).
+MAX_PARTS = 16
+#: USE places of the CPU-time periods: (reading's number, part) -> a place of its own, above a
+#: holder's device periods' (1 << 30 + 2 ** 30) and below its close (2 ** 32 - 2).
+CPU_AT, CPU_READINGS = 1 << 31, 1 << 24
+
+
+def cpu_place(reading: int, part: int) -> int:
+    """The event_seq place of part ``part`` of a job's CPU-time period of reading ``reading``."""
+    return CPU_AT + (reading % CPU_READINGS) * MAX_PARTS + min(part, MAX_PARTS - 1)
+
+
 @dataclass(frozen=True, slots=True)
 class CpuPeriod:
     """A job's CPU time over ``(start_ns, end_ns]`` against every process's (ns)."""
@@ -58,7 +75,10 @@ class CpuPeriod:
     end_ns: int
     job_ns: float
     host_ns: float
-    #: Sent in place of the job's previous period (it reached past the job's end).
+    #: Its place among the parts of the job's period of one reading (cut where another job
+    #: started or ended).
+    part: int = 0
+    #: Sent in place of part ``part`` of the job's previous reading (it reached past the job's end).
     replaces: bool = False
 
     def fields(self) -> dict[str, Any]:
@@ -68,22 +88,45 @@ class CpuPeriod:
 
 
 @dataclass(frozen=True, slots=True)
-class _Host:
-    """One interval of the host's readings: ``(start_ns, end_ns]`` and its CPU time."""
+class _Stretch:
+    """A job's CPU time over ``(start_ns, end_ns]``, taken at one pace."""
 
     start_ns: int
     end_ns: int
     cpu_ns: float
 
-    def over(self, start_ns: int, end_ns: int, job_ns: float) -> float:
-        """The host's CPU time over a job's stretch ``(start_ns, end_ns]`` holding ``job_ns`` of
-        its own: that, and the other processes' at their mean rate over this interval."""
-        length, span = self.end_ns - self.start_ns, end_ns - start_ns
-        if length <= 0 or span <= 0:
-            return job_ns
-        inside = max(0, min(end_ns, self.end_ns) - max(start_ns, self.start_ns))
-        others = max(0.0, self.cpu_ns - job_ns * inside / span)
-        return job_ns + others * span / length
+    @property
+    def pace(self) -> float:
+        return self.cpu_ns / (self.end_ns - self.start_ns) if self.end_ns > self.start_ns else 0.0
+
+    def inside(self, a: int, b: int) -> float:
+        """Its CPU time within ``(a, b]``."""
+        return self.pace * max(0, min(b, self.end_ns) - max(a, self.start_ns))
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """What one reading knew: the other processes' pace and every job's stretch."""
+
+    others_pace: float
+    stretches: Mapping[str, _Stretch]
+
+    def periods(self, job: str, replaces: bool = False) -> list[CpuPeriod]:
+        """The job's stretch cut where another job's starts or ends, each part with the host's
+        CPU time there (the others' pace and every job running there at its own)."""
+        mine = self.stretches[job]
+        cuts = {mine.start_ns, mine.end_ns}
+        for other in self.stretches.values():
+            cuts |= {t for t in (other.start_ns, other.end_ns) if mine.start_ns < t < mine.end_ns}
+        edges = sorted(cuts)
+        if len(edges) > MAX_PARTS + 1:
+            edges = [*edges[:MAX_PARTS], edges[-1]]
+        out = []
+        for part, (a, b) in enumerate(itertools.pairwise(edges)):
+            job_ns = mine.inside(a, b)
+            host_ns = self.others_pace * (b - a) + sum(s.inside(a, b) for s in self.stretches.values())
+            out.append(CpuPeriod(a, b, job_ns, max(host_ns, job_ns), part, replaces))
+        return out
 
 
 @dataclass(slots=True)
@@ -91,7 +134,7 @@ class _Job:
     at_ns: int  #: when its counter was last read (or known)
     cpu_ns: float  #: its CPU time then
     open_ns: int  #: no period starts before it
-    last: tuple[CpuPeriod, _Host] | None = None  #: its last period, and the host interval it was read in
+    last: _Reading | None = None  #: the reading that made its last periods
 
 
 class CpuTally:
@@ -122,15 +165,16 @@ class CpuTally:
         jobs: Mapping[str, float | None],
         ends: Mapping[str, int] | None = None,
         gaps: Collection[str] = (),
-    ) -> dict[str, CpuPeriod]:
-        """Each job's period since its last reading, from this reading of ``jobs`` (job -> its CPU
-        time so far, None where it could not be read) and of the host (None: not accounted: the
-        jobs' own are the host's). ``ends``: jobs whose processes ended then (their counter has
-        not moved since); they are forgotten after this. ``gaps``: jobs whose CPU time since
-        their last reading is not known (this reading starts them afresh). Jobs not in ``jobs``
-        are forgotten."""
+    ) -> dict[str, list[CpuPeriod]]:
+        """Each job's period since its last reading, in parts, from this reading of ``jobs``
+        (job -> its CPU time so far, None where it could not be read) and of the host (None:
+        not accounted: the jobs' own are the host's). ``ends``: jobs whose processes ended then
+        (their counter has not moved since); they are forgotten after this. ``gaps``: jobs
+        whose CPU time since their last reading is not known (this reading starts them
+        afresh). Jobs not in ``jobs`` are forgotten."""
         ends = ends or {}
-        found: dict[str, tuple[_Job, float, int]] = {}
+        stretches: dict[str, _Stretch] = {}
+        late: dict[str, tuple[_Job, int]] = {}
         first = self._host is None and host_ns is not None  # no host interval yet: baselines only
         for job, value in jobs.items():
             before = self._jobs.get(job)
@@ -140,53 +184,54 @@ class CpuTally:
                 else:
                     self._jobs.pop(job, None)
                 continue
-            found[job] = (before, max(0.0, value - before.cpu_ns), ends.get(job, now_ns))
+            delta, start, end = (
+                max(0.0, value - before.cpu_ns),
+                max(before.at_ns, before.open_ns),
+                ends.get(job, now_ns),
+            )
+            if end > start:
+                stretches[job] = _Stretch(start, end, delta)
+            elif delta == 0:  # it ended before its last reading: its last periods reached past its end
+                late[job] = (before, end)
             self._jobs[job] = _Job(now_ns, value, before.open_ns, before.last)
         for gone in set(self._jobs) - set(jobs):
             del self._jobs[gone]
-        since = min((max(b.at_ns, b.open_ns) for b, _, _ in found.values()), default=now_ns)
-        host = self._interval(now_ns, host_ns, sum(delta for _, delta, _ in found.values()), since)
-        self._host = (now_ns, host_ns)
-        out: dict[str, CpuPeriod] = {}
-        for job, (before, delta, end_ns) in found.items():
-            period = self._period(before, delta, end_ns, host)
-            if period is not None:
-                out[job] = period
-                self._jobs[job].last = (period, host)
+        reading = self._reading(now_ns, host_ns, stretches)
+        out = {job: reading.periods(job) for job in stretches}
+        for job in stretches:
+            self._jobs[job].last = reading
+        for job, (before, end) in late.items():
+            if before.last is not None and job in before.last.stretches:
+                previous = before.last.stretches[job]
+                cut = _Stretch(previous.start_ns, end, previous.cpu_ns)
+                if previous.start_ns < end < previous.end_ns:  # its CPU time lies before its end
+                    again = _Reading(before.last.others_pace, {**before.last.stretches, job: cut})
+                    out[job] = again.periods(job, replaces=True)
         for job in ends:
             self._jobs.pop(job, None)
         return out
 
-    def end(self, job: str, end_ns: int, cpu_ns: float | None, now_ns: int, host_ns: float | None) -> CpuPeriod | None:
+    def end(self, job: str, end_ns: int, cpu_ns: float | None, now_ns: int, host_ns: float | None) -> list[CpuPeriod]:
         """The last period of one job whose processes ended at ``end_ns``, its counter read
         ``cpu_ns`` since (at ``now_ns``, with the host's ``host_ns``), apart from the others'
-        readings (the host's is not kept); None where it cannot be known. The job is forgotten."""
+        readings (the host's is not kept; the other jobs count as other processes); none where
+        it cannot be known. The job is forgotten."""
         before = self._jobs.pop(job, None)
-        if before is None or cpu_ns is None:
-            return None
-        delta = max(0.0, cpu_ns - before.cpu_ns)
-        return self._period(before, delta, end_ns, self._interval(now_ns, host_ns, delta, before.at_ns))
+        start = max(before.at_ns, before.open_ns) if before is not None else 0
+        if before is None or cpu_ns is None or end_ns <= start:
+            return []
+        kept = self._host
+        reading = self._reading(now_ns, host_ns, {job: _Stretch(start, end_ns, max(0.0, cpu_ns - before.cpu_ns))})
+        self._host = kept
+        return reading.periods(job)
 
-    def _interval(self, now_ns: int, host_ns: float | None, jobs_ns: float, since_ns: int) -> _Host:
-        """The host interval from the last reading (the first: from ``since_ns``) to this one;
-        where the host's counter was not read at both ends (or went back), the jobs' CPU time
-        is all of it."""
-        last = self._host
-        start = last[0] if last is not None else since_ns
-        if host_ns is None or last is None or last[1] is None or host_ns < last[1]:
-            return _Host(start, now_ns, jobs_ns)
-        return _Host(start, now_ns, max(host_ns - last[1], jobs_ns))
-
-    @staticmethod
-    def _period(before: _Job, delta: float, end_ns: int, host: _Host) -> CpuPeriod | None:
-        start = max(before.at_ns, before.open_ns)
-        if end_ns > start:
-            return CpuPeriod(start, end_ns, delta, host.over(start, end_ns, delta))
-        # It ended before its last reading: its last period reached past its end. Cut there
-        # (the counter has not moved since the end, so that period's CPU time lies before it).
-        if before.last is None or delta > 0:
-            return None
-        last, last_host = before.last
-        if not last.start_ns < end_ns < last.end_ns:
-            return None
-        return replace(last, end_ns=end_ns, host_ns=last_host.over(last.start_ns, end_ns, last.job_ns), replaces=True)
+    def _reading(self, now_ns: int, host_ns: float | None, stretches: Mapping[str, _Stretch]) -> _Reading:
+        """This reading: the other processes' pace over the host's interval since the last
+        reading (none where the host's counter was not read at both ends, or went back: the
+        jobs' CPU time is then all of it); kept as the next one's start."""
+        last, self._host = self._host, (now_ns, host_ns)
+        start = last[0] if last is not None else min((s.start_ns for s in stretches.values()), default=now_ns)
+        if host_ns is None or last is None or last[1] is None or host_ns < last[1] or now_ns <= start:
+            return _Reading(0.0, stretches)
+        jobs = sum(s.inside(start, now_ns) for s in stretches.values())
+        return _Reading(max(0.0, host_ns - last[1] - jobs) / (now_ns - start), stretches)

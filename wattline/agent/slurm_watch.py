@@ -47,7 +47,7 @@ from typing import Any
 
 from wattline import wire
 from wattline.agent import holders, slurm_node, slurm_records
-from wattline.agent.cpu_use import CpuTally
+from wattline.agent.cpu_use import CpuPeriod, CpuTally, cpu_place
 from wattline.agent.process_use import UseSource, UseTallies, use_fields
 from wattline.agent.slurm_cgroups import SlurmCgroups
 from wattline.agent.slurm_jobs import HookNotes
@@ -251,9 +251,9 @@ class SlurmWatcher:
         periods = self.cpu.read(now_ns, self.cgroups.host_cpu_ns(), readings)
         out: dict[str, list[wire.pb.JobEvent]] = {}
         for record in records:
-            if (p := periods.get(record.job_id)) is not None:
+            if parts := periods.get(record.job_id):
                 base = slurm_node.seq_base(record.job_id, record.host_id)
-                out[record.job_id] = [self._use_event(record.job_id, base, period, 0, p.end_ns, p.fields())]
+                out[record.job_id] = [_cpu_event(record.job_id, base, period, p) for p in parts]
         return out
 
     def _use_event(
@@ -301,9 +301,7 @@ class SlurmWatcher:
         period, now_ns = self._now // self.use_period_ns + 1, self._now
         events = []
         value, host_cpu = self.cgroups.job_cpu_ns(job_id, uid), self.cgroups.host_cpu_ns()
-        last = self.cpu.end(job_id, end_ns, value, now_ns, host_cpu)
-        if last is not None:
-            events.append(self._use_event(job_id, base, period, 0, last.end_ns, last.fields()))
+        events += [_cpu_event(job_id, base, period, p) for p in self.cpu.end(job_id, end_ns, value, now_ns, host_cpu)]
         events += self._gpu_events(job_id, base, period, self.use.last_ns)
         return events, sorted(self.use.scope)
 
@@ -335,3 +333,11 @@ class SlurmWatcher:
             self.deliver(host, [close])
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def _cpu_event(job_id: str, base: int, period: int, p: CpuPeriod) -> wire.pb.JobEvent:
+    """A part of a job's CPU-time period as its USE event, at its place in the use period."""
+    place = cpu_place(period, p.part)
+    return wire.JobEvent(
+        job_id=job_id, kind=wire.pb.JobEvent.KIND_USE, time_ns=p.end_ns, event_seq=base | place, **p.fields()
+    )

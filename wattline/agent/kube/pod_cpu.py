@@ -34,7 +34,7 @@ class JobCpu:
     pods: dict[str, int] = field(default_factory=dict)  #: pod UID -> its last reading (0: no cgroup yet)
     done: set[str] = field(default_factory=set)  #: pods whose last reading (after their end) was taken
     total_ns: float = 0.0  #: the job's CPU time since its pods' baselines
-    place: int = 0  #: where its last CPU event was put (a period sent again in its place goes there)
+    reading: int = 0  #: the number of the look that made its last periods (one sent again goes there)
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class PodCpu:
         self.tally = CpuTally()
         self.jobs: dict[str, JobCpu] = {}
         self._listed: frozenset[str] | None = None  #: the pods of the previous list (None: none yet)
+        self._last_ns: int | None = None  #: when the previous list was read
 
     def read(
         self,
@@ -62,16 +63,19 @@ class PodCpu:
         opens: Mapping[str, int],
         ends: Mapping[str, int],
         listed: Collection[str] | None,
-    ) -> dict[str, CpuPeriod]:
+    ) -> dict[str, list[CpuPeriod]]:
         """The periods of the jobs (job -> its pods) that end at this look; ``opens``: the jobs
         whose window has opened (its start); ``ends``: those whose every pod ended (when);
         ``listed``: every pod of this look's list (None: the list did not answer)."""
         values: dict[str, float | None] = {}
         gaps: set[str] = set()
         for job, states in pods.items():
+            new = job not in self.jobs
             kept = self.jobs.setdefault(job, JobCpu())
             if not self._job(kept, list(states)):
                 gaps.add(job)
+            elif new and self._last_ns is not None:  # its pods' baselines hold since the last look
+                self.tally.start(job, self._last_ns)
             values[job] = kept.total_ns
         for job, open_ns in opens.items():
             self.tally.opened(job, open_ns)
@@ -79,7 +83,7 @@ class PodCpu:
         for gone in set(self.jobs) - set(pods):
             del self.jobs[gone]
         if listed is not None:
-            self._listed = frozenset(listed)
+            self._listed, self._last_ns = frozenset(listed), now_ns
         return {job: p for job, p in periods.items() if job in opens}
 
     def _job(self, job: JobCpu, states: list[PodState]) -> bool:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from wattline import wire
+from wattline.agent.cpu_use import cpu_place
 from wattline.agent.event_lines import complete_lines, line_event
 from wattline.agent.kube import podresources
 from wattline.agent.kube.cgroups import PodCgroups
@@ -301,11 +302,13 @@ class PodWatcher:
         opens = {j: nj.open_ns for j, nj in self.jobs.items() if nj.open_ns}
         ends = {j: nj.end_ns for j, nj in self.jobs.items() if nj.open_ns and not nj.live}
         states = {j: nj.cpu_states() for j, nj in self.jobs.items()}
-        for job_id, period in self.cpu.read(now, states, opens, ends, listed).items():
+        number = self._poll_ns // int(self.settings.poll_interval * 1e9)
+        for job_id, parts in self.cpu.read(now, states, opens, ends, listed).items():
             nj, kept = self.jobs[job_id], self.cpu.jobs[job_id]
-            place = kept.place if period.replaces and kept.place else self._place(CPU_DEVICE)
-            kept.place = place
-            self.pending.append(nj.event(Kind.KIND_USE, period.end_ns, place, **period.fields()))
+            reading = kept.reading if parts and parts[0].replaces else number
+            kept.reading = reading
+            for p in parts:
+                self.pending.append(nj.event(Kind.KIND_USE, p.end_ns, cpu_place(reading, p.part), **p.fields()))
 
     def sample_use(self, now_ns: int | None = None) -> None:
         """Ask the per-process sources once; add each job's use of each GPU since the last ask."""

@@ -25,9 +25,10 @@ piece; each piece then goes
   job, unattributed when several are active; ``"cpu-time"`` by each job's measured CPU
   time (its USE intervals of :data:`CPU_TIME_KEYS`: the job's and every process's CPU time
   over the piece, as for a device's recorded use below; the rest, other processes',
-  unattributed); where an active job's CPU time was not read, its part is estimated
-  (:meth:`.use_split.UseSplit.estimate`: at its nearest period's rate, else an equal part of
-  what the others left, all of it where none was read) and :attr:`Share.estimated_j` and
+  unattributed: each period's CPU time is a count, so a job gets its period's ratio,
+  :meth:`.use_split.UseSplit.by_ratio`); where an active job's CPU time was not read, its part
+  is estimated (at its nearest period's ratio, else an equal part of what the others left,
+  all of it where none was read) and :attr:`Share.estimated_j` and
   :attr:`Share.estimate_bound_j` say how much and how far it may be off; no active job:
   unattributed.
 
@@ -208,7 +209,7 @@ class Share:
     #: How far that split may be off, J (:meth:`.use_split.UseSplit.bounds`).
     split_bound_j: float = 0.0
     #: Of energy_j, the part estimated where the job's use was not read (a host-wide channel
-    #: split by CPU time: :meth:`.use_split.UseSplit.estimate`), and how far it may be off, J.
+    #: split by CPU time: :meth:`.use_split.UseSplit.by_ratio`), and how far it may be off, J.
     estimated_j: float = 0.0
     estimate_bound_j: float = 0.0
 
@@ -349,7 +350,7 @@ def split_shared(
         keys = ch.claim_keys
         use_keys = keys or (CPU_TIME_KEYS if share_rule.kind == "cpu-time" else keys)
         idle_w = policy.idle_w(ch.host, ch.component, ch.device)
-        by_use_split = UseSplit(host_jobs, use_keys) if use_keys else None
+        by_use_split = UseSplit(host_jobs, use_keys, rates=bool(keys)) if use_keys else None
         energy: dict[str | None, list[float]] = defaultdict(list)
         dynamic: dict[str | None, list[float]] = defaultdict(list)
         by_use_parts: dict[str | None, list[float]] = defaultdict(list)
@@ -390,7 +391,7 @@ def split_shared(
                 elif keys:
                     by_use = by_use_split.weights(active, a, b, share_rule.kind == "exclusive")
                 else:  # a host-wide channel by CPU time: where a job's was not read, estimated
-                    by_use, off = by_use_split.estimate(active, a, b) if active else (None, {})
+                    by_use, off = by_use_split.by_ratio(active, a, b) if active else (None, {})
                 w: Sequence[tuple[str | None, float]] = (
                     by_use if by_use is not None else _weights(keys, active, share_rule)
                 )

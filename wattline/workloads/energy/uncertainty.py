@@ -28,7 +28,7 @@ in joules (README "Method: uncertainty" gives each one's source):
 * ``unread``: a host's energy split by CPU time where a job's CPU time was not read there
   (its holder could not read it: a pod's cgroup gone, an agent restarted, an older
   wrapper): its part is estimated, and lay anywhere between none and all that the jobs read
-  there left (:meth:`~wattline.workloads.energy.use_split.UseSplit.estimate`); added to the
+  there left (:meth:`~wattline.workloads.energy.use_split.UseSplit.by_ratio`); added to the
   job's share like ``split``.
 
 ``p_max`` is the channel's plausible maximum power: the highest mean power among the

@@ -140,7 +140,9 @@ class UseSplit:
     """The pieces of one device channel split by the recorded use of ``windows`` (the
     windows of one job share its timeline object; see the module doc)."""
 
-    def __init__(self, windows: Sequence[UsingWindow], keys: frozenset[str]) -> None:
+    def __init__(self, windows: Sequence[UsingWindow], keys: frozenset[str], rates: bool = True) -> None:
+        """``rates``: split by rates (:meth:`weights`); without, only :meth:`by_ratio` is asked
+        (the other processes' estimates are not made)."""
         self._users: dict[int, _User] = {}
         self._user_of: dict[str, _User] = {}
         for w in windows:
@@ -153,7 +155,7 @@ class UseSplit:
                 user = self._users[id(tl)] = _User(tl, min(start, w.start_ns), max(end, w.end_ns), {})
             user.start_ns, user.end_ns = min(user.start_ns, w.start_ns), max(user.end_ns, w.end_ns)
             self._user_of[w.job_id] = user
-        for user in self._users.values():
+        for user in self._users.values() if rates else ():
             for u in user.timeline.intervals:
                 length = u.end_ns - u.start_ns
                 theirs = math.fsum(
@@ -196,46 +198,40 @@ class UseSplit:
         shares: list[tuple[str | None, float]] = [(j, u.job_use / total) for j, u in covered if u.job_use > 0]
         return [*shares, (None, 1.0 - math.fsum(w for _, w in shares))]
 
-    def estimate(
+    def by_ratio(
         self, active: Sequence[UsingWindow], a: int, b: int
     ) -> tuple[list[tuple[str | None, float]], dict[str, float]]:
-        """Weights of the piece ``(a, b]`` among ``active`` where the use of some of them was
-        not read there (a host's CPU split by CPU time; :meth:`weights` where all was), and for
-        each of those how far its weight may be off.
+        """Weights of the piece ``(a, b]`` among ``active`` for a host's CPU split by CPU time,
+        and for each job whose use was not read there how far its weight may be off.
 
-        The jobs whose use covers the piece get their rate over the host's, the largest
-        ``device_use`` of their periods there (it counts every process, the others too). What
-        they leave goes to the jobs whose use was not read there: one read elsewhere at its
-        nearest period's rate, at most all that is left; one never read an equal part of the
-        rest (all of the piece where no active job's use was read: the equal rule); then to no
-        job. An estimated weight lay anywhere between none and all that the jobs read there
-        left: it may be off by the farther of the two."""
-        covered: list[tuple[str, UseInterval]] = []
-        near: list[tuple[str, UseInterval]] = []
+        A period's CPU time is a count, the job's against every process's over the same
+        stretch: a job whose period covers the piece gets that period's ratio (all the jobs'
+        ratios scaled down where they add up to more than the host). What they leave goes to
+        the jobs whose use was not read there: one read elsewhere at its nearest period's
+        ratio, at most all that is left; one never read an equal part of the rest (all of the
+        piece where no active job's use was read: the equal rule); then to no job. An
+        estimated weight lay anywhere between none and all that the jobs read there left: it
+        may be off by the farther of the two."""
+        parts: dict[str, float] = {}
+        near: dict[str, float] = {}
         unknown: list[str] = []
         for w in active:
             user = self._user_of.get(w.job_id)
             if user is None:
                 unknown.append(w.job_id)
             elif (u := user.timeline.at(a, b)) is not None:
-                covered.append((w.job_id, u))
+                parts[w.job_id] = u.share
             else:
-                near.append((w.job_id, user.timeline.nearest(b)))
-        if not near and not unknown:
-            return self.weights(active, a, b, False) or [], {}
-        rated = covered or near
-        host = max([u.device_use for _, u in rated] + [math.fsum(u.job_use for _, u in rated)], default=0.0)
-        if host <= 0:  # no job's use read anywhere near: equal among them all
-            parts, room = {w.job_id: 1.0 / len(active) for w in active}, 1.0
-        else:
-            parts = {j: u.job_use / host for j, u in covered}
-            room = max(0.0, 1.0 - math.fsum(parts.values()))
-            guesses = {j: u.job_use / host for j, u in near}
-            wanted = math.fsum(guesses.values())
-            parts.update({j: w * (min(1.0, room / wanted) if wanted > 0 else 1.0) for j, w in guesses.items()})
-            left = max(0.0, 1.0 - math.fsum(parts.values()))
-            parts.update({j: left / len(unknown) for j in unknown})
-        off = {j: max(parts[j], room - parts[j]) for j in [*(j for j, _ in near), *unknown]}
+                near[w.job_id] = user.timeline.nearest(b).share
+        read = math.fsum(parts.values())
+        if read > 1.0:
+            parts = {j: w / read for j, w in parts.items()}
+        room = max(0.0, 1.0 - math.fsum(parts.values()))
+        wanted = math.fsum(near.values())
+        parts.update({j: w * (min(1.0, room / wanted) if wanted > 0 else 1.0) for j, w in near.items()})
+        left = max(0.0, 1.0 - math.fsum(parts.values()))
+        parts.update({j: left / len(unknown) for j in unknown})
+        off = {j: max(parts[j], room - parts[j]) for j in [*near, *unknown]}
         shares: list[tuple[str | None, float]] = [(j, w) for j, w in parts.items() if w > 0]
         return [*shares, (None, max(0.0, 1.0 - math.fsum(w for _, w in shares)))], off
 

@@ -180,9 +180,9 @@ class UseRecorder:
         self._period_ns = end
         self._send(start, end, self._use.take(""), steady=True)
 
-    def _send_cpu(self, periods: dict[str, CpuPeriod]) -> None:
-        if (period := periods.get("")) is not None:
-            self._deliver([self.builder.make(wire.pb.JobEvent.KIND_USE, period.end_ns, **period.fields())])
+    def _send_cpu(self, periods: dict[str, list[CpuPeriod]]) -> None:
+        if parts := periods.get(""):
+            self._deliver([self.builder.make(wire.pb.JobEvent.KIND_USE, p.end_ns, **p.fields()) for p in parts])
 
     def _send(self, start: int, end: int, tallies: dict[str, Tally], steady: bool) -> None:
         if end <= start or not tallies:

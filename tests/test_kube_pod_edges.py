@@ -14,13 +14,14 @@ bound no wider than that stretch's energy.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_kube_pods import CPU_W, NODE, UIDS, Kubelet, _pod, kubelet_pki, rfc3339  # noqa: F401
+from test_kube_pods import CPU_W, NODE, UIDS, Kubelet, _pod, kubelet_pki, rfc3339
 
 from wattline import wire
 from wattline.agent.kube.settings import KubeSettings
@@ -28,6 +29,8 @@ from wattline.agent.kube.watcher import PodWatcher
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.report.build import build_report
 from wattline.workloads.report.model import ReportSettings
+
+__all__ = ["kubelet_pki"]  # the fixture the test uses, from tests/test_kube_pods.py
 
 S = 10**9
 T0 = 1_767_225_600 * S
@@ -75,7 +78,7 @@ def truth_j(life: Life, until: float) -> float:
     exactly: the rates change only where a pod starts or ends."""
     edges = sorted({life.started, until, *(x for o in LIVES for x in (o.started, o.ended) if life.started < x < until)})
     total = 0.0
-    for a, b in zip(edges, edges[1:], strict=False):
+    for a, b in itertools.pairwise(edges):
         mid = (a + b) / 2
         node = SYSTEM_CORES + sum(busy(o, mid) for o in LIVES)
         total += CPU_W * busy(life, mid) / node * (b - a)

@@ -11,6 +11,7 @@ lie within its bound of it, the bound no wider than what the jobs that were read
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +120,60 @@ def test_jobs_all_read_have_no_estimate_and_a_lone_job_gets_its_cpu_share() -> N
     got = shares([JobWindow("A", "h", 0, LENGTH_S * S, uses={"cpu:host": periods(a, host)})])
     assert got["A"] == pytest.approx((POWER_W * LENGTH_S * 2 / 3, 0.0, 0.0))
     assert got[None][0] == pytest.approx(POWER_W * LENGTH_S / 3)  # the other processes': no job's
+
+
+@pytest.mark.parametrize("varying", [False, True])
+def test_a_long_job_alone_is_split_at_merged_periods_within_the_coarse_bound(tmp_path: Path, varying: bool) -> None:
+    """A job alone on its host for 2 h, its CPU time read every 5 s (1440 periods): its report
+    takes one share per run of merged periods, reading the counters at their edges. Steady, the
+    figure is exact and the ``coarse`` term 0; with a share that changes every period (and power
+    that follows it), the truth (each period's energy x its share) lies within the term, and the
+    term is no wider than the merged periods' energy x their shares' full range."""
+    from cpu_events import cpu_use
+
+    from wattline import wire
+    from wattline.collector.stores.sqlite import SqliteStore
+    from wattline.workloads.jobs.events import EventBuilder, JobSpec
+    from wattline.workloads.report.build import build_report
+    from wattline.workloads.report.host_energy import MAX_SHARES
+    from wattline.workloads.report.model import ReportSettings
+
+    t0, length, period = 1_767_225_600 * S, 7200, 5
+    share_of = lambda n: (0.2 + 0.6 * ((n * 7) % 11) / 10) if varying else 0.5  # noqa: E731  a share per period
+    power_of = lambda t: 50.0 + 100.0 * share_of(int(t // period)) if varying else 80.0  # noqa: E731
+    store = SqliteStore(tmp_path / "w.db")
+    batch = wire.Batch(stream_id="agent", seq=1, sent_ns=t0)
+    batch.host.host_id = "h"
+    cumulative = 0.0
+    for i in range(-10, length + 10):
+        joules = power_of(i) if 0 <= i < length else 80.0
+        cumulative += joules
+        batch.samples.add(source="rapl", component="cpu_package", device="package-0", quality=wire.QUALITY_COUNTER,
+                          healthy=True, start_ns=t0 + i * S, end_ns=t0 + (i + 1) * S, energy_j=joules,
+                          power_w=joules, cumulative_j=cumulative)  # fmt: skip
+    builder = EventBuilder(JobSpec("long", "long"))
+    events = [builder.open(t0), builder.close(0, t0 + length * S)]
+    for n in range(length // period):
+        a, b = t0 + n * period * S, t0 + (n + 1) * period * S
+        events.append(cpu_use(builder, a, b, job_cpus=share_of(n), host_cpus=1.0))
+    batch.job_events.extend(events)
+    assert store.write(batch).rejected == 0
+    truth = math.fsum(power_of(t) * share_of(int(t // period)) for t in range(length))
+    report = build_report(store, "long", ReportSettings(share_rule="cpu-time"), now_ns=t0 + 10 * length * S)  # type: ignore[arg-type]
+    got = report.warmup.energy_j + report.saturated_window.energy_j
+    bound = report.warmup.bound + report.saturated_window.bound
+    if not varying:
+        assert got == pytest.approx(truth, rel=1e-9) and bound.coarse_j == 0.0
+        return
+    assert 0 < abs(got - truth) <= bound.total_j  # merged periods: not exact here, but bounded
+    # no wider than each merged run's energy x its shares' full range (the runs as the report
+    # merges them: MAX_SHARES at most, k consecutive periods each)
+    k = -(-(length // period) // MAX_SHARES)
+    runs = [range(n, n + k) for n in range(0, length // period, k)]
+    widest = math.fsum(
+        math.fsum(power_of(t) for n in run for t in range(n * period, (n + 1) * period))
+        * (max(map(share_of, run)) - min(map(share_of, run)))
+        for run in runs
+    )
+    assert bound.coarse_j <= widest, (bound.coarse_j, widest)
+    store.close()

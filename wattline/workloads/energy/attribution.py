@@ -212,6 +212,9 @@ class Share:
     #: split by CPU time: :meth:`.use_split.UseSplit.by_ratio`), and how far it may be off, J.
     estimated_j: float = 0.0
     estimate_bound_j: float = 0.0
+    #: How far it may be off where the split took one share for several of the job's periods
+    #: (a long job's, :func:`.use_split.coarsen`), J.
+    coarse_bound_j: float = 0.0
 
     @property
     def idle_j(self) -> float:
@@ -356,6 +359,7 @@ def split_shared(
         by_use_parts: dict[str | None, list[float]] = defaultdict(list)
         estimated: dict[str | None, list[float]] = defaultdict(list)
         estimate_off: dict[str | None, list[float]] = defaultdict(list)
+        coarse_off: dict[str | None, list[float]] = defaultdict(list)
         split_pieces: list[Piece] = []
         edges = sorted(
             {t for j in host_jobs for t in (j.start_ns, j.end_ns)}
@@ -405,6 +409,8 @@ def split_shared(
                     if k is not None and k in off:
                         estimated[k].append(part)
                         estimate_off[k].append(pe * off[k])
+                    if by_use_split is not None and k in by_use_split.coarse:
+                        coarse_off[k].append(pe * by_use_split.coarse[k])
                 for k, part in _hand_out(pd, w):
                     dynamic[k].append(part)
                 if by_use_split is not None and keys:
@@ -417,7 +423,7 @@ def split_shared(
         for k in sorted(energy, key=lambda x: (x is None, x or "")):
             total, dyn_total = math.fsum(energy[k]), math.fsum(dynamic[k])
             by_use_j, bound_j = math.fsum(by_use_parts[k]), split_bounds.get(k, 0.0) if k is not None else 0.0
-            guessed = (math.fsum(estimated[k]), math.fsum(estimate_off[k]))
+            guessed = (math.fsum(estimated[k]), math.fsum(estimate_off[k]), math.fsum(coarse_off[k]))
             shares.append(
                 Share(k, ch.host, ch.component, ch.device, ch.quality, total, dyn_total, by_use_j, bound_j, *guessed)
             )

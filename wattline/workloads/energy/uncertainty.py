@@ -29,7 +29,11 @@ in joules (README "Method: uncertainty" gives each one's source):
   (its holder could not read it: a pod's cgroup gone, an agent restarted, an older
   wrapper): its part is estimated, and lay anywhere between none and all that the jobs read
   there left (:meth:`~wattline.workloads.energy.use_split.UseSplit.by_ratio`); added to the
-  job's share like ``split``.
+  job's share like ``split``;
+* ``coarse``: a long job alone on its host, its host-wide energy split by CPU time at one
+  share for several of its periods at a time (its report reads the counters at the edges of
+  those stretches, not every sample: :func:`~wattline.workloads.energy.use_split.coarsen`): in
+  each, the energy there x how far its periods' shares are from the one taken.
 
 ``p_max`` is the channel's plausible maximum power: the highest mean power among the
 samples the report read for it around the window, and the window's own mean power
@@ -109,6 +113,7 @@ class Bound:
     gaps_j: float = 0.0
     split_j: float = 0.0
     unread_j: float = 0.0
+    coarse_j: float = 0.0
 
     @property
     def total_j(self) -> float:
@@ -118,7 +123,8 @@ class Bound:
     @property
     def measurement_j(self) -> float:
         """The terms of the measurement itself (all but the model's range)."""
-        return self.resolution_j + self.edges_j + self.integration_j + self.gaps_j + self.split_j + self.unread_j
+        split = self.split_j + self.unread_j + self.coarse_j
+        return self.resolution_j + self.edges_j + self.integration_j + self.gaps_j + split
 
     def __add__(self, other: Bound) -> Bound:
         return Bound(
@@ -129,6 +135,7 @@ class Bound:
             self.gaps_j + other.gaps_j,
             self.split_j + other.split_j,
             self.unread_j + other.unread_j,
+            self.coarse_j + other.coarse_j,
         )
 
     def scaled(self, factor: float) -> Bound:
@@ -141,6 +148,7 @@ class Bound:
             self.gaps_j * factor,
             self.split_j * factor,
             self.unread_j * factor,
+            self.coarse_j * factor,
         )
 
     def terms(self) -> dict[str, float]:

@@ -36,7 +36,7 @@ import bisect
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 
@@ -55,11 +55,42 @@ class UseInterval:
     metric: str = ""  #: "sm", "memory", "neuroncore", "mig-memory" (a rule by MIG instance size)
     #: The same processes held the device throughout (else one may have started or ended in it).
     steady: bool = False
+    #: Standing for several periods (:func:`coarsen`): how far their shares are from its share.
+    spread: float = 0.0
 
     @property
     def share(self) -> float:
         """The job's part of the device's use, 0..1; 0 when the device was idle."""
         return min(self.job_use / self.device_use, 1.0) if self.device_use > 0 else 0.0
+
+
+def coarsen(timeline: UseTimeline, most: int) -> UseTimeline:
+    """At most about ``most`` intervals (one per run of contiguous periods more where the
+    periods have gaps): contiguous periods merged ``k`` at a time, ``k`` the fewest that fits,
+    each merged one their use's means over it and its :attr:`UseInterval.spread`."""
+    periods = timeline.intervals
+    if len(periods) <= most:
+        return timeline
+    k = -(-len(periods) // most)
+    out: list[UseInterval] = []
+    group: list[UseInterval] = []
+    for u in periods:
+        if group and (len(group) == k or group[-1].end_ns != u.start_ns):
+            out.append(_merged(group))
+            group = []
+        group.append(u)
+    out.append(_merged(group))
+    return UseTimeline(out)
+
+
+def _merged(group: Sequence[UseInterval]) -> UseInterval:
+    start, end = group[0].start_ns, group[-1].end_ns
+    if len(group) == 1 or end <= start:
+        return group[0]
+    job = math.fsum(u.job_use * (u.end_ns - u.start_ns) for u in group) / (end - start)
+    device = math.fsum(u.device_use * (u.end_ns - u.start_ns) for u in group) / (end - start)
+    merged = UseInterval(start, end, job, device, group[0].metric, all(u.steady for u in group))
+    return replace(merged, spread=max(abs(u.share - merged.share) for u in group))
 
 
 class UseTimeline:
@@ -145,6 +176,9 @@ class UseSplit:
         (the other processes' estimates are not made)."""
         self._users: dict[int, _User] = {}
         self._user_of: dict[str, _User] = {}
+        #: Set by :meth:`by_ratio` for its last piece: each job whose share there stands for
+        #: several of its periods (:func:`coarsen`), and how far they differ from it.
+        self.coarse: dict[str, float] = {}
         for w in windows:
             tl = next((w.uses[k] for k in sorted(keys & w.uses.keys()) if w.uses[k].intervals), None)
             if tl is None:
@@ -212,6 +246,7 @@ class UseSplit:
         piece where no active job's use was read: the equal rule); then to no job. An
         estimated weight lay anywhere between none and all that the jobs read there left: it
         may be off by the farther of the two."""
+        self.coarse = {}
         parts: dict[str, float] = {}
         near: dict[str, float] = {}
         unknown: list[str] = []
@@ -221,6 +256,8 @@ class UseSplit:
                 unknown.append(w.job_id)
             elif (u := user.timeline.at(a, b)) is not None:
                 parts[w.job_id] = u.share
+                if u.spread > 0:
+                    self.coarse[w.job_id] = u.spread
             else:
                 near[w.job_id] = user.timeline.nearest(b).share
         read = math.fsum(parts.values())

@@ -20,7 +20,7 @@ from wattline.workloads.energy.attribution import (
 )
 from wattline.workloads.energy.device_shares import DeviceShare, device_shares, use_scope, use_timelines
 from wattline.workloads.energy.uncertainty import Bound
-from wattline.workloads.energy.use_split import UseTimeline
+from wattline.workloads.energy.use_split import UseTimeline, coarsen
 from wattline.workloads.jobs.jobs_view import JobView, views_of
 from wattline.workloads.report.channels import Bounds, channels_from_edges, channels_from_samples
 from wattline.workloads.report.host_split import host_split_notes
@@ -40,6 +40,9 @@ def concurrent_jobs(reader: Reader, job: JobView, end_ns: int) -> list[JobView]:
     return [v for v in views_of(events) if v.job_id != job.job_id]
 
 
+#: Most shares a job's CPU time is taken at where it ran alone (more periods are merged):
+#: its report reads the counters at their edges, so its cost does not grow with its length.
+MAX_SHARES = 360
 #: The components a complete measurement of a host has, for coverage's "missing" list.
 EXPECTED = {"cpu": ("cpu_package", "cpu"), "memory": ("dram",), "network": ("nic",)}
 
@@ -78,15 +81,22 @@ def host_attribution(
     other_uses = {k: use_timelines(v, host) for k, v in other_events.items()}
     lo = min([open_ns] + [w.start_ns for w in concurrent])
     hi = max([close_ns] + [w.end_ns for w in concurrent])
-    # the samples themselves where the host was shared, or its energy split by use (a device's,
-    # or the CPU's by CPU time); else the counters at the window's edges
-    by_cpu_time = settings.share_rule == "cpu-time" and CPU_TIME_KEYS & uses.keys()
-    if concurrent or device_uses(uses) or by_cpu_time or detail is not None:
-        # with each series' last sample before: one that stopped before the window is a gap there
+    cpu_key = next(iter(sorted(CPU_TIME_KEYS & uses.keys())), None) if settings.share_rule == "cpu-time" else None
+    alone = not concurrent and not device_uses(uses)
+    if alone and cpu_key is not None:  # a long job's CPU time at a few hundred shares at most
+        uses = {**uses, cpu_key: coarsen(uses[cpu_key], MAX_SHARES)}
+    if concurrent or device_uses(uses) or detail is not None:
+        # the samples themselves where the host was shared or a device is split by use; with each
+        # series' last sample before: one that stopped before the window is a gap there
         read = [*reader.last_before(host, lo), *reader.samples(host, lo, hi)]
         channels = channels_from_samples(read, host, settings, notes, (keys, edges, bounds))
-    else:
-        channels = channels_from_edges(reader, host, (open_ns, split_ns, close_ns), settings, notes, (keys, bounds))
+    elif cpu_key is not None:  # alone, split by its CPU time: the counters at its periods' edges
+        periods = uses[cpu_key].intervals
+        cuts = sorted({*edges, *(t for u in periods for t in (u.start_ns, u.end_ns) if open_ns < t < close_ns)})
+        channels = channels_from_edges(reader, host, tuple(cuts), settings, [], (("",) * len(cuts), {}))
+        channels_from_edges(reader, host, edges, settings, notes, (keys, bounds))  # the job's two windows' bounds
+    else:  # alone, the host-wide energy by a rule: the counters at its windows' edges
+        channels = channels_from_edges(reader, host, edges, settings, notes, (keys, bounds))
     every_device = frozenset().union(*(c.claim_keys for c in channels))
 
     def claims(given: Iterable[str], used: object, scope: frozenset[str]) -> frozenset[str]:
@@ -138,7 +148,8 @@ def accumulate(window: WindowEnergy, attribution: Attribution, job_key: str, hos
     """Add the job window ``job_key``'s shares on ``host`` and their bounds to ``window``."""
     shared = {(s.component, s.device, s.quality.value) for s in attribution.shares if s.job_id == job_key}
     for (key, component, device, quality), (bound, _) in bounds.items():
-        if key == job_key and (component, device, quality) not in shared:  # no sample in the window: its gap
+        # no sample of the channel in the window: what it could have held there (a gap)
+        if key == job_key and (component, device, quality) not in shared and bound.total_j > 0:
             window.components.setdefault(component, ComponentEnergy(component)).bound += bound
     for share in attribution.shares:
         if share.job_id != job_key or share.host != host:
@@ -146,7 +157,7 @@ def accumulate(window: WindowEnergy, attribution: Attribution, job_key: str, hos
         comp = window.components.setdefault(share.component, ComponentEnergy(share.component))
         bound, channel_j = bounds.get((job_key, share.component, share.device, share.quality.value), (Bound(), 0.0))
         comp.bound += bound.scaled(min(share.energy_j / channel_j, 1.0) if channel_j > 0 else 1.0)
-        comp.bound += Bound(split_j=share.split_bound_j, unread_j=share.estimate_bound_j)
+        comp.bound += Bound(split_j=share.split_bound_j, unread_j=share.estimate_bound_j, coarse_j=share.coarse_bound_j)
         comp.estimated_j += share.estimated_j
         comp.energy_j += share.energy_j
         comp.dynamic_j += share.dynamic_j

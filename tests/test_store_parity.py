@@ -191,6 +191,30 @@ def test_sqlite_influxdb_victoria_metrics_and_prometheus_give_the_same_reports(
     assert len(truth["export steady-1"]) > 4  # samples inside the window, from both zones
     print({job: truth[f"report {job}"]["whole_run"]["energy_j"] for job in JOBS})
 
+    # Against the power set, not only SQLite: by rule "equal" the jobs' figures add up to the
+    # host's energy over the union of their windows (their stored open and close), P x that time,
+    # to the counters' lag (PowerAdvancer writes every 10 ms) at each end of each stretch of it.
+    with SqliteStore(sqlite_path) as stored:
+        windows = []
+        for job in JOBS:
+            times = {e.event: e.time_ns for e in stored.job_events(job) if e.event in ("open", "close")}
+            windows.append((times["open"], times["close"]))
+    union: list[list[int]] = []
+    for a, b in sorted(windows):
+        if union and a <= union[-1][1]:
+            union[-1][1] = max(union[-1][1], b)
+        else:
+            union.append([a, b])
+    power = sum(POWER_W.values())
+    host_j = power * sum(b - a for a, b in union) / 1e9
+    lag_j = 2 * len(union) * power * 0.01
+    for name, where in stores.items():
+        equal = [
+            json.loads(ok(wattline(env, "report", job, "--json", "--share-rule", "equal", *where))) for job in JOBS
+        ]
+        total = sum(r["whole_run"]["energy_j"] for r in equal)
+        assert total == pytest.approx(host_j, abs=lag_j), (name, total, host_j)
+
 
 def read_all(env: dict[str, str], where: Sequence[str]) -> dict[str, Any]:
     """What `jobs`, `report`, `compare` and `export` print for the test's jobs from one store."""

@@ -209,7 +209,7 @@ def test_victoria_metrics_instant_queries_at_the_time_asked(victoria_metrics_def
 #: How soon a new series written to VictoriaMetrics must show to a read asked for it from the
 #: write on: its rows and its index entries are flushed every second (VictoriaMetrics issue
 #: #2061), the reader's matcher names the second (at most one more), and a busy machine gets
-#: two. Asked again and again through the same filters it showed 8 to 10 s after on 1.79.5.
+#: two.
 NEW_SERIES_S = 5.0
 
 

@@ -130,11 +130,11 @@ class Export(SeriesApi):
     """VictoriaMetrics: ``/api/v1/export`` and MetricsQL.
 
     VictoriaMetrics keeps the series a set of label filters selected in a cache. A new series
-    (a job's open or close) is searchable about 2 s after VictoriaMetrics took it, but a set
-    of filters asked for before that keeps its stale answer until the cache is reset (seen:
-    8 to 10 s on 1.79.5), so ``job_id!=""`` may show a job's close that ``job_id="J"`` does not
-    yet. Every selector here carries a matcher that names the current second (:meth:`fresh`),
-    so a stale answer lives at most that second.
+    (a job's open or close) is searchable a moment after VictoriaMetrics took it, but a set of
+    filters asked for before that keeps its stale answer until the cache is reset, seconds
+    later (docs/storage.md), so ``job_id!=""`` may show a job's close that ``job_id="J"`` does
+    not yet. Every selector here carries a matcher that names the current second
+    (:meth:`fresh`), so a stale answer lives at most that second.
 
     An instant query whose time lies within ``-search.latencyOffset`` of now (30 s by default,
     at least 1 s before 1.88) is evaluated at now minus that offset unless it carries

@@ -53,6 +53,9 @@ JOB_S = 3
 PERIOD_S = 0.01
 STALL_S = 0.04
 TOL_J = POWER_W * (PERIOD_S + STALL_S)
+#: Each job is alone on its host and charged all of it (the truth's rule; under the default,
+#: cpu-time, a sleeping command gets its CPU share: none).
+EXCLUSIVE = ["--share-rule", "exclusive"]
 
 
 @pytest.fixture
@@ -88,7 +91,7 @@ def two_jobs(tmp_path: Path, tree: PowerAdvancer, store_url: str, reader: Reader
     collector = start_collector(port, ["--store", store_url], tmp_path / "collector.log")
     outbox = tmp_path / "state" / "wattline" / "outbox"
     env = {**clean_env(), "COLUMNS": "500", "XDG_STATE_HOME": str(tmp_path / "state")}
-    where = ["--store", store_url]
+    where = ["--store", store_url, *EXCLUSIVE]
     agent = start_rapl_agent(
         host, tree.root, port, BATCH_S, tmp_path / "agent.log", "--outbox-dir", str(outbox), "--edge-socket", "off"
     )

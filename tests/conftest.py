@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from grafana_data import dashboard_schema  # noqa: F401
-from servers import influxd, prometheus, victoria_metrics  # noqa: F401
+from servers import influxd, prometheus, victoria_metrics, victoria_metrics_defaults  # noqa: F401
 
 _HOME = tempfile.mkdtemp(prefix="wattline-tests-")
 os.environ["XDG_STATE_HOME"] = os.path.join(_HOME, "state")

@@ -7,7 +7,9 @@ the ``INFLUXD`` / ``VICTORIA_METRICS`` / ``PROMETHEUS`` environment variables ov
 binary paths.
 
 Fixtures: ``influxd`` (:class:`Influxd`: ``.url``, ``.new_database()``, ``.query()``),
-``victoria_metrics`` (:class:`VictoriaMetrics`: ``.url``, ``.export()``), ``prometheus``
+``victoria_metrics`` (:class:`VictoriaMetrics`: ``.url``, ``.export()``; run with the flags
+wattline's docs ask for), ``victoria_metrics_defaults`` (the same, as an operator starts it),
+``prometheus``
 (:class:`Daemon`: ``.url``; a remote-write receiver), and ``store`` (SQLite, then InfluxDB 1.x
 on ``influxd``) for the modules that import it.
 """
@@ -31,7 +33,7 @@ from typing import Any
 
 import pytest
 from influxd_peer import influxd_config, query_rows
-from victoria_peer import victoria_argv
+from victoria_peer import victoria_argv, victoria_default_argv
 from waits import wait_until
 
 from wattline import wire
@@ -198,20 +200,33 @@ class VictoriaMetrics:
         return wait_until(found, f"{expect} series of {match} in VictoriaMetrics")
 
 
-@pytest.fixture(scope="session")
-def victoria_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VictoriaMetrics]:
+def run_victoria(
+    tmp_path_factory: pytest.TempPathFactory, argv: Callable[[str, Path, int], list[str]]
+) -> Iterator[VictoriaMetrics]:
+    """A single-node ``victoria-metrics`` started with ``argv(binary, data, port)``, stopped after."""
     binary = find_binary("VICTORIA_METRICS", "victoria-metrics", "victoria-metrics")
     root = tmp_path_factory.mktemp("victoria-metrics")
 
     def make(port: int) -> Daemon:
-        argv = victoria_argv(binary, root / "data", port)
-        return Daemon(argv, root / "victoria-metrics.log", f"http://127.0.0.1:{port}")
+        return Daemon(argv(binary, root / "data", port), root / "victoria-metrics.log", f"http://127.0.0.1:{port}")
 
     daemon = start(make, "/health", "victoria-metrics")
     try:
         yield VictoriaMetrics(daemon)
     finally:
         daemon.stop()
+
+
+@pytest.fixture(scope="session")
+def victoria_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VictoriaMetrics]:
+    yield from run_victoria(tmp_path_factory, victoria_argv)
+
+
+@pytest.fixture(scope="session")
+def victoria_metrics_defaults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VictoriaMetrics]:
+    """``victoria-metrics`` with its defaults (:func:`victoria_default_argv`): data older than a
+    month is out of its retention, so tests write at the present time."""
+    yield from run_victoria(tmp_path_factory, victoria_default_argv)
 
 
 #: The out-of-order window the ``prometheus`` fixture runs with (README: as long as agents

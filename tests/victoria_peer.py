@@ -19,3 +19,10 @@ def victoria_argv(binary: str, data: Path, port: int) -> list[str]:
         "-search.disableCache",  # a repeated read is answered from the data, never a cached answer
         "-loggerLevel=WARN",
     ]
+
+
+def victoria_default_argv(binary: str, data: Path, port: int) -> list[str]:
+    """``binary`` as an operator starts it: its data in ``data``, HTTP on ``port`` (loopback),
+    every other flag at its default (``-search.latencyOffset=30s``, the search caches on, one
+    month's retention)."""
+    return [binary, f"-storageDataPath={data}", f"-httpListenAddr=127.0.0.1:{port}"]

@@ -14,10 +14,9 @@ from wattline.collector.stores.reader import Reader
 from wattline.config import ConfigError
 from wattline.workloads.jobs.jobs_view import all_views
 from wattline.workloads.output import export as export_rows
-from wattline.workloads.report.build import build_report
 from wattline.workloads.report.model import Report, ReportSettings
 from wattline.workloads.report.timeline import build_timeline
-from wattline.workloads.services.reading import labelled, report_or_exit
+from wattline.workloads.services.reading import labelled, listed_report, report_or_exit
 
 
 def check_report_outputs(plot: Path | None, html: Path | None) -> None:
@@ -74,7 +73,7 @@ def jobs_csv(reader: Reader, settings: ReportSettings, labels: dict[str, str] | 
     for view in labelled(all_views(reader), labels):
         try:
             view.check()
-            rows.append(export_rows.job_row(build_report(reader, view.job_id, settings)))
+            rows.append(export_rows.job_row(listed_report(reader, view.job_id, settings)))
         except ValueError as exc:
             rows.append(
                 {"job_id": view.job_id, "name": view.name, "kind": view.kind, "error": " ".join(str(exc).split())}

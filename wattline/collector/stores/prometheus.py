@@ -10,7 +10,12 @@ Mimir: ``prometheus+http://mimir:8080/prometheus?write=/api/v1/push``; Thanos:
 is sent as ``X-Scope-OrgID``.
 
 A write is acknowledged once the engine answered 2xx: it has then appended the samples (they
-are searchable at once). Errors: connection failures, timeouts, 5xx, 401/403/404/429 raise
+are searchable at once). Every read asks for what was acknowledged before it
+(:data:`READ_HEADERS`): Mimir's ingest storage otherwise answers from ingesters that may not
+have consumed the latest writes yet, and a query-frontend's results cache from an answer
+computed before them.
+
+Errors: connection failures, timeouts, 5xx, 401/403/404/429 raise
 :class:`StoreUnavailable` (retried); any other answer, and a 5xx that names a sample it
 refuses (Prometheus 2.42 answers "too old sample" with 500), is a refusal. A refusal does
 not say which samples (Prometheus refuses a request whole, Mimir keeps the others), so the
@@ -57,6 +62,10 @@ MAX_REQUEST_SAMPLES = 50_000
 #: What a 5xx says when the engine refused a sample (no retry can store it).
 SAMPLE_REFUSALS = ("too old sample", "out of bounds", "out of order sample", "duplicate sample for timestamp")
 SCHEMES = ("prometheus+http", "prometheus+https")
+#: Sent with every read: Mimir answers it with strong read consistency (every write
+#: acknowledged before the query is seen) and bypasses its query-frontend's results cache;
+#: Prometheus and Thanos read the head their remote write appended to, and ignore both.
+READ_HEADERS = {"X-Read-Consistency": "strong", "Cache-Control": "no-store"}
 
 
 class Refused(Exception):
@@ -84,6 +93,8 @@ class PrometheusStore(SeriesReads, Store):
     the Prometheus query API."""
 
     kind = "prometheus"
+    #: A write is searchable once acknowledged (above).
+    search_lag_s = 0.0
 
     def __init__(self, url: str, timeout_s: float = 10.0, tenant: str = "", encoder: LineEncoder | None = None) -> None:
         """``url``: ``prometheus+http(s)://...`` (:func:`parse_url`), or a plain http(s) URL of
@@ -93,7 +104,7 @@ class PrometheusStore(SeriesReads, Store):
         base, target = parse_url(url)
         headers = {"X-Scope-OrgID": tenant} if tenant else {}
         self.encoder = encoder or LineEncoder()  # the checks every store makes
-        self._http = HttpClient(base, timeout_s, headers=headers)
+        self._http = HttpClient(base, timeout_s, headers={**headers, **READ_HEADERS})
         self._push = HttpClient(target, timeout_s, headers={**headers, **HEADERS})
         self.url = self._http.url
         self._api = RangeQuery(self._http, "", "Prometheus", NEAR_NS, unescape_name)

@@ -62,6 +62,9 @@ class SeriesApi(abc.ABC):
     """The Prometheus HTTP API of one engine, under ``prefix`` at its URL, and how raw samples
     are read there."""
 
+    #: Arguments every instant query carries (:meth:`instant`).
+    instant_args: tuple[tuple[str, str], ...] = ()
+
     def __init__(self, http: HttpClient, prefix: str = "", engine: str = "") -> None:
         self._http = http
         self._prefix = prefix
@@ -86,7 +89,7 @@ class SeriesApi(abc.ABC):
 
     def instant(self, query: str, t_ns: int) -> list[tuple[dict[str, str], float]]:
         """An instant query's vector: (labels, value) per series."""
-        found = self._data("/api/v1/query", [("query", query), ("time", seconds(t_ns))])
+        found = self._data("/api/v1/query", [("query", query), ("time", seconds(t_ns)), *self.instant_args])
         return [(self.labels(r["metric"]), float(r["value"][1])) for r in found["result"]]
 
     def series(self, match: str, start_ns: int, end_ns: int) -> list[dict[str, str]]:
@@ -118,11 +121,44 @@ def _add(out: dict[str, Points], name: str, labels: dict[str, str], pairs: Any) 
         per_time.setdefault(t, {})[field] = float(value)
 
 
+#: A label no series has: a selector matches the same series with ``FRESH_LABEL!="<second>"``
+#: added, under a key of its own each second (:meth:`Export.fresh`).
+FRESH_LABEL = "wattline_read"
+
+
 class Export(SeriesApi):
-    """VictoriaMetrics: ``/api/v1/export`` and MetricsQL."""
+    """VictoriaMetrics: ``/api/v1/export`` and MetricsQL.
+
+    VictoriaMetrics keeps the series a set of label filters selected in a cache. A new series
+    (a job's open or close) is searchable a moment after VictoriaMetrics took it, but a set of
+    filters asked for before that keeps its stale answer until the cache is reset, seconds
+    later (docs/storage.md), so ``job_id!=""`` may show a job's close that ``job_id="J"`` does
+    not yet. Every selector here carries a matcher that names the current second
+    (:meth:`fresh`), so a stale answer lives at most that second.
+
+    An instant query whose time lies within ``-search.latencyOffset`` of now (30 s by default,
+    at least 1 s before 1.88) is evaluated at now minus that offset unless it carries
+    ``nocache=1``; 1.79 takes no ``latency_offset`` argument (1.85.2 added it). So every
+    instant query here carries ``nocache=1`` (it also skips the response cache); export and
+    series lookups know no offset.
+    """
+
+    instant_args = (("nocache", "1"),)
+
+    @staticmethod
+    def fresh(selector: str) -> str:
+        """``selector`` (``{...}`` or ``name{...}``) with a matcher every series passes,
+        ``FRESH_LABEL!="<current second>"``."""
+        if not selector.endswith("}"):
+            raise ValueError(f"not a series selector: {selector[:100]!r}")
+        comma = "" if selector.endswith("{}") else ","
+        return f'{selector[:-1]}{comma}{FRESH_LABEL}!="{time.time_ns() // 10**9}"}}'
+
+    def series(self, match: str, start_ns: int, end_ns: int) -> list[dict[str, str]]:
+        return super().series(self.fresh(match), start_ns, end_ns)
 
     def raw(self, matches: Sequence[str], start_ns: int | None = None, end_ns: int | None = None) -> dict[str, Points]:
-        params = [("match[]", m) for m in matches]
+        params = [("match[]", self.fresh(m)) for m in matches]
         if start_ns is not None:
             params.append(("start", seconds(start_ns)))
         if end_ns is not None:
@@ -143,6 +179,7 @@ class Export(SeriesApi):
 
     def edges(self, selector: str, t_ns: int, before: bool, far_ns: int) -> list[Edge]:
         far = f"{far_ns // MS}ms"
+        selector = self.fresh(selector)
         if before:
             found = self.instant(f"tlast_over_time({selector}[{far}])", t_ns)
         else:

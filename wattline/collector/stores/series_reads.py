@@ -53,8 +53,11 @@ class SeriesReads:
     url: str
     _api: SeriesApi
     #: Seconds a reader may wait for what the engine acknowledged to be searchable: a new
-    #: series (a job's open and close among them) shows on VictoriaMetrics about 10 s later.
+    #: series (a job's open and close among them) shows on VictoriaMetrics a moment later
+    #: (:class:`~.series_api.Export`), more on a loaded server (0 where a write shows at once).
     search_lag_s = 15.0
+    #: Why (a reader says so where what it shows may be that old).
+    search_lag_why = "VictoriaMetrics shows a new series, such as a job's open or close, up to 15 s after it took it"
 
     # -- samples --------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ Errors: connection failures, timeouts, 5xx, 401/403/429 raise :class:`StoreUnava
 other answer refuses the request's points, with VictoriaMetrics' message as the reason.
 
 Run VictoriaMetrics with ``-dedup.minScrapeInterval=1ms`` (a resent point then replaces its
-first copy, as in InfluxDB) and ``-search.latencyOffset=0s`` (reports read samples seconds
-old); docs/storage.md says what the layout gives up.
+first copy, as in InfluxDB); reads need no ``-search.latencyOffset`` (:class:`~.series_api.Export`).
+docs/storage.md says what the layout gives up.
 """
 
 from __future__ import annotations

@@ -183,6 +183,17 @@ def abandoned_text(reason: str, last_heard_ns: int) -> str:
     return f"abandoned (no close; last heard at {utc_iso(last_heard_ns)})"
 
 
+def shown_as_of(reader: Reader, now_ns: int) -> str:
+    """Why a job the store shows running at ``now_ns`` may have closed already: "" where the
+    store shows a write at once, else "as the store shows it N s ago (T): WHY" (the store's
+    ``search_lag_s`` and ``search_lag_why``: a close is a new series on VictoriaMetrics)."""
+    lag_s = float(getattr(reader, "search_lag_s", 0.0))
+    if lag_s <= 0:
+        return ""
+    why = str(getattr(reader, "search_lag_why", f"the store shows a write up to {lag_s:.0f} s after it took it"))
+    return f"as the store shows it {lag_s:.0f} s ago ({utc_iso(now_ns - round(lag_s * 1e9))}): {why}"
+
+
 def utc_iso(ns: int) -> str:
     """``ns`` since the epoch as an ISO 8601 UTC time, to the millisecond."""
     return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.UTC).isoformat(timespec="milliseconds")

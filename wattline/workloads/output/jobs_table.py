@@ -23,6 +23,8 @@ def _job_cells(row: dict[str, Any], energy: bool, errors: bool) -> list[str]:
     status = status_text(
         row["status"], row["exit_code"], row["last_heard_ns"], row.get("end_reason", ""), row.get("end_state", "")
     )
+    if row.get("status_note"):  # running as the store shows it some seconds ago
+        status += f" ({row['status_note']})"
     if row.get("saturated") is False:
         status += ", not saturated"
     cells = [
@@ -42,6 +44,8 @@ def _job_cells(row: dict[str, Any], energy: bool, errors: bool) -> list[str]:
             tagged(q.si(row.get("total_energy_j"), "J"), share),
             tagged(q.si(row.get("j_per_unit"), "J"), share),
         ]
+        if row.get("complete") is False and row["status"] != "running":  # a running job's lack is its status
+            cells[-2] += ", incomplete"  # samples the store does not show yet: the report's notes say which
     if errors:
         cells.append(row.get("error", ""))
     return cells

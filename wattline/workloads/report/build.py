@@ -16,7 +16,7 @@ Steps (each documented where it lives):
    :mod:`.channels`, the idle baseline of ``--idle subtract`` in :mod:`.idle`.
 4. Figures per unit, cost and CO2 come from :mod:`.economics`.
 5. Completeness: a host window is complete when every series the host reported during
-   the job has samples from before its open to after its close. An agent ships samples every
+   the job has samples from before its open to after its close (a running job's: now). An agent ships samples every
    batch interval, so a report built right at job end may lack the last seconds;
    :func:`build_complete_report` waits (bounded) for them, and a report that still lacks
    them says so ("incomplete: samples up to ..."), never a quiet shortfall.
@@ -40,7 +40,7 @@ from wattline.workloads.energy.device_shares import DeviceShare
 from wattline.workloads.energy.saturation import Saturation, detect_saturation, grid_bins
 from wattline.workloads.energy.window_bounds import LAG_HORIZON_NS
 from wattline.workloads.energy.window_energy import window_energy
-from wattline.workloads.jobs.jobs_view import JobNotFound, JobView, inspect_view, utc_iso, view_at
+from wattline.workloads.jobs.jobs_view import JobNotFound, JobView, inspect_view, shown_as_of, utc_iso, view_at
 from wattline.workloads.report import economics
 from wattline.workloads.report.carbon import apply_series
 from wattline.workloads.report.channels import EXCLUDED_COMPONENTS, Bounds
@@ -66,6 +66,8 @@ def build_report(
     notes: list[str] = []
     if state == "running":
         notes.append("job still running: figures up to now")
+        if shown := shown_as_of(reader, now_ns):  # its close may be written and not shown yet
+            notes.append(f"running {shown}; the job may have closed since")
     elif state == "abandoned":
         notes.append(job.status(now_ns))
     saturation = _saturation(reader, job, end_ns, settings)
@@ -87,11 +89,10 @@ def build_report(
         if late is not None:
             late_start[host] = late[0]
             notes.append(_late_note(host, window.open_ns, *late))
-        if window.close_ns is not None or window.abandoned(now_ns):
-            lag = _samples_up_to(at_close, window.open_ns)
-            if lag is not None:
-                incomplete[host] = lag[0]
-                notes.append(_incomplete_note(host, close, *lag))
+        lag = _samples_up_to(at_close, window.open_ns)  # a running window's end ("now") included
+        if lag is not None:
+            incomplete[host] = lag[0]
+            notes.append(_incomplete_note(host, close, *lag))
         busy = idle_busy_jobs(reader, job, host, window.open_ns, settings, now_ns)
         if busy:
             idle_busy[host] = busy

@@ -3,6 +3,12 @@ a job named the ways :func:`resolve_job` takes, the jobs' list and two jobs comp
 
 The CLI parses options and calls these; a bad value or a job that is not in the store is
 a :class:`ConfigError` (one line, exit 2).
+
+A store may show a write some seconds after it took it (VictoriaMetrics: a new series, such
+as a job's open or close; ``search_lag_s``), and to one query before another: a job named
+is looked for again until that time has passed, a job the list shows running says what the
+store may not show yet, and one the list found that a read by its id does not find yet has
+that as its row's ``error``.
 """
 
 from __future__ import annotations
@@ -17,9 +23,16 @@ from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
 from wattline.collector.stores.reader import OpenReader, Reader
 from wattline.config import ConfigError
 from wattline.text import clip
-from wattline.workloads.jobs.jobs_view import AmbiguousJob, JobNotFound, JobView, all_views, resolve_job
+from wattline.workloads.jobs.jobs_view import (
+    AmbiguousJob,
+    JobNotFound,
+    JobView,
+    all_views,
+    resolve_job,
+    shown_as_of,
+)
 from wattline.workloads.report import economics
-from wattline.workloads.report.build import build_complete_report, build_report
+from wattline.workloads.report.build import POLL_S, build_complete_report, build_report, search_lag_s
 from wattline.workloads.report.model import Report, ReportSettings
 from wattline.workloads.report.windows import estimate_share
 
@@ -57,13 +70,37 @@ def _check_database(store: InfluxV1Store) -> None:
         raise RuntimeError(f"InfluxDB {store.url}: {exc}") from None
 
 
+class NotShownYet(ValueError):
+    """A job the list of jobs shows that a read by its id does not find (yet)."""
+
+
 def report_or_exit(reader: Reader, ref: str, settings: ReportSettings) -> Report:
     """The report of the job ``ref`` names (:func:`resolve_job`); one line and exit 2 when it
-    names none or several."""
+    names none or several. A job the store does not show is looked for again until the
+    store's :func:`search_lag_s` has passed (it may have been written moments ago)."""
+    shown_by = time.monotonic() + search_lag_s(reader)
+    while True:
+        try:
+            return build_complete_report(reader, resolve_job(reader, ref), settings)
+        except JobNotFound as exc:
+            if time.monotonic() >= shown_by:
+                raise ConfigError(str(exc)) from None
+        except AmbiguousJob as exc:
+            raise ConfigError(str(exc)) from None
+        time.sleep(POLL_S)
+
+
+def listed_report(
+    reader: Reader, job_id: str, settings: ReportSettings | None = None, now_ns: int | None = None
+) -> Report:
+    """:func:`build_report` of a job the list of jobs shows; :class:`NotShownYet` (the row's
+    error) when a read by its id does not find it: the store shows a new series to one query
+    before another (VictoriaMetrics: seen for seconds after a job's open)."""
     try:
-        return build_complete_report(reader, resolve_job(reader, ref), settings)
-    except (JobNotFound, AmbiguousJob) as exc:
-        raise ConfigError(str(exc)) from None
+        return build_report(reader, job_id, settings, now_ns=now_ns)
+    except JobNotFound:
+        why = shown_as_of(reader, now_ns or time.time_ns()) or "the store answered two reads differently"
+        raise NotShownYet(f"listed, but a read by its id finds no event yet ({why}): run again") from None
 
 
 def job_rows(
@@ -71,44 +108,57 @@ def job_rows(
 ) -> list[dict[str, Any]]:
     """``wattline jobs``: one row per job (the JSON shape) that has every one of ``labels``; with
     ``energy``, each job's figures from its report under ``settings`` (those of ``wattline
-    report`` by default). A job whose stored events are bad has its ``error``, never stops the list."""
+    report`` by default), and its status as that report read it (a later read than the
+    list's: the two agree). A job whose stored events are bad has its ``error``, never stops
+    the list."""
     rows: list[dict[str, Any]] = []
     now_ns = time.time_ns()
+    shown = shown_as_of(reader, now_ns)
     for view in labelled(all_views(reader), labels):
-        row: dict[str, Any] = {
-            "id": view.job_id,
-            "name": view.name,
-            "kind": view.kind,
-            "hosts": sorted(view.hosts),
-            "start_ns": view.start_ns,
-            "closed": view.closed,
-            "status": view.state(now_ns),  # closed | running | abandoned
-            "last_heard_ns": view.heard_at_ns,
-            "end_reason": view.end_reason,
-            "end_state": view.end_state,
-            "exit_code": view.exit_code,
-            "duration_s": (view.end_ns(now_ns) - view.start_ns) / 1e9,
-            "units": view.units_total,
-            "unit": view.unit_name,
-            "labels": dict(view.labels),  # a pod-job's namespace, pod and owner (README "Kubernetes pods")
-        }
+        figures: dict[str, Any] = {}
         try:
             view.check()
             if energy:
-                r = build_report(reader, view.job_id, settings, now_ns=now_ns)
-                row.update(
-                    saturated=r.saturated,
-                    energy_data=r.energy_data,
-                    saturated_energy_j=r.saturated_window.energy_j,
-                    measured_energy_j=r.saturated_window.energy_j,  # deprecated name of saturated_energy_j
-                    total_energy_j=r.saturated_window.energy_j + r.warmup.energy_j,
-                    j_per_unit=r.figures.j_per_unit,
-                    estimate_share=estimate_share(r.saturated_window, r.warmup),
-                )
-        except ValueError as exc:  # BadJob, or figures that cannot be computed
-            row.update(units=None, error=" ".join(str(exc).split()))
-        rows.append(row)
+                r = listed_report(reader, view.job_id, settings, now_ns=now_ns)
+                view = r.job
+                figures = {
+                    "saturated": r.saturated,
+                    "energy_data": r.energy_data,
+                    "saturated_energy_j": r.saturated_window.energy_j,
+                    "measured_energy_j": r.saturated_window.energy_j,  # deprecated name of saturated_energy_j
+                    "total_energy_j": r.saturated_window.energy_j + r.warmup.energy_j,
+                    "j_per_unit": r.figures.j_per_unit,
+                    "estimate_share": estimate_share(r.saturated_window, r.warmup),
+                    "complete": r.complete,  # False: samples the store does not show yet (the report's notes)
+                }
+        except ValueError as exc:  # BadJob, NotShownYet, or figures that cannot be computed
+            figures = {"units": None, "error": " ".join(str(exc).split())}
+        row = _job_row(view, now_ns)
+        if row["status"] == "running" and shown:
+            row["status_note"] = shown  # its close may be written and not shown yet
+        rows.append({**row, **figures})
     return rows
+
+
+def _job_row(view: JobView, now_ns: int) -> dict[str, Any]:
+    """What a ``wattline jobs`` row says of the job itself."""
+    return {
+        "id": view.job_id,
+        "name": view.name,
+        "kind": view.kind,
+        "hosts": sorted(view.hosts),
+        "start_ns": view.start_ns,
+        "closed": view.closed,
+        "status": view.state(now_ns),  # closed | running | abandoned
+        "last_heard_ns": view.heard_at_ns,
+        "end_reason": view.end_reason,
+        "end_state": view.end_state,
+        "exit_code": view.exit_code,
+        "duration_s": (view.end_ns(now_ns) - view.start_ns) / 1e9,
+        "units": view.units_total,
+        "unit": view.unit_name,
+        "labels": dict(view.labels),  # a pod-job's namespace, pod and owner (README "Kubernetes pods")
+    }
 
 
 def labelled(views: list[JobView], labels: Mapping[str, str] | None) -> list[JobView]:

@@ -374,9 +374,10 @@ class SummaryWriter:
                     job_id[:100],
                     report.state,
                     len(report.job.hosts),
-                    "" if report.complete else ", incomplete: see its notes",
+                    "" if report.complete or report.state == "running" else ", incomplete: see its notes",
                 )
-            if closing_at is not None and not report.complete and self._clock() - closing_at < self.recheck_s:
+            late = not report.complete and report.state != "running"  # a running job lacks what is not shipped yet
+            if closing_at is not None and late and self._clock() - closing_at < self.recheck_s:
                 self._again(job_id, self.running_every_s)  # late samples may still come: look again
             self._converge(job_id, report, closing_at is not None)
         self._forget(job_id)

@@ -501,9 +501,14 @@ static unsigned long long model_energy_mj(gpu_t *g, double t) {
 
 /* The model's power reading at time t, W: instantaneous, or part-time sensed (power_sensing). */
 static double model_power_w(gpu_t *g, double t) {
-    if (g->sense_update_s <= 0) {
-        const double dt = 1e-6;
-        return (model_joules(g, t + dt) - model_joules(g, t)) / dt;
+    if (g->sense_update_s <= 0) { /* the lines' power at t: a difference of Unix times a
+                                     * microsecond apart is mostly rounding */
+        live_t all[MAX_LIVE];
+        int n = read_live(all);
+        double watts = g->idle_w;
+        for (int i = 0; i < n; i++)
+            if (all[i].gpu == gpu_index(g) && all[i].from <= t && t < all[i].until) watts += g->w_per_sm * all[i].sm;
+        return watts;
     }
     double u = g->sense_update_s, w = g->sense_window_s;
     double last = floor(t / u) * u, sum = 0.0;

@@ -235,7 +235,7 @@ def test_power_sensed_part_time_and_averaged_is_within_the_integrated_bound(tmp_
     where a lagging average errs most. Both figures the job's GPU energy is checked against
     come from the scenario: the truth, the model's energy over the stored open and close; and
     the reading the stand-in gives, integrated over that window (what the lag makes of the
-    truth: about a fifth low here). An ``integrated`` figure is the readings' integral (a
+    truth). An ``integrated`` figure is the readings' integral (a
     figure that corrected the lag would be a model): it lies within what integrating 0.1 s
     samples of a reading that moves in 0.1 s steps can add of the readings' (each change of
     the reading x 1.5 sample intervals). The report's bound holds the truth, and is at most

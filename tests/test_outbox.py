@@ -173,8 +173,7 @@ STAMP_THEN_3 = "import os, sys, time\nopen(sys.argv[1], 'w').write(repr(time.tim
 #: docs/jobs.md: "`wattline run` exits with CMD's status at most about 3 s after CMD ends".
 PROMISED_S = 3.0
 #: "About": the close event, stopping the wrapper's threads and the interpreter's exit come on
-#: top of the wait (0.1-0.5 s on an idle machine; 1.3 s at most with both cores of a two-core
-#: machine busy in other processes).
+#: top of the wait, slower on a busy machine.
 AROUND_S = 1.5
 
 

@@ -253,8 +253,8 @@ def misfit_j(power_w: float, sm_mine: float, sm_other: float, changes: int = 2) 
 def test_two_jobs_on_one_gpu_get_their_measured_shares(tmp_path: Path) -> None:
     """A (a grandchild of its `wattline run`, through sh) uses 60 % SM, B 20 %, both from T0
     to T1 (TOGETHER_S) on GPU 0: A gets 75 % and B 25 % of GPU 0's energy (all dynamic: 0 W
-    idle), each within :func:`misfit_j` of its truth (about 2 % of A's here, so a 72/28 split
-    fails), neither is charged GPU 1 (no job's process used it; no --devices), and for GPU 0
+    idle), each within :func:`misfit_j` of its truth (less than a 72/28 split is off by),
+    neither is charged GPU 1 (no job's process used it; no --devices), and for GPU 0
     the span's energy = A + B + unattributed exactly."""
     env = env_for(tmp_path, epoch=time.time() - 100.0)
     db = tmp_path / "w.db"

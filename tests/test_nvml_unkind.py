@@ -75,14 +75,10 @@ def run_script(script: str, tmp_path: Path, scenario: str, *args: str) -> dict[s
 def test_process_utilization_as_drivers_answer_it_gives_each_process_its_own_use(tmp_path: Path) -> None:
     """The size query answers the buffer size (zero entries after the samples), each process
     also has a sample stamped before lastSeen and an older one after it, and there is a
-    pid 0 sample and a zombie at 250 %: the process's use is still its 40 % SM, the only
-    entry, at both asks; each kind of left-out sample is counted, and logged once."""
-    out = run_script(
-        QUIRKS,
-        tmp_path,
-        f"gpu {GPU0} NVIDIA H100 80GB HBM3\nenergy 1000\nsample_period_ms 100\n"
-        "process_quirks pad stale pid0 over100 dup\n",
-    )
+    pid 0 sample and a zombie at 250 % (the stand-in's default: no statement asks for them):
+    the process's use is still its 40 % SM, the only entry, at both asks; each kind of
+    left-out sample is counted, and logged once."""
+    out = run_script(QUIRKS, tmp_path, f"gpu {GPU0} NVIDIA H100 80GB HBM3\nenergy 1000\nsample_period_ms 100\n")
     pid = out["pid"]
     # the stand-in really is unkind: a 100-entry buffer, mostly zeros, with the extras
     assert len(out["raw"]) == 100
@@ -92,6 +88,53 @@ def test_process_utilization_as_drivers_answer_it_gives_each_process_its_own_use
     assert set(dropped) == {"pid 0", "stamped at or before lastSeenTimeStamp", "over 100 %", "older sample of its pid"}
     assert dropped["stamped at or before lastSeenTimeStamp"] >= 1  # the second ask's
     assert out["stderr"].count("left out (over 100 %)") == 1
+
+
+#: GPU 0 draws 100 W since its model's epoch; on GPU 1 this process has used 50 % SM (2 W
+#: per percent) since half a second ago. Reads GPU 0's counter and GPU 1's power at a few
+#: instants, then GPU 1's process samples.
+DEFAULTS = r"""
+import json, os, sys, time
+import pynvml as nv
+procs, now = sys.argv[1], time.time()
+with open(procs, "w") as f:
+    f.write(f"1 {os.getpid()} 50 0 {now - 0.5!r} -\n")
+nv.nvmlInit()
+h0, h1 = nv.nvmlDeviceGetHandleByIndex(0), nv.nvmlDeviceGetHandleByIndex(1)
+reads = []
+for _ in range(5):
+    t = time.time()
+    reads.append([t, nv.nvmlDeviceGetTotalEnergyConsumption(h0), nv.nvmlDeviceGetPowerUsage(h1)])
+    time.sleep(0.037)
+samples = nv.nvmlDeviceGetProcessUtilization(h1, 0)
+print(json.dumps({"reads": reads, "samples": len(samples), "pid0": any(s.pid == 0 and s.smUtil for s in samples)}))
+nv.nvmlShutdown()
+"""
+
+
+@pytest.mark.parametrize("kind", [False, True])
+def test_the_stand_in_is_unkind_unless_told_kind(kind: bool, tmp_path: Path) -> None:
+    """With no statement about them, a GPU's counter steps every 100 ms (a read is the energy
+    up to the last step, on the 0.1 s grid of Unix time), its power reading is a 1 s average
+    (a load that began 0.5 s ago shows about half) and its process samples come padded, with
+    pid 0 among them; ``kind`` gives NVML's documented answers (the energy now, the power now,
+    one sample per process)."""
+    epoch = float(int(time.time()) - 10)
+    scenario = (
+        f"gpu {GPU0} NVIDIA H100 80GB HBM3\nenergy_model 100 0 {epoch}\n{'kind' if kind else ''}\n"
+        f"gpu {GPU_SENSED} NVIDIA H100 80GB HBM3\nenergy ns\nenergy_model 0 2 {epoch}\n{'kind' if kind else ''}\n"
+    )
+    out = run_script(DEFAULTS, tmp_path, scenario)
+    for t, energy_mj, power_mw in out["reads"]:  # t: just before the reads
+        counted_to = epoch + energy_mj / 1e5  # 100 W: 1e5 mJ a second
+        if kind:
+            assert t - 1e-4 <= counted_to <= t + 0.01, (t, counted_to)
+            assert power_mw == pytest.approx(100_000, abs=1)
+        else:
+            assert t - 0.1 - 1e-4 <= counted_to <= t + 0.01, (t, counted_to)
+            assert abs(counted_to / 0.1 - round(counted_to / 0.1)) < 1e-3, counted_to  # on the 0.1 s grid
+            assert 30_000 <= power_mw <= 75_000, power_mw  # 0.5-0.7 s of the last 1 s at 100 W
+    assert (out["samples"], out["pid0"]) == ((1, False) if kind else (100, True))
 
 
 #: A holder of a job (the job: this process, 20 % SM from 1 s ago) that had no job, so asked

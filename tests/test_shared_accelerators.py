@@ -101,18 +101,20 @@ def go(
     return t0
 
 
-#: The stand-in is as unkind as the hardware (tests/nvml_stub/UNKIND.md): GPU 0's counter
-#: steps every STEP_S (at a phase of its own), and its per-process utilization comes padded to
-#: the driver's buffer, with stale samples, pid 0, a zombie at 250 % and duplicate pids.
+#: The stand-in is as unkind as the hardware by default (tests/nvml_stub/UNKIND.md): GPU 0's
+#: counter steps every STEP_S (here at a phase of its own), and its per-process utilization
+#: comes padded to the driver's buffer, with stale samples, pid 0, a zombie at 250 % and
+#: duplicate pids. KIND: NVML's documented semantics, for the test of them.
 STEP_S = 0.1
 UNKIND = f"energy_step_ms {STEP_S * 1000:g} 37\nprocess_quirks pad stale pid0 over100 dup\n"
+KIND = "kind\n"
 
 
 def scenario(path: Path, epoch: float, unkind: bool = True) -> Path:
     path.write_text(
         "driver 550.54.15\n"
         f"gpu {GPU0} NVIDIA H100 80GB HBM3\nenergy_model 0 {W_PER_SM} {epoch}\nsample_period_ms 10\n"
-        f"{UNKIND if unkind else ''}"
+        f"{UNKIND if unkind else KIND}"
         "util 50:20\nmemory 85899345920:1073741824\nlimit 700000\n"
         # a second GPU that no job uses: idle power only
         f"gpu {GPU1} NVIDIA H100 80GB HBM3\nenergy_model {IDLE_GPU1_W} 0 {epoch}\nsample_period_ms 100\n"

@@ -169,8 +169,9 @@ def test_run_maps_gpu_indexes_to_uuids_and_charges_only_those(tmp_path: Path) ->
     report = json.loads((tmp_path / "r.json").read_text())
     (devices,) = report["job"]["devices"].values()
     assert devices == [f"gpu:{GPU_A}"]
-    gpu = {c["component"]: c for c in report["measured"]["by_component"] + report["warmup"]["by_component"]}
-    assert gpu["gpu"]["energy_j_by_quality"].keys() == {"counter"}
+    # both windows' GPU figures (the warmup of a job that never saturated is empty: 0 J, no quality)
+    gpus = [c for c in report["measured"]["by_component"] + report["warmup"]["by_component"] if c["component"] == "gpu"]
+    assert set().union(*(c["energy_j_by_quality"] for c in gpus)) == {"counter"}
     total = report["measured"]["energy_j"] + report["warmup"]["energy_j"]
     # GPU A alone: 1 J per read at 10 Hz (the two other GPUs are not charged)
     assert 5.0 <= total <= 25.0, total

@@ -168,6 +168,35 @@ def test_collector_down_exit_status_kept_then_a_later_run_delivers(host: Host) -
     assert host.jobs()["second"]["exit_code"] == 0
 
 
+#: Stamps its end (Unix s) into ``argv[1]`` as its last act and exits 3 at once (no teardown after).
+STAMP_THEN_3 = "import os, sys, time\nopen(sys.argv[1], 'w').write(repr(time.time()))\nos._exit(3)\n"
+#: docs/jobs.md: "`wattline run` exits with CMD's status at most about 3 s after CMD ends".
+PROMISED_S = 3.0
+#: "About": the close event, stopping the wrapper's threads and the interpreter's exit come on
+#: top of the wait, slower on a busy machine.
+AROUND_S = 1.5
+
+
+def test_run_exits_about_3_s_after_its_command_when_no_collector_answers(host: Host) -> None:
+    """Measured from the outside: no collector on the port, so the wrapper waits as long as
+    it ever does for one; from the command's end (its own stamp) to the wrapper's exit (the
+    test's) is at most about PROMISED_S, and the wrapper returns the command's status."""
+    stamp = host.tmp / "ended"
+    env = host.env()
+    proc = subprocess.Popen(
+        [*CLI, "run", "--collector", host.address, "--host-id", HOST, "--job-id", "prompt", "--",
+         sys.executable, "-c", STAMP_THEN_3, str(stamp)],
+        env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    _out, err = proc.communicate(timeout=60)
+    exited = time.time()
+    assert proc.returncode == 3, err
+    assert_kept(subprocess.CompletedProcess(proc.args, 3, "", err), host.outbox)
+    after_s = exited - float(stamp.read_text())
+    print(f"\nwattline run exited {after_s:.2f} s after its command")
+    assert 0 < after_s <= PROMISED_S + AROUND_S, f"exited {after_s:.2f} s after its command ended"
+
+
 def test_the_agent_delivers_what_runs_and_jobs_left(host: Host) -> None:
     out, wall_s = host.job("first", sys.executable, "-c", UNITS_THEN_3)
     assert out.returncode == 3 and wall_s < 12, (wall_s, out.stderr)

@@ -163,6 +163,27 @@ def test_another_process_idle_power_and_use_that_changes_inside_a_period() -> No
     assert att.unattributed_j() == pytest.approx(truth(None) + off(10, 10, 10), rel=1e-9)
 
 
+def test_a_process_of_no_job_that_exits_is_sized_by_the_periods_that_saw_it() -> None:
+    """A at 30 % over [0, 4] s, B at 10 % over [0.7, 4.7] s, a process of no job at 50 %
+    from 0 s until it exits at 2.8 s; A's holder asks on the second, B's 0.7 s after. A's
+    period (2, 3] is asked after the exit: NVML dropped the process's samples, so it reads no
+    use of it; B's (1.7, 2.7], asked before, reads all of it. Over (2, 2.7] the process of no
+    job is the one that period saw: each job gets its processes' energy there. Only after
+    B's ask at 2.7 s does no period see the process: its 25 J there (5 W x 50 % x 0.1 s) are
+    what a job can be charged of it, so each figure and the unattributed energy lie within
+    that of their truths. (Taking the smaller of the two periods' estimates would charge A
+    150 J and B 50 J of the process's energy.)"""
+    procs = [Proc("a", 30, 0.0, 4.0), Proc("b", 10, 0.7, 4.7), Proc(None, 50, 0.0, 2.8)]
+    uses = {"a": recorded(procs, "a", asks(0.0, 4.0, 1.0)), "b": recorded(procs, "b", asks(0.7, 4.7, 1.0))}
+    att = split_shared([device(procs, 0.0, 4.7)], [window("a", 0, 4, uses["a"]), window("b", 0.7, 4.7, uses["b"])])
+    last_seen = 2.7  # the last ask before the exit, of either holder
+    unseen = truth_j(procs, None, last_seen, 2.8) + 1e-9  # (and rounding)
+    got = att.by_job()
+    for job in ("a", "b"):
+        assert abs(got[job] - truth_j(procs, job, 0, 4.7)) <= unseen, (job, got[job])
+    assert abs(att.unattributed_j() - truth_j(procs, None, 0, 4.7)) <= unseen
+
+
 def test_a_job_alone_gets_its_period_ratio_whatever_the_use_did_inside_it() -> None:
     """One job, one 1 s period: A at 60 % then 20 % from 0.3 s, a process of no job at 40 %
     from 0.5 s. With power following use, A's period ratio is exact for the period as a

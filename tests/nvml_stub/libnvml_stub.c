@@ -30,19 +30,30 @@
  *                             With an "energy" series too, the series answers the counter
  *                             (no counter: "energy ns") and the model only power.
  *
- * Unkind scenarios (UNKIND.md says where each behaviour comes from):
+ * Unkind by default (UNKIND.md says where each behaviour comes from): every GPU starts as
+ * drivers answer in the wild, as if its statements began with
  *
- *   energy_step_ms <ms> [<phase ms>]
+ *   energy_step_ms 100 0
+ *   power_sensing 100 25 1000
+ *   process_quirks pad stale pid0 over100 dup
+ *
+ * and a statement below replaces that default for its GPU; "kind" turns all three off (the
+ * documented semantics, for a test of them).
+ *
+ *   kind                      no steps, instantaneous power, no quirks
+ *   energy_step_ms <ms> [<phase ms>] | off
  *                             the model's counter advances only at phase + k x ms (Unix
  *                             time): a read returns the energy up to the last step
- *   power_sensing <update ms> <window ms> <average ms>
+ *   power_sensing <update ms> <window ms> <average ms> | off
  *                             model power (nvmlDeviceGetPowerUsage): updated every update
  *                             ms, the mean of the model's power over the first window ms of
  *                             each update period (part-time sensing) whose window ended in
- *                             the last average ms before that update; without it the
- *                             reading is the model's instantaneous power, as is the
+ *                             the last average ms before that update; off: the reading is
+ *                             the model's instantaneous power, as is the
  *                             NVML_FI_DEV_POWER_INSTANT field without an "instant" series
- *   process_quirks <quirk>... nvmlDeviceGetProcessUtilization as drivers answer in the wild:
+ *   process_quirks <quirk>... | none
+ *                             nvmlDeviceGetProcessUtilization as drivers answer in the wild
+ *                             (the quirks listed, the others off):
  *                             pad     the size query answers the buffer size (100) whatever
  *                                     the samples, and the filled call leaves the count at
  *                                     the caller's size, zero entries after the real ones
@@ -52,6 +63,12 @@
  *                             over100 a sample of a zombie pid at 250 % SM
  *                             dup     each process also gets an older sample newer than
  *                                     lastSeenTimeStamp (0 %)
+ *
+ * Always (no statement turns them off): an exited process's samples go with it (only live
+ * pids are sampled; UNKIND.md), and the driver samples at its own pace (sample_period_ms).
+ *
+ * Unkind on request:
+ *
  *   unprivileged              the calls a caller without privileges is refused answer
  *                             NVML_ERROR_NO_PERMISSION (4): a MIG parent's running processes
  *                             and a MIG instance's memory
@@ -232,6 +249,17 @@ static int parse_series(series_t *s, char *save) {
     return s->n > 0 ? 0 : -1;
 }
 
+/* A GPU as drivers answer in the wild (on: the default of every GPU), or as NVML documents
+ * it (off: the "kind" statement). */
+static void unkind(gpu_t *g, int on) {
+    g->step_s = on ? 0.1 : 0.0;
+    g->step_phase_s = 0.0;
+    g->sense_update_s = on ? 0.1 : 0.0;
+    g->sense_window_s = on ? 0.025 : 0.0;
+    g->sense_average_s = on ? 1.0 : 0.0;
+    g->pad = g->stale = g->pid0 = g->over100 = g->dup = on;
+}
+
 static int parse_line(char *line, int lineno) {
     char *save = NULL, *key = strtok_r(line, " \t\r\n", &save);
     gpu_t *g = ngpus > 0 ? &gpus[ngpus - 1] : NULL;
@@ -253,6 +281,7 @@ static int parse_line(char *line, int lineno) {
         memset(g, 0, sizeof *g);
         g->mig_mode = -1;
         g->sample_period_us = 167000;
+        unkind(g, 1);
         char *uuid = strtok_r(NULL, " \t\r\n", &save);
         char *name = strtok_r(NULL, "\r\n", &save);
         if (uuid == NULL) return fail(lineno, "gpu needs a uuid");
@@ -281,18 +310,32 @@ static int parse_line(char *line, int lineno) {
         g->model_epoch = atof(f[2]);
         return 0;
     }
+    if (strcmp(key, "kind") == 0) {
+        unkind(g, 0);
+        return 0;
+    }
     if (strcmp(key, "energy_step_ms") == 0) {
         char *v = strtok_r(NULL, " \t\r\n", &save), *phase = strtok_r(NULL, " \t\r\n", &save);
-        if (v == NULL || atof(v) <= 0) return fail(lineno, "energy_step_ms <ms> [<phase ms>]");
+        if (v != NULL && strcmp(v, "off") == 0 && phase == NULL) {
+            g->step_s = 0;
+            return 0;
+        }
+        if (v == NULL || atof(v) <= 0) return fail(lineno, "energy_step_ms <ms> [<phase ms>] | off");
         g->step_s = atof(v) / 1000.0;
         g->step_phase_s = phase ? atof(phase) / 1000.0 : 0.0;
         return 0;
     }
     if (strcmp(key, "power_sensing") == 0) {
         char *f[3];
-        for (int i = 0; i < 3; i++)
-            if ((f[i] = strtok_r(NULL, " \t\r\n", &save)) == NULL || atof(f[i]) <= 0)
-                return fail(lineno, "power_sensing <update ms> <window ms> <average ms>");
+        for (int i = 0; i < 3; i++) {
+            f[i] = strtok_r(NULL, " \t\r\n", &save);
+            if (i == 0 && f[0] != NULL && strcmp(f[0], "off") == 0) {
+                g->sense_update_s = 0;
+                return strtok_r(NULL, " \t\r\n", &save) == NULL ? 0 : fail(lineno, "power_sensing off");
+            }
+            if (f[i] == NULL || atof(f[i]) <= 0)
+                return fail(lineno, "power_sensing <update ms> <window ms> <average ms> | off");
+        }
         g->sense_update_s = atof(f[0]) / 1000.0;
         g->sense_window_s = atof(f[1]) / 1000.0;
         g->sense_average_s = atof(f[2]) / 1000.0;
@@ -300,14 +343,17 @@ static int parse_line(char *line, int lineno) {
         return 0;
     }
     if (strcmp(key, "process_quirks") == 0) {
-        char *q;
-        while ((q = strtok_r(NULL, " \t\r\n", &save)) != NULL) {
+        char *q = strtok_r(NULL, " \t\r\n", &save);
+        g->pad = g->stale = g->pid0 = g->over100 = g->dup = 0;
+        if (q != NULL && strcmp(q, "none") == 0)
+            return strtok_r(NULL, " \t\r\n", &save) == NULL ? 0 : fail(lineno, "process_quirks none");
+        for (; q != NULL; q = strtok_r(NULL, " \t\r\n", &save)) {
             if (strcmp(q, "pad") == 0) g->pad = 1;
             else if (strcmp(q, "stale") == 0) g->stale = 1;
             else if (strcmp(q, "pid0") == 0) g->pid0 = 1;
             else if (strcmp(q, "over100") == 0) g->over100 = 1;
             else if (strcmp(q, "dup") == 0) g->dup = 1;
-            else return fail(lineno, "process_quirks: pad stale pid0 over100 dup");
+            else return fail(lineno, "process_quirks: pad stale pid0 over100 dup | none");
         }
         return 0;
     }
@@ -501,9 +547,14 @@ static unsigned long long model_energy_mj(gpu_t *g, double t) {
 
 /* The model's power reading at time t, W: instantaneous, or part-time sensed (power_sensing). */
 static double model_power_w(gpu_t *g, double t) {
-    if (g->sense_update_s <= 0) {
-        const double dt = 1e-6;
-        return (model_joules(g, t + dt) - model_joules(g, t)) / dt;
+    if (g->sense_update_s <= 0) { /* the lines' power at t: a difference of Unix times a
+                                     * microsecond apart is mostly rounding */
+        live_t all[MAX_LIVE];
+        int n = read_live(all);
+        double watts = g->idle_w;
+        for (int i = 0; i < n; i++)
+            if (all[i].gpu == gpu_index(g) && all[i].from <= t && t < all[i].until) watts += g->w_per_sm * all[i].sm;
+        return watts;
     }
     double u = g->sense_update_s, w = g->sense_window_s;
     double last = floor(t / u) * u, sum = 0.0;

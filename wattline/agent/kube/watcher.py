@@ -126,6 +126,7 @@ class PodWatcher:
         self.errors: dict[str, str] = {}  #: source -> its last error (said once per change)
         self._gpu_from = 0  #: start of the GPU use period being tallied (the previous look)
         self._poll_ns = 0
+        self._clock = True  #: the looks take the clock's time (else the caller's)
 
     # ----------------------------------------------------------------- the loop
 
@@ -156,7 +157,9 @@ class PodWatcher:
             self.errors.pop(source, None)
 
     def poll(self, now_ns: int | None = None) -> None:
-        """One look at the pods: open, close, heartbeat, CPU and GPU use, events-file lines."""
+        """One look at the pods: open, close, heartbeat, CPU and GPU use, events-file lines
+        (``now_ns``: the look's time, else the clock's: the CPU time then when it is read)."""
+        self._clock = now_ns is None
         now_ns = self._poll_ns = now_ns or time.time_ns()
         listed: set[str] = set()
         try:
@@ -303,7 +306,10 @@ class PodWatcher:
         ends = {j: nj.end_ns for j, nj in self.jobs.items() if nj.open_ns and not nj.live}
         states = {j: nj.cpu_states() for j, nj in self.jobs.items()}
         number = self._poll_ns // int(self.settings.poll_interval * 1e9)
-        for job_id, parts in self.cpu.read(now, states, opens, ends, listed).items():
+        # stamped when the cgroups are read, after the list answered (a busy node's answer comes
+        # late: the CPU time read then is not the CPU time at the look's start)
+        read_ns = time.time_ns() if self._clock else now
+        for job_id, parts in self.cpu.read(read_ns, states, opens, ends, listed).items():
             nj, kept = self.jobs[job_id], self.cpu.jobs[job_id]
             reading = kept.reading if parts and parts[0].replaces else number
             kept.reading = reading

@@ -176,6 +176,9 @@ def test_victoria_metrics_with_its_defaults_right_after_two_jobs(
         got = two_jobs(tmp_path, tree, victoria_metrics_defaults.url, vm, "vmlag")
         check_now(got, vm, "VictoriaMetrics")
         check_settled(got, vm)
+        # `latest` is the newest job the store shows: one opened since may not be shown yet
+        latest = json.loads(wattline(got["env"], "report", "latest", "--json", *got["where"]))
+        assert any("a job opened since may not be shown yet" in n for n in latest["notes"]), latest["notes"]
 
 
 @pytest.mark.servers
@@ -185,6 +188,8 @@ def test_prometheus_shows_a_close_at_once(tmp_path: Path, tree: PowerAdvancer, p
     with PrometheusStore(prometheus.url) as prom:
         got = two_jobs(tmp_path, tree, prometheus.url, prom, "promlag")
         check_now(got, prom, "Prometheus")
+        latest = json.loads(wattline(got["env"], "report", "latest", "--json", *got["where"]))
+        assert not any("may not be shown yet" in n for n in latest["notes"]), latest["notes"]  # shown at once
         for job in got["jobs"]:
             assert got["now"][job]["job"]["status"] == "closed", got["now"][job]["notes"]
             (row,) = [r for r in got["now"]["jobs"] if r["id"] == job]

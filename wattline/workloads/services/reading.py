@@ -77,11 +77,16 @@ class NotShownYet(ValueError):
 def report_or_exit(reader: Reader, ref: str, settings: ReportSettings) -> Report:
     """The report of the job ``ref`` names (:func:`resolve_job`); one line and exit 2 when it
     names none or several. A job the store does not show is looked for again until the
-    store's :func:`search_lag_s` has passed (it may have been written moments ago)."""
+    store's :func:`search_lag_s` has passed (it may have been written moments ago); ``latest``
+    on such a store says that a job opened since may not be shown yet."""
     shown_by = time.monotonic() + search_lag_s(reader)
     while True:
         try:
-            return build_complete_report(reader, resolve_job(reader, ref), settings)
+            report = build_complete_report(reader, resolve_job(reader, ref), settings)
+            if ref == "latest" and (shown := shown_as_of(reader, time.time_ns())):
+                # the newest job the store shows: one opened since may not be shown yet
+                report.notes.append(f"the latest job {shown}; a job opened since may not be shown yet")
+            return report
         except JobNotFound as exc:
             if time.monotonic() >= shown_by:
                 raise ConfigError(str(exc)) from None

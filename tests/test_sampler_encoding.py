@@ -15,7 +15,8 @@ from wattline.agent.disk_spool import DiskSpool
 from wattline.agent.encoding import EncodedSamples, SampleHead, encode_sample, energy_fields, stamp_fields
 from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.sampler import Sampler
-from wattline.agent.spool_format import read_segment, segment_numbers
+from wattline.agent.spool_format import read_segment
+from wattline.segments import segment_numbers
 
 stamps = st.integers(min_value=0, max_value=2**63 - 1)
 floats = st.floats(allow_nan=False, width=64)

@@ -25,10 +25,11 @@ from wattline.agent.disk_spool import DiskSpool
 from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.settings import AgentSettings
 from wattline.agent.spool import Spool
-from wattline.agent.spool_format import MAGIC, SpoolError, read_segment, segment_name, segment_numbers
+from wattline.agent.spool_format import MAGIC, SpoolError, read_segment
 from wattline.agent.uplink import Uplink
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.sqlite import SqliteStore
+from wattline.segments import segment_name, segment_numbers
 
 HOST = wire.Host(host_id="node-1", labels={"cluster": "c1"}, agent_version="test")
 T0 = 1_767_225_600 * 10**9

@@ -49,22 +49,9 @@ from pathlib import Path
 from wattline import wire
 from wattline.agent.encoding import EncodedSamples
 from wattline.agent.spool import SpoolBase
-from wattline.agent.spool_format import (
-    MAGIC,
-    Run,
-    SpoolError,
-    create_segment,
-    encode_record,
-    read_batch,
-    read_range,
-    save_cursor,
-    scan,
-    segment_name,
-    sync_files,
-    take_lock,
-    write_record,
-)
+from wattline.agent.spool_format import MAGIC, Run, SpoolError, create_segment, read_batch, save_cursor, take_lock
 from wattline.agent.spool_recovery import recover, unlink
+from wattline.segments import encode_record, read_range, scan, segment_name, sync_files, write_record
 
 log = logging.getLogger(__name__)
 

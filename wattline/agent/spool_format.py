@@ -7,11 +7,8 @@ Layout of a spool directory (``agent.spool_dir``; under systemd ``$STATE_DIRECTO
     cursor                     "done up to (segment, offset)": everything before it was
                                acknowledged by a collector or dropped by a bound
 
-A segment is an 8-byte header ``WLSPOOL1`` followed by records::
-
-    >I payload length | >I CRC32 of (written_ns, payload) | >q written_ns | payload
-
-and each payload is a serialized :class:`wire.Batch` *fragment*: the stream id, the host,
+A segment is an 8-byte header ``WLSPOOL1`` followed by CRC-checked records
+(:mod:`wattline.segments`), and each payload is a serialized :class:`wire.Batch` *fragment*: the stream id, the host,
 and the samples (or job events) of one ``add_*`` call, i.e. of one sampler tick. Records
 are self-describing: a spool left by another process is replayed under its own stream id
 and host.
@@ -26,12 +23,13 @@ import contextlib
 import fcntl
 import logging
 import os
-import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from wattline.segments import read_range, scan
 
 if TYPE_CHECKING:  # loaded by the readers: what only writes records (a Slurm hook) never needs protobuf
     from wattline import wire
@@ -39,12 +37,6 @@ if TYPE_CHECKING:  # loaded by the readers: what only writes records (a Slurm ho
 log = logging.getLogger(__name__)
 
 MAGIC = b"WLSPOOL1"
-HEADER = struct.Struct(">IIq")
-#: A record longer than this is corruption, not data (a batch is at most a few MB).
-MAX_RECORD_BYTES = 64 << 20
-
-#: One record found in a segment's bytes: (offset, end, written_ns, payload).
-RawRecord = tuple[int, int, int, bytes]
 
 
 class SpoolError(RuntimeError):
@@ -77,50 +69,6 @@ class Run:
     seq: int = 0
 
 
-def segment_name(number: int) -> str:
-    return f"seg-{number:016d}.wls"
-
-
-def segment_numbers(directory: Path) -> list[int]:
-    """Numbers of the segment files in ``directory``, ascending."""
-    numbers = []
-    for path in directory.glob("seg-*.wls"):
-        digits = path.name[4:-4]
-        if digits.isdigit():
-            numbers.append(int(digits))
-    return sorted(numbers)
-
-
-def encode_record(payload: bytes, written_ns: int) -> bytes:
-    """Header + payload of one record."""
-    stamp = struct.pack(">q", written_ns)
-    return HEADER.pack(len(payload), zlib.crc32(stamp + payload), written_ns) + payload
-
-
-def scan(data: bytes, offset: int = len(MAGIC)) -> tuple[list[RawRecord], int]:
-    """Valid records of a segment's bytes from ``offset``, and the offset where valid data ends
-    (the first torn or corrupt record)."""
-    records = []
-    while offset + HEADER.size <= len(data):
-        length, crc, written_ns = HEADER.unpack_from(data, offset)
-        body = offset + HEADER.size
-        if length == 0 or length > MAX_RECORD_BYTES or body + length > len(data):
-            break
-        payload = data[body : body + length]
-        if zlib.crc32(data[offset + 8 : body] + payload) != crc:
-            break
-        records.append((offset, body + length, written_ns, payload))
-        offset = body + length
-    return records, offset
-
-
-def read_range(path: Path, start: int, end: int) -> bytes:
-    """The bytes ``[start, end)`` of a segment file (OSError as raised)."""
-    with path.open("rb") as fh:
-        fh.seek(start)
-        return fh.read(end - start)
-
-
 def read_batch(path: Path, start: int, end: int, records: int) -> wire.pb.Batch | None:
     """The ``records`` records in ``[start, end)`` of a segment merged into one batch, CRCs
     checked again; None (logged) if unreadable or changed on disk."""
@@ -144,39 +92,6 @@ def read_batch(path: Path, start: int, end: int, records: int) -> wire.pb.Batch 
     except DecodeError:
         return None
     return batch
-
-
-def write_record(fd: int, record: bytes, size: int) -> None:
-    """Append ``record`` to a segment now ``size`` bytes long; on failure the file is cut back to
-    ``size`` (no torn record behind us) and the OSError raised."""
-    done = 0
-    try:
-        while done < len(record):
-            done += os.write(fd, record[done:])
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, size)
-        raise
-
-
-def sync_files(directory: Path, fds: list[int], sync_dir: bool) -> None:
-    """fsync then close each of ``fds``, and fsync ``directory`` if ``sync_dir``; failures logged."""
-    for fd in fds:
-        try:
-            os.fsync(fd)
-        except OSError as exc:
-            log.error("spool %s: fsync failed: %s", directory, exc.strerror)
-        finally:
-            os.close(fd)
-    if sync_dir:
-        try:
-            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except OSError as exc:
-            log.error("spool %s: directory fsync failed: %s", directory, exc.strerror)
 
 
 def read_segment(path: Path) -> Iterator[Record]:

@@ -16,7 +16,8 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from wattline import wire
-from wattline.agent.spool_format import MAGIC, parse_cursor, scan, segment_name, segment_numbers
+from wattline.agent.spool_format import MAGIC, parse_cursor
+from wattline.segments import scan, segment_name, segment_numbers
 
 log = logging.getLogger(__name__)
 

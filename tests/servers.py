@@ -234,24 +234,29 @@ def victoria_metrics_defaults(tmp_path_factory: pytest.TempPathFactory) -> Itera
 PROMETHEUS_OOO_WINDOW_S = 3 * 86400
 
 
-def start_prometheus(root: Path, ooo_window_s: int = PROMETHEUS_OOO_WINDOW_S, *flags: str) -> Daemon:
-    """Prometheus taking remote write (``/api/v1/write``) with its data under ``root``, an
-    out-of-order window of ``ooo_window_s`` (0: none, Prometheus' default) and ``flags``."""
+def prometheus_argv(root: Path, port: int, ooo_window_s: int = PROMETHEUS_OOO_WINDOW_S, *flags: str) -> list[str]:
+    """Prometheus taking remote write (``/api/v1/write``) on ``port`` with its data under
+    ``root``, an out-of-order window of ``ooo_window_s`` (0: none, Prometheus' default) and ``flags``."""
     binary = find_binary("PROMETHEUS", "prometheus", "prometheus")
     config = root / "prometheus.yml"
     config.write_text(f"storage:\n  tsdb:\n    out_of_order_time_window: {ooo_window_s}s\n")
+    return [
+        binary,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={root / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--web.enable-remote-write-receiver",
+        "--storage.tsdb.retention.time=100y",
+        "--log.level=warn",
+        *flags,
+    ]
+
+
+def start_prometheus(root: Path, ooo_window_s: int = PROMETHEUS_OOO_WINDOW_S, *flags: str) -> Daemon:
+    """:func:`prometheus_argv` on a free port, serving once this returns."""
 
     def make(port: int) -> Daemon:
-        argv = [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={root / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--web.enable-remote-write-receiver",
-            "--storage.tsdb.retention.time=100y",
-            "--log.level=warn",
-            *flags,
-        ]
+        argv = prometheus_argv(root, port, ooo_window_s, *flags)
         return Daemon(argv, root / "prometheus.log", f"http://127.0.0.1:{port}")
 
     return start(make, "/-/ready", "prometheus")

@@ -9,7 +9,7 @@ import posixpath
 import re
 import tomllib
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import kubernetes_validate
@@ -257,6 +257,15 @@ def test_collector() -> None:
         assert container[probe]["grpc"]["port"] == 50051, probe
     token = env_of(container)["WATTLINE_INFLUX_TOKEN"]["secretKeyRef"]
     assert token["optional"] is True
+    # the replay log (a VictoriaMetrics store) on a writable volume of the pod, not the
+    # read-only root nor the memory-backed /tmp, with room for its bound
+    replay = PurePosixPath(env_of(container)["WATTLINE_COLLECTOR_REPLAY_DIR"])
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    (mount,) = [m for m in container["volumeMounts"] if replay.is_relative_to(m["mountPath"])]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert not mount.get("readOnly") and "medium" not in volume["emptyDir"]
+    limit_mib = int(volume["emptyDir"]["sizeLimit"].removesuffix("Mi"))
+    assert limit_mib > CollectorSettings().replay_max_mb
 
     service = named("Service", "wattline-collector")
     assert service["spec"]["type"] == "ClusterIP"

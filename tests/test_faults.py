@@ -9,10 +9,7 @@ known power, 10 Hz, disk spool) streams to two ``wattline collector`` processes 
 test SIGKILLs and restarts the collectors, stops and restarts the store, and SIGKILLs
 and restarts the agent itself.
 
-The truth: every record the agent ever wrote to its spool. A watcher hard-links each
-spool segment the moment it appears, so the test keeps every segment's inode even after
-the agent deletes it once acknowledged (a record torn by a kill is truncated by the
-agent's recovery in that same inode, so it is not counted as produced). Afterwards the
+The truth: every record the agent ever wrote to its spool (``spool_ledger``). Afterwards the
 store must hold exactly those samples: the same keys (device, interval end), the same
 joules, no extra point, none missing. Independently, each agent stream must tile its
 timeline with no gap and its joules must add up to its last ``cumulative_j``.
@@ -23,11 +20,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -39,18 +34,16 @@ import pytest
 from influxd_peer import influxd_config
 from procs import CLI, Proc, clean_env, start_collector
 from servers import Daemon, Influxd, find_binary, free_port
+from spool_ledger import Key, Ledger
 from store_rows import energy_rows, job_event_rows
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 
-from wattline.agent.spool_format import read_segment
 from wattline.collector.stores.sqlite import SqliteStore
 
 HOST = "fault-host"
 POWER_W = {"intel-rapl:0": 50.0, "intel-rapl:0:1": 6.5}
 DEVICES = {"intel-rapl:0": "package-0", "intel-rapl:0:1": "package-0/dram"}
 START_UJ = 10**11
-
-Key = tuple[str, int]  # (device, interval end ns)
 
 
 def powered_host(tmp_path: Path) -> PowerAdvancer:
@@ -59,49 +52,6 @@ def powered_host(tmp_path: Path) -> PowerAdvancer:
         tmp_path / "host", [Zone("intel-rapl:0", "package-0", START_UJ), Zone("intel-rapl:0:1", "dram", START_UJ)]
     )
     return PowerAdvancer(tree, POWER_W, START_UJ)
-
-
-class Ledger:
-    """Hard-links every spool segment the moment it appears (the truth of what was produced)."""
-
-    def __init__(self, spool: Path, ledger: Path) -> None:
-        self.spool, self.ledger = spool, ledger
-        ledger.mkdir()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _scan(self) -> None:
-        for path in self.spool.glob("seg-*.wls"):
-            target = self.ledger / path.name
-            if not target.exists():
-                try:
-                    os.link(path, target)
-                except FileNotFoundError:
-                    pass  # deleted meanwhile: the check below would report it as lost
-                except FileExistsError:
-                    pass
-
-    def _run(self) -> None:
-        while not self.stop.wait(0.005):
-            self._scan()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(5)
-        self._scan()
-
-    def samples(self) -> dict[Key, tuple[str, int, float, float]]:
-        """(device, end) -> (stream, start, energy_j, cumulative_j) of every record ever written."""
-        out: dict[Key, tuple[str, int, float, float]] = {}
-        for path in sorted(self.ledger.glob("seg-*.wls")):
-            for record in read_segment(path):
-                assert record.batch.host.host_id == HOST
-                for s in record.batch.samples:
-                    key = (s.device, s.end_ns)
-                    assert key not in out, f"the agent produced {key} twice"
-                    out[key] = (record.batch.stream_id, s.start_ns, s.energy_j, s.cumulative_j)
-        return out
 
 
 @dataclass
@@ -167,7 +117,7 @@ class Rig:
         self.spool = tmp_path / "spool"
         self.spool.mkdir(mode=0o700)
         self.outbox = tmp_path / "outbox"  # job events of `wattline run` that no collector took yet
-        self.ledger = Ledger(self.spool, tmp_path / "ledger")
+        self.ledger = Ledger(self.spool, tmp_path / "ledger", HOST)
         self.ports = [free_port(), free_port()]
         self.collectors: list[Proc] = [self.collector(i) for i in range(2)]
         self.outages = Outages()

@@ -143,6 +143,8 @@ def collector(
     summary_price: float | None = typer.Option(None, help=_c("summary_price")),
     summary_carbon_intensity: float | None = typer.Option(None, help=_c("summary_carbon_intensity")),
     summary_pue: float | None = typer.Option(None, help=_c("summary_pue")),
+    replay_dir: str | None = typer.Option(None, help=_c("replay_dir")),
+    replay_max_mb: int | None = typer.Option(None, help=_c("replay_max_mb")),
 ) -> None:
     """Run the collector: receive agents' batches over gRPC and write them to storage."""
     flags = dict(
@@ -175,6 +177,8 @@ def collector(
         summary_price=summary_price,
         summary_carbon_intensity=summary_carbon_intensity,
         summary_pue=summary_pue,
+        replay_dir=replay_dir,
+        replay_max_mb=replay_max_mb,
     )
     settings = build(CollectorSettings, "collector", read_config(config), flags=flags).validate()
     hooks: dict[str, Any] = dict(

@@ -10,11 +10,12 @@ from collections.abc import Callable
 from prometheus_client import start_http_server
 
 from wattline.collector.processes import ProcessLink
+from wattline.collector.replay import ReplayError, Replaying, ReplayLog, ReplayMetrics, log_directory
 from wattline.collector.server import CollectorServer, JobEventsHook
 from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.factory import open_store
-from wattline.config import read_secret
+from wattline.config import ConfigError, read_secret
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,27 @@ def store_from_settings(settings: CollectorSettings, read_only: bool = False) ->
     )
 
 
+def with_replay_log(store: Store, settings: CollectorSettings) -> Store:
+    """``store``, keeping what is written to it in a replay log where it acknowledges writes
+    before they are durable (:mod:`.replay`); ConfigError (the store closed) when the log cannot
+    be opened: the collector would acknowledge what a crash of the store may lose."""
+    if store.durable_after_s <= 0:
+        return store
+    try:
+        directory = log_directory(settings.replay_root(), settings.store)
+        replay_log = ReplayLog(directory, store.durable_after_s, settings.replay_max_mb << 20)
+    except (ConfigError, ReplayError) as exc:
+        store.close()
+        raise ConfigError(f"{exc} (collector.replay_dir)") from None
+    log.info(
+        "%s acknowledges writes before they are durable: each kept %g s in the replay log %s",
+        store.kind,
+        store.durable_after_s,
+        replay_log.directory,
+    )
+    return Replaying(store, replay_log)
+
+
 def run_collector(
     settings: CollectorSettings,
     stop: threading.Event,
@@ -53,7 +75,7 @@ def run_collector(
     port is shared, metrics and stream spans go to the supervisor."""
     # Credentials first: a bad key or a loose token file fails before anything is opened.
     credentials, token = settings.credentials()
-    store = store_from_settings(settings)
+    store = with_replay_log(store_from_settings(settings), settings)
     try:
         server = CollectorServer(
             store,
@@ -73,6 +95,8 @@ def run_collector(
     except BaseException:
         store.close()
         raise
+    if isinstance(store, Replaying):
+        server.registry.register(ReplayMetrics(store.log))
     if settings.prometheus_port is not None:
         start_http_server(settings.prometheus_port, addr=settings.prometheus_addr, registry=server.registry)
     server.start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,6 +104,14 @@ class CollectorSettings:
     summary_price: float | None = option(None, "Instance price for summaries' cost figures, USD per instance-hour.")
     summary_carbon_intensity: float | None = option(None, "Grid carbon intensity for summaries' CO2, gCO2/kWh.")
     summary_pue: float = option(1.0, "Power usage effectiveness applied to summaries' CO2 (>= 1).")
+    replay_dir: str = option(
+        "",
+        "Directory of the replay log: what the collector wrote to a store that acknowledges a write before it is "
+        "durable (VictoriaMetrics), kept until it is and written again if the store lost it; empty: "
+        "$STATE_DIRECTORY/replay under systemd, else $XDG_STATE_HOME/wattline/replay, else "
+        "~/.local/state/wattline/replay.",
+    )
+    replay_max_mb: int = option(256, "Most MiB the replay log keeps (a store down that long): beyond, the oldest go.")
 
     def validate(self) -> CollectorSettings:
         """Range checks; raises ConfigError naming the option (pairs of TLS files: :meth:`check_tls`)."""
@@ -126,6 +135,8 @@ class CollectorSettings:
         if self.summary_idle not in {"none", "subtract"}:
             raise ConfigError(f"option collector.summary_idle: {self.summary_idle!r} is not none or subtract")
         check_share_rule(self.summary_share_rule, "collector.summary_share_rule")
+        if self.replay_max_mb < 1:
+            raise ConfigError(f"option collector.replay_max_mb: {self.replay_max_mb} is below 1")
         if not self.summary_interval > 0 or not self.summary_wait >= 0 or not self.summary_pue >= 1:
             raise ConfigError("option collector.summary_interval/summary_wait/summary_pue: need > 0, >= 0 and >= 1")
         prices = (("summary_price", self.summary_price), ("summary_carbon_intensity", self.summary_carbon_intensity))
@@ -151,6 +162,21 @@ class CollectorSettings:
         if self.tls_cert is not None and self.tls_key is not None:
             creds = server_credentials(self.tls_cert, self.tls_key, self.tls_client_ca)
         return creds, read_token(self.token_file, "collector.token_file")
+
+    def replay_root(self, env: Mapping[str, str] | None = None) -> Path:
+        """Where the replay logs are (``replay_dir``, else the state directory's ``replay``);
+        ConfigError when no state directory is known (no home)."""
+        if self.replay_dir:
+            return Path(self.replay_dir).expanduser()
+        env = os.environ if env is None else env
+        if state := env.get("STATE_DIRECTORY", "").split(":")[0]:
+            return Path(state) / "replay"
+        if (xdg := env.get("XDG_STATE_HOME", "")) and Path(xdg).is_absolute():
+            return Path(xdg) / "wattline" / "replay"
+        try:
+            return Path(env.get("HOME") or Path.home()) / ".local" / "state" / "wattline" / "replay"
+        except (RuntimeError, KeyError):
+            raise ConfigError("no home directory for the replay log: set collector.replay_dir") from None
 
     def check_tls(self) -> None:
         """The TLS options go together: cert with key, a client CA only with both."""

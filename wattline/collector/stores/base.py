@@ -65,6 +65,9 @@ class Store(abc.ABC):
     #: Most group commits run at once; 0: as many as the collector's ``workers``. A back-end
     #: that serialises writers anyway (SQLite) says 1, so waiting batches group up instead.
     max_concurrent_writes: int = 0
+    #: Seconds after it acknowledged a write until the store keeps it through its own SIGKILL
+    #: (0: at once); the collector keeps what it wrote that long (:mod:`wattline.collector.replay`).
+    durable_after_s: float = 0.0
 
     @abc.abstractmethod
     def write(self, batch: wire.pb.Batch) -> WriteResult:
@@ -82,6 +85,10 @@ class Store(abc.ABC):
         the default writes them one by one.
         """
         return [self.write(batch) for batch in batches]
+
+    def started_ns(self) -> int | None:
+        """When the store's server started (ns), to tell it restarted; None where it does not say."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Flush and release connections."""

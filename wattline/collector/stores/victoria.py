@@ -51,6 +51,10 @@ class VictoriaStore(SeriesReads, LineProtocolStore):
     """Writes batches to, and reads reports from, one VictoriaMetrics single node."""
 
     kind = "victoriametrics"
+    #: VictoriaMetrics answers a write once it is in memory and makes it durable later
+    #: (docs/delivery.md, "What acknowledged means"): what it acknowledged this long before a
+    #: SIGKILL may be gone after its restart.
+    durable_after_s = 30.0
 
     def __init__(self, url: str, timeout_s: float = 10.0, encoder: LineEncoder | None = None, tenant: str = "") -> None:
         """``tenant`` (ACCOUNT or ACCOUNT:PROJECT): ``url`` is a cluster's, serving vminsert's
@@ -63,9 +67,29 @@ class VictoriaStore(SeriesReads, LineProtocolStore):
         self._insert = f"/insert/{tenant}/influx" if tenant else ""
         self._api = Export(self._http, f"/select/{tenant}/prometheus" if tenant else "", "VictoriaMetrics")
         self._delete_at = f"/delete/{tenant}/prometheus" if tenant else ""
+        if tenant:  # a cluster's durability is its replication's: vmauth shows no vmstorage's start
+            self.durable_after_s = 0.0
 
     def __repr__(self) -> str:
         return f"VictoriaStore({self.url!r})"
+
+    def started_ns(self) -> int | None:
+        """A single node's start (its ``/metrics`` ``vm_app_start_timestamp``, whole seconds);
+        None for a cluster (vmauth does not route to vmstorage's) or where it does not answer."""
+        if self._insert:
+            return None
+        try:
+            status, _headers, body = self._http.request("GET", "/metrics")
+        except StoreUnavailable:
+            return None
+        for line in body.decode("utf-8", "replace").splitlines() if status == 200 else ():
+            name, _, value = line.partition(" ")
+            if name == "vm_app_start_timestamp":
+                try:
+                    return int(float(value) * 1e9)
+                except ValueError:
+                    return None
+        return None
 
     def encode(self, batch: wire.pb.Batch) -> EncodedBatch:
         return batch_lines(self.encoder, batch)

@@ -1,4 +1,4 @@
-"""Part "ingest": collector throughput into InfluxDB, into a null sink, and into SQLite.
+"""Part "ingest": collector throughput into InfluxDB, a null sink, SQLite, and through the replay log.
 
 - **InfluxDB**: agents' batches (pre-serialized, 4 concurrent streams on 4 connections,
   ~5,000 samples each) through gRPC and the real ``wattline collector`` (``--processes`` 1
@@ -14,6 +14,8 @@
   alone, the floor of any exact line-protocol encoder in Python.
 - **SQLite**: :class:`SqliteStore` rows/s against a bare ``executemany`` of the same rows
   into the same schema, same pragmas, one transaction per batch, in the same run.
+- **Replay log**: group commits to a real VictoriaMetrics through the collector's replay
+  log against the same commits straight to it, rounds alternating, one server.
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ from typing import Any
 from wattline import wire
 from wattline.collector.lineprotocol import LineEncoder
 from wattline.collector.pointfields import sample_fields
+from wattline.collector.replay import Replaying, ReplayLog
+from wattline.collector.stores.base import Store
 from wattline.collector.stores.schema import SAMPLE_FIELD_NAMES, host_tags, sample_tags
 from wattline.collector.stores.sqlite import _INSERT_ENERGY, _INSERT_SERIES, SqliteStore, _json
+from wattline.collector.stores.victoria import VictoriaStore
 from wattline.collector.validation import drop_invalid_points, validate
 from wlbench.common import (
     PYTHON,
@@ -44,6 +49,7 @@ from wlbench.common import (
     ratio,
     running,
     start_influxd,
+    start_victoria_metrics,
     wait_port,
 )
 from wlbench.data import fleet_batches, write_frames
@@ -65,6 +71,7 @@ def run(work: Path, quick: bool) -> dict[str, Any]:
     result["influx"] = influx(batches, work, pairs=1 if quick else 3)
     result["influx"]["steps_us_per_point"] = collector_steps(batches[:8], rounds=3 if quick else 7)
     result["sqlite"] = sqlite(batches[: max(4, len(batches) // (3 if quick else 2))], work, rounds=1 if quick else 2)
+    result["replay_log"] = replay_log(batches, work / "replay", rounds=1 if quick else 3)
     return result
 
 
@@ -359,4 +366,45 @@ def sqlite(batches: list[wire.pb.Batch], work: Path, rounds: int) -> dict[str, A
         "grouped_store_rows_per_s": m["store_grouped"],
         "grouped_bare_rows_per_s": m["bare_grouped"],
         "grouped_ratio": ratio(m["store_grouped"], m["bare_grouped"]),
+    }
+
+
+# -- the replay log's cost, in process ---------------------------------------------------------
+
+REPLAY_GROUP = 8  # batches per group commit
+
+
+def replay_log(batches: list[wire.pb.Batch], work: Path, rounds: int) -> dict[str, Any]:
+    """Points/s and CPU per point of group commits to VictoriaMetrics through the collector's
+    replay log (:class:`~wattline.collector.replay.Replaying`, its thread fsyncing each second)
+    and straight to the store, rounds alternating, one server; ratio with / without."""
+    work.mkdir(parents=True, exist_ok=True)
+    groups = [batches[i : i + REPLAY_GROUP] for i in range(0, len(batches), REPLAY_GROUP)]
+    n = sum(len(b.samples) for b in batches)
+    rates: dict[str, list[float]] = {"with": [], "without": []}
+    cpu: dict[str, list[float]] = {"with": [], "without": []}
+    procs: list[Proc] = []
+    with running(procs):
+        victoria = start_victoria_metrics(work / "victoria-metrics")
+        procs.append(victoria.proc)
+        for i in range(rounds):
+            for kind in ("without", "with"):
+                store: Store = VictoriaStore(victoria.url)
+                if kind == "with":
+                    store = Replaying(store, ReplayLog(work / f"log-{i}", store.durable_after_s, 1 << 30))
+                t, c = time.perf_counter(), time.process_time()
+                for g in groups:
+                    store.write_group(g)
+                rates[kind].append(n / (time.perf_counter() - t))
+                cpu[kind].append((time.process_time() - c) / n * 1e6)
+                store.close()
+    m = {k: median(v) for k, v in rates.items()}
+    return {
+        "points": n,
+        "group_batches": REPLAY_GROUP,
+        "with_points_per_s": m["with"],
+        "without_points_per_s": m["without"],
+        "ratio": ratio(m["with"], m["without"]),
+        "with_cpu_us_per_point": median(cpu["with"]),
+        "without_cpu_us_per_point": median(cpu["without"]),
     }

@@ -7,7 +7,8 @@ Usage: ``python -m wlbench.sink --listen 127.0.0.1:PORT --stats FILE [--store nu
   server and its admission path with no store behind them, delays to the acknowledgement).
 - ``encode``: encodes every batch with the real :class:`LineEncoder`, then discards the lines
   (decode + encode through gRPC, per core).
-- ``sqlite:PATH``, ``http://influxd:8086`` or ``http://victoria-metrics:8428``: the real store;
+- ``sqlite:PATH``, ``http://influxd:8086`` or ``http://victoria-metrics:8428``: the real store
+  (with the collector's replay log where the store acknowledges before it is durable);
   after each write, the delay from every sample's interval end to the end of the write is
   recorded (committed for SQLite, acknowledged by ``/write`` for InfluxDB and VictoriaMetrics:
   visible in storage for the first two, searchable about a second later in the third).
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from wattline import wire
 from wattline.collector.lineprotocol import LineEncoder
+from wattline.collector.replay import Replaying, ReplayLog, log_directory
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.base import Store, WriteResult
 from wattline.collector.stores.factory import open_store
@@ -126,7 +128,11 @@ def main() -> None:
     if args.store in ("null", "encode"):
         store = BenchStore(None, encode=args.store == "encode")
     else:  # a real store: sqlite:PATH, or an InfluxDB or VictoriaMetrics URL (told apart by its /ping)
-        store = BenchStore(open_store(args.store), encode=False, steady_after_s=args.steady_after)
+        inner = open_store(args.store)
+        if inner.durable_after_s > 0:  # as `wattline collector` keeps it: a replay log beside the stats
+            log = ReplayLog(log_directory(args.stats.parent / "replay", args.store), inner.durable_after_s, 256 << 20)
+            inner = Replaying(inner, log)
+        store = BenchStore(inner, encode=False, steady_after_s=args.steady_after)
     server = CollectorServer(
         store, args.listen, workers=args.workers, max_message_bytes=64 << 20, reuse_port=args.reuse_port
     )

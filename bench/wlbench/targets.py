@@ -232,6 +232,20 @@ def ingest_rows(r: dict[str, Any]) -> list[Row]:
                 at_least(sq[f"{prefix}ratio"], 0.7),
             )
         )
+    rl = r.get("replay_log")
+    if rl:
+        rows.append(
+            Row(
+                "ingest",
+                f"VictoriaMetrics group commits ({rl['group_batches']} batches) through the replay log",
+                num(rl["with_points_per_s"], "points/s"),
+                f"without it {num(rl['without_points_per_s'], 'points/s')}; CPU per point "
+                f"{num(rl['with_cpu_us_per_point'], 'us')} vs {num(rl['without_cpu_us_per_point'], 'us')}",
+                rl["ratio"],
+                ">= 0.9x",
+                at_least(rl["ratio"], 0.9),
+            )
+        )
     return rows
 
 

@@ -97,6 +97,7 @@ class ReplayLog:
         self._adopted = adopted
         self._fd: int | None = None
         self._opened_ns = 0
+        self._unsynced: list[int] = []  #: segments closed by size, not yet fsynced
 
     @property
     def kept_bytes(self) -> int:
@@ -108,7 +109,8 @@ class ReplayLog:
         payloads = [encode_record(b.SerializeToString(), now_ns) for b in batches]
         with self._lock:
             if self._fd is not None and self._segments[-1].size >= self.max_bytes // SEGMENTS:
-                self._sync(rotate=True)  # so the bound can drop the oldest
+                self._unsynced.append(self._fd)  # a new segment, so the bound can drop the oldest;
+                self._fd = None  # fsynced at the next look
             segment = self._current(now_ns)
             for payload in payloads:
                 assert self._fd is not None
@@ -120,8 +122,7 @@ class ReplayLog:
     def check(self, store: Store, now_ns: int) -> None:
         """One look at the store: write everything kept again where it restarted, else drop what
         it has had long enough; and make what was appended durable."""
-        with self._lock:
-            self._sync(rotate=now_ns - self._opened_ns >= SEGMENT_S * 1e9)
+        self._sync(rotate=now_ns - self._opened_ns >= SEGMENT_S * 1e9)
         started = store.started_ns()
         if started is None:  # down, or not saying: keep everything
             return
@@ -136,20 +137,22 @@ class ReplayLog:
                 self._remove(segment)
 
     def close(self) -> None:
-        with self._lock:
-            self._sync(rotate=True)
+        self._sync(rotate=True)
         os.close(self._lock_fd)
 
     # -- internals -------------------------------------------------------------------------
 
     def _replay(self, store: Store, now_ns: int) -> None:
         """Write every record kept again (StoreUnavailable: the next look tries again)."""
+        self._sync(rotate=True)
         with self._lock:
-            self._sync(rotate=True)
             segments = list(self._segments)
         count = 0
         for segment in segments:
-            data = (self.directory / segment_name(segment.number, SUFFIX)).read_bytes()
+            try:
+                data = (self.directory / segment_name(segment.number, SUFFIX)).read_bytes()
+            except FileNotFoundError:  # dropped by the bound meanwhile (said there)
+                continue
             batches = [wire.Batch.FromString(payload) for *_, payload in scan(data)[0]]
             for i in range(0, len(batches), REPLAY_GROUP):
                 store.write_group(batches[i : i + REPLAY_GROUP])
@@ -175,14 +178,23 @@ class ReplayLog:
             self._opened_ns = now_ns
         return self._segments[-1]
 
-    def _sync(self, rotate: bool) -> None:
-        """fsync the open segment (and close it: the next record opens a new one)."""
+    def _detach(self, rotate: bool) -> tuple[list[int], bool]:
+        """Under the lock: the descriptors to fsync (the open segment's, a copy; those rotated
+        since the last look), closing the open segment if ``rotate``; whether one was closed."""
+        fds, self._unsynced = self._unsynced, []
+        closed = bool(fds)
         if self._fd is not None:
-            fd = os.dup(self._fd)
-            sync_files(self.directory, [fd], sync_dir=rotate)
+            fds.append(self._fd if rotate else os.dup(self._fd))
             if rotate:
-                os.close(self._fd)
-                self._fd = None
+                self._fd, closed = None, True
+        return fds, closed
+
+    def _sync(self, rotate: bool) -> None:
+        """fsync what was appended (outside the lock: records go on meanwhile)."""
+        with self._lock:
+            fds, closed = self._detach(rotate)
+        if fds:
+            sync_files(self.directory, fds, sync_dir=closed)
 
     def _bound(self) -> None:
         """Drop the oldest segments beyond ``max_bytes`` (said, counted)."""

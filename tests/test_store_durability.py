@@ -26,7 +26,8 @@ acknowledged batch again, as the collector's replay log will, and counts the cop
   restart cannot be told before or after it.
 - Rewrites after the restart leave one copy: VictoriaMetrics only with
   ``-dedup.minScrapeInterval=1ms`` (its defaults keep both), InfluxDB by point identity,
-  Prometheus by series and millisecond, SQLite by its unique keys.
+  Prometheus by series and millisecond (an older sample written again is refused without an
+  out-of-order window; the store reads it back, stored), SQLite by its unique keys.
 
 ``pytest -s`` prints each run's figures.
 """
@@ -52,17 +53,31 @@ from pathlib import Path
 
 import pytest
 from influxd_peer import influxd_config
-from servers import Daemon, Influxd, VictoriaMetrics, find_binary, free_port, http, searchable, start_prometheus
+from servers import (
+    PROMETHEUS_OOO_WINDOW_S,
+    Daemon,
+    Influxd,
+    VictoriaMetrics,
+    find_binary,
+    free_port,
+    http,
+    searchable,
+    start_prometheus,
+)
 from victoria_peer import victoria_argv, victoria_default_argv
 from waits import wait_until
 
 from wattline import wire
 from wattline.collector.stores.base import Store, StoreUnavailable
+from wattline.collector.stores.influx_http import HttpClient
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.prometheus import PrometheusStore
 from wattline.collector.stores.reader import Reader
+from wattline.collector.stores.remote_write import HEADERS as REMOTE_WRITE_HEADERS
+from wattline.collector.stores.remote_write import point_samples, write_request
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.collector.stores.victoria import VictoriaStore
+from wattline.collector.stores.victoria_points import batch_points
 
 PERIOD_S = 0.1
 STEP_NS = 100_000_000  # a batch's samples end PERIOD_S after the previous batch's
@@ -197,8 +212,8 @@ class Victoria(Engine):
         return {name: float(value) for name, value in re.findall(r"^(\w+) (\S+)$", body.decode(), re.M)}
 
     def started(self) -> float:
-        metrics = self.metrics()
-        assert metrics["vm_app_start_timestamp"] == metrics["process_start_time_seconds"]
+        metrics = self.metrics()  # the process's creation is a moment before its start; both whole seconds
+        assert 0 <= metrics["vm_app_start_timestamp"] - metrics["process_start_time_seconds"] <= 1, metrics
         return metrics["vm_app_start_timestamp"]
 
     def refresh(self) -> None:
@@ -220,10 +235,14 @@ class Prometheus(Engine):
     name = "prometheus"
     ready_path = "/-/ready"
 
+    def __init__(self, root: Path, window_s: int = PROMETHEUS_OOO_WINDOW_S) -> None:
+        super().__init__(root)
+        self.window_s = window_s
+
     def start(self) -> None:
         if self.daemon is None:  # the suite's own start: config, flags, a free port
             self.starts += 1
-            self.daemon = start_prometheus(self.root)
+            self.daemon = start_prometheus(self.root, self.window_s)
             self.url = self.daemon.url
             return
         argv = [str(a) for a in self.daemon.process.args]
@@ -409,7 +428,8 @@ def check_restart_told(engine: Engine, run: Run) -> None:
 def test_victoria_metrics_loses_what_it_acknowledged_seconds_before_a_kill(tmp_path: Path) -> None:
     """Killed with writes going on, at three points of its flusher's cycle: every batch
     acknowledged less than VM_LOST_S before the kill is gone, every one acknowledged more than
-    VM_KEPT_S before is there; written again after the restart, each is there once."""
+    VM_KEPT_S before is there, and what is lost is the newest (whole batches); written again
+    after the restart, each is there once."""
     durations = (13.5, 15.0, 16.5)  # past VM_KEPT_S, and a third of the 5 s cycle apart
     engines = [Victoria(tmp_path / f"vm-{d}") for d in durations]
     runs = in_parallel(
@@ -423,6 +443,7 @@ def test_victoria_metrics_loses_what_it_acknowledged_seconds_before_a_kill(tmp_p
         assert min(ages.values()) < VM_LOST_S < VM_KEPT_S < max(ages.values()), run.summary()
         assert not [a for k, a in ages.items() if a < VM_LOST_S and k in run.kept], run.summary()
         assert not [a for k, a in ages.items() if a > VM_KEPT_S and k not in run.kept], run.summary()
+        assert max(run.lost_ages) < min(ages[k] for k in run.kept), f"lost is not the newest: {run.summary()}"
         assert run.replay_copies == 0, f"{run.label}: {run.replay_copies} extra copies after the rewrite"
         check_restart_told(engine, run)
 
@@ -487,6 +508,50 @@ def test_acknowledged_means_kept(tmp_path: Path, make: Callable[[Path], Engine])
         assert run.acked and len(run.kept) == len(run.acked), run.summary()
         assert run.replay_copies == 0, run.summary()
         check_restart_told(engine, run)
+
+
+def remote_write(url: str, batch: wire.Batch) -> tuple[int, str]:
+    """Status and answer of a bare remote write of ``batch``'s points (no store around it)."""
+    points, refused = batch_points(batch, point_samples)
+    assert not refused
+    client = HttpClient(url + "/api/v1/write", READ_TIMEOUT_S, headers=REMOTE_WRITE_HEADERS)
+    try:
+        status, _, body = client.request("POST", "", write_request(s for samples in points for s in samples))
+    finally:
+        client.close()
+    return status, body.decode(errors="replace")
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("window_s", [3 * 86400, 0], ids=["out-of-order-window", "no-window"])
+def test_prometheus_takes_the_same_samples_again_after_a_restart(tmp_path: Path, window_s: int) -> None:
+    """After a SIGKILL and a restart, the newest samples written again are taken as they are
+    (same series, millisecond and value); older ones only within ``out_of_order_time_window``,
+    else refused as out of order. Through PrometheusStore either way nothing is rejected (it
+    reads refused points back and finds them stored) and each sample is there once."""
+    engine = Prometheus(tmp_path, window_s)
+    engine.start()
+    base = time.time_ns() // MS * MS
+    try:
+        with engine.store() as store:
+            for k in range(5):
+                assert store.write(stream_batch(k, base)).rejected == 0
+        engine.kill()
+        engine.start()
+        newest = remote_write(engine.url, stream_batch(4, base))
+        oldest = remote_write(engine.url, stream_batch(0, base))
+        assert newest[0] == 204, newest
+        if window_s:
+            assert oldest[0] == 204, oldest
+        else:
+            assert oldest[0] == 400 and "out of order sample" in oldest[1], oldest
+        with engine.store() as store:
+            assert isinstance(store, Reader)
+            results = [store.write(stream_batch(k, base)) for k in range(5)]
+            assert [r.rejected for r in results] == [0] * 5, [r.reasons for r in results]
+            assert whole(store, base, 5) == dict.fromkeys(range(5), CHANNELS)
+    finally:
+        engine.stop()
 
 
 # -- SQLite: the writer is the process that dies ---------------------------------------------

@@ -162,10 +162,21 @@ class Engine:
         raise NotImplementedError
 
     def start(self) -> None:
-        self.starts += 1
-        self.daemon = Daemon(self.argv(), self.root / f"{self.name}-{self.starts}.log", self.url)
-        if not self.daemon.wait_ready(self.ready_path):
-            pytest.fail(f"{self.name} did not start:\n{self.daemon.log_tail()}", pytrace=False)
+        """Start it; the first time on another free port if its port was taken meanwhile, later
+        always on the same one."""
+        for attempt in range(3 if self.daemon is None else 1):
+            if attempt:
+                self.move(free_port())
+            self.starts += 1
+            self.daemon = Daemon(self.argv(), self.root / f"{self.name}-{self.starts}.log", self.url)
+            if self.daemon.wait_ready(self.ready_path):
+                return
+            self.daemon.stop()
+        pytest.fail(f"{self.name} did not start:\n{self.daemon.log_tail()}", pytrace=False)
+
+    def move(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
 
     def kill(self) -> None:
         assert self.daemon is not None
@@ -267,7 +278,11 @@ class Influx(Engine):
     def __init__(self, root: Path) -> None:
         super().__init__(root)
         self.config = root / "influxdb.conf"
-        self.config.write_text(influxd_config(root, self.port, free_port()))
+        self.move(self.port)
+
+    def move(self, port: int) -> None:
+        super().move(port)
+        self.config.write_text(influxd_config(self.root, port, free_port()))
 
     def argv(self) -> list[str]:
         return [find_binary("INFLUXD", "influxd", "influxdb"), "-config", str(self.config)]

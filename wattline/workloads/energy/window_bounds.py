@@ -7,8 +7,10 @@ Two ways, matching how :mod:`wattline.workloads.report.build` reads energy (the 
   a stretch between two samples of one stream whose energy the store lacks is an edge
   piece like a sample, and time before the first or after the last sample is a gap. An
   unhealthy (0 J) sample strictly inside the window is not read this way, so not bounded.
-* :func:`samples_bound`: from every sample of the window (restarts, shared hosts): every
-  uncovered stretch and every unhealthy sample is a gap.
+* :func:`samples_bound`: from every sample of the window (restarts, shared hosts): a stretch
+  between two samples of one stream whose energy the store lacks is bridged by the stream's
+  counter (:mod:`.streams`), an edge piece like a sample; every other uncovered stretch
+  (:func:`uncovered`) and every unhealthy sample is a gap.
 
 Pure: no I/O, no clock.
 """
@@ -22,7 +24,7 @@ from wattline.units import NS_PER_S
 from wattline.workloads.energy.uncertainty import Bound, edge_term, quality_terms
 from wattline.workloads.energy.window_energy import Interval, overlap
 
-__all__ = ["LAG_HORIZON_NS", "edge_bound", "edge_power_w", "p_max_w", "samples_bound"]
+__all__ = ["LAG_HORIZON_NS", "edge_bound", "edge_power_w", "p_max_w", "samples_bound", "uncovered"]
 
 #: A piece of a channel's timeline: (start_ns, end_ns, energy_j, healthy); energy None: no
 #: sample covers it.
@@ -128,20 +130,41 @@ def samples_bound(
     errors = [_overlap(s, t0, t1) * (s.energy_error_j or 0.0) for s in near if s.energy_error_j is not None]
     bound = quality_terms(source, quality, energy, p_max, sum(errors) if errors else None)
     unhealthy = sum(_overlap(s, t0, t1) * (s.end_ns - s.start_ns) for s in near if not s.healthy)
-    covered = 0
     pieces: list[tuple[Piece, Around]] = []
     for n, iv in enumerate(merged):
         inside = min(iv.end_ns, t1) - max(iv.start_ns, t0)
         if inside <= 0:
             continue
-        covered += inside
         if iv.start_ns < t0 or iv.end_ns > t1:
-            # around it, as edge_bound reads them: the one before and itself
-            pieces.append(((iv.start_ns, iv.end_ns, iv.energy_j, True), merged[max(n - 1, 0) : n + 1]))
+            # around it, as edge_bound reads them: the one before and itself; a bridged stretch's
+            # samples on both sides
+            around = merged[max(n - 1, 0) : n + 2 : 2] if iv.bridged else merged[max(n - 1, 0) : n + 1]
+            pieces.append(((iv.start_ns, iv.end_ns, iv.energy_j, True), around))
     bound = bound + _edge_terms(pieces, window, p_max)
-    present = raw and min(s.start_ns for s in raw) < t1 and max(s.end_ns for s in raw) > t0 - LAG_HORIZON_NS
-    gap_ns = (max(t1 - t0 - covered, 0) if present else 0) + unhealthy
+    gap_ns = sum(b - a for a, b in uncovered(raw, merged, t0, t1)) + unhealthy
     return bound + Bound(gaps_j=p_max * gap_ns / NS_PER_S)
+
+
+def uncovered(raw: Sequence[StoredSample], merged: Sequence[Interval], t0: int, t1: int) -> list[tuple[int, int]]:
+    """The stretches of ``[t0, t1]`` that no interval of ``merged`` (never overlapping, ordered
+    by end; bridged stretches included) covers, each a gap: where the series is there at all
+    (``raw``: a sample starting before ``t1``, and one ending within :data:`LAG_HORIZON_NS`
+    before ``t0`` or later)."""
+    if not raw or min(s.start_ns for s in raw) >= t1 or max(s.end_ns for s in raw) <= t0 - LAG_HORIZON_NS:
+        return []
+    out: list[tuple[int, int]] = []
+    at = t0
+    for iv in merged:
+        if iv.end_ns <= at or iv.end_ns == iv.start_ns:
+            continue
+        if iv.start_ns >= t1:
+            break
+        if iv.start_ns > at:
+            out.append((at, iv.start_ns))
+        at = iv.end_ns
+    if at < t1:
+        out.append((at, t1))
+    return out
 
 
 def _overlap(s: StoredSample, t0: int, t1: int) -> float:

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Interval:
-    """One sample of one channel: energy over ``(start_ns, end_ns]``."""
+    """One sample of one channel: energy over ``(start_ns, end_ns]``; ``bridged``: a stretch
+    whose samples the store lacks, its energy from the stream's counter on both sides of it."""
 
     start_ns: int
     end_ns: int
     energy_j: float
+    bridged: bool = False
 
     def __post_init__(self) -> None:
         if self.end_ns < self.start_ns:

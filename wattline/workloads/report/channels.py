@@ -69,9 +69,13 @@ def channels_from_samples(
     for s in samples:
         if s.component not in EXCLUDED_COMPONENTS:
             grouped[s.series].append(s)
-    merges = {k: _merge(grouped[k]) for k in _known_quality(host, grouped, notes)}
-    _stream_notes(host, merges.values(), notes, restarts=False)
+    merges = {k: merge_series(grouped[k]) for k in _known_quality(host, grouped, notes)}
     keys, edges, bounds = out
+    _stream_notes(host, merges.values(), notes, restarts=False)
+    # a restart in the job's own window, as the counters at its edges would find it
+    lo, hi = edges[0], edges[-1]
+    inside = (merge_series(s for s in grouped[k] if s.end_ns > lo and s.start_ns < hi) for k in merges)
+    _stream_notes(host, inside, notes, overlaps=False)
     for key, merged in merges.items():
         for window, (t0, t1) in zip(keys, itertools.pairwise(edges), strict=True):
             energy = window_energy(merged.intervals, t0, t1)
@@ -91,16 +95,20 @@ def _known_quality(host: str, series: Iterable[Series], notes: list[str]) -> lis
     return [k for k in keys if k[4] in known]
 
 
-def _merge(samples: Iterable[StoredSample]) -> StreamMerge:
-    return merge_streams(StreamSample(s.start_ns, s.end_ns, s.energy_j, s.stream) for s in samples)
+def merge_series(samples: Iterable[StoredSample]) -> StreamMerge:
+    """One series' samples counted once across streams, a stretch the store lacks between two
+    samples of one stream bridged by its counter (:func:`~wattline.workloads.energy.streams.merge_streams`)."""
+    return merge_streams(StreamSample(s.start_ns, s.end_ns, s.energy_j, s.stream, s.cumulative_j) for s in samples)
 
 
-def _stream_notes(host: str, merges: Iterable[StreamMerge], notes: list[str], *, restarts: bool) -> None:
-    """One note per host when streams overlapped in time; with ``restarts``, one when one followed
-    another, saying how long no stream measured the host."""
+def _stream_notes(
+    host: str, merges: Iterable[StreamMerge], notes: list[str], *, restarts: bool = True, overlaps: bool = True
+) -> None:
+    """One note per host when streams overlapped in time (with ``overlaps``); with ``restarts``,
+    one when one followed another, saying how long no stream measured the host."""
     done = list(merges)
     overlapping = max((m.overlapping for m in done), default=0)
-    if overlapping:
+    if overlaps and overlapping:
         notes.append(f"{host}: {overlapping} streams overlapped in time (two agents under one host id?); counted once")
     if restarts and any(m.restarts for m in done):
         # The host's sources share the agent's downtime: its longest gap is the host's.
@@ -161,7 +169,7 @@ def channels_from_edges(
                 samples = defaultdict(list)
                 for s in reader.samples(host, lo, hi):
                     samples[s.series].append(s)
-            merged = _merge(samples.get(key, []))
+            merged = merge_series(samples.get(key, []))
             if None in energies:
                 merges.append(merged)
                 energies = [window_energy(merged.intervals, t0, t1) for _i, t0, t1 in windows]

@@ -87,8 +87,10 @@ def host_attribution(
         uses = {**uses, cpu_key: coarsen(uses[cpu_key], MAX_SHARES)}
     if concurrent or device_uses(uses) or detail is not None:
         # the samples themselves where the host was shared or a device is split by use; with each
-        # series' last sample before: one that stopped before the window is a gap there
-        read = [*reader.last_before(host, lo), *reader.samples(host, lo, hi)]
+        # series' last sample before (one that stopped before the window is a gap there) and first
+        # sample after (the stream's counter on both sides bridges a stretch the store lacks there)
+        (before, _), (_, after) = reader.around(host, (lo, hi))
+        read = [*before, *reader.samples(host, lo, hi), *(s for s in after if s.start_ns >= hi)]
         channels = channels_from_samples(read, host, settings, notes, (keys, edges, bounds))
     elif cpu_key is not None:  # alone, split by its CPU time: the counters at its periods' edges
         periods = uses[cpu_key].intervals

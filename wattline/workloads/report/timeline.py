@@ -97,7 +97,7 @@ def build_timeline(
             timeline.series.append(key)
             if key[2] in EXCLUDED_COMPONENTS:
                 continue
-            merged = merge_streams(StreamSample(s.start_ns, s.end_ns, s.energy_j, s.stream) for s in ss)
+            merged = merge_streams(StreamSample(s.start_ns, s.end_ns, s.energy_j, s.stream, s.cumulative_j) for s in ss)
             spread(
                 ((iv.start_ns, iv.end_ns, iv.energy_j) for iv in merged.intervals),
                 open_ns,

@@ -8,7 +8,10 @@ energy of a sample straddling an edge is apportioned by overlap, as the report d
 ``job_energy_j`` is what the report charged the job for it (the host split between jobs, and
 by CPU time, by the report's rule): summing ``job_energy_j`` over the rows of ``window`` =
 ``measured`` (the saturated window; the value kept for old readers) gives the report's
-saturated-window energy, ``energy_j`` the host's.
+saturated-window energy, ``energy_j`` the host's. A stretch between samples the report read
+without one is a row too, flagged in ``origin``: ``bridged`` (samples of one agent stream the
+store lacks, their energy from its running total, as the report counts it) or ``gap`` (nothing
+to bridge it: 0 J, unhealthy, held by the report's ``gaps`` bound).
 """
 
 from __future__ import annotations

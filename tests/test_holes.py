@@ -40,9 +40,11 @@ HOST = "node-1"
 QUANTUM_J = 1e-6  #: the stand-in counter's resolution (RAPL: energy_uj)
 POWER_W = {"cpu_package": 100.0, "dram": 20.0}  #: steady, the truth of every figure
 SAMPLES_S = (0, 100)  #: one sample a second ending at 1..100 s
-HOLE_S = (40, 52)  #: the samples ending in (40, 52] s are not in the store: 12 s
 JOB_S = (10.5, 80.5)  #: the job's window (edges inside samples: apportioned)
-OTHER_S = (30.5, 60.5)  #: the other job's, over the hole: the host shared
+OTHER_S = (30.5, 60.5)  #: the other job's: the host shared
+#: The samples ending in (a, b] s are not in the store: 12 s inside the job's window (and the
+#: other job's), or 10 s across its close
+HOLES = {"inside": (40, 52), "across the close": (75, 85)}
 #: A window's energy is the difference of two counter reads per channel, each floored to the
 #: quantum: off by less than a quantum per read; the rest is float rounding.
 TOL_J = 2 * QUANTUM_J * len(POWER_W) + 1e-9
@@ -53,17 +55,17 @@ def counter(power_w: float, t_s: float) -> float:
     return math.floor(power_w * t_s / QUANTUM_J + 1e-9) * QUANTUM_J
 
 
-def write_store(path: Path, *, restart: bool = False, shared: bool = False) -> str:
-    """Samples with the hole (``restart``: the agent was down in it, its next stream counting
-    from 0), the job "j" and, when ``shared``, the job "k" over the hole; both report their
-    CPU time, the host's only busy processes (shared: one CPU each of two)."""
+def write_store(path: Path, hole: tuple[int, int], *, restart: bool = False, shared: bool = False) -> str:
+    """Samples with the ``hole`` (``restart``: the agent was down in it, its next stream
+    counting from 0), the job "j" and, when ``shared``, the job "k"; both report their CPU
+    time, the host's only busy processes (shared: one CPU each of two)."""
     with SqliteStore(path) as store:
         for component, power in POWER_W.items():
             batches = {name: wire.Batch(stream_id=name, seq=1, sent_ns=T0) for name in ("a", "b")}
             for t in range(SAMPLES_S[0] + 1, SAMPLES_S[1] + 1):
-                stream = "b" if restart and t > HOLE_S[1] else "a"
-                base = HOLE_S[1] if stream == "b" else 0
-                lost = HOLE_S[0] < t <= HOLE_S[1]
+                stream = "b" if restart and t > hole[1] else "a"
+                base = hole[1] if stream == "b" else 0
+                lost = hole[0] < t <= hole[1]
                 if lost and (restart or component == "cpu_package"):
                     continue  # the store lacks it; the counter went on counting (unless restarted)
                 energy = counter(power, t) - counter(power, t - 1)
@@ -108,10 +110,21 @@ def truth_j(shared: bool) -> float:
     return sum(POWER_W.values()) * (JOB_S[1] - JOB_S[0] - both / 2)
 
 
-def hole_j(shared: bool) -> float:
-    """What job "j" was charged of the 12 s an agent restart left unmeasured (every channel)."""
-    both = overlap_s(HOLE_S, OTHER_S) if shared else 0.0
-    return sum(POWER_W.values()) * (HOLE_S[1] - HOLE_S[0] - both / 2)
+def hole_j(hole: tuple[int, int], shared: bool) -> float:
+    """Job "j"'s part of the ``hole`` (every channel): what the report charges it when the
+    counter bridges it, what it is not charged when an agent restart left it unmeasured."""
+    both = overlap_s(hole, overlap_window(JOB_S, OTHER_S)) if shared else 0.0
+    return sum(POWER_W.values()) * (overlap_s(hole, JOB_S) - both / 2)
+
+
+def overlap_window(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    return max(a[0], b[0]), min(a[1], b[1])
+
+
+def in_job(hole: tuple[int, int]) -> tuple[str, str]:
+    """The hole's stretch inside the job's window, as export's rows stamp it (start, time)."""
+    a, b = overlap_window(hole, JOB_S)
+    return iso(a), iso(b)
 
 
 def wattline(*args: str) -> str:
@@ -133,9 +146,12 @@ def whole_run(data: dict[str, Any]) -> float:
     return float(data["warmup"]["energy_j"] + data["saturated"]["energy_j"])
 
 
+@pytest.mark.parametrize("hole", HOLES.values(), ids=HOLES.keys())
 @pytest.mark.parametrize("shared", [False, True], ids=["alone (edges read)", "shared (every sample read)"])
-def test_a_hole_in_one_stream_is_bridged_by_its_counter_on_every_surface(tmp_path: Path, shared: bool) -> None:
-    store = write_store(tmp_path / "w.db", shared=shared)
+def test_a_hole_in_one_stream_is_bridged_by_its_counter_on_every_surface(
+    tmp_path: Path, shared: bool, hole: tuple[int, int]
+) -> None:
+    store = write_store(tmp_path / "w.db", hole, shared=shared)
     truth = truth_j(shared)
     data = report_json(store)
     assert data["whole_run"]["energy_j"] == pytest.approx(truth, abs=TOL_J)
@@ -157,15 +173,13 @@ def test_a_hole_in_one_stream_is_bridged_by_its_counter_on_every_surface(tmp_pat
     host_j = sum(float(r["energy_j"]) for r in rows)  # the host's energy in the job's window
     assert host_j == pytest.approx(sum(POWER_W.values()) * (JOB_S[1] - JOB_S[0]), abs=TOL_J)
     bridged = [r for r in rows if r["origin"] == "bridged"]
-    assert {(r["component"], r["start"], r["time"]) for r in bridged} == {
-        ("cpu_package", iso(HOLE_S[0]), iso(HOLE_S[1]))
-    }
-    (row,) = bridged
-    assert float(row["energy_j"]) == pytest.approx(POWER_W["cpu_package"] * 12, abs=TOL_J)
+    assert {(r["component"], r["start"], r["time"]) for r in bridged} == {("cpu_package", *in_job(hole))}
+    row = bridged[0]
+    assert sum(float(r["energy_j"]) for r in bridged) == pytest.approx(100.0 * overlap_s(hole, JOB_S), abs=TOL_J)
     assert float(row["power_w"]) == pytest.approx(POWER_W["cpu_package"], abs=TOL_J)
     assert row["healthy"] == "1" and row["quality"] == "counter"
-    charged = POWER_W["cpu_package"] * (12 - overlap_s(HOLE_S, OTHER_S) / 2 if shared else 12)
-    assert float(row["job_energy_j"]) == pytest.approx(charged, abs=TOL_J)  # split like a sample
+    charged = hole_j(hole, shared) * POWER_W["cpu_package"] / sum(POWER_W.values())
+    assert sum(float(r["job_energy_j"]) for r in bridged) == pytest.approx(charged, abs=TOL_J)  # split like a sample
     assert {r["origin"] for r in rows} == {"stored", "bridged"}
 
     with SqliteStore(tmp_path / "w.db") as sqlite:
@@ -176,34 +190,36 @@ def test_a_hole_in_one_stream_is_bridged_by_its_counter_on_every_surface(tmp_pat
     assert summary.fields["energy_j"] == data["saturated"]["energy_j"]
 
 
+@pytest.mark.parametrize("hole", HOLES.values(), ids=HOLES.keys())
 @pytest.mark.parametrize("shared", [False, True], ids=["alone (edges read)", "shared (every sample read)"])
-def test_a_hole_no_counter_bridges_is_a_bounded_flagged_gap_on_every_surface(tmp_path: Path, shared: bool) -> None:
-    """The agent was down for the hole's 12 s and came back as a new stream, its totals from 0:
-    what it did not measure is counted as no energy, held by the gap term and said."""
-    store = write_store(tmp_path / "w.db", restart=True, shared=shared)
-    measured = truth_j(shared) - hole_j(shared)  # what the samples hold
+def test_a_hole_no_counter_bridges_is_a_bounded_flagged_gap_on_every_surface(
+    tmp_path: Path, shared: bool, hole: tuple[int, int]
+) -> None:
+    """The agent was down for the hole and came back as a new stream, its totals from 0: what
+    it did not measure is counted as no energy, held by the gap term and said."""
+    store = write_store(tmp_path / "w.db", hole, restart=True, shared=shared)
+    measured = truth_j(shared) - hole_j(hole, shared)  # what the samples hold
     data = report_json(store)
     sat = data["saturated"]
     assert sat["energy_j"] == pytest.approx(measured, abs=TOL_J)
     assert truth_j(shared) - sat["energy_j"] <= sat["energy_bound_j"]
-    # each channel's gap: up to its highest power seen (the truth's) over the 12 s; the job's
-    # part of it where it shared the host
-    gaps = sat["energy_bound_terms_j"]["gaps"]
-    assert hole_j(shared) - TOL_J <= gaps <= sum(POWER_W.values()) * 12 + TOL_J
+    # each channel's gap: up to its highest power seen (the truth's) over the hole's time in the
+    # job's window; the job's part of it where it shared the host
+    gaps, unmeasured = sat["energy_bound_terms_j"]["gaps"], overlap_s(hole, JOB_S)
+    assert hole_j(hole, shared) - TOL_J <= gaps <= sum(POWER_W.values()) * unmeasured + TOL_J
     if not shared:
-        assert gaps == pytest.approx(sum(POWER_W.values()) * 12, abs=TOL_J)
-    assert any("agent restarted during the job; 12 s between its streams not measured" in n for n in data["notes"])
+        assert gaps == pytest.approx(sum(POWER_W.values()) * unmeasured, abs=TOL_J)
+    said = f"agent restarted during the job; {hole[1] - hole[0]} s between its streams not measured"
+    assert any(said in n for n in data["notes"]), data["notes"]
 
     rows = export_rows(store)
     for window, key in (("measured", "saturated"), ("warmup", "warmup")):
         mine = [r for r in rows if r["window"] == window]
         assert sum(float(r["job_energy_j"]) for r in mine) == pytest.approx(data[key]["energy_j"], abs=TOL_J)
-    host_measured = sum(POWER_W.values()) * (JOB_S[1] - JOB_S[0] - 12)
+    host_measured = sum(POWER_W.values()) * (JOB_S[1] - JOB_S[0] - unmeasured)
     assert sum(float(r["energy_j"]) for r in rows) == pytest.approx(host_measured, abs=TOL_J)
     gap_rows = [r for r in rows if r["origin"] == "gap"]
-    assert {(r["component"], r["start"], r["time"]) for r in gap_rows} == {
-        (component, iso(HOLE_S[0]), iso(HOLE_S[1])) for component in POWER_W
-    }
+    assert {(r["component"], r["start"], r["time"]) for r in gap_rows} == {(c, *in_job(hole)) for c in POWER_W}
     assert {(r["energy_j"], r["job_energy_j"], r["power_w"], r["healthy"]) for r in gap_rows} == {
         ("0.0", "0.0", "", "0")
     }

@@ -232,3 +232,20 @@ def test_a_hole_no_counter_bridges_is_a_bounded_flagged_gap_on_every_surface(
     assert summary.fields["energy_total_j"] == pytest.approx(measured, abs=TOL_J)
     assert summary.fields["energy_bound_j"] == sat["energy_bound_j"]
     assert summary.fields["notes"] == len(data["notes"]) >= 1
+
+
+@pytest.mark.parametrize("hole", HOLES.values(), ids=HOLES.keys())
+def test_carbon_over_time_weighs_a_bridged_hole_where_it_lies(tmp_path: Path, hole: tuple[int, int]) -> None:
+    """The grid's intensity steps from 100 to 500 gCO2/kWh inside the hole: the job's CO2 weighs
+    each second's energy (the hole's from the counter, as the report counts it) by its own."""
+    store = write_store(tmp_path / "w.db", hole)
+    a, b = overlap_window(hole, JOB_S)
+    step_s = int((a + b) / 2)  # a whole second: the file's Unix seconds are exact
+    grid = tmp_path / "grid.csv"
+    grid.write_text(f"time,gco2_per_kwh\n{T0 // S},100\n{T0 // S + step_s},500\n")
+    data: dict[str, Any] = json.loads(
+        wattline("report", "j", "--store", store, "--json", "--carbon-intensity", str(grid))
+    )
+    power = sum(POWER_W.values())
+    truth_g = power * ((step_s - JOB_S[0]) * 100 + (JOB_S[1] - step_s) * 500) / 3.6e6
+    assert data["saturated"]["co2_g_per_run"] == pytest.approx(truth_g, rel=1e-9)

@@ -165,6 +165,8 @@ def test_a_hole_in_one_stream_is_bridged_by_its_counter_on_every_surface(
     if shared:
         other = report_json(store, "k")
         assert other["whole_run"]["energy_j"] == pytest.approx(sum(POWER_W.values()) * 30 / 2, abs=TOL_J)
+    (listed,) = [row for row in json.loads(wattline("jobs", "--store", store, "--json")) if row["id"] == "j"]
+    assert listed["total_energy_j"] == pytest.approx(truth, abs=TOL_J)
 
     rows = export_rows(store)
     for window, key in (("measured", "saturated"), ("warmup", "warmup")):

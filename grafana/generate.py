@@ -73,9 +73,14 @@ def by(labels: tuple[str, ...]) -> str:
 
 
 def energy(matchers: tuple[str, ...], group: tuple[str, ...] = (), per: str = "") -> str:
-    """Energy of the samples in the range (the sum of each sample's energy, as InfluxQL's sum)."""
+    """Energy of the samples in the range, and of the samples the store lacks between two of
+    them in one agent stream (a series each here): its running total's last value minus its
+    first, plus the first sample's own energy (the InfluxQL twin adds, sample by sample, what
+    the running total gained beyond each sample's energy since the previous one)."""
     clause = f" by ({by(group)})" if group else ""
-    return f"sum{clause} (sum_over_time({sel('energy_energy_j', *matchers)}{RANGE})){per}"
+    total, joules = sel("energy_cumulative_j", *matchers), sel("energy_energy_j", *matchers)
+    per_stream = f"last_over_time({total}{RANGE}) - first_over_time({total}{RANGE}) + first_over_time({joules}{RANGE})"
+    return f"sum{clause} ({per_stream}){per}"
 
 
 def mean(metric: str, matchers: tuple[str, ...], window: str, channel: tuple[str, ...], group: tuple[str, ...]) -> str:

@@ -223,6 +223,10 @@ JOBS = [
     JobPlan(EVAL, "eval-harness", "evaluation", "samples", {HOST_A: (420, None, 480)}, {HOST_A: 16.0}),
 ]
 UNHEALTHY = ("GPU-2c3d", range(300, 305), "GPU is lost")
+#: build_batches' arguments for a store with holes: 15 s of one GPU's samples lost inside its
+#: stream (its counter bridges them), and HOST_B's agent down 3 s before its restart's new
+#: stream (nothing measured them)
+HOLED: dict[str, Any] = {"restarts": {HOST_B: 305}, "lost": ("GPU-0a1b", range(201, 216)), "down_s": 3}
 
 
 def channel_power(ch: Channel, t: int) -> float:
@@ -270,9 +274,13 @@ class Fixture:
         return self.start_ns + int(offset_s * S)
 
 
-def build_batches(fx: Fixture, restarts: dict[str, int] | None = None) -> list[wire.pb.Batch]:
+def build_batches(
+    fx: Fixture, restarts: dict[str, int] | None = None, lost: tuple[str, range] | None = None, down_s: int = 0
+) -> list[wire.pb.Batch]:
     """The batches of the fixture (one a minute per host); ``restarts``: host -> the second
-    after which its agent runs again (a new stream, counters from 0)."""
+    after which its agent runs again (a new stream, counters from 0), after ``down_s`` seconds
+    down (their samples never measured); ``lost``: a device and the seconds whose samples the
+    store lacks (its counter counted them: a hole the stream's running total bridges)."""
     batches: list[wire.pb.Batch] = []
     labels = {
         HOST_A: {"instance_type": "p4d.24xlarge", "cluster": "train-a"},
@@ -288,18 +296,25 @@ def build_batches(fx: Fixture, restarts: dict[str, int] | None = None) -> list[w
             spans = [(first, restart), (restart + 1, last)] if first <= restart < last else [(first, last)]
             for lo, hi in spans:
                 stream = f"stream-{host}" if hi <= restart else f"stream-{host}-2"
-                if lo == restart + 1:
-                    cumulative.update((ch, 0.0) for ch in CHANNELS if ch.host == host)
                 sent[stream] += 1
                 batch = wire.Batch(stream_id=stream, seq=sent[stream], sent_ns=fx.at(hi))
                 batch.host.host_id = host
                 batch.host.agent_version = "0.1.0"
                 batch.host.labels.update(labels[host])
                 for t in range(lo, hi + 1):
+                    if t == restart + down_s + 1:  # the new stream's first sample: its totals from 0
+                        cumulative.update((ch, 0.0) for ch in CHANNELS if ch.host == host)
                     for ch in (c for c in CHANNELS if c.host == host):
                         unhealthy = ch.device == UNHEALTHY[0] and t in UNHEALTHY[1]
                         power = 0.0 if unhealthy else channel_power(ch, t)
                         cumulative[ch] += power
+                        down = restart < t <= restart + down_s
+                        if down or (lost is not None and ch.device == lost[0] and t in lost[1]):
+                            fx.points.append(
+                                {"ch": ch, "t": t, "time_ms": fx.at(t) // 1_000_000, "energy_j": power,
+                                 "power_w": power, "healthy": True, "stored": False, "counted": not down}
+                            )  # fmt: skip
+                            continue
                         sample = batch.samples.add(
                             source=ch.source,
                             component=ch.component,
@@ -330,6 +345,8 @@ def build_batches(fx: Fixture, restarts: dict[str, int] | None = None) -> list[w
                                 "energy_j": power,
                                 "power_w": power,
                                 "healthy": not unhealthy,
+                                "stored": True,
+                                "counted": True,
                             }
                         )
                     for job in JOBS:
@@ -372,7 +389,23 @@ def build_batches(fx: Fixture, restarts: dict[str, int] | None = None) -> list[w
                                 }
                             )
                 batches.append(batch)
+    bridge_ends(fx.points)
     return batches
+
+
+def bridge_ends(points: list[dict[str, Any]]) -> None:
+    """Give each sample lost inside a stream (not stored, counted by the counter) the times of
+    the stored samples on both sides of its hole: ``bridge`` (ms, ms)."""
+    by_channel: dict[Channel, list[dict[str, Any]]] = defaultdict(list)
+    for p in points:
+        by_channel[p["ch"]].append(p)
+    for mine in by_channel.values():
+        mine.sort(key=lambda p: p["t"])
+        stored = [p["time_ms"] for p in mine if p["stored"]]
+        for p in mine:
+            if p["counted"] and not p["stored"]:
+                before = max(t for t in stored if t < p["time_ms"])
+                p["bridge"] = (before, min(t for t in stored if t > p["time_ms"]))
 
 
 # -- expected figures, computed from the fixture -------------------------------------------------
@@ -389,10 +422,32 @@ def expected_energy(
     (``left_open``: a range selector's, which leaves out the sample that ended at ``from``)."""
     out: dict[str, float] = defaultdict(float)
     for p in fx.points:
-        after = p["time_ms"] > from_ms if left_open else p["time_ms"] >= from_ms
-        if in_totals(p["ch"]) and p["ch"].host in hosts and after and p["time_ms"] <= to_ms:
+        if in_totals(p["ch"]) and p["ch"].host in hosts and counted(p, from_ms, to_ms, left_open):
             out[getattr(p["ch"], key)] += p["energy_j"]
     return out
+
+
+def counted(p: dict[str, Any], from_ms: int, to_ms: int, left_open: bool = False) -> bool:
+    """Whether a dashboard's energy over [from, to] (``left_open``: (from, to]) counts the sample
+    ``p``: a stored one that ends in it; a lost one whose hole the stream's counter bridges
+    (its stored samples on both sides in it); never one no stream measured."""
+    ends = p.get("bridge", (p["time_ms"], p["time_ms"])) if p["counted"] else None
+    if ends is None:
+        return False
+    return (ends[0] > from_ms if left_open else ends[0] >= from_ms) and ends[1] <= to_ms
+
+
+def stored_power(
+    fx: Fixture, host: str, from_ms: int, to_ms: int, left_open: bool = False
+) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """Per channel of ``host`` (component, device, source): the mean and the peak power of its
+    stored samples ending in [from, to] (``left_open``: (from, to]); a lost sample has none."""
+    powers: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for p in fx.points:
+        after = p["time_ms"] > from_ms if left_open else p["time_ms"] >= from_ms
+        if p["ch"].host == host and p["stored"] and after and p["time_ms"] <= to_ms:
+            powers[p["ch"].component, p["ch"].device, p["ch"].source].append(p["power_w"])
+    return {k: (sum(v) / len(v), max(v)) for k, v in powers.items()}
 
 
 def close(a: float, b: float) -> bool:

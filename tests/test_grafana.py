@@ -34,6 +34,7 @@ from grafana_data import (
     DURATION_S,
     FILTER_CASES,
     FILTER_OPTIONS,
+    HOLED,
     HOST_A,
     HOST_B,
     INTERVAL_S,
@@ -49,11 +50,13 @@ from grafana_data import (
     build_batches,
     choose,
     close,
+    counted,
     expected_energy,
     find_panel,
     in_totals,
     query_text,
     schema_errors,
+    stored_power,
     summary_ms,
     whole_run_j,
 )
@@ -661,3 +664,100 @@ def test_jobs_summary_panels_on_influxd(filled: Filled) -> None:
 def test_fleet_links_to_jobs() -> None:
     links = [link for link in load("fleet")["links"] if link["type"] == "link"]
     assert any(link["url"].startswith("/d/wattline-jobs/") and link["keepTime"] for link in links), links
+
+
+# -- a hole in one agent stream, and time no agent measured (#43) ----------------------------
+
+
+@pytest.fixture(scope="module")
+def holed(influxd: Influxd) -> Filled:
+    """The fixture's data with :data:`HOLED`'s holes, in a database of its own."""
+    end_ns = time.time_ns() // (INTERVAL_S * S) * (INTERVAL_S * S)
+    fx = Fixture(start_ns=end_ns - DURATION_S * S, end_ns=end_ns)
+    store = InfluxV1Store(influxd.url, influxd.new_database())
+    try:
+        for batch in build_batches(fx, **HOLED):
+            result = store.write(batch)
+            assert result.rejected == 0, result.reasons
+    finally:
+        store.close()
+    return Filled(influxd.url, store.database, fx)
+
+
+@pytest.mark.servers
+def test_energy_panels_read_a_hole_as_the_report_does_on_influxd(holed: Filled) -> None:
+    """Every energy panel counts the samples the store lacks inside one agent stream by its
+    running total (as `wattline report` does), where the stream has a sample on both sides in
+    the range, and not the seconds no agent measured (HOST_B down before its new stream)."""
+    fx = holed.fx
+    lost = [p for p in fx.points if p["counted"] and not p["stored"]]
+    unmeasured = [p for p in fx.points if not p["counted"]]
+    assert len(lost) == len(HOLED["lost"][1]) and len(unmeasured) == HOLED["down_s"] * 3  # HOST_B: 3 channels
+    assert sum(p["energy_j"] for p in lost) > 3000  # a GPU's 15 s: what summing the stored samples misses
+    inside_hole = fx.at(HOLED["lost"][1][7]) // 1_000_000  # a range that starts inside the hole: not bridged
+    everything = {HOST_A, HOST_B}
+    fleet, host_dashboard, jobs = load("fleet"), load("host"), load("jobs")
+    for from_ms in (fx.start_ms, inside_hole):
+        scope = Scope(from_ms, fx.end_ms)
+        resolve_variables(holed, fleet, scope, {})
+        for title, key in (
+            ("Energy by host", "host"),
+            ("Energy by component", "component"),
+            ("Measured vs estimated energy", "quality"),
+        ):
+            got = {r[key]: r["energy_wh"] for r in rows(run_panel(holed, scope, find_panel(fleet, title))["A"])}
+            want = expected_energy(fx, key, from_ms, fx.end_ms, everything)
+            assert got.keys() == want.keys(), title
+            assert all(close(got[k], want[k] / 3600) for k in want), (title, from_ms, got, want)
+        (total,) = rows(run_panel(holed, scope, find_panel(fleet, "Energy over the range"))["A"])
+        assert close(
+            total["energy_wh"] * 3600, sum(expected_energy(fx, "host", from_ms, fx.end_ms, everything).values())
+        )
+
+        for host in (HOST_A, HOST_B):
+            resolve_variables(holed, host_dashboard, scope, {"host": host})
+            want = expected_energy(fx, "component", from_ms, fx.end_ms, {host})
+            (got,) = rows(run_panel(holed, scope, find_panel(host_dashboard, "Host energy over the range"))["A"])
+            assert close(got["energy_wh"] * 3600, sum(want.values())), host
+            (model,) = rows(run_panel(holed, scope, find_panel(host_dashboard, "Estimated (model) energy"))["A"])
+            want_model = expected_energy(fx, "quality", from_ms, fx.end_ms, {host}).get("model", 0.0)
+            assert close(model["energy_wh"] * 3600, want_model), host
+            table_rows = rows(
+                run_panel(holed, scope, find_panel(host_dashboard, "Energy by component and device"))["A"]
+            )
+            powers = stored_power(fx, host, from_ms, fx.end_ms)
+            assert {(r["component"], r["device"], r["source"]) for r in table_rows} == powers.keys()
+            for r in table_rows:
+                channel = (r["component"], r["device"], r["source"])
+                points = [
+                    p for p in fx.points
+                    if p["ch"].host == host and (p["ch"].component, p["ch"].device, p["ch"].source) == channel
+                    and counted(p, from_ms, fx.end_ms)
+                ]  # fmt: skip
+                assert close(r["energy_j"], sum(p["energy_j"] for p in points)), r
+                assert close(r["mean_power_w"], powers[channel][0]) and r["max_power_w"] == powers[channel][1], r
+
+    # A job's window (its table link), and the node energy no job claims over the whole range.
+    scope = Scope(fx.at(60) // 1_000_000, fx.at(541) // 1_000_000)
+    resolve_variables(holed, jobs, scope, {"job": LLAMA})
+    want = expected_energy(fx, "component", scope.from_ms, scope.to_ms, everything)
+    (got,) = rows(run_panel(holed, scope, find_panel(jobs, "Mean power: $job_name"))["A"])
+    assert close(got["power_w"], sum(want.values()) / scope.range_s)
+    got = {
+        r["component"]: r["energy_wh"]
+        for r in rows(run_panel(holed, scope, find_panel(jobs, "Energy by component: $job_name's hosts"))["A"])
+    }
+    assert got.keys() == want.keys() and all(close(got[k], want[k] / 3600) for k in want), (got, want)
+    got = {
+        r["quality"]: r["energy_wh"]
+        for r in rows(run_panel(holed, scope, find_panel(jobs, "Measured vs estimated: $job_name's hosts"))["A"])
+    }
+    want = expected_energy(fx, "quality", scope.from_ms, scope.to_ms, everything)
+    assert got.keys() == want.keys() and all(close(got[k], want[k] / 3600) for k in want), (got, want)
+    whole = Scope(fx.start_ms, fx.end_ms)
+    resolve_variables(holed, jobs, whole, {"job": LLAMA})
+    node = {
+        r["host"]: r["node_j"]
+        for r in rows(run_panel(holed, whole, find_panel(jobs, "Energy no job claims, by host"))["A"])
+    }
+    assert node == pytest.approx(expected_energy(fx, "host", fx.start_ms, fx.end_ms, everything), rel=1e-9)

@@ -35,6 +35,7 @@ from grafana_data import (
     DURATION_S,
     FILTER_CASES,
     FILTER_OPTIONS,
+    HOLED,
     HOST_A,
     HOST_B,
     INTERVAL_S,
@@ -48,12 +49,14 @@ from grafana_data import (
     build_batches,
     choose,
     close,
+    counted,
     expected_energy,
     find_panel,
     in_totals,
     load_dashboard,
     query_text,
     schema_errors,
+    stored_power,
     summary_ms,
     whole_run_j,
 )
@@ -705,3 +708,105 @@ def test_jobs_filters_on_victoria_metrics(filled: Filled, select: dict[str, str 
     assert {e["title"] for e in opened} == set(jobs)
     (units,) = run_panel(filled, scope, find_panel(dashboard, "Units: $job_name"))["A"]  # follows $job only
     assert units["value"] == units_of(fx, LLAMA, fx.start_ms, fx.end_ms)
+
+
+# -- a hole in one agent stream, and time no agent measured (#43) ----------------------------
+
+#: 2026-03-05: a day of its own for the data with holes (the label APIs answer by day).
+HOLED_BASE_NS = BASE_NS + 3 * 86400 * S
+
+
+@pytest.fixture(scope="module")
+def holed(victoria_metrics: VictoriaMetrics) -> Filled:
+    """The fixture's data with :data:`HOLED`'s holes, on a day of its own."""
+    fx = Fixture(start_ns=HOLED_BASE_NS, end_ns=HOLED_BASE_NS + DURATION_S * S)
+    with VictoriaStore(victoria_metrics.url) as store:
+        for batch in build_batches(fx, **HOLED):
+            result = store.write(batch)
+            assert result.rejected == 0, result.reasons
+    hosts = f'host=~"{HOST_A}|{HOST_B}"'
+    streams = len(CHANNELS) + sum(1 for c in CHANNELS if c.host in HOLED["restarts"])
+    for metric in ("energy_energy_j", "energy_cumulative_j"):
+        victoria_metrics.export(f"{metric}{{{hosts}}}", expect=streams)
+    victoria_metrics.export('{__name__="job_events_sub_ns", event="close"}', expect=sum(len(j.hosts) for j in JOBS))
+    return Filled(victoria_metrics.url, fx)
+
+
+@pytest.mark.servers
+def test_energy_panels_read_a_hole_as_the_report_does_on_victoria_metrics(holed: Filled) -> None:
+    """Every energy panel counts the samples the store lacks inside one agent stream by its
+    running total (as `wattline report` does), where the stream has a sample on both sides in
+    the range, and not the seconds no agent measured (HOST_B down before its new stream)."""
+    fx = holed.fx
+    lost = [p for p in fx.points if p["counted"] and not p["stored"]]
+    assert len(lost) == len(HOLED["lost"][1]) and sum(p["energy_j"] for p in lost) > 3000
+    assert len([p for p in fx.points if not p["counted"]]) == HOLED["down_s"] * 3  # HOST_B: 3 channels
+    inside_hole = fx.at(HOLED["lost"][1][7]) // 1_000_000  # a range that starts inside the hole: not bridged
+    everything = {HOST_A, HOST_B}
+    fleet, host_dashboard, jobs = load("fleet"), load("host"), load("jobs")
+    for from_ms in (fx.start_ms, inside_hole):
+        scope = Scope(from_ms, fx.end_ms)
+        resolve_variables(holed, fleet, scope, {})
+        for title, key in (
+            ("Energy by host", "host"),
+            ("Energy by component", "component"),
+            ("Measured vs estimated energy", "quality"),
+        ):
+            got = {r[key]: r["value"] for r in run_panel(holed, scope, find_panel(fleet, title))["A"]}
+            want = expected_energy(fx, key, from_ms, fx.end_ms, everything, left_open=True)
+            assert got.keys() == want.keys(), title
+            assert all(close(got[k], want[k] / 3600) for k in want), (title, from_ms, got, want)
+        (total,) = run_panel(holed, scope, find_panel(fleet, "Energy over the range"))["A"]
+        want_j = sum(expected_energy(fx, "host", from_ms, fx.end_ms, everything, left_open=True).values())
+        assert close(total["value"] * 3600, want_j)
+
+        for host in (HOST_A, HOST_B):
+            resolve_variables(holed, host_dashboard, scope, {"host": host})
+            want = expected_energy(fx, "quality", from_ms, fx.end_ms, {host}, left_open=True)
+            (got,) = run_panel(holed, scope, find_panel(host_dashboard, "Host energy over the range"))["A"]
+            assert close(got["value"] * 3600, sum(want.values())), host
+            (model,) = run_panel(holed, scope, find_panel(host_dashboard, "Estimated (model) energy"))["A"]
+            assert close(model["value"] * 3600, want.get("model", 0.0)), host
+            per_channel = table(
+                holed,
+                scope,
+                find_panel(host_dashboard, "Energy by component and device"),
+                ("component", "device", "source"),
+            )
+            powers = stored_power(fx, host, from_ms, fx.end_ms, left_open=True)
+            assert per_channel.keys() == powers.keys()
+            for channel, row in per_channel.items():
+                points = [
+                    p for p in fx.points
+                    if p["ch"].host == host and (p["ch"].component, p["ch"].device, p["ch"].source) == channel
+                    and counted(p, from_ms, fx.end_ms, left_open=True)
+                ]  # fmt: skip
+                assert close(row["Energy"], sum(p["energy_j"] for p in points)), (channel, row)
+                assert close(row["Mean power"], powers[channel][0]) and row["Peak power"] == powers[channel][1]
+
+    # A job's window (its table link opens it 1 ms before its first edge), and the node energy
+    # no job claims over the whole range.
+    scope = Scope(fx.at(60) // 1_000_000 - 1, fx.at(541) // 1_000_000)
+    resolve_variables(holed, jobs, scope, {"job": LLAMA})
+    want = expected_energy(fx, "component", scope.from_ms, scope.to_ms, everything, left_open=True)
+    (got,) = run_panel(holed, scope, find_panel(jobs, "Mean power: $job_name"))["A"]
+    assert close(got["value"], sum(want.values()) / scope.range_s)
+    got = {
+        r["component"]: r["value"]
+        for r in run_panel(holed, scope, find_panel(jobs, "Energy by component: $job_name's hosts"))["A"]
+    }
+    assert got.keys() == want.keys() and all(close(got[k], want[k] / 3600) for k in want), (got, want)
+    got = {
+        r["quality"]: r["value"]
+        for r in run_panel(holed, scope, find_panel(jobs, "Measured vs estimated: $job_name's hosts"))["A"]
+    }
+    want = expected_energy(fx, "quality", scope.from_ms, scope.to_ms, everything, left_open=True)
+    assert got.keys() == want.keys() and all(close(got[k], want[k] / 3600) for k in want), (got, want)
+    whole = Scope(fx.start_ms, fx.end_ms)
+    resolve_variables(holed, jobs, whole, {"job": LLAMA})
+    node = {
+        r["host"]: r["node_j"]
+        for r in table(holed, whole, find_panel(jobs, "Energy no job claims, by host"), ("host",)).values()
+    }
+    want = expected_energy(fx, "host", fx.start_ms, fx.end_ms, everything, left_open=True)
+    assert node == pytest.approx(want, rel=1e-9)

@@ -156,8 +156,9 @@ def test_export_csv_rows_sum_to_the_report(store_url: str, tmp_path: Path) -> No
     rows = list(csv.DictReader(path.open()))
     assert list(rows[0]) == [
         "time", "start", "host", "source", "component", "device", "quality", "window", "in_total",
-        "energy_j", "power_w", "utilization", "healthy", "job_energy_j",
+        "energy_j", "power_w", "utilization", "healthy", "job_energy_j", "origin",
     ]  # fmt: skip
+    assert {r["origin"] for r in rows} == {"stored"}  # no sample lacking, none unmeasured
     assert len(rows) == 2 * 4 * 60  # 2 hosts x 4 series x 60 one-second samples inside the window
     report = report_of(store_url, "synth")
     for window in ("warmup", "measured"):

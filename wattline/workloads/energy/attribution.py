@@ -215,6 +215,8 @@ class Share:
     #: How far it may be off where the split took one share for several of the job's periods
     #: (a long job's, :func:`.use_split.coarsen`), J.
     coarse_bound_j: float = 0.0
+    #: Its part of what the channel's stretches without a good sample could have held, J.
+    gaps_bound_j: float = 0.0
 
     @property
     def idle_j(self) -> float:
@@ -360,6 +362,7 @@ def split_shared(
         estimated: dict[str | None, list[float]] = defaultdict(list)
         estimate_off: dict[str | None, list[float]] = defaultdict(list)
         coarse_off: dict[str | None, list[float]] = defaultdict(list)
+        gaps: dict[str | None, list[float]] = defaultdict(list)
         split_pieces: list[Piece] = []
         edges = sorted(
             {t for j in host_jobs for t in (j.start_ns, j.end_ns)}
@@ -413,6 +416,8 @@ def split_shared(
                         coarse_off[k].append(pe * by_use_split.coarse[k])
                 for k, part in _hand_out(pd, w):
                     dynamic[k].append(part)
+                for k, part in _hand_out(iv.gap_j * ((b - a) / length if length else 1.0), w) if iv.gap_j else ():
+                    gaps[k].append(part)
                 if by_use_split is not None and keys:
                     # no job's use there: nothing to say of any job's weight beside an unsteady period
                     opened = frozenset(j.job_id for j in active) if by_use is not None else frozenset()
@@ -423,7 +428,12 @@ def split_shared(
         for k in sorted(energy, key=lambda x: (x is None, x or "")):
             total, dyn_total = math.fsum(energy[k]), math.fsum(dynamic[k])
             by_use_j, bound_j = math.fsum(by_use_parts[k]), split_bounds.get(k, 0.0) if k is not None else 0.0
-            guessed = (math.fsum(estimated[k]), math.fsum(estimate_off[k]), math.fsum(coarse_off[k]))
+            guessed = (
+                math.fsum(estimated[k]),
+                math.fsum(estimate_off[k]),
+                math.fsum(coarse_off[k]),
+                math.fsum(gaps[k]),
+            )
             shares.append(
                 Share(k, ch.host, ch.component, ch.device, ch.quality, total, dyn_total, by_use_j, bound_j, *guessed)
             )

@@ -6,8 +6,13 @@ device, quality) that cover the same time measured the same energy; streams that
 follow each other (a restart) measured different energy. :func:`merge_streams` turns
 the samples of one series into intervals that never overlap:
 
-* each stream covers the union of its samples' intervals ``(start_ns, end_ns]`` (a gap
-  inside a stream, e.g. samples missing from the store, is not covered by it);
+* each stream covers the union of its samples' intervals ``(start_ns, end_ns]`` and of the
+  stretches between two of its samples that the store lacks (samples lost, or never
+  written): such a stretch is bridged by the stream's running total, ``cumulative_j`` (the
+  later sample's total at its start minus the earlier one's), an interval of its own
+  flagged ``bridged``, as the counters at a window's edges read it
+  (:func:`~wattline.workloads.energy.window_energy.cumulative_window_energy`); samples
+  without a running total bridge nothing;
 * where several streams cover a time, the stream that started first (earliest sample
   start; ties by stream id) counts, and the others' samples are clipped to the time no
   earlier-starting stream covers, pro rata (uniform power inside a sample, as in
@@ -44,6 +49,7 @@ class StreamSample:
     end_ns: int
     energy_j: float
     stream: str
+    cumulative_j: float | None = None  #: the stream's running total at end_ns, if known
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,15 +107,30 @@ class _Covered:
         self.ends = [b for _, b in merged]
 
 
-def _clip(sample: StreamSample, covered: _Covered) -> list[Interval]:
+def _clip(sample: Interval, covered: _Covered) -> list[Interval]:
     """The parts of ``sample`` that ``covered`` leaves, with their pro-rata energy."""
     start, end, energy = sample.start_ns, sample.end_ns, sample.energy_j
     if start == end:
-        return [] if covered.covers(end) else [Interval(start, end, energy)]
+        return [] if covered.covers(end) else [sample]
     holes = covered.holes(start, end)
     if holes == [(start, end)]:
-        return [Interval(start, end, energy)]
-    return [Interval(a, b, energy * (b - a) / (end - start)) for a, b in holes]
+        return [sample]
+    return [Interval(a, b, energy * (b - a) / (end - start), sample.bridged) for a, b in holes]
+
+
+def _bridged(samples: list[StreamSample]) -> list[Interval]:
+    """One stream's samples (sorted by end) as intervals, with the stretches between two of them
+    that the store lacks bridged by the running total (its energy never below 0)."""
+    out: list[Interval] = []
+    prev: StreamSample | None = None
+    for s in samples:
+        before = None if prev is None or s.start_ns <= prev.end_ns else prev.cumulative_j
+        if before is not None and s.cumulative_j is not None and prev is not None:
+            lost = s.cumulative_j - s.energy_j - before
+            out.append(Interval(prev.end_ns, s.start_ns, max(lost, 0.0), bridged=True))
+        out.append(Interval(s.start_ns, s.end_ns, s.energy_j))
+        prev = s
+    return out
 
 
 def _spans(by_stream: dict[str, list[StreamSample]]) -> tuple[int, int, int]:
@@ -141,16 +162,15 @@ def merge_streams(samples: Iterable[StreamSample]) -> StreamMerge:
         return StreamMerge((), 0, 0, 0)
     if len(by_stream) == 1:
         (only,) = by_stream.values()
-        intervals = tuple(Interval(s.start_ns, s.end_ns, s.energy_j) for s in sorted(only, key=_end))
-        return StreamMerge(intervals, 1, 0, 0)
+        return StreamMerge(tuple(_bridged(sorted(only, key=_end))), 1, 0, 0)
     order = sorted(by_stream, key=lambda k: (min(s.start_ns for s in by_stream[k]), k))
     covered = _Covered()
     out: list[Interval] = []
     for name in order:
-        mine = by_stream[name]
-        for s in mine:
-            out += _clip(s, covered)
-        covered.add((s.start_ns, s.end_ns) for s in mine if s.end_ns > s.start_ns)
+        mine = _bridged(sorted(by_stream[name], key=_end))
+        for iv in mine:
+            out += _clip(iv, covered)
+        covered.add((iv.start_ns, iv.end_ns) for iv in mine if iv.end_ns > iv.start_ns)
     overlapping, restarts, unmeasured = _spans(by_stream)
     return StreamMerge(tuple(sorted(out, key=_iv_end)), len(by_stream), overlapping, restarts, unmeasured)
 

@@ -19,8 +19,10 @@ in joules (README "Method: uncertainty" gives each one's source):
   ``p_max x averaging_s``;
 * ``model``: a model estimate is off by up to its model's stated range
   (:data:`MODEL_RANGE`), or by the ``energy_error_j`` its source gave with each sample;
-* ``gaps``: time in the window with no sample at all, or with an unhealthy (0 J) one,
-  could have held up to ``p_max x that time``;
+* ``gaps``: time in the window with no sample at all (and no running total of one stream
+  on both sides of it to bridge it), or with an unhealthy (0 J) one, could have held up to
+  ``p_max x that time``; a job's part of it is handed out where that time lies, as a sample
+  there would be (:attr:`~wattline.workloads.energy.attribution.Share.gaps_bound_j`);
 * ``split``: a device split among jobs by their recorded use: where the processes on it
   changed inside a period (an unsteady one), a job's part there lay between its parts
   before and after (:meth:`~wattline.workloads.energy.use_split.UseSplit.bounds`); not a

@@ -7,8 +7,10 @@ Two ways, matching how :mod:`wattline.workloads.report.build` reads energy (the 
   a stretch between two samples of one stream whose energy the store lacks is an edge
   piece like a sample, and time before the first or after the last sample is a gap. An
   unhealthy (0 J) sample strictly inside the window is not read this way, so not bounded.
-* :func:`samples_bound`: from every sample of the window (restarts, shared hosts): every
-  uncovered stretch and every unhealthy sample is a gap.
+* :func:`samples_bound`: from every sample of the window (restarts, shared hosts): a stretch
+  between two samples of one stream whose energy the store lacks is bridged by the stream's
+  counter (:mod:`.streams`), an edge piece like a sample; every other uncovered stretch
+  (:func:`uncovered`) and every unhealthy sample is a gap.
 
 Pure: no I/O, no clock.
 """
@@ -22,7 +24,7 @@ from wattline.units import NS_PER_S
 from wattline.workloads.energy.uncertainty import Bound, edge_term, quality_terms
 from wattline.workloads.energy.window_energy import Interval, overlap
 
-__all__ = ["LAG_HORIZON_NS", "edge_bound", "edge_power_w", "p_max_w", "samples_bound"]
+__all__ = ["LAG_HORIZON_NS", "Gaps", "edge_bound", "edge_power_w", "p_max_w", "samples_bound", "uncovered"]
 
 #: A piece of a channel's timeline: (start_ns, end_ns, energy_j, healthy); energy None: no
 #: sample covers it.
@@ -53,8 +55,15 @@ def edge_power_w(around: Iterable[StoredSample | Interval | None], interior_w: f
 Around = Sequence[StoredSample | Interval | None]
 
 
-def _edge_terms(pieces: Sequence[tuple[Piece, Around]], window: tuple[int, int, float], p_max: float) -> Bound:
-    """Edge and gap terms of the pieces a window covers in part, each with the samples around it."""
+#: Where a window's ``gaps`` term lies: (start_ns, end_ns, joules) per stretch without a good sample.
+Gaps = list[tuple[int, int, float]]
+
+
+def _edge_terms(
+    pieces: Sequence[tuple[Piece, Around]], window: tuple[int, int, float], p_max: float, gaps: Gaps
+) -> Bound:
+    """Edge and gap terms of the pieces a window covers in part, each with the samples around it
+    (the gap stretches also to ``gaps``)."""
     t0, t1, energy = window
     parts = [(p, around, inside) for p, around in pieces if (inside := min(p[1], t1) - max(p[0], t0)) > 0]
     apportioned = sum(p[2] * inside / (p[1] - p[0]) for p, _, inside in parts if p[2] is not None and p[3])
@@ -64,6 +73,7 @@ def _edge_terms(pieces: Sequence[tuple[Piece, Around]], window: tuple[int, int, 
     for (start, end, e, healthy), around, inside in parts:
         if e is None or not healthy:
             bound = bound + Bound(gaps_j=p_max * inside / NS_PER_S)
+            gaps.append((max(start, t0), min(end, t1), p_max * inside / NS_PER_S))
         else:
             bound = bound + Bound(edges_j=edge_term(start, end, e, inside, edge_power_w(around, interior_w)))
     return bound
@@ -91,10 +101,12 @@ def edge_bound(
     at_t0: tuple[StoredSample | None, StoredSample | None],
     at_t1: tuple[StoredSample | None, StoredSample | None],
     window: tuple[int, int, float],
+    gaps: Gaps | None = None,
 ) -> Bound:
     """Bound of a channel (``series``: source, quality) in ``window`` (t0, t1, energy_j) from
-    the samples ``(last ending at or before t, first ending after t)`` at each edge. A source's
-    own per-sample bound (``energy_error_j``) needs every sample: :func:`samples_bound`."""
+    the samples ``(last ending at or before t, first ending after t)`` at each edge; where its
+    ``gaps`` term lies goes to ``gaps``. A source's own per-sample bound (``energy_error_j``)
+    needs every sample: :func:`samples_bound`."""
     source, quality = series
     t0, t1, energy = window
     if t1 <= t0:
@@ -106,7 +118,7 @@ def edge_bound(
         piece = _edge_piece(before, after, t, t0, t1)
         if piece is not None:
             pieces.setdefault(piece[:2], (piece, (before, after)))
-    return bound + _edge_terms(list(pieces.values()), window, p_max)
+    return bound + _edge_terms(list(pieces.values()), window, p_max, [] if gaps is None else gaps)
 
 
 def samples_bound(
@@ -114,9 +126,11 @@ def samples_bound(
     raw: Sequence[StoredSample],
     merged: Sequence[Interval],
     window: tuple[int, int, float],
+    gaps: Gaps | None = None,
 ) -> Bound:
     """Bound of a channel in ``window`` (t0, t1, energy_j) from all its samples: ``raw`` as
-    stored, ``merged`` counted once across streams (:mod:`.streams`)."""
+    stored, ``merged`` counted once across streams (:mod:`.streams`); where its ``gaps`` term
+    lies goes to ``gaps``."""
     source, quality = series
     t0, t1, energy = window
     if t1 <= t0:
@@ -127,21 +141,44 @@ def samples_bound(
     p_max = p_max_w([s for s in [*near, prior] if s is not None and s.healthy], energy, (t1 - t0) / NS_PER_S)
     errors = [_overlap(s, t0, t1) * (s.energy_error_j or 0.0) for s in near if s.energy_error_j is not None]
     bound = quality_terms(source, quality, energy, p_max, sum(errors) if errors else None)
-    unhealthy = sum(_overlap(s, t0, t1) * (s.end_ns - s.start_ns) for s in near if not s.healthy)
-    covered = 0
+    failed = [(max(s.start_ns, t0), min(s.end_ns, t1)) for s in near if not s.healthy and s.end_ns > s.start_ns]
     pieces: list[tuple[Piece, Around]] = []
     for n, iv in enumerate(merged):
         inside = min(iv.end_ns, t1) - max(iv.start_ns, t0)
         if inside <= 0:
             continue
-        covered += inside
         if iv.start_ns < t0 or iv.end_ns > t1:
-            # around it, as edge_bound reads them: the one before and itself
-            pieces.append(((iv.start_ns, iv.end_ns, iv.energy_j, True), merged[max(n - 1, 0) : n + 1]))
-    bound = bound + _edge_terms(pieces, window, p_max)
-    present = raw and min(s.start_ns for s in raw) < t1 and max(s.end_ns for s in raw) > t0 - LAG_HORIZON_NS
-    gap_ns = (max(t1 - t0 - covered, 0) if present else 0) + unhealthy
-    return bound + Bound(gaps_j=p_max * gap_ns / NS_PER_S)
+            # around it, as edge_bound reads them: the one before and itself; a bridged stretch's
+            # samples on both sides
+            around = merged[max(n - 1, 0) : n + 2 : 2] if iv.bridged else merged[max(n - 1, 0) : n + 1]
+            pieces.append(((iv.start_ns, iv.end_ns, iv.energy_j, True), around))
+    out: Gaps = [] if gaps is None else gaps
+    bound = bound + _edge_terms(pieces, window, p_max, out)
+    stretches = [*uncovered(raw, merged, t0, t1), *failed]
+    out += [(a, b, p_max * (b - a) / NS_PER_S) for a, b in stretches]
+    return bound + Bound(gaps_j=p_max * sum(b - a for a, b in stretches) / NS_PER_S)
+
+
+def uncovered(raw: Sequence[StoredSample], merged: Sequence[Interval], t0: int, t1: int) -> list[tuple[int, int]]:
+    """The stretches of ``[t0, t1]`` that no interval of ``merged`` (never overlapping, ordered
+    by end; bridged stretches included) covers, each a gap: where the series is there at all
+    (``raw``: a sample starting before ``t1``, and one ending within :data:`LAG_HORIZON_NS`
+    before ``t0`` or later)."""
+    if not raw or min(s.start_ns for s in raw) >= t1 or max(s.end_ns for s in raw) <= t0 - LAG_HORIZON_NS:
+        return []
+    out: list[tuple[int, int]] = []
+    at = t0
+    for iv in merged:
+        if iv.end_ns <= at or iv.end_ns == iv.start_ns:
+            continue
+        if iv.start_ns >= t1:
+            break
+        if iv.start_ns > at:
+            out.append((at, iv.start_ns))
+        at = iv.end_ns
+    if at < t1:
+        out.append((at, t1))
+    return out
 
 
 def _overlap(s: StoredSample, t0: int, t1: int) -> float:

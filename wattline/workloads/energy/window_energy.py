@@ -16,11 +16,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Interval:
-    """One sample of one channel: energy over ``(start_ns, end_ns]``."""
+    """One sample of one channel: energy over ``(start_ns, end_ns]``; ``bridged``: a stretch
+    whose samples the store lacks, its energy from the stream's counter on both sides of it;
+    ``gap_j``: the most a stretch without a good sample could have held (a report's ``gaps``
+    bound there), handed out to the jobs that ran then like energy."""
 
     start_ns: int
     end_ns: int
     energy_j: float
+    bridged: bool = False
+    gap_j: float = 0.0
 
     def __post_init__(self) -> None:
         if self.end_ns < self.start_ns:

@@ -8,19 +8,25 @@ energy of a sample straddling an edge is apportioned by overlap, as the report d
 ``job_energy_j`` is what the report charged the job for it (the host split between jobs, and
 by CPU time, by the report's rule): summing ``job_energy_j`` over the rows of ``window`` =
 ``measured`` (the saturated window; the value kept for old readers) gives the report's
-saturated-window energy, ``energy_j`` the host's.
+saturated-window energy, ``energy_j`` the host's. A stretch between samples the report read
+without one is a row too, flagged in ``origin``: ``bridged`` (samples of one agent stream the
+store lacks, their energy from its running total, as the report counts it) or ``gap`` (nothing
+to bridge it: 0 J, unhealthy, held by the report's ``gaps`` bound).
 """
 
 from __future__ import annotations
 
 import csv
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import IO, Any
 
-from wattline.collector.stores.reader import Reader
+from wattline.collector.stores.reader import Reader, StoredSample
 from wattline.quality import Quality
+from wattline.workloads.energy.window_bounds import uncovered
 from wattline.workloads.jobs.jobs_view import utc_iso
-from wattline.workloads.report.channels import EXCLUDED_COMPONENTS
+from wattline.workloads.report.channels import EXCLUDED_COMPONENTS, merge_series
 from wattline.workloads.report.host_energy import sample_parts
 from wattline.workloads.report.model import Report
 from wattline.workloads.report.report_json import report_json
@@ -43,7 +49,7 @@ DEPRECATED_JOB_COLUMNS = {
 
 SAMPLE_COLUMNS = [
     "time", "start", "host", "source", "component", "device", "quality", "window", "in_total",
-    "energy_j", "power_w", "utilization", "healthy", "job_energy_j",
+    "energy_j", "power_w", "utilization", "healthy", "job_energy_j", "origin",
 ]  # fmt: skip
 
 
@@ -83,19 +89,58 @@ def job_row(report: Report) -> dict[str, Any]:
     return row
 
 
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """A row's source before it is cut at the windows: a stored sample, a stretch the store
+    lacks bridged by its stream's counter, or a gap (no sample, no counter to bridge it)."""
+
+    series: tuple[str, str, str, str, str]  #: host, source, component, device, quality
+    start_ns: int
+    end_ns: int
+    energy_j: float
+    origin: str  #: stored | bridged | gap
+    stream: str = ""
+    healthy: bool = True
+    utilization: float | None = None
+
+
+def _pieces(reader: Reader, host: str, open_ns: int, close_ns: int) -> list[_Piece]:
+    """The host's samples in its window, and per series what the report reads between them:
+    stretches the store lacks bridged by the counter, and gaps (:func:`uncovered`)."""
+    stored = reader.samples(host, open_ns, close_ns)
+    (before, _), (_, after) = reader.around(host, (open_ns, close_ns))
+    grouped: dict[tuple[str, str, str, str, str], list[StoredSample]] = defaultdict(list)
+    for s in [*before, *stored, *(s for s in after if s.start_ns >= close_ns)]:
+        grouped[s.series].append(s)
+    out = [
+        _Piece(s.series, s.start_ns, s.end_ns, s.energy_j, "stored", s.stream, s.healthy, s.utilization) for s in stored
+    ]
+    for key, raw in grouped.items():
+        merged = merge_series(raw).intervals
+        out += [
+            _Piece(key, iv.start_ns, iv.end_ns, iv.energy_j, "bridged")
+            for iv in merged
+            if iv.bridged and iv.start_ns < close_ns and iv.end_ns > open_ns
+        ]
+        out += [_Piece(key, a, b, 0.0, "gap", healthy=False) for a, b in uncovered(raw, merged, open_ns, close_ns)]
+    # Samples ending at one instant come in the store's own order (SQLite: insertion, InfluxDB
+    # and VictoriaMetrics: series); channel order makes the CSV the same from any.
+    return sorted(out, key=lambda p: (p.end_ns, p.series, p.stream, p.origin, p.start_ns))
+
+
 def sample_rows(reader: Reader, report: Report) -> Iterator[dict[str, Any]]:
     """The job's samples, host by host (by end, then channel), cut at the window edges and the
-    saturation point, each with the job's part of it."""
+    saturation point, each with the job's part of it; and the stretches between them the report
+    read as bridged by the counter or as gaps, flagged in ``origin``."""
     job = report.job
     charged = sample_parts(reader, report)
     for host in sorted(job.hosts):
         open_ns, close = host_span(report, host)
         split = min(max(report.saturated_from_ns, open_ns), close)
-        # Samples ending at one instant come in the store's own order (SQLite: insertion,
-        # InfluxDB and VictoriaMetrics: series); channel order makes the CSV the same from any.
-        for s in sorted(reader.samples(host, open_ns, close), key=lambda s: (s.end_ns, s.series, s.stream)):
-            quality = _quality(s.quality)
-            parts = charged.get((host, s.component, s.device, quality, s.start_ns, s.end_ns), {}) if quality else {}
+        for s in _pieces(reader, host, open_ns, close):
+            _host, source, component, device, stored_quality = s.series
+            quality = _quality(stored_quality)
+            parts = charged.get((host, component, device, quality, s.start_ns, s.end_ns), {}) if quality else {}
             for name, lo, hi in (("warmup", open_ns, split), ("measured", split, close)):
                 a, b = max(s.start_ns, lo), min(s.end_ns, hi)
                 if b < a or (b == a and not (s.start_ns == s.end_ns and lo < b <= hi)):
@@ -106,17 +151,18 @@ def sample_rows(reader: Reader, report: Report) -> Iterator[dict[str, Any]]:
                     "time": utc_iso(b),
                     "start": utc_iso(a),
                     "host": host,
-                    "source": s.source,
-                    "component": s.component,
-                    "device": s.device,
-                    "quality": s.quality,
+                    "source": source,
+                    "component": component,
+                    "device": device,
+                    "quality": stored_quality,
                     "window": name,
-                    "in_total": int(s.component not in EXCLUDED_COMPONENTS),
+                    "in_total": int(component not in EXCLUDED_COMPONENTS),
                     "energy_j": energy,
-                    "power_w": energy / ((b - a) / 1e9) if b > a else None,
+                    "power_w": energy / ((b - a) / 1e9) if b > a and s.origin != "gap" else None,
                     "utilization": s.utilization,
                     "healthy": int(s.healthy),
                     "job_energy_j": parts.get("warmup" if name == "warmup" else "saturated", 0.0),
+                    "origin": s.origin,
                 }
 
 

@@ -14,7 +14,7 @@ from wattline.quality import Quality
 from wattline.workloads.energy.attribution import ChannelEnergy
 from wattline.workloads.energy.streams import StreamMerge, StreamSample, merge_streams
 from wattline.workloads.energy.uncertainty import Bound
-from wattline.workloads.energy.window_bounds import edge_bound, samples_bound
+from wattline.workloads.energy.window_bounds import Gaps, edge_bound, samples_bound
 from wattline.workloads.energy.window_energy import EdgeSample, Interval, cumulative_window_energy, window_energy
 from wattline.workloads.report.model import ReportSettings
 
@@ -69,15 +69,36 @@ def channels_from_samples(
     for s in samples:
         if s.component not in EXCLUDED_COMPONENTS:
             grouped[s.series].append(s)
-    merges = {k: _merge(grouped[k]) for k in _known_quality(host, grouped, notes)}
-    _stream_notes(host, merges.values(), notes, restarts=False)
+    merges = {k: merge_series(grouped[k]) for k in _known_quality(host, grouped, notes)}
     keys, edges, bounds = out
+    _stream_notes(host, merges.values(), notes, restarts=False)
+    # a restart in the job's own window or across one of its edges, as the edge counters find it
+    inside = (merge_series(_around_window(grouped[k], edges[0], edges[-1])) for k in merges)
+    _stream_notes(host, inside, notes, overlaps=False)
+    channels = []
     for key, merged in merges.items():
+        gaps: Gaps = []
         for window, (t0, t1) in zip(keys, itertools.pairwise(edges), strict=True):
             energy = window_energy(merged.intervals, t0, t1)
-            bound = samples_bound((key[1], key[4]), grouped[key], merged.intervals, (t0, t1, energy))
+            bound = samples_bound((key[1], key[4]), grouped[key], merged.intervals, (t0, t1, energy), gaps)
             bounds[(window, key[2], key[3], key[4])] = (bound, energy)
-    return [_channel(k, list(m.intervals), settings, grouped[k]) for k, m in merges.items()]
+        channels.append(_channel(key, [*merged.intervals, *gap_intervals(gaps)], settings, grouped[key]))
+    return channels
+
+
+def gap_intervals(gaps: Gaps) -> list[Interval]:
+    """A channel's stretches without a good sample in the job's windows, as intervals of no
+    energy that carry what they could have held (handed out to the jobs there like energy)."""
+    return [Interval(a, b, 0.0, gap_j=j) for a, b, j in gaps if b > a and j > 0]
+
+
+def _around_window(samples: list[StoredSample], lo: int, hi: int) -> list[StoredSample]:
+    """The samples overlapping ``(lo, hi)``, with the last one ending before and the first one
+    starting after it (a stream that ended, or began, across an edge)."""
+    inside = [s for s in samples if s.end_ns > lo and s.start_ns < hi]
+    before = max((s for s in samples if s.end_ns <= lo), key=lambda s: s.end_ns, default=None)
+    after = min((s for s in samples if s.start_ns >= hi), key=lambda s: s.start_ns, default=None)
+    return [*([before] if before else []), *inside, *([after] if after else [])]
 
 
 def _known_quality(host: str, series: Iterable[Series], notes: list[str]) -> list[Series]:
@@ -91,21 +112,40 @@ def _known_quality(host: str, series: Iterable[Series], notes: list[str]) -> lis
     return [k for k in keys if k[4] in known]
 
 
-def _merge(samples: Iterable[StoredSample]) -> StreamMerge:
-    return merge_streams(StreamSample(s.start_ns, s.end_ns, s.energy_j, s.stream) for s in samples)
+def merge_series(samples: Iterable[StoredSample]) -> StreamMerge:
+    """One series' samples counted once across streams, a stretch the store lacks between two
+    samples of one stream bridged by its counter (:func:`~wattline.workloads.energy.streams.merge_streams`)."""
+    return merge_streams(StreamSample(s.start_ns, s.end_ns, s.energy_j, s.stream, s.cumulative_j) for s in samples)
 
 
-def _stream_notes(host: str, merges: Iterable[StreamMerge], notes: list[str], *, restarts: bool) -> None:
-    """One note per host when streams overlapped in time; with ``restarts``, one when one followed
-    another, saying how long no stream measured the host."""
-    done = list(merges)
+def _stream_notes(
+    host: str,
+    merges: Iterable[StreamMerge],
+    notes: list[str],
+    *,
+    restarts: bool = True,
+    overlaps: bool = True,
+    across_edges: Iterable[int] = (),
+) -> None:
+    """One note per host when streams overlapped in time (with ``overlaps``); with ``restarts``,
+    one when one followed another (``across_edges``: the ns between two streams across an edge
+    of the window), saying how long no stream measured the host."""
+    done, straddled = list(merges), list(across_edges)
     overlapping = max((m.overlapping for m in done), default=0)
-    if overlapping:
+    if overlaps and overlapping:
         notes.append(f"{host}: {overlapping} streams overlapped in time (two agents under one host id?); counted once")
-    if restarts and any(m.restarts for m in done):
+    if restarts and (any(m.restarts for m in done) or straddled):
         # The host's sources share the agent's downtime: its longest gap is the host's.
-        gap = f"{max(m.unmeasured_ns for m in done) / 1e9:.3g} s"
+        gap = f"{max([m.unmeasured_ns for m in done if m.restarts] + straddled) / 1e9:.3g} s"
         notes.append(f"{host}: agent restarted during the job; {gap} between its streams not measured, the rest summed")
+
+
+def _edge_neighbours(
+    before: StoredSample | None, after: StoredSample | None, inside: list[StoredSample], hi: int
+) -> list[StoredSample]:
+    """A series' samples in a span with its last one ending before the span (``before``) and
+    its first one starting at or after its end ``hi`` (``after``, when it does)."""
+    return [*([before] if before else []), *inside, *([after] if after and after.start_ns >= hi else [])]
 
 
 def edge_sample(s: StoredSample | None) -> EdgeSample | None:
@@ -139,7 +179,12 @@ def channels_from_edges(
     channels: list[ChannelEnergy] = []
     samples: dict[Series, list[StoredSample]] | None = None
     merges: list[StreamMerge] = []
+    straddled: list[int] = []  # ns between two streams across an edge (a restart there)
     for key in series:
+        for last, first in zip(before, after, strict=True):
+            a, b = last.get(key), first.get(key)
+            if a and b and a.stream != b.stream and a.end_ns < min(b.start_ns, hi) and b.start_ns > lo:
+                straddled.append(b.start_ns - a.end_ns)
         inside = [s for d in before + after if (s := d.get(key)) is not None and s.start_ns < hi and s.end_ns > lo]
         energies: list[float | None] = [None] * len(windows)
         if len({s.stream for s in inside}) <= 1:
@@ -155,26 +200,31 @@ def channels_from_edges(
                 for i, t0, t1 in windows
             ]
         merged: StreamMerge | None = None
+        raw: list[StoredSample] = []
         # A restart, or a source's own bound per sample (summed over the window): read the samples.
         if None in energies or any(s.energy_error_j is not None for s in inside):
             if samples is None:
                 samples = defaultdict(list)
                 for s in reader.samples(host, lo, hi):
                     samples[s.series].append(s)
-            merged = _merge(samples.get(key, []))
+            # with the samples just outside: a stretch the store lacks across an edge is bridged
+            raw = _edge_neighbours(before[0].get(key), after[-1].get(key), samples.get(key, []), hi)
+            merged = merge_series(raw)
             if None in energies:
                 merges.append(merged)
                 energies = [window_energy(merged.intervals, t0, t1) for _i, t0, t1 in windows]
+        gaps: Gaps = []
         for (i, t0, t1), e in zip(windows, energies, strict=True):
             window = (t0, t1, e or 0.0)
-            if merged is not None and samples is not None:
-                bound = samples_bound((key[1], key[4]), samples.get(key, []), merged.intervals, window)
+            if merged is not None:
+                bound = samples_bound((key[1], key[4]), raw, merged.intervals, window, gaps)
             else:
                 at_t0, at_t1 = (before[i].get(key), after[i].get(key)), (before[i + 1].get(key), after[i + 1].get(key))
-                bound = edge_bound((key[1], key[4]), at_t0, at_t1, window)
+                bound = edge_bound((key[1], key[4]), at_t0, at_t1, window, gaps)
             out[1][(out[0][i], key[2], key[3], key[4])] = (bound, e or 0.0)
         intervals = [Interval(t0, t1, e or 0.0) for (_i, t0, t1), e in zip(windows, energies, strict=True)]
+        intervals += gap_intervals(gaps)
         at_edges = (s for d in before + after if (s := d.get(key)) is not None)
         channels.append(_channel(key, intervals, settings, at_edges))
-    _stream_notes(host, merges, notes, restarts=True)
+    _stream_notes(host, merges, notes, across_edges=straddled)
     return channels

@@ -7,6 +7,7 @@ to the report's windows (:func:`accumulate`); and each sample's part of the job,
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from wattline.collector.stores.reader import Reader, StoredJobEvent
 from wattline.workloads.energy.attribution import (
@@ -87,14 +88,30 @@ def host_attribution(
         uses = {**uses, cpu_key: coarsen(uses[cpu_key], MAX_SHARES)}
     if concurrent or device_uses(uses) or detail is not None:
         # the samples themselves where the host was shared or a device is split by use; with each
-        # series' last sample before: one that stopped before the window is a gap there
-        read = [*reader.last_before(host, lo), *reader.samples(host, lo, hi)]
+        # series' last sample before (one that stopped before the window is a gap there) and first
+        # sample after (the stream's counter on both sides bridges a stretch the store lacks there)
+        (before, _), (_, after) = reader.around(host, (lo, hi))
+        read = [*before, *reader.samples(host, lo, hi), *(s for s in after if s.start_ns >= hi)]
         channels = channels_from_samples(read, host, settings, notes, (keys, edges, bounds))
     elif cpu_key is not None:  # alone, split by its CPU time: the counters at its periods' edges
         periods = uses[cpu_key].intervals
         cuts = sorted({*edges, *(t for u in periods for t in (u.start_ns, u.end_ns) if open_ns < t < close_ns)})
         channels = channels_from_edges(reader, host, tuple(cuts), settings, [], (("",) * len(cuts), {}))
-        channels_from_edges(reader, host, edges, settings, notes, (keys, bounds))  # the job's two windows' bounds
+        # the job's two windows' bounds, and where their gaps lie
+        gaps = {
+            (c.component, c.device, c.quality): [iv for iv in c.intervals if iv.gap_j]
+            for c in channels_from_edges(reader, host, edges, settings, notes, (keys, bounds))
+        }
+        channels = [
+            replace(
+                c,
+                intervals=[
+                    *(iv for iv in c.intervals if not iv.gap_j),
+                    *gaps.get((c.component, c.device, c.quality), []),
+                ],
+            )
+            for c in channels
+        ]
     else:  # alone, the host-wide energy by a rule: the counters at its windows' edges
         channels = channels_from_edges(reader, host, edges, settings, notes, (keys, bounds))
     every_device = frozenset().union(*(c.claim_keys for c in channels))
@@ -156,7 +173,9 @@ def accumulate(window: WindowEnergy, attribution: Attribution, job_key: str, hos
             continue
         comp = window.components.setdefault(share.component, ComponentEnergy(share.component))
         bound, channel_j = bounds.get((job_key, share.component, share.device, share.quality.value), (Bound(), 0.0))
-        comp.bound += bound.scaled(min(share.energy_j / channel_j, 1.0) if channel_j > 0 else 1.0)
+        # its part of the gaps where they lie (it may have run alone there), the rest by its share
+        scaled = bound.scaled(min(share.energy_j / channel_j, 1.0) if channel_j > 0 else 1.0)
+        comp.bound += replace(scaled, gaps_j=share.gaps_bound_j)
         comp.bound += Bound(split_j=share.split_bound_j, unread_j=share.estimate_bound_j, coarse_j=share.coarse_bound_j)
         comp.estimated_j += share.estimated_j
         comp.energy_j += share.energy_j

@@ -78,9 +78,14 @@ def build_timeline(
     job = report.job
     start, end = job.start_ns, max(report.end_ns, job.start_ns + 1)
     per_host: dict[str, tuple[int, int, list[StoredSample]]] = {}
+    neighbours: dict[Series, list[StoredSample]] = defaultdict(list)
     for host in sorted(job.hosts):
         open_ns, close = host_span(report, host)
         per_host[host] = (open_ns, close, reader.samples(host, open_ns, close))
+        # each series' samples just outside: a stretch one stream lacks across an edge is bridged
+        (before, _), (_, after) = reader.around(host, (open_ns, close))
+        for s in [*before, *(s for s in after if s.start_ns >= close)]:
+            neighbours[s.series].append(s)
     if edges is None:
         lengths = [s.end_ns - s.start_ns for _o, _c, ss in per_host.values() for s in ss if s.end_ns > s.start_ns]
         typical = statistics.median(lengths) if lengths else (end - start) / max_bins
@@ -97,7 +102,10 @@ def build_timeline(
             timeline.series.append(key)
             if key[2] in EXCLUDED_COMPONENTS:
                 continue
-            merged = merge_streams(StreamSample(s.start_ns, s.end_ns, s.energy_j, s.stream) for s in ss)
+            read = [*ss, *neighbours.get(key, [])]
+            merged = merge_streams(
+                StreamSample(s.start_ns, s.end_ns, s.energy_j, s.stream, s.cumulative_j) for s in read
+            )
             spread(
                 ((iv.start_ns, iv.end_ns, iv.energy_j) for iv in merged.intervals),
                 open_ns,

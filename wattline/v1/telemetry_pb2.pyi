@@ -75,7 +75,7 @@ class Sample(_message.Message):
     def __init__(self, source: _Optional[str] = ..., component: _Optional[str] = ..., device: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., energy_j: _Optional[float] = ..., power_w: _Optional[float] = ..., cumulative_j: _Optional[float] = ..., utilization: _Optional[float] = ..., quality: _Optional[_Union[Quality, str]] = ..., healthy: _Optional[bool] = ..., status: _Optional[str] = ..., energy_error_j: _Optional[float] = ..., gauges: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class JobEvent(_message.Message):
-    __slots__ = ("job_id", "kind", "time_ns", "event_seq", "name", "job_kind", "unit_name", "labels", "devices", "units", "phase", "exit_code", "use_device", "use_period_ns", "job_use", "device_use", "use_metric", "use_scope", "units_total", "abandoned", "holder_pid", "holder_start_ticks", "holder_boot_id", "end_state", "use_steady", "pod_containers", "pod_end")
+    __slots__ = ("job_id", "kind", "time_ns", "event_seq", "name", "job_kind", "unit_name", "labels", "devices", "units", "phase", "exit_code", "use_device", "use_period_ns", "job_use", "device_use", "use_metric", "use_scope", "units_total", "abandoned", "holder_pid", "holder_start_ticks", "holder_boot_id", "end_state", "use_steady", "pod_containers", "pod_end", "unit", "unit_labels", "latency_le", "latency_counts", "latency_sum_s", "service")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[JobEvent.Kind]
@@ -85,6 +85,7 @@ class JobEvent(_message.Message):
         KIND_CLOSE: _ClassVar[JobEvent.Kind]
         KIND_HEARTBEAT: _ClassVar[JobEvent.Kind]
         KIND_USE: _ClassVar[JobEvent.Kind]
+        KIND_LATENCY: _ClassVar[JobEvent.Kind]
     KIND_UNSPECIFIED: JobEvent.Kind
     KIND_OPEN: JobEvent.Kind
     KIND_UNITS: JobEvent.Kind
@@ -92,7 +93,15 @@ class JobEvent(_message.Message):
     KIND_CLOSE: JobEvent.Kind
     KIND_HEARTBEAT: JobEvent.Kind
     KIND_USE: JobEvent.Kind
+    KIND_LATENCY: JobEvent.Kind
     class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class UnitLabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +135,12 @@ class JobEvent(_message.Message):
     USE_STEADY_FIELD_NUMBER: _ClassVar[int]
     POD_CONTAINERS_FIELD_NUMBER: _ClassVar[int]
     POD_END_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    UNIT_LABELS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_LE_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_SUM_S_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     kind: JobEvent.Kind
     time_ns: int
@@ -153,7 +168,13 @@ class JobEvent(_message.Message):
     use_steady: bool
     pod_containers: str
     pod_end: str
-    def __init__(self, job_id: _Optional[str] = ..., kind: _Optional[_Union[JobEvent.Kind, str]] = ..., time_ns: _Optional[int] = ..., event_seq: _Optional[int] = ..., name: _Optional[str] = ..., job_kind: _Optional[str] = ..., unit_name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., devices: _Optional[_Iterable[str]] = ..., units: _Optional[float] = ..., phase: _Optional[str] = ..., exit_code: _Optional[int] = ..., use_device: _Optional[str] = ..., use_period_ns: _Optional[int] = ..., job_use: _Optional[float] = ..., device_use: _Optional[float] = ..., use_metric: _Optional[str] = ..., use_scope: _Optional[_Iterable[str]] = ..., units_total: _Optional[float] = ..., abandoned: _Optional[str] = ..., holder_pid: _Optional[int] = ..., holder_start_ticks: _Optional[int] = ..., holder_boot_id: _Optional[str] = ..., end_state: _Optional[str] = ..., use_steady: _Optional[bool] = ..., pod_containers: _Optional[str] = ..., pod_end: _Optional[str] = ...) -> None: ...
+    unit: str
+    unit_labels: _containers.ScalarMap[str, str]
+    latency_le: _containers.RepeatedScalarFieldContainer[float]
+    latency_counts: _containers.RepeatedScalarFieldContainer[float]
+    latency_sum_s: float
+    service: bool
+    def __init__(self, job_id: _Optional[str] = ..., kind: _Optional[_Union[JobEvent.Kind, str]] = ..., time_ns: _Optional[int] = ..., event_seq: _Optional[int] = ..., name: _Optional[str] = ..., job_kind: _Optional[str] = ..., unit_name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., devices: _Optional[_Iterable[str]] = ..., units: _Optional[float] = ..., phase: _Optional[str] = ..., exit_code: _Optional[int] = ..., use_device: _Optional[str] = ..., use_period_ns: _Optional[int] = ..., job_use: _Optional[float] = ..., device_use: _Optional[float] = ..., use_metric: _Optional[str] = ..., use_scope: _Optional[_Iterable[str]] = ..., units_total: _Optional[float] = ..., abandoned: _Optional[str] = ..., holder_pid: _Optional[int] = ..., holder_start_ticks: _Optional[int] = ..., holder_boot_id: _Optional[str] = ..., end_state: _Optional[str] = ..., use_steady: _Optional[bool] = ..., pod_containers: _Optional[str] = ..., pod_end: _Optional[str] = ..., unit: _Optional[str] = ..., unit_labels: _Optional[_Mapping[str, str]] = ..., latency_le: _Optional[_Iterable[float]] = ..., latency_counts: _Optional[_Iterable[float]] = ..., latency_sum_s: _Optional[float] = ..., service: _Optional[bool] = ...) -> None: ...
 
 class Batch(_message.Message):
     __slots__ = ("stream_id", "seq", "host", "samples", "job_events", "sent_ns")

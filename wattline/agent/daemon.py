@@ -26,6 +26,7 @@ from wattline.agent.spool import Spool
 from wattline.agent.spool_format import SpoolError
 from wattline.agent.tuning.records import restore_dead, restore_dir
 from wattline.agent.uplink import Uplink
+from wattline.signals import set_on_signals
 
 if TYPE_CHECKING:
     from wattline.agent.kube.watcher import PodWatcher
@@ -238,8 +239,7 @@ def run_agent(settings: AgentSettings, doc: Mapping[str, Any] | None = None) -> 
 
     ``wattline agent`` and ``python -m wattline.agent`` both end here."""
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    set_on_signals(stop)
     agent = Agent(settings, doc or {})
     agent.start()
     found = sum(1 for s in agent.statuses if s.available)

@@ -131,8 +131,9 @@ class Uplink:
         self._index = index
         self._since_failover = time.monotonic()
 
-    def push_once(self) -> bool:
-        """Send the oldest pending batch; True when it was acknowledged (or dropped as invalid, or split)."""
+    def push_once(self, timeout_s: float | None = None) -> bool:
+        """Send the oldest pending batch (waiting at most ``timeout_s``, default the push
+        timeout); True when it was acknowledged (or dropped as invalid, or split)."""
         batch = self.spool.peek()
         if batch is None:
             return False
@@ -141,7 +142,9 @@ class Uplink:
             self._switch(0)
         self._count_send(batch, batch.ByteSize())
         try:
-            ack = self._connect().Push(batch, timeout=self.timeout_s, wait_for_ready=False, metadata=self._metadata)
+            ack = self._connect().Push(
+                batch, timeout=timeout_s or self.timeout_s, wait_for_ready=False, metadata=self._metadata
+            )
         except grpc.RpcError as exc:
             code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
             details = (exc.details() if isinstance(exc, grpc.Call) else str(exc)) or ""
@@ -192,10 +195,12 @@ class Uplink:
         self._switch((self._index + 1) % len(self.addresses))
         raise ConnectionError(message)
 
-    def drain(self) -> None:
-        """Send everything sealed so far; raises ConnectionError on the first failure."""
-        while self.push_once():
-            pass
+    def drain(self, until: float | None = None) -> None:
+        """Send everything sealed so far (a push waits no later than the monotonic ``until``);
+        raises ConnectionError on the first failure."""
+        while self.push_once(None if until is None else max(0.05, until - time.monotonic())):
+            if until is not None and time.monotonic() >= until:
+                return
 
     def run(self, stop: threading.Event, between: Callable[[], object] | None = None) -> None:
         """Seal and send every ``batch_interval_s`` until ``stop``; back off on failures.
@@ -221,7 +226,7 @@ class Uplink:
         end = time.monotonic() + deadline_s
         while self.spool.backlog() and time.monotonic() < end:
             try:
-                self.drain()
+                self.drain(until=end)  # a shutdown's last push waits no longer than its deadline
             except ConnectionError:
                 time.sleep(min(0.2, max(0.0, end - time.monotonic())))
         return self.spool.backlog() == 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import threading
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import StoreUnavailable
 from wattline.collector.stores.reader import SummaryStore
 from wattline.config import build, help_of
+from wattline.signals import set_on_signals
 from wattline.workloads.report.model import ReportSettings
 from wattline.workloads.services.summary import SummaryWriter
 
@@ -52,8 +52,7 @@ TENANT = typer.Option(None, "--tenant", help=_c("tenant"))
 def stop_event() -> threading.Event:
     """An event set by SIGTERM or SIGINT."""
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    set_on_signals(stop)
     return stop
 
 

@@ -37,7 +37,6 @@ import logging
 import multiprocessing
 import os
 import queue
-import signal
 import socket
 import threading
 import time
@@ -54,6 +53,7 @@ from wattline import wire
 from wattline.collector.listen import check_free
 from wattline.collector.livestreams import LiveStreams, batch_span, duplicate_gauges
 from wattline.collector.settings import CollectorSettings
+from wattline.signals import set_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +144,7 @@ def _process_entry(main: ProcessMain, settings: CollectorSettings, index: int, c
         os.environ.pop(name, None)
     logging.basicConfig(level=level, format=f"%(asctime)s %(levelname)s %(name)s [process {index}]: %(message)s")
     link = ProcessLink(conn, index)
-    for sig in (signal.SIGTERM, signal.SIGINT):  # from the supervisor, or Ctrl-C to the process group
-        signal.signal(sig, lambda *_: link.stop.set())
+    set_on_signals(link.stop)  # SIGTERM from the supervisor, or Ctrl-C to the process group
     try:
         main(settings, link)
     except BaseException as exc:

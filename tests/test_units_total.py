@@ -7,7 +7,8 @@ them; the saturation point and plateau rate found from totals must also be those
 every stored event. Hard cases, each on its own host of one job: one process with events at one instant,
 resent batches and events on the grid's edges (totals used); two processes (two event_seq
 bases); stamps out of order (the builder stops giving totals); an older writer (no totals);
-a writer whose first events the store never got.
+a writer whose first events the store never got (their units count at its first stored
+event, whose total says them).
 """
 
 from __future__ import annotations
@@ -77,13 +78,18 @@ def fill(store: Store, job_id: str) -> Written:
         if host == "old":
             for e in events:
                 e.ClearField("units_total")
+        lost = []
         if host == "late":  # its first events never reached the store
-            events = events[10:]
+            lost, events = events[:10], events[10:]
         assert events
         write(store, host, events[::2])
         write(store, host, events[1::2], times=2)  # resent
         write(store, host, [main.close(0, end)])
         written.add(host, events)
+        if lost:  # their units count at its first stored event: its total says them
+            at = written.units.index((host, events[0].time_ns, events[0].event_seq, events[0].units))
+            written.units[at] = (*written.units[at][:3], events[0].units + sum(e.units for e in lost))
+            assert written.units[at][3] == events[0].units_total
     return written
 
 

@@ -13,6 +13,12 @@ such instants, the events at the span's first instant and one at its last that c
 the units of the others (:func:`reduce_units`); a view built from them has the same
 figures at those instants as one built from every event, and the store sums the rest itself.
 
+Units come from totals where they can (:func:`units_from_totals`), on every store: where one
+writer (one event_seq base) wrote a host's UNITS events and each carries its running total
+(``units_total``), a stored event counts its total less the previous stored one's (the
+first, its whole total), so the units of an event the store never got count at the next
+stored event of the same process, as energy counts from counters.
+
 Finding the jobs that shared a job's hosts reads only the open, close and heartbeat events
 near the job's window, and the last event of each job still open there
 (:meth:`Reader.job_events_between`), never every event of the store, so a report's cost
@@ -31,6 +37,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 
 from wattline import wire
 from wattline.collector.stores.base import JobSummary, WriteResult
+from wattline.collector.stores.schema import SEQ_COUNTER_BITS
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +247,62 @@ def reduce_units(events: Iterable[StoredJobEvent], cuts: UnitCuts) -> list[Store
             rest = [dataclasses.replace(rest[-1], fields={"units": units})]
         out += first + rest
     return sorted(out, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+
+#: How far two totals' difference may lie from an event's own count and still be that count (the
+#: totals' float rounding), relative to the total.
+TOTALS_ROUNDING = 1e-9
+
+
+def counts_from_totals(units: Sequence[Any], totals: Sequence[Any], before: float = 0.0) -> list[Any] | None:
+    """The units each of one writer's UNITS events counts, in (time, event_seq) order, from their
+    ``totals`` (the writer's running totals; ``before``: its total before the first of them): each
+    its total less the previous one's, which is its own count (``units``, None for 0) unless
+    events between them were not stored. None when the totals cannot say it: one is missing or
+    not a finite number >= 0, or one rose by less than its event's own count (not as a writer
+    numbers them)."""
+    out: list[Any] = []
+    for own, total in zip(units, totals, strict=True):
+        count = 0 if own is None else own
+        if not good_units(total) or not good_units(count):
+            return None
+        rose = total - before
+        slack = TOTALS_ROUNDING * max(1.0, total)
+        if rose < count - slack:
+            return None
+        out.append(own if rose - count <= slack else rose)
+        before = total
+    return out
+
+
+def writer(event_seq: int) -> int:
+    """Who numbered an event (its event_seq base: see ``schema.SEQ_COUNTER_BITS``)."""
+    return event_seq >> SEQ_COUNTER_BITS
+
+
+def units_from_totals(events: Iterable[StoredJobEvent]) -> list[StoredJobEvent]:
+    """``events`` with the units of each (job, host)'s UNITS events from their totals where one
+    writer wrote them all and the totals say it (:func:`counts_from_totals`); else as stored.
+    No event keeps ``units_total`` in its fields (every store gives the same fields)."""
+    events = list(events)
+    hosts: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, e in enumerate(events):
+        if e.event == "units":
+            hosts[e.job_id, e.host].append(i)
+    for rows in hosts.values():
+        rows.sort(key=lambda i: (events[i].time_ns, events[i].event_seq))
+        group = [events[i] for i in rows]
+        counts = None
+        if len({writer(e.event_seq) for e in group}) == 1:
+            totals = [e.fields.get("units_total") for e in group]
+            counts = counts_from_totals([e.fields.get("units") for e in group], totals)
+        for k, (i, e) in enumerate(zip(rows, group, strict=True)):
+            fields = {key: v for key, v in e.fields.items() if key != "units_total"}
+            if counts is not None and counts[k] is not None:
+                fields["units"] = counts[k]
+            if fields != e.fields:
+                events[i] = dataclasses.replace(e, fields=fields)
+    return events
 
 
 def good_units(value: Any) -> bool:

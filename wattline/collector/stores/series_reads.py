@@ -19,7 +19,15 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from wattline.collector.stores.base import JobSummary
-from wattline.collector.stores.reader import StoredJobEvent, StoredSample, UnitCuts, jobs_near, last_heard, reduce_units
+from wattline.collector.stores.reader import (
+    StoredJobEvent,
+    StoredSample,
+    UnitCuts,
+    jobs_near,
+    last_heard,
+    reduce_units,
+    units_from_totals,
+)
 from wattline.collector.stores.schema import ENERGY, JOB_EVENTS, JOB_SUMMARY, JOB_SUMMARY_HOST, SEQ_BLOCK
 from wattline.collector.stores.series_api import Points, SeriesApi, quote
 from wattline.collector.stores.victoria_points import (
@@ -134,9 +142,9 @@ class SeriesReads:
         if job_id is None:
             if not every:
                 raise ValueError("job_events(every=False) reads one job")
-            return self._events(['job_id!=""'])
+            return units_from_totals(self._events(['job_id!=""']))
         if every:
-            return self._events([f"job_id={quote(job_id)}"])
+            return units_from_totals(self._events([f"job_id={quote(job_id)}"]))
         marks = self._events([f'job_id={quote(job_id)},event!~"units|heartbeat"'])
         beats: dict[str, list[StoredJobEvent]] = defaultdict(list)
         for e in self._events([f'job_id={quote(job_id)},event="heartbeat"']):
@@ -146,7 +154,7 @@ class SeriesReads:
         return sorted(marks, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     def unit_events(self, job_id: str, cuts: UnitCuts) -> list[StoredJobEvent]:
-        return reduce_units(self._events([f'job_id={quote(job_id)},event="units"']), cuts)
+        return reduce_units(units_from_totals(self._events([f'job_id={quote(job_id)},event="units"'])), cuts)
 
     def job_events_between(self, start_ns: int, end_ns: int, hosts: Collection[str]) -> list[StoredJobEvent]:
         ids = sorted(jobs_near(self._job_ids, start_ns, end_ns, hosts))

@@ -1,0 +1,142 @@
+"""Lost job events read the same on every store (issue #43): the same events, some of them never
+written, go to SQLite, InfluxDB 1.x, VictoriaMetrics and Prometheus, and ``wattline report
+--json`` and ``wattline jobs --json`` read the same figures back from all four, each the
+truth the test constructs.
+
+Truth: RAPL counters at :data:`POWER_W` (tests/lost_events.py), one process's events from
+:class:`EventBuilder`; for the units, what the process counted (the last ``units_total``
+stored, every unit sent), split at the saturation mark by the events' own times (the lost
+events lie between stored ones on one side of the mark, so the rule that spreads a stored
+event's units over the time since the previous stored one puts them on their own side).
+
+- ``lost-units``: units events lost right after the open, in the warm-up and in the saturated
+  window; the open, the mark and the close stored.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lost_events import LENGTH_S, POWER_W, samples
+from servers import Daemon, Influxd, VictoriaMetrics, searchable
+from test_store_parity import Tee, same
+from typer.testing import CliRunner
+from waits import wait_until
+
+from wattline import wire
+from wattline.cli.main import app
+from wattline.collector.stores.influx_v1 import InfluxV1Store
+from wattline.collector.stores.prometheus import PrometheusStore
+from wattline.collector.stores.sqlite import SqliteStore
+from wattline.collector.stores.victoria import VictoriaStore
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
+
+from cpu_events import cpu_periods  # isort: skip
+
+S = 10**9
+MARK_S = 10  #: the workload marks saturation here
+UNITS = wire.pb.JobEvent.KIND_UNITS
+#: Which units events (by index, 0.5 s apart from 0.5 s) never reach the store: right after the
+#: open, in the warm-up, and in the saturated window (one alone, a run of them).
+LOST = {0, 1, 2, 7, 8, 31, 60, 61, 62, 63, 64, 90}
+
+
+def lost_units_events(job_id: str, t0: int) -> tuple[list[wire.pb.JobEvent], list[wire.pb.JobEvent]]:
+    """(every event the job's process sent, those the store got)."""
+    b = EventBuilder(JobSpec(job_id, "lost-units", "inference", "documents"))
+    sent = [b.open(t0)]
+    use = {e.time_ns: e for e in cpu_periods(b, t0, t0 + LENGTH_S * S)}
+    units = [(t0 + k * S // 2, k) for k in range(1, 2 * LENGTH_S)]
+    for t, what in sorted([*units, *((t, -1) for t in use), (t0 + MARK_S * S, -2)]):
+        if what >= 0:
+            sent.append(b.units(float(1 + what % 5), t))
+        elif what == -1:
+            sent.append(use[t])
+        else:
+            sent.append(b.phase("saturated", t))
+    sent.append(b.close(0, t0 + LENGTH_S * S))
+    unit_events = [e for e in sent if e.kind == UNITS]
+    lost = {id(unit_events[i]) for i in LOST}
+    mark = t0 + MARK_S * S  # no lost event next to it: each lost event's units stay on its side
+    assert not any(mark - S // 2 <= unit_events[i].time_ns <= mark + S // 2 for i in LOST)
+    return sent, [e for e in sent if id(e) not in lost]
+
+
+def batch_of(host: str, events: list[wire.pb.JobEvent]) -> wire.pb.Batch:
+    batch = wire.Batch(stream_id=f"events-{host}", seq=1)
+    batch.host.host_id = host
+    batch.job_events.extend(events)
+    return batch
+
+
+def cli(*args: str) -> Any:
+    out = CliRunner().invoke(app, [*args, "--json"])
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)
+
+
+@pytest.mark.servers
+def test_lost_units_read_the_same_on_every_store(
+    tmp_path: Path, influxd: Influxd, victoria_metrics: VictoriaMetrics, prometheus: Daemon
+) -> None:
+    t0 = (time.time_ns() // S - 1800) * S  # recent: within what Prometheus takes
+    tag = uuid.uuid4().hex[:8]
+    units_host = units_job = f"lost-units-{tag}"
+    sent, kept = lost_units_events(units_job, t0)
+    database = influxd.new_database()
+    sqlite_path = tmp_path / "w.db"
+    with (
+        SqliteStore(sqlite_path) as sqlite,
+        InfluxV1Store(influxd.url, database) as influx,
+        VictoriaStore(victoria_metrics.url) as victoria,
+        PrometheusStore(prometheus.url) as prom,
+    ):
+        tee = Tee(sqlite, influx, victoria, prom)
+        assert tee.write(samples(units_host, t0, range(-10, LENGTH_S + 10))).rejected == 0
+        assert tee.write(batch_of(units_host, kept)).rejected == 0
+
+        def shown() -> bool:
+            searchable(victoria_metrics.url)
+            return all(
+                len(victoria.job_events(job)) == len(sqlite.job_events(job))
+                and {s.series for s in victoria.last_before(host, t0 + 80 * S)}
+                == {s.series for s in sqlite.last_before(host, t0 + 80 * S)}
+                for job, host in ((units_job, units_host),)
+            )
+
+        wait_until(shown, "VictoriaMetrics shows what SQLite holds")
+
+    unit_events = [e for e in sent if e.kind == UNITS]
+    total = unit_events[-1].units_total
+    assert total == sum(e.units for e in unit_events) > sum(e.units for e in kept if e.kind == UNITS)
+    saturated = sum(e.units for e in unit_events if e.time_ns > t0 + MARK_S * S)
+    power = sum(POWER_W.values())
+
+    stores = {
+        "sqlite": ["--store", f"sqlite:///{sqlite_path}"],
+        "influxdb": ["--store", influxd.url, "--influx-database", database],
+        "victoriametrics": ["--store", victoria_metrics.url],
+        "prometheus": ["--store", prometheus.url],
+    }
+    answers: dict[str, dict[str, Any]] = {}
+    for name, where in stores.items():
+        report = cli("report", units_job, *where)
+        assert report["units"]["total"] == total, name  # whole numbers: exact
+        assert report["units"]["saturated"] == pytest.approx(saturated, abs=1e-9), name
+        assert report["units"]["warmup"] == pytest.approx(total - saturated, abs=1e-9), name
+        assert report["whole_run"]["energy_j"] == pytest.approx(power * LENGTH_S, rel=1e-9), name
+        assert report["complete"] is True, name
+
+        rows = {r["id"]: r for r in cli("jobs", *where) if r["id"] == units_job}
+        bare = {r["id"]: r for r in cli("jobs", "--no-energy", *where) if r["id"] == units_job}
+        assert [rows[units_job]["units"], bare[units_job]["units"]] == [total, total], name
+        answers[name] = {"report units": report, "jobs": rows, "bare": bare}
+    truth = answers.pop("sqlite")
+    for name, answer in answers.items():
+        for what in truth:
+            assert same(truth[what], answer[what], f"{name}:{what}") == []

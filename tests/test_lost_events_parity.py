@@ -11,18 +11,22 @@ event's units over the time since the previous stored one puts them on their own
 
 - ``lost-units``: units events lost right after the open, in the warm-up and in the saturated
   window; the open, the mark and the close stored.
+- ``lost-open``: everything before the store came back 5.2 s into the job lost, the open
+  included (tests/lost_events.py): its window starts at its first stored CPU-time period's start.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lost_events import LENGTH_S, POWER_W, samples
+from lost_events import EVIDENCE_S, LENGTH_S, POWER_W, RESTART_S, samples, stored_after
+from lost_events import job_events as lost_open_events
 from servers import Daemon, Influxd, VictoriaMetrics, searchable
 from test_store_parity import Tee, same
 from typer.testing import CliRunner
@@ -35,6 +39,7 @@ from wattline.collector.stores.prometheus import PrometheusStore
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.collector.stores.victoria import VictoriaStore
 from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.workloads.jobs.jobs_view import utc_iso
 
 from cpu_events import cpu_periods  # isort: skip
 
@@ -81,13 +86,15 @@ def cli(*args: str) -> Any:
 
 
 @pytest.mark.servers
-def test_lost_units_read_the_same_on_every_store(
+def test_lost_units_and_a_lost_open_read_the_same_on_every_store(
     tmp_path: Path, influxd: Influxd, victoria_metrics: VictoriaMetrics, prometheus: Daemon
 ) -> None:
     t0 = (time.time_ns() // S - 1800) * S  # recent: within what Prometheus takes
     tag = uuid.uuid4().hex[:8]
-    units_host = units_job = f"lost-units-{tag}"
+    units_host, open_host = f"lost-units-{tag}", f"lost-open-{tag}"
+    units_job, open_job = f"lost-units-{tag}", f"lost-open-{tag}"
     sent, kept = lost_units_events(units_job, t0)
+    open_kept = stored_after(lost_open_events(open_job, t0), t0 + round(RESTART_S * S))
     database = influxd.new_database()
     sqlite_path = tmp_path / "w.db"
     with (
@@ -97,8 +104,10 @@ def test_lost_units_read_the_same_on_every_store(
         PrometheusStore(prometheus.url) as prom,
     ):
         tee = Tee(sqlite, influx, victoria, prom)
-        assert tee.write(samples(units_host, t0, range(-10, LENGTH_S + 10))).rejected == 0
+        for host in (units_host, open_host):
+            assert tee.write(samples(host, t0, range(-10, LENGTH_S + 10))).rejected == 0
         assert tee.write(batch_of(units_host, kept)).rejected == 0
+        assert tee.write(batch_of(open_host, open_kept)).rejected == 0
 
         def shown() -> bool:
             searchable(victoria_metrics.url)
@@ -106,7 +115,7 @@ def test_lost_units_read_the_same_on_every_store(
                 len(victoria.job_events(job)) == len(sqlite.job_events(job))
                 and {s.series for s in victoria.last_before(host, t0 + 80 * S)}
                 == {s.series for s in sqlite.last_before(host, t0 + 80 * S)}
-                for job, host in ((units_job, units_host),)
+                for job, host in ((units_job, units_host), (open_job, open_host))
             )
 
         wait_until(shown, "VictoriaMetrics shows what SQLite holds")
@@ -116,6 +125,7 @@ def test_lost_units_read_the_same_on_every_store(
     assert total == sum(e.units for e in unit_events) > sum(e.units for e in kept if e.kind == UNITS)
     saturated = sum(e.units for e in unit_events if e.time_ns > t0 + MARK_S * S)
     power = sum(POWER_W.values())
+    open_total = max(e.units_total for e in open_kept if e.kind == UNITS)
 
     stores = {
         "sqlite": ["--store", f"sqlite:///{sqlite_path}"],
@@ -130,13 +140,22 @@ def test_lost_units_read_the_same_on_every_store(
         assert report["units"]["saturated"] == pytest.approx(saturated, abs=1e-9), name
         assert report["units"]["warmup"] == pytest.approx(total - saturated, abs=1e-9), name
         assert report["whole_run"]["energy_j"] == pytest.approx(power * LENGTH_S, rel=1e-9), name
-        assert report["complete"] is True, name
+        assert report["complete"] is True and report["missing_events"] == {}, name
 
-        rows = {r["id"]: r for r in cli("jobs", *where) if r["id"] == units_job}
-        bare = {r["id"]: r for r in cli("jobs", "--no-energy", *where) if r["id"] == units_job}
+        lost = cli("report", open_job, *where)
+        assert lost["complete"] is False and lost["missing_events"] == {open_host: ["open"]}, name
+        assert lost["job"]["start"] == utc_iso(t0 + EVIDENCE_S * S), name
+        assert lost["units"]["total"] == open_total, name
+        assert lost["whole_run"]["energy_j"] == pytest.approx(power * (LENGTH_S - EVIDENCE_S), rel=1e-9), name
+
+        rows = {r["id"]: r for r in cli("jobs", *where) if r["id"] in (units_job, open_job)}
+        bare = {r["id"]: r for r in cli("jobs", "--no-energy", *where) if r["id"] in (units_job, open_job)}
         assert [rows[units_job]["units"], bare[units_job]["units"]] == [total, total], name
-        answers[name] = {"report units": report, "jobs": rows, "bare": bare}
+        assert [rows[open_job]["units"], bare[open_job]["units"]] == [open_total, open_total], name
+        assert rows[open_job]["missing_events"] == bare[open_job]["missing_events"] == {open_host: ["open"]}
+        answers[name] = {"report units": report, "report open": lost, "jobs": rows, "bare": bare}
     truth = answers.pop("sqlite")
     for name, answer in answers.items():
         for what in truth:
             assert same(truth[what], answer[what], f"{name}:{what}") == []
+    assert not math.isclose(open_total, sum(e.units for e in open_kept if e.kind == UNITS))  # the test loses some

@@ -177,6 +177,15 @@ def jobs_near(job_ids: JobIdsQuery, start_ns: int, end_ns: int, hosts: Collectio
     return ids
 
 
+def evidence_ns(e: StoredJobEvent) -> int:
+    """The earliest time ``e`` says its job ran on its host: its time, or for a USE event the
+    start of the period it measured (``period_ns`` before it)."""
+    period = e.fields.get("period_ns") if e.event == "use" else None
+    if isinstance(period, int | float) and not isinstance(period, bool) and 0 < period < e.time_ns:
+        return e.time_ns - int(period)
+    return e.time_ns
+
+
 def last_heard(events: Collection[StoredJobEvent], lookup: LastHeardQuery) -> list[StoredJobEvent]:
     """One ``heartbeat`` event per (job, host) with an open in ``events`` and no close, at the
     time ``lookup`` gives for it: the job's latest event of any kind on that host."""

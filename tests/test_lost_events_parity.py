@@ -12,7 +12,9 @@ event's units over the time since the previous stored one puts them on their own
 - ``lost-units``: units events lost right after the open, in the warm-up and in the saturated
   window; the open, the mark and the close stored.
 - ``lost-open``: everything before the store came back 5.2 s into the job lost, the open
-  included (tests/lost_events.py): its window starts at its first stored CPU-time period's start.
+  included (tests/lost_events.py): its window starts at its first stored CPU-time period's start,
+  for its own report and for that of ``whole``, a job on the same host with every event stored
+  over the same 60 s (by rule "equal" they split the 55 s they share).
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def test_lost_units_and_a_lost_open_read_the_same_on_every_store(
     t0 = (time.time_ns() // S - 1800) * S  # recent: within what Prometheus takes
     tag = uuid.uuid4().hex[:8]
     units_host, open_host = f"lost-units-{tag}", f"lost-open-{tag}"
-    units_job, open_job = f"lost-units-{tag}", f"lost-open-{tag}"
+    units_job, open_job, whole_job = f"lost-units-{tag}", f"lost-open-{tag}", f"whole-{tag}"
     sent, kept = lost_units_events(units_job, t0)
     open_kept = stored_after(lost_open_events(open_job, t0), t0 + round(RESTART_S * S))
     database = influxd.new_database()
@@ -108,6 +110,7 @@ def test_lost_units_and_a_lost_open_read_the_same_on_every_store(
             assert tee.write(samples(host, t0, range(-10, LENGTH_S + 10))).rejected == 0
         assert tee.write(batch_of(units_host, kept)).rejected == 0
         assert tee.write(batch_of(open_host, open_kept)).rejected == 0
+        assert tee.write(batch_of(open_host, lost_open_events(whole_job, t0))).rejected == 0
 
         def shown() -> bool:
             searchable(victoria_metrics.url)
@@ -115,7 +118,7 @@ def test_lost_units_and_a_lost_open_read_the_same_on_every_store(
                 len(victoria.job_events(job)) == len(sqlite.job_events(job))
                 and {s.series for s in victoria.last_before(host, t0 + 80 * S)}
                 == {s.series for s in sqlite.last_before(host, t0 + 80 * S)}
-                for job, host in ((units_job, units_host), (open_job, open_host))
+                for job, host in ((units_job, units_host), (open_job, open_host), (whole_job, open_host))
             )
 
         wait_until(shown, "VictoriaMetrics shows what SQLite holds")
@@ -142,18 +145,21 @@ def test_lost_units_and_a_lost_open_read_the_same_on_every_store(
         assert report["whole_run"]["energy_j"] == pytest.approx(power * LENGTH_S, rel=1e-9), name
         assert report["complete"] is True and report["missing_events"] == {}, name
 
-        lost = cli("report", open_job, *where)
+        lost = cli("report", open_job, "--share-rule", "equal", *where)
         assert lost["complete"] is False and lost["missing_events"] == {open_host: ["open"]}, name
         assert lost["job"]["start"] == utc_iso(t0 + EVIDENCE_S * S), name
         assert lost["units"]["total"] == open_total, name
-        assert lost["whole_run"]["energy_j"] == pytest.approx(power * (LENGTH_S - EVIDENCE_S), rel=1e-9), name
+        shared_j = power * (LENGTH_S - EVIDENCE_S) / 2
+        assert lost["whole_run"]["energy_j"] == pytest.approx(shared_j, rel=1e-9), name
+        whole = cli("report", whole_job, "--share-rule", "equal", *where)
+        assert whole["whole_run"]["energy_j"] == pytest.approx(power * EVIDENCE_S + shared_j, rel=1e-9), name
 
         rows = {r["id"]: r for r in cli("jobs", *where) if r["id"] in (units_job, open_job)}
         bare = {r["id"]: r for r in cli("jobs", "--no-energy", *where) if r["id"] in (units_job, open_job)}
         assert [rows[units_job]["units"], bare[units_job]["units"]] == [total, total], name
         assert [rows[open_job]["units"], bare[open_job]["units"]] == [open_total, open_total], name
         assert rows[open_job]["missing_events"] == bare[open_job]["missing_events"] == {open_host: ["open"]}
-        answers[name] = {"report units": report, "report open": lost, "jobs": rows, "bare": bare}
+        answers[name] = {"report units": report, "report open": lost, "report whole": whole, "jobs": rows, "bare": bare}
     truth = answers.pop("sqlite")
     for name, answer in answers.items():
         for what in truth:

@@ -149,6 +149,22 @@ def test_a_host_whose_open_was_lost_beside_one_whose_was_not() -> None:
     assert view.missing_events == {"b": ["open"]} and view.name == "lost-open" and view.unit_name == "documents"
 
 
+def test_a_job_whose_open_was_lost_shares_its_host_from_its_first_stored_event(tmp_path: Path) -> None:
+    """Its neighbour's report sees it from there too: the host's energy is counted once."""
+    path = tmp_path / "w.db"
+    whole = job_events("whole")  # the neighbour: every event stored, the same window [0, 60 s]
+    with SqliteStore(path) as store:
+        assert store.write(samples("h", T0, range(-10, LENGTH_S + 10))).rejected == 0
+        write(store, "h", whole)
+        write(store, "h", stored_after(job_events("j"), T0 + round(RESTART_S * S)))
+    power = sum(POWER_W.values())
+    alone_s, shared_s = EVIDENCE_S, LENGTH_S - EVIDENCE_S
+    reports = {job: cli(path, "report", job, "--share-rule", "equal") for job in ("j", "whole")}
+    assert reports["j"]["whole_run"]["energy_j"] == pytest.approx(power * shared_s / 2, rel=1e-9)
+    assert reports["whole"]["whole_run"]["energy_j"] == pytest.approx(power * (alone_s + shared_s / 2), rel=1e-9)
+    assert reports["whole"]["complete"] is True
+
+
 def test_a_job_of_units_and_a_close_reports_from_its_first_units_event(tmp_path: Path) -> None:
     """No use period, no heartbeat stored: the report's window starts at its first stored units
     event, and the table says the open is missing."""

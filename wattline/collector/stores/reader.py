@@ -99,8 +99,10 @@ class Reader(Protocol):
         """The open and close events (every host's) of the jobs that may overlap [start_ns, end_ns]
         on one of ``hosts`` (see :func:`jobs_near`), and for each such job and host without a
         close, one ``heartbeat`` event at the time of the job's last event of any kind there
-        (when it was last heard; its fields are not read). Ordered by time; callers check the
-        overlap and whether an unclosed job's lease expired (``wire.lease_ns``)."""
+        (when it was last heard; its fields are not read), for each with a close and no open,
+        one at the earliest time its events there say it ran (:func:`first_heard`). Ordered by
+        time; callers check the overlap and whether an unclosed job's lease expired
+        (``wire.lease_ns``)."""
         ...
 
     def samples(self, host: str, start_ns: int, end_ns: int) -> list[StoredSample]:
@@ -177,6 +179,11 @@ def jobs_near(job_ids: JobIdsQuery, start_ns: int, end_ns: int, hosts: Collectio
     return ids
 
 
+#: ``[(job_id, host), ...]`` -> ``{(job_id, host): the earliest time its events on host say the
+#: job ran there}``: its first event's time, or its first USE event's period start if earlier.
+FirstHeardQuery = Callable[[Sequence[tuple[str, str]]], dict[tuple[str, str], int]]
+
+
 def evidence_ns(e: StoredJobEvent) -> int:
     """The earliest time ``e`` says its job ran on its host: its time, or for a USE event the
     start of the period it measured (``period_ns`` before it)."""
@@ -184,6 +191,26 @@ def evidence_ns(e: StoredJobEvent) -> int:
     if isinstance(period, int | float) and not isinstance(period, bool) and 0 < period < e.time_ns:
         return e.time_ns - int(period)
     return e.time_ns
+
+
+def first_heard(events: Collection[StoredJobEvent], lookup: FirstHeardQuery) -> list[StoredJobEvent]:
+    """One ``heartbeat`` event per (job, host) with a close in ``events`` and no open, at the time
+    ``lookup`` gives for it: where the job's window there starts, its open not stored."""
+    closed = {(e.job_id, e.host) for e in events if e.event == "close"}
+    unopened = sorted(closed - {(e.job_id, e.host) for e in events if e.event == "open"})
+    if not unopened:
+        return []
+    found = lookup(unopened)
+    return [
+        StoredJobEvent(host, job_id, "heartbeat", found[job_id, host], 0)
+        for job_id, host in unopened
+        if (job_id, host) in found
+    ]
+
+
+def heard(events: Collection[StoredJobEvent], last: LastHeardQuery, first: FirstHeardQuery) -> list[StoredJobEvent]:
+    """:func:`last_heard` and :func:`first_heard` of ``events``."""
+    return [*last_heard(events, last), *first_heard(events, first)]
 
 
 def last_heard(events: Collection[StoredJobEvent], lookup: LastHeardQuery) -> list[StoredJobEvent]:

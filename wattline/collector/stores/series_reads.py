@@ -23,8 +23,9 @@ from wattline.collector.stores.reader import (
     StoredJobEvent,
     StoredSample,
     UnitCuts,
+    evidence_ns,
+    heard,
     jobs_near,
-    last_heard,
     reduce_units,
     units_from_totals,
 )
@@ -161,8 +162,15 @@ class SeriesReads:
         events: list[StoredJobEvent] = []
         for i in range(0, len(ids), 100):
             events += self._events(f'job_id={quote(j)},event=~"open|close"' for j in ids[i : i + 100])
-        events += last_heard(events, self._last_heard)
+        events += heard(events, self._last_heard, self._first_heard)
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _first_heard(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        out: dict[tuple[str, str], int] = {}
+        for job_id, host in pairs:
+            for e in self._events([f"job_id={quote(job_id)},host={quote(host)}"]):
+                out[job_id, host] = min(out.get((job_id, host), evidence_ns(e)), evidence_ns(e))
+        return out
 
     def _job_ids(self, event: str, hosts: Collection[str], since_ns: int, until_ns: int) -> set[str]:
         matchers = [

@@ -20,9 +20,10 @@ from wattline.collector.stores.reader import (
     StoredSample,
     UnitCuts,
     counts_from_totals,
+    evidence_ns,
     good_units,
+    heard,
     jobs_near,
-    last_heard,
     reduce_units,
     units_from_totals,
     writer,
@@ -282,8 +283,24 @@ class SqliteReads:
                 StoredJobEvent(host, job, event, t, seq, json.loads(fields))
                 for host, job, event, t, seq, fields in self._rows(sql, list(chunk))
             ]
-        events += last_heard(events, self._last_heard)
+        events += heard(events, self._last_heard, self._first_heard)
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _first_heard(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """Each (job, host)'s earliest evidence: its first event (along job_events_job, as
+        :meth:`_last_heard`), or its first USE event's period start (along job_events_marks)."""
+        first = "SELECT time_ns FROM job_events WHERE job_id = ? AND +host = ? ORDER BY time_ns LIMIT 1"
+        use = (
+            f"SELECT {_EVENT_COLUMNS} FROM job_events WHERE job_id = ? AND event = 'use' AND {_MARKS} "
+            "AND +host = ? ORDER BY time_ns LIMIT 1"
+        )
+        out: dict[tuple[str, str], int] = {}
+        for job_id, host in pairs:
+            times = [t for (t,) in self._rows(first, [job_id, host])]
+            times += [evidence_ns(e) for e in self._events(use, [job_id, host])]
+            if times:
+                out[job_id, host] = min(times)
+        return out
 
     def _last_heard(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         """Time of each (job, host)'s latest event: read backwards along job_events_job

@@ -7,12 +7,15 @@ them; the saturation point and plateau rate found from totals must also be those
 every stored event. Hard cases, each on its own host of one job: one process with events at one instant,
 resent batches and events on the grid's edges (totals used); two processes (two event_seq
 bases); stamps out of order (the builder stops giving totals); an older writer (no totals);
-a writer whose first events the store never got.
+a writer whose first events the store never got (their units count at its first stored
+event, whose total says them).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import random
 from pathlib import Path
 
@@ -24,7 +27,7 @@ from typer.testing import CliRunner
 from wattline import wire
 from wattline.cli.main import app
 from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.reader import UnitCuts, reduce_units
+from wattline.collector.stores.reader import UnitCuts, counts_from_totals, reduce_units
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.energy.saturation import SaturationParams, grid_bins
 from wattline.workloads.report.build import build_report
@@ -77,13 +80,18 @@ def fill(store: Store, job_id: str) -> Written:
         if host == "old":
             for e in events:
                 e.ClearField("units_total")
+        lost = []
         if host == "late":  # its first events never reached the store
-            events = events[10:]
+            lost, events = events[:10], events[10:]
         assert events
         write(store, host, events[::2])
         write(store, host, events[1::2], times=2)  # resent
         write(store, host, [main.close(0, end)])
         written.add(host, events)
+        if lost:  # their units count at its first stored event: its total says them
+            at = written.units.index((host, events[0].time_ns, events[0].event_seq, events[0].units))
+            written.units[at] = (*written.units[at][:3], events[0].units + sum(e.units for e in lost))
+            assert written.units[at][3] == events[0].units_total
     return written
 
 
@@ -151,15 +159,28 @@ def test_sqlite_sums_no_rows_where_the_totals_tell(tmp_path: Path) -> None:
         check_units(report, written, knee_window_ns(SECONDS, 3), 3 * PLATEAU / 3)
 
 
-def test_totals_that_do_not_add_up_are_not_used(tmp_path: Path) -> None:
+def test_totals_that_do_not_add_up_are_not_used(store: Store) -> None:
     """A writer whose totals fall (not as wattline writes them): the rows are summed instead."""
-    with SqliteStore(tmp_path / "w.db") as store:
-        b = builder("j")
-        events = [b.open(T0), *(b.units(5.0, T0 + k * S) for k in range(1, 200)), b.close(0, T0 + 200 * S)]
-        for e in events[150:-1]:
-            e.units_total = 1.0
-        write(store, "h", events)
-        assert build_report(store, "j").job.units_total == 5.0 * 199
+    b = builder("j")
+    events = [b.open(T0), *(b.units(5.0, T0 + k * S) for k in range(1, 200)), b.close(0, T0 + 200 * S)]
+    for e in events[150:-1]:
+        e.units_total = 1.0
+    write(store, "h", events[:100] + events[101:])  # one lost: the sum cannot know it
+    assert build_report(store, "j").job.units_total == 5.0 * 198
+
+
+def test_counts_from_totals() -> None:
+    """Each event counts its total less the previous one's; its own count where that is it (to
+    the totals' rounding); None where the totals cannot say it."""
+    tenth = [0.1] * 10
+    totals = list(itertools.accumulate(tenth))  # float sums: 0.30000000000000004...
+    assert counts_from_totals(tenth, totals) == tenth  # nothing lost: the own counts, as stored
+    assert counts_from_totals(tenth[1:], totals[1:]) == [totals[1], *tenth[2:]]  # the first lost
+    lost = counts_from_totals([1.0, None, 2.0], [1.0, 4.0, 6.0], before=0.0)
+    assert lost == [1.0, 3.0, 2.0]  # units events of 3 lost before the second (a 0 as stored: None)
+    assert counts_from_totals([2.0], [5.0], before=3.0) == [2.0]
+    for units, totals_ in (([3.0], [2.0]), ([1.0, 1.0], [1.0, None]), ([1.0], [math.nan]), ([1.0], [math.inf])):
+        assert counts_from_totals(units, totals_) is None
 
 
 def test_a_bad_total_is_refused_at_the_door(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wattline.collector.stores.reader import StoredJobEvent, StoredSample
+from wattline.collector.stores.reader import StoredJobEvent, StoredSample, counts_from_totals, writer
 from wattline.collector.stores.schema import SEQ_BLOCK
 
 
@@ -42,23 +42,19 @@ def job_events(series_list: list[dict[str, Any]]) -> list[StoredJobEvent]:
 
 
 def unit_events(found: list[dict[str, Any]]) -> list[StoredJobEvent]:
-    """UNITS events from the series of ``SELECT units, event_seq, time_ns ... GROUP BY host, job_id``."""
+    """UNITS events from the series of ``SELECT units, units_total, event_seq, time_ns ... GROUP BY
+    host, job_id`` (``units_total`` in their fields where stored: see :func:`~.reader.units_from_totals`)."""
     events = []
     for series in found:
         tags = series["tags"]
         host, job = tags.get("host", ""), tags.get("job_id", "")
         i_time, i_units, i_seq, i_true = indexes(series, "units", "event_seq", "time_ns")
-        events += [
-            StoredJobEvent(
-                host,
-                job,
-                "units",
-                int(v[i_true] or v[i_time]),
-                int(v[i_seq] or 0),
-                {} if v[i_units] is None else {"units": v[i_units]},
-            )
-            for v in series.get("values", [])
-        ]
+        i_total = series["columns"].index("units_total") if "units_total" in series["columns"] else None
+        for v in series.get("values", []):
+            fields = {} if v[i_units] is None else {"units": v[i_units]}
+            if i_total is not None and v[i_total] is not None:
+                fields["units_total"] = v[i_total]
+            events.append(StoredJobEvent(host, job, "units", int(v[i_true] or v[i_time]), int(v[i_seq] or 0), fields))
     return events
 
 
@@ -73,22 +69,45 @@ class UnitRows:
     times: list[int]
     units: list[Any]  #: as InfluxDB gives them (None: no field)
     seq: SeqOf  #: row -> its event_seq (made only for the rows that become events)
+    totals: list[Any]  #: their ``units_total`` (None: not stored)
+    writers: frozenset[int]  #: who numbered them (:func:`~.reader.writer`)
+
+    def from_totals(self) -> UnitRows:
+        """These rows with each one's units from the totals (:func:`~.reader.counts_from_totals`)
+        where one writer wrote them all and the totals say it; else these rows."""
+        if len(self.writers) != 1 or None in self.totals:
+            return self
+        counts = counts_from_totals(self.units, self.totals)
+        return self if counts is None else UnitRows(self.times, counts, self.seq, self.totals, self.writers)
 
 
-def _columns(series: dict[str, Any]) -> tuple[list[int], list[Any], SeqOf] | None:
-    """One series' times, units and event_seq of a row (see :func:`unit_rows`)."""
+#: One series' columns: times, units, totals, event_seq of a row, writers.
+_Columns = tuple[list[int], list[Any], list[Any], SeqOf, frozenset[int]]
+
+
+def _columns(series: dict[str, Any]) -> _Columns | None:
+    """One series' times, units, totals, event_seq of a row and writers (see :func:`unit_rows`)."""
     columns, values = series["columns"], series.get("values", [])
     i_time, i_units, i_true = indexes(series, "units", "time_ns")
     units = list(map(operator.itemgetter(i_units), values))
+    totals = list(map(operator.itemgetter(columns.index("units_total")), values)) if "units_total" in columns else []
+    totals = totals or [None] * len(values)
     if "event_seq" in columns:
         i_seq = columns.index("event_seq")
-        return [v[i_true] or v[i_time] for v in values], units, lambda i: int(values[i][i_seq] or 0)
+        writers = frozenset(writer(int(v[i_seq] or 0)) for v in values)
+        return [v[i_true] or v[i_time] for v in values], units, totals, lambda i: int(values[i][i_seq] or 0), writers
     block = series["tags"].get("seq_block", "")
     times = list(map(operator.itemgetter(i_true), values))
     if not block.isdigit() or None in times:
         return None
     base = int(block) * SEQ_BLOCK
-    return times, units, lambda i: base + values[i][i_time] % SEQ_BLOCK
+
+    def seq(i: int) -> int:
+        return base + int(values[i][i_time]) % SEQ_BLOCK
+
+    if writer(base) == writer(base + SEQ_BLOCK - 1):  # the block lies in one writer's numbers
+        return times, units, totals, seq, frozenset({writer(base)}) if values else frozenset()
+    return times, units, totals, seq, frozenset(writer(seq(i)) for i in range(len(values)))
 
 
 def unit_rows(found: list[dict[str, Any]]) -> dict[str, UnitRows] | None:
@@ -97,7 +116,7 @@ def unit_rows(found: list[dict[str, Any]]) -> dict[str, UnitRows] | None:
     past its millisecond, see :data:`~.schema.SEQ_BLOCK`) or of ``SELECT units, event_seq,
     time_ns ...``. None for rows without ``seq_block`` or ``time_ns`` (an older version wrote
     them) in a series without ``event_seq``: read that too."""
-    hosts: dict[str, list[tuple[list[int], list[Any], SeqOf]]] = {}
+    hosts: dict[str, list[_Columns]] = {}
     for series in found:
         part = _columns(series)
         if part is None:
@@ -105,17 +124,19 @@ def unit_rows(found: list[dict[str, Any]]) -> dict[str, UnitRows] | None:
         hosts.setdefault(series["tags"].get("host", ""), []).append(part)
     out = {}
     for host, parts in hosts.items():
-        times, units, seq = parts[0]
+        times, units, totals, seq, writers = parts[0]
         if len(parts) > 1:  # several writers (or a million events): one list of each
             times = [t for part in parts for t in part[0]]
             units = [u for part in parts for u in part[1]]
-            seq = [part[2](i) for part in parts for i in range(len(part[0]))].__getitem__
+            totals = [u for part in parts for u in part[2]]
+            seq = [part[3](i) for part in parts for i in range(len(part[0]))].__getitem__
+            writers = frozenset().union(*(part[4] for part in parts))
         if not all(map(operator.lt, times, itertools.islice(times, 1, None))):  # out of (time, seq) order
             keys = [(t, seq(i)) for i, t in enumerate(times)]
             order = sorted(range(len(keys)), key=keys.__getitem__)
-            times, units = [times[k] for k in order], [units[k] for k in order]
+            times, units, totals = [times[k] for k in order], [units[k] for k in order], [totals[k] for k in order]
             seq = [keys[k][1] for k in order].__getitem__
-        out[host] = UnitRows(times, units, seq)
+        out[host] = UnitRows(times, units, seq, totals, writers)
     return out
 
 

@@ -15,6 +15,7 @@ message as the reason; the other points of the batch are written.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import urllib.parse
 from collections.abc import Collection, Sequence
@@ -32,8 +33,10 @@ from wattline.collector.stores.reader import (
     StoredJobEvent,
     StoredSample,
     UnitCuts,
+    evidence_ns,
+    heard,
     jobs_near,
-    last_heard,
+    units_from_totals,
 )
 from wattline.collector.stores.schema import JOB_SUMMARY, JOB_SUMMARY_HOST
 
@@ -204,20 +207,23 @@ class InfluxV1Store(LineProtocolStore):
         # with every field. GROUP BY keeps the tags out of each row.
         others = f"SELECT * FROM job_events WHERE {where}event != 'units' GROUP BY *"
         found, series = self._statements(f"{self._units_query(where)}; {others}", self.database)
-        return sorted(job_events_of(series) + unit_events_of(found), key=lambda e: (e.time_ns, e.host, e.event_seq))
+        events = units_from_totals(job_events_of(series) + unit_events_of(found))
+        return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     def unit_events(self, job_id: str, cuts: UnitCuts) -> list[StoredJobEvent]:
         """Every UNITS row of the job (units and time_ns; event_seq where an older version
         wrote rows that do not give it), reduced here as :func:`reduce_units` does, by slices
         of each host's rows (:func:`.influx_rows.reduce_unit_rows`, no event object for a row
-        the reduction drops)."""
+        the reduction drops); each host's units from its writer's totals where they say them
+        (:meth:`.influx_rows.UnitRows.from_totals`)."""
         where = f"job_id = {quote_literal(job_id)} AND "
-        (found,) = self._statements(self._units_query(where, "units, time_ns", "seq_block"), self.database)
-        hosts = unit_rows(found)
-        if hosts is None:
+        (found,) = self._statements(self._units_query(where, "units, units_total, time_ns", "seq_block"), self.database)
+        read = unit_rows(found)
+        if read is None:
             (found,) = self._statements(self._units_query(where), self.database)
-            hosts = unit_rows(found)
-            assert hosts is not None
+            read = unit_rows(found)
+            assert read is not None
+        hosts = {host: rows.from_totals() for host, rows in read.items()}
         if not all(good_unit_rows(rows) for rows in hosts.values()):  # the view says what is wrong
             every = [e for host, rows in hosts.items() for e in reduce_unit_rows(job_id, host, rows, None)]
             return sorted(every, key=lambda e: (e.time_ns, e.host, e.event_seq))
@@ -248,7 +254,7 @@ class InfluxV1Store(LineProtocolStore):
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     @staticmethod
-    def _units_query(where: str, fields: str = "units, event_seq, time_ns", by: str = "job_id") -> str:
+    def _units_query(where: str, fields: str = "units, units_total, event_seq, time_ns", by: str = "job_id") -> str:
         return f"SELECT {fields} FROM job_events WHERE {where}event = 'units' GROUP BY host, {by}"
 
     def job_events_between(self, start_ns: int, end_ns: int, hosts: Collection[str]) -> list[StoredJobEvent]:
@@ -261,8 +267,34 @@ class InfluxV1Store(LineProtocolStore):
                 self.database,
             )
             events += job_events_of(series)
-        events += last_heard(events, self._last_heard)
+        events += heard(events, self._last_heard, self._first_heard)
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _first_heard(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """Each (job, host)'s earliest evidence: ``min(time_ns)`` (else the point time of
+        ``first()``: points written before time_ns existed), or its first USE event's period
+        start if earlier."""
+        out: dict[tuple[str, str], int] = {}
+        ids = sorted({job_id for job_id, _ in pairs})
+        for i in range(0, len(ids), 100):
+            which = " OR ".join(f"job_id = {quote_literal(job_id)}" for job_id in ids[i : i + 100])
+            first, true, use = self._statements(
+                f"SELECT first(event_seq) FROM job_events WHERE ({which}) GROUP BY host, job_id; "
+                f"SELECT min(time_ns) FROM job_events WHERE ({which}) GROUP BY host, job_id; "
+                f"SELECT time_ns, period_ns FROM job_events WHERE ({which}) AND event = 'use' "
+                "GROUP BY host, job_id LIMIT 1",
+                self.database,
+            )
+            for series_list, column in ((first, "time"), (true, "min")):  # the true time wins
+                for series in series_list:
+                    i_value = series["columns"].index(column)
+                    for values in series.get("values", []):
+                        if values[i_value] is not None:
+                            out[series["tags"]["job_id"], series["tags"]["host"]] = int(values[i_value])
+            for e in job_events_of(use):
+                key = (e.job_id, e.host)
+                out[key] = min(out.get(key, e.time_ns), evidence_ns(dataclasses.replace(e, event="use")))
+        return {pair: out[pair] for pair in pairs if pair in out}
 
     def _last_heard(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         """Time of each (job, host)'s latest event, one row each: ``max(time_ns)`` (the true

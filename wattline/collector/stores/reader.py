@@ -13,6 +13,12 @@ such instants, the events at the span's first instant and one at its last that c
 the units of the others (:func:`reduce_units`); a view built from them has the same
 figures at those instants as one built from every event, and the store sums the rest itself.
 
+Units come from totals where they can (:func:`units_from_totals`), on every store: where one
+writer (one event_seq base) wrote a host's UNITS events and each carries its running total
+(``units_total``), a stored event counts its total less the previous stored one's (the
+first, its whole total), so the units of an event the store never got count at the next
+stored event of the same process, as energy counts from counters.
+
 Finding the jobs that shared a job's hosts reads only the open, close and heartbeat events
 near the job's window, and the last event of each job still open there
 (:meth:`Reader.job_events_between`), never every event of the store, so a report's cost
@@ -23,7 +29,9 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import math
+import operator
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +39,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 
 from wattline import wire
 from wattline.collector.stores.base import JobSummary, WriteResult
+from wattline.collector.stores.schema import SEQ_COUNTER_BITS
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +101,10 @@ class Reader(Protocol):
         """The open and close events (every host's) of the jobs that may overlap [start_ns, end_ns]
         on one of ``hosts`` (see :func:`jobs_near`), and for each such job and host without a
         close, one ``heartbeat`` event at the time of the job's last event of any kind there
-        (when it was last heard; its fields are not read). Ordered by time; callers check the
-        overlap and whether an unclosed job's lease expired (``wire.lease_ns``)."""
+        (when it was last heard; its fields are not read), for each with a close and no open,
+        one at the earliest time its events there say it ran (:func:`first_heard`). Ordered by
+        time; callers check the overlap and whether an unclosed job's lease expired
+        (``wire.lease_ns``)."""
         ...
 
     def samples(self, host: str, start_ns: int, end_ns: int) -> list[StoredSample]:
@@ -170,6 +181,40 @@ def jobs_near(job_ids: JobIdsQuery, start_ns: int, end_ns: int, hosts: Collectio
     return ids
 
 
+#: ``[(job_id, host), ...]`` -> ``{(job_id, host): the earliest time its events on host say the
+#: job ran there}``: its first event's time, or its first USE event's period start if earlier.
+FirstHeardQuery = Callable[[Sequence[tuple[str, str]]], dict[tuple[str, str], int]]
+
+
+def evidence_ns(e: StoredJobEvent) -> int:
+    """The earliest time ``e`` says its job ran on its host: its time, or for a USE event the
+    start of the period it measured (``period_ns`` before it)."""
+    period = e.fields.get("period_ns") if e.event == "use" else None
+    if isinstance(period, int | float) and not isinstance(period, bool) and 0 < period < e.time_ns:
+        return e.time_ns - int(period)
+    return e.time_ns
+
+
+def first_heard(events: Collection[StoredJobEvent], lookup: FirstHeardQuery) -> list[StoredJobEvent]:
+    """One ``heartbeat`` event per (job, host) with a close in ``events`` and no open, at the time
+    ``lookup`` gives for it: where the job's window there starts, its open not stored."""
+    closed = {(e.job_id, e.host) for e in events if e.event == "close"}
+    unopened = sorted(closed - {(e.job_id, e.host) for e in events if e.event == "open"})
+    if not unopened:
+        return []
+    found = lookup(unopened)
+    return [
+        StoredJobEvent(host, job_id, "heartbeat", found[job_id, host], 0)
+        for job_id, host in unopened
+        if (job_id, host) in found
+    ]
+
+
+def heard(events: Collection[StoredJobEvent], last: LastHeardQuery, first: FirstHeardQuery) -> list[StoredJobEvent]:
+    """:func:`last_heard` and :func:`first_heard` of ``events``."""
+    return [*last_heard(events, last), *first_heard(events, first)]
+
+
 def last_heard(events: Collection[StoredJobEvent], lookup: LastHeardQuery) -> list[StoredJobEvent]:
     """One ``heartbeat`` event per (job, host) with an open in ``events`` and no close, at the
     time ``lookup`` gives for it: the job's latest event of any kind on that host."""
@@ -240,6 +285,84 @@ def reduce_units(events: Iterable[StoredJobEvent], cuts: UnitCuts) -> list[Store
             rest = [dataclasses.replace(rest[-1], fields={"units": units})]
         out += first + rest
     return sorted(out, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+
+#: How far two totals' difference may lie from an event's own count and still be that count (the
+#: totals' float rounding), relative to the total.
+TOTALS_ROUNDING = 1e-9
+
+
+def counts_from_totals(units: Sequence[Any], totals: Sequence[Any], before: float = 0.0) -> list[Any] | None:
+    """The units each of one writer's UNITS events counts, in (time, event_seq) order, from their
+    ``totals`` (the writer's running totals; ``before``: its total before the first of them): each
+    its total less the previous one's, which is its own count (``units``, None for 0) unless
+    events between them were not stored. None when the totals cannot say it: one is missing or
+    not a finite number >= 0, or one rose by less than its event's own count (not as a writer
+    numbers them). By columns in C; a Python step per event only where some were not stored."""
+    owns = [0 if u is None else u for u in units] if None in units else list(units)
+    totals = list(totals)
+    if len(owns) != len(totals) or not (_good_column(owns) and _good_column(totals)):
+        return None
+    rose = list(map(operator.sub, totals, [before, *totals[:-1]]))
+    off = list(map(operator.sub, rose, owns))  # what events not stored counted
+    if not off or max(map(abs, off)) <= TOTALS_ROUNDING:  # none lost: each its own count
+        return list(units)
+    out: list[Any] = []
+    for own, grown, lost, total in zip(units, rose, off, totals, strict=True):
+        rounding = TOTALS_ROUNDING * max(1.0, total)
+        if lost < -rounding:
+            return None
+        out.append(own if lost <= rounding else grown)
+    return out
+
+
+def _good_column(values: list[Any]) -> bool:
+    """Every value a finite number >= 0, not a bool (:func:`good_units`), checked in C (a sum
+    that is not finite: a value that is not, or one so large the sum overflows)."""
+    if not values:
+        return True
+    return set(map(type, values)) <= {int, float} and min(values) >= 0 and math.isfinite(sum(values))
+
+
+def writer(event_seq: int) -> int:
+    """Who numbered an event (its event_seq base: see ``schema.SEQ_COUNTER_BITS``)."""
+    return event_seq >> SEQ_COUNTER_BITS
+
+
+_ORDER = operator.attrgetter("time_ns", "event_seq")
+_SEQ = operator.attrgetter("event_seq")
+
+
+def units_from_totals(events: Iterable[StoredJobEvent]) -> list[StoredJobEvent]:
+    """``events`` with the units of each (job, host)'s UNITS events from their totals where one
+    writer wrote them all and the totals say it (:func:`counts_from_totals`); else as stored.
+    Takes ``units_total`` out of every event's fields, in place (the events a reader made of
+    what it read: every store gives the same fields)."""
+    events = list(events)
+    rows = [i for i, e in enumerate(events) if e.event == "units"]
+    totals = [events[i].fields.pop("units_total", None) for i in rows]
+    owners = [(events[i].job_id, events[i].host) for i in rows]
+    hosts: dict[tuple[str, str], list[int]] = {}
+    if len(set(owners)) == 1:  # one job on one host (a report's read)
+        hosts[owners[0]] = list(range(len(rows)))
+    else:
+        for k, owner in enumerate(owners):
+            hosts.setdefault(owner, []).append(k)
+    for group in hosts.values():
+        mine = [events[rows[k]] for k in group]
+        keys = list(map(_ORDER, mine))
+        if not all(map(operator.le, keys, itertools.islice(keys, 1, None))):
+            order = sorted(range(len(group)), key=keys.__getitem__)
+            group, mine = [group[k] for k in order], [mine[k] for k in order]
+        seqs = list(map(_SEQ, mine))
+        if writer(min(seqs)) != writer(max(seqs)):
+            continue
+        owns = [e.fields.get("units") for e in mine]
+        counts = counts_from_totals(owns, [totals[k] for k in group])
+        for k, e, own, count in zip(group, mine, owns, counts or owns, strict=True):
+            if count is not own:
+                events[rows[k]] = dataclasses.replace(e, fields={**e.fields, "units": count})
+    return events
 
 
 def good_units(value: Any) -> bool:

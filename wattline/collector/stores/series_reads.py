@@ -19,7 +19,16 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from wattline.collector.stores.base import JobSummary
-from wattline.collector.stores.reader import StoredJobEvent, StoredSample, UnitCuts, jobs_near, last_heard, reduce_units
+from wattline.collector.stores.reader import (
+    StoredJobEvent,
+    StoredSample,
+    UnitCuts,
+    evidence_ns,
+    heard,
+    jobs_near,
+    reduce_units,
+    units_from_totals,
+)
 from wattline.collector.stores.schema import ENERGY, JOB_EVENTS, JOB_SUMMARY, JOB_SUMMARY_HOST, SEQ_BLOCK
 from wattline.collector.stores.series_api import Points, SeriesApi, quote
 from wattline.collector.stores.victoria_points import (
@@ -134,9 +143,9 @@ class SeriesReads:
         if job_id is None:
             if not every:
                 raise ValueError("job_events(every=False) reads one job")
-            return self._events(['job_id!=""'])
+            return units_from_totals(self._events(['job_id!=""']))
         if every:
-            return self._events([f"job_id={quote(job_id)}"])
+            return units_from_totals(self._events([f"job_id={quote(job_id)}"]))
         marks = self._events([f'job_id={quote(job_id)},event!~"units|heartbeat"'])
         beats: dict[str, list[StoredJobEvent]] = defaultdict(list)
         for e in self._events([f'job_id={quote(job_id)},event="heartbeat"']):
@@ -146,15 +155,22 @@ class SeriesReads:
         return sorted(marks, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     def unit_events(self, job_id: str, cuts: UnitCuts) -> list[StoredJobEvent]:
-        return reduce_units(self._events([f'job_id={quote(job_id)},event="units"']), cuts)
+        return reduce_units(units_from_totals(self._events([f'job_id={quote(job_id)},event="units"'])), cuts)
 
     def job_events_between(self, start_ns: int, end_ns: int, hosts: Collection[str]) -> list[StoredJobEvent]:
         ids = sorted(jobs_near(self._job_ids, start_ns, end_ns, hosts))
         events: list[StoredJobEvent] = []
         for i in range(0, len(ids), 100):
             events += self._events(f'job_id={quote(j)},event=~"open|close"' for j in ids[i : i + 100])
-        events += last_heard(events, self._last_heard)
+        events += heard(events, self._last_heard, self._first_heard)
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _first_heard(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        out: dict[tuple[str, str], int] = {}
+        for job_id, host in pairs:
+            for e in self._events([f"job_id={quote(job_id)},host={quote(host)}"]):
+                out[job_id, host] = min(out.get((job_id, host), evidence_ns(e)), evidence_ns(e))
+        return out
 
     def _job_ids(self, event: str, hosts: Collection[str], since_ns: int, until_ns: int) -> set[str]:
         matchers = [

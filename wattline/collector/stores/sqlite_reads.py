@@ -4,6 +4,7 @@ connection, lock and path)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
@@ -18,12 +19,15 @@ from wattline.collector.stores.reader import (
     StoredJobEvent,
     StoredSample,
     UnitCuts,
+    counts_from_totals,
+    evidence_ns,
     good_units,
+    heard,
     jobs_near,
-    last_heard,
     reduce_units,
+    units_from_totals,
+    writer,
 )
-from wattline.collector.stores.schema import SEQ_COUNTER_BITS
 from wattline.collector.stores.sqlite_schema import (
     _EVENT_COLUMNS,
     _READ_COLUMNS,
@@ -58,14 +62,17 @@ _SPAN_SUM = (
     f"(SELECT SUM(CASE WHEN {_PLAIN_UNITS} THEN CAST(substr(fields, 10) AS REAL) "
     f"WHEN fields = '{{}}' THEN 0 ELSE 9e999 END) {_IN_SPAN})"
 )
-#: A host's writers of a job's events (its lowest and highest event_seq: one lookup each along
-#: the UNIQUE index; min and max in one SELECT would read every row) and the fields of its last
-#: UNITS event by event_seq (along the same index, from its end).
-_OF_HOST = "FROM job_events WHERE host = ?1 AND job_id = ?2"
+#: A host's writers of a job's UNITS events (their lowest and highest event_seq: one walk each
+#: along the UNIQUE index, past the host's few other events at either end; min and max in one
+#: SELECT would read every row) and the fields of its last UNITS event by event_seq.
+_OF_UNITS = "FROM job_events WHERE host = ?1 AND job_id = ?2 AND event = 'units'"
 _WRITERS = (
-    f"SELECT (SELECT min(event_seq) {_OF_HOST}), (SELECT max(event_seq) {_OF_HOST}), "
-    f"(SELECT fields {_OF_HOST} AND event = 'units' ORDER BY event_seq DESC LIMIT 1)"
+    f"SELECT (SELECT event_seq {_OF_UNITS} ORDER BY event_seq LIMIT 1), "
+    f"(SELECT event_seq {_OF_UNITS} ORDER BY event_seq DESC LIMIT 1), "
+    f"(SELECT fields {_OF_UNITS} ORDER BY event_seq DESC LIMIT 1)"
 )
+#: A host's UNITS rows in a span, packed, in order.
+_SPAN = f"SELECT {_PACK} {_UNITS_OF} AND host = ? AND time_ns > ? AND time_ns <= ? ORDER BY time_ns, event_seq"
 
 
 @functools.lru_cache(maxsize=8)
@@ -86,6 +93,16 @@ def _total(text: str) -> float:
     """The ``units_total`` of a packed row (nan when it has none, so no difference of it adds up)."""
     value = _units_total(text.split(" ", 2)[2])
     return value if value is not None and good_units(value) else math.nan
+
+
+def _one_instant(first: str, second: str) -> bool:
+    """Whether two packed rows have one time."""
+    return first.split(" ", 1)[0] == second.split(" ", 1)[0]
+
+
+def _counted(event: StoredJobEvent, count: Any) -> StoredJobEvent:
+    """``event`` counting ``count`` units (None: as stored)."""
+    return event if count is None else dataclasses.replace(event, fields={**event.fields, "units": count})
 
 
 def _stored(row: tuple[Any, ...]) -> StoredSample:
@@ -122,9 +139,9 @@ class SqliteReads:
 
     def job_events(self, job_id: str | None = None, every: bool = True) -> list[StoredJobEvent]:
         where, args = self._where(("job_id = ?", job_id))
-        if every:
+        if every:  # UNITS events with their totals, for their units from totals
             sql = f"SELECT {_EVENT_COLUMNS} FROM job_events{where} ORDER BY time_ns, host, event_seq"
-            return self._events(sql, args)
+            return units_from_totals(self._events(sql, args, totals=True))
         if job_id is None:
             raise ValueError("job_events(every=False) reads one job")
         events = self._events(f"SELECT {_EVENT_COLUMNS} FROM job_events WHERE job_id = ? AND {_MARKS}", [job_id])
@@ -134,18 +151,24 @@ class SqliteReads:
             events += first + (last if last != first else [])
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
-    def _events(self, sql: str, args: list[object]) -> list[StoredJobEvent]:
-        return [
-            StoredJobEvent(host, job, event, t, seq, _event_fields(fields))
-            for host, job, event, t, seq, fields in self._rows(sql, args)
-        ]
+    def _events(self, sql: str, args: list[object], totals: bool = False) -> list[StoredJobEvent]:
+        """The events of ``sql``'s rows; ``totals``: UNITS events with their ``units_total``."""
+        out = []
+        for host, job, event, t, seq, text in self._rows(sql, args):
+            fields = _event_fields(text)
+            if totals and event == "units" and (total := _units_total(text)) is not None:
+                fields["units_total"] = total
+            out.append(StoredJobEvent(host, job, event, t, seq, fields))
+        return out
 
     def unit_events(self, job_id: str, cuts: UnitCuts) -> list[StoredJobEvent]:
         """Per host and span of ``cuts``, index lookups along job_events_units (its first rows,
         its last, :func:`reduce_units`), all in one statement: no row leaves SQLite but those,
-        so a report's cost does not grow with the job's UNITS events. A span's other units are
-        the difference of two ``units_total`` where one writer wrote every UNITS event of the
-        host and each carries one (:meth:`_totalled`); else SQLite sums the span's rows."""
+        so a report's cost does not grow with the job's UNITS events. Where one writer wrote a
+        host's UNITS events and each carries ``units_total`` (:meth:`_totalled`), their units
+        come from the totals (:func:`counts_from_totals`: a span's the difference of two, and
+        the units of events not stored count at the next stored one); else SQLite sums the
+        span's rows."""
         bounds = [-(2**63), *cuts.instants, 2**63 - 1]
         edges = list(itertools.pairwise(bounds))
         hosts = self._hosts_with(job_id, "units")
@@ -154,7 +177,7 @@ class SqliteReads:
         found = self._span_rows(job_id, [(h, lo, hi) for h in totalled for lo, hi in edges], summed=False)
         summed = [h for h in hosts if h not in totalled]
         for i, host in enumerate(totalled):
-            got = self._host_units(job_id, host, edges, found[i * len(edges) : (i + 1) * len(edges)], cuts)
+            got = self._host_totals(job_id, host, edges, found[i * len(edges) : (i + 1) * len(edges)], cuts)
             if got is None:  # totals that do not add up: sum the rows
                 summed.append(host)
             else:
@@ -163,7 +186,7 @@ class SqliteReads:
         if any(total == math.inf for *_, total in found):  # units not as this store writes them
             return reduce_units(self._events(f"SELECT {_EVENT_COLUMNS} {_UNITS_OF}", [job_id]), cuts)
         for i, host in enumerate(summed):
-            out += self._host_units(job_id, host, edges, found[i * len(edges) : (i + 1) * len(edges)], cuts) or []
+            out += self._host_sums(job_id, host, edges, found[i * len(edges) : (i + 1) * len(edges)], cuts)
         return sorted(out, key=lambda e: (e.time_ns, e.host, e.event_seq))
 
     def _span_rows(self, job_id: str, spans: list[tuple[str, int, int]], summed: bool) -> list[tuple[Any, ...]]:
@@ -174,57 +197,68 @@ class SqliteReads:
         return found
 
     def _totalled(self, job_id: str, host: str) -> bool:
-        """Whether one writer (one event_seq base) wrote every event of ``job_id`` on ``host`` and
-        its last UNITS event carries ``units_total``: then every one of its UNITS events does,
-        stamped in the order of their event_seq (see ``EventBuilder``). Three index lookups."""
+        """Whether one writer (one event_seq base) wrote every UNITS event of ``job_id`` on ``host``
+        and its last carries ``units_total``: then every one of them does, stamped in the order of
+        their event_seq (see ``EventBuilder``). Three walks along the UNIQUE index."""
         ((low, high, last),) = self._rows(_WRITERS, [host, job_id])
-        if last is None or low >> SEQ_COUNTER_BITS != high >> SEQ_COUNTER_BITS:
+        if last is None or writer(low) != writer(high):
             return False
         total = _units_total(last)
         return total is not None and good_units(total)
 
-    def _host_units(
-        self,
-        job_id: str,
-        host: str,
-        edges: list[tuple[int, int]],
-        found: list[tuple[Any, ...]],
-        cuts: UnitCuts,
+    def _host_totals(
+        self, job_id: str, host: str, edges: list[tuple[int, int]], found: list[tuple[Any, ...]], cuts: UnitCuts
     ) -> list[StoredJobEvent] | None:
-        """:func:`reduce_units` of ``host``'s UNITS events from each span's first two rows, its last
-        and its sum (None: from the ``units_total`` of its last row and of the previous span's
-        last). None when those totals do not add up."""
+        """:func:`reduce_units` of ``host``'s UNITS events with their units from totals
+        (:func:`counts_from_totals`), from each span's first two rows and its last: the first
+        counts its total less the previous span's last, the last the rest of the span (its total
+        less the first's). None when those totals do not add up."""
         out: list[StoredJobEvent] = []
-        before: float | str | None = None  # the total before the span, or the row (packed) that has it
+        before = 0.0  # the writer's total before the span (0: nothing before its first event)
+        for (lo, hi), (first, second, last, _) in zip(edges, found, strict=True):
+            if first is None:
+                continue
+            if second is not None and _one_instant(first, second):  # events at one instant: read the span
+                texts = [text for (text,) in self._rows(_SPAN, [job_id, host, lo, hi])]
+                rows, totals = [_packed(host, job_id, t) for t in texts], [_total(t) for t in texts]
+                counts = counts_from_totals([e.fields.get("units") for e in rows], totals, before)
+                if counts is None:
+                    return None
+                out += reduce_units([_counted(e, c) for e, c in zip(rows, counts, strict=True)], cuts)
+                before = totals[-1]
+                continue
+            texts = [first] if second is None else [first, last]
+            events = [_packed(host, job_id, text) for text in texts]
+            counts = counts_from_totals([e.fields.get("units") for e in events], [_total(t) for t in texts], before)
+            if counts is None:
+                return None
+            out.append(_counted(events[0], counts[0]))
+            if second is not None:  # the last carries the units of all but the first
+                rest = counts[1] if second == last else _total(last) - _total(first)
+                out.append(_counted(events[1], rest))
+            before = _total(last)
+        return out
+
+    def _host_sums(
+        self, job_id: str, host: str, edges: list[tuple[int, int]], found: list[tuple[Any, ...]], cuts: UnitCuts
+    ) -> list[StoredJobEvent]:
+        """:func:`reduce_units` of ``host``'s UNITS events from each span's first two rows, its last
+        and its sum."""
+        out: list[StoredJobEvent] = []
         for (lo, hi), (first, second, last, total) in zip(edges, found, strict=True):
             if first is None:
                 continue
             head = _packed(host, job_id, first)
-            if before is None:  # the writer's total before its first stored event
-                before = _total(first) - float(head.fields.get("units", 0)) if total is None else 0.0
             if second is None:
                 out.append(head)
-            elif second.split(" ", 1)[0] == first.split(" ", 1)[0]:  # events at one instant: read the span
+            elif _one_instant(first, second):  # events at one instant: read the span
                 sql = f"SELECT {_EVENT_COLUMNS} {_UNITS_OF} AND host = ? AND time_ns > ? AND time_ns <= ?"
                 out += reduce_units(self._events(sql, [job_id, host, lo, hi]), cuts)
             elif second == last:  # two events
                 out += [head, _packed(host, job_id, last)]
             else:  # the last one carries the units of all but the first
-                units = float(head.fields.get("units", 0))
-                if total is not None:
-                    rest = total - units
-                else:
-                    last_total = _total(last)
-                    rest = last_total - (_total(before) if isinstance(before, str) else before) - units
-                    if not rest >= 0:
-                        if not rest > -1e-9 * max(1.0, last_total):  # more than the totals' rounding
-                            return None
-                        rest = 0.0
-                    before = last_total
-                t, seq, _fields = last.split(" ", 2)
-                out += [head, StoredJobEvent(host, job_id, "units", int(t), int(seq), {"units": rest})]
-                continue
-            before = last
+                rest = total - float(head.fields.get("units", 0))
+                out += [head, _counted(_packed(host, job_id, last), rest)]
         return out
 
     def _hosts_with(self, job_id: str, event: str) -> list[str]:
@@ -249,8 +283,24 @@ class SqliteReads:
                 StoredJobEvent(host, job, event, t, seq, json.loads(fields))
                 for host, job, event, t, seq, fields in self._rows(sql, list(chunk))
             ]
-        events += last_heard(events, self._last_heard)
+        events += heard(events, self._last_heard, self._first_heard)
         return sorted(events, key=lambda e: (e.time_ns, e.host, e.event_seq))
+
+    def _first_heard(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """Each (job, host)'s earliest evidence: its first event (along job_events_job, as
+        :meth:`_last_heard`), or its first USE event's period start (along job_events_marks)."""
+        first = "SELECT time_ns FROM job_events WHERE job_id = ? AND +host = ? ORDER BY time_ns LIMIT 1"
+        use = (
+            f"SELECT {_EVENT_COLUMNS} FROM job_events WHERE job_id = ? AND event = 'use' AND {_MARKS} "
+            "AND +host = ? ORDER BY time_ns LIMIT 1"
+        )
+        out: dict[tuple[str, str], int] = {}
+        for job_id, host in pairs:
+            times = [t for (t,) in self._rows(first, [job_id, host])]
+            times += [evidence_ns(e) for e in self._events(use, [job_id, host])]
+            if times:
+                out[job_id, host] = min(times)
+        return out
 
     def _last_heard(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         """Time of each (job, host)'s latest event: read backwards along job_events_job

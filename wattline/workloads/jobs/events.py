@@ -63,8 +63,9 @@ class EventBuilder:
     UNITS events carry ``units_total``, the units of this builder's UNITS events so far
     (numbered in the same step, so a later event_seq has the larger total), as long as
     their times never go backwards; from the first one stamped before its predecessor on
-    they carry none (readers then sum the events, see ``SqliteReads.unit_events``), and so from
-    a count no store keeps (not finite, negative) on."""
+    they carry none (readers then sum the events, see ``reader.units_from_totals``), and so from
+    a count no store keeps (not finite, negative) on. Readers take a host's units from the
+    totals, so the units of an event the store never got count at the next one stored."""
 
     def __init__(self, spec: JobSpec, base: int | None = None) -> None:
         """``base``: the block's base when the writer's identity must be fixed (a hook run again

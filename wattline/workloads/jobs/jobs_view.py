@@ -11,6 +11,11 @@ A host's window without a close is *running* while the job was heard there (any 
 heartbeats included) within the lease (``wire.lease_ns()``) before "now", and
 *abandoned* after that: its window then ends when the job was last heard there.
 
+A host's window without an open (the event was lost: a store restarted empty, a spool
+dropped) starts at the earliest time its stored events cover (:func:`evidence_ns`: a USE
+event's period reaches back before its time), and the host names the open in
+:attr:`HostWindow.missing`: the job ran there before that, so its figures are incomplete.
+
 An event no figure can be computed from (units negative or not finite, stored by an
 older version; a field of the wrong type) makes the job *bad*: :func:`build_view` raises
 :class:`BadJob` saying what is wrong in one line, and :func:`all_views` lists the job
@@ -27,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wattline import wire
-from wattline.collector.stores.reader import Reader, StoredJobEvent, UnitCuts
+from wattline.collector.stores.reader import Reader, StoredJobEvent, UnitCuts, evidence_ns
 from wattline.text import clip
 from wattline.workloads.jobs.events import SATURATED
 
@@ -60,6 +65,9 @@ class HostWindow:
     #: How the scheduler ended the job here (a Slurm close's ``end_state``: cancelled, timeout...; a
     #: pod-job's ``pod_end``: succeeded, failed, oom_killed, evicted, deleted...); "" when not said.
     end_state: str = ""
+    #: The events that define the window and were not stored (``["open"]``: it starts at the
+    #: earliest stored evidence instead); empty when the window is the one its events give.
+    missing: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.last_ns = max(self.last_ns, self.open_ns)
@@ -114,6 +122,11 @@ class JobView:
     @property
     def closed(self) -> bool:
         return all(w.close_ns is not None for w in self.hosts.values())
+
+    @property
+    def missing_events(self) -> dict[str, list[str]]:
+        """Host -> the events that define its window and were not stored (empty: none)."""
+        return {host: list(w.missing) for host, w in sorted(self.hosts.items()) if w.missing}
 
     def end_ns(self, now_ns: int) -> int:
         """The latest host's end (see :meth:`HostWindow.end_ns`): ``now_ns`` while one runs."""
@@ -231,20 +244,26 @@ def _number(fields: dict[str, Any], name: str, integer: bool = False) -> float:
 
 def inspect_view(job_id: str, events: list[StoredJobEvent]) -> JobView:
     """Fold events (any order) into a :class:`JobView`, its bad events in ``problems``;
-    JobNotFound when there are none."""
+    JobNotFound when there are none. Every host with an event has a window: one without an
+    open starts at its earliest evidence (:func:`evidence_ns`) and names the open missing."""
     mine = sorted((e for e in events if e.job_id == job_id), key=lambda e: (e.time_ns, e.event_seq))
     if not mine:
         raise JobNotFound(f"no job {clip(job_id)} in the store")
     view = JobView(job_id)
+    opened = {e.host for e in mine if e.event == "open"}
+    starts: dict[str, int] = {}
+    for e in mine:
+        if e.host not in opened:
+            starts[e.host] = min(starts.get(e.host, e.time_ns), evidence_ns(e))
     last_units: dict[str, int] = {}
     for e in mine:
         try:
-            _fold(view, e, last_units)
+            _fold(view, e, last_units, starts)
         except ValueError as exc:
             view.problems.append(f"{e.event} event at {utc_iso(e.time_ns)} on host {clip(e.host)}: {exc}")
-    if not view.hosts:
-        first = mine[0]
-        view.hosts[first.host] = HostWindow(first.host, first.time_ns)
+    for host, start in starts.items():
+        window = view.hosts.setdefault(host, HostWindow(host, start))
+        window.open_ns, window.missing = min(window.open_ns, start), ["open"]
     for e in mine:  # heartbeats and every other kind: when the job was last heard per host
         if e.host in view.hosts:
             window = view.hosts[e.host]
@@ -252,8 +271,9 @@ def inspect_view(job_id: str, events: list[StoredJobEvent]) -> JobView:
     return view
 
 
-def _fold(view: JobView, e: StoredJobEvent, last_units: dict[str, int]) -> None:
-    """Add one event to ``view``; ValueError (and ``view`` unchanged) for a bad one."""
+def _fold(view: JobView, e: StoredJobEvent, last_units: dict[str, int], starts: dict[str, int]) -> None:
+    """Add one event to ``view``; ValueError (and ``view`` unchanged) for a bad one. ``starts``:
+    where the window of a host without an open starts."""
     f = e.fields
     if e.event == "open":
         view.name = str(f.get("name") or view.name or view.job_id)
@@ -268,7 +288,7 @@ def _fold(view: JobView, e: StoredJobEvent, last_units: dict[str, int]) -> None:
             window.open_ns = min(window.open_ns, e.time_ns)
     elif e.event == "units":
         count = _number(f, "units")
-        opened = view.hosts[e.host].open_ns if e.host in view.hosts else e.time_ns
+        opened = view.hosts[e.host].open_ns if e.host in view.hosts else starts.get(e.host, e.time_ns)
         view.unit_events.append((e.time_ns, count))
         view.unit_intervals.append((min(last_units.get(e.host, opened), e.time_ns), e.time_ns, count))
         last_units[e.host] = e.time_ns
@@ -277,7 +297,7 @@ def _fold(view: JobView, e: StoredJobEvent, last_units: dict[str, int]) -> None:
     elif e.event == "close":
         reason = " ".join(str(f.get("abandoned") or "").split())[:200]
         exit_code = None if reason else int(_number(f, "exit_code", integer=True))
-        window = view.hosts.setdefault(e.host, HostWindow(e.host, e.time_ns))
+        window = view.hosts.setdefault(e.host, HostWindow(e.host, starts.get(e.host, e.time_ns)))
         if reason and window.close_ns is not None and not window.end_reason:
             return  # the wrapper's own close stands: it saw the workload end
         if not reason and window.end_reason:  # ... and replaces one made for it by another process

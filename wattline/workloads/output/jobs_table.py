@@ -25,6 +25,9 @@ def _job_cells(row: dict[str, Any], energy: bool, errors: bool) -> list[str]:
     )
     if row.get("status_note"):  # running as the store shows it some seconds ago
         status += f" ({row['status_note']})"
+    if row.get("missing_events"):  # its window starts at what is stored: the report's notes say where
+        lost = row["missing_events"]
+        status += ", open not stored" + (f" on {', '.join(sorted(lost))}" if len(row["hosts"]) > 1 else "")
     if row.get("saturated") is False:
         status += ", not saturated"
     cells = [

@@ -15,9 +15,11 @@ Steps (each documented where it lives):
    (``energy/window_bounds.py``, terms in ``energy/uncertainty.py``). A host's channels are built in
    :mod:`.channels`, the idle baseline of ``--idle subtract`` in :mod:`.idle`.
 4. Figures per unit, cost and CO2 come from :mod:`.economics`.
-5. Completeness: a host window is complete when every series the host reported during
-   the job has samples from before its open to after its close (a running job's: now). An agent ships samples every
-   batch interval, so a report built right at job end may lack the last seconds;
+5. Completeness: a host window is complete when its open is stored (else it starts at the
+   earliest stored evidence, and the report names the open missing) and every series the
+   host reported during the job has samples from before its open to after its close (a
+   running job's: now). An agent ships samples every batch interval, so a report built
+   right at job end may lack the last seconds;
    :func:`build_complete_report` waits (bounded) for them, and a report that still lacks
    them says so ("incomplete: samples up to ..."), never a quiet shortfall.
 
@@ -84,6 +86,8 @@ def build_report(
     shares: list[DeviceShare] = []
     for host, window in sorted(job.hosts.items()):
         close = window.end_ns(now_ns, end_ns)  # an abandoned host's window ends when last heard
+        if window.missing:
+            notes.append(_missing_note(job, host, window.open_ns))
         at_open, at_close = reader.around(host, (window.open_ns, close))
         late = _samples_from(at_open, window.open_ns, close)
         if late is not None:
@@ -231,6 +235,15 @@ def _incomplete_note(host: str, close_ns: int, up_to_ns: int, series: list[str])
     )
 
 
+def _missing_note(job: JobView, host: str, start_ns: int) -> str:
+    """What a host's window lacks when its open was not stored."""
+    unknown = "" if len(job.missing_events) < len(job.hosts) else "; its kind and unit name (the open's) are unknown"
+    return (
+        f"incomplete: {host}: open not stored: the window starts at its first stored event, {utc_iso(start_ns)}; "
+        f"the job ran there before it, and energy before it is not counted{unknown}"
+    )
+
+
 def _late_note(host: str, open_ns: int, from_ns: int, series: list[str]) -> str:
     return (
         f"incomplete: {host}: samples only from {utc_iso(from_ns)}, {(from_ns - open_ns) / 1e9:.1f} s after the "
@@ -275,9 +288,10 @@ def _view(reader: Reader, job_id: str, others: list[StoredJobEvent], now_ns: int
     """The job, its UNITS events read for what the report needs (:func:`wattline.workloads.jobs.jobs_view.view_at`):
     its units total and count at its start, its saturation mark and each edge of the
     saturation grid. The grid spans the job's window: its opens and closes give it, and for
-    a job not closed everywhere the times it was last heard (the first read)."""
+    a job not closed everywhere the times it was last heard, or where an open was not stored
+    its first evidence (the first read)."""
     first = inspect_view(job_id, others) if others else None
-    if first is None or not first.hosts or not first.closed:
+    if first is None or not first.hosts or not first.closed or first.missing_events:  # units may say more
         first = inspect_view(job_id, [*others, *reader.unit_events(job_id, UnitCuts(0, 0))])
     start, end = first.start_ns, first.end_ns(now_ns)
     bins = grid_bins(start, end, settings.saturation) if end > start else 0

@@ -73,8 +73,8 @@ class Report:
 
     @property
     def complete(self) -> bool:
-        """Every host's samples cover its window, from its open to its close."""
-        return not self.incomplete and not self.late_start
+        """Every host's open is stored and its samples cover its window, from its open to its close."""
+        return not self.incomplete and not self.late_start and not self.job.missing_events
 
     @property
     def energy_data(self) -> bool:

@@ -131,6 +131,7 @@ def report_json(r: Report) -> dict[str, Any]:
             "status_text": status_text(r.state, job.exit_code, job.heard_at_ns, job.end_reason, job.end_state),
         },
         "complete": r.complete,
+        "missing_events": job.missing_events,  #: host -> events not stored ("open": the window starts at its evidence)
         "samples_up_to": {host: utc_iso(ns) for host, ns in sorted(r.incomplete.items())},
         "samples_from": {host: utc_iso(ns) for host, ns in sorted(r.late_start.items())},
         "saturation": {

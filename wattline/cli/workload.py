@@ -14,25 +14,36 @@ accuracy. Comparing two CPU runs (fp32 against bf16, 1 thread against 2) with
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
+from rich.console import Console
 
 from wattline.cli.agent_entry import agent_settings
 from wattline.cli.options import VERBOSE, StoreChoice, option_group, report_options, store_options
 from wattline.config import ConfigError
-from wattline.workloads.reference.common import DEVICES, DTYPES, EXTRA_HINT, RANDOM_WEIGHTS, import_torch, missing_extra
+from wattline.workloads.reference.common import (
+    DEVICES,
+    DTYPES,
+    EXTRA_HINT,
+    RANDOM_WEIGHTS,
+    exit_now,
+    import_torch,
+    missing_extra,
+)
 from wattline.workloads.reference.launch import WORKLOAD_SCHEMA, Launch, Where, resolve, run_workload, torchrun
 from wattline.workloads.report.model import ReportSettings
 from wattline.workloads.wrappers.job import default_job_id
 
 app = typer.Typer(
     name="workload",
-    help="Reference workloads: the study's LayoutLM inference and BERT-Large pre-training, "
-    f"on CPU, CUDA or Neuron ({RANDOM_WEIGHTS}).",
+    help="Reference workloads: the study's LayoutLM inference (run to saturation, or served over HTTP) "
+    f"and BERT-Large pre-training, on CPU, CUDA or Neuron ({RANDOM_WEIGHTS}); a stepped load for services.",
     no_args_is_help=True,
     rich_markup_mode=None,  # plain help: "[agent]" is a TOML table, not markup
 )
@@ -278,6 +289,101 @@ def bert_pretrain(
     env = {"OMP_NUM_THREADS": labels["threads"]} if launcher else {}
     launch = Launch(name, "training", "sequences", "bert_pretrain", args, labels, launcher, env)
     _run(launch, common, choice, rsettings, run_id)
+
+
+@app.command("layoutlm-serve")
+def layoutlm_serve(
+    size: str = typer.Option("base", "--size", help="base (LayoutLM-base, 512 tokens) or tiny (CI)."),
+    device: str = DEVICE,
+    dtype: str = typer.Option("fp32", "--dtype", help=f"{' | '.join(DTYPES)}."),
+    threads: int | None = typer.Option(None, "--threads", help="torch CPU threads (default: torch's)."),
+    seed: int = SEED,
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8000, "--port", help="Port to listen on; 0 takes a free one (the ready line names it)."),
+    max_batch: int = typer.Option(32, "--max-batch", help="Most documents in one batch (and in one request)."),
+    max_wait_ms: float = typer.Option(
+        5.0, "--max-wait-ms", help="Longest a request waits for more to fill its batch, in milliseconds."
+    ),
+    linger: float = typer.Option(
+        0.0, "--linger", help="Seconds /metrics stays up after a stop's last answer (for a final scrape)."
+    ),
+) -> None:
+    """LayoutLM inference as an HTTP service that runs until SIGTERM; measured by its own metrics.
+
+    POST /infer (an empty body is one document, {"documents": N} is N), batched across concurrent
+    requests; GET /metrics (Prometheus: requests by outcome, documents, latency); GET /health.
+    Ready, it prints "listening on http://HOST:PORT". SIGTERM refuses new requests and answers
+    those in flight. No job is opened: the service's units are read from its metrics.
+    Random weights, no download.
+    """
+    from wattline.workloads.reference.layoutlm_inference import SIZES
+
+    if size not in SIZES:
+        raise ConfigError(f"option --size: {size!r} is not one of {', '.join(sorted(SIZES))}")
+    _positive(max_batch, "--max-batch")
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"option --port: {port} is not 0..65535")
+    for value, option in ((max_wait_ms, "--max-wait-ms"), (linger, "--linger")):
+        if not 0 <= value < float("inf"):
+            raise ConfigError(f"option {option}: {value} must be >= 0")
+    torch = require_extra()
+    labels = resolve(torch, device, dtype, threads)
+    from wattline.workloads.reference.layoutlm_serve import ServeSettings, serve
+
+    settings = ServeSettings(
+        size, labels["device"], dtype, int(labels["threads"]), seed, host, port, max_batch, max_wait_ms, linger
+    )
+    exit_now(serve(settings))
+
+
+@app.command("load")
+def load(
+    url: str = typer.Option(..., "--url", help='The service\'s inference URL: POST, JSON {"documents": N}.'),
+    steps: str = typer.Option(
+        ..., "--steps", help="RATE:DURATION,...: RATE in requests/s (40) or of the capacity (25%)."
+    ),
+    capacity: float | None = typer.Option(
+        None, "--capacity", help="Requests/s that 100% is (default: measured first, closed loop)."
+    ),
+    documents: int = typer.Option(1, "--documents", help="Documents per request."),
+    arrivals: str = typer.Option("poisson", "--arrivals", help="poisson (random gaps) or fixed (even gaps)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the Poisson arrivals."),
+    workers: int = typer.Option(64, "--workers", help="Most requests in flight at once."),
+    max_concurrency: int = typer.Option(64, "--max-concurrency", help="Most clients the capacity measurement tries."),
+    capacity_seconds: float = typer.Option(2.0, "--capacity-seconds", help="Seconds per capacity measurement level."),
+    as_json: bool = typer.Option(False, "--json", help="Print the windows as JSON."),
+) -> None:
+    """Open-loop load at stepped rates against an inference service; what each window got.
+
+    Between steps the load waits for every answer, so each window's requests are sent and
+    answered inside it. Steps in % are of the capacity: --capacity, else measured with
+    closed-loop clients doubling until throughput stops rising.
+    """
+    from wattline.workloads.reference.stepped_load import ARRIVALS, check_url, parse_steps, run_load
+
+    specs = parse_steps(steps)
+    check_url(url)
+    if arrivals not in ARRIVALS:
+        raise ConfigError(f"option --arrivals: {arrivals!r} is not one of {', '.join(ARRIVALS)}")
+    for value, option in (
+        (capacity, "--capacity"), (documents, "--documents"), (workers, "--workers"),
+        (max_concurrency, "--max-concurrency"), (capacity_seconds, "--capacity-seconds"),
+    ):  # fmt: skip
+        _positive(value, option)
+    from wattline.workloads.reference.figures import print_load
+
+    result = run_load(
+        url, specs, capacity_rps=capacity, documents=documents, arrivals=arrivals, seed=seed, workers=workers,
+        max_concurrency=max_concurrency, capacity_seconds=capacity_seconds,
+    )  # fmt: skip
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        print_load(result, Console(file=sys.stdout))
+    sent = sum(w["sent"] for w in result["windows"])
+    if sent and not sum(w["answered"] for w in result["windows"]):
+        typer.echo(f"wattline: error: {url} answered none of {sent} requests", err=True)
+        raise typer.Exit(1)
 
 
 def _launcher_job_id() -> bool:

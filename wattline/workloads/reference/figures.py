@@ -102,3 +102,27 @@ def print_workload(result: dict[str, Any], check: dict[str, Any] | None, console
         alone = check["detection_alone"]
         where = f"at {alone['at_s']:.1f} s" if alone["saturated"] else f"not found ({alone['reason']})"
         console.print(f"Throughput-plateau detection alone (ignoring any mark): {where}")
+
+
+def print_load(result: dict[str, Any], console: Console) -> None:
+    """``wattline workload load``'s windows: target and achieved rates, answers, errors, latency."""
+    measured = result.get("capacity_measured")
+    if measured is not None:
+        console.print(
+            f"Capacity: {measured['rps']:,.1f} requests/s at {measured['concurrency']} closed-loop clients "
+            f"(levels tried: {', '.join(str(level['concurrency']) for level in measured['levels'])})"
+        )
+    t = Table(title=f"Open-loop load on {result['url']} ({result['arrivals']} arrivals)")
+    for col in ("step", "target/s", "seconds", "sent", "answered", "errors", "achieved/s", "p50 ms", "p99 ms"):
+        t.add_column(col, justify="right")
+    for w in result["windows"]:
+        share = f" ({w['percent']:g}%)" if w["percent"] is not None else ""
+        t.add_row(
+            f"{w['index']}{share}", f"{w['rate_rps']:,.1f}", f"{w['seconds']:g}", str(w["sent"]), str(w["answered"]),
+            str(sum(w["errors"].values())), f"{w['achieved_rps']:,.1f}",
+            _ms(w["latency_ms"], "p50"), _ms(w["latency_ms"], "p99"),
+        )  # fmt: skip
+    console.print(t)
+    kinds = {k: sum(w["errors"].get(k, 0) for w in result["windows"]) for w in result["windows"] for k in w["errors"]}
+    if kinds:
+        console.print("Errors: " + ", ".join(f"{k} x {n}" for k, n in sorted(kinds.items())))

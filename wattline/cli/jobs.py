@@ -3,7 +3,9 @@ the work is on floor 3 (:mod:`wattline.workloads.wrappers.job_command`, :mod:`wa
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -25,6 +27,7 @@ from wattline.cli.options import (
     report_settings,
     store_options,
 )
+from wattline.cli.window_options import FROM, SINCE, TO, parse_window
 from wattline.config import ConfigError, parse_pairs
 from wattline.units import parse_duration
 from wattline.workloads.output.comparison import comparison_json, print_comparison
@@ -130,14 +133,20 @@ def report(
     plot: Path | None = typer.Option(None, "--plot", help="Also draw power over time to FILE.png or FILE.svg."),
     by_host: bool = typer.Option(False, "--by-host", help="With --plot/--html: one line per host, not stacked."),
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML page to FILE.html."),
+    since: str | None = SINCE,
+    from_: str | None = FROM,
+    to: str | None = TO,
     *,
     choice: StoreChoice,
     rsettings: ReportSettings,
 ) -> None:
     """Energy, throughput, J per unit, cost and CO2 of one job: the saturated window (from
-    saturation to end) beside the whole run, and how the job ended."""
+    saturation to end) beside the whole run, and how the job ended; or, with --since or
+    --from/--to, its figures over that window (a service that does not end)."""
     from wattline.cli import outputs
 
+    window = parse_window(since, from_, to, time.time_ns())
+    rsettings = dataclasses.replace(rsettings, window=window)
     outputs.check_report_outputs(plot, html)
     with choice.reader() as reader:
         result = report_or_exit(reader, job_id, rsettings)

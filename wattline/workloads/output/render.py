@@ -60,9 +60,10 @@ def _energy_bounded(energy_j: float, bound: Bound) -> str:
     return _bounded(q.si(energy_j, "J"), rel)
 
 
-def _span_figure(text: str, s: Span) -> str:
-    """A span's figure derived from its charged energy: bound, then the estimate label."""
-    return tagged(_bounded(text, s.bound_rel), s.estimate)
+def _span_figure(text: str, s: Span, per_unit: bool = False) -> str:
+    """A span's figure derived from its charged energy (``per_unit``: and its units): bound, then
+    the estimate label."""
+    return tagged(_bounded(text, s.per_unit_rel if per_unit else s.bound_rel), s.estimate)
 
 
 #: (figure name, its text in a span) for the report's main table.
@@ -93,8 +94,8 @@ def _report_rows(r: Report) -> list[Row]:
         rows.append(("energy above idle", lambda s: _span_figure(q.si(s.dynamic_j, "J"), s)))
     rows += [
         (f"mean power{tag}", lambda s: _span_figure(q.si(s.figures.mean_power_w, "W"), s)),
-        (f"energy per {one}{tag}", lambda s: _span_figure(q.si(s.figures.j_per_unit, "J"), s)),
-        (f"per million {unit}{tag}", lambda s: _span_figure(q.kwh(s.figures.kwh_per_million_units), s)),
+        (f"energy per {one}{tag}", lambda s: _span_figure(q.si(s.figures.j_per_unit, "J"), s, per_unit=True)),
+        (f"per million {unit}{tag}", lambda s: _span_figure(q.kwh(s.figures.kwh_per_million_units), s, per_unit=True)),
     ]
     if r.settings.price_per_instance_hour is not None:
         rows += [
@@ -104,7 +105,10 @@ def _report_rows(r: Report) -> list[Row]:
     if r.settings.carbon_intensity is not None:
         rows += [
             (f"CO2 per run{tag}", lambda s: _span_figure(q.co2(s.figures.co2_per_run_g), s)),
-            (f"CO2 per million {unit}{tag}", lambda s: _span_figure(q.co2(s.figures.co2_per_million_units_g), s)),
+            (
+                f"CO2 per million {unit}{tag}",
+                lambda s: _span_figure(q.co2(s.figures.co2_per_million_units_g), s, per_unit=True),
+            ),
         ]
     if not r.energy_data:  # no sample at all: no energy figure, not "0 J"
         rows = [(name, _no_samples) if name.startswith(ENERGY_ROWS) else (name, text) for name, text in rows]
@@ -129,6 +133,8 @@ def report_table(r: Report) -> TextTable:
     saturated, whole = spans(r)
     shown = (saturated, whole) if r.saturated else (whole,)
     title = "Saturated window and whole run" if r.saturated else "Whole run (not saturated)"
+    if r.settings.window is not None:
+        title = "Window asked"
     return (
         title,
         ["figure", *(s.title for s in shown)],
@@ -172,6 +178,10 @@ def print_report(r: Report, console: Console | None = None) -> None:
             f"Saturated at {utc_iso(sat.at_ns or 0)} ({sat.method}); the saturated window leaves out "
             f"{q.duration(r.warmup.seconds)} of warm-up, the whole run includes it"
         )
+    elif r.settings.window is not None:
+        off = q.count(r.units_bound, r.job.unit_name)
+        units = f"; its units may be off by {off} (events across its edges)" if r.units_bound else ""
+        console.print(f"Window {utc_iso(r.job.start_ns)} to {utc_iso(r.end_ns)}: figures over it{units}")
     else:
         console.print(f"[yellow]NOT SATURATED[/yellow] ({escape(sat.reason)}): whole-run figures")
     share = whole.estimate

@@ -49,6 +49,7 @@ from wattline.workloads.report.channels import EXCLUDED_COMPONENTS, Bounds
 from wattline.workloads.report.host_energy import accumulate, concurrent_jobs, host_attribution
 from wattline.workloads.report.idle import idle_busy_jobs, idle_busy_note
 from wattline.workloads.report.model import Report, ReportSettings
+from wattline.workloads.report.window_view import clip_view, units_bound
 from wattline.workloads.report.windows import WindowEnergy
 
 #: How often :func:`build_complete_report` looks again while it waits.
@@ -63,10 +64,18 @@ def build_report(
     now_ns = now_ns or time.time_ns()
     events = reader.job_events(job_id, every=False)
     job = _view(reader, job_id, events, now_ns, settings)
-    end_ns = job.end_ns(now_ns)  # an abandoned job ends when it was last heard
     state = job.state(now_ns)
+    asked = settings.window
+    if asked is not None:  # figures over the window: the job as it was inside it
+        now_ns = min(now_ns, asked.to_ns)
+        unclipped, job = job, clip_view(job, asked, now_ns)
+    end_ns = job.end_ns(now_ns)  # an abandoned job ends when it was last heard
     notes: list[str] = []
-    if state == "running":
+    if asked is not None:
+        notes.append(f"figures over the window asked, {asked.describe()}")
+        if end_ns < asked.to_ns or job.start_ns > asked.from_ns:
+            notes.append(f"the job ran {utc_iso(job.start_ns)} to {utc_iso(end_ns)} of it")
+    elif state == "running":
         notes.append("job still running: figures up to now")
         if shown := shown_as_of(reader, now_ns):  # its close may be written and not shown yet
             notes.append(f"running {shown}; the job may have closed since")
@@ -74,7 +83,7 @@ def build_report(
         notes.append(job.status(now_ns))
     saturation = _saturation(reader, job, end_ns, settings)
     start = saturation.at_ns if saturation.saturated and saturation.at_ns is not None else job.start_ns
-    if not saturation.saturated:
+    if not saturation.saturated and asked is None:
         notes.append(f"not saturated ({saturation.reason}): whole-run figures")
     others = concurrent_jobs(reader, job, end_ns)
     warm = WindowEnergy(seconds=(start - job.start_ns) / 1e9)
@@ -135,6 +144,7 @@ def build_report(
         idle_busy,
         shares,
         *_sharing(job, others, now_ns, end_ns),
+        units_bound=0.0 if asked is None else units_bound(unclipped, asked),
     )
     if settings.carbon_series is not None:
         apply_series(reader, report, settings.carbon_series)
@@ -294,12 +304,18 @@ def _view(reader: Reader, job_id: str, others: list[StoredJobEvent], now_ns: int
     if first is None or not first.hosts or not first.closed or first.missing_events:  # units may say more
         first = inspect_view(job_id, [*others, *reader.unit_events(job_id, UnitCuts(0, 0))])
     start, end = first.start_ns, first.end_ns(now_ns)
-    bins = grid_bins(start, end, settings.saturation) if end > start else 0
     mark = first.saturation_mark_ns
-    return view_at(reader, job_id, UnitCuts(start, end, bins, (start,) if mark is None else (start, mark)), others)
+    extra = (start,) if mark is None else (start, mark)
+    if settings.window is not None:  # no saturation grid: the units at the window's edges
+        cuts = UnitCuts(start, end, 0, (*extra, settings.window.from_ns, settings.window.to_ns))
+    else:
+        cuts = UnitCuts(start, end, grid_bins(start, end, settings.saturation) if end > start else 0, extra)
+    return view_at(reader, job_id, cuts, others)
 
 
 def _saturation(reader: Reader, job: JobView, end_ns: int, settings: ReportSettings) -> Saturation:
+    if settings.window is not None:  # a stretch asked for: its figures whole, saturated or not
+        return Saturation(False, None, "window", None, f"window asked: {settings.window.describe()}")
     utilization = None
     if not job.unit_events and job.saturation_mark_ns is None:
         utilization = _accelerator_utilization(reader, job, end_ns)

@@ -13,6 +13,7 @@ from wattline.workloads.jobs.jobs_view import JobView
 from wattline.workloads.report import economics
 from wattline.workloads.report.intensity import IntensitySeries
 from wattline.workloads.report.report_json import report_json
+from wattline.workloads.report.window_view import Window
 from wattline.workloads.report.windows import WindowEnergy
 
 
@@ -33,6 +34,8 @@ class ReportSettings:
     saturation: SaturationParams = field(default_factory=SaturationParams)
     #: Carbon intensity over time (a CSV file: :mod:`.intensity`), applied interval by interval (:mod:`.carbon`).
     carbon_series: IntensitySeries | None = None
+    #: Figures over this stretch of the job only (a service's last 15 minutes), not its whole run.
+    window: Window | None = None
 
 
 @dataclass
@@ -66,6 +69,8 @@ class Report:
     shared_with: list[str] = field(default_factory=list)
     #: When one of those that still ran would be abandoned if not heard again; None if none runs.
     depends_until_ns: int | None = None
+    #: With a window asked: how far its units may be off (units done where at its edges is not known).
+    units_bound: float = 0.0
 
     @property
     def saturated(self) -> bool:

@@ -65,11 +65,17 @@ BOUNDED_FIGURES = (
 )
 
 
-def _figure_bounds_json(figures: dict[str, Any], rel: float | None) -> dict[str, Any]:
+#: Of those, the figures per unit: their bound also takes how far the units may be off.
+PER_UNIT_FIGURES = ("j_per_unit", "kwh_per_million_units", "co2_g_per_million_units")
+
+
+def _figure_bounds_json(figures: dict[str, Any], span: Span) -> dict[str, Any]:
     """``<figure>_bound``: the half-width of each figure derived from energy (null when unknown)."""
-    return {
-        f"{k}_bound": None if figures.get(k) is None or rel is None else abs(figures[k]) * rel for k in BOUNDED_FIGURES
-    }
+    out: dict[str, Any] = {}
+    for k in BOUNDED_FIGURES:
+        rel = span.per_unit_rel if k in PER_UNIT_FIGURES else span.bound_rel
+        out[f"{k}_bound"] = None if figures.get(k) is None or rel is None else abs(figures[k]) * rel
+    return out
 
 
 def estimate_json(*windows: WindowEnergy) -> dict[str, Any]:
@@ -103,7 +109,7 @@ def _whole_run_json(whole: Span) -> dict[str, Any]:
         **_bound_json(whole.bound, whole.energy_j),
         "mean_power_w_bound": whole.bound.total_j / whole.seconds if whole.seconds > 0 else None,
     }
-    return out | _figure_bounds_json(out, whole.bound_rel)
+    return out | _figure_bounds_json(out, whole)
 
 
 def report_json(r: Report) -> dict[str, Any]:
@@ -169,12 +175,15 @@ def report_json(r: Report) -> dict[str, Any]:
         # measured_j: deprecated name of split_by_use_j (a share by use is derived, not measured)
         "device_shares": [asdict(d) | {"measured_j": d.split_by_use_j} for d in r.device_shares],
         "notes": r.notes,
+        "window": None
+        if r.settings.window is None
+        else {"from": utc_iso(r.job.start_ns), "to": utc_iso(r.end_ns), "units_bound": r.units_bound},
     }
 
 
 def _saturated_json(r: Report) -> dict[str, Any]:
     out = {**_window_json(r.saturated_window), **_figures_json(r.figures)}
-    return out | _figure_bounds_json(out, spans(r)[0].bound_rel) | {"coverage": report_coverage(r)}
+    return out | _figure_bounds_json(out, spans(r)[0]) | {"coverage": report_coverage(r)}
 
 
 def report_coverage(report: Report) -> dict[str, Any]:

@@ -22,6 +22,8 @@ class Span:
     units: float
     windows: tuple[WindowEnergy, ...]
     figures: economics.Figures  #: from the energy the idle policy charges
+    #: How far ``units`` may be off (a window asked: units done where at its edges is not known).
+    units_bound: float = 0.0
 
     @property
     def energy_j(self) -> float:
@@ -45,17 +47,29 @@ class Span:
         """The bound relative to the energy the figures use (total, or above idle)."""
         return self.bound.relative(self.figures.window.energy_j)
 
+    @property
+    def per_unit_rel(self) -> float | None:
+        """The relative bound of a figure per unit: at worst energy high and units low (None
+        when unknown, or when the units may be 0)."""
+        rel = self.bound_rel
+        if rel is None or not self.units_bound:
+            return rel
+        low = 1 - self.units_bound / self.units if self.units > 0 else 0.0
+        return (1 + rel) / low - 1 if low > 0 else None
+
 
 def spans(r: Report) -> tuple[Span, Span]:
     """(saturated window, whole run) of a report; the whole run's figures use the same
     definitions (:mod:`.economics`) on warm-up + saturated window."""
     s = r.settings
     saturated = Span(
-        "saturated window", r.saturated_window.seconds, r.units_saturated, (r.saturated_window,), r.figures
-    )
+        "saturated window", r.saturated_window.seconds, r.units_saturated, (r.saturated_window,), r.figures,
+        r.units_bound,
+    )  # fmt: skip
     seconds = (r.end_ns - r.job.start_ns) / 1e9
     windows = (r.warmup, r.saturated_window)
     energy = sum(w.dynamic_j if s.idle == "subtract" else w.energy_j for w in windows)
     whole = economics.Window(r.job.units_total, max(seconds, 0.0), max(energy, 0.0), r.figures.window.instances)
     figures = economics.figures(whole, s.price_per_instance_hour, s.carbon_intensity, s.pue)
-    return saturated, Span("whole run", seconds, r.job.units_total, windows, figures)
+    title = "whole run" if s.window is None else "window"
+    return saturated, Span(title, seconds, r.job.units_total, windows, figures, r.units_bound)

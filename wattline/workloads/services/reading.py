@@ -34,6 +34,7 @@ from wattline.workloads.jobs.jobs_view import (
 from wattline.workloads.report import economics
 from wattline.workloads.report.build import POLL_S, build_complete_report, build_report, search_lag_s
 from wattline.workloads.report.model import Report, ReportSettings
+from wattline.workloads.report.window_view import OutsideJob
 from wattline.workloads.report.windows import estimate_share
 
 
@@ -90,7 +91,7 @@ def report_or_exit(reader: Reader, ref: str, settings: ReportSettings) -> Report
         except JobNotFound as exc:
             if time.monotonic() >= shown_by:
                 raise ConfigError(str(exc)) from None
-        except AmbiguousJob as exc:
+        except (AmbiguousJob, OutsideJob) as exc:
             raise ConfigError(str(exc)) from None
         time.sleep(POLL_S)
 

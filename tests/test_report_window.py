@@ -1,0 +1,119 @@
+"""A report over a window asked (``--since``, ``--from``/``--to``; issue #44: a service never
+ends, its figures are those of a stretch of it), against truths the workload sets.
+
+A workload in three phases of known power and known units (``tests/window_workload.py``: a
+RAPL zone stepped to 10, 40 and 20 W, units lines stamped every 0.1 s) runs under ``wattline
+run`` sampling at 4 Hz. Each phase, asked as a window from its step to the next, has exactly its
+lines' units (the lines sit on its edges: no bound on them) and the power set times its length
+for energy; a window cutting through the lines has units within the bound it states, each way.
+The energy's bound must hold the truth and be no wider than what the edges can cost: a window
+edge inside a sample apportions it linearly, off by at most the power step times one interval.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from procs import CLI, clean_env
+from sysfs_trees import PowerAdvancer, Zone, powercap_tree
+from test_json_schemas import validator
+
+ZONE = "intel-rapl:0"
+START_UJ = 10**11
+INTERVAL_S = 0.25
+#: (watts, seconds, units per line) of each phase.
+PHASES = ((10.0, 2.0, 2.0), (40.0, 2.5, 6.0), (20.0, 2.0, 3.0))
+WORKLOAD = Path(__file__).parent / "window_workload.py"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, str], dict[str, Any]]]:
+    """The job run once: (its environment for reports, what the workload wrote)."""
+    tmp = tmp_path_factory.mktemp("window")
+    root = powercap_tree(tmp / "host", [Zone(ZONE, "package-0", START_UJ)])
+    powered = PowerAdvancer(root, {ZONE: 0.0}, START_UJ, schedule=tmp / "schedule")
+    env = {**clean_env(), "WATTLINE_STORE": f"sqlite:///{tmp / 'w.db'}", "COLUMNS": "200"}
+    phases = [f"{w}:{s}:{u}" for w, s, u in PHASES]
+    try:
+        out = subprocess.run(
+            [*CLI, "run", "--job-id", "svc", "--units", "requests", "--no-report", "--share-rule", "exclusive",
+             "--sysfs-root", str(root), "--source", "rapl", "--interval", str(INTERVAL_S), "--",
+             sys.executable, str(WORKLOAD), str(tmp / "schedule"), ZONE, str(tmp / "truth.json"), *phases],
+            capture_output=True, text=True, timeout=90, env=env,
+        )  # fmt: skip
+    finally:
+        powered.close()
+    assert out.returncode == 0, out.stderr[-3000:]
+    yield env, json.loads((tmp / "truth.json").read_text())
+
+
+def report(env: dict[str, str], *window: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [*CLI, "report", "svc", "--json", "--share-rule", "exclusive", *window],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout)
+    validator("report").validate(r)
+    return r
+
+
+@pytest.mark.parametrize("phase", range(len(PHASES)))
+def test_a_window_from_step_to_step_has_its_phase_units_and_energy(
+    served: tuple[dict[str, str], dict[str, Any]], phase: int
+) -> None:
+    env, truth = served
+    (start, watts), (end, next_watts) = truth["steps"][phase], truth["steps"][phase + 1]
+    units = sum(u for at, u in truth["lines"] if float(start) < float(at) <= float(end))
+    seconds = float(end) - float(start)
+    energy_truth = watts * seconds
+    r = report(env, "--from", start, "--to", end)
+    whole = r["whole_run"]
+    print(f"phase {phase}: {whole['energy_j']:.3f} J (truth {energy_truth:.3f}), bound {whole['energy_bound_j']:.3f}")
+    assert r["window"]["units_bound"] == 0.0
+    assert whole["units"] == pytest.approx(units, rel=1e-9) and r["units"]["total"] == pytest.approx(units, rel=1e-9)
+    assert whole["seconds"] == pytest.approx(seconds, abs=1e-6)
+    # the edges: at most the power step at each times one sample interval, plus rounding
+    edge_cost = (abs(watts - truth["steps"][phase - 1][1]) if phase else watts) + abs(next_watts - watts)
+    assert abs(whole["energy_j"] - energy_truth) <= whole["energy_bound_j"] + 1e-6
+    assert whole["energy_bound_j"] <= edge_cost * INTERVAL_S + 1e-3
+    j_per_unit = energy_truth / units
+    assert abs(whole["j_per_unit"] - j_per_unit) <= whole["j_per_unit_bound"] + 1e-9
+    assert r["saturation"]["method"] == "window" and r["job"]["status"] == "closed"
+
+
+def test_a_window_cutting_through_lines_bounds_its_units_both_ways(
+    served: tuple[dict[str, str], dict[str, Any]],
+) -> None:
+    env, truth = served
+    start, end = float(truth["steps"][1][0]) + 0.05, float(truth["steps"][2][0]) - 0.03
+    lines = [(float(at), u) for at, u in truth["lines"]]
+    inside = sum(u for at, u in lines if start < at <= end and at - 0.1 >= start - 1e-3)  # surely inside
+    touching = sum(u for i, (at, u) in enumerate(lines) if at > start and (i == 0 or lines[i - 1][0] < end))
+    r = report(env, "--from", repr(start), "--to", repr(end))
+    units, bound = r["whole_run"]["units"], r["window"]["units_bound"]
+    print(f"units {units:.3f} ± {bound:.3f}; between {inside} and {touching}")
+    assert 0 < bound <= 2 * max(u for _, _, u in PHASES)  # at most one line at each edge
+    assert units - bound <= inside + 1e-9 and touching - 1e-9 <= units + bound
+
+
+def test_since_and_bad_windows(served: tuple[dict[str, str], dict[str, Any]]) -> None:
+    env, truth = served
+    r = report(env, "--since", "1000h")  # the whole job
+    assert r["whole_run"]["units"] == pytest.approx(sum(u for _, u in truth["lines"]), rel=1e-9)
+    for args, said in (
+        (["--from", "2020-01-01T00:00:00Z", "--to", "2020-01-02T00:00:00Z"], "holds none of it"),
+        (["--from", truth["steps"][2][0], "--to", truth["steps"][1][0]], "ends"),
+        (["--since", "soon"], "--since"),
+        (["--from", "yesterday"], "--from"),
+        (["--since", "5m", "--from", truth["steps"][0][0]], "--since and --from"),
+    ):
+        out = subprocess.run([*CLI, "report", "svc", *args], capture_output=True, text=True, timeout=60, env=env)
+        assert out.returncode == 2 and said in out.stderr, (args, out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr

@@ -1,0 +1,58 @@
+"""``--since``, ``--from`` and ``--to``: the stretch of a job a report is over (a service's last
+15 minutes), parsed into a :class:`~wattline.workloads.report.window_view.Window`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import typer
+
+from wattline.config import ConfigError
+from wattline.units import parse_duration
+from wattline.workloads.report.window_view import Window
+
+SINCE = typer.Option(None, "--since", help="Figures over the last DURATION only (15m, 2h): a service's recent window.")
+FROM = typer.Option(None, "--from", help="Figures from TIME only (ISO 8601, UTC unless it says; or Unix seconds).")
+TO = typer.Option(None, "--to", help="Figures up to TIME only (ISO 8601 or Unix seconds; default: now).")
+
+
+def parse_time(text: str, option: str) -> int:
+    """ns since the epoch from ISO 8601 (no offset: UTC) or Unix seconds; ConfigError otherwise."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ConfigError(
+                f"option {option}: {text[:60]!r} is not a time (ISO 8601 like 2026-12-06T10:00:00Z, or Unix seconds)"
+            ) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        return int(when.timestamp() * 1e9)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ConfigError(f"option {option}: {text[:60]!r} is not a time")
+    return int(seconds * 1e9)
+
+
+def parse_window(since: str | None, from_: str | None, to: str | None, now_ns: int) -> Window | None:
+    """The window the options ask (None: the whole job); ConfigError (one line) when they conflict."""
+    if since is None and from_ is None and to is None:
+        return None
+    if since is not None and from_ is not None:
+        raise ConfigError("options --since and --from: give one of them")
+    end = now_ns if to is None else parse_time(to, "--to")
+    if since is not None:
+        seconds = parse_duration(since, "--since")
+        if seconds <= 0:
+            raise ConfigError(f"option --since: {since!r} must be longer than 0")
+        start = end - int(seconds * 1e9)
+    else:
+        start = 0 if from_ is None else parse_time(from_, "--from")
+    if end > now_ns:
+        end = now_ns  # nothing is known past now
+    try:
+        return Window(start, end)
+    except ValueError as exc:
+        raise ConfigError(f"options --from/--to: {exc}") from None

@@ -23,12 +23,13 @@ import pytest
 from procs import CLI, clean_env
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from test_json_schemas import validator
+from window_workload import LINE_S
 
 ZONE = "intel-rapl:0"
 START_UJ = 10**11
 INTERVAL_S = 0.25
 #: (watts, seconds, units per line) of each phase.
-PHASES = ((10.0, 2.0, 2.0), (40.0, 2.5, 6.0), (20.0, 2.0, 3.0))
+PHASES = ((10.0, 2.0, 2.0), (40.0, 2.0, 6.0), (20.0, 2.0, 3.0))
 WORKLOAD = Path(__file__).parent / "window_workload.py"
 
 
@@ -117,3 +118,35 @@ def test_since_and_bad_windows(served: tuple[dict[str, str], dict[str, Any]]) ->
         out = subprocess.run([*CLI, "report", "svc", *args], capture_output=True, text=True, timeout=60, env=env)
         assert out.returncode == 2 and said in out.stderr, (args, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_intervals_give_energy_per_unit_against_load_and_at_saturation(
+    served: tuple[dict[str, str], dict[str, Any]], tmp_path: Path
+) -> None:
+    """Intervals of one phase's length from the first step: each holds its phase (off by the few
+    ms between a phase's planned end and the next step), so its energy per unit is the phase's
+    power over its units rate within its bound, its load the phase's rate of the highest."""
+    env, truth = served
+    steps = truth["steps"]
+    curve = tmp_path / "curve.png"
+    end = repr(float(steps[0][0]) + sum(seconds for _, seconds, _ in PHASES))
+    r = report(env, "--from", steps[0][0], "--to", end, "--every", f"{PHASES[0][1]}s", "--curve", str(curve))
+    rows = r["intervals"]["rows"]
+    assert len(rows) == len(PHASES)
+    top = max(per_line / LINE_S for _, _, per_line in PHASES)
+    for row, (watts, _, per_line) in zip(rows, PHASES, strict=True):
+        rate = per_line / LINE_S
+        assert abs(row["j_per_unit"] - watts / rate) <= row["j_per_unit_bound"]
+        units_rel = row["units_bound"] / row["units"]
+        assert row["load"] == pytest.approx(rate / top, rel=2 * units_rel + 0.01)
+    sat = r["intervals"]["at_saturation"]
+    assert sat["intervals"] == 1 and abs(sat["j_per_unit"] - 40.0 / 60.0) <= sat["j_per_unit_bound"]
+    assert curve.stat().st_size > 10_000 and curve.read_bytes()[:4] == b"\x89PNG"
+    text = subprocess.run(
+        [*CLI, "report", "svc", "--share-rule", "exclusive", "--every", "2s"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert text.returncode == 0 and "At saturation" in text.stdout and "Intervals of 2 s" in text.stdout
+    for args, said in ((["--every", "0s"], "--every"), (["--curve", "x.png"], "needs --every")):
+        out = subprocess.run([*CLI, "report", "svc", *args], capture_output=True, text=True, timeout=60, env=env)
+        assert out.returncode == 2 and said in out.stderr and len(out.stderr.strip().splitlines()) == 1

@@ -27,11 +27,12 @@ from wattline.cli.options import (
     report_settings,
     store_options,
 )
-from wattline.cli.window_options import FROM, SINCE, TO, parse_window
+from wattline.cli.window_options import CURVE, EVERY, FROM, SINCE, TO, parse_every, parse_window
 from wattline.config import ConfigError, parse_pairs
 from wattline.units import parse_duration
 from wattline.workloads.output.comparison import comparison_json, print_comparison
 from wattline.workloads.output.jobs_table import print_jobs
+from wattline.workloads.report.interval_reports import interval_figures
 from wattline.workloads.report.model import ReportSettings
 from wattline.workloads.services.reading import compare_jobs, job_rows, report_or_exit
 from wattline.workloads.wrappers.job import default_job_id
@@ -136,6 +137,8 @@ def report(
     since: str | None = SINCE,
     from_: str | None = FROM,
     to: str | None = TO,
+    every: str | None = EVERY,
+    curve: Path | None = CURVE,
     *,
     choice: StoreChoice,
     rsettings: ReportSettings,
@@ -148,9 +151,14 @@ def report(
     window = parse_window(since, from_, to, time.time_ns())
     rsettings = dataclasses.replace(rsettings, window=window)
     outputs.check_report_outputs(plot, html)
+    every_s = parse_every(every, curve)
     with choice.reader() as reader:
         result = report_or_exit(reader, job_id, rsettings)
+        if every_s is not None:
+            result.intervals = interval_figures(reader, result.job.job_id, result, every_s, rsettings)
         outputs.write_report_outputs(reader, result, plot, html, by_host)
+    if curve is not None and result.intervals is not None:
+        outputs.write_curve(result, curve)
     emit_report(result, as_json, None)
 
 

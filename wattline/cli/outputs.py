@@ -58,6 +58,13 @@ def write_compare_plot(data: dict[str, Any], a: Report, b: Report, plot: Path) -
     _write(plot, lambda: plotting.save(plotting.plot_comparison(data, a.job.unit_name, notes), plot))
 
 
+def write_curve(report: Report, path: Path) -> None:
+    """Write ``report --curve``: energy per unit against load, one point per interval."""
+    from wattline.workloads.output import plot as plotting
+
+    _write(path, lambda: plotting.save(plotting.plot_curve(report), path))
+
+
 def _write(path: Path, write: Any) -> None:
     try:
         write()

@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from pathlib import Path
 
 import typer
 
 from wattline.config import ConfigError
 from wattline.units import parse_duration
+from wattline.workloads.output.plot import check_path, pyplot
 from wattline.workloads.report.window_view import Window
 
 SINCE = typer.Option(None, "--since", help="Figures over the last DURATION only (15m, 2h): a service's recent window.")
 FROM = typer.Option(None, "--from", help="Figures from TIME only (ISO 8601, UTC unless it says; or Unix seconds).")
 TO = typer.Option(None, "--to", help="Figures up to TIME only (ISO 8601 or Unix seconds; default: now).")
+EVERY = typer.Option(
+    None, "--every", help="Also the figures interval by interval (5m): energy per unit against load, and at saturation."
+)
+CURVE = typer.Option(None, "--curve", help="With --every: draw energy per unit against load to FILE.png or FILE.svg.")
 
 
 def parse_time(text: str, option: str) -> int:
@@ -34,6 +40,21 @@ def parse_time(text: str, option: str) -> int:
     if not math.isfinite(seconds) or seconds < 0:
         raise ConfigError(f"option {option}: {text[:60]!r} is not a time")
     return int(seconds * 1e9)
+
+
+def parse_every(every: str | None, curve: Path | None) -> float | None:
+    """``--every`` in seconds (None: not asked); ConfigError when bad or when ``--curve`` lacks it."""
+    if every is None:
+        if curve is not None:
+            raise ConfigError("option --curve needs --every (the intervals it draws)")
+        return None
+    seconds = parse_duration(every, "--every")
+    if seconds <= 0:
+        raise ConfigError(f"option --every: {every!r} must be longer than 0")
+    if curve is not None:
+        check_path(curve, "--curve")
+        pyplot()  # matplotlib installed, else its install hint now
+    return seconds
 
 
 def parse_window(since: str | None, from_: str | None, to: str | None, now_ns: int) -> Window | None:

@@ -239,6 +239,42 @@ def plot_comparison(cmp: dict[str, Any], unit: str, footnotes: list[str] | None 
     return fig
 
 
+def plot_curve(report: Report) -> Any:
+    """Energy per unit against load, one point per interval of ``report --every`` (its bound as
+    an error bar); the saturated intervals' figure as a line. A service at low load pays its
+    idle power over few units: the curve shows how much."""
+    assert report.intervals is not None
+    plt = pyplot()
+    unit = report.job.unit_name
+    one = unit.rstrip("s") or "unit"
+    rows = [i for i in report.intervals.rows if i.load is not None and i.j_per_unit is not None]
+    fig, ax = plt.subplots(figsize=(7, 4.2), constrained_layout=True)
+    ax.errorbar(
+        [100 * (i.load or 0.0) for i in rows],
+        [i.j_per_unit for i in rows],
+        yerr=[i.j_per_unit_bound or 0.0 for i in rows],
+        fmt="o",
+        color=COLOURS["cpu"],
+        ecolor="#555555",
+        capsize=3,
+        label=f"one interval of {report.intervals.every_s:g} s",
+    )
+    sat = report.intervals.at_saturation
+    if sat is not None:
+        ax.axhline(
+            sat.j_per_unit, color=COLOURS["nic"], linestyle="--", label=f"at saturation: {si(sat.j_per_unit, 'J')}"
+        )
+    estimate = estimate_tag(estimate_share(report.warmup, report.saturated_window))
+    ax.set_xlabel("load (% of the highest throughput seen)")
+    ax.set_ylabel(f"energy per {one} (J){estimate}")
+    ax.set_xlim(0, 105)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right")
+    ax.set_title(f"{report.job.name} ({report.job.job_id}): energy per {one} against load", fontsize=10)
+    return fig
+
+
 def comparison_footnotes(reports: dict[str, Report]) -> list[str]:
     """What the bars do not show: a side that never saturated, a side partly estimated."""
     notes = []

@@ -21,6 +21,7 @@ from wattline.quality import Quality
 from wattline.workloads.energy.uncertainty import Bound
 from wattline.workloads.jobs.jobs_view import status_text, utc_iso
 from wattline.workloads.output import quantities as q
+from wattline.workloads.output.interval_table import print_intervals
 from wattline.workloads.output.labels import NO_SAMPLES, estimate_tag, tagged
 from wattline.workloads.report.model import Report
 from wattline.workloads.report.report_json import report_coverage
@@ -208,6 +209,8 @@ def print_report(r: Report, console: Console | None = None) -> None:
         f"Coverage: {shares or 'no energy data'}"
         + (f"; not measured: {', '.join(cov['missing'])}" if cov["missing"] else "")
     )
+    if r.intervals is not None:
+        print_intervals(r.intervals, r.job.unit_name, console)
     for note in r.notes:
         if note.startswith("warning:"):
             console.print(f"[yellow]{escape(note)}[/yellow]")

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wattline.share_rules import DEFAULT_SHARE_RULE
 from wattline.workloads.energy.device_shares import DeviceShare
@@ -15,6 +15,9 @@ from wattline.workloads.report.intensity import IntensitySeries
 from wattline.workloads.report.report_json import report_json
 from wattline.workloads.report.window_view import Window
 from wattline.workloads.report.windows import WindowEnergy
+
+if TYPE_CHECKING:
+    from wattline.workloads.report.intervals import Intervals
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ class Report:
     depends_until_ns: int | None = None
     #: With a window asked: how far its units may be off (units done where at its edges is not known).
     units_bound: float = 0.0
+    #: With ``--every``: its span interval by interval (:mod:`.intervals`).
+    intervals: Intervals | None = None
 
     @property
     def saturated(self) -> bool:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -13,10 +14,12 @@ from wattline.workloads.energy.coverage import coverage
 from wattline.workloads.energy.uncertainty import Bound
 from wattline.workloads.jobs.jobs_view import status_text, utc_iso
 from wattline.workloads.report import economics
+from wattline.workloads.report.intervals import SATURATED_LOAD
 from wattline.workloads.report.spans import Span, spans
 from wattline.workloads.report.windows import WindowEnergy, estimate_share
 
 if TYPE_CHECKING:
+    from wattline.workloads.report.intervals import Intervals
     from wattline.workloads.report.model import Report
 
 #: Version of the JSON shape below; bumped on any incompatible change.
@@ -175,9 +178,27 @@ def report_json(r: Report) -> dict[str, Any]:
         # measured_j: deprecated name of split_by_use_j (a share by use is derived, not measured)
         "device_shares": [asdict(d) | {"measured_j": d.split_by_use_j} for d in r.device_shares],
         "notes": r.notes,
+        "intervals": None if r.intervals is None else _intervals_json(r.intervals),
         "window": None
         if r.settings.window is None
         else {"from": utc_iso(r.job.start_ns), "to": utc_iso(r.end_ns), "units_bound": r.units_bound},
+    }
+
+
+def _intervals_json(intervals: Intervals) -> dict[str, Any]:
+    sat = intervals.at_saturation
+    return {
+        "every_s": intervals.every_s,
+        "saturated_load": SATURATED_LOAD,
+        "rows": [
+            {
+                "from": utc_iso(i.window.from_ns),
+                "to": utc_iso(i.window.to_ns),
+                **{k: v for k, v in dataclasses.asdict(i).items() if k != "window"},
+            }
+            for i in intervals.rows
+        ],
+        "at_saturation": None if sat is None else dataclasses.asdict(sat),
     }
 
 

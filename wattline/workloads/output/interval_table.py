@@ -1,0 +1,47 @@
+"""A report's intervals as text (``wattline report SVC --every 5m``): energy per unit against load,
+and the energy per unit at saturation."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from wattline.workloads.jobs.jobs_view import utc_iso
+from wattline.workloads.output import quantities as q
+from wattline.workloads.report.intervals import SATURATED_LOAD, Intervals
+
+
+def _rel(value: float | None, bound: float | None) -> float | None:
+    return None if value is None or bound is None or value == 0 else bound / abs(value)
+
+
+def print_intervals(intervals: Intervals, unit: str, console: Console) -> None:
+    """One row per interval, then the saturated intervals' energy per unit together."""
+    one = unit.rstrip("s") or "unit"
+    t = Table(title=f"Intervals of {q.duration(intervals.every_s)}")
+    for col in ("from", "seconds", unit, f"{unit}/s", "load", "energy", f"energy per {one}"):
+        t.add_column(col, justify="left" if col == "from" else "right")
+    for i in intervals.rows:
+        units = q.count(i.units) + (f" ± {q.count(i.units_bound)}" if i.units_bound else "")
+        t.add_row(
+            utc_iso(i.window.from_ns),
+            f"{i.seconds:.3f}",
+            escape(units),
+            q.count(i.throughput_per_s),
+            q.NA if i.load is None else q.share(i.load),
+            escape(f"{q.si(i.energy_j, 'J')} {q.plus_minus(_rel(i.energy_j, i.energy_bound_j))}"),
+            escape(f"{q.si(i.j_per_unit, 'J')} {q.plus_minus(_rel(i.j_per_unit, i.j_per_unit_bound))}")
+            if i.j_per_unit is not None
+            else q.NA,
+        )
+    console.print(t)
+    sat = intervals.at_saturation
+    if sat is None:
+        console.print(f"At saturation: no interval counted {escape(unit)} at {q.share(SATURATED_LOAD)} of the highest")
+        return
+    console.print(
+        f"At saturation (load >= {q.share(SATURATED_LOAD)} of the highest throughput seen, {sat.intervals} "
+        f"interval(s)): {q.si(sat.j_per_unit, 'J')} per {escape(one)} "
+        f"{q.plus_minus(_rel(sat.j_per_unit, sat.j_per_unit_bound))}"
+    )

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from procs import CLI, clean_env, start_collector, start_rapl_agent
+from schema_check import schema_errors
 from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from waits import wait_sampled
@@ -92,6 +93,7 @@ def test_sweep_finds_the_true_best_and_never_splits_equal_settings(tmp_path: Pat
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out.stdout)
+    assert schema_errors("sweep", data) == []  # docs/schema/sweep.schema.json
     check_truth(data, runs=3)
     ranked = [(p["params"]["watts"], p["params"]["rate"]) for p in data["points"]]
     assert ranked[0] == ("30", "150")
@@ -120,6 +122,7 @@ def test_sweep_finds_the_true_best_and_never_splits_equal_settings(tmp_path: Pat
     again = wattline(["sweep", "--resume", data["sweep"], "--json", *sampling, "--sla", "1000000"], env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "12 runs done, reused" in again.stderr and "run 1/" not in again.stderr
+    assert schema_errors("sweep", json.loads(again.stdout)) == []
     resumed = json.loads(again.stdout)["points"]
     assert [p["params"] for p in resumed] == [p["params"] for p in data["points"]]
     assert [p["latency_s"] for p in resumed] == [p["latency_s"] for p in data["points"]]  # kept, not re-run
@@ -165,3 +168,4 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         assert out.returncode in (2, 127), (args, out.returncode, out.stderr)
         assert says in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+

@@ -169,3 +169,26 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         assert says in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
+
+def test_the_failed_line_names_each_failed_point_its_statuses_and_runs() -> None:
+    from wattline.workloads.sweep.analysis import RunFigures
+    from wattline.workloads.sweep.command import failed_line
+    from wattline.workloads.sweep.grid import Param, points
+    from wattline.workloads.sweep.plan import Plan
+
+    plan = Plan("s-2", [Param("b", ("1", "2", "3"))], ["cmd", "{b}"], repeat=3)
+    one, two, three = points(plan.params)
+    statuses = {one: (0, 3, 0), two: (0, 0, 0), three: (127, 1, 1)}
+    runs = [RunFigures(p, k, f"j{k}", s) for p, ss in statuses.items() for k, s in enumerate(ss)]
+    assert failed_line(plan, runs) == (
+        "wattline sweep s-2: error: 2 points failed: b=1 (exit 3 in 1 of 3 runs); b=3 (exit 1, 127 in 3 of 3 runs); "
+        "the other runs ran; run the failed ones again with: wattline sweep --resume s-2"
+    )
+    assert failed_line(plan, [r for r in runs if r.status == 0]) == ""
+    # every run failed: no "other runs" to speak of
+    lone = Plan("s-3", [Param("b", ("1",))], ["cmd", "{b}"], repeat=2)
+    failed = [RunFigures(points(lone.params)[0], k, f"j{k}", 2) for k in range(2)]
+    assert failed_line(lone, failed) == (
+        "wattline sweep s-3: error: a point failed: b=1 (exit 2 in 2 of 2 runs); "
+        "run the failed ones again with: wattline sweep --resume s-3"
+    )

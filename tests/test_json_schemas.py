@@ -1,6 +1,8 @@
 """The published JSON Schemas (``docs/schema/``, draft 2020-12) hold for real ``wattline report
 --json`` and ``wattline compare --json`` outputs of several shapes, and are strict enough to
-refuse one with a field renamed, retyped or added.
+refuse one with a field renamed, retyped or added. The sweep's (``wattline sweep --json``)
+holds for real sweeps in tests/test_sweep.py and tests/test_sweep_settings.py (one with a
+failed point); here it refuses a changed answer of the sweep's own JSON code.
 
 Outputs: a job on two hosts, part of its energy a model estimate (tests/synthetic_job.py),
 plain and with every policy option; two jobs sharing a GPU, split by their recorded use, one
@@ -16,29 +18,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
+from schema_check import validator
 from synthetic_job import T0, S, make_store
 from typer.testing import CliRunner
 
 from wattline import wire
 from wattline.cli.main import app
 from wattline.collector.stores.sqlite import SqliteStore
+from wattline.workloads.energy.uncertainty import Side
 from wattline.workloads.jobs.events import EventBuilder, JobSpec
 from wattline.workloads.output.comparison import COMPARE_SCHEMA
 from wattline.workloads.report.report_json import REPORT_SCHEMA
+from wattline.workloads.sweep.analysis import RunFigures, analyse
+from wattline.workloads.sweep.grid import Param, points
+from wattline.workloads.sweep.output import SWEEP_SCHEMA, answer_json
+from wattline.workloads.sweep.plan import Plan
 
-SCHEMAS = Path(__file__).parent.parent / "docs" / "schema"
 GPU = "GPU-5a5a5a5a-0000-4000-8000-000000000000"
 GPU_W = 200.0
 #: Job id -> (SM percent it uses of the GPU, closes?): together 80 % of the device's 80 % use.
 GPU_JOBS = {"gpu-a": (30.0, True), "gpu-b": (50.0, False)}
-
-
-def validator(name: str) -> jsonschema.Draft202012Validator:
-    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
 
 
 def gpu_jobs(path: Path) -> str:
@@ -136,6 +136,7 @@ def compares(stores: dict[str, str]) -> dict[str, dict[str, Any]]:
 def test_the_schemas_name_the_versions_the_code_writes() -> None:
     assert validator("report").schema["properties"]["schema"] == {"const": REPORT_SCHEMA}
     assert validator("compare").schema["properties"]["schema"] == {"const": COMPARE_SCHEMA}
+    assert validator("sweep").schema["properties"]["schema"] == {"const": SWEEP_SCHEMA}
 
 
 def test_real_reports_of_each_shape_are_valid(reports: dict[str, dict[str, Any]]) -> None:
@@ -191,6 +192,13 @@ def renamed(data: dict[str, Any], path: FieldPath, new: str) -> dict[str, Any]:
     return out
 
 
+def removed(data: dict[str, Any], path: FieldPath) -> dict[str, Any]:
+    """``data`` without the field at ``path``."""
+    out, parent = _copy_at(data, path)
+    del parent[path[-1]]
+    return out
+
+
 def retyped(data: dict[str, Any], path: FieldPath, value: object) -> dict[str, Any]:
     """``data`` with the field at ``path`` set to ``value`` (added if absent)."""
     out, parent = _copy_at(data, path)
@@ -229,4 +237,80 @@ def test_a_renamed_or_mistyped_field_is_refused(
     data = (reports if schema == "report" else compares)[shape]
     check = validator(schema)
     assert check.is_valid(data)  # the real output passes ...
+    assert not check.is_valid(change(data))  # ... and the changed one does not
+
+
+def sweep_answer() -> dict[str, Any]:
+    """A sweep's JSON from its own code (``answer_json``): batch=1 and batch=8 with figures,
+    batch=8 with one of its three runs failed, batch=32 failed in every run; with --sla,
+    --price and latencies, so that no field is null only for want of an option."""
+    plan = Plan("s-1", [Param("batch", ("1", "8", "32"))], ["cmd", "{batch}"], repeat=3, units="items")
+    grid = points(plan.params)
+    j_per_unit = {"1": 1.0, "8": 1.5}
+    runs = []
+    for point in grid:
+        batch = point[0][1]
+        for k in range(3):
+            job = f"s-1-{batch}.{k}"
+            if batch == "32" or (batch == "8" and k == 1):
+                runs.append(RunFigures(point, k, job, 3, problem="failed (exit 3)"))
+                continue
+            runs.append(
+                RunFigures(
+                    point, k, job, 0, j_per_unit=j_per_unit[batch] * (1 + k / 100), throughput_per_s=10.0,
+                    throughput_per_instance_h=36000.0, mean_power_w=10.0, power_per_instance_w=10.0,
+                    side=Side(0.01, 0.002), estimate_share=0.1, latency_s=0.01 * int(batch),
+                )
+            )  # fmt: skip
+    return answer_json(plan, analyse(runs, grid, 1e6, 2.0), 1e6, 2.0)
+
+
+def test_a_sweep_answer_of_each_shape_is_valid() -> None:
+    data = sweep_answer()
+    check = validator("sweep")
+    assert [f"{e.json_path}: {e.message}" for e in check.iter_errors(data)] == []
+    # the shapes are what they claim to be: ranked, ranked with a failed run, failed
+    one, eight, failed = data["points"]
+    assert (one["rank"], eight["rank"], failed["rank"]) == (1, 2, None)
+    assert eight["problems"] == ["failed (exit 3)"] and eight["runs_ok"] == 2
+    assert failed["j_per_unit"] is None and failed["problems"] == ["failed (exit 3)"]
+    assert one["advantage_over_next"] is not None and one["sla_cost_usd_per_million"] is not None
+    assert [c["figure"] for c in data["choices"]] == ["energy per unit", "energy at the SLA", "cost at the SLA"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: removed(d, ("choices",)),
+        lambda d: removed(d, ("points", 0, "runs_ok")),
+        lambda d: removed(d, ("points", 2, "problems")),
+        lambda d: removed(d, ("points", 0, "j_per_unit", "bound_rel")),
+        lambda d: removed(d, ("points", 0, "advantage_over_next", "verdict")),
+        lambda d: renamed(d, ("points", 0, "throughput_per_s"), "throughput"),
+        lambda d: retyped(d, ("schema",), "wattline.sweep/2"),
+        lambda d: retyped(d, ("repeat",), 0),
+        lambda d: retyped(d, ("repeat",), "3"),
+        lambda d: retyped(d, ("params", "batch"), "1,8,32"),
+        lambda d: retyped(d, ("points", 0, "rank"), "1"),
+        lambda d: retyped(d, ("points", 0, "rank"), 0),
+        lambda d: retyped(d, ("points", 0, "pareto"), "yes"),
+        lambda d: retyped(d, ("points", 0, "j_per_unit", "runs"), 1.0),
+        lambda d: retyped(d, ("points", 0, "estimate_share"), 10.0),
+        lambda d: retyped(d, ("points", 0, "sla_instances"), [1, 2, 3]),
+        lambda d: retyped(d, ("points", 2, "problems"), ["failed: exit 3"]),
+        lambda d: retyped(d, ("points", 2, "runs_ok"), None),
+        lambda d: retyped(d, ("choices", 0, "figure"), "energy"),
+        lambda d: retyped(d, ("extra",), 1),
+        lambda d: retyped(d, ("points", 0, "extra"), 1),
+        lambda d: retyped(d, ("points", 0, "j_per_unit", "median"), 1.0),
+        lambda d: retyped(d, ("points", 0, "advantage_over_next", "confidence"), 0.9),
+        lambda d: retyped(d, ("choices", 0, "extra"), 1),
+    ],
+)
+def test_a_sweep_answer_missing_mistyped_or_added_a_field_is_refused(
+    change: Callable[[dict[str, Any]], dict[str, Any]],
+) -> None:
+    data = sweep_answer()
+    check = validator("sweep")
+    assert check.is_valid(data)  # the code's answer passes ...
     assert not check.is_valid(change(data))  # ... and the changed one does not

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from procs import CLI, clean_env, start_collector, start_rapl_agent
+from schema_check import schema_errors
 from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from waits import wait_sampled
@@ -92,6 +93,7 @@ def test_sweep_finds_the_true_best_and_never_splits_equal_settings(tmp_path: Pat
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out.stdout)
+    assert schema_errors("sweep", data) == []  # docs/schema/sweep.schema.json
     check_truth(data, runs=3)
     ranked = [(p["params"]["watts"], p["params"]["rate"]) for p in data["points"]]
     assert ranked[0] == ("30", "150")
@@ -120,6 +122,7 @@ def test_sweep_finds_the_true_best_and_never_splits_equal_settings(tmp_path: Pat
     again = wattline(["sweep", "--resume", data["sweep"], "--json", *sampling, "--sla", "1000000"], env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "12 runs done, reused" in again.stderr and "run 1/" not in again.stderr
+    assert schema_errors("sweep", json.loads(again.stdout)) == []
     resumed = json.loads(again.stdout)["points"]
     assert [p["params"] for p in resumed] == [p["params"] for p in data["points"]]
     assert [p["latency_s"] for p in resumed] == [p["latency_s"] for p in data["points"]]  # kept, not re-run
@@ -165,3 +168,27 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         assert out.returncode in (2, 127), (args, out.returncode, out.stderr)
         assert says in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_the_failed_line_names_each_failed_point_its_statuses_and_runs() -> None:
+    from wattline.workloads.sweep.analysis import RunFigures
+    from wattline.workloads.sweep.command import failed_line
+    from wattline.workloads.sweep.grid import Param, points
+    from wattline.workloads.sweep.plan import Plan
+
+    plan = Plan("s-2", [Param("b", ("1", "2", "3"))], ["cmd", "{b}"], repeat=3)
+    one, two, three = points(plan.params)
+    statuses = {one: (0, 3, 0), two: (0, 0, 0), three: (127, 1, 1)}
+    runs = [RunFigures(p, k, f"j{k}", s) for p, ss in statuses.items() for k, s in enumerate(ss)]
+    assert failed_line(plan, runs) == (
+        "wattline sweep s-2: error: 2 points failed: b=1 (exit 3 in 1 of 3 runs); b=3 (exit 1, 127 in 3 of 3 runs); "
+        "the other runs ran; run the failed ones again with: wattline sweep --resume s-2"
+    )
+    assert failed_line(plan, [r for r in runs if r.status == 0]) == ""
+    # every run failed: no "other runs" to speak of
+    lone = Plan("s-3", [Param("b", ("1",))], ["cmd", "{b}"], repeat=2)
+    failed = [RunFigures(points(lone.params)[0], k, f"j{k}", 2) for k in range(2)]
+    assert failed_line(lone, failed) == (
+        "wattline sweep s-3: error: a point failed: b=1 (exit 2 in 2 of 2 runs); "
+        "run the failed ones again with: wattline sweep --resume s-3"
+    )

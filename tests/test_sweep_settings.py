@@ -8,6 +8,7 @@ refused without permission in one line, exit 2, nothing changed.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import psutil
 import pytest
 from nvml_stub.build import build_stub
 from procs import CLI, clean_env
+from schema_check import schema_errors
 from sysfs_trees import write_attr
 from waits import wait_until
 
@@ -45,12 +47,6 @@ def env_for(tmp_path: Path, **more: str) -> dict[str, str]:
         "XDG_STATE_HOME": str(tmp_path / "state"),
         **more,
     }
-
-
-def observer(out: Path, *files: Path) -> list[str]:
-    """A command that appends what the setting files hold while it runs."""
-    code = "import sys; open(sys.argv[1], 'a').write(' '.join(open(f).read().strip() for f in sys.argv[2:]) + '\\n')"
-    return [sys.executable, "-c", code, str(out), *map(str, files)]
 
 
 #: Runs its arguments with SIGINT and SIGQUIT at their defaults, as a terminal's foreground
@@ -104,16 +100,48 @@ def next_wattline_command(env: dict[str, str]) -> subprocess.CompletedProcess[st
     return out
 
 
-def test_cpufreq_ceiling_applied_per_point_and_restored_at_the_end(tmp_path: Path) -> None:
+#: ``python -c FAILS_AT_1_2GHZ VALUE SEEN FILE...``: appends what the setting FILEs hold to
+#: SEEN, counts 5 units every 0.1 s for 0.6 s, saturated from its start, and exits 3 where
+#: VALUE is 1.2GHz, else 0.
+FAILS_AT_1_2GHZ = (
+    "import os, sys, time; "
+    "open(sys.argv[2], 'a').write(' '.join(open(f).read().strip() for f in sys.argv[3:]) + '\\n'); "
+    "ev = open(os.environ['WATTLINE_EVENTS'], 'a'); ev.write('phase saturated\\n'); ev.flush(); "
+    "[(time.sleep(0.1), ev.write('units 5\\n'), ev.flush()) for _ in range(6)]; "
+    "sys.exit(3 if sys.argv[1] == '1.2GHz' else 0)"
+)
+
+
+def test_cpufreq_ceiling_per_point_restored_at_the_end_even_when_a_point_fails(tmp_path: Path) -> None:
+    """The command fails at one point: the other still runs (its setting applied), the
+    settings are restored, the answer is printed (valid against the published schema, the
+    failed point without figures) and the sweep exits 1 with one line naming the point."""
     files = cpufreq_tree(tmp_path / "host")
     seen = tmp_path / "seen"
-    args = ["--sysfs-root", str(tmp_path / "host"), "--param", "cpu_max_freq=1.2GHz,2000MHz", "--"]
-    proc = sweep([*args, *observer(seen, *files)], env_for(tmp_path))
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err[-3000:]
+    args = ["--sysfs-root", str(tmp_path / "host"), "--param", "cpu_max_freq=1.2GHz,2000MHz"]
+    command = [sys.executable, "-c", FAILS_AT_1_2GHZ, "{cpu_max_freq}", str(seen), *map(str, files)]
+    proc = sweep([*args, "--share-rule", "exclusive", "--json", "--", *command], env_for(tmp_path))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-3000:]
     assert seen.read_text().splitlines() == ["1200000 1200000", "2000000 2000000"]
     assert [f.read_text().strip() for f in files] == [str(MAX_KHZ)] * 2
     assert not list((tmp_path / "state/wattline/outbox/restore").glob("*.json"))
+    data = json.loads(out)
+    assert schema_errors("sweep", data) == []
+    sweep_id = data["sweep"]
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert errors == [
+        f"wattline sweep {sweep_id}: error: a point failed: cpu_max_freq=1.2GHz (exit 3 in 1 of 1 runs); "
+        f"the other runs ran; run the failed ones again with: wattline sweep --resume {sweep_id}"
+    ], err
+    assert "Traceback" not in err and err.splitlines()[-1] == errors[0]
+    ok, failed = data["points"]
+    assert ok["params"] == {"cpu_max_freq": "2000MHz"} and ok["rank"] == 1 and ok["problems"] == []
+    assert ok["runs_ok"] == 1 and ok["j_per_unit"]["mean"] > 0
+    assert failed["params"] == {"cpu_max_freq": "1.2GHz"} and failed["rank"] is None
+    assert failed["problems"] == ["failed (exit 3)"] and (failed["runs"], failed["runs_ok"]) == (1, 0)
+    assert failed["j_per_unit"] is None and not failed["pareto"] and failed["advantage_over_next"] is None
+    assert [c["params"] for c in data["choices"]] == [{"cpu_max_freq": "2000MHz"}]
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "kill -9"])

@@ -12,6 +12,8 @@ Every error ends as one line on stderr and a non-zero exit, never a traceback
   an InfluxDB database that does not exist, a job that is not in the store;
 - 1: a runtime failure: a store unreachable or failing, an error while running;
 - ``wattline run``: the command's own status; 127 / 126 when it cannot start (as a shell);
+- ``wattline sweep``: 1 when a run's command failed (the other runs still run; one line
+  names the failed points: :func:`wattline.workloads.sweep.command.failed_line`);
 - 130: interrupted.
 
 An unknown ``WATTLINE_*`` environment variable is one warning line, not an error.

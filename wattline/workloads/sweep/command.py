@@ -5,6 +5,12 @@ Nothing is changed on the host before every value has been checked and every set
 permitted (:class:`wattline.agent.tuning.NotPermitted`: one line, exit 2). The settings are
 restored when the sweep ends, fails or is interrupted; after a crash, by the next wattline
 process (:mod:`wattline.agent.tuning.records`).
+
+A run whose command fails (exits non-zero, or cannot start) does not stop the sweep: the
+other runs still run, the settings are restored as always and the answer is shown (the
+failed point without figures, or with those of its other runs); then one line on stderr
+names each failed point, its exit statuses and how many of its runs failed, and the sweep
+exits 1 (:func:`failed_line`).
 """
 
 from __future__ import annotations
@@ -90,7 +96,31 @@ def run_sweep(the_plan: plan.Plan, template: Job, settings: ReportSettings, sysf
         print(json.dumps(data, indent=2), flush=True)
     else:
         print_answer(data, Console(file=sys.stdout, width=max(Console().width, 160)))
+    line = failed_line(the_plan, runs)
+    if line:
+        say(line)
+        return 1
     return 0
+
+
+def failed_line(the_plan: plan.Plan, runs: list[RunFigures]) -> str:
+    """One line naming each point with a run whose command failed (in the grid's order), its
+    exit statuses and how many of its runs failed; "" when every command exited 0."""
+    parts = []
+    for point in grid.points(the_plan.params):
+        mine = [r for r in runs if r.point == point]
+        bad = [r for r in mine if r.status != 0]
+        if bad:
+            statuses = ", ".join(str(s) for s in sorted({r.status for r in bad}))
+            parts.append(f"{grid.point_text(point)} (exit {statuses} in {len(bad)} of {len(mine)} runs)")
+    if not parts:
+        return ""
+    what = "a point failed" if len(parts) == 1 else f"{len(parts)} points failed"
+    others = "the other runs ran; " if any(r.status == 0 for r in runs) else ""
+    return (
+        f"wattline sweep {the_plan.sweep_id}: error: {what}: {'; '.join(parts)}; "
+        f"{others}run the failed ones again with: wattline sweep --resume {the_plan.sweep_id}"
+    )
 
 
 def write_outputs(data: dict[str, Any], out: Outputs) -> None:

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 from procs import CLI, clean_env
+from schema_check import validator
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
-from test_json_schemas import validator
 from window_workload import LINE_S
 
 ZONE = "intel-rapl:0"

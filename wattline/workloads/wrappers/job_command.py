@@ -33,7 +33,8 @@ from wattline.workloads.output.render import print_report
 from wattline.workloads.report.build import build_complete_report, report_wait_s
 from wattline.workloads.report.model import Report, ReportSettings
 from wattline.workloads.report.report_json import report_json
-from wattline.workloads.wrappers.run import RunRequest, devices_from_env, parse_devices, resolve_gpu_claims, run_job
+from wattline.workloads.wrappers.claims import devices_from_env, parse_devices, resolve_gpu_claims
+from wattline.workloads.wrappers.run import RunRequest, run_job
 
 #: Failures of a report once the command has run: one line, never the command's status lost.
 REPORT_ERRORS = (

@@ -81,11 +81,13 @@ def claimed_devices(devices: str | None) -> list[str]:
     return resolve_gpu_claims(parse_devices(devices) if devices else devices_from_env(os.environ))
 
 
-def job_spec(job_id: str, name: str, kind: str, units: str, labels: dict[str, str], devices: list[str]) -> JobSpec:
+def job_spec(
+    job_id: str, name: str, kind: str, units: str, labels: dict[str, str], devices: list[str], service: bool = False
+) -> JobSpec:
     """The job's spec; a job id no store can hold is a ConfigError (one line, exit 2), raised
     before the command starts."""
     try:
-        return JobSpec(job_id, name, kind, units, labels, devices)
+        return JobSpec(job_id, name, kind, units, labels, devices, service)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

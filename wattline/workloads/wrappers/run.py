@@ -43,6 +43,7 @@ from wattline.workloads.services.summary import record_local_summary
 from wattline.workloads.wrappers.embedded import embedded_session
 from wattline.workloads.wrappers.heartbeat import Heartbeat
 from wattline.workloads.wrappers.holding import ended_ids, hold_job
+from wattline.workloads.wrappers.served import ServedHolder, ServedUnits
 from wattline.workloads.wrappers.session import CollectorSink, EventSink
 
 if TYPE_CHECKING:
@@ -66,6 +67,8 @@ class RunRequest:
     stdout_to_stderr: bool = False
     #: Called with each ``latency`` line's seconds and time (ns): ``wattline sweep`` keeps them.
     on_latency: Callable[[float, int], None] | None = None
+    #: Units scraped from the command's server (``--metrics``, :mod:`.served`), instead of its stdout.
+    served: ServedUnits | None = None
 
 
 class CommandNotStarted(OSError):
@@ -180,6 +183,7 @@ class JobRunner:
         self.sink.send([opened])
         holding = hold_job(self.sink, self.builder, opened)
         heartbeat = Heartbeat(self.builder, self.sink.send).start()
+        served = self.request.served and ServedHolder(self.request.served, self.units, self.open_ns).start()
         live = self._live_line()
         use = self.use(self.builder, child.pid).start(self.open_ns) if self.use is not None else None
         previous = {sig: signal.signal(sig, self._forwarder(child, interactive)) for sig in FORWARDED}
@@ -195,6 +199,8 @@ class JobRunner:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             heartbeat.stop()
+            if served:
+                served.stop()
             if live is not None:
                 live.stop()
             if use is not None:
@@ -202,6 +208,8 @@ class JobRunner:
         returncode = child.wait()
         if pump is not None:
             pump.join(timeout=5)
+        if served:  # its last scrape, while the job is open
+            served.finish()
         reader.poll()
         self.units.flush()
         self.close_ns = self.sink.edge_tick() or time.time_ns()

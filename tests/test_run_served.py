@@ -1,0 +1,396 @@
+"""``wattline run --metrics``: a command that serves, its units counted from its server's own
+Prometheus metrics as it serves (issue #44, the holder's side).
+
+The truths are the test's: a client that counts every answered request (the reference service,
+``wattline workload layoutlm-serve``, tiny, on CPU), and a powercap zone at a known power. Through
+the CLI into the embedded SQLite store, the job's stored units must equal the answered requests
+exactly, across a restart of the server inside the wrapped command too; bad input is one line.
+The holder's rules (when a reading's units are sent, what is said) are tested on canned scrapes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from procs import CLI, clean_env
+from served_layoutlm import SERVE
+from servers import free_port, http
+from sysfs_trees import PowerAdvancer, Zone, powercap_tree
+from waits import wait_until
+
+from wattline import wire
+from wattline.served_scrape import ScrapeError
+from wattline.served_specs import parse_unit
+from wattline.workloads.jobs.events import EventBuilder, JobSpec, UnitAccumulator
+from wattline.workloads.reference.stepped_load import Step, Window, run_steps
+from wattline.workloads.wrappers.served import ServedHolder, ServedUnits
+
+HERE = Path(__file__).parent
+ZONE = "intel-rapl:0"
+WATTS = 50.0
+HOST = "served-host"
+COUNT = 'requests=layoutlm_requests_total{outcome="ok"}'
+#: The job is alone on its host: it is charged the host, so its energy is the zone's.
+ALONE = ["--share-rule", "exclusive"]
+
+
+@dataclass
+class Wrapped:
+    """``wattline run`` around a command that serves on 127.0.0.1:``port``, its output in a log."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    port: int
+    store: str
+    started: float  #: monotonic, before the wrapper started
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def health(self) -> str | None:
+        """The server's ``/health`` status, None when nothing answers."""
+        try:
+            status, body = http("GET", f"http://127.0.0.1:{self.port}/health", timeout_s=5)
+        except OSError:
+            return None
+        return str(json.loads(body)["status"]) if body.startswith(b"{") else f"HTTP {status}"
+
+    def serving(self) -> bool:
+        assert self.process.poll() is None, self.log()[-3000:]
+        return self.health() == "serving"
+
+    def stop(self) -> int:
+        """SIGTERM to the wrapper (forwarded to the command); its exit status."""
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=60)
+
+    def report(self, job_id: str) -> dict[str, Any]:
+        out = subprocess.run(
+            [*CLI, "report", job_id, "--json", "--store", self.store, *ALONE],
+            capture_output=True, text=True, timeout=60, env=clean_env(),
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return dict(json.loads(out.stdout))
+
+
+@pytest.fixture
+def zone(tmp_path: Path) -> Iterator[Path]:
+    """A RAPL package zone drawing :data:`WATTS` from now on; the tree's root."""
+    root = powercap_tree(tmp_path / "host", [Zone(ZONE, "package-0")])
+    powered = PowerAdvancer(root, {ZONE: WATTS})
+    yield root
+    powered.close()
+
+
+def wrap(tmp_path: Path, root: Path, job_id: str, port: int, *args: str) -> Wrapped:
+    """``wattline run --metrics`` of the server on ``port``: ``args`` are run's, then ``--`` and the command."""
+    store = f"sqlite:///{tmp_path / 'w.db'}"
+    log_path = tmp_path / f"{job_id}.log"
+    sampling = ["--sysfs-root", str(root), "--source", "rapl", "--interval", "1", "--host-id", HOST]
+    argv = [*CLI, "run", "--job-id", job_id, "--store", store, "--no-report", *sampling, *args]
+    started = time.monotonic()
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=clean_env()
+        )
+    return Wrapped(process, log_path, port, store, started)
+
+
+def serve(port: int, linger_s: float) -> list[str]:
+    return [*CLI, *SERVE, "--host", "127.0.0.1", "--port", str(port), "--linger", str(linger_s)]
+
+
+def metrics(port: int) -> list[str]:
+    return ["--metrics", f"http://127.0.0.1:{port}/metrics", "--count", COUNT, "--units", "requests"]
+
+
+def answered(windows: list[Window]) -> int:
+    return sum(w.answered for w in windows)
+
+
+# --- the real service, through the CLI ------------------------------------------------------------
+
+
+def test_a_served_jobs_units_are_the_requests_answered_and_its_energy_is_per_request(
+    tmp_path: Path, zone: Path
+) -> None:
+    """Requests at two rates; then SIGTERM to the wrapper: the server answers what it admitted,
+    keeps /metrics up 3 s for the last scrapes, and the job closes with every answered request
+    counted, its energy the zone's over its window, J per request that energy over the answers."""
+    port = free_port()
+    job = wrap(tmp_path, zone, "served", port, *metrics(port), "--service", *ALONE, "--", *serve(port, 3))
+    wait_until(job.serving, lambda: f"the server serving; the log:\n{job.log()[-3000:]}")
+    serving = time.monotonic()
+    windows = run_steps(f"http://127.0.0.1:{port}/infer", [Step(15, 1.5), Step(40, 1.5)], seed=3)
+    stopped = time.monotonic()
+    assert job.stop() == 0, job.log()[-3000:]
+    ended = time.monotonic()
+    truth = answered(windows)
+    assert truth > 40 and not any(w.errors for w in windows), windows
+    report = job.report("served")
+    assert report["units"]["total"] == truth
+    assert report["job"]["unit"] == "requests" and report["job"]["exit_code"] == 0
+    whole = report["whole_run"]
+    # the job's window holds the serving and lies within the wrapper's life
+    assert WATTS * (stopped - serving) < whole["energy_j"] < WATTS * (ended - job.started)
+    assert whole["j_per_unit"] == pytest.approx(whole["energy_j"] / truth, rel=1e-9)
+    summary = f"wattline: {truth} requests counted from http://127.0.0.1:{port}/metrics ("
+    assert [line for line in job.log().splitlines() if line.startswith(summary)], job.log()[-3000:]
+
+
+def test_a_server_restarted_inside_the_command_loses_and_doubles_no_request(tmp_path: Path, zone: Path) -> None:
+    """The command is a supervisor that restarts its server (same port) on SIGUSR1, in the middle
+    of a steady load: the new server's counters start from 0 again; the job counts every request
+    either answered, and none twice."""
+    port = free_port()
+    pidfile = tmp_path / "supervisor.pid"
+    supervisor = [*CLI[:1], str(HERE / "served_supervisor.py"), str(pidfile), *serve(port, 1.5)]
+    job = wrap(tmp_path, zone, "restarted", port, *metrics(port), "--scrape-every", "0.5s", "--", *supervisor)
+    wait_until(job.serving, lambda: f"the server serving; the log:\n{job.log()[-3000:]}")
+    restarted = threading.Event()
+
+    def on_edge(index: int) -> None:
+        if index == 2:
+            restarted.wait(90)  # the last step goes to the new server
+
+    result: list[list[Window]] = []
+    steps = [Step(20, 1.0), Step(20, 1.0), Step(20, 1.0)]
+    load = threading.Thread(
+        target=lambda: result.append(run_steps(f"http://127.0.0.1:{port}/infer", steps, seed=5, on_edge=on_edge))
+    )
+    load.start()
+    try:
+        time.sleep(1.5)  # in the middle step
+        os.kill(int(pidfile.read_text()), signal.SIGUSR1)
+        wait_until(lambda: job.health() != "serving", "the first server stopping")
+        wait_until(job.serving, lambda: f"the second server serving; the log:\n{job.log()[-3000:]}", timeout_s=60)
+        restarted.set()
+        load.join(60)
+    finally:
+        restarted.set()
+    assert result, "the load did not finish"
+    assert job.stop() == 0, job.log()[-3000:]
+    windows = result[0]
+    truth = answered(windows)
+    assert windows[0].answered and windows[2].answered and windows[1].errors, windows
+    assert "supervisor: restarting" in job.log()
+    assert job.report("restarted")["units"]["total"] == truth, job.log()[-3000:]
+
+
+# --- bad input: one line, and the command still runs ----------------------------------------------
+
+
+#: Nothing listens on port 9 (discard) of loopback.
+NOWHERE = "http://127.0.0.1:9/metrics"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--count", "requests=x_total{outcome=ok}"], "option --count: unit spec 'requests=x_total{outcome=ok}': expected LABEL OP"),
+        (["--count", "Requests=x_total"], "option --count: unit spec 'Requests=x_total': NAME must be a short name"),
+        (["--count", COUNT, "--units-from-stdout", "done"], "options --metrics and --units-from-stdout both count"),
+        (["--count", COUNT, "--preset", "vllm"], "options --count and --preset both say what to count"),
+        (["--count", COUNT, "--units", "documents"], "option --units: 'documents' differs from --count's unit 'requests'"),
+        (["--preset", "vllm", "--units", "documents"], "option --units: preset vllm counts requests, input_tokens, output_tokens, not 'documents'"),
+        (["--preset", "ollama"], "option --preset: no preset 'ollama': known are vllm, triton, tgi, torchserve"),
+        ([], "option --metrics needs --count SPEC or --preset NAME"),
+        (["--count", COUNT, "--scrape-every", "0s"], "option --scrape-every: 0s is under 0.1 s"),
+        (["--count", COUNT, "--scrape-every", "often"], "option --scrape-every: invalid duration 'often'"),
+    ],
+)  # fmt: skip
+def test_bad_served_options_are_one_line_and_exit_2_before_the_command_starts(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    bad_run(tmp_path, ["--metrics", NOWHERE, *args], said)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--metrics", "ftp://127.0.0.1/metrics", "--count", COUNT], "option --metrics: 'ftp://127.0.0.1/metrics' is not an http or https URL"),
+        (["--count", COUNT], "option --count needs --metrics URL"),
+        (["--scrape-every", "2s"], "option --scrape-every needs --metrics URL"),
+    ],
+)  # fmt: skip
+def test_a_bad_or_missing_metrics_url_is_one_line_and_exit_2(tmp_path: Path, args: list[str], said: str) -> None:
+    bad_run(tmp_path, args, said)
+
+
+def bad_run(tmp_path: Path, args: list[str], said: str) -> None:
+    """``wattline run ARGS -- touch ran``: exit 2, ``said`` in one line, nothing run or stored."""
+    out = subprocess.run(
+        [*CLI, "run", "--store", f"sqlite:///{tmp_path / 'w.db'}", *args, "--", "touch", str(tmp_path / "ran")],
+        capture_output=True, text=True, timeout=60, env={**clean_env(), "COLUMNS": "200"},
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith("wattline: error: "), out.stderr
+    assert said in out.stderr
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "w.db").exists()
+
+
+class Exposition(BaseHTTPRequestHandler):
+    """A server's /metrics: one ok request counted; any other path is 404."""
+
+    def do_GET(self) -> None:
+        body = b'# TYPE layoutlm_requests counter\nlayoutlm_requests_total{outcome="ok"} 1\n'
+        if self.path != "/metrics":
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def exposition() -> Iterator[str]:
+    """The base URL of an :class:`Exposition`."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Exposition)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("path", "count", "said"),
+    [
+        (None, COUNT, "wattline: no requests were counted from the metrics: no scrape of {url} answered ("),
+        ("/metric", COUNT, "wattline: no requests were counted from the metrics: no scrape of {url} answered (HTTP 404 "),
+        ("/metrics", "requests=layoutlm_request_total", "wattline: {url} exposes no series requests=layoutlm_request_total selects"),
+    ],
+    ids=["dead", "mistyped-path", "mistyped-metric"],
+)  # fmt: skip
+def test_metrics_that_count_nothing_are_said_and_the_command_runs(
+    tmp_path: Path, exposition: str, path: str | None, count: str, said: str
+) -> None:
+    url = NOWHERE if path is None else exposition + path
+    store = f"sqlite:///{tmp_path / 'w.db'}"
+    out = subprocess.run(
+        [*CLI, "run", "--job-id", "nothing", "--store", store, "--no-report", "--metrics", url, "--count", count,
+         "--", "sh", "-c", f"sleep 1.5; touch {tmp_path / 'ran'}; exit 3"],
+        capture_output=True, text=True, timeout=60, env={**clean_env(), "COLUMNS": "200"},
+    )  # fmt: skip
+    assert out.returncode == 3 and (tmp_path / "ran").exists(), out.stderr
+    assert said.format(url=url) in out.stderr
+    lines = [line for line in out.stderr.splitlines() if url in line]
+    assert len(lines) == len(set(lines)) <= 2, out.stderr  # each said once, never a line a scrape
+    report = subprocess.run(
+        [*CLI, "report", "nothing", "--json", "--store", store],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+    )
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["units"]["total"] == 0
+
+
+# --- the holder's rules, on canned scrapes ---------------------------------------------------------
+
+
+def exposed(ok: float) -> str:
+    return f'# TYPE layoutlm_requests counter\nlayoutlm_requests_total{{outcome="ok"}} {ok}\n'
+
+
+class Canned:
+    """A holder fed canned scrapes (an exposition, or a :class:`ScrapeError`'s reason), with the
+    UNITS events it sends and the lines it says."""
+
+    URL = "http://127.0.0.1:9/metrics"
+
+    def __init__(self) -> None:
+        self.events: list[wire.pb.JobEvent] = []
+        self.said: list[str] = []
+        self.answers: list[str | ScrapeError] = []
+        units = UnitAccumulator(EventBuilder(JobSpec("canned", "canned")), self.events.extend)
+        served = ServedUnits(self.URL, parse_unit(COUNT))
+        self.holder = ServedHolder(served, units, time.time_ns(), self.said.append, self._fetch)
+
+    def _fetch(self, url: str, timeout_s: float) -> str:
+        answer = self.answers.pop(0)
+        if isinstance(answer, ScrapeError):
+            raise answer
+        return answer
+
+    def scrape(self, answer: str | ScrapeError) -> int | None:
+        """One scrape answered so; its reading's time (None: it failed)."""
+        self.answers.append(answer)
+        reading = self.holder.scrape(1.0)
+        return None if reading is None else reading.time_ns
+
+    def sent(self) -> list[tuple[float, int]]:
+        return [(e.units, e.time_ns) for e in self.events]
+
+
+def test_the_first_scrape_counts_what_the_server_answered_and_idle_scrapes_send_nothing_until_work() -> None:
+    """The command started the server: its first reading's units are ours, sent at that scrape
+    (the UNITS event covers open to it). Idle readings send nothing; the last one's 0 goes out
+    just before the next busy one, so that one's units cover its own interval. A restart (the
+    counter back to 1) counts the new server's 1."""
+    canned = Canned()
+    times = [canned.scrape(exposed(ok)) for ok in (3, 3, 3, 5, 1)]
+    assert all(times)
+    t1, _t2, t3, t4, t5 = times
+    assert canned.sent() == [(3, t1), (0, t3), (2, t4), (1, t5)]
+    assert canned.holder.total == 6
+    assert canned.said == [
+        f'{Canned.URL}: layoutlm_requests_total{{outcome="ok"}}: reset (it went down); counted from 0 again'
+    ]
+
+
+def test_failures_are_said_once_per_reason_after_the_first_good_scrape_and_summed_up_at_the_end() -> None:
+    canned = Canned()
+    refused = ScrapeError(f"{Canned.URL}: [Errno 111] Connection refused")
+    assert canned.scrape(refused) is None  # the server still starting: not said
+    assert canned.said == [] and canned.events == []
+    canned.scrape(exposed(2))
+    for answer in (refused, refused, ScrapeError("the response took longer than the timeout"), exposed(6)):
+        canned.scrape(answer)
+    canned.answers.append(refused)  # the last scrape, once the command ended: the server is gone
+    canned.holder.finish()
+    assert [units for units, _ in canned.sent()] == [2, 4]
+    assert canned.said == [
+        f"scrape of {Canned.URL} failed: [Errno 111] Connection refused (said once; the next good scrape counts what it missed)",
+        f"scrape of {Canned.URL} failed: the response took longer than the timeout (said once; the next good scrape counts what it missed)",
+        f"6 requests counted from {Canned.URL} (2 scrapes, 3 failed between them)",
+    ]
+
+
+def test_a_server_that_never_answers_is_said_and_counts_nothing() -> None:
+    canned = Canned()
+    canned.answers.append(ScrapeError(f"{Canned.URL}: HTTP 404 Not Found"))
+    canned.holder.finish()
+    assert canned.events == []
+    assert canned.said == [
+        f"no requests were counted from the metrics: no scrape of {Canned.URL} answered (HTTP 404 Not Found)"
+    ]
+
+
+def test_a_large_count_is_said_in_full_and_changing_reasons_fill_no_log() -> None:
+    canned = Canned()
+    canned.scrape(exposed(1234567))
+    for i in range(80):  # a server whose error names a changing value
+        canned.scrape(ScrapeError(f"unparsable exposition: bad value at line {i}"))
+    canned.answers.append(ScrapeError("gone"))
+    canned.holder.finish()
+    assert len(canned.said) == 52, canned.said  # 50 reasons, that no more are said, the summary
+    assert canned.said[-2:] == [
+        f"50 lines said about {Canned.URL}: no more",
+        f"1234567 requests counted from {Canned.URL} (1 scrape)",
+    ]

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from wattline.served_scrape import ScrapeError
 from wattline.served_specs import parse_unit
 from wattline.workloads.jobs.events import EventBuilder, JobSpec, UnitAccumulator
 from wattline.workloads.reference.stepped_load import Step, Window, run_steps
+from wattline.workloads.wrappers.run import JobRunner, RunRequest
 from wattline.workloads.wrappers.served import ServedHolder, ServedUnits
 
 HERE = Path(__file__).parent
@@ -240,14 +242,30 @@ def bad_run(tmp_path: Path, args: list[str], said: str) -> None:
     assert not (tmp_path / "ran").exists() and not (tmp_path / "w.db").exists()
 
 
+class Counting(ThreadingHTTPServer):
+    """A server whose ``/metrics`` shows ``ok`` requests answered; each ``POST /bump`` adds one."""
+
+    ok = 1
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
 class Exposition(BaseHTTPRequestHandler):
-    """A server's /metrics: one ok request counted; any other path is 404."""
+    server: Counting
 
     def do_GET(self) -> None:
-        body = b'# TYPE layoutlm_requests counter\nlayoutlm_requests_total{outcome="ok"} 1\n'
         if self.path != "/metrics":
             self.send_error(404)
             return
+        self.answer(exposed(self.server.ok).encode())
+
+    def do_POST(self) -> None:
+        self.server.ok += 1
+        self.answer(b"")
+
+    def answer(self, body: bytes) -> None:
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -258,11 +276,10 @@ class Exposition(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def exposition() -> Iterator[str]:
-    """The base URL of an :class:`Exposition`."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Exposition)
+def counting() -> Iterator[Counting]:
+    server = Counting(("127.0.0.1", 0), Exposition)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
+    yield server
     server.shutdown()
     server.server_close()
 
@@ -277,9 +294,9 @@ def exposition() -> Iterator[str]:
     ids=["dead", "mistyped-path", "mistyped-metric"],
 )  # fmt: skip
 def test_metrics_that_count_nothing_are_said_and_the_command_runs(
-    tmp_path: Path, exposition: str, path: str | None, count: str, said: str
+    tmp_path: Path, counting: Counting, path: str | None, count: str, said: str
 ) -> None:
-    url = NOWHERE if path is None else exposition + path
+    url = NOWHERE if path is None else counting.url + path
     store = f"sqlite:///{tmp_path / 'w.db'}"
     out = subprocess.run(
         [*CLI, "run", "--job-id", "nothing", "--store", store, "--no-report", "--metrics", url, "--count", count,
@@ -394,3 +411,42 @@ def test_a_large_count_is_said_in_full_and_changing_reasons_fill_no_log() -> Non
         f"50 lines said about {Canned.URL}: no more",
         f"1234567 requests counted from {Canned.URL} (1 scrape)",
     ]
+
+
+class Sink:
+    """The job's events, as a store would get them."""
+
+    host_id = "sink"
+
+    def __init__(self) -> None:
+        self.events: list[wire.pb.JobEvent] = []
+
+    def send(self, events: list[wire.pb.JobEvent]) -> None:
+        self.events.extend(events)
+
+    def edge_tick(self) -> int | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_last_scrape_is_taken_once_the_command_ended_and_before_the_job_closes(counting: Counting) -> None:
+    """Scrapes 30 s apart: the first at the start, then none until the command has ended. The
+    command answers two requests (bumps the counter) as its last act; the last scrape, after it,
+    counts them, and the close comes after it. The OPEN says the job is a service."""
+    bump = f"import urllib.request as u; [u.urlopen(u.Request('{counting.url}/bump', b'')) for _ in range(2)]"
+    spec = JobSpec("svc", "svc", unit_name="requests", service=True)
+    served = ServedUnits(counting.url + "/metrics", parse_unit(COUNT), every_s=30)
+    sink = Sink()
+    command = [sys.executable, "-c", f"import time; time.sleep(0.5); {bump}"]
+    started = time.monotonic()
+    assert JobRunner(RunRequest(command, spec, served=served), sink).run() == 0
+    assert time.monotonic() - started < 10  # the 30 s wait for the next scrape is cut short
+    assert counting.ok == 3
+    Event = wire.pb.JobEvent
+    events = [e for e in sink.events if e.kind != Event.KIND_HEARTBEAT]
+    assert [e.kind for e in events] == [Event.KIND_OPEN, Event.KIND_UNITS, Event.KIND_UNITS, Event.KIND_CLOSE]
+    opened, first, last, closed = events
+    assert opened.service and (first.units, last.units) == (1, 2)
+    assert opened.time_ns < first.time_ns < last.time_ns <= closed.time_ns

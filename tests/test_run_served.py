@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -450,3 +451,22 @@ def test_the_last_scrape_is_taken_once_the_command_ended_and_before_the_job_clos
     opened, first, last, closed = events
     assert opened.service and (first.units, last.units) == (1, 2)
     assert opened.time_ns < first.time_ns < last.time_ns <= closed.time_ns
+
+
+def test_an_endpoint_that_never_answers_holds_the_end_of_the_run_a_few_seconds_at_most(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A listener that takes connections and never answers: each scrape ends at its timeout, and
+    the run ends a few seconds after the command (a scrape under way, then the last one), its
+    line saying why nothing was counted."""
+    with socket.create_server(("127.0.0.1", 0)) as mute:
+        url = f"http://127.0.0.1:{mute.getsockname()[1]}/metrics"
+        spec = JobSpec("mute", "mute", unit_name="requests")
+        sink = Sink()
+        started = time.monotonic()
+        request = RunRequest(["sleep", "0.5"], spec, served=ServedUnits(url, parse_unit(COUNT)))
+        assert JobRunner(request, sink).run() == 0
+        took = time.monotonic() - started
+    assert took < 8, took
+    assert [e.kind for e in sink.events if e.kind == wire.pb.JobEvent.KIND_UNITS] == []
+    assert f"no requests were counted from the metrics: no scrape of {url} answered (" in capsys.readouterr().err

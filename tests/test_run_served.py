@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -96,18 +96,34 @@ def zone(tmp_path: Path) -> Iterator[Path]:
     powered.close()
 
 
-def wrap(tmp_path: Path, root: Path, job_id: str, port: int, *args: str) -> Wrapped:
-    """``wattline run --metrics`` of the server on ``port``: ``args`` are run's, then ``--`` and the command."""
+@pytest.fixture
+def wrap(tmp_path: Path, zone: Path) -> Iterator[Callable[..., Wrapped]]:
+    """Starts ``wattline run --metrics`` of the server on a port, sampling :func:`zone`:
+    ``wrap(job_id, port, *args)``, ``args`` run's options, ``--`` and the command. A wrapper a
+    failed test left running is stopped (SIGTERM: its command's group gets it too)."""
+    started: list[Wrapped] = []
     store = f"sqlite:///{tmp_path / 'w.db'}"
-    log_path = tmp_path / f"{job_id}.log"
-    sampling = ["--sysfs-root", str(root), "--source", "rapl", "--interval", "1", "--host-id", HOST]
-    argv = [*CLI, "run", "--job-id", job_id, "--store", store, "--no-report", *sampling, *args]
-    started = time.monotonic()
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=clean_env()
-        )
-    return Wrapped(process, log_path, port, store, started)
+    sampling = ["--sysfs-root", str(zone), "--source", "rapl", "--interval", "1", "--host-id", HOST]
+
+    def start(job_id: str, port: int, *args: str) -> Wrapped:
+        log_path = tmp_path / f"{job_id}.log"
+        argv = [*CLI, "run", "--job-id", job_id, "--store", store, "--no-report", *sampling, *args]
+        began = time.monotonic()
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=clean_env()
+            )
+        started.append(Wrapped(process, log_path, port, store, began))
+        return started[-1]
+
+    yield start
+    for job in started:
+        if job.process.poll() is None:
+            job.process.send_signal(signal.SIGTERM)
+            try:
+                job.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                job.process.kill()
 
 
 def serve(port: int, linger_s: float) -> list[str]:
@@ -126,13 +142,13 @@ def answered(windows: list[Window]) -> int:
 
 
 def test_a_served_jobs_units_are_the_requests_answered_and_its_energy_is_per_request(
-    tmp_path: Path, zone: Path
+    wrap: Callable[..., Wrapped],
 ) -> None:
     """Requests at two rates; then SIGTERM to the wrapper: the server answers what it admitted,
     keeps /metrics up 3 s for the last scrapes, and the job closes with every answered request
     counted, its energy the zone's over its window, J per request that energy over the answers."""
     port = free_port()
-    job = wrap(tmp_path, zone, "served", port, *metrics(port), "--service", *ALONE, "--", *serve(port, 3))
+    job = wrap("served", port, *metrics(port), "--service", *ALONE, "--", *serve(port, 3))
     wait_until(job.serving, lambda: f"the server serving; the log:\n{job.log()[-3000:]}")
     serving = time.monotonic()
     windows = run_steps(f"http://127.0.0.1:{port}/infer", [Step(15, 1.5), Step(40, 1.5)], seed=3)
@@ -152,14 +168,16 @@ def test_a_served_jobs_units_are_the_requests_answered_and_its_energy_is_per_req
     assert [line for line in job.log().splitlines() if line.startswith(summary)], job.log()[-3000:]
 
 
-def test_a_server_restarted_inside_the_command_loses_and_doubles_no_request(tmp_path: Path, zone: Path) -> None:
+def test_a_server_restarted_inside_the_command_loses_and_doubles_no_request(
+    tmp_path: Path, wrap: Callable[..., Wrapped]
+) -> None:
     """The command is a supervisor that restarts its server (same port) on SIGUSR1, in the middle
     of a steady load: the new server's counters start from 0 again; the job counts every request
     either answered, and none twice."""
     port = free_port()
     pidfile = tmp_path / "supervisor.pid"
     supervisor = [*CLI[:1], str(HERE / "served_supervisor.py"), str(pidfile), *serve(port, 1.5)]
-    job = wrap(tmp_path, zone, "restarted", port, *metrics(port), "--scrape-every", "0.5s", "--", *supervisor)
+    job = wrap("restarted", port, *metrics(port), "--scrape-every", "0.5s", "--", *supervisor)
     wait_until(job.serving, lambda: f"the server serving; the log:\n{job.log()[-3000:]}")
     restarted = threading.Event()
 

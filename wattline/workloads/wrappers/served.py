@@ -35,7 +35,8 @@ EVERY_S = 1.0
 #: Shortest interval taken: a server's /metrics is rendered on each request, and under load faster
 #: scrapes cost it work without adding information.
 MIN_EVERY_S = 0.1
-#: Longest a scrape may take (at most the interval, at least this much of it for a loaded server).
+#: A scrape's timeout is the interval, but at least the first (a loaded server renders slowly) and
+#: at most the second (the command's end waits for a scrape under way).
 MIN_TIMEOUT_S, MAX_TIMEOUT_S = 2.0, 10.0
 #: The last scrape, once the command has ended: a server gone answers at once (refused); this
 #: bounds how long an exit waits for one that neither answers nor refuses.

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from procs import CLI, clean_env
+from prometheus_client.parser import text_string_to_metric_families
 from served_layoutlm import SERVE
 from servers import free_port, http
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
@@ -37,9 +38,10 @@ from wattline.served_specs import parse_unit
 from wattline.workloads.jobs.events import EventBuilder, JobSpec, UnitAccumulator
 from wattline.workloads.reference.stepped_load import Step, Window, run_steps
 from wattline.workloads.wrappers.run import JobRunner, RunRequest
-from wattline.workloads.wrappers.served import ServedHolder, ServedUnits
+from wattline.workloads.wrappers.served import ServedHolder, ServedUnits, served_units
 
 HERE = Path(__file__).parent
+FIXTURES = HERE / "fixtures" / "served_metrics"
 ZONE = "intel-rapl:0"
 WATTS = 50.0
 HOST = "served-host"
@@ -488,3 +490,32 @@ def test_an_endpoint_that_never_answers_holds_the_end_of_the_run_a_few_seconds_a
     assert took < 8, took
     assert [e.kind for e in sink.events if e.kind == wire.pb.JobEvent.KIND_UNITS] == []
     assert f"no requests were counted from the metrics: no scrape of {url} answered (" in capsys.readouterr().err
+
+
+#: Per preset unit: the sample read, and its growth in scrapes 2 and 3 of the recorded vLLM
+#: scrapes as tests/fixtures/served_metrics/SOURCES.md says it was made (Llama's and Qwen's; in
+#: scrape 3 Qwen's server restarted, its counter past its old value: only ``_created`` shows it).
+VLLM_GROWTH = {
+    "requests": ("vllm:request_success_total", [5 + 2, 3 + 29]),
+    "output_tokens": ("vllm:generation_tokens_total", [2230 + 400, 900 + 9800]),
+}
+
+
+@pytest.mark.parametrize("units", [None, "output_tokens"])
+def test_a_preset_counts_its_unit_summed_over_the_models(units: str | None) -> None:
+    """``--preset vllm`` (``--units`` picks which of its units) on recorded two-model scrapes: the
+    job's units are the first scrape's whole value (the command started the server), then each
+    scrape's growth summed over models and reasons, a restart's counts since it included."""
+    served, unit = served_units(Canned.URL, None, "vllm", units, None, False)
+    assert served is not None and unit == (units or "requests")
+    sample, growth = VLLM_GROWTH[unit]
+    texts = [(FIXTURES / f"vllm_two_models_{i}.txt").read_text() for i in (1, 2, 3)]
+    first = sum(
+        s.value for family in text_string_to_metric_families(texts[0]) for s in family.samples if s.name == sample
+    )
+    sent: list[float] = []
+    units_to = UnitAccumulator(EventBuilder(JobSpec("v", "v")), lambda events: sent.extend(e.units for e in events))
+    holder = ServedHolder(served, units_to, time.time_ns(), lambda line: None, lambda url, timeout_s: texts.pop(0))
+    for _ in range(3):
+        assert holder.scrape(1.0) is not None
+    assert first > 0 and sent == [first, *growth]

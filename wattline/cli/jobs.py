@@ -45,6 +45,7 @@ from wattline.workloads.wrappers.job_command import (
     run_and_report,
 )
 from wattline.workloads.wrappers.run import RunRequest, check_command, units_pattern
+from wattline.workloads.wrappers.served import served_units
 
 
 @store_options
@@ -56,7 +57,11 @@ def run(
         None, "--job-id", help="Job id shared by every host (default: $SLURM_JOB_ID, $TORCHELASTIC_RUN_ID, or new)."
     ),
     kind: str = typer.Option("other", "--kind", help="inference, training or other."),
-    units: str = typer.Option("units", "--units", help="Name of the work unit (inferences, sequences, tokens)."),
+    units: str | None = typer.Option(
+        None,
+        "--units",
+        help="Name of the work unit (inferences, sequences, tokens); default: units, or what --count/--preset counts.",
+    ),
     labels: list[str] | None = typer.Option(None, "--label", "-l", help="Job label KEY=VALUE (repeat)."),
     devices: str | None = typer.Option(
         None,
@@ -80,6 +85,23 @@ def run(
         "--units-from-stdout",
         help="Regex on the command's stdout lines; group 1 is the unit count (else 1 per match).",
     ),
+    metrics: str | None = typer.Option(
+        None, "--metrics", help="COMMAND serves: count its units from its Prometheus endpoint at this URL."
+    ),
+    count: str | None = typer.Option(
+        None,
+        "--count",
+        help='What --metrics counts: NAME=METRIC{MATCHERS} [by LABELS] (e.g. requests=x_total{code="200"}).',
+    ),
+    preset: str | None = typer.Option(
+        None,
+        "--preset",
+        help="What --metrics counts, for a known server (vllm, triton, tgi, torchserve); --units picks.",
+    ),
+    scrape_every: str | None = typer.Option(
+        None, "--scrape-every", help="Time between scrapes of --metrics (default 1s)."
+    ),
+    service: bool = typer.Option(False, "--service", help="The job is a service: it serves until stopped."),
     report_json_path: Path | None = typer.Option(
         None, "--report-json", help="Also write the report as JSON to this file."
     ),
@@ -112,15 +134,17 @@ def run(
         raise ConfigError(f"option --kind: {kind!r} is not inference, training or other")
     after = parse_duration(saturated_after, "--saturated-after") if saturated_after else None
     units_pattern(units_from_stdout)
+    served, unit_name = served_units(metrics, count, preset, units, scrape_every, units_from_stdout is not None)
     name = job or Path(command[0]).name
     labelled = parse_pairs(labels or [], "--label")
-    spec = job_spec(job_id or default_job_id(name), name, kind, units, labelled, claimed_devices(devices))
+    devices_claimed = claimed_devices(devices)
+    spec = job_spec(job_id or default_job_id(name), name, kind, unit_name, labelled, devices_claimed, service)
     settings, doc = agent_settings(
         choice.config, interval=interval, sysfs_root=sysfs_root, host_id=host_id, sources=sources, collectors=collectors
     )
     check_host(spec, settings)
     check_command(command)
-    request = RunRequest(list(command), spec, after, units_from_stdout, stdout_to_stderr=as_json)
+    request = RunRequest(list(command), spec, after, units_from_stdout, stdout_to_stderr=as_json, served=served)
     live_out = sys.stderr if not quiet and sys.stderr.isatty() else None
     running = Job(request, settings, doc, collectors, choice.job_store(), verbose, live_out)
     raise typer.Exit(run_and_report(running, rsettings, not no_report, as_json, report_json_path))

@@ -43,6 +43,7 @@ class JobSpec:
     unit_name: str = "units"
     labels: dict[str, str] = field(default_factory=dict)
     devices: list[str] = field(default_factory=list)
+    service: bool = False  #: serves until stopped: its OPEN says so (reports take any window of it)
 
     def __post_init__(self) -> None:
         """ValueError (one line) for a job id no store could hold."""
@@ -115,6 +116,7 @@ class EventBuilder:
             unit_name=s.unit_name,
             labels=s.labels,
             devices=s.devices,
+            service=s.service,
         )
         return holders.stamp(event, holder)
 

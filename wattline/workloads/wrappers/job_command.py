@@ -33,7 +33,8 @@ from wattline.workloads.output.render import print_report
 from wattline.workloads.report.build import build_complete_report, report_wait_s
 from wattline.workloads.report.model import Report, ReportSettings
 from wattline.workloads.report.report_json import report_json
-from wattline.workloads.wrappers.run import RunRequest, devices_from_env, parse_devices, resolve_gpu_claims, run_job
+from wattline.workloads.wrappers.claims import devices_from_env, parse_devices, resolve_gpu_claims
+from wattline.workloads.wrappers.run import RunRequest, run_job
 
 #: Failures of a report once the command has run: one line, never the command's status lost.
 REPORT_ERRORS = (
@@ -80,11 +81,13 @@ def claimed_devices(devices: str | None) -> list[str]:
     return resolve_gpu_claims(parse_devices(devices) if devices else devices_from_env(os.environ))
 
 
-def job_spec(job_id: str, name: str, kind: str, units: str, labels: dict[str, str], devices: list[str]) -> JobSpec:
+def job_spec(
+    job_id: str, name: str, kind: str, units: str, labels: dict[str, str], devices: list[str], service: bool = False
+) -> JobSpec:
     """The job's spec; a job id no store can hold is a ConfigError (one line, exit 2), raised
     before the command starts."""
     try:
-        return JobSpec(job_id, name, kind, units, labels, devices)
+        return JobSpec(job_id, name, kind, units, labels, devices, service)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import os
 import re
 import select
@@ -44,14 +43,13 @@ from wattline.workloads.services.summary import record_local_summary
 from wattline.workloads.wrappers.embedded import embedded_session
 from wattline.workloads.wrappers.heartbeat import Heartbeat
 from wattline.workloads.wrappers.holding import ended_ids, hold_job
+from wattline.workloads.wrappers.served import ServedHolder, ServedUnits
 from wattline.workloads.wrappers.session import CollectorSink, EventSink
 
 if TYPE_CHECKING:
     from wattline.workloads.report.model import ReportSettings
     from wattline.workloads.wrappers.live import LiveLine
 from wattline.workloads.wrappers.usage import JobUse
-
-log = logging.getLogger(__name__)
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -69,6 +67,8 @@ class RunRequest:
     stdout_to_stderr: bool = False
     #: Called with each ``latency`` line's seconds and time (ns): ``wattline sweep`` keeps them.
     on_latency: Callable[[float, int], None] | None = None
+    #: Units scraped from the command's server (``--metrics``, :mod:`.served`), instead of its stdout.
+    served: ServedUnits | None = None
 
 
 class CommandNotStarted(OSError):
@@ -122,62 +122,6 @@ def sources_summary(statuses: list[SourceStatus]) -> str:
     if absent:
         parts.append("absent: " + ", ".join(absent))
     return "sources: " + "; ".join(parts) + " (-v for details)"
-
-
-def devices_from_env(env: Mapping[str, str]) -> list[str]:
-    """Devices a job holds by default: CUDA_VISIBLE_DEVICES GPUs, NEURON_RT_VISIBLE_CORES cores."""
-    devices: list[str] = []
-    cuda = env.get("CUDA_VISIBLE_DEVICES", "").strip()
-    if cuda and cuda not in {"-1", "none", "NoDevFiles"}:
-        devices += [f"gpu:{d.strip()}" for d in cuda.split(",") if d.strip()]
-    cores = env.get("NEURON_RT_VISIBLE_CORES", "").strip()
-    for part in filter(None, (p.strip() for p in cores.split(","))):
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            devices += [f"neuroncore:{i}" for i in range(int(lo), int(hi) + 1)]
-        else:
-            devices.append(f"neuroncore:{part}")
-    return devices
-
-
-def parse_devices(text: str) -> list[str]:
-    """``--devices 0,1`` / ``gpu:GPU-uuid`` / ``neuroncore:0-3`` into device claims."""
-    devices: list[str] = []
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        kind, sep, ident = item.partition(":")
-        if not sep:
-            kind, ident = ("gpu", item)
-        if kind not in {"gpu", "neuroncore", "neuron"}:
-            raise ValueError(f"--devices: unknown device kind {kind!r} in {item!r} (gpu, neuroncore, neuron)")
-        if kind == "neuroncore" and "-" in ident:
-            lo, hi = ident.split("-", 1)
-            devices += [f"neuroncore:{i}" for i in range(int(lo), int(hi) + 1)]
-        else:
-            devices.append(f"{kind}:{ident}")
-    return devices
-
-
-def resolve_gpu_claims(claims: list[str], root: Path = Path("/")) -> list[str]:
-    """Turn ``gpu:<index>`` claims into ``gpu:<UUID>``, the device id samples carry.
-
-    Indexes are NVML's (PCI bus order, as ``nvidia-smi`` shows them; set
-    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA agrees). Without NVML the claims stay as given
-    and the report charges no GPU to them.
-    """
-    if not any(c.startswith("gpu:") and c[4:].isdigit() for c in claims):
-        return claims
-    from wattline.agent.sources.base import SourceUnavailable
-    from wattline.agent.sources.nvml import NvmlSource
-
-    source = NvmlSource(root)
-    try:
-        by_index = {dict(ch.info).get("index", ""): ch.device for ch in source.discover()}
-    except SourceUnavailable as exc:
-        log.warning("cannot map GPU indexes to UUIDs (%s): job devices stay %s", exc, ",".join(claims))
-        return claims
-    finally:
-        source.close()
-    return [f"gpu:{by_index[c[4:]]}" if c.startswith("gpu:") and c[4:] in by_index else c for c in claims]
 
 
 def exit_status(returncode: int) -> int:
@@ -239,6 +183,7 @@ class JobRunner:
         self.sink.send([opened])
         holding = hold_job(self.sink, self.builder, opened)
         heartbeat = Heartbeat(self.builder, self.sink.send).start()
+        served = self.request.served and ServedHolder(self.request.served, self.units, self.open_ns).start()
         live = self._live_line()
         use = self.use(self.builder, child.pid).start(self.open_ns) if self.use is not None else None
         previous = {sig: signal.signal(sig, self._forwarder(child, interactive)) for sig in FORWARDED}
@@ -254,6 +199,8 @@ class JobRunner:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             heartbeat.stop()
+            if served:
+                served.stop()
             if live is not None:
                 live.stop()
             if use is not None:
@@ -261,6 +208,8 @@ class JobRunner:
         returncode = child.wait()
         if pump is not None:
             pump.join(timeout=5)
+        if served:  # its last scrape, while the job is open
+            served.finish()
         reader.poll()
         self.units.flush()
         self.close_ns = self.sink.edge_tick() or time.time_ns()

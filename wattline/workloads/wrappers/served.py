@@ -1,0 +1,247 @@
+"""``wattline run --metrics``: the units of a command that serves, counted from its server's own
+Prometheus metrics as it serves (a service never ends, so it cannot count its work at its end).
+
+A thread scrapes the server every ``--scrape-every`` and passes each scrape's units since the
+previous one to the job's :class:`~wattline.workloads.jobs.events.UnitAccumulator` with the
+scrape's time, so each UNITS event covers the time since the previous one
+(:mod:`wattline.served_metrics` does the counting: resets, late series, failed scrapes). The
+command starts the server, so its counters are ours from 0: the first good scrape counts what
+the server answered before it, over the time from the job's open. A failed scrape is said once
+per reason and counts nothing; the next good one covers the gap. Once the command has ended,
+one last scrape is taken if the endpoint still answers (a server that keeps ``/metrics`` up a
+moment after it stops serving loses nothing), then the job closes. Latency histograms are not
+read here yet (one unit kind, the job's own, per run).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from wattline.config import ConfigError
+from wattline.served_metrics import REFUSED, RESET, RETURNED, Reading, ServedCounters
+from wattline.served_scrape import ScrapeError, scrape
+from wattline.served_specs import Spec, parse_unit, preset
+from wattline.text import clip
+from wattline.units import parse_duration
+from wattline.workloads.jobs.events import UnitAccumulator
+
+#: Default seconds between scrapes: about one point per second, as the saturation detector wants.
+EVERY_S = 1.0
+#: Shortest interval taken: a server's /metrics is rendered on each request, and under load faster
+#: scrapes cost it work without adding information.
+MIN_EVERY_S = 0.1
+#: A scrape's timeout is the interval, but at least the first (a loaded server renders slowly) and
+#: at most the second (the command's end waits for a scrape under way).
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 2.0, 10.0
+#: The last scrape, once the command has ended: a server gone answers at once (refused); this
+#: bounds how long an exit waits for one that neither answers nor refuses.
+FINAL_TIMEOUT_S = 2.0
+#: Before the first good scrape, failures are the server still starting: said after this long.
+STARTUP_GRACE_S = 10.0
+#: Most distinct lines said about the scrapes in one run.
+MAX_SAID = 50
+#: Note kinds said on stderr (once each): what changes how far the count can be trusted.
+SAID_NOTES = (RESET, RETURNED, REFUSED)
+
+
+@dataclass(frozen=True, slots=True)
+class ServedUnits:
+    """Where a served command's units come from: its metrics URL, the unit spec, the interval."""
+
+    url: str
+    spec: Spec
+    every_s: float = EVERY_S
+
+
+def served_units(
+    url: str | None,
+    count: str | None,
+    preset_name: str | None,
+    units: str | None,
+    every: str | None,
+    units_from_stdout: bool,
+) -> tuple[ServedUnits | None, str]:
+    """``wattline run``'s served options checked: (what to scrape, None without ``--metrics``;
+    the job's unit name). Any bad combination or value is a ConfigError (one line, exit 2).
+
+    ``--units`` names the unit once: by default the spec's NAME (``--count``) or the preset's
+    first unit (``--preset``, whose unit ``--units`` otherwise picks); a ``--units`` other than
+    ``--count``'s NAME is refused rather than one of the two names silently dropped."""
+    if url is None:
+        for flag, value in (("--count", count), ("--preset", preset_name), ("--scrape-every", every)):
+            if value is not None:
+                raise ConfigError(f"option {flag} needs --metrics URL (the server's Prometheus endpoint)")
+        return None, units or "units"
+    if units_from_stdout:
+        raise ConfigError("options --metrics and --units-from-stdout both count the job's units: give one of them")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"option --metrics: {clip(url)} is not an http or https URL")
+    if count is not None and preset_name is not None:
+        raise ConfigError("options --count and --preset both say what to count: give one of them")
+    spec = _count_spec(count, units) if count is not None else _preset_spec(preset_name, units)
+    seconds = EVERY_S if every is None else parse_duration(every, "--scrape-every")
+    if not seconds >= MIN_EVERY_S:
+        raise ConfigError(f"option --scrape-every: {every} is under {MIN_EVERY_S:g} s")
+    return ServedUnits(url, spec, seconds), spec.name
+
+
+def _count_spec(count: str, units: str | None) -> Spec:
+    try:
+        spec = parse_unit(count)
+    except ValueError as exc:
+        raise ConfigError(f"option --count: {exc}") from None
+    if units is not None and units != spec.name:
+        raise ConfigError(f"option --units: {clip(units)} differs from --count's unit {spec.name!r}: name it once")
+    return spec
+
+
+def _preset_spec(name: str | None, units: str | None) -> Spec:
+    if name is None:
+        raise ConfigError("option --metrics needs --count SPEC or --preset NAME (what to count)")
+    try:
+        specs = preset(name).unit_specs()
+    except ValueError as exc:
+        raise ConfigError(f"option --preset: {exc}") from None
+    if units is None:
+        return specs[0]
+    for spec in specs:
+        if spec.name == units:
+            return spec
+    known = ", ".join(spec.name for spec in specs)
+    raise ConfigError(f"option --units: preset {name} counts {known}, not {clip(units)}")
+
+
+def _stderr(line: str) -> None:
+    print(f"wattline: {line}", file=sys.stderr, flush=True)
+
+
+class ServedHolder:
+    """Counts a served command's units into ``units`` from scrapes of its server, from a thread."""
+
+    def __init__(
+        self,
+        served: ServedUnits,
+        units: UnitAccumulator,
+        open_ns: int,
+        say: Callable[[str], None] = _stderr,
+        fetch: Callable[[str, float], str] = scrape,
+    ) -> None:
+        self.served, self.units, self.say, self.fetch = served, units, say, fetch
+        self.counters = ServedCounters([served.spec], start_ns=open_ns, started_server=True)
+        self.timeout_s = min(max(served.every_s, MIN_TIMEOUT_S), MAX_TIMEOUT_S)
+        self.total = 0.0  #: units counted so far
+        self.good = 0  #: scrapes that gave a reading
+        self.missed = 0  #: failed scrapes between two good ones (a gap; not the server starting or gone)
+        self._since_good = 0  # failed scrapes since the last good one
+        self.last_failure = ""
+        self._said: set[str] = set()
+        self._started = time.monotonic()
+        self._last_ns = 0
+        self._held_ns: int | None = None  # an idle reading's time, not yet sent (see _count)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wattline-scrape", daemon=True)
+
+    def start(self) -> ServedHolder:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """No scrape starts after this; a scrape under way ends within its timeout."""
+        self._stop.set()
+
+    def finish(self) -> None:
+        """Once the command has ended, before the job closes: the thread stopped, one last
+        scrape if the endpoint still answers (its failure is expected: the server is gone), and
+        one line saying what was counted."""
+        self.stop()
+        if self._thread.ident is not None:
+            self._thread.join(self.timeout_s + 1.0)
+        if not self._thread.is_alive():  # else a scrape hangs past its timeout: skip the last one
+            self.scrape(FINAL_TIMEOUT_S, final=True)
+        self.say(self._summary())
+
+    def scrape(self, timeout_s: float, final: bool = False) -> Reading | None:
+        """One scrape, counted; None when it failed (said once per reason unless ``final``)."""
+        with self._lock:
+            try:
+                text = self.fetch(self.served.url, timeout_s)
+                reading = self.counters.update(text, self._now())
+            except ScrapeError as exc:
+                self._failed(str(exc), final)
+                return None
+            self.good += 1
+            self.missed += self._since_good if self.good > 1 else 0
+            self._since_good = 0
+            self._count(sum(u.units for u in reading.units), reading.time_ns)
+            self._said_notes(reading)
+            return reading
+
+    def _run(self) -> None:
+        due = time.monotonic()
+        while not self._stop.is_set():
+            self.scrape(self.timeout_s)
+            due = max(due + self.served.every_s, time.monotonic())
+            self._stop.wait(due - time.monotonic())
+
+    def _now(self) -> int:
+        """The scrape's time: its units were done by then. Increasing, whatever the wall clock does."""
+        self._last_ns = max(time.time_ns(), self._last_ns + 1)
+        return self._last_ns
+
+    def _count(self, units: float, time_ns: int) -> None:
+        """Sends the units of a reading at its time. An idle reading's 0 is held, and sent only
+        before the next busy one: the busy one's units then cover that interval alone, not the
+        idle stretch, and an idle service writes no event a second."""
+        if not units:
+            self._held_ns = time_ns
+            return
+        if self._held_ns is not None:
+            self.units.add(0.0, self._held_ns)
+            self._held_ns = None
+        self.units.add(units, time_ns)
+        self.total += units
+
+    def _failed(self, reason: str, final: bool) -> None:
+        self._since_good += 1
+        self.counters.failed(self._now(), reason)
+        self.last_failure = reason.removeprefix(f"{self.served.url}: ")
+        if final or (not self.good and time.monotonic() - self._started < STARTUP_GRACE_S):
+            return
+        url, why = self.served.url, self.last_failure
+        if not self.good:
+            self._once(f"no answer from {url} yet: {why} (still trying; nothing is counted until one)")
+        else:
+            self._once(f"scrape of {url} failed: {why} (said once; the next good scrape counts what it missed)")
+
+    def _said_notes(self, reading: Reading) -> None:
+        if self.good == 1 and not reading.units:
+            spec = self.served.spec
+            self._once(f"{self.served.url} exposes no series {spec} selects: none counted until one appears")
+        for note in reading.notes:
+            if note.kind in SAID_NOTES:
+                self._once(f"{self.served.url}: {note.message}")
+
+    def _once(self, line: str) -> None:
+        """Says ``line`` unless said before; past :data:`MAX_SAID` lines, says no more (a server
+        whose errors name a changing line or value must not fill a service's log)."""
+        if line in self._said or len(self._said) > MAX_SAID:
+            return
+        self._said.add(line)
+        self.say(line if len(self._said) <= MAX_SAID else f"{MAX_SAID} lines said about {self.served.url}: no more")
+
+    def _summary(self) -> str:
+        kind, url = self.served.spec.name, self.served.url
+        if not self.good:
+            why = self.last_failure or "none tried"
+            return f"no {kind} were counted from the metrics: no scrape of {url} answered ({why})"
+        missed = f", {self.missed} failed between them" if self.missed else ""
+        total = f"{self.total:.0f}" if self.total.is_integer() else f"{self.total:.6g}"
+        scrapes = f"{self.good} scrape{'s' if self.good > 1 else ''}"
+        return f"{total} {kind} counted from {url} ({scrapes}{missed})"

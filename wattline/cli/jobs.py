@@ -30,6 +30,7 @@ from wattline.cli.options import (
 from wattline.cli.window_options import CURVE, EVERY, FROM, SINCE, TO, parse_every, parse_window
 from wattline.config import ConfigError, parse_pairs
 from wattline.units import parse_duration
+from wattline.workloads.jobs.job_env import USER_LABEL, local_user
 from wattline.workloads.output.comparison import comparison_json, print_comparison
 from wattline.workloads.output.jobs_table import print_jobs
 from wattline.workloads.report.interval_reports import interval_figures
@@ -197,6 +198,9 @@ def jobs(
     idle: str = IDLE,
     share_rule: str = SHARE,
     label: list[str] | None = typer.Option(None, "--label", "-l", help="Only jobs with label KEY=VALUE (repeat: all)."),
+    mine: bool = typer.Option(
+        False, "--mine", help="Only my jobs: label user=me (Slurm's job user; a wrapper's own user)."
+    ),
     *,
     choice: StoreChoice,
 ) -> None:
@@ -207,6 +211,10 @@ def jobs(
     A job whose stored events are bad is listed with its ``error``; it never stops the listing.
     """
     wanted = parse_pairs(label or [], "--label")
+    if mine:
+        if wanted.get(USER_LABEL, local_user()) != local_user():
+            raise ConfigError(f"options --mine and --label {USER_LABEL}=...: give one of them")
+        wanted[USER_LABEL] = local_user()
     settings = report_settings(price, carbon_intensity, pue, idle, share_rule)
     if as_csv:
         from wattline.cli import outputs

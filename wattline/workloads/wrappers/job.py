@@ -42,7 +42,7 @@ from wattline.workloads.jobs.events import (
     UnitAccumulator,
     append_event_line,
 )
-from wattline.workloads.jobs.job_env import ENV_EVENTS, ENV_JOB_ID
+from wattline.workloads.jobs.job_env import ENV_EVENTS, ENV_JOB_ID, with_owner
 from wattline.workloads.wrappers.heartbeat import Heartbeat
 from wattline.workloads.wrappers.holding import ended_ids, hold_job
 from wattline.workloads.wrappers.session import CollectorSink, EventSink, ParentSink
@@ -96,7 +96,7 @@ class Job:
             raise ValueError(f"kind must be inference, training or other, not {kind!r}")
         self.joined = bool(os.environ.get(ENV_EVENTS) and os.environ.get(ENV_JOB_ID))
         resolved_id = os.environ[ENV_JOB_ID] if self.joined else (job_id or default_job_id(name))
-        self.spec = JobSpec(resolved_id, name, kind, units, dict(labels or {}), list(devices or []))
+        self.spec = JobSpec(resolved_id, name, kind, units, with_owner(labels), list(devices or []))
         self._collector = [collector] if isinstance(collector, str) else collector
         self._sink = sink
         self._sink_given = sink is not None

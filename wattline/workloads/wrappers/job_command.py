@@ -29,6 +29,7 @@ from wattline.collector.stores.influx_v1 import QueryError
 from wattline.collector.stores.reader import OpenReader
 from wattline.config import ConfigError
 from wattline.workloads.jobs.events import JobSpec, check_storable
+from wattline.workloads.jobs.job_env import with_owner
 from wattline.workloads.output.render import print_report
 from wattline.workloads.report.build import build_complete_report, report_wait_s
 from wattline.workloads.report.model import Report, ReportSettings
@@ -87,7 +88,7 @@ def job_spec(
     """The job's spec; a job id no store can hold is a ConfigError (one line, exit 2), raised
     before the command starts."""
     try:
-        return JobSpec(job_id, name, kind, units, labels, devices, service)
+        return JobSpec(job_id, name, kind, units, with_owner(labels), devices, service)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

@@ -129,7 +129,7 @@ def test_j_per_request_in_each_load_window_with_a_restart_in_the_middle(tmp_path
             f"{whole['j_per_unit']:.5f} J/request ± {whole['j_per_unit_bound']:.5f}, truth {truth:.5f} "
             f"({100 * (whole['j_per_unit'] / truth - 1):+.3f} %)"
         )
-        assert r["window"]["units_bound"] == 0.0
+        assert r["window"]["units_bound"] == 0.0 and r["job"]["service"] is True
         assert whole["units"] == pytest.approx(window.answered, abs=1e-6)
         assert whole["j_per_unit"] == pytest.approx(truth, rel=0.01)
         assert abs(whole["j_per_unit"] - truth) <= whole["j_per_unit_bound"]

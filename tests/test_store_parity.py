@@ -150,7 +150,7 @@ def test_sqlite_influxdb_victoria_metrics_and_prometheus_give_the_same_reports(
             burst = 'sleep 0.5; echo "done 5"; echo "done 7"; sleep 1; printf "done 3\\ndone 4\\n"; sleep 0.6'
             first = subprocess.Popen(run(env, "steady-1", steady), env=env, start_new_session=True)
             wait_until(lambda: has_event(sqlite, "steady-1", "open"), "steady-1 open")  # the second run overlaps it
-            second = subprocess.Popen(run(env, "burst-1", burst), env=env, start_new_session=True)
+            second = subprocess.Popen(run(env, "burst-1", burst, "--service"), env=env, start_new_session=True)
             killed = subprocess.Popen(run(env, "killed-1", "echo 'done 2'; sleep 60"), env=env, start_new_session=True)
             assert first.wait(60) == 0 and second.wait(60) == 0
             wait_until(lambda: has_event(sqlite, "killed-1", "open"), "killed-1 open")  # then killed while it runs
@@ -186,6 +186,7 @@ def test_sqlite_influxdb_victoria_metrics_and_prometheus_give_the_same_reports(
             assert same(truth[what], answer[what], f"{name}:{what}") == []
     burst = truth["report burst-1"]
     assert burst["units"]["total"] == 19 and burst["job"]["exit_code"] == 0
+    assert burst["job"]["service"] is True and truth["report steady-1"]["job"]["service"] is False
     assert truth["report killed-1"]["job"]["status"] in ("closed", "abandoned")
     assert truth["report killed-1"]["job"]["exit_code"] is None
     assert len(truth["export steady-1"]) > 4  # samples inside the window, from both zones

@@ -43,6 +43,7 @@ def labelled_batch(host: str, t0: int, job_id: str) -> wire.Batch:
     opened = batch.job_events[0]
     opened.event_seq = (12345 << 32) + 7  # beyond a float64's exact integers
     opened.holder_pid, opened.holder_start_ticks, opened.holder_boot_id = 4242, 99, "boot-x"
+    opened.service = True  # read back as stored
     opened.labels.update({"team.name": "vision", "empty": "", "0lead": "digit"})
     batch.job_events[-1].abandoned = "holder died"
     return batch

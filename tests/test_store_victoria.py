@@ -40,6 +40,7 @@ def test_reads_equal_sqlite_resends_included(stores: tuple[VictoriaStore, Sqlite
     opened = batch.job_events[0]
     opened.event_seq = (12345 << 32) + 7  # beyond a float64's exact integers
     opened.holder_pid, opened.holder_start_ticks, opened.holder_boot_id = 4242, 99, "boot-x"
+    opened.service = True  # read back as stored
     opened.labels["empty"] = ""
     batch.job_events[-1].abandoned = "holder died"
     use = batch.job_events.add(job_id="vm-reads-job", kind=wire.pb.JobEvent.KIND_USE, time_ns=T0 + 2 * 10**9)

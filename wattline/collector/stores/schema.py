@@ -131,6 +131,8 @@ def job_event_fields(event: wire.pb.JobEvent) -> dict[str, float | int | str | b
         fields["devices"] = ",".join(event.devices)
         for key, value in event.labels.items():
             fields[f"label_{key}"] = value
+        if event.service:  # absent: a job that ends (older writers too)
+            fields["service"] = 1
         if event.holder_pid:
             fields.update(holder_pid=int(event.holder_pid), holder_start_ticks=int(event.holder_start_ticks))
             fields["holder_boot_id"] = event.holder_boot_id

@@ -72,7 +72,7 @@ PER_EVENT = frozenset({"open", "phase", "close", "use"})
 #: Sample fields not written: the stream is a label, the start a duration, status a string.
 NOT_WRITTEN = frozenset({"stream", "start_ns", "status"})
 #: Job event fields written as integers (:func:`~.schema.job_event_fields`), read back as int.
-INT_FIELDS = frozenset({"exit_code", "holder_pid", "holder_start_ticks", "period_ns", "steady"})
+INT_FIELDS = frozenset({"exit_code", "holder_pid", "holder_start_ticks", "period_ns", "steady", "service"})
 #: VictoriaMetrics' defaults (``-maxLabelsPerTimeseries``, ``-maxLabelValueLen``): beyond them
 #: it drops labels or cuts values, so such points are refused here instead.
 MAX_LABELS = 30

@@ -95,6 +95,8 @@ class JobView:
     name: str = ""
     kind: str = "other"
     unit_name: str = "units"
+    #: Serves until stopped (its open says so): its figures are asked over windows.
+    service: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     hosts: dict[str, HostWindow] = field(default_factory=dict)
     unit_events: list[tuple[int, float]] = field(default_factory=list)  #: (time_ns, units) all hosts
@@ -279,6 +281,7 @@ def _fold(view: JobView, e: StoredJobEvent, last_units: dict[str, int], starts: 
         view.name = str(f.get("name") or view.name or view.job_id)
         view.kind = str(f.get("job_kind") or view.kind)
         view.unit_name = str(f.get("unit_name") or view.unit_name)
+        view.service = view.service or bool(f.get("service"))
         view.labels.update({k[6:]: str(v) for k, v in f.items() if k.startswith("label_")})
         devices = [d for d in str(f.get("devices") or "").split(",") if d]
         window = view.hosts.get(e.host)

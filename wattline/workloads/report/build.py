@@ -75,6 +75,8 @@ def build_report(
         notes.append(f"figures over the window asked, {asked.describe()}")
         if end_ns < asked.to_ns or job.start_ns > asked.from_ns:
             notes.append(f"the job ran {utc_iso(job.start_ns)} to {utc_iso(end_ns)} of it")
+    elif state == "running" and job.service:
+        notes.append("a service, still serving: figures since it started; ask a window (--since, --from/--to, --every)")
     elif state == "running":
         notes.append("job still running: figures up to now")
         if shown := shown_as_of(reader, now_ns):  # its close may be written and not shown yet

@@ -136,6 +136,7 @@ def report_json(r: Report) -> dict[str, Any]:
             "status": r.state,  #: closed | running | abandoned
             "last_heard": None if job.heard_at_ns is None else utc_iso(job.heard_at_ns),
             "exit_code": job.exit_code,
+            "service": job.service,
             "end_state": job.end_state,  #: how the scheduler ended it ("" on its own)
             "status_text": status_text(r.state, job.exit_code, job.heard_at_ns, job.end_reason, job.end_state),
         },

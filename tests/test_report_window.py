@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +151,31 @@ def test_intervals_give_energy_per_unit_against_load_and_at_saturation(
     for args, said in ((["--every", "0s"], "--every"), (["--curve", "x.png"], "needs --every")):
         out = subprocess.run([*CLI, "report", "svc", *args], capture_output=True, text=True, timeout=60, env=env)
         assert out.returncode == 2 and said in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_compare_last_takes_each_jobs_last_stretch_as_report_does(
+    served: tuple[dict[str, str], dict[str, Any]],
+) -> None:
+    """``compare A B --last D``: each side's figures are its report over its last D (one figure
+    on every surface), and the output says so."""
+    env, _ = served
+    whole = report(env)
+    end = whole["job"]["end"]
+    out = subprocess.run(
+        [*CLI, "compare", "svc", "svc", "--last", "2s", "--json", "--share-rule", "exclusive"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    cmp = json.loads(out.stdout)
+    validator("compare").validate(cmp)
+    assert cmp["a"]["window"]["to"] == end
+    end_s = datetime.fromisoformat(end).timestamp()
+    windowed = report(env, "--from", repr(end_s - 2.0), "--to", repr(end_s))
+    # the end as printed is to the millisecond: a window up to 1 ms off, at most 40 W and 60
+    # units/s over 2 s: energy and units each off by under 0.1 %
+    assert cmp["j_per_unit"]["a"] == pytest.approx(windowed["whole_run"]["j_per_unit"], rel=2e-3)
+    text = subprocess.run(
+        [*CLI, "compare", "svc", "svc", "--last", "2s", "--share-rule", "exclusive"],
+        capture_output=True, text=True, timeout=60, env={**env, "COLUMNS": "250"},
+    )  # fmt: skip
+    assert "A's figures are over" in text.stdout and "(the window asked)" in text.stdout

@@ -27,7 +27,17 @@ from wattline.cli.options import (
     report_settings,
     store_options,
 )
-from wattline.cli.window_options import CURVE, EVERY, FROM, SINCE, TO, parse_every, parse_window
+from wattline.cli.window_options import (
+    CURVE,
+    EVERY,
+    FROM,
+    SINCE,
+    TO,
+    last_window,
+    parse_every,
+    parse_window,
+    positive_duration,
+)
 from wattline.config import ConfigError, parse_pairs
 from wattline.units import parse_duration
 from wattline.workloads.jobs.job_env import USER_LABEL, local_user
@@ -254,6 +264,9 @@ def compare(
     ),
     as_json: bool = AS_JSON,
     plot: Path | None = typer.Option(None, "--plot", help="Also draw the study's bars to FILE.png or FILE.svg."),
+    last: str | None = typer.Option(
+        None, "--last", help="Each job's last DURATION only (15m): two services compared as they serve now."
+    ),
     *,
     choice: StoreChoice,
 ) -> None:
@@ -264,9 +277,13 @@ def compare(
     settings_b = report_settings(None, carbon_b or carbon_intensity, pue, idle, share_rule)
     _check_compare(sla, work, instances, price_a, price_b)
     outputs.check_report_outputs(plot, None)
+    last_s = None if last is None else positive_duration(last, "--last")
     with choice.reader() as reader:
         a = report_or_exit(reader, job_a, settings_a)
         b = report_or_exit(reader, job_b, settings_b)
+        if last_s is not None:  # each over its own last stretch: the window ends where the job does
+            a = report_or_exit(reader, a.job.job_id, last_window(a, settings_a, last_s))
+            b = report_or_exit(reader, b.job.job_id, last_window(b, settings_b, last_s))
     cmp = compare_jobs(a, b, allow_different_units, sla, work, instances, price_a, price_b, pue)
     if plot is not None:
         outputs.write_compare_plot(comparison_json(a, b, cmp), a, b, plot)

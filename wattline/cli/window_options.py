@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 from pathlib import Path
@@ -12,6 +13,7 @@ import typer
 from wattline.config import ConfigError
 from wattline.units import parse_duration
 from wattline.workloads.output.plot import check_path, pyplot
+from wattline.workloads.report.model import Report, ReportSettings
 from wattline.workloads.report.window_view import Window
 
 SINCE = typer.Option(None, "--since", help="Figures over the last DURATION only (15m, 2h): a service's recent window.")
@@ -48,13 +50,25 @@ def parse_every(every: str | None, curve: Path | None) -> float | None:
         if curve is not None:
             raise ConfigError("option --curve needs --every (the intervals it draws)")
         return None
-    seconds = parse_duration(every, "--every")
-    if seconds <= 0:
-        raise ConfigError(f"option --every: {every!r} must be longer than 0")
+    seconds = positive_duration(every, "--every")
     if curve is not None:
         check_path(curve, "--curve")
         pyplot()  # matplotlib installed, else its install hint now
     return seconds
+
+
+def positive_duration(text: str, option: str) -> float:
+    """Seconds of a duration option that must be longer than 0; ConfigError otherwise."""
+    seconds = parse_duration(text, option)
+    if seconds <= 0:
+        raise ConfigError(f"option {option}: {text!r} must be longer than 0")
+    return seconds
+
+
+def last_window(report: Report, settings: ReportSettings, seconds: float) -> ReportSettings:
+    """``settings`` asking for the last ``seconds`` of ``report``'s job (to its end, or now)."""
+    end = report.end_ns
+    return dataclasses.replace(settings, window=Window(max(report.job.start_ns, end - int(seconds * 1e9)), end))
 
 
 def parse_window(since: str | None, from_: str | None, to: str | None, now_ns: int) -> Window | None:
@@ -65,9 +79,7 @@ def parse_window(since: str | None, from_: str | None, to: str | None, now_ns: i
         raise ConfigError("options --since and --from: give one of them")
     end = now_ns if to is None else parse_time(to, "--to")
     if since is not None:
-        seconds = parse_duration(since, "--since")
-        if seconds <= 0:
-            raise ConfigError(f"option --since: {since!r} must be longer than 0")
+        seconds = positive_duration(since, "--since")
         start = end - int(seconds * 1e9)
     else:
         start = 0 if from_ is None else parse_time(from_, "--from")

@@ -12,8 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from wattline.workloads.energy.uncertainty import Side, change_bound
+from wattline.workloads.jobs.jobs_view import utc_iso
 from wattline.workloads.output import quantities as q
-from wattline.workloads.output.labels import tagged
+from wattline.workloads.output.labels import span_note, tagged
 from wattline.workloads.report import economics
 from wattline.workloads.report.model import Report
 from wattline.workloads.report.report_json import estimate_json
@@ -121,6 +122,7 @@ def comparison_json(a: Report, b: Report, cmp: economics.Comparison) -> dict[str
             "name": r.job.name,
             "unit": r.job.unit_name,
             "saturated": r.saturated,
+            "window": None if r.settings.window is None else {"from": utc_iso(r.job.start_ns), "to": utc_iso(r.end_ns)},
             **estimate_json(r.saturated_window),
             "energy_bound_rel": r.saturated_window.bound.relative(r.figures.window.energy_j),
         }
@@ -187,7 +189,7 @@ def print_comparison(a: Report, b: Report, cmp: economics.Comparison, console: C
             "per-unit figures compare different units[/yellow]"
         )
     for r, tag, share in ((a, "A", share_a), (b, "B", share_b)):
-        if not r.saturated:
-            console.print(f"[yellow]{tag} never saturated: its figures are whole-run figures[/yellow]")
+        if note := span_note(r, tag):
+            console.print(f"[yellow]{escape(note)}[/yellow]")
         if share > 0:
             console.print(f"{tag}: {q.share(share)} of the energy is a MODEL ESTIMATE, not a measurement")

@@ -22,7 +22,7 @@ from typing import Any
 from wattline.config import ConfigError
 from wattline.quality import Quality
 from wattline.workloads.jobs.jobs_view import utc_iso
-from wattline.workloads.output.labels import estimate_tag
+from wattline.workloads.output.labels import estimate_tag, span_note
 from wattline.workloads.output.quantities import si
 from wattline.workloads.report.model import Report
 from wattline.workloads.report.timeline import Timeline
@@ -279,8 +279,8 @@ def comparison_footnotes(reports: dict[str, Report]) -> list[str]:
     """What the bars do not show: a side that never saturated, a side partly estimated."""
     notes = []
     for tag, r in reports.items():
-        if not r.saturated:
-            notes.append(f"{tag} never saturated: its figures are whole-run figures")
+        if note := span_note(r, tag):
+            notes.append(note)
         by_quality = r.saturated_window.by_quality()
         model = sum(j for q, j in by_quality.items() if q.value == "model")
         if model > 0:

@@ -664,6 +664,7 @@ def test_a_pod_counts_its_own_units_from_inside(
 GPU_A, GPU_B = "GPU-4bad378d-f7d0-40e0-8ce0-2ce4c159db4e", "GPU-9e1f04c2-3b7a-4d55-a0c8-6f2d91b7e310"
 W_PER_SM = 5.0  #: GPU_B's power per SM percent of its processes (idle 0 W): 200 W at 30 % + 10 %
 NODE_B, CORES_B, NODE_B_CORES = "gpu-node-8", {"pt1": 3.0}, 4.0  #: the PyTorchJob's second node
+POLL_S = 1.0  #: the agents' pod-list poll interval
 LOOKS, BATCH_LOOKS = 12, 6  #: the pods end at the agent's 12th look at the list, the batch pod at its 6th
 PYTORCH = ("kubeflow.org/v1", "PyTorchJob", "llama-ft")
 #: The stand-in NVML's energy counter step (its unkind default, tests/nvml_stub/UNKIND.md).
@@ -692,6 +693,9 @@ class RecordedNode:
         self.kubelet = Kubelet(tmp / f"{host}.sock", pki)
         self.kubelet.make_reply = self.reply
         self.seen: list[int] = []  #: when the agent looked at the list
+        #: The longest the writer thread left the tree unadvanced: a busy host delays it, and a
+        #: kernel's /proc/stat is never that stale (a test artefact the tolerance must hold).
+        self.max_gap_s = 0.0
         self.ended: dict[str, int] = {}  #: pod -> when it ended
         self.lock = threading.Lock()
         advance(self.dirs, 0, cores, node_cores)  # the cgroups exist before the agent first looks
@@ -726,10 +730,13 @@ class RecordedNode:
         self.procs.with_suffix(".tmp").replace(self.procs)
 
     def _cpu(self) -> None:
+        last = time.monotonic()
         while not self.stop.wait(0.02):
             with self.lock:
                 if self.seen:
                     self._advance(time.time_ns())
+                now = time.monotonic()
+                self.max_gap_s, last = max(self.max_gap_s, now - last), now
 
     def _advance(self, now: int) -> None:
         """The cgroups' CPU time at ``now`` (under the lock)."""
@@ -867,7 +874,7 @@ def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, k
         config = tmp_path / f"{node.host}.toml"
         config.write_text(
             f'[agent]\noutbox_dir = "{tmp_path / node.host}-outbox"\n'
-            f'[kubernetes]\npods = true\npod_list_url = "{node.kubelet.url}"\npoll_interval = 1\n'
+            f'[kubernetes]\npods = true\npod_list_url = "{node.kubelet.url}"\npoll_interval = {POLL_S:g}\n'
             f'token_file = "{tmp_path / "token"}"\npod_resources_socket = "{socket}"\n'
             f'ca_file = "{kubelet_pki / "ca.pem"}"\n'
         )
@@ -916,6 +923,7 @@ def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, k
     }
     unmeasured, unmeasured_j = unmeasured_use(tmp_path / "w.db", [ids["ts1"], ids["ts2"]], GPU_B)
     assert unmeasured <= last_stretch
+    print(f"the trees' writers stalled at most {a.max_gap_s:.3f} s and {b.max_gap_s:.3f} s")
     runner = CliRunner()
     on_a = 0.0
     for name, job_id in ids.items():
@@ -930,7 +938,14 @@ def test_pod_jobs_end_to_end_through_agent_collector_and_store(tmp_path: Path, k
         for host, j in truth[name].items():
             # its CPU time is read to its end: nothing of it unread, so no slack for it (issue #42)
             assert cpu_stretch_s(tmp_path / "w.db", ids[name], host) == 0, (name, host)
-            tolerance = 0.01 * j + (slack.get(name, 0.0) + stepping.get(name, 0.0) if host == NODE else 0.0)
+            # a stale host CPU time in the pod's first and last poll period inflates its share there:
+            # at most its CPU power x gap / (period - gap) per edge, the gap the writer's longest
+            node = a if host == NODE else b
+            g = node.max_gap_s / POLL_S
+            assert g < 0.5, f"the tree's writer stalled {node.max_gap_s:.3f} s: no figure can be checked"
+            share = CORES[name] / NODE_CORES if host == NODE else CORES_B[f"{name}1"] / NODE_B_CORES
+            stale = 2 * CPU_W * share * POLL_S * g / (1 - g)
+            tolerance = 0.01 * j + stale + (slack.get(name, 0.0) + stepping.get(name, 0.0) if host == NODE else 0.0)
             parts = {w: {c["component"]: c["energy_j"] for c in doc[w]["by_component"]} for w in ("warmup", "measured")}
             why = f"{name} {host}: {by_host} truth {truth[name]}, CPU {cpu[name]}; report {parts}; last {last_stretch}"
             assert by_host[host] == pytest.approx(j, abs=tolerance), why  # a string: pytest cuts a long tuple

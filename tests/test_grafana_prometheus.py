@@ -3,10 +3,14 @@ written by grafana/generate.py from the InfluxQL ones) and its provisioning file
 
 1. The files are what the generator writes, match Grafana's Dashboard schema, and read the
    Prometheus data source everywhere; each panel keeps its InfluxQL twin's title, type and unit.
-2. Every panel query, variable query and annotation query runs on the session's real
-   ``victoria-metrics``, filled through ``VictoriaStore`` with the batches of
+2. Every panel query, variable query and annotation query runs on each engine the flavour
+   is for that installs here: the session's real ``victoria-metrics``, filled through
+   ``VictoriaStore``, and a real ``prometheus`` of its own (remote-write receiver, an
+   out-of-order window), filled through ``PrometheusStore``; each with the batches of
    tests/grafana_data.py (HOST_B's agent restarts halfway: two streams of each of its
-   channels) and the job summaries wattline computes from that store, after substituting
+   channels) and the job summaries wattline computes from that store, each job's written
+   twice (a partial rewrite first, whose status differs: a series of its own on
+   Prometheus; the dashboards must show the final one only), after substituting
    variables as Grafana's Prometheus data source does (``$__range_ms``, ``$__interval``...;
    a multi-value or All selection as an escaped ``(a|b)``, a custom all value as is, a single
    value unescaped), as instant queries at the range's end or range queries over the range
@@ -21,11 +25,12 @@ import math
 import re
 import subprocess
 import sys
+import time
 import urllib.parse
 import urllib.request
 from collections import defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +65,10 @@ from grafana_data import (
     summary_ms,
     whole_run_j,
 )
-from servers import VictoriaMetrics, http
+from servers import VictoriaMetrics, http, start_prometheus
 
+from wattline.collector.stores.base import JobSummary, Store, WriteResult
+from wattline.collector.stores.prometheus import PrometheusStore
 from wattline.collector.stores.victoria import VictoriaStore
 from wattline.workloads.report.report_json import report_json
 from wattline.workloads.services.summary import record_summary
@@ -167,7 +174,9 @@ def test_provisioning_files() -> None:
     assert "\t" not in datasource + provider
 
 
-# -- 2. the queries on victoria-metrics ------------------------------------------------------
+# -- 2. the queries on the engines ----------------------------------------------------------
+
+ENGINES = ("victoriametrics", "prometheus")
 
 
 @dataclass
@@ -176,35 +185,75 @@ class Filled:
     fx: Fixture
     #: job id -> `wattline report --json` of the job (its summary was written from the same report)
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    engine: str = "victoriametrics"
 
 
-def post(url: str, path: str, params: dict[str, str]) -> Any:
+def post(url: str, path: str, params: dict[str, str], engine: str) -> Any:
     body = urllib.parse.urlencode(params).encode()
     request = urllib.request.Request(url + path, data=body, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=30) as resp:
             doc = json.loads(resp.read())
     except urllib.error.HTTPError as exc:
-        pytest.fail(f"VictoriaMetrics refused {params.get('query')!r}: {exc.read().decode()[:500]}", pytrace=False)
+        pytest.fail(f"{engine} refused {params.get('query')!r}: {exc.read().decode()[:500]}", pytrace=False)
     assert doc["status"] == "success", doc
     return doc["data"]
 
 
-@pytest.fixture(scope="module")
-def filled(victoria_metrics: VictoriaMetrics) -> Filled:
-    fx = Fixture(start_ns=BASE_NS, end_ns=BASE_NS + DURATION_S * S)
+def partial_rewrite(store: Store, job_id: str) -> None:
+    """Write a summary of ``job_id`` that its final one rewrites: status "running" (a label on
+    Prometheus: another series), figures and host energies halved, computed a second earlier."""
+
+    def halved(summary: JobSummary) -> WriteResult:
+        assert summary.fields["status"] != "running"
+        fields = {k: v / 2 if isinstance(v, float) else v for k, v in summary.fields.items()}
+        fields.update(status="running", closed=False, computed_ns=int(summary.fields["computed_ns"]) - S)
+        return store.write_summary(replace(summary, fields=fields, hosts={h: e / 2 for h, e in summary.hosts.items()}))
+
+    result = record_summary(store, halved, job_id)
+    assert result is not None
+
+
+def fill(store: Store, fx: Fixture, searchable: Callable[[str, int], object]) -> dict[str, dict[str, Any]]:
+    """Write the fixture's batches and each job's summaries (a partial one, then the final one,
+    as a collector writes them: the same report code); the final reports by job id.
+    ``searchable(selector, series)`` waits until the engine shows that many series."""
+    for batch in build_batches(fx, RESTARTS):
+        result = store.write(batch)
+        assert result.rejected == 0, result.reasons
+    streams = len(CHANNELS) + sum(1 for c in CHANNELS if c.host in RESTARTS)
+    searchable(f'energy_energy_j{{host=~"{HOST_A}|{HOST_B}"}}', streams)
+    searchable('{__name__="job_events_sub_ns", event="close"}', sum(len(j.hosts) for j in JOBS))
     reports = {}
-    with VictoriaStore(victoria_metrics.url) as store:
-        for batch in build_batches(fx, RESTARTS):
-            result = store.write(batch)
-            assert result.rejected == 0, result.reasons
-        streams = len(CHANNELS) + sum(1 for c in CHANNELS if c.host in RESTARTS)
-        victoria_metrics.export(f'energy_energy_j{{host=~"{HOST_A}|{HOST_B}"}}', expect=streams)
-        victoria_metrics.export('{__name__="job_events_sub_ns", event="close"}', expect=sum(len(j.hosts) for j in JOBS))
-        for job in JOBS:  # the job summaries, as a collector writes them (the same report code)
-            reports[job.job_id] = report_json(record_summary(store, store.write_summary, job.job_id))
-        victoria_metrics.export("job_summary_energy_j", expect=len(JOBS))
-    return Filled(victoria_metrics.url, fx, reports)
+    for job in JOBS:
+        partial_rewrite(store, job.job_id)
+        searchable(f'job_summary_energy_j{{job_id="{job.job_id}", status="running"}}', 1)
+        reports[job.job_id] = report_json(record_summary(store, store.write_summary, job.job_id))
+    searchable("job_summary_energy_j", len(JOBS))
+    return reports
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def filled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Filled]:
+    if request.param == "victoriametrics":
+        victoria_metrics: VictoriaMetrics = request.getfixturevalue("victoria_metrics")
+        fx = Fixture(start_ns=BASE_NS, end_ns=BASE_NS + DURATION_S * S)
+        with VictoriaStore(victoria_metrics.url) as store:
+            reports = fill(store, fx, lambda match, n: victoria_metrics.export(match, expect=n))
+        yield Filled(victoria_metrics.url, fx, reports, request.param)
+        return
+    # A Prometheus of its own (its label APIs answer from the whole head block, not by day),
+    # the data on a whole hour 2 to 3 hours ago: inside its out-of-order window, before the
+    # summaries it stamps when they are written.
+    daemon = start_prometheus(tmp_path_factory.mktemp("prometheus-grafana"))
+    try:
+        base_ns = (time.time_ns() // S // 3600 - 2) * 3600 * S
+        fx = Fixture(start_ns=base_ns, end_ns=base_ns + DURATION_S * S)
+        with PrometheusStore(daemon.url) as store:
+            reports = fill(store, fx, lambda match, n: None)  # searchable once acknowledged
+        yield Filled(daemon.url, fx, reports, request.param)
+    finally:
+        daemon.stop()
 
 
 def special_regex_escape(value: str) -> str:
@@ -273,7 +322,8 @@ def seconds(ms: int) -> str:
 
 def instant(filled: Filled, scope: Scope, expr: str) -> list[dict[str, Any]]:
     """An instant query at the range's end (Grafana's): rows of labels and "value"."""
-    data = post(filled.url, "/api/v1/query", {"query": scope.interpolate(expr), "time": seconds(scope.to_ms)})
+    params = {"query": scope.interpolate(expr), "time": seconds(scope.to_ms)}
+    data = post(filled.url, "/api/v1/query", params, filled.engine)
     return [{**r["metric"], "value": float(r["value"][1])} for r in data["result"]]
 
 
@@ -288,7 +338,7 @@ def over_range(filled: Filled, scope: Scope, expr: str, step_s: int | None = Non
     step = scope.interval_s if step_s is None else step_s
     start, end = aligned(scope, step)
     params = {"query": scope.interpolate(expr, step), "start": seconds(start), "end": seconds(end), "step": str(step)}
-    data = post(filled.url, "/api/v1/query_range", params)
+    data = post(filled.url, "/api/v1/query_range", params, filled.engine)
     return [{**r["metric"], "points": {round(t * 1000): float(v) for t, v in r["values"]}} for r in data["result"]]
 
 
@@ -398,15 +448,21 @@ def last_power(fx: Fixture, hosts: set[str]) -> float:
     return sum(v for ch, v in last.items() if in_totals(ch) and ch.host in hosts)
 
 
-def expected_power(fx: Fixture, key: str, start_ms: int, end_ms: int, step_s: int) -> dict[tuple[str, int], float]:
-    """{(tag value, step ms): sum over channels of the mean of the channel's samples in (step - interval, step]}."""
+def expected_power(
+    fx: Fixture, key: str, start_ms: int, end_ms: int, step_s: int, closed: bool = False
+) -> dict[tuple[str, int], float]:
+    """{(tag value, step ms): sum over channels of the mean of the channel's stored samples in
+    (step - interval, step]}; ``closed``: in [step - interval, step] (Prometheus 2's range
+    selectors: a sample on a step's edge is in two steps)."""
     step_ms = step_s * 1000
     per_channel: dict[tuple[Any, int], list[float]] = defaultdict(list)
     for p in fx.points:
-        if in_totals(p["ch"]):
-            t = -(-p["time_ms"] // step_ms) * step_ms  # the first step whose window holds it
-            if start_ms <= t <= end_ms:
-                per_channel[p["ch"], t].append(p["power_w"])
+        if in_totals(p["ch"]) and p["stored"]:
+            first = -(-p["time_ms"] // step_ms) * step_ms  # the first step whose window holds it
+            steps = (first, first + step_ms) if closed and p["time_ms"] == first else (first,)
+            for t in steps:
+                if start_ms <= t <= end_ms:
+                    per_channel[p["ch"], t].append(p["power_w"])
     out: dict[tuple[str, int], float] = defaultdict(float)
     for (ch, t), values in per_channel.items():
         out[getattr(ch, key), t] += sum(values) / len(values)
@@ -425,7 +481,7 @@ def event_ms(fx: Fixture, job_id: str, kind: str) -> list[int]:
 
 
 @pytest.mark.servers
-def test_fleet_queries_on_victoria_metrics(filled: Filled) -> None:
+def test_fleet_queries(filled: Filled) -> None:
     fx = filled.fx
     dashboard = load("fleet")
     scope = Scope(fx.start_ms, fx.end_ms)
@@ -460,7 +516,7 @@ def test_fleet_queries_on_victoria_metrics(filled: Filled) -> None:
             for s in run_panel(filled, scope, find_panel(dashboard, title))["A"]
             for t, v in s["points"].items()
         }
-        want = expected_power(fx, key, start, end, INTERVAL_S)
+        want = expected_power(fx, key, start, end, INTERVAL_S, closed=filled.engine == "prometheus")
         assert got.keys() == want.keys() and len(got) >= 2 * DURATION_S // INTERVAL_S, title
         assert all(close(got[k], want[k]) for k in want), title
     (hosts,) = run_panel(filled, scope, find_panel(dashboard, "Hosts reporting"))["A"]
@@ -495,7 +551,7 @@ def test_fleet_host_selection_narrows_the_totals(filled: Filled) -> None:
 
 
 @pytest.mark.servers
-def test_host_queries_on_victoria_metrics(filled: Filled) -> None:
+def test_host_queries(filled: Filled) -> None:
     fx = filled.fx
     dashboard = load("host")
     scope = Scope(fx.start_ms, fx.end_ms)
@@ -523,7 +579,10 @@ def test_host_queries_on_victoria_metrics(filled: Filled) -> None:
     )
     ((channel, row),) = failures.items()
     assert channel[2] == UNHEALTHY[0]
-    assert row["Last failure"] == fx.at(UNHEALTHY[1][-1]) // 1_000_000
+    # The end of the step that holds the last unhealthy sample (the range's end for its last, partial step).
+    step_ms, failed_ms = INTERVAL_S * 1000, fx.at(UNHEALTHY[1][-1]) // 1_000_000
+    assert failed_ms <= scope.to_ms - step_ms
+    assert row["Last failure"] == -(-failed_ms // step_ms) * step_ms
     assert row["Failed intervals"] == len(UNHEALTHY[1])
 
     (health_panel,) = run_panel(filled, scope, find_panel(dashboard, "Source health")).values()
@@ -558,7 +617,7 @@ def link_scope(dashboard: dict[str, Any], row: dict[str, Any], title: str) -> Sc
 
 
 @pytest.mark.servers
-def test_jobs_queries_on_victoria_metrics(filled: Filled) -> None:
+def test_jobs_queries(filled: Filled) -> None:
     fx = filled.fx
     dashboard = load("jobs")
 
@@ -632,13 +691,16 @@ def test_jobs_queries_on_victoria_metrics(filled: Filled) -> None:
         assert {v for t, v in band["points"].items() if t >= fx.at(sat_s) // 10**6} == {0}
         assert min(band["points"]) >= fx.at(open_s) // 10**6
 
-    # Units completed: the running total of each step's units, from the range's first step
-    # (Grafana ends a range query at the last whole step: a units event after it waits for the next).
+    # Units completed: at each step, the units of the range's length before it; the window
+    # starts before the job, so that is the job's running total (Grafana ends a range query
+    # at the last whole step: a units event after it waits for the next).
     (done,) = run_panel(filled, scope, find_panel(dashboard, "Units completed: $job_name"))["A"]
     start, end = aligned(scope, INTERVAL_S)
     assert min(done["points"]) == start and max(done["points"]) == end
+    range_ms = scope.to_ms - scope.from_ms
     for t, v in done["points"].items():
-        assert v == units_of(fx, LLAMA, start - INTERVAL_S * 1000, t), t
+        assert v == units_of(fx, LLAMA, t - range_ms, t), t
+    assert done["points"][end] == units_of(fx, LLAMA, fx.start_ms, end) > 0
 
 
 @pytest.mark.servers
@@ -689,7 +751,7 @@ def test_jobs_summary_panels_and_annotations(filled: Filled) -> None:
 
 @pytest.mark.servers
 @pytest.mark.parametrize(("select", "jobs"), FILTER_CASES)
-def test_jobs_filters_on_victoria_metrics(filled: Filled, select: dict[str, str | list[str]], jobs: list[str]) -> None:
+def test_jobs_filters(filled: Filled, select: dict[str, str | list[str]], jobs: list[str]) -> None:
     """User, account and partition select the jobs of the table, the summary panels and the annotations."""
     fx = filled.fx
     dashboard = load("jobs")

@@ -778,28 +778,48 @@ def test_jobs_filters(filled: Filled, select: dict[str, str | list[str]], jobs: 
 HOLED_BASE_NS = BASE_NS + 3 * 86400 * S
 
 
-@pytest.fixture(scope="module")
-def holed(victoria_metrics: VictoriaMetrics) -> Filled:
-    """The fixture's data with :data:`HOLED`'s holes, on a day of its own."""
-    fx = Fixture(start_ns=HOLED_BASE_NS, end_ns=HOLED_BASE_NS + DURATION_S * S)
-    with VictoriaStore(victoria_metrics.url) as store:
-        for batch in build_batches(fx, **HOLED):
-            result = store.write(batch)
-            assert result.rejected == 0, result.reasons
-    hosts = f'host=~"{HOST_A}|{HOST_B}"'
-    streams = len(CHANNELS) + sum(1 for c in CHANNELS if c.host in HOLED["restarts"])
-    for metric in ("energy_energy_j", "energy_cumulative_j"):
-        victoria_metrics.export(f"{metric}{{{hosts}}}", expect=streams)
-    victoria_metrics.export('{__name__="job_events_sub_ns", event="close"}', expect=sum(len(j.hosts) for j in JOBS))
-    return Filled(victoria_metrics.url, fx)
+def fill_holed(store: Store, fx: Fixture) -> None:
+    for batch in build_batches(fx, **HOLED):
+        result = store.write(batch)
+        assert result.rejected == 0, result.reasons
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def holed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Filled]:
+    """The fixture's data with :data:`HOLED`'s holes: on VictoriaMetrics on a day of its own,
+    on a Prometheus of its own (as :func:`filled`)."""
+    if request.param == "victoriametrics":
+        victoria_metrics: VictoriaMetrics = request.getfixturevalue("victoria_metrics")
+        fx = Fixture(start_ns=HOLED_BASE_NS, end_ns=HOLED_BASE_NS + DURATION_S * S)
+        with VictoriaStore(victoria_metrics.url) as store:
+            fill_holed(store, fx)
+        hosts = f'host=~"{HOST_A}|{HOST_B}"'
+        streams = len(CHANNELS) + sum(1 for c in CHANNELS if c.host in HOLED["restarts"])
+        for metric in ("energy_energy_j", "energy_cumulative_j", "energy_cumulative_start_j"):
+            victoria_metrics.export(f"{metric}{{{hosts}}}", expect=streams)
+        closes = sum(len(j.hosts) for j in JOBS)
+        victoria_metrics.export('{__name__="job_events_sub_ns", event="close"}', expect=closes)
+        yield Filled(victoria_metrics.url, fx, engine=request.param)
+        return
+    daemon = start_prometheus(tmp_path_factory.mktemp("prometheus-holed"))
+    try:
+        base_ns = (time.time_ns() // S // 3600 - 2) * 3600 * S
+        fx = Fixture(start_ns=base_ns, end_ns=base_ns + DURATION_S * S)
+        with PrometheusStore(daemon.url) as store:
+            fill_holed(store, fx)
+        yield Filled(daemon.url, fx, engine=request.param)
+    finally:
+        daemon.stop()
 
 
 @pytest.mark.servers
-def test_energy_panels_read_a_hole_as_the_report_does_on_victoria_metrics(holed: Filled) -> None:
+def test_energy_panels_read_a_hole_as_the_report_does(holed: Filled) -> None:
     """Every energy panel counts the samples the store lacks inside one agent stream by its
     running total (as `wattline report` does), where the stream has a sample on both sides in
-    the range, and not the seconds no agent measured (HOST_B down before its new stream)."""
+    the range, and not the seconds no agent measured (HOST_B down before its new stream).
+    Prometheus 2's range selectors hold [from, to]: a sample that ends at ``from`` counts there."""
     fx = holed.fx
+    left_open = holed.engine != "prometheus"
     lost = [p for p in fx.points if p["counted"] and not p["stored"]]
     assert len(lost) == len(HOLED["lost"][1]) and sum(p["energy_j"] for p in lost) > 3000
     assert len([p for p in fx.points if not p["counted"]]) == HOLED["down_s"] * 3  # HOST_B: 3 channels
@@ -815,16 +835,16 @@ def test_energy_panels_read_a_hole_as_the_report_does_on_victoria_metrics(holed:
             ("Measured vs estimated energy", "quality"),
         ):
             got = {r[key]: r["value"] for r in run_panel(holed, scope, find_panel(fleet, title))["A"]}
-            want = expected_energy(fx, key, from_ms, fx.end_ms, everything, left_open=True)
+            want = expected_energy(fx, key, from_ms, fx.end_ms, everything, left_open=left_open)
             assert got.keys() == want.keys(), title
             assert all(close(got[k], want[k] / 3600) for k in want), (title, from_ms, got, want)
         (total,) = run_panel(holed, scope, find_panel(fleet, "Energy over the range"))["A"]
-        want_j = sum(expected_energy(fx, "host", from_ms, fx.end_ms, everything, left_open=True).values())
+        want_j = sum(expected_energy(fx, "host", from_ms, fx.end_ms, everything, left_open=left_open).values())
         assert close(total["value"] * 3600, want_j)
 
         for host in (HOST_A, HOST_B):
             resolve_variables(holed, host_dashboard, scope, {"host": host})
-            want = expected_energy(fx, "quality", from_ms, fx.end_ms, {host}, left_open=True)
+            want = expected_energy(fx, "quality", from_ms, fx.end_ms, {host}, left_open=left_open)
             (got,) = run_panel(holed, scope, find_panel(host_dashboard, "Host energy over the range"))["A"]
             assert close(got["value"] * 3600, sum(want.values())), host
             (model,) = run_panel(holed, scope, find_panel(host_dashboard, "Estimated (model) energy"))["A"]
@@ -835,13 +855,13 @@ def test_energy_panels_read_a_hole_as_the_report_does_on_victoria_metrics(holed:
                 find_panel(host_dashboard, "Energy by component and device"),
                 ("component", "device", "source"),
             )
-            powers = stored_power(fx, host, from_ms, fx.end_ms, left_open=True)
+            powers = stored_power(fx, host, from_ms, fx.end_ms, left_open=left_open)
             assert per_channel.keys() == powers.keys()
             for channel, row in per_channel.items():
                 points = [
                     p for p in fx.points
                     if p["ch"].host == host and (p["ch"].component, p["ch"].device, p["ch"].source) == channel
-                    and counted(p, from_ms, fx.end_ms, left_open=True)
+                    and counted(p, from_ms, fx.end_ms, left_open=left_open)
                 ]  # fmt: skip
                 assert close(row["Energy"], sum(p["energy_j"] for p in points)), (channel, row)
                 assert close(row["Mean power"], powers[channel][0]) and row["Peak power"] == powers[channel][1]
@@ -850,7 +870,7 @@ def test_energy_panels_read_a_hole_as_the_report_does_on_victoria_metrics(holed:
     # no job claims over the whole range.
     scope = Scope(fx.at(60) // 1_000_000 - 1, fx.at(541) // 1_000_000)
     resolve_variables(holed, jobs, scope, {"job": LLAMA})
-    want = expected_energy(fx, "component", scope.from_ms, scope.to_ms, everything, left_open=True)
+    want = expected_energy(fx, "component", scope.from_ms, scope.to_ms, everything, left_open=left_open)
     (got,) = run_panel(holed, scope, find_panel(jobs, "Mean power: $job_name"))["A"]
     assert close(got["value"], sum(want.values()) / scope.range_s)
     got = {
@@ -862,7 +882,7 @@ def test_energy_panels_read_a_hole_as_the_report_does_on_victoria_metrics(holed:
         r["quality"]: r["value"]
         for r in run_panel(holed, scope, find_panel(jobs, "Measured vs estimated: $job_name's hosts"))["A"]
     }
-    want = expected_energy(fx, "quality", scope.from_ms, scope.to_ms, everything, left_open=True)
+    want = expected_energy(fx, "quality", scope.from_ms, scope.to_ms, everything, left_open=left_open)
     assert got.keys() == want.keys() and all(close(got[k], want[k] / 3600) for k in want), (got, want)
     whole = Scope(fx.start_ms, fx.end_ms)
     resolve_variables(holed, jobs, whole, {"job": LLAMA})
@@ -870,5 +890,5 @@ def test_energy_panels_read_a_hole_as_the_report_does_on_victoria_metrics(holed:
         r["host"]: r["node_j"]
         for r in table(holed, whole, find_panel(jobs, "Energy no job claims, by host"), ("host",)).values()
     }
-    want = expected_energy(fx, "host", fx.start_ms, fx.end_ms, everything, left_open=True)
+    want = expected_energy(fx, "host", fx.start_ms, fx.end_ms, everything, left_open=left_open)
     assert node == pytest.approx(want, rel=1e-9)

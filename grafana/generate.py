@@ -112,10 +112,10 @@ def mean(metric: str, matchers: tuple[str, ...], window: str, channel: tuple[str
     return per_channel if group == channel else f"sum by ({by(group)}) ({per_channel})"
 
 
-def stamp(selector: str, window: str = RANGE, ahead: bool = False) -> str:
+def stamp(selector: str, window: str = RANGE, ahead: bool = False, step: str = STAMP_STEP) -> str:
     """The time stamp (s) of each series' newest sample in ``window`` before the evaluation
     time (``ahead``: in the ``$__interval`` after it): ``timestamp()`` of the selector at every
-    whole minute of the window, at every second of its last minute and at its end (an instant
+    ``step`` of the window, at every second of its last minute and at its end (an instant
     sees a sample within the engine's lookback: Prometheus' 5 minutes, VictoriaMetrics' step);
     the samples that lookback reaches before the window are filtered out. Exact for a series
     of one sample (a job's open, phase or close); for a series of many, the newest sample seen
@@ -123,7 +123,7 @@ def stamp(selector: str, window: str = RANGE, ahead: bool = False) -> str:
     span, offset = window[1:-1], " offset -$__interval" if ahead else ""
     seen = " or ".join(
         (
-            f"max_over_time(timestamp({selector})[{span}:{STAMP_STEP}]{offset})",
+            f"max_over_time(timestamp({selector})[{span}:{step}]{offset})",
             f"max_over_time(timestamp({selector})[{STAMP_STEP}:1s]{offset})",
             f"timestamp({selector}{offset})",
         )
@@ -134,9 +134,11 @@ def stamp(selector: str, window: str = RANGE, ahead: bool = False) -> str:
 
 def newest(metric: str, matchers: tuple[str, ...], channel: tuple[str, ...]) -> str:
     """Each channel's last sample in the range, from its newest stream only (an agent restart
-    starts a new series of the same channel; InfluxQL's last() sees one)."""
+    starts a new series of the same channel; InfluxQL's last() sees one). Streams are ranked
+    at the dashboard's steps, not every minute: a fleet has many channels, and a stream of
+    samples a second apart is seen at every step it lives through."""
     selector, on = sel(metric, *matchers), by(channel)
-    stamps = stamp(selector)
+    stamps = stamp(selector, step="$__interval")
     return (
         f"last_over_time({selector}{RANGE}) and on ({on}, stream)"
         f" ({stamps} == on ({on}) group_left max by ({on}) ({stamps}))"

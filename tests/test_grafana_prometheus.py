@@ -200,18 +200,25 @@ def post(url: str, path: str, params: dict[str, str], engine: str) -> Any:
     return doc["data"]
 
 
-def partial_rewrite(store: Store, job_id: str) -> None:
-    """Write a summary of ``job_id`` that its final one rewrites: status "running" (a label on
-    Prometheus: another series), figures and host energies halved, computed a second earlier."""
+def after_a_partial_rewrite(
+    store: Store, searchable: Callable[[str, int], object]
+) -> Callable[[JobSummary], WriteResult]:
+    """A summary sink that writes, before each summary, one its final one rewrites: status
+    "running" (a label on Prometheus: another series), figures and host energies halved,
+    computed a second earlier (searchable before the final one is written)."""
 
-    def halved(summary: JobSummary) -> WriteResult:
+    def sink(summary: JobSummary) -> WriteResult:
         assert summary.fields["status"] != "running"
         fields = {k: v / 2 if isinstance(v, float) else v for k, v in summary.fields.items()}
         fields.update(status="running", closed=False, computed_ns=int(summary.fields["computed_ns"]) - S)
-        return store.write_summary(replace(summary, fields=fields, hosts={h: e / 2 for h, e in summary.hosts.items()}))
+        partial = store.write_summary(
+            replace(summary, fields=fields, hosts={h: e / 2 for h, e in summary.hosts.items()})
+        )
+        assert partial.rejected == 0, partial.reasons
+        searchable(f'job_summary_energy_j{{job_id="{summary.job_id}", status="running"}}', 1)
+        return store.write_summary(summary)
 
-    result = record_summary(store, halved, job_id)
-    assert result is not None
+    return sink
 
 
 def fill(store: Store, fx: Fixture, searchable: Callable[[str, int], object]) -> dict[str, dict[str, Any]]:
@@ -225,10 +232,9 @@ def fill(store: Store, fx: Fixture, searchable: Callable[[str, int], object]) ->
     searchable(f'energy_energy_j{{host=~"{HOST_A}|{HOST_B}"}}', streams)
     searchable('{__name__="job_events_sub_ns", event="close"}', sum(len(j.hosts) for j in JOBS))
     reports = {}
+    sink = after_a_partial_rewrite(store, searchable)
     for job in JOBS:
-        partial_rewrite(store, job.job_id)
-        searchable(f'job_summary_energy_j{{job_id="{job.job_id}", status="running"}}', 1)
-        reports[job.job_id] = report_json(record_summary(store, store.write_summary, job.job_id))
+        reports[job.job_id] = report_json(record_summary(store, sink, job.job_id))
     searchable("job_summary_energy_j", len(JOBS))
     return reports
 

@@ -204,15 +204,16 @@ def after_a_partial_rewrite(
     store: Store, searchable: Callable[[str, int], object]
 ) -> Callable[[JobSummary], WriteResult]:
     """A summary sink that writes, before each summary, one its final one rewrites: status
-    "running" (a label on Prometheus: another series), figures and host energies halved,
-    computed a second earlier (searchable before the final one is written)."""
+    "running" (a label on Prometheus: another series), figures and host energies doubled (more
+    than the final ones: a maximum would show them), computed a second earlier (searchable
+    before the final one is written)."""
 
     def sink(summary: JobSummary) -> WriteResult:
         assert summary.fields["status"] != "running"
-        fields = {k: v / 2 if isinstance(v, float) else v for k, v in summary.fields.items()}
+        fields = {k: v * 2 if isinstance(v, float) else v for k, v in summary.fields.items()}
         fields.update(status="running", closed=False, computed_ns=int(summary.fields["computed_ns"]) - S)
         partial = store.write_summary(
-            replace(summary, fields=fields, hosts={h: e / 2 for h, e in summary.hosts.items()})
+            replace(summary, fields=fields, hosts={h: e * 2 for h, e in summary.hosts.items()})
         )
         assert partial.rejected == 0, partial.reasons
         searchable(f'job_summary_energy_j{{job_id="{summary.job_id}", status="running"}}', 1)
@@ -726,6 +727,11 @@ def test_jobs_summary_panels_and_annotations(filled: Filled) -> None:
         report = next(r for r in reports.values() if r["job"]["name"] == s["name"])
         assert all(close(v, report["measured"]["j_per_unit"]) for v in s["points"].values())
 
+    # Each job's partial rewrite is still stored on Prometheus, a series of its own (its
+    # status is a label); VictoriaMetrics deleted it: the panels show the final one only.
+    rewrites = instant(filled, scope, "count by (job_id) (last_over_time(job_summary_energy_j[62d] offset -31d))")
+    per_job = 2 if filled.engine == "prometheus" else 1
+    assert {r["job_id"]: r["value"] for r in rewrites} == dict.fromkeys(reports, per_job)
     by_job = run_panel(filled, scope, find_panel(dashboard, "Energy by job over the range"))["A"]
     assert {r["job_id"]: r["value"] for r in by_job} == pytest.approx(
         {job_id: whole_run_j(report) / 3600 for job_id, report in reports.items()}, rel=1e-9

@@ -8,13 +8,27 @@ and links; this script copies each and swaps the data source, every panel target
 query and annotation for its twin in PROMQL/VARIABLES/ANNOTATIONS below, so the two flavours
 cannot drift apart: a panel without a twin here, or a twin without its panel, stops it.
 
-The queries read what the collector writes to VictoriaMetrics (wattline/collector/stores/
-victoria_points.py): a line-protocol field is the metric ``<measurement>_<field>``, so a
-sample's energy is ``energy_energy_j`` and every point has ``<measurement>_sub_ns``.
-The times of events and of a channel's newest sample come from MetricsQL's
-``tfirst_over_time``/``tlast_over_time``/``tmin_over_time`` (a raw sample's time stamp) and the
-running total of units from ``running_sum``, which PromQL lacks: these dashboards are for
-VictoriaMetrics (a single node, or a cluster's vmselect).
+The queries read what the collector writes to VictoriaMetrics and, by Prometheus remote
+write, to Prometheus, Mimir and Thanos (wattline/collector/stores/victoria_points.py, one
+layout): a line-protocol field is the metric ``<measurement>_<field>``, so a sample's energy is
+``energy_energy_j`` and every point has ``<measurement>_sub_ns``.
+
+One flavour for every engine: standard PromQL as Prometheus 2.33 and later evaluate it (the
+``@`` modifier and negative offsets are stable there), no MetricsQL function:
+
+- a raw sample's time is ``timestamp()`` of its selector, taken at the steps of a subquery
+  (:func:`stamp`); exact for a job event's open, phase and close (a series of one sample each),
+  and for ranking an agent's streams by their newest sample;
+- a channel's last failure is the end of the step (``$__interval``) that holds it, not the
+  failing sample's own time (PromQL has no ``tmin_over_time``);
+- "Units completed" is each step's units over the range's length before it, not a running
+  sum from the range's first step (PromQL has no ``running_sum``): in a range that starts
+  before the job, as its table links open it, that is the job's running total;
+- a job summary is read from the newest rewrite of the job's (:func:`summary`): Prometheus,
+  Mimir and Thanos keep every rewrite, and a summary's string fields (its status) are labels,
+  so a rewrite can be a series of its own; and a summary is taken from the job's start, as
+  the summary's ``start_ns`` field says, not from its sample's time stamp (Prometheus stamps a
+  summary when it is written, after the job; VictoriaMetrics at the job's start).
 """
 
 from __future__ import annotations
@@ -44,6 +58,9 @@ STEP = "[$__interval]"
 #: How far back job-scoped panels look for a job's summary and the filters for its open,
 #: as reports look for a job's events (README "Storage schema").
 FAR = "[31d]"
+#: A subquery's step for :func:`stamp`: shorter than Prometheus' lookback (5 minutes), so every
+#: sample is the newest one at some step.
+STAMP_STEP = "1m"
 NOT_SUBZONES = 'component!~"cpu_core|cpu_uncore|psys"'
 CHANNEL = ("host", "source", "component", "device")
 QUALITY_CHANNEL = (*CHANNEL, "quality")
@@ -75,11 +92,12 @@ def by(labels: tuple[str, ...]) -> str:
 def energy(matchers: tuple[str, ...], group: tuple[str, ...] = (), per: str = "") -> str:
     """Energy of the samples in the range, and of the samples the store lacks between two of
     them in one agent stream (a series each here): its running total's last value minus its
-    first, plus the first sample's own energy (the InfluxQL twin adds, sample by sample, what
-    the running total gained beyond each sample's energy since the previous one)."""
+    value before the first sample (``cumulative_start_j``, the smallest in the range: a
+    running total only grows within a stream). The InfluxQL twin adds, sample by sample, what
+    the running total gained beyond each sample's energy since the previous one."""
     clause = f" by ({by(group)})" if group else ""
-    total, joules = sel("energy_cumulative_j", *matchers), sel("energy_energy_j", *matchers)
-    per_stream = f"last_over_time({total}{RANGE}) - first_over_time({total}{RANGE}) + first_over_time({joules}{RANGE})"
+    total, before = sel("energy_cumulative_j", *matchers), sel("energy_cumulative_start_j", *matchers)
+    per_stream = f"last_over_time({total}{RANGE}) - min_over_time({before}{RANGE})"
     return f"sum{clause} ({per_stream}){per}"
 
 
@@ -94,15 +112,45 @@ def mean(metric: str, matchers: tuple[str, ...], window: str, channel: tuple[str
     return per_channel if group == channel else f"sum by ({by(group)}) ({per_channel})"
 
 
+def stamp(selector: str, window: str = RANGE, ahead: bool = False, step: str = STAMP_STEP) -> str:
+    """The time stamp (s) of each series' newest sample in ``window`` before the evaluation
+    time (``ahead``: in the ``$__interval`` after it): ``timestamp()`` of the selector at every
+    ``step`` of the window, at every second of its last minute and at its end (an instant
+    sees a sample within the engine's lookback: Prometheus' 5 minutes, VictoriaMetrics' step);
+    the samples that lookback reaches before the window are filtered out. Exact for a series
+    of one sample (a job's open, phase or close); for a series of many, the newest sample seen
+    at those instants, which ranks an agent's streams by their newest sample."""
+    span, offset = window[1:-1], " offset -$__interval" if ahead else ""
+    seen = " or ".join(
+        (
+            f"max_over_time(timestamp({selector})[{span}:{step}]{offset})",
+            f"max_over_time(timestamp({selector})[{STAMP_STEP}:1s]{offset})",
+            f"timestamp({selector}{offset})",
+        )
+    )
+    seconds = "${__range_ms} / 1000" if window == RANGE else "$__interval_ms / 1000"
+    return f"(({seen}) > time())" if ahead else f"(({seen}) > time() - {seconds})"
+
+
 def newest(metric: str, matchers: tuple[str, ...], channel: tuple[str, ...]) -> str:
     """Each channel's last sample in the range, from its newest stream only (an agent restart
-    starts a new series of the same channel; InfluxQL's last() sees one)."""
+    starts a new series of the same channel; InfluxQL's last() sees one). Streams are ranked
+    at the dashboard's steps, not every minute: a fleet has many channels, and a stream of
+    samples a second apart is seen at every step it lives through."""
     selector, on = sel(metric, *matchers), by(channel)
-    stamp = f"tlast_over_time({selector}{RANGE})"
+    stamps = stamp(selector, step="$__interval")
     return (
         f"last_over_time({selector}{RANGE}) and on ({on}, stream)"
-        f" ({stamp} == on ({on}) group_left max by ({on}) ({stamp}))"
+        f" ({stamps} == on ({on}) group_left max by ({on}) ({stamps}))"
     )
+
+
+def last_failure(matchers: tuple[str, ...], group: tuple[str, ...]) -> str:
+    """The end (s) of the last step (``$__interval``) of the range that holds an unhealthy
+    sample, by ``group``; the range's end when its last, partial step holds one."""
+    failed = f"(0 * (min_over_time({sel('energy_healthy', *matchers)}{STEP}) == 0) + time())"
+    steps = f"max_over_time({failed}{RANGE[:-1]}:$__interval])"
+    return f"max by ({by(group)}) ({failed}) or max by ({by(group)}) ({steps})"
 
 
 def unhealthy(matchers: tuple[str, ...], group: tuple[str, ...] = ()) -> str:
@@ -111,16 +159,16 @@ def unhealthy(matchers: tuple[str, ...], group: tuple[str, ...] = ()) -> str:
     return f"sum{clause} (count_over_time({selector}{RANGE})) - sum{clause} (sum_over_time({selector}{RANGE}))"
 
 
-def event_time(first: bool, *matchers: str) -> str:
-    """The time stamp (s) of each job event ``matchers`` select in the range (first or last of a series)."""
-    fn = "tfirst_over_time" if first else "tlast_over_time"
-    return f"{fn}({sel('job_events_sub_ns', *matchers)}{RANGE})"
+def event_time(*matchers: str) -> str:
+    """The time stamp (s) of each job event ``matchers`` select in the range (open, phase and
+    close: a series each)."""
+    return stamp(sel("job_events_sub_ns", *matchers))
 
 
 def events_at(selector: str, joined: str = "") -> str:
     """Annotation: each event's own time (ms) as the value, seen from the step before and the
     step after it (Grafana aligns the range's end down to a step)."""
-    seen = f"tlast_over_time({selector}{STEP}) or tlast_over_time({selector}{STEP} offset -$__interval)"
+    seen = f"{stamp(selector, STEP)} or {stamp(selector, STEP, ahead=True)}"
     return f"1000 * (({seen}){joined})"
 
 
@@ -218,9 +266,7 @@ HOST_PANELS = {
         "{{source}} {{component}} {{device}}",
     ),
     "Failures: count and last status": table(
-        # tmin_over_time: the time of the last of the lowest samples, an unhealthy one if any.
-        f"1000 * max by ({by(HOST_CHANNEL)}) (tmin_over_time({sel('energy_healthy', *HOST)}{RANGE})"
-        f" and min_over_time({sel('energy_healthy', *HOST)}{RANGE}) == 0)",
+        f"1000 * ({last_failure(HOST, HOST_CHANNEL)})",
         f"{unhealthy(HOST, HOST_CHANNEL)} > 0",
     ),
 }
@@ -238,20 +284,43 @@ IS_OPEN, IS_CLOSE, JOB_HOST = 'event="open"', 'event="close"', 'host=~"$host"'
 SATURATED = ('event="phase"', 'phase="saturated"')
 OPEN = ("job_events_sub_ns", IS_OPEN)
 CLOSE = sel("job_events_sub_ns", IS_CLOSE)
-LAST_CLOSE = (
-    f"tlast_over_time({CLOSE}{RANGE}) == on (job_id) group_left max by (job_id) (tlast_over_time({CLOSE}{RANGE}))"
-)
+LAST_CLOSE = f"{stamp(CLOSE)} == on (job_id) group_left max by (job_id) ({stamp(CLOSE)})"
 IS_UNITS = 'event="units"'
 JOB_UNITS = ("job_events_units", JOB, JOB_HOST, IS_UNITS)
-WARMUP_OPEN = f"max by (host) ({event_time(False, IS_OPEN, JOB, JOB_HOST)})"
+WARMUP_OPEN = f"max by (host) ({event_time(IS_OPEN, JOB, JOB_HOST)})"
 #: An open, a close, or a phase event of the saturation point (the others have no phase label: "").
 WARMUP_EDGES = ('event=~"open|phase|close"', JOB, JOB_HOST, 'phase=~"saturated|"')
-WARMUP_LAST = f"max by (host) ({event_time(False, *WARMUP_EDGES)})"
+WARMUP_LAST = f"max by (host) ({event_time(*WARMUP_EDGES)})"
+#: Where a summary is looked for: the 31 days on each side of the evaluation time (a summary
+#: is written after its job's start; Prometheus stamps it then), whatever the step.
+SUMMARY_SPAN = "[62d] @ end() offset -31d"
+
+
+def summary(field: str, *matchers: str) -> str:
+    """A summary figure of each job (labels ``job_id`` and ``name``), from the newest of its
+    rewrites (the largest ``computed_ns``, in ms in its ``__hi`` field): on Prometheus a rewrite
+    whose status (a label) changed is a series of its own."""
+    computed = f"last_over_time({sel('job_summary_computed_ns__hi', *matchers)}{SUMMARY_SPAN})"
+    newest_rewrite = f"{computed} == on (job_id) group_left max by (job_id) ({computed})"
+    figure = f"last_over_time({sel(f'job_summary_{field}', *matchers)}{SUMMARY_SPAN})"
+    return f"max by (job_id, name) ({figure} and ({newest_rewrite}))"
+
+
+SUMMARY_START_MS = summary("start_ns__hi")
+
+
+def started_in(window_ms: str) -> str:
+    """The jobs whose summary says they started in the ``window_ms`` before the evaluation time
+    (as a range selector holds samples: the window's first instant left out)."""
+    return f" and on (job_id) ({SUMMARY_START_MS} > time() * 1000 - {window_ms} <= time() * 1000)"
+
+
+IN_RANGE = started_in("${__range_ms}")
 #: The job table: one query per column (Grafana's table format names a value "Value #<refId>").
 JOB_TABLE_COLUMNS = [
-    ("start", f"min by (job_id, name) ({of_jobs(event_time(True, IS_OPEN))}) * 1000"),
+    ("start", f"min by (job_id, name) ({of_jobs(event_time(IS_OPEN))}) * 1000"),
     ("hosts", f"count by (job_id, job_kind, unit_name) ({of_jobs(per_job('last_over_time', *OPEN))})"),
-    ("end", f"max by (job_id) ({of_jobs(event_time(False, IS_CLOSE))}) * 1000"),
+    ("end", f"max by (job_id) ({of_jobs(event_time(IS_CLOSE))}) * 1000"),
     (
         "exit_code",
         f"max by (job_id) ({of_jobs(per_job('last_over_time', 'job_events_exit_code', IS_CLOSE))}"
@@ -259,16 +328,16 @@ JOB_TABLE_COLUMNS = [
     ),
     (
         "saturated_at",
-        f"min by (job_id, phase) ({of_jobs(event_time(True, *SATURATED))}) * 1000",
+        f"min by (job_id, phase) ({of_jobs(event_time(*SATURATED))}) * 1000",
     ),
     ("units", f"sum by (job_id) ({of_jobs(per_job('sum_over_time', 'job_events_units', IS_UNITS))})"),
     (
         "duration_s",
-        f"max by (job_id) (max by (job_id, host) ({of_jobs(event_time(False, IS_CLOSE))})"
-        f" - max by (job_id, host) ({of_jobs(event_time(True, IS_OPEN))}))",
+        f"max by (job_id) (max by (job_id, host) ({of_jobs(event_time(IS_CLOSE))})"
+        f" - max by (job_id, host) ({of_jobs(event_time(IS_OPEN))}))",
     ),
     *(
-        (column, f"max by (job_id) ({of_jobs(per_job('last_over_time', f'job_summary_{field}'))})")
+        (column, f"max by (job_id) ({of_jobs(summary(field) + IN_RANGE)})")
         for column, field in (
             ("energy_j", "energy_total_j"),
             ("j_per_unit", "j_per_unit"),
@@ -277,13 +346,12 @@ JOB_TABLE_COLUMNS = [
         )
     ),
 ]
-SUMMARY_START_MS = f"(1000 * tlast_over_time(job_summary_sub_ns{FAR}))"
-SUMMARY_SATURATED_MS = f"last_over_time(job_summary_saturated_at_ms{FAR})"
+SUMMARY_SATURATED_MS = summary("saturated_at_ms")
 JOBS_PANELS = {
     "Jobs in the time range": table(*(expr for _, expr in JOB_TABLE_COLUMNS)),
-    "Energy: $job_name": instant(per_job("last_over_time", "job_summary_energy_j", JOB, window=FAR)),
+    "Energy: $job_name": instant(summary("energy_j", JOB)),
     "Units: $job_name": instant(f"sum({per_job('sum_over_time', *JOB_UNITS)})"),
-    "Energy per unit: $job_name": instant(per_job("last_over_time", "job_summary_j_per_unit", JOB, window=FAR)),
+    "Energy per unit: $job_name": instant(summary("j_per_unit", JOB)),
     "Throughput: $job_name": instant(f"sum({per_job('sum_over_time', *JOB_UNITS)}) / $__range_s"),
     "Mean power: $job_name": instant(energy(JOB_HOSTS, per=" / $__range_s")),
     "Power of $job_name's hosts, warm-up shaded": [
@@ -291,19 +359,18 @@ JOBS_PANELS = {
         # 1 while a host's latest of open, saturation point and close is an open, else 0.
         Target("B", f"{WARMUP_OPEN} == bool {WARMUP_LAST}", range=True, legend="warm-up {{host}}"),
     ],
-    "Units completed: $job_name": series(
-        f"running_sum(sum({per_job('sum_over_time', *JOB_UNITS, window=STEP)}) or vector(0))", "units"
-    ),
+    "Units completed: $job_name": series(f"sum({per_job('sum_over_time', *JOB_UNITS)}) or vector(0)", "units"),
     "Energy by component: $job_name's hosts": instant(wh(energy(JOB_HOSTS, ("component",))), "{{component}}"),
     "Measured vs estimated: $job_name's hosts": instant(wh(energy(JOB_HOSTS, ("quality",))), "{{quality}}"),
     "J per unit over time, by job name": series(
-        f"avg by (name) ({of_jobs(per_job('last_over_time', 'job_summary_j_per_unit', window=STEP))})", "{{name}}"
+        f"avg by (name) ({of_jobs(summary('j_per_unit') + started_in('$__interval_ms'))})", "{{name}}"
     ),
     "Energy by job over the range": instant(
-        wh(f"sum by (job_id, name) ({of_jobs(per_job('sum_over_time', 'job_summary_energy_total_j'))})")
+        wh(f"sum by (job_id, name) ({of_jobs(summary('energy_total_j') + IN_RANGE)})")
     ),
     "Energy no job claims, by host": table(
-        energy((NOT_SUBZONES,), ("host",)), f"sum by (host) ({per_job('sum_over_time', 'job_summary_host_energy_j')})"
+        energy((NOT_SUBZONES,), ("host",)),
+        f"sum by (host) (last_over_time(job_summary_host_energy_j{SUMMARY_SPAN}){IN_RANGE})",
     ),
 }
 PROMQL = {"fleet": FLEET_PANELS, "host": HOST_PANELS, "jobs": JOBS_PANELS}
@@ -333,8 +400,8 @@ TABLE_OVERRIDES: dict[str, dict[str, dict[str, Any]]] = {
             ]
         },
         "Failures: count and last status": {
-            "description_note": " VictoriaMetrics keeps no status text (a string field): the table shows when each "
-            "channel last failed and how often, not why.",
+            "description_note": " The Prometheus data model keeps no status text (a string field): the table shows "
+            "when each channel last failed (the end of the step that holds it) and how often, not why.",
             "transformations": [
                 {"id": "merge", "options": {}},
                 {
@@ -548,7 +615,7 @@ def prometheus_flavour(name: str, source: dict[str, Any]) -> dict[str, Any]:
     dashboard = swap_datasources(json.loads(text))
     dashboard["uid"] = f"wattline-prom-{name}"
     dashboard["title"] += " (Prometheus)"
-    dashboard["description"] += " PromQL (MetricsQL) flavour, for VictoriaMetrics."
+    dashboard["description"] += " PromQL flavour, for Prometheus, Mimir, Thanos and VictoriaMetrics."
     dashboard["tags"] = [TAG]
     for link in dashboard.get("links", []):
         if link["type"] == "dashboards":

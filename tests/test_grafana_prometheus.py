@@ -3,10 +3,14 @@ written by grafana/generate.py from the InfluxQL ones) and its provisioning file
 
 1. The files are what the generator writes, match Grafana's Dashboard schema, and read the
    Prometheus data source everywhere; each panel keeps its InfluxQL twin's title, type and unit.
-2. Every panel query, variable query and annotation query runs on the session's real
-   ``victoria-metrics``, filled through ``VictoriaStore`` with the batches of
+2. Every panel query, variable query and annotation query runs on each engine the flavour
+   is for that installs here: the session's real ``victoria-metrics``, filled through
+   ``VictoriaStore``, and a real ``prometheus`` of its own (remote-write receiver, an
+   out-of-order window), filled through ``PrometheusStore``; each with the batches of
    tests/grafana_data.py (HOST_B's agent restarts halfway: two streams of each of its
-   channels) and the job summaries wattline computes from that store, after substituting
+   channels) and the job summaries wattline computes from that store, each job's written
+   twice (a partial rewrite first, whose status differs: a series of its own on
+   Prometheus; the dashboards must show the final one only), after substituting
    variables as Grafana's Prometheus data source does (``$__range_ms``, ``$__interval``...;
    a multi-value or All selection as an escaped ``(a|b)``, a custom all value as is, a single
    value unescaped), as instant queries at the range's end or range queries over the range
@@ -21,11 +25,12 @@ import math
 import re
 import subprocess
 import sys
+import time
 import urllib.parse
 import urllib.request
 from collections import defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +65,10 @@ from grafana_data import (
     summary_ms,
     whole_run_j,
 )
-from servers import VictoriaMetrics, http
+from servers import VictoriaMetrics, http, start_prometheus
 
+from wattline.collector.stores.base import JobSummary, Store, WriteResult
+from wattline.collector.stores.prometheus import PrometheusStore
 from wattline.collector.stores.victoria import VictoriaStore
 from wattline.workloads.report.report_json import report_json
 from wattline.workloads.services.summary import record_summary
@@ -167,7 +174,9 @@ def test_provisioning_files() -> None:
     assert "\t" not in datasource + provider
 
 
-# -- 2. the queries on victoria-metrics ------------------------------------------------------
+# -- 2. the queries on the engines ----------------------------------------------------------
+
+ENGINES = ("victoriametrics", "prometheus")
 
 
 @dataclass
@@ -176,35 +185,82 @@ class Filled:
     fx: Fixture
     #: job id -> `wattline report --json` of the job (its summary was written from the same report)
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    engine: str = "victoriametrics"
 
 
-def post(url: str, path: str, params: dict[str, str]) -> Any:
+def post(url: str, path: str, params: dict[str, str], engine: str) -> Any:
     body = urllib.parse.urlencode(params).encode()
     request = urllib.request.Request(url + path, data=body, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=30) as resp:
             doc = json.loads(resp.read())
     except urllib.error.HTTPError as exc:
-        pytest.fail(f"VictoriaMetrics refused {params.get('query')!r}: {exc.read().decode()[:500]}", pytrace=False)
+        pytest.fail(f"{engine} refused {params.get('query')!r}: {exc.read().decode()[:500]}", pytrace=False)
     assert doc["status"] == "success", doc
     return doc["data"]
 
 
-@pytest.fixture(scope="module")
-def filled(victoria_metrics: VictoriaMetrics) -> Filled:
-    fx = Fixture(start_ns=BASE_NS, end_ns=BASE_NS + DURATION_S * S)
+def after_a_partial_rewrite(
+    store: Store, searchable: Callable[[str, int], object]
+) -> Callable[[JobSummary], WriteResult]:
+    """A summary sink that writes, before each summary, one its final one rewrites: status
+    "running" (a label on Prometheus: another series), figures and host energies doubled (more
+    than the final ones: a maximum would show them), computed a second earlier (searchable
+    before the final one is written)."""
+
+    def sink(summary: JobSummary) -> WriteResult:
+        assert summary.fields["status"] != "running"
+        fields = {k: v * 2 if isinstance(v, float) else v for k, v in summary.fields.items()}
+        fields.update(status="running", closed=False, computed_ns=int(summary.fields["computed_ns"]) - S)
+        partial = store.write_summary(
+            replace(summary, fields=fields, hosts={h: e * 2 for h, e in summary.hosts.items()})
+        )
+        assert partial.rejected == 0, partial.reasons
+        searchable(f'job_summary_energy_j{{job_id="{summary.job_id}", status="running"}}', 1)
+        return store.write_summary(summary)
+
+    return sink
+
+
+def fill(store: Store, fx: Fixture, searchable: Callable[[str, int], object]) -> dict[str, dict[str, Any]]:
+    """Write the fixture's batches and each job's summaries (a partial one, then the final one,
+    as a collector writes them: the same report code); the final reports by job id.
+    ``searchable(selector, series)`` waits until the engine shows that many series."""
+    for batch in build_batches(fx, RESTARTS):
+        result = store.write(batch)
+        assert result.rejected == 0, result.reasons
+    streams = len(CHANNELS) + sum(1 for c in CHANNELS if c.host in RESTARTS)
+    searchable(f'energy_energy_j{{host=~"{HOST_A}|{HOST_B}"}}', streams)
+    searchable('{__name__="job_events_sub_ns", event="close"}', sum(len(j.hosts) for j in JOBS))
     reports = {}
-    with VictoriaStore(victoria_metrics.url) as store:
-        for batch in build_batches(fx, RESTARTS):
-            result = store.write(batch)
-            assert result.rejected == 0, result.reasons
-        streams = len(CHANNELS) + sum(1 for c in CHANNELS if c.host in RESTARTS)
-        victoria_metrics.export(f'energy_energy_j{{host=~"{HOST_A}|{HOST_B}"}}', expect=streams)
-        victoria_metrics.export('{__name__="job_events_sub_ns", event="close"}', expect=sum(len(j.hosts) for j in JOBS))
-        for job in JOBS:  # the job summaries, as a collector writes them (the same report code)
-            reports[job.job_id] = report_json(record_summary(store, store.write_summary, job.job_id))
-        victoria_metrics.export("job_summary_energy_j", expect=len(JOBS))
-    return Filled(victoria_metrics.url, fx, reports)
+    sink = after_a_partial_rewrite(store, searchable)
+    for job in JOBS:
+        reports[job.job_id] = report_json(record_summary(store, sink, job.job_id))
+    searchable("job_summary_energy_j", len(JOBS))
+    return reports
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def filled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Filled]:
+    if request.param == "victoriametrics":
+        victoria_metrics: VictoriaMetrics = request.getfixturevalue("victoria_metrics")
+        fx = Fixture(start_ns=BASE_NS, end_ns=BASE_NS + DURATION_S * S)
+        with VictoriaStore(victoria_metrics.url) as store:
+            reports = fill(store, fx, lambda match, n: victoria_metrics.export(match, expect=n))
+        yield Filled(victoria_metrics.url, fx, reports, request.param)
+        return
+    # A Prometheus of its own (its label APIs answer from the whole head block, not by day),
+    # the data on a whole hour 2 to 3 hours ago: inside its out-of-order window, before the
+    # summaries it stamps when they are written.
+    daemon = start_prometheus(tmp_path_factory.mktemp("prometheus-grafana"))
+    try:
+        base_ns = (time.time_ns() // S // 3600 - 2) * 3600 * S
+        fx = Fixture(start_ns=base_ns, end_ns=base_ns + DURATION_S * S)
+        with PrometheusStore(daemon.url) as store:
+            reports = fill(store, fx, lambda match, n: None)  # searchable once acknowledged
+        yield Filled(daemon.url, fx, reports, request.param)
+    finally:
+        daemon.stop()
 
 
 def special_regex_escape(value: str) -> str:
@@ -273,7 +329,8 @@ def seconds(ms: int) -> str:
 
 def instant(filled: Filled, scope: Scope, expr: str) -> list[dict[str, Any]]:
     """An instant query at the range's end (Grafana's): rows of labels and "value"."""
-    data = post(filled.url, "/api/v1/query", {"query": scope.interpolate(expr), "time": seconds(scope.to_ms)})
+    params = {"query": scope.interpolate(expr), "time": seconds(scope.to_ms)}
+    data = post(filled.url, "/api/v1/query", params, filled.engine)
     return [{**r["metric"], "value": float(r["value"][1])} for r in data["result"]]
 
 
@@ -288,7 +345,7 @@ def over_range(filled: Filled, scope: Scope, expr: str, step_s: int | None = Non
     step = scope.interval_s if step_s is None else step_s
     start, end = aligned(scope, step)
     params = {"query": scope.interpolate(expr, step), "start": seconds(start), "end": seconds(end), "step": str(step)}
-    data = post(filled.url, "/api/v1/query_range", params)
+    data = post(filled.url, "/api/v1/query_range", params, filled.engine)
     return [{**r["metric"], "points": {round(t * 1000): float(v) for t, v in r["values"]}} for r in data["result"]]
 
 
@@ -398,15 +455,21 @@ def last_power(fx: Fixture, hosts: set[str]) -> float:
     return sum(v for ch, v in last.items() if in_totals(ch) and ch.host in hosts)
 
 
-def expected_power(fx: Fixture, key: str, start_ms: int, end_ms: int, step_s: int) -> dict[tuple[str, int], float]:
-    """{(tag value, step ms): sum over channels of the mean of the channel's samples in (step - interval, step]}."""
+def expected_power(
+    fx: Fixture, key: str, start_ms: int, end_ms: int, step_s: int, closed: bool = False
+) -> dict[tuple[str, int], float]:
+    """{(tag value, step ms): sum over channels of the mean of the channel's stored samples in
+    (step - interval, step]}; ``closed``: in [step - interval, step] (Prometheus 2's range
+    selectors: a sample on a step's edge is in two steps)."""
     step_ms = step_s * 1000
     per_channel: dict[tuple[Any, int], list[float]] = defaultdict(list)
     for p in fx.points:
-        if in_totals(p["ch"]):
-            t = -(-p["time_ms"] // step_ms) * step_ms  # the first step whose window holds it
-            if start_ms <= t <= end_ms:
-                per_channel[p["ch"], t].append(p["power_w"])
+        if in_totals(p["ch"]) and p["stored"]:
+            first = -(-p["time_ms"] // step_ms) * step_ms  # the first step whose window holds it
+            steps = (first, first + step_ms) if closed and p["time_ms"] == first else (first,)
+            for t in steps:
+                if start_ms <= t <= end_ms:
+                    per_channel[p["ch"], t].append(p["power_w"])
     out: dict[tuple[str, int], float] = defaultdict(float)
     for (ch, t), values in per_channel.items():
         out[getattr(ch, key), t] += sum(values) / len(values)
@@ -425,7 +488,7 @@ def event_ms(fx: Fixture, job_id: str, kind: str) -> list[int]:
 
 
 @pytest.mark.servers
-def test_fleet_queries_on_victoria_metrics(filled: Filled) -> None:
+def test_fleet_queries(filled: Filled) -> None:
     fx = filled.fx
     dashboard = load("fleet")
     scope = Scope(fx.start_ms, fx.end_ms)
@@ -460,7 +523,7 @@ def test_fleet_queries_on_victoria_metrics(filled: Filled) -> None:
             for s in run_panel(filled, scope, find_panel(dashboard, title))["A"]
             for t, v in s["points"].items()
         }
-        want = expected_power(fx, key, start, end, INTERVAL_S)
+        want = expected_power(fx, key, start, end, INTERVAL_S, closed=filled.engine == "prometheus")
         assert got.keys() == want.keys() and len(got) >= 2 * DURATION_S // INTERVAL_S, title
         assert all(close(got[k], want[k]) for k in want), title
     (hosts,) = run_panel(filled, scope, find_panel(dashboard, "Hosts reporting"))["A"]
@@ -495,7 +558,7 @@ def test_fleet_host_selection_narrows_the_totals(filled: Filled) -> None:
 
 
 @pytest.mark.servers
-def test_host_queries_on_victoria_metrics(filled: Filled) -> None:
+def test_host_queries(filled: Filled) -> None:
     fx = filled.fx
     dashboard = load("host")
     scope = Scope(fx.start_ms, fx.end_ms)
@@ -523,7 +586,10 @@ def test_host_queries_on_victoria_metrics(filled: Filled) -> None:
     )
     ((channel, row),) = failures.items()
     assert channel[2] == UNHEALTHY[0]
-    assert row["Last failure"] == fx.at(UNHEALTHY[1][-1]) // 1_000_000
+    # The end of the step that holds the last unhealthy sample (the range's end for its last, partial step).
+    step_ms, failed_ms = INTERVAL_S * 1000, fx.at(UNHEALTHY[1][-1]) // 1_000_000
+    assert failed_ms <= scope.to_ms - step_ms
+    assert row["Last failure"] == -(-failed_ms // step_ms) * step_ms
     assert row["Failed intervals"] == len(UNHEALTHY[1])
 
     (health_panel,) = run_panel(filled, scope, find_panel(dashboard, "Source health")).values()
@@ -558,7 +624,7 @@ def link_scope(dashboard: dict[str, Any], row: dict[str, Any], title: str) -> Sc
 
 
 @pytest.mark.servers
-def test_jobs_queries_on_victoria_metrics(filled: Filled) -> None:
+def test_jobs_queries(filled: Filled) -> None:
     fx = filled.fx
     dashboard = load("jobs")
 
@@ -632,13 +698,16 @@ def test_jobs_queries_on_victoria_metrics(filled: Filled) -> None:
         assert {v for t, v in band["points"].items() if t >= fx.at(sat_s) // 10**6} == {0}
         assert min(band["points"]) >= fx.at(open_s) // 10**6
 
-    # Units completed: the running total of each step's units, from the range's first step
-    # (Grafana ends a range query at the last whole step: a units event after it waits for the next).
+    # Units completed: at each step, the units of the range's length before it; the window
+    # starts before the job, so that is the job's running total (Grafana ends a range query
+    # at the last whole step: a units event after it waits for the next).
     (done,) = run_panel(filled, scope, find_panel(dashboard, "Units completed: $job_name"))["A"]
     start, end = aligned(scope, INTERVAL_S)
     assert min(done["points"]) == start and max(done["points"]) == end
+    range_ms = scope.to_ms - scope.from_ms
     for t, v in done["points"].items():
-        assert v == units_of(fx, LLAMA, start - INTERVAL_S * 1000, t), t
+        assert v == units_of(fx, LLAMA, t - range_ms, t), t
+    assert done["points"][end] == units_of(fx, LLAMA, fx.start_ms, end) > 0
 
 
 @pytest.mark.servers
@@ -658,6 +727,11 @@ def test_jobs_summary_panels_and_annotations(filled: Filled) -> None:
         report = next(r for r in reports.values() if r["job"]["name"] == s["name"])
         assert all(close(v, report["measured"]["j_per_unit"]) for v in s["points"].values())
 
+    # Each job's partial rewrite is still stored on Prometheus, a series of its own (its
+    # status is a label); VictoriaMetrics deleted it: the panels show the final one only.
+    rewrites = instant(filled, scope, "count by (job_id) (last_over_time(job_summary_energy_j[62d] offset -31d))")
+    per_job = 2 if filled.engine == "prometheus" else 1
+    assert {r["job_id"]: r["value"] for r in rewrites} == dict.fromkeys(reports, per_job)
     by_job = run_panel(filled, scope, find_panel(dashboard, "Energy by job over the range"))["A"]
     assert {r["job_id"]: r["value"] for r in by_job} == pytest.approx(
         {job_id: whole_run_j(report) / 3600 for job_id, report in reports.items()}, rel=1e-9
@@ -689,7 +763,7 @@ def test_jobs_summary_panels_and_annotations(filled: Filled) -> None:
 
 @pytest.mark.servers
 @pytest.mark.parametrize(("select", "jobs"), FILTER_CASES)
-def test_jobs_filters_on_victoria_metrics(filled: Filled, select: dict[str, str | list[str]], jobs: list[str]) -> None:
+def test_jobs_filters(filled: Filled, select: dict[str, str | list[str]], jobs: list[str]) -> None:
     """User, account and partition select the jobs of the table, the summary panels and the annotations."""
     fx = filled.fx
     dashboard = load("jobs")
@@ -716,28 +790,48 @@ def test_jobs_filters_on_victoria_metrics(filled: Filled, select: dict[str, str 
 HOLED_BASE_NS = BASE_NS + 3 * 86400 * S
 
 
-@pytest.fixture(scope="module")
-def holed(victoria_metrics: VictoriaMetrics) -> Filled:
-    """The fixture's data with :data:`HOLED`'s holes, on a day of its own."""
-    fx = Fixture(start_ns=HOLED_BASE_NS, end_ns=HOLED_BASE_NS + DURATION_S * S)
-    with VictoriaStore(victoria_metrics.url) as store:
-        for batch in build_batches(fx, **HOLED):
-            result = store.write(batch)
-            assert result.rejected == 0, result.reasons
-    hosts = f'host=~"{HOST_A}|{HOST_B}"'
-    streams = len(CHANNELS) + sum(1 for c in CHANNELS if c.host in HOLED["restarts"])
-    for metric in ("energy_energy_j", "energy_cumulative_j"):
-        victoria_metrics.export(f"{metric}{{{hosts}}}", expect=streams)
-    victoria_metrics.export('{__name__="job_events_sub_ns", event="close"}', expect=sum(len(j.hosts) for j in JOBS))
-    return Filled(victoria_metrics.url, fx)
+def fill_holed(store: Store, fx: Fixture) -> None:
+    for batch in build_batches(fx, **HOLED):
+        result = store.write(batch)
+        assert result.rejected == 0, result.reasons
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def holed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Filled]:
+    """The fixture's data with :data:`HOLED`'s holes: on VictoriaMetrics on a day of its own,
+    on a Prometheus of its own (as :func:`filled`)."""
+    if request.param == "victoriametrics":
+        victoria_metrics: VictoriaMetrics = request.getfixturevalue("victoria_metrics")
+        fx = Fixture(start_ns=HOLED_BASE_NS, end_ns=HOLED_BASE_NS + DURATION_S * S)
+        with VictoriaStore(victoria_metrics.url) as store:
+            fill_holed(store, fx)
+        hosts = f'host=~"{HOST_A}|{HOST_B}"'
+        streams = len(CHANNELS) + sum(1 for c in CHANNELS if c.host in HOLED["restarts"])
+        for metric in ("energy_energy_j", "energy_cumulative_j", "energy_cumulative_start_j"):
+            victoria_metrics.export(f"{metric}{{{hosts}}}", expect=streams)
+        closes = sum(len(j.hosts) for j in JOBS)
+        victoria_metrics.export('{__name__="job_events_sub_ns", event="close"}', expect=closes)
+        yield Filled(victoria_metrics.url, fx, engine=request.param)
+        return
+    daemon = start_prometheus(tmp_path_factory.mktemp("prometheus-holed"))
+    try:
+        base_ns = (time.time_ns() // S // 3600 - 2) * 3600 * S
+        fx = Fixture(start_ns=base_ns, end_ns=base_ns + DURATION_S * S)
+        with PrometheusStore(daemon.url) as store:
+            fill_holed(store, fx)
+        yield Filled(daemon.url, fx, engine=request.param)
+    finally:
+        daemon.stop()
 
 
 @pytest.mark.servers
-def test_energy_panels_read_a_hole_as_the_report_does_on_victoria_metrics(holed: Filled) -> None:
+def test_energy_panels_read_a_hole_as_the_report_does(holed: Filled) -> None:
     """Every energy panel counts the samples the store lacks inside one agent stream by its
     running total (as `wattline report` does), where the stream has a sample on both sides in
-    the range, and not the seconds no agent measured (HOST_B down before its new stream)."""
+    the range, and not the seconds no agent measured (HOST_B down before its new stream).
+    Prometheus 2's range selectors hold [from, to]: a sample that ends at ``from`` counts there."""
     fx = holed.fx
+    left_open = holed.engine != "prometheus"
     lost = [p for p in fx.points if p["counted"] and not p["stored"]]
     assert len(lost) == len(HOLED["lost"][1]) and sum(p["energy_j"] for p in lost) > 3000
     assert len([p for p in fx.points if not p["counted"]]) == HOLED["down_s"] * 3  # HOST_B: 3 channels
@@ -753,16 +847,16 @@ def test_energy_panels_read_a_hole_as_the_report_does_on_victoria_metrics(holed:
             ("Measured vs estimated energy", "quality"),
         ):
             got = {r[key]: r["value"] for r in run_panel(holed, scope, find_panel(fleet, title))["A"]}
-            want = expected_energy(fx, key, from_ms, fx.end_ms, everything, left_open=True)
+            want = expected_energy(fx, key, from_ms, fx.end_ms, everything, left_open=left_open)
             assert got.keys() == want.keys(), title
             assert all(close(got[k], want[k] / 3600) for k in want), (title, from_ms, got, want)
         (total,) = run_panel(holed, scope, find_panel(fleet, "Energy over the range"))["A"]
-        want_j = sum(expected_energy(fx, "host", from_ms, fx.end_ms, everything, left_open=True).values())
+        want_j = sum(expected_energy(fx, "host", from_ms, fx.end_ms, everything, left_open=left_open).values())
         assert close(total["value"] * 3600, want_j)
 
         for host in (HOST_A, HOST_B):
             resolve_variables(holed, host_dashboard, scope, {"host": host})
-            want = expected_energy(fx, "quality", from_ms, fx.end_ms, {host}, left_open=True)
+            want = expected_energy(fx, "quality", from_ms, fx.end_ms, {host}, left_open=left_open)
             (got,) = run_panel(holed, scope, find_panel(host_dashboard, "Host energy over the range"))["A"]
             assert close(got["value"] * 3600, sum(want.values())), host
             (model,) = run_panel(holed, scope, find_panel(host_dashboard, "Estimated (model) energy"))["A"]
@@ -773,13 +867,13 @@ def test_energy_panels_read_a_hole_as_the_report_does_on_victoria_metrics(holed:
                 find_panel(host_dashboard, "Energy by component and device"),
                 ("component", "device", "source"),
             )
-            powers = stored_power(fx, host, from_ms, fx.end_ms, left_open=True)
+            powers = stored_power(fx, host, from_ms, fx.end_ms, left_open=left_open)
             assert per_channel.keys() == powers.keys()
             for channel, row in per_channel.items():
                 points = [
                     p for p in fx.points
                     if p["ch"].host == host and (p["ch"].component, p["ch"].device, p["ch"].source) == channel
-                    and counted(p, from_ms, fx.end_ms, left_open=True)
+                    and counted(p, from_ms, fx.end_ms, left_open=left_open)
                 ]  # fmt: skip
                 assert close(row["Energy"], sum(p["energy_j"] for p in points)), (channel, row)
                 assert close(row["Mean power"], powers[channel][0]) and row["Peak power"] == powers[channel][1]
@@ -788,7 +882,7 @@ def test_energy_panels_read_a_hole_as_the_report_does_on_victoria_metrics(holed:
     # no job claims over the whole range.
     scope = Scope(fx.at(60) // 1_000_000 - 1, fx.at(541) // 1_000_000)
     resolve_variables(holed, jobs, scope, {"job": LLAMA})
-    want = expected_energy(fx, "component", scope.from_ms, scope.to_ms, everything, left_open=True)
+    want = expected_energy(fx, "component", scope.from_ms, scope.to_ms, everything, left_open=left_open)
     (got,) = run_panel(holed, scope, find_panel(jobs, "Mean power: $job_name"))["A"]
     assert close(got["value"], sum(want.values()) / scope.range_s)
     got = {
@@ -800,7 +894,7 @@ def test_energy_panels_read_a_hole_as_the_report_does_on_victoria_metrics(holed:
         r["quality"]: r["value"]
         for r in run_panel(holed, scope, find_panel(jobs, "Measured vs estimated: $job_name's hosts"))["A"]
     }
-    want = expected_energy(fx, "quality", scope.from_ms, scope.to_ms, everything, left_open=True)
+    want = expected_energy(fx, "quality", scope.from_ms, scope.to_ms, everything, left_open=left_open)
     assert got.keys() == want.keys() and all(close(got[k], want[k] / 3600) for k in want), (got, want)
     whole = Scope(fx.start_ms, fx.end_ms)
     resolve_variables(holed, jobs, whole, {"job": LLAMA})
@@ -808,5 +902,5 @@ def test_energy_panels_read_a_hole_as_the_report_does_on_victoria_metrics(holed:
         r["host"]: r["node_j"]
         for r in table(holed, whole, find_panel(jobs, "Energy no job claims, by host"), ("host",)).values()
     }
-    want = expected_energy(fx, "host", fx.start_ms, fx.end_ms, everything, left_open=True)
+    want = expected_energy(fx, "host", fx.start_ms, fx.end_ms, everything, left_open=left_open)
     assert node == pytest.approx(want, rel=1e-9)

@@ -10,7 +10,9 @@ in a nanosecond time stamp, an int64 field or a string field is laid out here as
   :data:`SUB_NS` holds the nanoseconds past it (exact in a float64);
 - a sample's start: :data:`DURATION_NS`, its length in ns (exact below 104 days); its
   stream id: the label ``stream`` (a series per agent stream, as Prometheus has one per
-  target restart);
+  target restart); its stream's running total before it, :data:`CUMULATIVE_START`
+  (``cumulative_j - energy_j``, for the dashboards: a range's energy is the last running
+  total minus the smallest of these, as PromQL has no ``first_over_time``);
 - a job event's identity (host, job id, ``event_seq``): for UNITS and heartbeats (many per
   job) labels ``seq_block`` (``event_seq // 10^6``) and the field :data:`SEQ_LOW` (the rest);
   for the other kinds (a few per job) the label ``event_seq``, with their string fields as
@@ -56,6 +58,8 @@ MS = 10**6
 SUB_NS = "sub_ns"
 #: Field of an ``energy`` point: the sample's length, ns.
 DURATION_NS = "duration_ns"
+#: Field of an ``energy`` point: ``cumulative_j - energy_j`` (written, never read back).
+CUMULATIVE_START = "cumulative_start_j"
 #: Field of a UNITS or heartbeat point: ``event_seq % 10^6`` (the label ``seq_block`` holds the rest).
 SEQ_LOW = "seq_low"
 #: Label: the string fields of the point that are empty (a JSON list).
@@ -113,6 +117,7 @@ def sample_point(
     fields = {k: v for k, v in sample_fields(sample, stream).items() if k not in NOT_WRITTEN}
     time_ns, fields[SUB_NS] = floor_ms(sample.end_ns)
     fields[DURATION_NS] = sample.end_ns - sample.start_ns
+    fields[CUMULATIVE_START] = sample.cumulative_j - sample.energy_j
     return _labels({**sample_tags(sample), "stream": stream}, host), _numbers(fields), time_ns
 
 

@@ -16,6 +16,7 @@ import copy
 import datetime
 import json
 import logging
+import re
 import ssl
 import threading
 from collections.abc import Iterator
@@ -23,7 +24,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
+import yaml
 from pki import make_ca, make_cert
 
 from wattline import wire
@@ -38,6 +41,7 @@ T0 = 1_767_225_600 * S
 NODE = "trn-node-2"
 JOB = "k8s:serving/llama-chat"
 RECORDED = Path(__file__).parent / "fixtures/kubernetes/podlists/v1.34-kubelet.json"
+GUIDE = Path(__file__).resolve().parents[1] / "docs/operations/kubernetes.md"
 Kind = wire.pb.JobEvent
 SERVICE_POD_UID = "5e1f7a2c-0b3d-4c8e-9f61-2a7d4b9c0e15"
 
@@ -309,3 +313,26 @@ def test_no_service_annotation_is_no_service() -> None:
         endpoint_of({"wattline.io/preset": "vllm", "prometheus.io/port": "8443", "prometheus.io/scheme": "https"})
     with pytest.raises(ValueError, match="PORT"):
         endpoint_of({"wattline.io/preset": "vllm", "wattline.io/metrics": "70000/metrics"})
+
+
+def test_the_guides_deployment_is_a_service_and_its_policy_admits_the_agent_on_its_port() -> None:
+    """The section's manifests are valid objects (strict schema), the Deployment's pods are a
+    service counting vLLM's requests on the port its container opens, and the NetworkPolicy
+    admits the agent's pods (labels of deploy/kubernetes) to exactly that port of them."""
+    section = GUIDE.read_text().partition("## Services: units from a pod's own metrics")[2]
+    docs = {
+        doc["kind"]: doc for block in re.findall(r"```yaml\n(.*?)```", section, re.S) if (doc := yaml.safe_load(block))
+    }
+    for doc in docs.values():
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+    template = docs["Deployment"]["spec"]["template"]
+    found = endpoint_of(template["metadata"]["annotations"])
+    assert found is not None and found.spec.name == "requests" and found.path == "/metrics"
+    assert [p["containerPort"] for p in template["spec"]["containers"][0]["ports"]] == [found.port]
+    policy = docs["NetworkPolicy"]["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    (rule,) = policy["ingress"]
+    assert rule["ports"] == [{"port": found.port}]
+    (source,) = rule["from"]
+    assert source["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "wattline-agent"}
+    assert source["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "wattline"}

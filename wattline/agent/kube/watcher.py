@@ -360,7 +360,8 @@ class PodWatcher:
         number = self._poll_ns // int(self.settings.poll_interval * 1e9)
         for job_id, c in self.served.count(live, None if self._clock else now).items():
             nj, at = self.jobs[job_id], SCRAPES_AT + 2 * (number % _LOOKS) + c.first
-            self.pending.append(nj.event(Kind.KIND_UNITS, c.time_ns, at, units=c.units, units_total=c.total))
+            time_ns = max(c.time_ns, nj.open_ns)  # a kubelet's clock ahead of ours: never before the open
+            self.pending.append(nj.event(Kind.KIND_UNITS, time_ns, at, units=c.units, units_total=c.total))
 
     def _read_lines(self, nj: NodeJob, uid: str) -> None:
         """New complete lines of the pod's events file as UNITS/PHASE events at their place."""

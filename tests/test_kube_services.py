@@ -12,13 +12,16 @@ must count exactly the requests the test served while an agent watched.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import datetime
 import json
 import logging
 import re
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -113,16 +116,19 @@ class Vllm:
         self.counts = {"stop": 0, "length": 0}
         self.created_s = created_s
         self.status = 200
+        self.delay_s = 0.0  #: how long it takes to answer
         self.served = 0  #: every request finished, across restarts: what the test expects counted
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                time.sleep(outer.delay_s)
                 body = outer.exposition().encode()
                 self.send_response(outer.status if self.path == "/metrics" else 404)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
                 self.end_headers()
-                self.wfile.write(body)
+                with contextlib.suppress(OSError):  # the scrape gave up waiting (a slow server)
+                    self.wfile.write(body)
 
             def log_message(self, *_: object) -> None:
                 pass
@@ -262,6 +268,34 @@ def test_a_restarted_agent_counts_no_request_twice(
 
     assert units_of(sent) == [(0, 0), (5, 7), (10, 3), (12, 0), (17, 4)]
     assert stored(tmp_path / "w.db", sent).units_total == counted == 14
+
+
+def test_a_slow_endpoint_delays_a_look_by_half_the_poll_interval_at_most(
+    node: tuple[Kubelet, KubeSettings], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On the clock (the agent's own looks): a server slower than the scrape's timeout (half a
+    1 s poll interval) costs the look that much, is one line, and what it served counts at the
+    next good scrape."""
+    kubelet, settings = node
+    vllm = Vllm(created_s=None)
+    vllm.serve(40)  # before the agent: a baseline
+    pod = {"wattline.io/preset": "vllm", "wattline.io/metrics": f"{vllm.port}/metrics"}
+    kubelet.items = [service_pod(pod, time.time_ns() - 60 * S)]
+    sent: list[wire.pb.JobEvent] = []
+    w = watcher(dataclasses.replace(settings, poll_interval=1.0), tmp_path / "host", sent)
+    w.poll()
+    vllm.serve(5)
+    vllm.delay_s = 1.5
+    began = time.monotonic()
+    w.poll()
+    took = time.monotonic() - began
+    vllm.delay_s = 0.0
+    vllm.serve(2)
+    w.poll()
+    assert 0.5 <= took < 1.2, took
+    assert [e.units for e in sent if e.kind == Kind.KIND_UNITS] == [0, 7]
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and "timed out" in lines[0], lines
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,10 @@ rule splits CPU, DRAM and NIC by it) and, every second, each GPU's per-process u
 over the job's processes (a process's pod from ``/proc/PID/cgroup``) for GPUs shared by
 time-slicing or MPS. A pod that is no job is remembered by UID: one map lookup per poll.
 A job whose pods are services (:mod:`.pod_units`) opens as one, and each look scrapes their
-metrics: a UNITS event per look that counted, at the scrapes' time, with the job's running total.
+metrics: a UNITS event per look with a good scrape, at its time, with the job's running total.
 
 Every event's identity is fixed by (job id, host) and its place (open, heartbeat period,
-use period and device, events-file line, close), so a restarted agent sends the same
+use period and device, events-file line, service look, close), so a restarted agent sends the same
 events again and the stores keep one copy. Events go to the host outbox (``deliver``);
 what it cannot take now is kept and offered again at the next poll.
 """

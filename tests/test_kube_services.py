@@ -298,6 +298,36 @@ def test_a_slow_endpoint_delays_a_look_by_half_the_poll_interval_at_most(
     assert len(lines) == 1 and "timed out" in lines[0], lines
 
 
+def test_replicas_on_one_node_are_one_job_counting_one_unit(
+    node: tuple[Kubelet, KubeSettings], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two replicas of the Deployment on the node: one UNITS event per look with both servers'
+    requests; a third pod of the job that counts another unit is one line and not counted."""
+    kubelet, settings = node
+    servers = [Vllm(created_s=None) for _ in range(3)]
+    for server in servers:
+        server.serve(50)  # before the agent
+    count = ["requests=vllm:request_success_total"] * 2 + ["tokens=vllm:request_success_total"]
+    kubelet.items = [
+        service_pod({"wattline.io/count": spec, "wattline.io/metrics": str(server.port)}, T0 - 60 * S,
+                    name=f"llama-chat-7c9d8f6b5-{n}", uid=SERVICE_POD_UID[:-1] + str(n))
+        for n, (spec, server) in enumerate(zip(count, servers, strict=True))
+    ]  # fmt: skip
+    sent: list[wire.pb.JobEvent] = []
+    w = watcher(settings, tmp_path / "host", sent)
+    w.poll(T0)
+    for server, n in zip(servers, (3, 4, 100), strict=True):
+        server.serve(n)
+    w.poll(T0 + 5 * S)
+    assert units_of(sent) == [(0, 0), (5, 3 + 4)]
+    # the first look's baselines take a place of their own (odd), the later looks' the other
+    assert [e.event_seq & 1 for e in sent if e.kind == Kind.KIND_UNITS] == [1, 0]
+    (open_,) = [e for e in sent if e.kind == Kind.KIND_OPEN]
+    assert open_.unit_name == "requests"
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and "llama-chat-7c9d8f6b5-2 counts tokens but its job counts requests" in lines[0], lines
+
+
 @pytest.mark.parametrize(
     ("annotations", "said"),
     [

@@ -7,5 +7,6 @@
 - :mod:`.cgroups`: each pod's cgroup (v1/v2, cgroupfs/systemd drivers), its CPU time, and
   which pod a process belongs to.
 - :mod:`.podresources`: the devices the kubelet gave each pod (pod-resources API v1, gRPC).
+- :mod:`.pod_units`: a service pod's units, scraped from its own Prometheus endpoint.
 - :mod:`.watcher`: the loop that turns all this into job events in the host outbox.
 """

@@ -22,6 +22,7 @@ Job ids (docs/operations/kubernetes.md), the same on every node of a distributed
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import logging
 import re
 from collections.abc import Iterable, Mapping, Set
@@ -83,6 +84,7 @@ class Pod:
     reason: str = ""
     started_ns: int = 0
     containers: tuple[Container, ...] = ()
+    ip: str = ""  #: ``status.podIP``, checked (a service pod's metrics are scraped there); empty: none yet
 
     @property
     def terminal(self) -> bool:
@@ -172,7 +174,16 @@ def parse_pod(item: Mapping[str, Any]) -> Pod | None:
         reason=_str(status, "reason")[:64],
         started_ns=min(started) if started else _time_ns(status.get("startTime")),
         containers=containers,
+        ip=_ip(_str(status, "podIP")),
     )
+
+
+def _ip(value: str) -> str:
+    """``value`` as an IP address (v4 or v6), else "": never a host name to resolve."""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return ""
 
 
 def parse_pod_list(doc: object, known: Set[str] = frozenset(), listed: set[str] | None = None) -> list[Pod]:

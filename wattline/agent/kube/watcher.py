@@ -10,9 +10,11 @@ time against the node's (device ``cpu:host``, metric ``cpu-time``: the ``cpu-tim
 rule splits CPU, DRAM and NIC by it) and, every second, each GPU's per-process use summed
 over the job's processes (a process's pod from ``/proc/PID/cgroup``) for GPUs shared by
 time-slicing or MPS. A pod that is no job is remembered by UID: one map lookup per poll.
+A job whose pods are services (:mod:`.pod_units`) opens as one, and each look scrapes their
+metrics: a UNITS event per look with a good scrape, at its time, with the job's running total.
 
 Every event's identity is fixed by (job id, host) and its place (open, heartbeat period,
-use period and device, events-file line, close), so a restarted agent sends the same
+use period and device, events-file line, service look, close), so a restarted agent sends the same
 events again and the stores keep one copy. Events go to the host outbox (``deliver``);
 what it cannot take now is kept and offered again at the next poll.
 """
@@ -37,6 +39,7 @@ from wattline.agent.event_lines import complete_lines, line_event
 from wattline.agent.kube import podresources
 from wattline.agent.kube.cgroups import PodCgroups
 from wattline.agent.kube.pod_cpu import PodCpu, PodState
+from wattline.agent.kube.pod_units import ServiceUnits
 from wattline.agent.kube.podlist import PodList, PodSourceError
 from wattline.agent.kube.pods import PRECEDENCE, JobOf, Pod, PodEnd, job_of, pod_end
 from wattline.agent.kube.settings import KubeSettings
@@ -47,8 +50,13 @@ log = logging.getLogger(__name__)
 Deliver = Callable[[wire.pb.Host, list[wire.pb.JobEvent]], None]
 Kind = wire.pb.JobEvent
 
-#: Places in a (job, host) event_seq block.
+#: Places in a (job, host) event_seq block (CPU periods: ``cpu_use.CPU_AT`` up to 2**31 + 2**28).
 OPEN_AT, BEATS_AT, LINES_AT, USE_AT, CLOSE_AT = 1, 1 << 28, 1 << 29, 1 << 30, (1 << 32) - 2
+#: A service's UNITS events: two places per look (a restarted agent's first look, its pods'
+#: baselines, takes the odd one: never the place of the last look before the restart).
+SCRAPES_AT, _LOOKS = (1 << 31) + (1 << 29), 1 << 28
+#: A scrape's timeout: half the poll interval at most, so a slow endpoint never delays the look's pace.
+SCRAPE_TIMEOUT_S = 5.0
 #: Device slots per use period (slot 0: ``cpu:host``) and periods before the numbers wrap.
 _SLOTS, _PERIODS = 64, 1 << 24
 CPU_DEVICE, CPU_METRIC = "cpu:host", "cpu-time"
@@ -122,6 +130,7 @@ class PodWatcher:
         self.closed: set[str] = set()  #: jobs closed here: a later pod of theirs does not reopen them
         self.use = UseTallies()  #: each job's GPU use since its last USE events
         self.cpu = PodCpu(self.cgroups)  #: each job's CPU time against the node's
+        self.served = ServiceUnits(min(SCRAPE_TIMEOUT_S, settings.poll_interval / 2))  #: service pods' units
         self.pending: list[wire.pb.JobEvent] = []
         self.errors: dict[str, str] = {}  #: source -> its last error (said once per change)
         self._gpu_from = 0  #: start of the GPU use period being tallied (the previous look)
@@ -176,6 +185,7 @@ class PodWatcher:
         self._cpu(now_ns, listed if pods is not None else None)  # a closing job's last period before its close
         for nj in list(self.jobs.values()):
             self._tend(nj, now_ns)
+        self._units(now_ns)
         for nj in self.jobs.values():
             self._flush_use(nj, now_ns)
         self._gpu_from = now_ns
@@ -208,6 +218,8 @@ class PodWatcher:
             nj = self.jobs.get(job.job_id)
             if nj is None:  # pending pods too: their cgroups are read from now, so a job's first period is known
                 nj = self.jobs[job.job_id] = NodeJob(job, seq_base(job.job_id, self.host.host_id))
+            if pod.uid not in nj.pods:
+                self.served.see(job.job_id, pod, now)
             nj.pods[pod.uid] = pod
             given = devices.get((pod.namespace, pod.name))
             if given is not None and not nj.opened:
@@ -227,11 +239,13 @@ class PodWatcher:
         if not nj.open_ns:  # pending still, or gone before any container started: no job here
             if not nj.live:
                 del self.jobs[nj.job.job_id]
+                self.served.forget(nj.job.job_id, list(nj.pods))
                 for uid in nj.pods:
                     self.cgroups.forget(uid)
             return
         if not nj.opened:
             labels = dict(nj.job.labels)
+            unit = self.served.unit_of(nj.job.job_id)
             if len(nj.pods) > 1:
                 labels["pod"] = ",".join(sorted(p.name for p in nj.pods.values()))[:256]
             self.pending.append(
@@ -241,9 +255,10 @@ class PodWatcher:
                     OPEN_AT,
                     name=nj.job.name,
                     job_kind="other",
-                    unit_name="units",
+                    unit_name=unit or "units",
                     labels=labels,
                     devices=sorted(nj.claimed),
+                    service=unit is not None,
                 )
             )
             nj.opened = True
@@ -273,6 +288,7 @@ class PodWatcher:
         )
         del self.jobs[nj.job.job_id]
         self.closed.add(nj.job.job_id)
+        self.served.forget(nj.job.job_id, list(nj.pods))
         for uid in nj.pods:
             self.cgroups.forget(uid)
             self.not_jobs.add(uid)
@@ -337,6 +353,15 @@ class PodWatcher:
             self.pending.append(self._use_event(nj, device, end_ns, span, t))
 
     # ----------------------------------------------------------------- units from inside
+
+    def _units(self, now: int) -> None:
+        """Each open service job's units since its last UNITS event, from its live pods' scrapes."""
+        live = {j: [nj.pods[uid] for uid in nj.live] for j, nj in self.jobs.items() if nj.opened}
+        number = self._poll_ns // int(self.settings.poll_interval * 1e9)
+        for job_id, c in self.served.count(live, None if self._clock else now).items():
+            nj, at = self.jobs[job_id], SCRAPES_AT + 2 * (number % _LOOKS) + c.first
+            time_ns = max(c.time_ns, nj.open_ns)  # a kubelet's clock ahead of ours: never before the open
+            self.pending.append(nj.event(Kind.KIND_UNITS, time_ns, at, units=c.units, units_total=c.total))
 
     def _read_lines(self, nj: NodeJob, uid: str) -> None:
         """New complete lines of the pod's events file as UNITS/PHASE events at their place."""

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from wattline.workloads.jobs.jobs_view import utc_iso
 from wattline.workloads.output import quantities as q
+from wattline.workloads.output.labels import tagged
 from wattline.workloads.report.intervals import SATURATED_LOAD, Intervals
 
 
@@ -19,29 +20,30 @@ def _rel(value: float | None, bound: float | None) -> float | None:
 def print_intervals(intervals: Intervals, unit: str, console: Console) -> None:
     """One row per interval, then the saturated intervals' energy per unit together."""
     one = unit.rstrip("s") or "unit"
-    t = Table(title=f"Intervals of {q.duration(intervals.every_s)}")
-    for col in ("from", "seconds", unit, f"{unit}/s", "load", "energy", f"energy per {one}"):
+    first = utc_iso(intervals.rows[0].window.from_ns) if intervals.rows else ""
+    t = Table(title=f"Intervals of {q.duration(intervals.every_s)} from {first[:10]} (UTC)")
+    for col in ("from", "s", unit, "/s", "load", "energy", f"per {one}"):
         t.add_column(col, justify="left" if col == "from" else "right")
     for i in intervals.rows:
         units = q.count(i.units) + (f" ± {q.count(i.units_bound)}" if i.units_bound else "")
+        energy = f"{q.si(i.energy_j, 'J')} {q.plus_minus(_rel(i.energy_j, i.energy_bound_j))}"
+        per_unit = f"{q.si(i.j_per_unit, 'J')} {q.plus_minus(_rel(i.j_per_unit, i.j_per_unit_bound))}"
         t.add_row(
-            utc_iso(i.window.from_ns),
+            utc_iso(i.window.from_ns)[11:23],  # the time of day: the date is in the title
             f"{i.seconds:.3f}",
             escape(units),
             q.count(i.throughput_per_s),
             q.NA if i.load is None else q.share(i.load),
-            escape(f"{q.si(i.energy_j, 'J')} {q.plus_minus(_rel(i.energy_j, i.energy_bound_j))}"),
-            escape(f"{q.si(i.j_per_unit, 'J')} {q.plus_minus(_rel(i.j_per_unit, i.j_per_unit_bound))}")
-            if i.j_per_unit is not None
-            else q.NA,
+            escape(tagged(energy, i.estimate_share)),
+            escape(tagged(per_unit, i.estimate_share)) if i.j_per_unit is not None else q.NA,
         )
     console.print(t)
     sat = intervals.at_saturation
     if sat is None:
         console.print(f"At saturation: no interval counted {escape(unit)} at {q.share(SATURATED_LOAD)} of the highest")
         return
+    figure = f"{q.si(sat.j_per_unit, 'J')} per {one} {q.plus_minus(_rel(sat.j_per_unit, sat.j_per_unit_bound))}"
     console.print(
         f"At saturation (load >= {q.share(SATURATED_LOAD)} of the highest throughput seen, {sat.intervals} "
-        f"interval(s)): {q.si(sat.j_per_unit, 'J')} per {escape(one)} "
-        f"{q.plus_minus(_rel(sat.j_per_unit, sat.j_per_unit_bound))}"
+        f"interval(s)): {escape(tagged(figure, sat.estimate_share))}"
     )

@@ -33,12 +33,13 @@ from waits import wait_sampled, wait_until
 from wattline import wire
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.reader import writer
+from wattline.collector.stores.reader import StoredJobEvent, writer
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.collector.stores.victoria import VictoriaStore
 from wattline.served_specs import parse_unit
 from wattline.workloads.jobs.events import EventBuilder, JobSpec, UnitAccumulator
 from wattline.workloads.jobs.jobs_view import JobNotFound, build_view
+from wattline.workloads.report.window_view import Window, clip_view, intervals_bound
 from wattline.workloads.wrappers.served import ServedHolder, ServedUnits
 
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree  # isort: skip
@@ -307,3 +308,24 @@ def test_reports_read_no_extra_kind_into_the_job_s_units(tmp_path: Path) -> None
                 ("output_tokens", (("model", "m"),)): [(t, t + 10**9, 70.0), (t + 10**9, t + 2 * 10**9, 30.0)]
             }
         assert build_view("j", store.job_events("j")).units_total == 5
+
+
+def test_a_window_takes_each_series_units_by_overlap_with_their_bound() -> None:
+    """Another kind's events cover the time since the series' previous one (or the open), as the
+    job's own do: a window that cuts one takes its share by overlap, and the whole of the cut
+    event's units that may lie on either side at worst is the series' bound."""
+    s = 10**9
+    t = 1_700_000_000 * s
+    fields = {"unit": "output_tokens", "unit_label_model": "m"}
+    events = [
+        StoredJobEvent(HOST, "j", "open", t, 1, {"unit_name": "requests"}),
+        StoredJobEvent(HOST, "j", "kind_units", t + s, 2 << 32 | 1, {**fields, "units": 10.0}),
+        StoredJobEvent(HOST, "j", "kind_units", t + 3 * s, 2 << 32 | 2, {**fields, "units": 40.0}),
+        StoredJobEvent(HOST, "j", "close", t + 4 * s, 3, {"exit_code": 0}),
+    ]
+    view = build_view("j", events)
+    window = Window(t + 5 * s // 2, t + 10 * s)
+    clipped = clip_view(view, window, t + 10 * s)
+    series = ("output_tokens", (("model", "m"),))
+    assert clipped.kind_intervals == {series: [(t + 5 * s // 2, t + 3 * s, 10.0)]}  # a quarter of 40
+    assert intervals_bound(view.kind_intervals[series], window) == 30.0  # 3/4 of 40 may lie before it

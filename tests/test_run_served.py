@@ -514,7 +514,9 @@ def test_a_preset_counts_its_unit_summed_over_the_models(units: str | None) -> N
         s.value for family in text_string_to_metric_families(texts[0]) for s in family.samples if s.name == sample
     )
     sent: list[float] = []
-    units_to = UnitAccumulator(EventBuilder(JobSpec("v", "v")), lambda events: sent.extend(e.units for e in events))
+    units_to = UnitAccumulator(
+        EventBuilder(JobSpec("v", "v")), lambda events: sent.extend(e.units for e in events if not e.unit)
+    )
     holder = ServedHolder(served, units_to, time.time_ns(), lambda line: None, lambda url, timeout_s: texts.pop(0))
     for _ in range(3):
         assert holder.scrape(1.0) is not None

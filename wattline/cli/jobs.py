@@ -99,15 +99,17 @@ def run(
     metrics: str | None = typer.Option(
         None, "--metrics", help="COMMAND serves: count its units from its Prometheus endpoint at this URL."
     ),
-    count: str | None = typer.Option(
+    count: list[str] | None = typer.Option(
         None,
         "--count",
-        help='What --metrics counts: NAME=METRIC{MATCHERS} [by LABELS] (e.g. requests=x_total{code="200"}).',
+        help='What --metrics counts: NAME=METRIC{MATCHERS} [by LABELS] (e.g. requests=x_total{code="200"}); '
+        "repeat: the first is the job's unit, the others extra unit kinds.",
     ),
     preset: str | None = typer.Option(
         None,
         "--preset",
-        help="What --metrics counts, for a known server (vllm, triton, tgi, torchserve); --units picks.",
+        help="What --metrics counts, for a known server (vllm, triton, tgi, torchserve): all its units, "
+        "--units picks the job's (default its first).",
     ),
     scrape_every: str | None = typer.Option(
         None, "--scrape-every", help="Time between scrapes of --metrics (default 1s)."

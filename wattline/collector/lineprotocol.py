@@ -372,6 +372,18 @@ class LineEncoder:
         return result
 
 
+#: A unit kind's name (``JobEvent.unit``), as the served specs name it.
+UNIT_KIND = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def check_unit_kind(event: wire.pb.JobEvent) -> None:
+    """A UNITS event's ``unit`` is a short name (or empty: the job's unit); labels need a unit."""
+    if event.unit and not UNIT_KIND.fullmatch(event.unit):
+        raise LineProtocolError(f"unit {clip(event.unit)} is not a short name [a-z][a-z0-9_]*")
+    if event.unit_labels and not event.unit:
+        raise LineProtocolError("unit_labels without a unit: the job's own units have no labels")
+
+
 def check_use(event: wire.pb.JobEvent) -> None:
     """A USE event names its device and a positive period; its uses are finite and >= 0."""
     if not event.use_device or event.use_period_ns <= 0:
@@ -393,6 +405,7 @@ def job_event_point(
         check_units(event.units)
         if event.HasField("units_total"):
             check_units(event.units_total)
+        check_unit_kind(event)
     elif event.kind == wire.pb.JobEvent.KIND_USE:
         check_use(event)
     return {**host, **job_event_tags(event)}, job_event_fields(event), job_event_time(event)

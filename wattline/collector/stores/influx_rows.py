@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wattline.collector.stores.reader import StoredJobEvent, StoredSample, counts_from_totals, writer
-from wattline.collector.stores.schema import SEQ_BLOCK
+from wattline.collector.stores.schema import KIND_UNITS, SEQ_BLOCK, unit_fields
 
 
 def indexes(series: dict[str, Any], *names: str) -> tuple[int, ...]:
@@ -31,6 +31,7 @@ def job_events(series_list: list[dict[str, Any]]) -> list[StoredJobEvent]:
         columns = series["columns"]
         for values in series.get("values", []):
             fields = {k: v for k, v in zip(columns, values, strict=True) if v is not None and k != "time"}
+            fields.update(unit_fields(tags) if tags.get("event") == KIND_UNITS else {})
             seq = int(fields.pop("event_seq", 0))
             time_ns = int(fields.pop("time_ns", None) or values[columns.index("time")])
             events.append(

@@ -11,6 +11,7 @@ job's summary (:func:`summary_points`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from wattline import wire
@@ -109,13 +110,38 @@ SEQ_COUNTER_BITS = 32
 _MS = 10**6
 
 
+#: Stored event name of a UNITS event of one of the job's other unit kinds (its ``unit`` set):
+#: apart from ``units`` so that every read of the job's own units leaves them out by its name.
+KIND_UNITS = "kind_units"
+#: Tag of such an event's unit kind, and prefix of its unit labels' tags (``unit_label_model_name``).
+UNIT_TAG, UNIT_LABEL = "unit", "unit_label_"
+
+
 def job_event_tags(event: wire.pb.JobEvent) -> dict[str, str]:
-    """Series tags of a job event (besides the host tags)."""
+    """Series tags of a job event (besides the host tags); an extra unit kind's UNITS event
+    also has its kind and labels as tags (:func:`unit_tags`)."""
+    units = unit_tags(event)
     return {
         "job_id": event.job_id,
-        "event": EVENT_NAMES.get(event.kind, "unspecified"),
+        "event": KIND_UNITS if units else EVENT_NAMES.get(event.kind, "unspecified"),
         "seq_block": str(event.event_seq // SEQ_BLOCK),
+        **units,
     }
+
+
+def unit_tags(event: wire.pb.JobEvent) -> dict[str, str]:
+    """The unit kind and labels of a UNITS event of another kind than the job's own, as tags:
+    strings of a many-per-job event, which VictoriaMetrics keeps only as labels (one series per
+    kind and label values); empty for the job's own units."""
+    if event.kind != wire.pb.JobEvent.KIND_UNITS or not event.unit:
+        return {}
+    return {UNIT_TAG: event.unit, **{UNIT_LABEL + k: v for k, v in sorted(event.unit_labels.items())}}
+
+
+def unit_fields(tags: Mapping[str, str]) -> dict[str, str]:
+    """The :func:`unit_tags` among a stored point's tags (host labels and others left out), for
+    its fields as read back."""
+    return {k: v for k, v in tags.items() if v and (k == UNIT_TAG or k.startswith(UNIT_LABEL))}
 
 
 def job_event_time(event: wire.pb.JobEvent) -> int:

@@ -29,7 +29,15 @@ from wattline.collector.stores.reader import (
     reduce_units,
     units_from_totals,
 )
-from wattline.collector.stores.schema import ENERGY, JOB_EVENTS, JOB_SUMMARY, JOB_SUMMARY_HOST, SEQ_BLOCK
+from wattline.collector.stores.schema import (
+    ENERGY,
+    JOB_EVENTS,
+    JOB_SUMMARY,
+    JOB_SUMMARY_HOST,
+    KIND_UNITS,
+    SEQ_BLOCK,
+    unit_fields,
+)
 from wattline.collector.stores.series_api import Points, SeriesApi, quote
 from wattline.collector.stores.victoria_points import (
     BOOLS,
@@ -288,6 +296,7 @@ def _event(labels: dict[str, str], ms: int, fields: dict[str, float]) -> StoredJ
         values.update((k, v) for k, v in labels.items() if k not in _EVENT_LABELS)
     else:
         seq = int(labels.get("seq_block", "0")) * SEQ_BLOCK + int(fields.pop(SEQ_LOW, 0))
+        values.update(unit_fields(labels) if labels.get("event") == KIND_UNITS else {})
     values.update((k, int(v) if k in INT_FIELDS else v) for k, v in fields.items())
     host, job_id, event = labels.get("host", ""), labels.get("job_id", ""), labels.get("event", "")
     return StoredJobEvent(host, job_id, event, ms * MS + sub, seq, values)

@@ -42,6 +42,7 @@ from wattline.collector.stores.schema import (
     job_event_tags,
     sample_tags,
     summary_points,
+    unit_fields,
 )
 from wattline.collector.stores.sqlite_reads import SqliteReads
 from wattline.collector.stores.sqlite_schema import (
@@ -305,7 +306,8 @@ class SqliteStore(SqliteReads, Store):
             try:
                 tags, fields, point_ns = job_event_point(host, event)
                 self._checker.check(JOB_EVENTS, tags, fields, point_ns)
-                extra = _json({k: v for k, v in fields.items() if k not in _EVENT_KEYS})
+                # An extra unit kind's tags lead its fields: its row is no plain UNITS row (sqlite_schema).
+                extra = _json(unit_fields(tags) | {k: v for k, v in fields.items() if k not in _EVENT_KEYS})
             except (LineProtocolError, ValueError) as exc:
                 result.rejected += 1
                 result.reasons.append(f"{JOB_EVENTS} {describe(host, job_event_tags(event))} at {event.time_ns}: {exc}")

@@ -33,6 +33,7 @@ from typing import Any
 
 from wattline import wire
 from wattline.collector.stores.reader import Reader, StoredJobEvent, UnitCuts, evidence_ns
+from wattline.collector.stores.schema import KIND_UNITS, UNIT_LABEL, UNIT_TAG
 from wattline.text import clip
 from wattline.workloads.jobs.events import SATURATED
 
@@ -87,6 +88,10 @@ class HostWindow:
         return now_ns if running_end_ns is None else running_end_ns
 
 
+#: An extra unit kind's series: its kind and its labels' (name, value) pairs, sorted.
+UnitSeries = tuple[str, tuple[tuple[str, str], ...]]
+
+
 @dataclass
 class JobView:
     """A job rebuilt from its stored events."""
@@ -103,6 +108,9 @@ class JobView:
     #: (start_ns, end_ns, units) per UNITS event: each covers the time since the same
     #: host's previous UNITS event (or its open), so units apportion like energy.
     unit_intervals: list[tuple[int, int, float]] = field(default_factory=list)
+    #: An extra unit kind's series (:data:`UnitSeries`) -> its intervals as ``unit_intervals``
+    #: (each since the series' previous event on its host): never in the job's own units.
+    kind_intervals: dict[UnitSeries, list[tuple[int, int, float]]] = field(default_factory=dict)
     phases: list[tuple[int, str, str]] = field(default_factory=list)  #: (time_ns, host, phase)
     #: What is wrong with its stored events (empty for a good job); bad events are left out.
     problems: list[str] = field(default_factory=list)
@@ -257,7 +265,7 @@ def inspect_view(job_id: str, events: list[StoredJobEvent]) -> JobView:
     for e in mine:
         if e.host not in opened:
             starts[e.host] = min(starts.get(e.host, e.time_ns), evidence_ns(e))
-    last_units: dict[str, int] = {}
+    last_units: dict[tuple[str, UnitSeries | None], int] = {}
     for e in mine:
         try:
             _fold(view, e, last_units, starts)
@@ -273,7 +281,9 @@ def inspect_view(job_id: str, events: list[StoredJobEvent]) -> JobView:
     return view
 
 
-def _fold(view: JobView, e: StoredJobEvent, last_units: dict[str, int], starts: dict[str, int]) -> None:
+def _fold(
+    view: JobView, e: StoredJobEvent, last_units: dict[tuple[str, UnitSeries | None], int], starts: dict[str, int]
+) -> None:
     """Add one event to ``view``; ValueError (and ``view`` unchanged) for a bad one. ``starts``:
     where the window of a host without an open starts."""
     f = e.fields
@@ -289,12 +299,17 @@ def _fold(view: JobView, e: StoredJobEvent, last_units: dict[str, int], starts: 
             view.hosts[e.host] = HostWindow(e.host, e.time_ns, devices=devices)
         else:
             window.open_ns = min(window.open_ns, e.time_ns)
-    elif e.event == "units":
+    elif e.event in ("units", KIND_UNITS):
         count = _number(f, "units")
+        series = _series(f) if e.event == KIND_UNITS else None
         opened = view.hosts[e.host].open_ns if e.host in view.hosts else starts.get(e.host, e.time_ns)
-        view.unit_events.append((e.time_ns, count))
-        view.unit_intervals.append((min(last_units.get(e.host, opened), e.time_ns), e.time_ns, count))
-        last_units[e.host] = e.time_ns
+        interval = (min(last_units.get((e.host, series), opened), e.time_ns), e.time_ns, count)
+        last_units[e.host, series] = e.time_ns
+        if series is None:
+            view.unit_events.append((e.time_ns, count))
+            view.unit_intervals.append(interval)
+        else:
+            view.kind_intervals.setdefault(series, []).append(interval)
     elif e.event == "phase":
         view.phases.append((e.time_ns, e.host, str(f.get("phase", ""))))
     elif e.event == "close":
@@ -315,6 +330,14 @@ def _fold(view: JobView, e: StoredJobEvent, last_units: dict[str, int], starts: 
                 view.labels.setdefault(key[6:], str(value))
         # A Slurm close says how the scheduler ended the job, a pod-job's how its pods ended: one field to show.
         window.end_state = " ".join(str(f.get("end_state") or f.get("pod_end") or "").split())[:64]
+
+
+def _series(fields: dict[str, Any]) -> UnitSeries:
+    """The series an extra unit kind's event counts; ValueError without its kind."""
+    if not fields.get(UNIT_TAG):
+        raise ValueError("an extra unit kind's units without their kind")
+    labels = sorted((k.removeprefix(UNIT_LABEL), str(v)) for k, v in fields.items() if k.startswith(UNIT_LABEL))
+    return str(fields[UNIT_TAG]), tuple(labels)
 
 
 def all_views(reader: Reader) -> list[JobView]:

@@ -26,6 +26,7 @@ from wattline.workloads.output.labels import NO_SAMPLES, estimate_tag, tagged
 from wattline.workloads.report.model import Report
 from wattline.workloads.report.report_json import report_coverage
 from wattline.workloads.report.spans import Span, spans
+from wattline.workloads.report.unit_kinds import unit_kinds
 from wattline.workloads.report.windows import WindowEnergy
 
 
@@ -143,6 +144,27 @@ def report_table(r: Report) -> TextTable:
     )
 
 
+def unit_kinds_table(r: Report) -> TextTable | None:
+    """The job's extra unit kinds over the whole run (or the window asked): each series' units
+    and the job's energy per unit of it (:mod:`~wattline.workloads.report.unit_kinds`); None
+    without any."""
+    kinds = unit_kinds(r)
+    if not kinds:
+        return None
+    whole = spans(r)[1]
+    rows = [
+        [
+            k.name,
+            ", ".join(f"{name}={value}" for name, value in sorted(k.labels.items())) or "-",
+            q.count(k.units),
+            tagged(_bounded(q.si(k.j_per_unit, "J"), k.j_per_unit_rel), whole.estimate),
+        ]
+        for k in kinds
+    ]
+    head = ["unit kind", "labels", "units", "J per unit"]
+    return f"Unit kinds ({whole.title}; the job's energy per unit of each)", head, rows
+
+
 def component_table(r: Report) -> TextTable:
     """Energy and mean power by component (saturated window), warm-up energy, how obtained."""
     rows = []
@@ -196,7 +218,10 @@ def print_report(r: Report, console: Console | None = None) -> None:
             "Idle policy subtract: figures marked 'above idle' charge only the energy above the idle baseline "
             f"(the {r.settings.idle_lookback_s:.0f} s before the job); 'total' is all of it"
         )
-    for title, head, rows in (report_table(r), component_table(r)):
+    tables = [report_table(r), component_table(r)]
+    if kinds := unit_kinds_table(r):
+        tables.append(kinds)
+    for title, head, rows in tables:
         t = Table(title=title)
         for n, col in enumerate(head):
             t.add_column(col, justify="left" if n == 0 or col == "how obtained" else "right")

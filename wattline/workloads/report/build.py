@@ -49,7 +49,8 @@ from wattline.workloads.report.channels import EXCLUDED_COMPONENTS, Bounds
 from wattline.workloads.report.host_energy import accumulate, concurrent_jobs, host_attribution
 from wattline.workloads.report.idle import idle_busy_jobs, idle_busy_note
 from wattline.workloads.report.model import Report, ReportSettings
-from wattline.workloads.report.window_view import clip_view, units_bound
+from wattline.workloads.report.unit_kinds import no_split_note
+from wattline.workloads.report.window_view import clip_view, intervals_bound, units_bound
 from wattline.workloads.report.windows import WindowEnergy
 
 #: How often :func:`build_complete_report` looks again while it waits.
@@ -147,7 +148,12 @@ def build_report(
         shares,
         *_sharing(job, others, now_ns, end_ns),
         units_bound=0.0 if asked is None else units_bound(unclipped, asked),
+        kind_bounds={}
+        if asked is None
+        else {k: intervals_bound(v, asked) for k, v in unclipped.kind_intervals.items()},
     )
+    if note := no_split_note(report):
+        report.notes.append(note)
     if settings.carbon_series is not None:
         apply_series(reader, report, settings.carbon_series)
     return report

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from wattline.share_rules import DEFAULT_SHARE_RULE
 from wattline.workloads.energy.device_shares import DeviceShare
 from wattline.workloads.energy.saturation import Saturation, SaturationParams
-from wattline.workloads.jobs.jobs_view import JobView
+from wattline.workloads.jobs.jobs_view import JobView, UnitSeries
 from wattline.workloads.report import economics
 from wattline.workloads.report.intensity import IntensitySeries
 from wattline.workloads.report.report_json import report_json
@@ -74,6 +74,8 @@ class Report:
     depends_until_ns: int | None = None
     #: With a window asked: how far its units may be off (units done where at its edges is not known).
     units_bound: float = 0.0
+    #: With a window asked: the same, per extra unit kind's series (:mod:`.unit_kinds`).
+    kind_bounds: dict[UnitSeries, float] = field(default_factory=dict)
     #: With ``--every``: its span interval by interval (:mod:`.intervals`).
     intervals: Intervals | None = None
 

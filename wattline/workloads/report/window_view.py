@@ -11,6 +11,7 @@ its units were done is not known: :func:`units_bound` says how far the window's 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from wattline.workloads.jobs.jobs_view import HostWindow, JobView, utc_iso
@@ -58,26 +59,37 @@ def clip_view(job: JobView, window: Window, now_ns: int) -> JobView:
             f"job {job.job_id} ran from {utc_iso(job.start_ns)} to {utc_iso(job.end_ns(now_ns))}: "
             f"the window {window.describe()} holds none of it"
         )
-    intervals = [_clip(s, e, u, window) for s, e, u in job.unit_intervals if _overlaps(s, e, window)]
+    intervals = _clipped(job.unit_intervals, window)
     return dataclasses.replace(
         job,
         hosts=hosts,
         unit_intervals=intervals,
+        kind_intervals={series: _clipped(spans, window) for series, spans in job.kind_intervals.items()},
         unit_events=[(e, u) for _, e, u in intervals],
         phases=[p for p in job.phases if window.from_ns <= p[0] <= window.to_ns],
     )
 
 
 def units_bound(job: JobView, window: Window) -> float:
-    """How far the units apportioned to ``window`` may be off: of each UNITS event whose span
-    crosses an edge, the units were all inside or all outside at worst."""
+    """How far the job's units apportioned to ``window`` may be off (:func:`intervals_bound`)."""
+    return intervals_bound(job.unit_intervals, window)
+
+
+def intervals_bound(intervals: Iterable[tuple[int, int, float]], window: Window) -> float:
+    """How far the units of ``intervals`` (one unit series') apportioned to ``window`` may be
+    off: of each UNITS event whose span crosses an edge, the units were all inside or all
+    outside at worst."""
     bound = 0.0
-    for s, e, u in job.unit_intervals:
+    for s, e, u in intervals:
         if e <= s or not any(s < edge < e for edge in (window.from_ns, window.to_ns)):
             continue
         inside = (min(e, window.to_ns) - max(s, window.from_ns)) / (e - s)
         bound += max(inside, 1.0 - inside) * u
     return bound
+
+
+def _clipped(intervals: Iterable[tuple[int, int, float]], window: Window) -> list[tuple[int, int, float]]:
+    return [_clip(s, e, u, window) for s, e, u in intervals if _overlaps(s, e, window)]
 
 
 def _overlaps(start_ns: int, end_ns: int, window: Window) -> bool:

@@ -10,7 +10,14 @@ the server answered before it, over the time from the job's open. A failed scrap
 per reason and counts nothing; the next good one covers the gap. Once the command has ended,
 one last scrape is taken if the endpoint still answers (a server that keeps ``/metrics`` up a
 moment after it stops serving loses nothing), then the job closes. Latency histograms are not
-read here yet (one unit kind, the job's own, per run).
+read here yet.
+
+The first spec (``--count``'s first, or the one ``--units`` picks of a preset) counts the job's
+own units, summed over its ``by`` labels, as every other holder sends them. Every other spec is
+an extra unit kind: each of its series (one per value of its ``by`` labels, one model's input
+tokens, say) is sent as UNITS events with ``unit`` and ``unit_labels`` set, numbered by an
+:class:`~wattline.workloads.jobs.events.EventBuilder` of its own, so that its ``units_total`` is
+that series' alone and readers never add it into the job's units.
 """
 
 from __future__ import annotations
@@ -19,16 +26,17 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
+from wattline import wire
 from wattline.config import ConfigError
-from wattline.served_metrics import REFUSED, RESET, RETURNED, Reading, ServedCounters
+from wattline.served_metrics import REFUSED, RESET, RETURNED, Reading, ServedCounters, UnitCount
 from wattline.served_scrape import ScrapeError, scrape
 from wattline.served_specs import Spec, parse_unit, preset
 from wattline.text import clip
 from wattline.units import parse_duration
-from wattline.workloads.jobs.events import UnitAccumulator
+from wattline.workloads.jobs.events import EventBuilder, UnitAccumulator
 
 #: Default seconds between scrapes: about one point per second, as the saturation detector wants.
 EVERY_S = 1.0
@@ -45,22 +53,25 @@ FINAL_TIMEOUT_S = 2.0
 STARTUP_GRACE_S = 10.0
 #: Most distinct lines said about the scrapes in one run.
 MAX_SAID = 50
+UNITS = wire.pb.JobEvent.KIND_UNITS
 #: Note kinds said on stderr (once each): what changes how far the count can be trusted.
 SAID_NOTES = (RESET, RETURNED, REFUSED)
 
 
 @dataclass(frozen=True, slots=True)
 class ServedUnits:
-    """Where a served command's units come from: its metrics URL, the unit spec, the interval."""
+    """Where a served command's units come from: its metrics URL, the unit spec (the job's own
+    units), the interval, and the specs of the extra unit kinds."""
 
     url: str
     spec: Spec
     every_s: float = EVERY_S
+    extra: tuple[Spec, ...] = ()
 
 
 def served_units(
     url: str | None,
-    count: str | None,
+    count: Sequence[str] | None,
     preset_name: str | None,
     units: str | None,
     every: str | None,
@@ -69,12 +80,14 @@ def served_units(
     """``wattline run``'s served options checked: (what to scrape, None without ``--metrics``;
     the job's unit name). Any bad combination or value is a ConfigError (one line, exit 2).
 
-    ``--units`` names the unit once: by default the spec's NAME (``--count``) or the preset's
+    ``--units`` names the unit once: by default the first ``--count``'s NAME or the preset's
     first unit (``--preset``, whose unit ``--units`` otherwise picks); a ``--units`` other than
-    ``--count``'s NAME is refused rather than one of the two names silently dropped."""
+    the first ``--count``'s NAME is refused rather than one of the two names silently dropped.
+    Every other ``--count`` and every other unit of the preset is an extra unit kind."""
+    count = list(count or []) or None
     if url is None:
         for flag, value in (("--count", count), ("--preset", preset_name), ("--scrape-every", every)):
-            if value is not None:
+            if value:
                 raise ConfigError(f"option {flag} needs --metrics URL (the server's Prometheus endpoint)")
         return None, units or "units"
     if units_from_stdout:
@@ -84,24 +97,29 @@ def served_units(
         raise ConfigError(f"option --metrics: {clip(url)} is not an http or https URL")
     if count is not None and preset_name is not None:
         raise ConfigError("options --count and --preset both say what to count: give one of them")
-    spec = _count_spec(count, units) if count is not None else _preset_spec(preset_name, units)
+    spec, *extra = _count_specs(count, units) if count is not None else _preset_specs(preset_name, units)
     seconds = EVERY_S if every is None else parse_duration(every, "--scrape-every")
     if not seconds >= MIN_EVERY_S:
         raise ConfigError(f"option --scrape-every: {every} is under {MIN_EVERY_S:g} s")
-    return ServedUnits(url, spec, seconds), spec.name
+    return ServedUnits(url, spec, seconds, tuple(extra)), spec.name
 
 
-def _count_spec(count: str, units: str | None) -> Spec:
+def _count_specs(count: list[str], units: str | None) -> list[Spec]:
+    """Every ``--count``'s spec, the job's own unit first; a unit kind named twice is refused."""
     try:
-        spec = parse_unit(count)
+        specs = [parse_unit(line) for line in count]
     except ValueError as exc:
         raise ConfigError(f"option --count: {exc}") from None
-    if units is not None and units != spec.name:
-        raise ConfigError(f"option --units: {clip(units)} differs from --count's unit {spec.name!r}: name it once")
-    return spec
+    names = [spec.name for spec in specs]
+    if len(set(names)) < len(names):
+        raise ConfigError(f"option --count: a unit kind is named twice: {', '.join(names)}")
+    if units is not None and units != names[0]:
+        raise ConfigError(f"option --units: {clip(units)} differs from --count's unit {names[0]!r}: name it once")
+    return specs
 
 
-def _preset_spec(name: str | None, units: str | None) -> Spec:
+def _preset_specs(name: str | None, units: str | None) -> list[Spec]:
+    """The preset's specs, the one ``--units`` picks (by default its first) first."""
     if name is None:
         raise ConfigError("option --metrics needs --count SPEC or --preset NAME (what to count)")
     try:
@@ -109,12 +127,33 @@ def _preset_spec(name: str | None, units: str | None) -> Spec:
     except ValueError as exc:
         raise ConfigError(f"option --preset: {exc}") from None
     if units is None:
-        return specs[0]
+        return specs
     for spec in specs:
         if spec.name == units:
-            return spec
+            return [spec, *(other for other in specs if other is not spec)]
     known = ", ".join(spec.name for spec in specs)
     raise ConfigError(f"option --units: preset {name} counts {known}, not {clip(units)}")
+
+
+@dataclass
+class _Series:
+    """How one unit series' counts are sent. An idle reading's 0 is held, and sent only before
+    the next busy one: the busy one's units then cover that interval alone, not the idle
+    stretch, and an idle service writes no event a second."""
+
+    send: Callable[[float, int], None]
+    total: float = 0.0
+    held_ns: int | None = field(default=None, repr=False)
+
+    def count(self, units: float, time_ns: int) -> None:
+        if not units:
+            self.held_ns = time_ns
+            return
+        if self.held_ns is not None:
+            self.send(0.0, self.held_ns)
+            self.held_ns = None
+        self.send(units, time_ns)
+        self.total += units
 
 
 def _stderr(line: str) -> None:
@@ -133,9 +172,11 @@ class ServedHolder:
         fetch: Callable[[str, float], str] = scrape,
     ) -> None:
         self.served, self.units, self.say, self.fetch = served, units, say, fetch
-        self.counters = ServedCounters([served.spec], start_ns=open_ns, started_server=True)
+        self.counters = ServedCounters([served.spec, *served.extra], start_ns=open_ns, started_server=True)
         self.timeout_s = min(max(served.every_s, MIN_TIMEOUT_S), MAX_TIMEOUT_S)
-        self.total = 0.0  #: units counted so far
+        self._own = _Series(units.add)
+        #: (kind, its labels) -> an extra unit kind's series
+        self._kinds: dict[tuple[str, tuple[tuple[str, str], ...]], _Series] = {}
         self.good = 0  #: scrapes that gave a reading
         self.missed = 0  #: failed scrapes between two good ones (a gap; not the server starting or gone)
         self._since_good = 0  # failed scrapes since the last good one
@@ -143,10 +184,14 @@ class ServedHolder:
         self._said: set[str] = set()
         self._started = time.monotonic()
         self._last_ns = 0
-        self._held_ns: int | None = None  # an idle reading's time, not yet sent (see _count)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wattline-scrape", daemon=True)
+
+    @property
+    def total(self) -> float:
+        """The job's own units counted so far."""
+        return self._own.total
 
     def start(self) -> ServedHolder:
         self._thread.start()
@@ -179,7 +224,11 @@ class ServedHolder:
             self.good += 1
             self.missed += self._since_good if self.good > 1 else 0
             self._since_good = 0
-            self._count(sum(u.units for u in reading.units), reading.time_ns)
+            own = self.served.spec.name
+            self._own.count(sum(u.units for u in reading.units if u.kind == own), reading.time_ns)
+            for count in reading.units:
+                if count.kind != own:
+                    self._kind_series(count).count(count.units, reading.time_ns)
             self._said_notes(reading)
             return reading
 
@@ -195,18 +244,20 @@ class ServedHolder:
         self._last_ns = max(time.time_ns(), self._last_ns + 1)
         return self._last_ns
 
-    def _count(self, units: float, time_ns: int) -> None:
-        """Sends the units of a reading at its time. An idle reading's 0 is held, and sent only
-        before the next busy one: the busy one's units then cover that interval alone, not the
-        idle stretch, and an idle service writes no event a second."""
-        if not units:
-            self._held_ns = time_ns
-            return
-        if self._held_ns is not None:
-            self.units.add(0.0, self._held_ns)
-            self._held_ns = None
-        self.units.add(units, time_ns)
-        self.total += units
+    def _kind_series(self, count: UnitCount) -> _Series:
+        """The series of an extra unit kind's ``count``: its UNITS events numbered by a builder
+        of its own (its ``units_total`` is the series' alone), sent at once."""
+        key = (count.kind, tuple(sorted(count.labels.items())))
+        if key not in self._kinds:
+            builder = EventBuilder(self.units.builder.spec)
+            kind, labels = count.kind, dict(count.labels)
+
+            def send(units: float, time_ns: int) -> None:
+                event = builder.make(UNITS, time_ns, units=units, unit=kind, unit_labels=labels)
+                self.units.emit([event])
+
+            self._kinds[key] = _Series(send)
+        return self._kinds[key]
 
     def _failed(self, reason: str, final: bool) -> None:
         self._since_good += 1
@@ -242,6 +293,13 @@ class ServedHolder:
             why = self.last_failure or "none tried"
             return f"no {kind} were counted from the metrics: no scrape of {url} answered ({why})"
         missed = f", {self.missed} failed between them" if self.missed else ""
-        total = f"{self.total:.0f}" if self.total.is_integer() else f"{self.total:.6g}"
         scrapes = f"{self.good} scrape{'s' if self.good > 1 else ''}"
-        return f"{total} {kind} counted from {url} ({scrapes}{missed})"
+        kinds: dict[str, float] = {}
+        for (name, _), series in self._kinds.items():
+            kinds[name] = kinds.get(name, 0.0) + series.total
+        extra = "".join(f", {_number(units)} {name}" for name, units in kinds.items())
+        return f"{_number(self.total)} {kind}{extra} counted from {url} ({scrapes}{missed})"
+
+
+def _number(units: float) -> str:
+    return f"{units:.0f}" if units.is_integer() else f"{units:.6g}"

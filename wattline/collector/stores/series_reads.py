@@ -193,8 +193,8 @@ class SeriesReads:
     def job_summaries_of(self, job_id: str, start_ns: int | None = None) -> list[JobSummary]:
         """Every stored ``job_summary`` point of ``job_id`` stamped from ``start_ns`` on, oldest
         first by ``computed_ns``, then stamp (more than one where the store keeps each rewrite,
-        :mod:`.prometheus`, or a delete missed a copy written before #45, when the status was a
-        label); a point's :data:`TIME_MS` field, where it has one, is the summary's time, else
+        :mod:`.prometheus`, or a rewrite's delete missed a copy written a moment before,
+        :mod:`.victoria`); a point's :data:`TIME_MS` field, where it has one, is the summary's time, else
         its stamp is. Reads both layouts of :mod:`.victoria_points`."""
         found = self._api.raw([f'{{__name__=~"{JOB_SUMMARY}(_host)?_.+",job_id={quote(job_id)}}}'], start_ns)
         energy: dict[int, dict[str, float]] = defaultdict(dict)

@@ -125,7 +125,7 @@ class VictoriaStore(SeriesReads, LineProtocolStore):
         result.rejected += len(lines)
         result.reasons.append(message)
 
-    # -- job summaries (one point per job, rewritten in place) -----------------------------
+    # -- job summaries (one series per job, about one sample) -------------------------------
 
     def write_summary(self, summary: JobSummary) -> WriteResult:
         """Write ``summary`` stamped now (:class:`~.victoria_points.SummaryStamps`), first
@@ -150,10 +150,10 @@ class VictoriaStore(SeriesReads, LineProtocolStore):
             )
 
     def job_summary(self, job_id: str) -> JobSummary | None:
-        """The stored summary of ``job_id`` (None when there is none): where the delete missed
-        an older copy (one of another series, written before #45 kept a summary's labels
-        constant, a moment before its rewrite), the newest computed; the other holds only
-        older figures of the same job, so nothing is lost."""
+        """The stored summary of ``job_id`` (None when there is none): where the job holds
+        several copies (a rewrite's delete missed one written a moment before, or one of the
+        layout before #45), the newest computed; the others hold only older figures of the
+        same job, so nothing is lost."""
         found = self.job_summaries_of(job_id)
         return found[-1] if found else None
 

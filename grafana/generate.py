@@ -24,11 +24,11 @@ One flavour for every engine: standard PromQL as Prometheus 2.33 and later evalu
 - "Units completed" is each step's units over the range's length before it, not a running
   sum from the range's first step (PromQL has no ``running_sum``): in a range that starts
   before the job, as its table links open it, that is the job's running total;
-- a job summary is read from the newest rewrite of the job's (:func:`summary`): Prometheus,
-  Mimir and Thanos keep every rewrite, and a summary's string fields (its status) are labels,
-  so a rewrite can be a series of its own; and a summary is taken from the job's start, as
-  the summary's ``start_ns`` field says, not from its sample's time stamp (Prometheus stamps a
-  summary when it is written, after the job; VictoriaMetrics at the job's start).
+- a job summary is one series per job whose newest sample is its newest rewrite (#45), read
+  through :func:`summary`, which also takes the newest of the several series a job may hold
+  from before #45 (its status was a label then); and a summary is taken from the job's start,
+  as the summary's ``start_ns`` field says, not from its sample's time stamp (every engine
+  stamps a summary when it is written, after the job's start).
 """
 
 from __future__ import annotations
@@ -292,14 +292,14 @@ WARMUP_OPEN = f"max by (host) ({event_time(IS_OPEN, JOB, JOB_HOST)})"
 WARMUP_EDGES = ('event=~"open|phase|close"', JOB, JOB_HOST, 'phase=~"saturated|"')
 WARMUP_LAST = f"max by (host) ({event_time(*WARMUP_EDGES)})"
 #: Where a summary is looked for: the 31 days on each side of the evaluation time (a summary
-#: is written after its job's start; Prometheus stamps it then), whatever the step.
+#: is written after its job's start, and stamped then), whatever the step.
 SUMMARY_SPAN = "[62d] @ end() offset -31d"
 
 
 def summary(field: str, *matchers: str) -> str:
-    """A summary figure of each job (labels ``job_id`` and ``name``), from the newest of its
-    rewrites (the largest ``computed_ns``, in ms in its ``__hi`` field): on Prometheus a rewrite
-    whose status (a label) changed is a series of its own."""
+    """A summary figure of each job (labels ``job_id`` and ``name``): its series' newest
+    sample, of the series with the largest ``computed_ns`` (in ms in its ``__hi`` field) where
+    a job has several, written before #45 (a rewrite whose status changed was a series of its own)."""
     computed = f"last_over_time({sel('job_summary_computed_ns__hi', *matchers)}{SUMMARY_SPAN})"
     newest_rewrite = f"{computed} == on (job_id) group_left max by (job_id) ({computed})"
     figure = f"last_over_time({sel(f'job_summary_{field}', *matchers)}{SUMMARY_SPAN})"

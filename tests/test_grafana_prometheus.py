@@ -30,6 +30,7 @@ import urllib.parse
 import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,8 @@ from grafana_data import (
     summary_ms,
     whole_run_j,
 )
-from servers import VictoriaMetrics, http, start_prometheus
+from servers import VictoriaMetrics, http, run_victoria, start_prometheus
+from victoria_peer import victoria_argv
 
 from wattline.collector.stores.base import JobSummary, Store, WriteResult
 from wattline.collector.stores.prometheus import PrometheusStore
@@ -204,7 +206,7 @@ def after_a_partial_rewrite(
     store: Store, searchable: Callable[[str, int], object]
 ) -> Callable[[JobSummary], WriteResult]:
     """A summary sink that writes, before each summary, one its final one rewrites: status
-    "running" (a label on Prometheus: another series), figures and host energies doubled (more
+    "running" (before #45 a label: another series), figures and host energies doubled (more
     than the final ones: a maximum would show them), computed a second earlier (searchable
     before the final one is written)."""
 
@@ -216,7 +218,7 @@ def after_a_partial_rewrite(
             replace(summary, fields=fields, hosts={h: e * 2 for h, e in summary.hosts.items()})
         )
         assert partial.rejected == 0, partial.reasons
-        searchable(f'job_summary_energy_j{{job_id="{summary.job_id}", status="running"}}', 1)
+        searchable(f'job_summary_energy_j{{job_id="{summary.job_id}"}}', 1)
         return store.write_summary(summary)
 
     return sink
@@ -242,20 +244,20 @@ def fill(store: Store, fx: Fixture, searchable: Callable[[str, int], object]) ->
 
 @pytest.fixture(scope="module", params=ENGINES)
 def filled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Filled]:
+    # The data on a whole hour 2 to 3 hours ago: inside Prometheus' out-of-order window, before
+    # the summaries every engine stamps when they are written (#45).
+    base_ns = (time.time_ns() // S // 3600 - 2) * 3600 * S
+    fx = Fixture(start_ns=base_ns, end_ns=base_ns + DURATION_S * S)
     if request.param == "victoriametrics":
-        victoria_metrics: VictoriaMetrics = request.getfixturevalue("victoria_metrics")
-        fx = Fixture(start_ns=BASE_NS, end_ns=BASE_NS + DURATION_S * S)
-        with VictoriaStore(victoria_metrics.url) as store:
-            reports = fill(store, fx, lambda match, n: victoria_metrics.export(match, expect=n))
-        yield Filled(victoria_metrics.url, fx, reports, request.param)
+        # One of its own: its label APIs answer by day, and other tests write today.
+        with contextmanager(run_victoria)(tmp_path_factory, victoria_argv) as victoria_metrics:
+            with VictoriaStore(victoria_metrics.url) as store:
+                reports = fill(store, fx, lambda match, n: victoria_metrics.export(match, expect=n))
+            yield Filled(victoria_metrics.url, fx, reports, request.param)
         return
-    # A Prometheus of its own (its label APIs answer from the whole head block, not by day),
-    # the data on a whole hour 2 to 3 hours ago: inside its out-of-order window, before the
-    # summaries it stamps when they are written.
+    # A Prometheus of its own (its label APIs answer from the whole head block, not by day).
     daemon = start_prometheus(tmp_path_factory.mktemp("prometheus-grafana"))
     try:
-        base_ns = (time.time_ns() // S // 3600 - 2) * 3600 * S
-        fx = Fixture(start_ns=base_ns, end_ns=base_ns + DURATION_S * S)
         with PrometheusStore(daemon.url) as store:
             reports = fill(store, fx, lambda match, n: None)  # searchable once acknowledged
         yield Filled(daemon.url, fx, reports, request.param)
@@ -727,11 +729,13 @@ def test_jobs_summary_panels_and_annotations(filled: Filled) -> None:
         report = next(r for r in reports.values() if r["job"]["name"] == s["name"])
         assert all(close(v, report["measured"]["j_per_unit"]) for v in s["points"].values())
 
-    # Each job's partial rewrite is still stored on Prometheus, a series of its own (its
-    # status is a label); VictoriaMetrics deleted it: the panels show the final one only.
+    # Each job's partial rewrite is an older sample of the job's one series (#45): Prometheus
+    # keeps it, VictoriaMetrics deleted it; the panels show the final one only.
     rewrites = instant(filled, scope, "count by (job_id) (last_over_time(job_summary_energy_j[62d] offset -31d))")
-    per_job = 2 if filled.engine == "prometheus" else 1
-    assert {r["job_id"]: r["value"] for r in rewrites} == dict.fromkeys(reports, per_job)
+    assert {r["job_id"]: r["value"] for r in rewrites} == dict.fromkeys(reports, 1)
+    samples = instant(filled, scope, "count_over_time(job_summary_energy_j[62d] offset -31d)")
+    kept = 2 if filled.engine == "prometheus" else 1
+    assert {r["job_id"]: r["value"] for r in samples} == dict.fromkeys(reports, kept)
     by_job = run_panel(filled, scope, find_panel(dashboard, "Energy by job over the range"))["A"]
     assert {r["job_id"]: r["value"] for r in by_job} == pytest.approx(
         {job_id: whole_run_j(report) / 3600 for job_id, report in reports.items()}, rel=1e-9

@@ -158,7 +158,14 @@ def test_without_an_out_of_order_window_and_under_a_small_sample_limit(tmp_path:
 def test_a_summary_reads_back_as_last_written(stores: tuple[PrometheusStore, SqliteStore]) -> None:
     prom, _ = stores
     t0 = recent()
-    fields = {"status": "running", "closed": False, "energy_j": 12.5, "hosts": 1, "start_ns": t0 + 7, "schema": "s/1"}
+    fields = {
+        "status": "running",
+        "closed": False,
+        "energy_j": 12.5,
+        "hosts": 1,
+        "start_ns": t0 + 7,
+        "schema": "wattline.job_summary/1",
+    }
     first = JobSummary("prom-sum", t0 + 7, {"name": "n", "kind": "inference"}, fields, {"h": 12.5})
     assert prom.write_summary(first).written == 2
     assert prom.job_summary("prom-sum") == first

@@ -70,7 +70,14 @@ def test_reads_equal_sqlite_resends_included(stores: tuple[VictoriaStore, Sqlite
 @pytest.mark.servers
 def test_a_summary_stays_one_point(stores: tuple[VictoriaStore, SqliteStore]) -> None:
     vm, _ = stores
-    fields = {"status": "running", "closed": False, "energy_j": 12.5, "hosts": 1, "start_ns": T0 + 7, "schema": "s/1"}
+    fields = {
+        "status": "running",
+        "closed": False,
+        "energy_j": 12.5,
+        "hosts": 1,
+        "start_ns": T0 + 7,
+        "schema": "wattline.job_summary/1",
+    }
     first = JobSummary("vm-sum", T0 + 7, {"name": "n", "kind": "inference"}, fields, {"h": 12.5})
     assert vm.write_summary(first).written == 2
     shown(vm, first)
@@ -86,7 +93,7 @@ def test_a_rewritten_summary_reads_back_as_written_lower_or_higher(stores: tuple
     """The same point rewritten (same start, fields, tags; other figures) reads back as the last
     one written, also when written again before the first was searchable."""
     vm, _ = stores
-    fields = {"status": "closed", "closed": True, "schema": "s/1"}
+    fields = {"status": "closed", "closed": True, "schema": "wattline.job_summary/1"}
     for energy, computed in ((160.0, 1), (80.0, 2), (120.0, 3)):
         summary = JobSummary("vm-rw", T0, {"name": "n"}, {**fields, "energy_j": energy, "computed_ns": computed})
         vm.write_summary(JobSummary(summary.job_id, T0, summary.tags, {**summary.fields, "energy_j": 1e6}))

@@ -120,7 +120,7 @@ def test_a_store_through_the_cluster_paths_reads_what_the_node_holds(
     tmp_path: Path, proxy: PrefixProxy, victoria_metrics: VictoriaMetrics
 ) -> None:
     batch = make_batch(host="cl-reads", job_id="cl-reads-job", samples=6)
-    fields = {"status": "closed", "closed": True, "energy_j": 12.5, "start_ns": T0, "schema": "s/1"}
+    fields = {"status": "closed", "closed": True, "energy_j": 12.5, "start_ns": T0, "schema": "wattline.job_summary/1"}
     summary = JobSummary("cl-reads-job", T0, {"name": "n"}, fields, {"cl-reads": 12.5})
     with (
         VictoriaStore(proxy.url, tenant=TENANT) as cluster,

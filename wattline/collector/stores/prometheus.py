@@ -32,13 +32,13 @@ a resend reads back as stored, a late event is rejected with its reason.
 
 Job summaries: a point is stamped when it is written (a sample cannot be replaced in place
 here, and one older than the engine's window is refused), the summary's own time in the
-field :data:`TIME_MS`; every rewrite is kept and the latest is the summary.
+field :data:`~.victoria_points.TIME_MS`; every rewrite is kept, as a newer sample of the
+job's one series (#45), and the latest computed is the summary.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import urllib.parse
 from collections import defaultdict
@@ -50,10 +50,10 @@ from wattline.collector.stores.base import JobSummary, Store, StoreUnavailable, 
 from wattline.collector.stores.influx_http import HttpClient, shorten
 from wattline.collector.stores.reader import JOB_LOOKBACK_NS
 from wattline.collector.stores.remote_write import HEADERS, SeriesSample, point_samples, unescape_name, write_request
-from wattline.collector.stores.schema import JOB_SUMMARY, SummaryPoint
+from wattline.collector.stores.schema import SummaryPoint
 from wattline.collector.stores.series_api import Points, RangeQuery, quote
 from wattline.collector.stores.series_reads import NEAR_NS, SeriesReads
-from wattline.collector.stores.victoria_points import MS, TIME_MS, batch_points, summary_points
+from wattline.collector.stores.victoria_points import MS, SummaryStamps, batch_points
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +108,7 @@ class PrometheusStore(SeriesReads, Store):
         self._push = HttpClient(target, timeout_s, headers={**headers, **HEADERS})
         self.url = self._http.url
         self._api = RangeQuery(self._http, "", "Prometheus", NEAR_NS, unescape_name)
-        self._stamp_lock = threading.Lock()
-        self._last_stamp_ms = 0
+        self._stamps = SummaryStamps()
 
     def __repr__(self) -> str:
         return f"PrometheusStore({self.url!r})"
@@ -221,14 +220,9 @@ class PrometheusStore(SeriesReads, Store):
     # -- job summaries ---------------------------------------------------------------------
 
     def write_summary(self, summary: JobSummary) -> WriteResult:
-        """Write ``summary``'s points stamped now (later than any this store stamped before)."""
-        with self._stamp_lock:
-            self._last_stamp_ms = stamp = max(time.time_ns() // MS, self._last_stamp_ms + 1)
-        points = []
+        """Write ``summary``'s points stamped now (:class:`~.victoria_points.SummaryStamps`)."""
         try:
-            for measurement, tags, fields, time_ns in summary_points(summary):
-                extra = {TIME_MS: time_ns // MS} if measurement == JOB_SUMMARY else {}
-                points.append(self._checked((measurement, tags, {**fields, **extra}, stamp * MS)))
+            points = [self._checked(point) for point in self._stamps.points(summary)]
         except LineProtocolError as exc:  # no retry can store it
             return WriteResult(rejected=1, reasons=[f"job summary of {summary.job_id[:100]!r}: {exc}"])
         result = WriteResult()

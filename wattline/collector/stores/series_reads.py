@@ -38,7 +38,7 @@ from wattline.collector.stores.schema import (
     SEQ_BLOCK,
     unit_fields,
 )
-from wattline.collector.stores.series_api import Points, SeriesApi, quote
+from wattline.collector.stores.series_api import Points, QueryError, SeriesApi, quote
 from wattline.collector.stores.victoria_points import (
     BOOLS,
     DURATION_NS,
@@ -49,7 +49,9 @@ from wattline.collector.stores.victoria_points import (
     MS,
     SEQ_LOW,
     SUB_NS,
+    SUMMARY_BOOLS,
     TIME_MS,
+    summary_value,
 )
 
 #: How far around an instant samples are read at once.
@@ -197,10 +199,11 @@ class SeriesReads:
     # -- job summaries ----------------------------------------------------------------------
 
     def job_summaries_of(self, job_id: str, start_ns: int | None = None) -> list[JobSummary]:
-        """Every stored ``job_summary`` point of ``job_id`` stamped from ``start_ns`` on (one,
-        unless a rewrite raced, or the store keeps each rewrite: :mod:`.prometheus`), in the
-        order of their stamps; a point's :data:`TIME_MS` field, where it has one, is the
-        summary's time, else its stamp is."""
+        """Every stored ``job_summary`` point of ``job_id`` stamped from ``start_ns`` on, oldest
+        first by ``computed_ns``, then stamp (more than one where the store keeps each rewrite,
+        :mod:`.prometheus`, or a rewrite's delete missed a copy written a moment before,
+        :mod:`.victoria`); a point's :data:`TIME_MS` field, where it has one, is the summary's time, else
+        its stamp is. Reads both layouts of :mod:`.victoria_points`."""
         found = self._api.raw([f'{{__name__=~"{JOB_SUMMARY}(_host)?_.+",job_id={quote(job_id)}}}'], start_ns)
         energy: dict[int, dict[str, float]] = defaultdict(dict)
         for labels, points in found.get(JOB_SUMMARY_HOST, {}).items():
@@ -210,17 +213,33 @@ class SeriesReads:
         for labels, points in found.get(JOB_SUMMARY, {}).items():
             tags = dict(labels)
             del tags["job_id"]
-            bools = set(json.loads(tags.pop(BOOLS, "[]")))
+            bools = SUMMARY_BOOLS | set(json.loads(tags.pop(BOOLS, "[]")))
             strings: dict[str, Any] = dict.fromkeys(json.loads(tags.pop(EMPTY, "[]")), "")
             strings.update((k, tags.pop(k)) for k in list(tags) if k not in ("name", "kind", "unit"))
             for ms, fields in points.items():
-                sub = int(fields.pop(SUB_NS, 0))
-                at = int(fields.pop(TIME_MS, ms))
-                values: dict[str, Any] = {k: (bool(v) if k in bools else _number(v)) for k, v in fields.items()}
-                for key in [k[: -len(HIGH)] for k in values if k.endswith(HIGH)]:
-                    values[key] = values.pop(key + HIGH) * MS + values.pop(key + LOW, 0)
-                out.append((ms, JobSummary(job_id, at * MS + sub, tags, {**values, **strings}, energy[ms])))
+                summary = _summary(job_id, ms, tags, fields, bools)
+                summary.fields.update(strings)
+                summary.hosts.update(energy[ms])
+                out.append(((summary.fields.get("computed_ns", 0), ms), summary))
         return [summary for _, summary in sorted(out, key=lambda found: found[0])]
+
+
+def _summary(
+    job_id: str, ms: int, tags: dict[str, str], fields: dict[str, float], bools: Collection[str]
+) -> JobSummary:
+    """One stamp's fields of a ``job_summary`` series as a summary (its hosts left to fill)."""
+    sub = int(fields.pop(SUB_NS, 0))
+    at = int(fields.pop(TIME_MS, ms))
+    values: dict[str, Any] = {}
+    for key, value in fields.items():
+        try:
+            text = summary_value(key, value)
+        except ValueError as exc:
+            raise QueryError(f"job {job_id[:100]!r}: {exc}") from None
+        values[key] = bool(value) if key in bools else text if text is not None else _number(value)
+    for key in [k[: -len(HIGH)] for k in values if k.endswith(HIGH)]:
+        values[key] = values.pop(key + HIGH) * MS + values.pop(key + LOW, 0)
+    return JobSummary(job_id, at * MS + sub, dict(tags), values, {})
 
 
 def _number(value: float) -> float | int:

@@ -26,9 +26,9 @@ from wattline.collector.linestore import LineProtocolStore
 from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
 from wattline.collector.stores.influx_http import HttpClient, shorten
 from wattline.collector.stores.schema import JOB_SUMMARY, JOB_SUMMARY_HOST, SummaryPoint
-from wattline.collector.stores.series_api import Export, QueryError, quote
+from wattline.collector.stores.series_api import Export, quote
 from wattline.collector.stores.series_reads import SeriesReads
-from wattline.collector.stores.victoria_points import batch_lines, summary_points
+from wattline.collector.stores.victoria_points import SummaryStamps, batch_lines
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ class VictoriaStore(SeriesReads, LineProtocolStore):
         self._insert = f"/insert/{tenant}/influx" if tenant else ""
         self._api = Export(self._http, f"/select/{tenant}/prometheus" if tenant else "", "VictoriaMetrics")
         self._delete_at = f"/delete/{tenant}/prometheus" if tenant else ""
+        self._stamps = SummaryStamps()
         if tenant:  # a cluster's durability is its replication's: vmauth shows no vmstorage's start
             self.durable_after_s = 0.0
 
@@ -95,7 +96,7 @@ class VictoriaStore(SeriesReads, LineProtocolStore):
         return batch_lines(self.encoder, batch)
 
     def summary_points(self, summary: JobSummary) -> list[SummaryPoint]:
-        return summary_points(summary)
+        return self._stamps.points(summary)
 
     def write_lines(self, lines: Sequence[str]) -> WriteResult:
         """Write already-encoded points (several requests if the body would be too large)."""
@@ -124,15 +125,16 @@ class VictoriaStore(SeriesReads, LineProtocolStore):
         result.rejected += len(lines)
         result.reasons.append(message)
 
-    # -- job summaries (one point per job, rewritten in place) -----------------------------
+    # -- job summaries (one series per job, about one sample) -------------------------------
 
     def write_summary(self, summary: JobSummary) -> WriteResult:
-        """Write ``summary``, first deleting the job's stored summary series: one point per job
-        remains. A point written over another at the same timestamp does not replace it here:
-        deduplication keeps either copy, per series (seen: a rewrite that read back half old,
-        half new), so a rewrite is a delete and a write; a reader in between finds none. The
-        delete is sent even when no summary shows: one written a moment ago is not searchable
-        yet, but is deleted."""
+        """Write ``summary`` stamped now (:class:`~.victoria_points.SummaryStamps`), first
+        deleting the job's stored summary series, so a job keeps about one sample. Two copies
+        at one time stamp would not do: deduplication keeps the larger value per series (seen:
+        a rewrite that read back half old, half new), and a delete misses a copy written a
+        moment before (not searchable yet). A copy the delete missed is an older sample of the
+        same series, read as older (:meth:`job_summary`); a reader between the delete and the
+        write finds none."""
         self._delete(summary.job_id)
         return super().write_summary(summary)
 
@@ -148,11 +150,12 @@ class VictoriaStore(SeriesReads, LineProtocolStore):
             )
 
     def job_summary(self, job_id: str) -> JobSummary | None:
-        """The stored summary of ``job_id`` (None when there is none)."""
+        """The stored summary of ``job_id`` (None when there is none): where the job holds
+        several copies (a rewrite's delete missed one written a moment before, or one of the
+        layout before #45), the newest computed; the others hold only older figures of the
+        same job, so nothing is lost."""
         found = self.job_summaries_of(job_id)
-        if len(found) > 1:
-            raise QueryError(f"{len(found)} job_summary points for job {job_id[:100]!r}; expected one")
-        return found[0] if found else None
+        return found[-1] if found else None
 
     def close(self) -> None:
         self._http.close()

@@ -19,9 +19,13 @@ in a nanosecond time stamp, an int64 field or a string field is laid out here as
   labels of the same series and no host labels, so every other label is a field
   (:func:`event_point`); an empty string field is named in the label :data:`EMPTY` (no
   label can be empty);
-- a summary's string fields: labels; its bools: fields (1/0) named in the label :data:`BOOLS`;
-  an integer beyond a float64's exact ones (its times in ns) two fields, ``<name>``
-  :data:`HIGH` (``// 10^6``) and ``<name>`` :data:`LOW` (the rest).
+- a summary: labels only its job's id, name, kind and unit, so a rewrite (a new status, other
+  figures) is a newer sample of the same series, never a series of its own (#45); its string
+  fields are numeric codes (:data:`SUMMARY_CODES`), its bools (:data:`SUMMARY_BOOLS`) 1/0, an
+  integer beyond a float64's exact ones (its times in ns) two fields, ``<name>`` :data:`HIGH`
+  (``// 10^6``) and ``<name>`` :data:`LOW` (the rest). Summaries written before #45 hold their
+  string fields as labels and name their bools in the label :data:`BOOLS`; readers still
+  take them.
 
 A point whose labels VictoriaMetrics would cut (more than :data:`MAX_LABELS`, a value over
 :data:`MAX_LABEL_VALUE_BYTES`, its defaults) or whose integer would lose digits in a float64
@@ -31,6 +35,8 @@ is refused with the reason, never altered.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
@@ -50,6 +56,7 @@ from wattline.collector.stores.schema import (
     job_event_tags,
     sample_tags,
 )
+from wattline.share_rules import SHARE_RULES
 
 T = TypeVar("T")
 
@@ -64,10 +71,21 @@ CUMULATIVE_START = "cumulative_start_j"
 SEQ_LOW = "seq_low"
 #: Label: the string fields of the point that are empty (a JSON list).
 EMPTY = "empty_fields"
-#: Label of a ``job_summary`` point: its bool fields (a JSON list).
+#: Label of a ``job_summary`` point written before #45: its bool fields (a JSON list).
 BOOLS = "bool_fields"
+#: A summary's string fields -> their values; a value is stored as its place here plus one
+#: (0 is no value), so a list only ever grows at its end. A value not here is refused.
+SUMMARY_CODES: dict[str, tuple[str, ...]] = {
+    "schema": ("wattline.job_summary/1",),
+    "status": ("closed", "running", "abandoned"),
+    "saturation_method": ("none", "manual", "after", "throughput-plateau", "utilization"),
+    "policy_idle": ("none", "subtract"),
+    "policy_share_rule": SHARE_RULES,
+}
+#: A summary's bool fields (stored 1/0); another bool is refused.
+SUMMARY_BOOLS = frozenset({"closed", "complete", "saturated"})
 #: Field of a ``job_summary`` point stamped when it was written, not at the summary's time
-#: (:mod:`.prometheus`): that time's milliseconds.
+#: (:class:`SummaryStamps`): that time's milliseconds.
 TIME_MS = "time_ms"
 #: Suffixes of the two fields of a summary's integer too big for a float64.
 HIGH, LOW = "__hi", "__lo"
@@ -169,24 +187,67 @@ def batch_lines(encoder: LineEncoder, batch: wire.pb.Batch) -> EncodedBatch:
 
 
 def summary_points(summary: JobSummary) -> list[SummaryPoint]:
-    """A job's summary: one ``job_summary`` point (string fields as labels, bools named in
-    :data:`BOOLS`) and one ``job_summary_host`` point per host (field energy_j)."""
+    """A job's summary: one ``job_summary`` point and one ``job_summary_host`` point per host
+    (field energy_j), labelled by what does not change over the job's life (above)."""
     time_ns, sub = floor_ms(summary.time_ns)
     tags = {"job_id": summary.job_id, **summary.tags}
     fields: dict[str, FieldValue] = {SUB_NS: sub}
-    strings = {k: v for k, v in summary.fields.items() if isinstance(v, str)}
-    tags.update((k, v) for k, v in strings.items() if v)
-    if empty := sorted(k for k, v in strings.items() if not v):
-        tags[EMPTY] = json.dumps(empty)
-    if bools := sorted(k for k, v in summary.fields.items() if isinstance(v, bool)):
-        tags[BOOLS] = json.dumps(bools)
     for key, value in summary.fields.items():
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_EXACT_INT:
+        if isinstance(value, str):
+            fields[key] = _code(key, value)
+        elif isinstance(value, bool) and key not in SUMMARY_BOOLS:
+            raise LineProtocolError(f"bool field {key[:100]!r} is not one of {sorted(SUMMARY_BOOLS)}")
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_EXACT_INT:
             fields[key + HIGH], fields[key + LOW] = divmod(value, MS)
-        elif not isinstance(value, str):
+        else:
             fields[key] = value
     points: list[SummaryPoint] = [(JOB_SUMMARY, _labels(tags, {}), _numbers(fields), time_ns)]
     for host, energy_j in sorted(summary.hosts.items()):
         per_host = {"job_id": summary.job_id, "host": host, **summary.tags}
         points.append((JOB_SUMMARY_HOST, _labels(per_host, {}), {"energy_j": float(energy_j)}, time_ns))
     return points
+
+
+def _code(key: str, value: str) -> int:
+    """The stored code of a summary's string field (:data:`SUMMARY_CODES`)."""
+    values = SUMMARY_CODES.get(key)
+    if values is None or value not in values:
+        raise LineProtocolError(f"string field {key[:100]!r} = {value[:100]!r} has no code in this layout")
+    return values.index(value) + 1
+
+
+def summary_value(key: str, value: float) -> str | None:
+    """The string a stored summary field holds, where it is one of :data:`SUMMARY_CODES`
+    (None for another field; ValueError for a code this version does not know)."""
+    values = SUMMARY_CODES.get(key)
+    if values is None:
+        return None
+    if not value.is_integer() or not 1 <= value <= len(values):
+        raise ValueError(f"summary field {key!r} holds {value:g}, not a code this version knows")
+    return values[int(value) - 1]
+
+
+class SummaryStamps:
+    """Stamps a store's summary points when they are written, each write a millisecond later
+    than the one before: a rewrite is then a newer sample of the job's one series, which
+    VictoriaMetrics' deduplication (the largest value of a millisecond) and Prometheus (one
+    sample per millisecond) cannot mix with the older one; the summary's own time goes in
+    :data:`TIME_MS`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_ms = 0
+
+    def points(self, summary: JobSummary) -> list[SummaryPoint]:
+        """:func:`summary_points` of ``summary``, stamped now."""
+        with self._lock:
+            self._last_ms = stamp = max(time.time_ns() // MS, self._last_ms + 1)
+        return [
+            (
+                measurement,
+                tags,
+                {**fields, TIME_MS: time_ns // MS} if measurement == JOB_SUMMARY else fields,
+                stamp * MS,
+            )
+            for measurement, tags, fields, time_ns in summary_points(summary)
+        ]

@@ -7,7 +7,8 @@ and whole run energy, energy by component, units, J per unit, kWh per million un
 throughput, mean power, measured share (counter and integrated), saturation, durations, exit status, cost and CO2
 when priced) and the policy it was computed under. Stores write it as measurement
 ``job_summary`` (+ ``job_summary_host``, each host's energy), keyed by the job id and the
-job's start: recomputing rewrites the same point.
+job's start: recomputing rewrites the same point (on VictoriaMetrics and Prometheus a newer
+sample of the job's one series, docs/storage.md).
 
 Who writes it: :class:`SummaryWriter` in a collector (a job's close arrives: computed once
 the job's samples cover its window, or the wait is over, and again as each host of a

@@ -169,7 +169,7 @@ def test_a_busy_run_beside_an_idle_one_is_charged_for_its_cpu_time_on_every_surf
         periods = [e.fields for e in sqlite.job_events(job) if e.event == "use" and e.fields["device"] == "cpu:host"]
         measured_s = sum(f["job_use"] / 100 * f["period_ns"] / 1e9 for f in periods)
         assert measured_s == pytest.approx(cpu[job], abs=2 * NS_PER_TICK / 1e9), (job, periods)
-    assert cpu["busy-1"] > 0.5 * SECONDS  # it spun (a loaded machine gives it at least half a CPU)
+    assert cpu["busy-1"] > 0.2 * SECONDS  # it spun (a machine at load 10 on 2 cores gives it a fifth of a CPU)
     assert cpu["idle-1"] < 0.02 * cpu["busy-1"]
 
     for store in stores.values():  # the summaries, as a collector writes them (the same code)
@@ -285,5 +285,7 @@ def test_the_cpu_time_a_workload_accounts_is_its_own(tmp_path: Path) -> None:
         assert (
             subprocess.run([sys.executable, str(script), how, str(tmp_path / how)], capture_output=True).returncode == 0
         )
-    assert float((tmp_path / "spin").read_text()) > 0.2 > float((tmp_path / "sleep").read_text())
+    # relative, not against the wall time: a busy CI host gives a spinner a fraction of a CPU
+    spin, sleep = (float((tmp_path / how).read_text()) for how in ("spin", "sleep"))
+    assert spin > 0.05 and spin > 20 * sleep, (spin, sleep)
     assert os.path.getsize(tmp_path / "sleep") > 0

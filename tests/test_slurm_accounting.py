@@ -42,7 +42,7 @@ def sacct_comment(cluster: slurm_cluster.Cluster, job: str) -> str:
 
 def keys(comment: str) -> dict[str, str]:
     words = comment.split()
-    assert words[0] == "wattline/1", comment
+    assert words[0] == "wattline.energy/1", comment
     return dict(word.split("=", 1) for word in words[1:])
 
 
@@ -79,7 +79,7 @@ def test_a_two_node_jobs_energy_in_sacct_and_its_user_cannot_change_it(cluster: 
     running = ["squeue", "-h", "-j", job, "-o", "%T"]
     wait_until(lambda: cluster.run(*running).stdout.strip() == "RUNNING", f"job {job} running")
     # while it runs (after it, Slurm says "Job has already finished" to anyone)
-    refused = as_nobody(cluster, "scontrol", "update", f"JobId={job}", "AdminComment=wattline/1 energy_j=1")
+    refused = as_nobody(cluster, "scontrol", "update", f"JobId={job}", "AdminComment=wattline.energy/1 energy_j=1")
     assert refused.returncode != 0 and "denied" in refused.stderr, refused
     found = closed(cluster, job, hosts=2)
     report = check_energy(cluster, job, found)
@@ -99,7 +99,7 @@ def test_a_two_node_jobs_energy_in_sacct_and_its_user_cannot_change_it(cluster: 
         "where",
         f"jobid={job}",
         "set",
-        "AdminComment=wattline/1 energy_j=1",
+        "AdminComment=wattline.energy/1 energy_j=1",
     ]
     refused = as_nobody(cluster, *forged, munge_ns=True)
     assert refused.returncode != 0 and "permission denied" in refused.stderr, refused
@@ -146,7 +146,7 @@ def test_a_job_accounting_does_not_know_is_skipped_with_a_line(
     try:
         with caplog.at_level(logging.WARNING):
             start = time.monotonic()
-            writer.queue("999999", "wl", "wattline/1 energy_j=1")
+            writer.queue("999999", "wl", "wattline.energy/1 energy_j=1")
             wait_until(lambda: writer.skipped == 1, "job 999999 skipped")
     finally:
         writer.stop()

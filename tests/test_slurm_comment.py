@@ -34,7 +34,7 @@ def report(unit: str = "documents", units: int = 40, gpu_j: float = 300.0) -> di
 def test_the_comments_form() -> None:
     text = admin_comment(report())
     assert text == (
-        "wattline/1 energy_j=1000.0 bound_j=12.5 j_per_unit=25 unit=documents accel_share=0.400 "
+        "wattline.energy/1 energy_j=1000.0 bound_j=12.5 j_per_unit=25 unit=documents accel_share=0.400 "
         "quality=integrated measured_share=1.000 complete=1"
     )
     assert parse_comment(text) == {
@@ -105,11 +105,11 @@ def test_retried_while_slurmdbd_is_down_then_written(caplog: pytest.LogCaptureFi
     runner = Sacctmgr(DOWN, DOWN, DOWN, MODIFIED)
     w = writer(runner)
     with caplog.at_level(logging.INFO):
-        w.queue("4242", "wl", "wattline/1 energy_j=1")
+        w.queue("4242", "wl", "wattline.energy/1 energy_j=1")
         wait_until(lambda: w.written == 1, "written")
     w.stop()
     assert len(runner.calls) == 4
-    assert runner.calls[-1][-4:] == ["jobid=4242", "cluster=wl", "set", "AdminComment=wattline/1 energy_j=1"]
+    assert runner.calls[-1][-4:] == ["jobid=4242", "cluster=wl", "set", "AdminComment=wattline.energy/1 energy_j=1"]
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(lines) == 1 and "not written yet (retried)" in lines[0], lines
 
@@ -124,7 +124,7 @@ def test_skipped_with_one_line(
     runner = Sacctmgr(answer)
     w = writer(runner, not_found_tries=3)
     with caplog.at_level(logging.WARNING):
-        w.queue("4242", "wl", "wattline/1 energy_j=1")
+        w.queue("4242", "wl", "wattline.energy/1 energy_j=1")
         wait_until(lambda: w.skipped == 1, "skipped")
     w.stop()
     assert len(runner.calls) == calls and w.pending() == 0
@@ -136,7 +136,7 @@ def test_given_up_after_its_time(caplog: pytest.LogCaptureFixture) -> None:
     runner = Sacctmgr(DOWN)
     w = writer(runner, give_up_s=0.3)
     with caplog.at_level(logging.WARNING):
-        w.queue("4242", "wl", "wattline/1 energy_j=1")
+        w.queue("4242", "wl", "wattline.energy/1 energy_j=1")
         wait_until(lambda: w.skipped == 1, "given up")
     w.stop()
     lines = [r.getMessage() for r in caplog.records]

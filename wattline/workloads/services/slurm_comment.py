@@ -32,7 +32,7 @@ from wattline.workloads.report.report_json import report_json
 log = logging.getLogger(__name__)
 
 #: First word of every comment: the format's version (bumped on an incompatible change).
-VERSION = "wattline/1"
+VERSION = "wattline.energy/1"
 #: Components whose energy is an accelerator's.
 ACCELERATORS = ("gpu", "accelerator")
 #: Qualities, worst first: a comment names the worst one that counted any energy.

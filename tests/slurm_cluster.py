@@ -176,7 +176,7 @@ def _start(cluster: Cluster, munge: pwd.struct_passwd) -> None:
         cluster.env["PATH"] = f"{root}/bin:{cluster.env['PATH']}"
     env = cluster.env
     writes = {"PATH": env["PATH"], "SLURM_CONF": env["SLURM_CONF"], "WATTLINE_COLLECTOR_SLURM_ADMIN_COMMENT": "true"}
-    writes["WATTLINE_COLLECTOR_SLURM_ADMIN_COMMENT_TIMEOUT"] = "3"  # slurmdbd stopped: a short wait
+    writes["WATTLINE_COLLECTOR_SLURM_ADMIN_COMMENT_TIMEOUT"] = "2"  # slurmdbd stopped: a short wait
     collector = start_collector(
         port,
         ["--store", f"sqlite:///{cluster.db}"],

@@ -78,7 +78,8 @@ class Sacctmgr:
     """A scripted sacctmgr: each call takes the next answer (the last one repeats)."""
 
     def __init__(self, *answers: tuple[int, str]) -> None:
-        self.answers, self.calls = list(answers), []  # type: ignore[var-annotated]
+        self.answers = list(answers)
+        self.calls: list[list[str]] = []
         self.gate = threading.Event()
         self.gate.set()
 
@@ -162,3 +163,23 @@ def test_never_blocks_and_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
     wait_until(lambda: w.written == 3, "written")
     w.stop()
     assert [c[-1] for c in runner.calls] == ["AdminComment=first", "AdminComment=new", "AdminComment=x"]
+
+
+def test_a_failing_runner_does_not_end_the_thread(caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[str] = []
+
+    def runner(argv: list[str], timeout_s: float) -> tuple[int, str]:
+        calls.append(argv[-1])
+        if len(calls) == 1:
+            raise ValueError("a bug")
+        return MODIFIED
+
+    w = AdminCommentWriter(runner).start()
+    with caplog.at_level(logging.WARNING):
+        w.queue("1", "wl", "a")
+        wait_until(lambda: w.skipped == 1, "job 1 dropped")
+        w.queue("2", "wl", "b")
+        wait_until(lambda: w.written == 1, "job 2 written")
+    w.stop()
+    assert calls == ["AdminComment=a", "AdminComment=b"]
+    assert "job 1: AdminComment not written: ValueError: a bug" in caplog.records[0].getMessage()

@@ -96,7 +96,9 @@ def slurm_id(data: Mapping[str, Any]) -> tuple[str, str] | None:
 def run_command(argv: list[str], timeout_s: float) -> tuple[int, str]:
     """:data:`Runner` by subprocess; a command that is absent or timed out is status -1."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, errors="replace", timeout=timeout_s, stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return -1, f"{type(exc).__name__}: {exc}"
     return done.returncode, done.stdout + done.stderr
@@ -198,7 +200,11 @@ class AdminCommentWriter:
 
     def _run(self) -> None:
         while (item := self._next()) is not None:
-            self._write(*item)
+            try:
+                self._write(*item)
+            except Exception as exc:  # a bug must not end the thread: the job is dropped, said
+                self.skipped += 1
+                log.warning("slurm job %s: AdminComment not written: %s: %s", item[0], type(exc).__name__, exc)
 
     def _write(self, job_id: str, due: _Due) -> None:
         argv = [self.sacctmgr, "-i", "modify", "job", "where", f"jobid={job_id}", f"cluster={due.cluster}"]

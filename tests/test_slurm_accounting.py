@@ -89,6 +89,7 @@ def test_a_two_node_jobs_energy_in_sacct_and_its_user_cannot_change_it(cluster: 
     truth = truth_j(found)
     assert float(comment["energy_j"]) == pytest.approx(truth, rel=0.01)
     assert "j_per_unit" not in comment and "unit" not in comment  # no units counted
+    assert comment["hosts"] == "2"
     assert comment["quality"] == "counter"  # RAPL trees: counters only
     assert comment["accel_share"] == "0.000"  # no accelerator on these nodes
     assert comment["complete"] == "1"
@@ -130,7 +131,7 @@ def test_a_controller_outage_during_the_write(cluster: slurm_cluster.Cluster) ->
     truth = truth_j(found)
     assert float(comment["energy_j"]) == pytest.approx(truth, rel=0.01)
     assert float(comment["j_per_unit"]) == pytest.approx(truth / 6, rel=0.01)
-    assert comment["unit"] == "units"
+    assert comment["unit"] == "units" and comment["hosts"] == "1"
     assert [e["event"] for e in events(cluster, job)].count("close") == 1
     state = cluster.run("sacct", "-j", job, "-X", "-o", "State", "-P", "-n").stdout.split()
     assert state == ["COMPLETED"]

@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 from waits import wait_until
 
-from wattline.workloads.services.slurm_comment import AdminCommentWriter, admin_comment, parse_comment, slurm_id
+from wattline.workloads.services.slurm_comment import (
+    AdminCommentWriter,
+    admin_comment,
+    node_count,
+    parse_comment,
+    slurm_id,
+)
 
 
 def report(unit: str = "documents", units: int = 40, gpu_j: float = 300.0) -> dict[str, Any]:
@@ -23,7 +29,13 @@ def report(unit: str = "documents", units: int = 40, gpu_j: float = 300.0) -> di
         "coverage": {"shares": {"counter": 0.9, "integrated": 0.1, "model": 0.0}, "measured_share": 1.0},
     }
     return {
-        "job": {"id": "4242", "unit": unit, "closed": True, "labels": {"cluster": "wl", "nodes": "n[1-2]"}},
+        "job": {
+            "id": "4242",
+            "unit": unit,
+            "closed": True,
+            "hosts": ["n1", "n2"],
+            "labels": {"cluster": "wl", "nodes": "n[1-2]"},
+        },
         "whole_run": {"energy_j": 1000.0, "energy_bound_j": 12.5, "units": units, "j_per_unit": 25.0},
         "warmup": {"by_component": [{"component": "accelerator", "energy_j": 100.0}]},
         "saturated": sat,
@@ -35,7 +47,7 @@ def test_the_comments_form() -> None:
     text = admin_comment(report())
     assert text == (
         "wattline.energy/1 energy_j=1000.0 bound_j=12.5 j_per_unit=25 unit=documents accel_share=0.400 "
-        "quality=integrated measured_share=1.000 complete=1"
+        "quality=integrated measured_share=1.000 hosts=2 complete=1"
     )
     assert parse_comment(text) == {
         "energy_j": "1000.0",
@@ -45,6 +57,7 @@ def test_the_comments_form() -> None:
         "accel_share": "0.400",
         "quality": "integrated",
         "measured_share": "1.000",
+        "hosts": "2",
         "complete": "1",
     }
     assert parse_comment("site note") is None
@@ -62,6 +75,31 @@ def test_a_unit_name_cannot_break_the_form() -> None:
 def test_no_units_no_j_per_unit() -> None:
     keys = parse_comment(admin_comment(report(units=0)))
     assert keys is not None and "j_per_unit" not in keys and "unit" not in keys
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "count"),
+    [("n[1-2]", 2), ("n[1-2],gpu[01-03,07]", 6), ("login1", 1), ("r[1-2]n[1-3]", 6), ("n1,n2", 2), ("x[a-b]", None)],
+)
+def test_node_count(nodelist: str, count: int | None) -> None:
+    assert node_count(nodelist) == count
+
+
+def test_a_multi_host_jobs_first_close_waits_for_the_others() -> None:
+    """Its report has one host of its two nodes: marked incomplete and held ``partial_wait_s``;
+    the report with both, offered then, is the one written (at once)."""
+    runner = Sacctmgr(MODIFIED)
+    w = writer(runner, partial_wait_s=30.0)
+    first = report()
+    first["job"]["hosts"] = ["n1"]
+    assert parse_comment(admin_comment(first))["complete"] == "0"  # type: ignore[index]
+    w.offer_json(first)
+    time.sleep(0.3)  # time, not a state: the first must not be written within its wait
+    assert runner.calls == [] and w.pending() == 1
+    w.offer_json(report())
+    wait_until(lambda: w.written == 1, "written")
+    w.stop()
+    assert runner.calls[0][-1] == "AdminComment=" + admin_comment(report())
 
 
 def test_only_the_hooks_jobs_are_slurm_jobs() -> None:

@@ -3,11 +3,12 @@
 When the collector has written a closed Slurm job's summary, :class:`AdminCommentWriter`
 writes the same figures, in :func:`admin_comment`'s short versioned form, to the job's
 AdminComment in Slurm's accounting (``sacctmgr -i modify job where jobid=N cluster=C set
-AdminComment=...``), so ``sacct -j N -o JobID,AdminComment`` shows them. Only root,
-SlurmUser and Slurm operators may set AdminComment: a job's user cannot forge it.
+AdminComment=...``), so ``sacct -j N -o JobID,AdminComment`` shows them. Only Slurm's
+administrators (root, SlurmUser) may set AdminComment: a job's user cannot forge it.
 
 It runs on one thread of its own fed by :meth:`AdminCommentWriter.offer`, which never
-blocks: a bounded table of jobs due (a job rewritten keeps its latest figures). Each
+blocks: a bounded table of jobs due (a job rewritten keeps its latest figures; one whose
+report has fewer hosts than its Slurm nodes waits ``partial_wait_s`` for the others). Each
 ``sacctmgr`` runs with a timeout; slurmdbd down or slow is retried with back-off for at
 most ``give_up_s`` (one line at the first failure, one when it gives up); a job
 accounting does not know (purged, or never recorded) is looked for ``not_found_tries``
@@ -39,6 +40,7 @@ ACCELERATORS = ("gpu", "accelerator")
 QUALITIES = ("model", "integrated", "counter")
 _JOB_ID = re.compile(r"[0-9]{1,12}")
 _WORD = re.compile(r"[^A-Za-z0-9_.:-]")
+_HOSTLIST_PART = re.compile(r"(?:[^,\[]|\[[^\]]*\])+")
 #: Runs a command: (argv, timeout in seconds) -> (exit status, stdout + stderr).
 Runner = Callable[[list[str], float], tuple[int, str]]
 
@@ -57,7 +59,8 @@ def _num(value: float | None) -> str | None:
 def admin_comment(data: Mapping[str, Any]) -> str:
     """The comment of a job's ``wattline report --json`` (``data``): whole-run energy and its
     bound (J), J per unit and the unit where units counted, accelerators' share of the
-    energy, the worst quality that counted energy, the measured share and completeness."""
+    energy, the worst quality that counted energy, the measured share, the hosts measured
+    and completeness (not while fewer hosts than the job's Slurm nodes have closed)."""
     whole, parts = data["whole_run"], (data["warmup"], data["saturated"])
     energy = whole["energy_j"] or 0.0
     accel = math.fsum(c["energy_j"] for p in parts for c in p["by_component"] if c["component"] in ACCELERATORS)
@@ -71,9 +74,30 @@ def admin_comment(data: Mapping[str, Any]) -> str:
         "accel_share": f"{accel / energy:.3f}" if energy > 0 else None,
         "quality": quality,
         "measured_share": f"{data['saturated']['coverage']['measured_share']:.3f}",
-        "complete": "1" if data["complete"] else "0",
+        "hosts": str(len(data["job"]["hosts"])),
+        "complete": "1" if data["complete"] and not partial(data) else "0",
     }
     return " ".join([VERSION, *(f"{k}={v}" for k, v in fields.items() if v is not None)])
+
+
+def node_count(nodelist: str) -> int | None:
+    """How many nodes a Slurm hostlist names (``n[1-2],gpu[01-03,07]``: 6); None if unreadable."""
+    count = 0
+    for part in _HOSTLIST_PART.findall(nodelist):
+        names = 1
+        for group in re.findall(r"\[([^\]]*)\]", part):
+            ranges = [item.partition("-")[::2] for item in group.split(",")]
+            if not all(low.isdigit() and (high == "" or high.isdigit()) for low, high in ranges):
+                return None
+            names *= sum(int(high or low) - int(low) + 1 for low, high in ranges)
+        count += names
+    return count or None
+
+
+def partial(data: Mapping[str, Any]) -> bool:
+    """Fewer hosts in the report than nodes in the job's Slurm nodelist (others' closes to come)."""
+    nodes = node_count(data["job"]["labels"].get("nodes", ""))
+    return nodes is not None and len(data["job"]["hosts"]) < nodes
 
 
 def parse_comment(text: str) -> dict[str, str] | None:
@@ -127,12 +151,14 @@ class AdminCommentWriter:
         max_retry_s: float = 60.0,
         give_up_s: float = 3600.0,
         not_found_tries: int = 5,
+        partial_wait_s: float = 60.0,
         max_jobs: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.runner, self.sacctmgr, self.timeout_s = runner, sacctmgr, timeout_s
         self.retry_s, self.max_retry_s, self.give_up_s = retry_s, max_retry_s, give_up_s
         self.not_found_tries, self.max_jobs, self._clock = not_found_tries, max_jobs, clock
+        self.partial_wait_s = partial_wait_s
         self._due: dict[str, _Due] = {}
         self._cond = threading.Condition()
         self._stop = False
@@ -160,28 +186,30 @@ class AdminCommentWriter:
     def offer(self, report: Report) -> None:
         """A closed job's summary was written: write its comment if it is a Slurm job. Never blocks."""
         try:
-            data = report_json(report)
-            ids = slurm_id(data)
-            text = admin_comment(data) if ids is not None and data["job"]["closed"] else ""
+            self.offer_json(report_json(report))
         except Exception as exc:  # a bug here never stops the summaries
             log.warning("slurm AdminComment of %s: %s: %s", report.job.job_id[:100], type(exc).__name__, exc)
-            return
-        if ids is not None and text:
-            self.queue(*ids, text)
 
-    def queue(self, job_id: str, cluster: str, text: str) -> None:
-        """Write ``text`` to job ``job_id`` of ``cluster`` (replacing what is due for it). Never blocks."""
+    def offer_json(self, data: Mapping[str, Any]) -> None:
+        """:meth:`offer` of a report's JSON."""
+        ids = slurm_id(data)
+        if ids is not None and data["job"]["closed"]:  # a multi-host job's first closes: others' may follow
+            self.queue(*ids, admin_comment(data), self.partial_wait_s if partial(data) else 0.0)
+
+    def queue(self, job_id: str, cluster: str, text: str, delay_s: float = 0.0) -> None:
+        """Write ``text`` to job ``job_id`` of ``cluster`` in ``delay_s`` (replacing what is due
+        for it). Never blocks."""
         now = self._clock()
         with self._cond:
             due = self._due.get(job_id)
             if due is not None:
-                due.comment, due.at = text, min(due.at, now)
+                due.comment, due.at = text, min(due.at, now + delay_s)
             elif len(self._due) >= self.max_jobs:
                 self.skipped += 1
                 log.warning("slurm AdminComment: %d jobs already due; job %s skipped", len(self._due), job_id)
                 return
             else:
-                self._due[job_id] = _Due(cluster, text, now, now)
+                self._due[job_id] = _Due(cluster, text, now + delay_s, now)
             self._cond.notify()
 
     def _next(self) -> tuple[str, _Due] | None:

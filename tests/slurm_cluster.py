@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import slurm_accounting
 from procs import Proc, start_collector
 from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
@@ -60,6 +61,7 @@ class Cluster:
     #: What slurm.conf names as hooks: wattline's; "noop" scripts that only exit 0; "none"
     #: (bench/run's yardsticks: Slurm's cost of running any hook, and of none).
     hooks: str = "wattline"
+    accounting: bool = False
 
     def config(self, node: str) -> Path:
         return self.root / f"{node}.toml"
@@ -78,6 +80,9 @@ class Cluster:
         return new
 
     def stop(self) -> None:
+        for proc in self.procs:  # all at once: an agent takes seconds to stop
+            if proc.alive():
+                proc.process.send_signal(signal.SIGTERM)
         for proc in self.procs:
             proc.terminate(10)
         for path in self.pid_files:
@@ -116,9 +121,10 @@ def _wait(check: object, what: str, log: Path, timeout_s: float = 30.0) -> None:
     )
 
 
-def start(power_w: dict[str, float], hooks: str = "wattline") -> Cluster:
+def start(power_w: dict[str, float], hooks: str = "wattline", accounting: bool = False) -> Cluster:
     """Start it all; a cluster whose every node is idle and whose collector serves (``hooks``:
-    see :attr:`Cluster.hooks`)."""
+    see :attr:`Cluster.hooks`; ``accounting``: slurmdbd on MariaDB, tests/slurm_accounting.py,
+    and the collector writes jobs' AdminComment)."""
     root = Path(tempfile.mkdtemp(prefix="wl-slurm-"))
     root.chmod(0o755)  # munged runs as munge and must reach its own directory
     for sub in ("state", "spool", "log", "munge"):
@@ -138,7 +144,7 @@ def start(power_w: dict[str, float], hooks: str = "wattline") -> Cluster:
         "HOME": str(root),
     }
     db = root / "w.db"
-    cluster = Cluster(root, db, power_w, env, hooks=hooks)
+    cluster = Cluster(root, db, power_w, env, hooks=hooks, accounting=accounting)
     try:
         _start(cluster, munge)
     except BaseException:
@@ -166,11 +172,16 @@ def _start(cluster: Cluster, munge: pwd.struct_passwd) -> None:
     )
     cluster.pid_files.append(root / "munge" / "munged.pid")
     port = free_port()
+    if cluster.accounting:  # sacct and sacctmgr through slurm_accounting.wrappers
+        cluster.env["PATH"] = f"{root}/bin:{cluster.env['PATH']}"
+    env = cluster.env
+    writes = {"PATH": env["PATH"], "SLURM_CONF": env["SLURM_CONF"], "WATTLINE_COLLECTOR_SLURM_ADMIN_COMMENT": "true"}
+    writes["WATTLINE_COLLECTOR_SLURM_ADMIN_COMMENT_TIMEOUT"] = "2"  # slurmdbd stopped: a short wait
     collector = start_collector(
         port,
         ["--store", f"sqlite:///{cluster.db}"],
         root / "log" / "collector.log",
-        env={"WATTLINE_HEARTBEAT_S": HEARTBEAT_S},
+        env={"WATTLINE_HEARTBEAT_S": HEARTBEAT_S, **(writes if cluster.accounting else {})},
     )
     cluster.procs.append(collector)
     host = socket.gethostname().split(".")[0]
@@ -185,6 +196,10 @@ def _start(cluster: Cluster, munge: pwd.struct_passwd) -> None:
         if cluster.hooks != "none"
         else ""
     )
+    dbd, ctld_bin = "", "/usr/sbin/slurmctld"
+    if cluster.accounting:
+        ctld_bin = str(slurm_accounting.wrappers(root, sock) / "slurmctld")
+        dbd = slurm_accounting.start(root, sock, cluster.env, cluster.pid_files)
     (root / "slurm.conf").write_text(
         f"""ClusterName=wl
 SlurmctldHost={host}(127.0.0.1)
@@ -207,7 +222,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 MinJobAge=600
-{hook_lines}{nodes}
+{dbd}{hook_lines}{nodes}
 PartitionName=debug Nodes={",".join(ports)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
     )
@@ -224,7 +239,9 @@ PartitionName=debug Nodes={",".join(ports)} Default=YES MaxTime=INFINITE State=U
         )
         cluster.procs.append(agent)
     conf = str(root / "slurm.conf")
-    subprocess.run(["/usr/sbin/slurmctld", "-f", conf], check=True, env=cluster.env, timeout=30)
+    if cluster.accounting:
+        slurm_accounting.add_cluster(cluster.env, root / "log" / "slurmdbd.log")
+    subprocess.run([ctld_bin, "-f", conf], check=True, env=cluster.env, timeout=30)
     cluster.pid_files.append(root / "slurmctld.pid")
     for node in cluster.power_w:
         subprocess.run(["/usr/sbin/slurmd", "-N", node, "-f", conf], check=True, env=cluster.env, timeout=30)

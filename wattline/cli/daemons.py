@@ -26,6 +26,7 @@ from wattline.collector.stores.reader import SummaryStore
 from wattline.config import build, help_of
 from wattline.signals import set_on_signals
 from wattline.workloads.report.model import ReportSettings
+from wattline.workloads.services.slurm_comment import AdminCommentWriter
 from wattline.workloads.services.summary import SummaryWriter
 
 log = logging.getLogger(__name__)
@@ -200,8 +201,14 @@ def serve_collector(
     """One collector process: ingest (:func:`run_collector`, ``hooks`` its callbacks) and
     its job summaries' writer."""
     writer: SummaryWriter | None = None
+    comments: AdminCommentWriter | None = None
     try:
         writer = summary_writer(settings)
+        if writer is not None and settings.slurm_admin_comment:
+            comments = AdminCommentWriter(timeout_s=settings.slurm_admin_comment_timeout).start()
+            writer.on_closed = comments.offer
+        elif settings.slurm_admin_comment:
+            log.warning("slurm AdminComment off: it is written from job summaries, which are off")
         run_collector(
             settings, stop, on_job_events=writer.job_events if writer is not None else None, link=link, **hooks
         )
@@ -209,6 +216,8 @@ def serve_collector(
         if writer is not None:
             writer.stop()
             writer.reader.close()  # type: ignore[attr-defined]
+        if comments is not None:
+            comments.stop()
 
 
 def collector_process(settings: CollectorSettings, link: ProcessLink) -> None:

@@ -104,6 +104,14 @@ class CollectorSettings:
     summary_price: float | None = option(None, "Instance price for summaries' cost figures, USD per instance-hour.")
     summary_carbon_intensity: float | None = option(None, "Grid carbon intensity for summaries' CO2, gCO2/kWh.")
     summary_pue: float = option(1.0, "Power usage effectiveness applied to summaries' CO2 (>= 1).")
+    slurm_admin_comment: bool = option(
+        False,
+        "Write each closed Slurm job's summary to its AdminComment in Slurm's accounting (sacctmgr, as root or "
+        "SlurmUser: a host with Slurm's client, its munge key and slurm.conf); docs/operations/slurm.md.",
+    )
+    slurm_admin_comment_timeout: float = option(
+        10.0, "Seconds each sacctmgr of slurm_admin_comment may take (slurmdbd down or slow: retried with back-off)."
+    )
     replay_dir: str = option(
         "",
         "Directory of the replay log: what the collector wrote to a store that acknowledges a write before it is "
@@ -137,6 +145,8 @@ class CollectorSettings:
         check_share_rule(self.summary_share_rule, "collector.summary_share_rule")
         if self.replay_max_mb < 1:
             raise ConfigError(f"option collector.replay_max_mb: {self.replay_max_mb} is below 1")
+        if not self.slurm_admin_comment_timeout > 0:
+            raise ConfigError("option collector.slurm_admin_comment_timeout: need > 0")
         if not self.summary_interval > 0 or not self.summary_wait >= 0 or not self.summary_pue >= 1:
             raise ConfigError("option collector.summary_interval/summary_wait/summary_pue: need > 0, >= 0 and >= 1")
         prices = (("summary_price", self.summary_price), ("summary_carbon_intensity", self.summary_carbon_intensity))

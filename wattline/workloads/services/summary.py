@@ -217,7 +217,8 @@ class SummaryWriter:
     does not show yet (VictoriaMetrics makes rows searchable about a second after it took
     them): a job not found, or a close not seen, is looked at again every ``poll_s`` until
     ``wait_s`` after the events were noted. Failures are logged and retried, ``retry_s``
-    doubling up to ``max_retry_s``.
+    doubling up to ``max_retry_s``. ``on_closed`` is given each closed job's report once its
+    summary is written (Slurm's AdminComment: services/slurm_comment.py).
     """
 
     def __init__(
@@ -234,6 +235,7 @@ class SummaryWriter:
         max_jobs: int = 10_000,
         recheck_s: float = 3600.0,
         clock: Callable[[], float] = time.monotonic,
+        on_closed: Callable[[Report], None] | None = None,
     ) -> None:
         self.reader = reader
         self.sink = sink
@@ -246,6 +248,8 @@ class SummaryWriter:
         self.max_jobs = max_jobs
         self.recheck_s = recheck_s
         self._clock = clock
+        #: Told each closed job's report once its summary is written (must not block).
+        self.on_closed = on_closed
         self._due: dict[str, float] = {}  #: job id -> when to compute it (clock time)
         #: jobs with a close since their last summary -> when the (first such) close was noted
         self._closing: dict[str, float] = {}
@@ -381,6 +385,8 @@ class SummaryWriter:
             if closing_at is not None and late and self._clock() - closing_at < self.recheck_s:
                 self._again(job_id, self.running_every_s)  # late samples may still come: look again
             self._converge(job_id, report, closing_at is not None)
+            if self.on_closed is not None and report.job.closed:
+                self.on_closed(report)
         self._forget(job_id)
         with self._cond:
             self._done[job_id] = self._clock()

@@ -1,6 +1,5 @@
 """The served reference workload (``wattline workload layoutlm-serve``, tiny, CPU, one torch
-thread) as a real process, its own metrics as a scrape reads them, and a powercap zone whose
-power the test steps with a stepped load, so each window's energy truth is known exactly.
+thread) as a real process, and its own metrics as a scrape reads them.
 """
 
 from __future__ import annotations
@@ -10,15 +9,12 @@ import re
 import signal
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from procs import Proc
 from prometheus_client.parser import text_string_to_metric_families
-from sysfs_trees import PowerAdvancer, Zone, powercap_tree, step_power
 from waits import wait_until
-
-from wattline.workloads.reference.stepped_load import Step
 
 SERVE = ["workload", "layoutlm-serve", "--size", "tiny", "--device", "cpu", "--threads", "1"]
 MODEL = "layoutlm-tiny"
@@ -89,42 +85,3 @@ class Served:
         wait_until(lambda: self.health() == "stopped", lambda: f"the service stopped; its log:\n{self.proc.log()}")
         final = self.counts()
         return final, self.proc.process.wait(timeout=60)
-
-
-@dataclass
-class PowerFollowsLoad:
-    """A RAPL package zone drawing ``idle_w + w_per_rps x`` the running step's rate.
-
-    Pass :meth:`on_edge` to :func:`~wattline.workloads.reference.stepped_load.run_steps` (or
-    call it from yours): at each edge it reads the zone's energy, then steps its power to the
-    next step's. Truth: step ``i`` drew ``watts[i]`` from ``edges_ns[i]`` to ``edges_ns[i + 1]``.
-    """
-
-    root: Path
-    steps: list[Step]
-    idle_w: float = 20.0
-    w_per_rps: float = 0.1
-    zone: str = "intel-rapl:0"
-    watts: list[float] = field(default_factory=list)
-    edges_ns: list[int] = field(default_factory=list)
-    energy_uj: list[int] = field(default_factory=list)  #: the zone's counter read at each edge
-
-    def __post_init__(self) -> None:
-        self.schedule = self.root / "power-schedule"
-        powercap_tree(self.root, [Zone(self.zone, "package-0")])
-        self.advancer = PowerAdvancer(self.root, {self.zone: self.idle_w}, schedule=self.schedule, period_s=0.005)
-
-    def on_edge(self, index: int) -> None:
-        self.energy_uj.append(int((self.root / "sys/class/powercap" / self.zone / "energy_uj").read_text()))
-        rate = self.steps[index].rate_rps if index < len(self.steps) else 0.0
-        self.watts.append(self.idle_w + self.w_per_rps * rate)
-        self.edges_ns.append(step_power(self.schedule, self.zone, self.watts[-1]))
-
-    def truth_j(self, index: int) -> float:
-        return self.watts[index] * (self.edges_ns[index + 1] - self.edges_ns[index]) / 1e9
-
-    def read_j(self, index: int) -> float:
-        return (self.energy_uj[index + 1] - self.energy_uj[index]) / 1e6
-
-    def close(self) -> None:
-        self.advancer.close()

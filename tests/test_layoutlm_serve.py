@@ -1,11 +1,8 @@
 """The served reference workload (``wattline workload layoutlm-serve``) and the stepped open-loop
-load (``wattline workload load``): batching, the step plan, bad flags, and the real service
-driven at 25, 50 and 100 % of its measured capacity on a powercap tree whose power follows the
-load, restarted in the middle of a step.
-
-The truth is constructed: the client counts every answer, the test steps the zone's power at
-each window edge. The service's own counters must split the answers by window exactly, and a
-restart must lose and double none of them. Needs the ``workloads`` extra (never skipped).
+load (``wattline workload load``): batching, the step plan, bad flags, a graceful stop, and the
+load command's windows. The service measured by wattline at 25, 50 and 100 % of its capacity on a
+powercap tree whose power follows the load, restarted in the middle of a step, is
+tests/test_service_windows.py. Needs the ``workloads`` extra (never skipped).
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from procs import CLI, clean_env
-from served_layoutlm import Counts, PowerFollowsLoad, Served
+from served_layoutlm import Served
 from waits import wait_until
 
 from wattline.cli.main import main
@@ -33,11 +30,8 @@ from wattline.workloads.reference.batcher import Batcher
 from wattline.workloads.reference.stepped_load import (
     Step,
     StepSpec,
-    Window,
     arrival_offsets,
-    measure_capacity,
     parse_steps,
-    run_steps,
 )
 
 # --- dynamic batching ------------------------------------------------------------------
@@ -161,80 +155,6 @@ def test_bad_flags_are_one_line_and_exit_2(
 
 
 # --- the real service ----------------------------------------------------------------------
-
-
-def window_counts(before: Counts, after: Counts) -> dict[str, float]:
-    return {
-        "ok": after.ok - before.ok,
-        "documents": after.documents - before.documents,
-        "latency_count": after.latency_count - before.latency_count,
-        "error": after.error - before.error,
-    }
-
-
-def answered(w: Window) -> dict[str, float]:
-    return {"ok": w.answered, "documents": w.documents, "latency_count": w.answered, "error": 0}
-
-
-def test_served_under_stepped_load_counts_every_window_exactly_through_a_restart(tmp_path: Path) -> None:
-    """25 %, 50 % and 100 % of the measured capacity; the service restarted (SIGTERM, then a new
-    process on the same port) early in the 50 % step. Per window, the service's counter deltas
-    equal the client's answers, the two processes' together in the restart's window; J per
-    request from the zone's counter and the service's counts is within 1 % of the truth."""
-    server = Served(tmp_path / "serve-1.log", "--linger", "0.5")
-    capacity = measure_capacity(server.url + "/infer", max_concurrency=16, step_seconds=0.5)
-    assert capacity.rps > 0 and [c for c, _ in capacity.history][:2] == [1, 2]
-    steps = [Step(capacity.rps * share, seconds) for share, seconds in ((0.25, 4), (0.5, 10), (1.0, 4))]
-    power = PowerFollowsLoad(tmp_path / "tree", steps)
-    scrapes: list[Counts] = []  # at each edge, of the process serving then
-    restarted = threading.Event()
-    serving = [server]
-
-    def on_edge(index: int) -> None:
-        if index == 2:
-            restarted.wait(90)  # a restart slower than the step ends it
-        scrapes.append(serving[-1].counts())
-        power.on_edge(index)
-
-    result: list[list[Window]] = []
-    load = threading.Thread(
-        target=lambda: result.append(run_steps(server.url + "/infer", steps, seed=1, on_edge=on_edge))
-    )
-    load.start()
-    try:
-        wait_until(lambda: len(power.edges_ns) >= 2, "the 50 % step started")
-        time.sleep(1.5)
-        first_final, status = server.stop()
-        assert status == 0
-        serving.append(Served(tmp_path / "serve-2.log", "--linger", "0.5", port=server.port))
-        restarted.set()
-        load.join(120)
-        assert result, "the load did not finish"
-    finally:
-        restarted.set()
-        power.close()
-    windows = result[0]
-    assert len(scrapes) == 4 and len(power.edges_ns) == 4
-    served = [window_counts(scrapes[0], scrapes[1]), {}, window_counts(scrapes[2], scrapes[3])]
-    # the restart's window: the first process from the edge to its last count, the second from zero
-    before = window_counts(scrapes[1], first_final)
-    after = window_counts(Counts(0, 0, 0, 0, 0, 0), scrapes[2])
-    served[1] = {k: before[k] + after[k] for k in before}
-    for w, counted in zip(windows, served, strict=True):
-        assert counted == answered(w), (w.index, counted, w)
-        assert w.sent == w.answered + sum(w.errors.values())
-    assert before["ok"] > 0 and windows[1].errors, "the restart fell in the 50 % step and cost it requests"
-    # refused (503) while stopping, or no connection while down: never a failed inference
-    assert set(windows[1].errors) <= {"503", "ConnectionRefusedError", "ConnectionResetError", "RemoteDisconnected",
-                                      "BrokenPipeError"}, windows[1].errors  # fmt: skip
-    assert not windows[0].errors and not windows[2].errors and windows[2].answered > 0
-    # J per request per window: the zone's energy over the service's count, against the truth
-    assert power.watts[:3] == [20.0 + 0.1 * s.rate_rps for s in steps]
-    for i, w in enumerate(windows):
-        assert power.read_j(i) / served[i]["ok"] == pytest.approx(power.truth_j(i) / w.answered, rel=0.01), i
-    second_final, status = serving[-1].stop()
-    assert status == 0 and second_final.ok == scrapes[3].ok
-    assert f"stopped: {second_final.ok:g} requests answered" in serving[-1].proc.log()
 
 
 def test_sigterm_answers_the_requests_in_flight_then_refuses(tmp_path: Path) -> None:

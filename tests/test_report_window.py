@@ -24,7 +24,10 @@ import pytest
 from procs import CLI, clean_env
 from schema_check import validator
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
+from typer.testing import CliRunner
 from window_workload import LINE_S
+
+from wattline.cli.main import app
 
 ZONE = "intel-rapl:0"
 START_UJ = 10**11
@@ -56,11 +59,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str,
 
 
 def report(env: dict[str, str], *window: str) -> dict[str, Any]:
-    out = subprocess.run(
-        [*CLI, "report", "svc", "--json", "--share-rule", "exclusive", *window],
-        capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
+    """``wattline report svc --json`` in this process (the store's path in ``env``)."""
+    out = CliRunner().invoke(app, ["report", "svc", "--json", "--share-rule", "exclusive", *window], env=env)
+    assert out.exit_code == 0, out.output[-2000:]
     r = json.loads(out.stdout)
     validator("report").validate(r)
     return r

@@ -34,6 +34,7 @@ acknowledged batch again, as the collector's replay log will, and counts the cop
 
 from __future__ import annotations
 
+import abc
 import datetime as dt
 import json
 import math
@@ -141,7 +142,7 @@ def whole(reader: Reader, base_ns: int, count: int) -> dict[int, int]:
 # -- engines of the test's own, killed and started again on the same data and port ----------
 
 
-class Engine:
+class Engine(abc.ABC):
     """A server process with its data in ``root``; :meth:`kill` SIGKILLs it, :meth:`start` starts it
     again on the same data and port."""
 
@@ -158,8 +159,9 @@ class Engine:
         self.starts = 0
         self.daemon: Daemon | None = None
 
+    @abc.abstractmethod
     def argv(self) -> list[str]:
-        raise NotImplementedError
+        """The server's command line."""
 
     def start(self) -> None:
         """Start it; the first time on another free port if its port was taken meanwhile, later
@@ -187,14 +189,15 @@ class Engine:
         if self.daemon is not None:
             self.daemon.stop()
 
+    @abc.abstractmethod
     def store(self) -> Store:
-        raise NotImplementedError
+        """wattline's store writing to it."""
 
+    @abc.abstractmethod
     def started(self) -> float:
         """When the running process started (Unix seconds), as the engine tells it."""
-        raise NotImplementedError
 
-    def refresh(self) -> None:
+    def refresh(self) -> None:  # noqa: B027 (a hook: only VictoriaMetrics needs it)
         """Make what was acknowledged searchable (VictoriaMetrics buffers it a second or so)."""
 
 
@@ -256,11 +259,16 @@ class Prometheus(Engine):
             self.daemon = start_prometheus(self.root, self.window_s)
             self.url = self.daemon.url
             return
-        argv = [str(a) for a in self.daemon.process.args]
+        argv = self.argv()
         self.starts += 1
         self.daemon = Daemon(argv, self.root / f"prometheus-{self.starts}.log", self.url)
         if not self.daemon.wait_ready(self.ready_path):
             pytest.fail(f"prometheus did not start again:\n{self.daemon.log_tail()}", pytrace=False)
+
+    def argv(self) -> list[str]:
+        """A restart's: the first start's command line (its config, flags and port)."""
+        assert self.daemon is not None
+        return [str(a) for a in self.daemon.process.args]
 
     def store(self) -> Store:
         return PrometheusStore(self.url, timeout_s=READ_TIMEOUT_S)

@@ -21,7 +21,6 @@ import logging
 import math
 import re
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any
 
 from wattline.workloads.report.model import Report
 from wattline.workloads.report.report_json import report_json
+from wattline.workloads.services.due_worker import DueWorker
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class _Due:
     missing: int = 0  #: tries that found no such job
 
 
-class AdminCommentWriter:
+class AdminCommentWriter(DueWorker[_Due]):
     """Writes closed Slurm jobs' comments on one background thread (module doc)."""
 
     def __init__(
@@ -159,29 +159,10 @@ class AdminCommentWriter:
         self.retry_s, self.max_retry_s, self.give_up_s = retry_s, max_retry_s, give_up_s
         self.not_found_tries, self.max_jobs, self._clock = not_found_tries, max_jobs, clock
         self.partial_wait_s = partial_wait_s
-        self._due: dict[str, _Due] = {}
-        self._cond = threading.Condition()
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="slurm-admin-comment", daemon=True)
+        super().__init__("slurm-admin-comment")
         #: Counters (for tests and metrics): comments written, jobs skipped or given up.
         self.written = 0
         self.skipped = 0
-
-    def start(self) -> AdminCommentWriter:
-        self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the thread (a command running is let finish, within its timeout)."""
-        with self._cond:
-            self._stop = True
-            self._cond.notify()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
-
-    def pending(self) -> int:
-        with self._cond:
-            return len(self._due)
 
     def offer(self, report: Report) -> None:
         """A closed job's summary was written: write its comment if it is a Slurm job. Never blocks."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -36,6 +35,7 @@ from wattline.workloads.jobs.jobs_view import BadJob, JobNotFound
 from wattline.workloads.report.build import build_report, neighbours, report_wait_s, search_lag_s
 from wattline.workloads.report.model import Report, ReportSettings
 from wattline.workloads.report.report_json import report_json
+from wattline.workloads.services.due_worker import DueWorker
 from wattline.workloads.services.store import default_store_url
 
 log = logging.getLogger(__name__)
@@ -205,7 +205,7 @@ def _record_or_warn(
         return None
 
 
-class SummaryWriter:
+class SummaryWriter(DueWorker[float]):
     """Computes and writes job summaries on one background thread.
 
     :meth:`job_events` (called by the collector after each committed batch) marks jobs
@@ -250,37 +250,17 @@ class SummaryWriter:
         self._clock = clock
         #: Told each closed job's report once its summary is written (must not block).
         self.on_closed = on_closed
-        self._due: dict[str, float] = {}  #: job id -> when to compute it (clock time)
+        super().__init__("job-summaries")  # _due: job id -> when to compute it (clock time)
         #: jobs with a close since their last summary -> when the (first such) close was noted
         self._closing: dict[str, float] = {}
         #: jobs due -> when their latest events were noted (the store may not show them yet)
         self._noted: dict[str, float] = {}
         self._failures: dict[str, int] = {}
         self._done: dict[str, float] = {}  #: job id -> when its last summary was written
-        self._cond = threading.Condition()
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="job-summaries", daemon=True)
         #: Counters (for tests and metrics): summaries written, failed attempts, jobs dropped.
         self.written = 0
         self.failed = 0
         self.dropped = 0
-
-    def start(self) -> SummaryWriter:
-        self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the thread (the summary being computed is finished first)."""
-        with self._cond:
-            self._stop = True
-            self._cond.notify()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
-
-    def pending(self) -> int:
-        """Jobs due (for tests: 0 once everything marked is written)."""
-        with self._cond:
-            return len(self._due)
 
     def job_events(self, jobs: Iterable[tuple[str, bool]]) -> None:
         """Jobs with newly stored events: (job id, the events include a close). Never blocks."""

@@ -132,7 +132,7 @@ def truth() -> tuple[int, dict[tuple[str, str], int]]:
 
 def report(store: str, *args: str) -> subprocess.CompletedProcess[str]:
     out = subprocess.run(
-        [*CLI, "report", "kinds", "--store", store, "--share-rule", "exclusive", *args],
+        [*CLI, "report", "kinds", "--store", store, "--share-rule", "exclusive", "--model-split", "none", *args],
         capture_output=True, text=True, timeout=60, env={**clean_env(), "COLUMNS": "200"},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

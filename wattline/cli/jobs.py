@@ -17,6 +17,7 @@ from wattline.cli.options import (
     CARBON,
     IDLE,
     JOB_HELP,
+    MODEL_SPLIT,
     PRICE,
     PUE,
     SHARE,
@@ -45,6 +46,7 @@ from wattline.workloads.output.comparison import comparison_json, print_comparis
 from wattline.workloads.output.jobs_table import print_jobs
 from wattline.workloads.report.interval_reports import interval_figures
 from wattline.workloads.report.model import ReportSettings
+from wattline.workloads.report.model_split import check_applies, check_model_split
 from wattline.workloads.services.reading import compare_jobs, job_rows, report_or_exit
 from wattline.workloads.wrappers.job import default_job_id
 from wattline.workloads.wrappers.job_command import (
@@ -176,6 +178,7 @@ def report(
     to: str | None = TO,
     every: str | None = EVERY,
     curve: Path | None = CURVE,
+    model_split: str = MODEL_SPLIT,
     *,
     choice: StoreChoice,
     rsettings: ReportSettings,
@@ -186,11 +189,13 @@ def report(
     from wattline.cli import outputs
 
     window = parse_window(since, from_, to, time.time_ns())
-    rsettings = dataclasses.replace(rsettings, window=window)
+    split = check_model_split(model_split, "--model-split")
+    rsettings = dataclasses.replace(rsettings, window=window, model_split=split)
     outputs.check_report_outputs(plot, html)
     every_s = parse_every(every, curve)
     with choice.reader() as reader:
         result = report_or_exit(reader, job_id, rsettings)
+        check_applies(result)
         if every_s is not None:
             result.intervals = interval_figures(reader, result.job.job_id, result, every_s, rsettings)
         outputs.write_report_outputs(reader, result, plot, html, by_host)

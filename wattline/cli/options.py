@@ -34,6 +34,7 @@ from wattline.config import ConfigError, build
 from wattline.share_rules import DEFAULT_SHARE_RULE, SHARE_RULE_HELP, check_share_rule
 from wattline.workloads.report.intensity import IntensitySeries, parse_intensity
 from wattline.workloads.report.model import ReportSettings
+from wattline.workloads.report.model_split import DEFAULT_MODEL_SPLIT, MODEL_SPLIT_HELP
 from wattline.workloads.services import reading
 from wattline.workloads.services.store import default_store_url
 from wattline.workloads.wrappers.job_command import JobStore
@@ -54,6 +55,7 @@ CARBON = typer.Option(
 PUE = typer.Option(1.0, "--pue", help="Power usage effectiveness applied to CO2 (>= 1).")
 IDLE = typer.Option("none", "--idle", help="Idle policy: none (total energy) or subtract (above the pre-job baseline).")
 SHARE = typer.Option(DEFAULT_SHARE_RULE, "--share-rule", help=SHARE_RULE_HELP)
+MODEL_SPLIT = typer.Option(DEFAULT_MODEL_SPLIT, "--model-split", help=MODEL_SPLIT_HELP)
 STORE = typer.Option(None, "--store", help=STORE_HELP)
 CONFIG = typer.Option(None, "--config", "-c", help=CONFIG_HELP)
 AS_JSON = typer.Option(False, "--json", help="Print JSON.")

@@ -24,6 +24,7 @@ from wattline.workloads.output import quantities as q
 from wattline.workloads.output.interval_table import print_intervals
 from wattline.workloads.output.labels import NO_SAMPLES, estimate_tag, tagged
 from wattline.workloads.report.model import Report
+from wattline.workloads.report.model_split import ModelShare, model_split
 from wattline.workloads.report.report_json import report_coverage
 from wattline.workloads.report.spans import Span, spans
 from wattline.workloads.report.unit_kinds import unit_kinds
@@ -60,6 +61,11 @@ def _energy_bounded(energy_j: float, bound: Bound) -> str:
     if rel is None:
         return f"{q.si(energy_j, 'J')} ± {q.si(bound.total_j, 'J')}"
     return _bounded(q.si(energy_j, "J"), rel)
+
+
+def _rel(bound: float | None, value: float) -> float | None:
+    """``bound`` relative to ``value``; None when either is unknown or ``value`` is 0."""
+    return bound / value if bound is not None and value else None
 
 
 def _span_figure(text: str, s: Span, per_unit: bool = False) -> str:
@@ -165,6 +171,35 @@ def unit_kinds_table(r: Report) -> TextTable | None:
     return f"Unit kinds ({whole.title}; the job's energy per unit of each)", head, rows
 
 
+def model_split_table(r: Report) -> TextTable | None:
+    """The job's energy split between the models of its unit series by the report's rule, and
+    each model's J per unit of each kind by it (:mod:`~wattline.workloads.report.model_split`);
+    None without a split. Every figure is labelled a model, as the rule is one."""
+    split = model_split(r)
+    if split is None or not split.models:
+        return None
+    whole = spans(r)[1]
+    kinds = sorted({p.name for m in split.models for p in m.per_unit})
+
+    def per(m: ModelShare, kind: str) -> str:
+        p = next((p for p in m.per_unit if p.name == kind), None)
+        if p is None or p.j_per_unit is None:
+            return q.NA
+        return tagged(_bounded(q.si(p.j_per_unit, "J"), _rel(p.j_per_unit_bound, p.j_per_unit)), whole.estimate)
+
+    rows = [
+        [
+            ", ".join(f"{name}={value}" for name, value in sorted(m.labels.items())),
+            q.share(m.share),
+            tagged(_bounded(q.si(m.energy_j, "J"), _rel(m.energy_bound_j, m.energy_j)), whole.estimate),
+            *(per(m, kind) for kind in kinds),
+        ]
+        for m in split.models
+    ]
+    head = ["labels", f"share of {split.kind}", "energy (model)", *(f"J per {kind} (model)" for kind in kinds)]
+    return f"Energy by model ({whole.title}; MODEL: split by {split.rule}, not measured)", head, rows
+
+
 def component_table(r: Report) -> TextTable:
     """Energy and mean power by component (saturated window), warm-up energy, how obtained."""
     rows = []
@@ -221,6 +256,8 @@ def print_report(r: Report, console: Console | None = None) -> None:
     tables = [report_table(r), component_table(r)]
     if kinds := unit_kinds_table(r):
         tables.append(kinds)
+    if split := model_split_table(r):
+        tables.append(split)
     for title, head, rows in tables:
         t = Table(title=title)
         for n, col in enumerate(head):

@@ -49,7 +49,7 @@ from wattline.workloads.report.channels import EXCLUDED_COMPONENTS, Bounds
 from wattline.workloads.report.host_energy import accumulate, concurrent_jobs, host_attribution
 from wattline.workloads.report.idle import idle_busy_jobs, idle_busy_note
 from wattline.workloads.report.model import Report, ReportSettings
-from wattline.workloads.report.unit_kinds import no_split_note
+from wattline.workloads.report.model_split import split_note
 from wattline.workloads.report.window_view import clip_view, intervals_bound, units_bound
 from wattline.workloads.report.windows import WindowEnergy
 
@@ -152,7 +152,7 @@ def build_report(
         if asked is None
         else {k: intervals_bound(v, asked) for k, v in unclipped.kind_intervals.items()},
     )
-    if note := no_split_note(report):
+    if note := split_note(report):
         report.notes.append(note)
     if settings.carbon_series is not None:
         apply_series(reader, report, settings.carbon_series)

@@ -12,6 +12,7 @@ from wattline.workloads.energy.saturation import Saturation, SaturationParams
 from wattline.workloads.jobs.jobs_view import JobView, UnitSeries
 from wattline.workloads.report import economics
 from wattline.workloads.report.intensity import IntensitySeries
+from wattline.workloads.report.model_split import DEFAULT_MODEL_SPLIT
 from wattline.workloads.report.report_json import report_json
 from wattline.workloads.report.window_view import Window
 from wattline.workloads.report.windows import WindowEnergy
@@ -39,6 +40,8 @@ class ReportSettings:
     carbon_series: IntensitySeries | None = None
     #: Figures over this stretch of the job only (a service's last 15 minutes), not its whole run.
     window: Window | None = None
+    #: How the energy divides between the models of its unit series (:mod:`.model_split`).
+    model_split: str = DEFAULT_MODEL_SPLIT
 
 
 @dataclass

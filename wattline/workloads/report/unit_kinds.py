@@ -4,9 +4,9 @@ gives figures for (the whole run, or the window asked) and J per unit of it.
 
 The energy is the job's, whole, over each series' units: "J per output token" divides the energy
 that served everything by the output tokens alone. A server serving several models is measured
-as one, so a model's J per unit is the *server's* energy over that model's units; no split of
-the energy between models is made (saying so in the report's notes), as nothing measured says
-how a shared server's energy divides between them.
+as one, so a model's J per unit here is the *server's* energy over that model's units, as
+nothing measured says how a shared server's energy divides between them; a split by a named
+rule, a model, is :mod:`.model_split`'s.
 """
 
 from __future__ import annotations
@@ -24,11 +24,6 @@ if TYPE_CHECKING:
 
 #: What each series' J per unit divides: the job's energy, never a share of it (see above).
 ENERGY_OF = "job"
-#: The report note when a kind has series by label values (several models on one server).
-NO_SPLIT_NOTE = (
-    "unit kinds by {labels}: each one's J per unit is the whole job's energy over its units; "
-    "the energy is not split between them"
-)
 
 
 @dataclass(frozen=True)
@@ -65,9 +60,3 @@ def unit_kinds(r: Report) -> list[UnitKind]:
         j_bound = None if per_unit is None or rel is None else per_unit * rel
         out.append(UnitKind(series[0], dict(series[1]), units, bound, per_unit, j_bound))
     return out
-
-
-def no_split_note(r: Report) -> str | None:
-    """The note that series by label values share the job's energy unsplit; None without them."""
-    labels = sorted({name for _, pairs in r.job.kind_intervals for name, _ in pairs})
-    return NO_SPLIT_NOTE.format(labels=", ".join(labels)) if labels else None

@@ -204,7 +204,7 @@ def test_each_model_gets_the_rule_s_share_of_the_job_s_energy(served: Served, as
     )
     energy = data["whole_run"]["energy_j"]
     assert served.low_j < energy < served.high_j
-    assert split["energy_j"] == energy
+    assert split["energy_j"] == energy and split["energy_estimate_share"] == 0  # a counter: measured
     parts = [models[m]["energy_j"] for m in (LLAMA, QWEN)]
     assert math.fsum(parts) == pytest.approx(energy, rel=1e-15, abs=0)
     total = truth[kind, LLAMA] + truth[kind, QWEN]

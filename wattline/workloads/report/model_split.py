@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from wattline.config import ConfigError
 from wattline.text import clip
 from wattline.workloads.report.spans import spans
-from wattline.workloads.report.unit_kinds import UnitKind, unit_kinds
+from wattline.workloads.report.unit_kinds import ENERGY_OF, UnitKind, unit_kinds
 
 if TYPE_CHECKING:
     from wattline.workloads.report.model import Report
@@ -149,12 +149,13 @@ def model_split(r: Report) -> ModelSplit | None:
         return None
     total = math.fsum(k.units for k in split)
     total_bound = math.fsum(k.units_bound for k in split)
+    if total <= 0:  # none of the kind in the span: nothing to share by
+        return ModelSplit(r.settings.model_split, rule, by, energy, bound, [])
     models = []
     given = 0.0
     for n, k in enumerate(split):
-        share = k.units / total if total > 0 else 0.0
-        last = n == len(split) - 1
-        part = energy - given if last and total > 0 else energy * share
+        share = k.units / total
+        part = energy - given if n == len(split) - 1 else energy * share
         given = math.fsum([given, part])
         ds = _share_bound(k.units, k.units_bound, total, total_bound)
         part_bound = None if bound is None else energy * ds + bound * share + bound * ds
@@ -215,6 +216,8 @@ def split_note(r: Report) -> str | None:
     labels = ", ".join(split.by)
     if split.kind is None:
         return NO_SPLIT_NOTE.format(labels=labels)
+    if not split.models:
+        return f"no {split.kind} in the span: the energy is not split between {labels} values ({split.rule})"
     return SPLIT_NOTE.format(labels=labels, rule=split.rule, kind=split.kind)
 
 
@@ -230,6 +233,7 @@ def split_json(r: Report) -> dict[str, Any] | None:
         "by": split.by,
         "energy_j": split.energy_j,
         "energy_bound_j": split.energy_bound_j,
+        "energy_estimate_share": spans(r)[1].estimate,
         "bound_covers": "measurement: the job's energy and the units at the window's edges, not the rule",
         "models": [
             {
@@ -246,13 +250,21 @@ def split_json(r: Report) -> dict[str, Any] | None:
     }
 
 
-def kind_split_fields(r: Report, k: UnitKind) -> dict[str, Any]:
-    """A ``unit_kinds`` entry's fields by the rule: its model's J per unit, null under none."""
+def unit_kinds_json(r: Report) -> list[dict[str, Any]]:
+    """The report JSON's ``unit_kinds``: each series' unsplit figures (``energy_of``: the job's
+    energy) and its model's J per unit by the rule (null under none, or without a share)."""
     split = model_split(r)
-    model = None if split is None else split.of(k.labels)
-    per = None if model is None else next((p for p in model.per_unit if p.name == k.name), None)
-    return {
-        "split_rule": NONE if split is None else split.rule,
-        "split_j_per_unit": None if per is None else per.j_per_unit,
-        "split_j_per_unit_bound": None if per is None else per.j_per_unit_bound,
-    }
+    out = []
+    for k in unit_kinds(r):
+        model = None if split is None else split.of(k.labels)
+        per = None if model is None else next((p for p in model.per_unit if p.name == k.name), None)
+        out.append(
+            asdict(k)
+            | {
+                "energy_of": ENERGY_OF,
+                "split_rule": NONE if split is None else split.rule,
+                "split_j_per_unit": None if per is None else per.j_per_unit,
+                "split_j_per_unit_bound": None if per is None else per.j_per_unit_bound,
+            }
+        )
+    return out

@@ -15,9 +15,8 @@ from wattline.workloads.energy.uncertainty import Bound
 from wattline.workloads.jobs.jobs_view import status_text, utc_iso
 from wattline.workloads.report import economics
 from wattline.workloads.report.intervals import SATURATED_LOAD
-from wattline.workloads.report.model_split import kind_split_fields, split_json
+from wattline.workloads.report.model_split import split_json, unit_kinds_json
 from wattline.workloads.report.spans import Span, spans
-from wattline.workloads.report.unit_kinds import ENERGY_OF, unit_kinds
 from wattline.workloads.report.windows import WindowEnergy, estimate_share
 
 if TYPE_CHECKING:
@@ -182,7 +181,7 @@ def report_json(r: Report) -> dict[str, Any]:
         "device_shares": [asdict(d) | {"measured_j": d.split_by_use_j} for d in r.device_shares],
         "notes": r.notes,
         "intervals": None if r.intervals is None else _intervals_json(r.intervals),
-        "unit_kinds": [{**asdict(k), "energy_of": ENERGY_OF, **kind_split_fields(r, k)} for k in unit_kinds(r)],
+        "unit_kinds": unit_kinds_json(r),
         "model_split": split_json(r),
         "window": None
         if r.settings.window is None

@@ -33,6 +33,8 @@ from waits import wait_sampled, wait_until
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.workloads.jobs.jobs_view import JobNotFound, build_view
+from wattline.workloads.report.model_split import resolve
+from wattline.workloads.report.unit_kinds import UnitKind
 
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree  # isort: skip
 
@@ -315,3 +317,18 @@ def test_in_a_window_the_shares_carry_the_units_edge_bound(served: Served) -> No
     energy = data["model_split"]["energy_j"]
     assert llama["energy_bound_j"] == pytest.approx(energy * bound + job_bound * share + job_bound * bound, rel=1e-9)
     assert any("not the rule's assumption" in n for n in data["notes"]), data["notes"]
+
+
+def test_auto_splits_by_output_tokens_only_where_they_are_counted_by_labels() -> None:
+    """auto: by output tokens where a series of them has labels (vLLM's preset); none for a
+    server with one model (TGI's tokens have no label) or without output tokens (Triton)."""
+
+    def kind(name: str, **labels: str) -> UnitKind:
+        return UnitKind(name, labels, 10.0, 0.0, 1.0, 0.1)
+
+    assert resolve("auto", [kind("input_tokens", model_name="a"), kind("output_tokens", model_name="a")]) == (
+        "units:output_tokens"
+    )
+    assert resolve("auto", [kind("output_tokens")]) == "none"
+    assert resolve("auto", [kind("inferences", model="densenet_onnx")]) == "none"
+    assert resolve("units:inferences", [kind("inferences", model="densenet_onnx")]) == "units:inferences"

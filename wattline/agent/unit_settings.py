@@ -55,7 +55,7 @@ class SystemdSettings:
         "Services held by systemd units, one table each ([[systemd.services]]): unit (NAME.service), metrics "
         "(the server's Prometheus URL), count (a unit spec NAME=METRIC{MATCHERS}) or preset (vllm, triton, tgi, "
         "torchserve), and optionally job (its job id, default systemd:UNIT), name and kind (inference, training, "
-        "other). The unit's job is open while its cgroup system.slice/UNIT holds processes.",
+        "other). The unit's job is open while its cgroup system.slice/UNIT holds processes. In the file only.",
     )
     poll_interval: float = option(5.0, "Seconds between two looks at the units' cgroups and scrapes of their metrics.")
     grace: float = option(

@@ -290,8 +290,9 @@ def test_bad_service_entries_stop_the_agent_with_one_line(tmp_path: Path) -> Non
 
 def test_a_unit_running_before_the_agent_counts_from_its_first_look_and_reopens_as_a_new_job(tmp_path: Path) -> None:
     """The watcher driven look by look (times and counters the test's): a unit already running
-    when the agent starts is counted from its first scrape on, its past a baseline; stopped past
-    the grace its job closes at its stop; started again, it is a new job."""
+    when the agent starts is counted from its first scrape on, its past a baseline; a restarted
+    agent goes on with its job and its open as sent; stopped past the grace the job closes at
+    its stop; started again, it is a new job."""
     base = tmp_path / "sys/fs/cgroup"
     shutil.copytree(FIXTURE / "sys/fs/cgroup", base)
     count = {"n": 500}
@@ -308,9 +309,15 @@ def test_a_unit_running_before_the_agent_counts_from_its_first_look_and_reopens_
         metrics.count = count["n"]
         return metrics.exposition()
 
-    watcher = UnitWatcher(settings, wire.Host(host_id="h"), tmp_path, lambda _h, ev: sent.extend(ev), fetch)
+    def agent() -> UnitWatcher:
+        return UnitWatcher(settings, wire.Host(host_id="h"), tmp_path, lambda _h, ev: sent.extend(ev), fetch, state)
+
+    state = tmp_path / "outbox/units"
+    watcher = agent()
     t0 = 1_767_225_600 * 10**9
     for t in range(8):
+        if t == 2:  # the agent restarts: what the unit served since its last scrape is not counted
+            watcher = agent()
         write(base / "cpu.stat", 2e9 * t)
         if t < 4:
             write(base / "system.slice" / UNIT / "cpu.stat", 1e9 * t)
@@ -322,17 +329,46 @@ def test_a_unit_running_before_the_agent_counts_from_its_first_look_and_reopens_
     units = [e.units for e in sent if e.kind == wire.pb.JobEvent.KIND_UNITS]
     uses = [e for e in sent if e.kind == wire.pb.JobEvent.KIND_USE]
     [close] = [e for e in sent if e.kind == wire.pb.JobEvent.KIND_CLOSE]
-    assert [(e.job_id, e.time_ns) for e in opens] == [(JOB, t0)] and close.time_ns == t0 + 4 * 10**9
-    assert units == [0.0, 10.0, 10.0, 10.0]  # the past 500 a baseline; nothing once it stopped
-    # its CPU time from its first look on, half the host's; unknown over the look where its cgroup
-    # went (4); none while it is gone
+    # the restarted agent's open is the first one's, the same event
+    assert [(e.job_id, e.time_ns, e.event_seq) for e in opens] == [(JOB, t0, opens[0].event_seq)] * 2
+    assert close.job_id == JOB and close.time_ns == t0 + 4 * 10**9
+    assert units == [0.0, 10.0, 0.0, 10.0]  # each agent's first scrape a baseline; nothing once it stopped
+    # its CPU time from each agent's second look, half the host's; unknown over the look where its
+    # cgroup went (4); none while it is gone
     use = {(e.time_ns - t0) // 10**9: (e.job_use, e.device_use) for e in uses}
-    assert sorted(use) == [1, 2, 3, 5, 6, 7] and len(uses) == 6
-    assert all(use[t][0] > 0 and use[t][0] * 2 == pytest.approx(use[t][1]) for t in (1, 2, 3))
+    assert sorted(use) == [1, 3, 5, 6, 7] and len(uses) == 5
+    assert all(use[t][0] > 0 and use[t][0] * 2 == pytest.approx(use[t][1]) for t in (1, 3))
     assert all(use[t][0] == 0 < use[t][1] for t in (5, 6, 7))
+    watcher = agent()  # restarted after the close: the closed job's id is not taken again
+    watcher.look(t0 + 8 * 10**9)
     shutil.copytree(FIXTURE / "sys/fs/cgroup/system.slice" / UNIT, base / "system.slice" / UNIT)
     watcher.look(t0 + 9 * 10**9)
-    again = [e for e in sent if e.kind == wire.pb.JobEvent.KIND_OPEN][1:]
+    again = [e for e in sent if e.kind == wire.pb.JobEvent.KIND_OPEN][2:]
     assert [(e.job_id, e.time_ns) for e in again] == [
-        (f"{JOB}@{t0 // 10**9 + 9}", t0 + 7 * 10**9)
+        (f"{JOB}@{t0 // 10**9 + 9}", t0 + 8 * 10**9)
     ]  # from the look before
+
+
+def test_a_unit_stopped_while_no_agent_watched_closes_its_job_after_the_grace(tmp_path: Path) -> None:
+    base = tmp_path / "sys/fs/cgroup"
+    shutil.copytree(FIXTURE / "sys/fs/cgroup", base)
+    settings = SystemdSettings(services=[{"unit": UNIT, "job": JOB, "metrics": "http://127.0.0.1:9/m",
+                                          "count": "requests=app_requests_total"}], poll_interval=1.0, grace=2.0)  # fmt: skip
+    sent: list[Any] = []
+
+    def refused(_url: str, _timeout: float) -> str:
+        raise ScrapeError("connection refused")
+
+    def agent() -> UnitWatcher:
+        host = wire.Host(host_id="h")
+        return UnitWatcher(settings, host, tmp_path, lambda _h, ev: sent.extend(ev), refused, tmp_path / "state")
+
+    t0 = 1_767_225_600 * 10**9
+    agent().look(t0)
+    shutil.rmtree(base / "system.slice" / UNIT)  # stopped while the agent was down
+    watcher = agent()
+    for t in range(1, 5):
+        watcher.look(t0 + t * 10**9)
+    edges = (wire.pb.JobEvent.KIND_OPEN, wire.pb.JobEvent.KIND_CLOSE)
+    kinds = [(e.kind, e.job_id, e.time_ns) for e in sent if e.kind in edges]
+    assert kinds == [(wire.pb.JobEvent.KIND_OPEN, JOB, t0)] * 2 + [(wire.pb.JobEvent.KIND_CLOSE, JOB, t0 + 10**9)]

@@ -79,7 +79,8 @@ class Agent:
         if unit_services is not None and self.outbox is not None:
             from wattline.agent.unit_watch import UnitWatcher
 
-            self.units = UnitWatcher(unit_services, self.host, self.settings.sysfs_root, self._to_outbox)
+            state = self.outbox.root / "units"  # each unit's open job, across the agent's restarts
+            self.units = UnitWatcher(unit_services, self.host, self.settings.sysfs_root, self._to_outbox, state=state)
         self.slurm = (  # a Slurm job's lines and how it ended, between and after its hooks
             SlurmWatcher(
                 self.outbox.root,

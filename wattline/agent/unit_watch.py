@@ -29,6 +29,11 @@ cgroup is made anew at each start, its CPU counter from 0: a counter lower than 
 look, or a cgroup absent then, counts from 0. A cgroup that went away between two looks leaves
 that stretch unmeasured (the report estimates and bounds it).
 
+Each unit's open job (and how many it opened) is kept in a record of the agent's (``state``,
+under the outbox root): a restarted agent goes on with that job and its open as sent, rather
+than open it again later (the stores keep the last write of an event) or reuse a closed job's
+id; a unit that stopped while no agent watched has its job closed after the grace.
+
 Every event's identity is fixed by (job id, host) and its place (open, heartbeat period, CPU
 reading, look, close), so a restarted agent sends the same events again and the stores keep one.
 """
@@ -36,6 +41,7 @@ reading, look, close), so a restarted agent sends the same events again and the 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 import time
@@ -88,6 +94,7 @@ class _Unit:
     absent: bool | None = None  #: its cgroup was absent at the last look (None: not looked yet)
     cpu_total: float = 0.0  #: its CPU time since its baseline, as the tally takes it
     lives: int = 0  #: jobs it has opened
+    resume: tuple[str, int] | None = None  #: (job id, open) of a job an earlier agent left open
     good: int = 0  #: good scrapes in its job
     said: set[str] = field(default_factory=set)
 
@@ -110,11 +117,18 @@ class UnitWatcher:
         root: Path,
         deliver: Deliver,
         fetch: Callable[[str, float], str] = scrape,
+        state: Path | None = None,
     ) -> None:
-        self.settings, self.host, self.deliver, self.fetch = settings, host, deliver, fetch
+        """``state``: where each unit's record is kept across agent restarts (None: not kept)."""
+        self.settings, self.host, self.deliver, self.fetch, self.state = settings, host, deliver, fetch, state
         found = cgroup_cpu.mount(root / CGROUP_DIR)
         self.base, self.version = found if found is not None else (root / CGROUP_DIR, 2)
         self.units = [_Unit(s) for s in settings.parsed()]
+        for unit in self.units:
+            record = self._recorded(unit)
+            unit.lives = int(record.get("lives", 0))
+            if record.get("job_id") and record.get("host") == host.host_id:
+                unit.resume = (str(record["job_id"]), int(record["open_ns"]))
         self.tally = CpuTally()
         self.timeout_s = min(SCRAPE_TIMEOUT_S, settings.poll_interval / 2)
         self.pending: list[wire.pb.JobEvent] = []
@@ -137,7 +151,10 @@ class UnitWatcher:
         number = now // int(self.settings.poll_interval * 1e9)
         for unit in self.units:
             up = _populated(self.base / "system.slice" / unit.service.unit)
-            if up and not unit.job_id:
+            if unit.resume is not None and not up:  # stopped while no agent watched: closes after the grace
+                self._open(unit, now)
+                unit.stopped_ns = now
+            elif up and not unit.job_id:
                 self._open(unit, now)
             elif up:
                 unit.stopped_ns = 0
@@ -161,11 +178,15 @@ class UnitWatcher:
         since: its CPU time and units from then are its job's), else (running when this agent first
         looked) now, its counters and CPU time from here on."""
         s = unit.service
-        unit.lives += 1
-        unit.job_id = s.job_id if unit.lives == 1 else f"{s.job_id}@{now // 10**9}"
-        open_ns = self._last_ns or now
+        if unit.resume is not None:  # an earlier agent's job goes on, its open as it was sent
+            (unit.job_id, open_ns), unit.resume = unit.resume, None
+        else:
+            unit.lives += 1
+            unit.job_id = s.job_id if unit.lives == 1 else f"{s.job_id}@{now // 10**9}"
+            open_ns = self._last_ns or now
         unit.base, unit.open_ns, unit.stopped_ns = seq_base(unit.job_id, self.host.host_id), open_ns, 0
         unit.beat, unit.total, unit.good = -1, 0.0, 0
+        self._record(unit)
         # Running when this agent first looked: its counters hold a past that is not (or was already) counted.
         unit.counters = ServedCounters([s.spec], start_ns=open_ns, started_server=bool(self._last_ns))
         if self._last_ns and unit.absent is not None:  # its CPU time at the previous look is known
@@ -195,7 +216,7 @@ class UnitWatcher:
 
     def _close(self, unit: _Unit) -> None:
         end = max(unit.stopped_ns, unit.open_ns)
-        self.pending.append(unit.event(Kind.KIND_CLOSE, end, CLOSE_AT, exit_code=0))
+        self.pending.append(unit.event(Kind.KIND_CLOSE, end, CLOSE_AT))  # its processes' exit status is unknown here
         log.info(
             "unit %s stopped %.0f s ago: its service job %s is closed",
             unit.service.unit,
@@ -203,6 +224,40 @@ class UnitWatcher:
             unit.job_id,
         )
         unit.job_id, unit.counters = "", None
+        self._record(unit)
+
+    # ----------------------------------------------------------------- across agent restarts
+
+    def _path(self, unit: _Unit) -> Path | None:
+        name = hashlib.sha256(unit.service.unit.encode()).hexdigest()[:16]
+        return None if self.state is None else self.state / f"{name}.json"
+
+    def _recorded(self, unit: _Unit) -> dict[str, Any]:
+        """The unit's record an earlier agent kept ({} where none, or another unit's job's)."""
+        path = self._path(unit)
+        try:
+            record = json.loads(path.read_text()) if path is not None else {}
+        except (OSError, ValueError):
+            return {}
+        same = isinstance(record, dict) and record.get("unit") == unit.service.unit
+        job_id = str(record.get("job_id", "")) if same else None
+        return record if job_id is not None and (not job_id or job_id.startswith(unit.service.job_id)) else {}
+
+    def _record(self, unit: _Unit) -> None:
+        """Keep the unit's open job (or none) and its lives, so that a restarted agent neither
+        opens it again later (its open event would replace this one) nor reuses a closed job's id."""
+        path = self._path(unit)
+        if path is None:
+            return
+        record = {"unit": unit.service.unit, "host": self.host.host_id, "job_id": unit.job_id,
+                  "open_ns": unit.open_ns, "lives": unit.lives}  # fmt: skip
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            temporary = path.with_suffix(".new")
+            temporary.write_text(json.dumps(record))
+            temporary.replace(path)
+        except OSError as exc:
+            unit.say(f"its record is not kept in {path.parent}: {exc}")
 
     # ----------------------------------------------------------------- units
 

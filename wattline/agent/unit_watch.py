@@ -187,8 +187,9 @@ class UnitWatcher:
         unit.base, unit.open_ns, unit.stopped_ns = seq_base(unit.job_id, self.host.host_id), open_ns, 0
         unit.beat, unit.total, unit.good = -1, 0.0, 0
         self._record(unit)
-        # Running when this agent first looked: its counters hold a past that is not (or was already) counted.
-        unit.counters = ServedCounters([s.spec], start_ns=open_ns, started_server=bool(self._last_ns))
+        # Running when this agent first looked: its counters hold a past that is not (or was already,
+        # by an earlier agent) counted; only a series made since (its _created) counts from 0.
+        unit.counters = ServedCounters([s.spec], start_ns=now, started_server=bool(self._last_ns))
         if self._last_ns and unit.absent is not None:  # its CPU time at the previous look is known
             self.tally.start(unit.job_id, self._last_ns, unit.cpu_total, open_ns)
         self.pending.append(

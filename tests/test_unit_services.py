@@ -327,6 +327,11 @@ def test_a_unit_running_before_the_agent_counts_from_its_first_look_and_reopens_
         count["n"] += 10
     opens = [e for e in sent if e.kind == wire.pb.JobEvent.KIND_OPEN]
     units = [e.units for e in sent if e.kind == wire.pb.JobEvent.KIND_UNITS]
+    # the first agent's running total; none from the restarted one (its total would start again at 0)
+    totals = [
+        e.units_total if e.HasField("units_total") else None for e in sent if e.kind == wire.pb.JobEvent.KIND_UNITS
+    ]
+    assert totals == [0.0, 10.0, None, None]
     uses = [e for e in sent if e.kind == wire.pb.JobEvent.KIND_USE]
     [close] = [e for e in sent if e.kind == wire.pb.JobEvent.KIND_CLOSE]
     # the restarted agent's open is the first one's, the same event

@@ -96,6 +96,7 @@ class _Unit:
     lives: int = 0  #: jobs it has opened
     resume: tuple[str, int] | None = None  #: (job id, open) of a job an earlier agent left open
     good: int = 0  #: good scrapes in its job
+    resumed: bool = False  #: its job was opened by an earlier agent (whose running total this one lacks)
     said: set[str] = field(default_factory=set)
 
     def event(self, kind: wire.pb.JobEvent.Kind, time_ns: int, at: int, **fields: Any) -> wire.pb.JobEvent:
@@ -178,6 +179,7 @@ class UnitWatcher:
         since: its CPU time and units from then are its job's), else (running when this agent first
         looked) now, its counters and CPU time from here on."""
         s = unit.service
+        unit.resumed = unit.resume is not None
         if unit.resume is not None:  # an earlier agent's job goes on, its open as it was sent
             (unit.job_id, open_ns), unit.resume = unit.resume, None
         else:
@@ -281,7 +283,10 @@ class UnitWatcher:
         unit.good += 1
         # A restarted agent's first scrape, a baseline, takes the odd place: never that of the last look before.
         at = SCRAPES_AT + 2 * (number % _LOOKS) + (unit.good == 1 and not unit.counters.started_server)
-        self.pending.append(unit.event(Kind.KIND_UNITS, t, at, units=units, units_total=unit.total))
+        # units_total counts this process's events of the job: a resumed job's would restart from 0
+        # under the same event_seq base, so readers sum its events instead
+        total = {} if unit.resumed else {"units_total": unit.total}
+        self.pending.append(unit.event(Kind.KIND_UNITS, t, at, units=units, **total))
 
     # ----------------------------------------------------------------- CPU time
 

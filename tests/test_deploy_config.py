@@ -14,6 +14,7 @@ import pytest
 
 from wattline.agent import registry
 from wattline.agent.settings import AgentSettings
+from wattline.agent.unit_settings import SystemdSettings
 from wattline.collector.settings import CollectorSettings
 from wattline.config import ConfigError, build, coerce, read_toml
 
@@ -26,7 +27,7 @@ _COMMENTED = re.compile(r"^#\s*([a-z][a-z0-9_]*)\s*=\s*(.+)$")
 
 def settings_classes() -> dict[str, type[Any]]:
     """Table name -> the dataclass built from it."""
-    classes: dict[str, type[Any]] = {"agent": AgentSettings, "collector": CollectorSettings}
+    classes: dict[str, type[Any]] = {"agent": AgentSettings, "collector": CollectorSettings, "systemd": SystemdSettings}
     for name in registry.SOURCES:
         classes[f"sources.{name}"] = registry.source_class(name)[1]
     return classes
@@ -73,7 +74,7 @@ def settable(cls: type[Any], field: dataclasses.Field[Any]) -> bool:
 
 def test_example_builds_every_table() -> None:
     doc = read_toml(EXAMPLE)
-    assert set(doc) == {"agent", "collector", "sources"}
+    assert set(doc) == {"agent", "collector", "systemd", "sources"}
     assert set(doc["sources"]) == set(registry.SOURCES)
     for dotted in settings_classes():
         build_table(dotted, doc)

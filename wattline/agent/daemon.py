@@ -25,11 +25,13 @@ from wattline.agent.sources.base import Source
 from wattline.agent.spool import Spool
 from wattline.agent.spool_format import SpoolError
 from wattline.agent.tuning.records import restore_dead, restore_dir
+from wattline.agent.unit_settings import systemd_settings
 from wattline.agent.uplink import Uplink
 from wattline.signals import set_on_signals
 
 if TYPE_CHECKING:
     from wattline.agent.kube.watcher import PodWatcher
+    from wattline.agent.unit_watch import UnitWatcher
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,7 @@ class Agent:
 
     def __post_init__(self) -> None:
         security = uplink_security(self.settings)  # bad credentials fail before anything starts
+        unit_services = systemd_settings(self.doc)  # and a bad [systemd] service
         parts = assemble(self.settings, self.doc, self.env)
         self.discovery, self.host, self.spool, self.sampler = parts.discovery, parts.host, parts.spool, parts.sampler
         self.uplink = self._uplink(self.spool, security)
@@ -72,6 +75,12 @@ class Agent:
             self.pods = PodWatcher(
                 kube, self.host, self.settings.sysfs_root, self._to_outbox, lambda: use_sources(self._sources())
             )
+        self.units: UnitWatcher | None = None  # services held by systemd units ([systemd] services)
+        if unit_services is not None and self.outbox is not None:
+            from wattline.agent.unit_watch import UnitWatcher
+
+            state = self.outbox.root / "units"  # each unit's open job, across the agent's restarts
+            self.units = UnitWatcher(unit_services, self.host, self.settings.sysfs_root, self._to_outbox, state=state)
         self.slurm = (  # a Slurm job's lines and how it ended, between and after its hooks
             SlurmWatcher(
                 self.outbox.root,
@@ -128,6 +137,8 @@ class Agent:
             self._spawn(name, target)
         if self.pods is not None:
             self._spawn("pods", lambda: self.pods.run(self._stop) if self.pods else None)
+        if self.units is not None:
+            self._spawn("units", lambda: self.units.run(self._stop) if self.units else None)
         if self.slurm is not None:
             self._spawn("slurm", lambda: self.slurm.run(self._stop) if self.slurm else None)
         if self.outbox is not None:

@@ -25,6 +25,7 @@ from wattline.agent import registry
 from wattline.agent.daemon import run_agent
 from wattline.agent.kube.settings import KubeSettings
 from wattline.agent.settings import AgentSettings
+from wattline.agent.unit_settings import SystemdSettings
 from wattline.collector.settings import CollectorSettings
 from wattline.config import ConfigError, build, check_tables, env_names, parse_pairs, read_toml, unknown_variables
 from wattline.wire import ENV_HEARTBEAT
@@ -90,7 +91,7 @@ AGENT_OPTIONS: dict[str, tuple[str, str]] = {
 
 def known_tables() -> set[str]:
     """The tables a config file may hold (dotted)."""
-    return {"agent", "collector", "kubernetes", "sources", *(f"sources.{name}" for name in registry.SOURCES)}
+    return {"agent", "collector", "kubernetes", "systemd", "sources", *(f"sources.{name}" for name in registry.SOURCES)}
 
 
 def read_config(path: Path | None) -> dict[str, Any]:
@@ -107,7 +108,7 @@ def environment_warnings(env: Mapping[str, str] | None = None) -> list[str]:
     not stop a user's command)."""
     env = os.environ if env is None else env
     known = set(OTHER_VARIABLES) | env_names(AgentSettings, "agent") | env_names(CollectorSettings, "collector")
-    known |= env_names(KubeSettings, "kubernetes")
+    known |= env_names(KubeSettings, "kubernetes") | env_names(SystemdSettings, "systemd")
     if all(name in known for name in env if name.startswith("WATTLINE_")):
         return []
     for name in registry.SOURCES:  # imports every source module: only when needed

@@ -1,0 +1,287 @@
+"""A service's latency beside its energy (issue #44): ``wattline run --metrics URL --preset vllm``
+stores each bucket of the server's latency histogram as it grows, and ``wattline report`` gives
+p50 and p99 of any span (the whole run, a ``--from/--to`` window, each ``--every`` interval) with
+the interval of the bucket the true quantile lies in.
+
+The truths are the test's: a vLLM-shaped endpoint whose histogram this test fills with known
+latencies in three load steps (two models, the second appearing in the last step with a request
+beyond the last finite bucket), scrapes that fail while the first step is observed, and a restart
+of the server in the middle of the second (its counts back to 0, ``_created`` changed). Each
+window's edges lie in quiet gaps with a scrape on either side, so every observation's window is
+known. Through a collector writing SQLite, InfluxDB 1.x, VictoriaMetrics and Prometheus at once,
+each report must count each window's observations exactly (none lost to the failed scrapes or the
+restart, none doubled), interpolate each quantile as histogram_quantile does on the counts the test
+knows, and bound it by exactly the bucket holding the true quantile of the values observed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from procs import CLI, clean_env
+from schema_check import schema_errors
+from servers import Daemon, Influxd, VictoriaMetrics, searchable
+from test_store_parity import Tee, same
+from waits import wait_until
+
+from wattline.collector.server import CollectorServer
+from wattline.collector.stores.influx_v1 import InfluxV1Store
+from wattline.collector.stores.prometheus import PrometheusStore
+from wattline.collector.stores.sqlite import SqliteStore
+from wattline.collector.stores.victoria import VictoriaStore
+from wattline.workloads.jobs.jobs_view import JobNotFound, build_view
+
+HOST = "latency-host"
+HISTOGRAM = "vllm:e2e_request_latency_seconds"
+LE = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, math.inf)
+LLAMA, QWEN = "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-7B-Instruct"
+#: Latencies (s) observed per step and model, each step in bursts; the second step's second part
+#: is observed by the restarted server.
+STEP_A = {LLAMA: [0.03] * 6 + [0.2] * 12 + [0.7] * 5 + [3.0]}
+STEP_B = {LLAMA: [0.08] * 10 + [0.4] * 8}
+STEP_B_RESTARTED = {LLAMA: [0.3] * 9 + [1.5] * 3 + [7.0]}
+STEP_C = {LLAMA: [0.04] * 4 + [0.6] * 10 + [2.0] * 2, QWEN: [0.2] * 5 + [20.0]}
+SCRAPE = "0.1s"
+
+
+class Served(ThreadingHTTPServer):
+    """A vLLM-shaped ``/metrics``: each model's e2e latency histogram and finished requests, from
+    the latencies the test observed; it can fail its scrapes and restart."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Exposition)
+        self.lock = threading.Lock()
+        self.values: dict[str, list[float]] = {}  # since the last restart
+        self.created = time.time()
+        self.scrapes = self.failures = 0
+        self.failing = False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/metrics"
+
+    def observe(self, values: dict[str, list[float]]) -> None:
+        with self.lock:
+            for model, latencies in values.items():
+                self.values.setdefault(model, []).extend(latencies)
+
+    def restart(self) -> None:
+        with self.lock:
+            self.values, self.created = {}, self.created + 60.0
+
+    def text(self) -> str | None:
+        with self.lock:
+            if self.failing:
+                self.failures += 1
+                return None
+            self.scrapes += 1
+            lines = ["# TYPE vllm:request_success counter"]
+            lines += [
+                f'vllm:request_success_total{{finished_reason="stop",model_name="{m}"}} {len(v)}'
+                for m, v in self.values.items()
+            ]
+            lines.append(f"# TYPE {HISTOGRAM} histogram")
+            for model, values in self.values.items():
+                labels = f'engine="0",model_name="{model}"'
+                for le in LE:
+                    bound = "+Inf" if le == math.inf else repr(le)
+                    lines.append(f'{HISTOGRAM}_bucket{{{labels},le="{bound}"}} {sum(v <= le for v in values)}')
+                lines.append(f"{HISTOGRAM}_sum{{{labels}}} {math.fsum(values)!r}")
+                lines.append(f"{HISTOGRAM}_count{{{labels}}} {len(values)}")
+            lines.append(f"# TYPE {HISTOGRAM}_created gauge")
+            lines += [f'{HISTOGRAM}_created{{engine="0",model_name="{m}"}} {self.created}' for m in self.values]
+            return "\n".join(lines) + "\n"
+
+
+class _Exposition(BaseHTTPRequestHandler):
+    server: Served
+
+    def do_GET(self) -> None:
+        text = self.server.text()
+        body = (text or "restarting").encode()
+        self.send_response(200 if text is not None else 503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    server = Served()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def true_quantile(q: float, values: list[float]) -> float:
+    """The ``q`` quantile of the values themselves (nearest rank)."""
+    return sorted(values)[math.ceil(q * len(values)) - 1]
+
+
+def bucket_of(value: float) -> tuple[float, float | None]:
+    """(low, high] of the bucket ``value`` lies in; high None: beyond the last finite bound."""
+    at = next(i for i, le in enumerate(LE) if value <= le)
+    return (LE[at - 1] if at else 0.0), (None if LE[at] == math.inf else LE[at])
+
+
+def histogram_quantile(q: float, values: list[float]) -> float:
+    """What Prometheus' histogram_quantile gives on the bucket counts of ``values``."""
+    cumulative = [sum(v <= le for v in values) for le in LE]
+    rank = q * len(values)
+    at = next(i for i, count in enumerate(cumulative) if count >= rank)
+    if LE[at] == math.inf:
+        return LE[-2]
+    low, below = (LE[at - 1], cumulative[at - 1]) if at else (0.0, 0)
+    return low + (LE[at] - low) * (rank - below) / (cumulative[at] - below)
+
+
+def merged(*steps: dict[str, list[float]]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for step in steps:
+        for model, values in step.items():
+            out.setdefault(model, []).extend(values)
+    return out
+
+
+def check(latency: list[dict[str, Any]], truth: dict[str, list[float]], where: str) -> None:
+    """Each model's figures against the values observed in the span."""
+    assert [(x["name"], x["labels"]) for x in latency] == [("e2e", {"model_name": m}) for m in sorted(truth)], where
+    for x in latency:
+        values = truth[x["labels"]["model_name"]]
+        assert x["observations"] == len(values) and x["observations_bound"] == 0, where
+        assert x["mean_s"] == pytest.approx(math.fsum(values) / len(values), rel=1e-9), where
+        assert [p["q"] for p in x["quantiles"]] == [0.5, 0.99]
+        for p in x["quantiles"]:
+            true = true_quantile(p["q"], values)
+            assert p["value"] == pytest.approx(histogram_quantile(p["q"], values), rel=1e-9), (where, p)
+            assert (p["low"], p["high"]) == bucket_of(true), (where, p, true)  # the bucket, no wider
+            assert p["low"] < true and (p["high"] is None or true <= p["high"]), (where, p, true)
+
+
+def report(where: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run(
+        [*CLI, "report", "lat", "--store", *where, *args],
+        capture_output=True, text=True, timeout=60, env={**clean_env(), "COLUMNS": "220"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+def closed(store: SqliteStore) -> bool:
+    try:
+        return build_view("lat", store.job_events("lat")).closed
+    except JobNotFound:
+        return False
+
+
+@pytest.mark.servers
+def test_p50_p99_per_window_within_their_buckets_through_a_restart_and_failed_scrapes(
+    tmp_path: Path, served: Served, influxd: Influxd, victoria_metrics: VictoriaMetrics, prometheus: Daemon
+) -> None:
+    database = influxd.new_database()
+    sqlite, victoria, prom = (
+        SqliteStore(tmp_path / "w.db"),
+        VictoriaStore(victoria_metrics.url),
+        PrometheusStore(prometheus.url),
+    )
+    server = CollectorServer(Tee(sqlite, InfluxV1Store(influxd.url, database), victoria, prom), "127.0.0.1:0")
+    server.start()
+    env = {**clean_env(), "XDG_STATE_HOME": str(tmp_path / "state"), "WATTLINE_AGENT_EDGE_SOCKET": "off"}
+    done = tmp_path / "done"
+    edges: list[int] = []
+
+    def scraped(more: int) -> None:
+        """Until ``more`` scrapes rendered after now: the first of them is counted by the time
+        the second renders (one scraping thread)."""
+        start = served.scrapes
+        wait_until(lambda: served.scrapes >= start + more, f"{more} scrapes")
+
+    def gap() -> None:
+        """A quiet gap with an edge in its middle: a reading after the step's last observation
+        before it, one more after it, so no event across it holds an observation."""
+        scraped(2)
+        edges.append(time.time_ns())
+        scraped(2)
+
+    def step(values: dict[str, list[float]]) -> None:
+        for part in range(3):  # in bursts, as load comes
+            served.observe({m: v[part::3] for m, v in values.items()})
+            time.sleep(0.05)
+
+    try:
+        run = subprocess.Popen(
+            [*CLI, "run", "--job-id", "lat", "--host-id", HOST, "--collector", f"127.0.0.1:{server.port}",
+             "--metrics", served.url, "--preset", "vllm", "--scrape-every", SCRAPE, "--no-report", "--service",
+             "--", "sh", "-c", f"while [ ! -e {done} ]; do sleep 0.05; done"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        scraped(1)
+        served.failing = True  # the first step observed while scrapes fail
+        step(STEP_A)
+        wait_until(lambda: served.failures >= 3, "failed scrapes")
+        served.failing = False
+        gap()
+        step(STEP_B)
+        scraped(2)
+        served.restart()
+        step(STEP_B_RESTARTED)
+        gap()
+        step(STEP_C)
+        gap()
+        done.touch()
+        _, err = run.communicate(timeout=60)
+        assert run.returncode == 0, err
+        wait_until(lambda: closed(sqlite), "the job closed")
+    finally:
+        server.stop()
+    assert "reset (its _created changed)" in err or "reset (it went down)" in err, err
+
+    def shown() -> bool:
+        searchable(victoria_metrics.url)
+        count = len(sqlite.job_events("lat"))
+        return len(victoria.job_events("lat")) == count and len(prom.job_events("lat")) == count
+
+    wait_until(shown, "VictoriaMetrics and Prometheus show the job's events")
+    stores = {
+        "sqlite": [f"sqlite:///{tmp_path / 'w.db'}"],
+        "influxdb": [influxd.url, "--influx-database", database],
+        "victoriametrics": [victoria_metrics.url],
+        "prometheus": [prometheus.url],
+    }
+    whole = merged(STEP_A, STEP_B, STEP_B_RESTARTED, STEP_C)
+    b_and_c = merged(STEP_B, STEP_B_RESTARTED, STEP_C)
+    window = ["--from", repr(edges[0] / 1e9), "--to", repr(edges[2] / 1e9)]
+    every = ["--every", f"{(edges[1] - edges[0]) / 1e9!r}s"]
+    answers: dict[str, list[dict[str, Any]]] = {}
+    for name, where in stores.items():
+        reports = [json.loads(report(where, "--json", *more).stdout) for more in ([], [*window, *every])]
+        for r in reports:
+            assert schema_errors("report", r) == [], name
+            assert all(k["name"] != "e2e" for k in r["unit_kinds"]), name  # latency is no unit kind
+        run_report, window_report = reports
+        assert run_report["units"]["total"] == sum(map(len, whole.values())), name  # the requests, none lost
+        check(run_report["latency"], whole, f"{name} whole run")
+        check(window_report["latency"], b_and_c, f"{name} window")
+        rows = window_report["intervals"]["rows"]
+        assert len(rows) == 2, (name, rows)
+        check(rows[0]["latency"], merged(STEP_B, STEP_B_RESTARTED), f"{name} interval 1")
+        check(rows[1]["latency"], STEP_C, f"{name} interval 2")
+        answers[name] = reports
+    for name in ("influxdb", "victoriametrics", "prometheus"):
+        for mine, theirs in zip(answers["sqlite"], answers[name], strict=True):
+            assert same(mine["latency"], theirs["latency"]) == [], name
+    text = report(stores["sqlite"], *window).stdout
+    assert "Latency" in text and "p99" in text and "> 10 s" in text, text  # qwen's p99: beyond 10 s

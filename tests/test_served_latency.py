@@ -31,13 +31,17 @@ from procs import CLI, clean_env
 from schema_check import schema_errors
 from servers import Daemon, Influxd, VictoriaMetrics, searchable
 from test_store_parity import Tee, same
+from typer.testing import CliRunner
 from waits import wait_until
 
+from wattline import wire
+from wattline.cli.main import app
 from wattline.collector.server import CollectorServer
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.prometheus import PrometheusStore
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.collector.stores.victoria import VictoriaStore
+from wattline.workloads.jobs.events import EventBuilder, JobSpec
 from wattline.workloads.jobs.jobs_view import JobNotFound, build_view
 
 HOST = "latency-host"
@@ -51,6 +55,7 @@ STEP_B = {LLAMA: [0.08] * 10 + [0.4] * 8}
 STEP_B_RESTARTED = {LLAMA: [0.3] * 9 + [1.5] * 3 + [7.0]}
 STEP_C = {LLAMA: [0.04] * 4 + [0.6] * 10 + [2.0] * 2, QWEN: [0.2] * 5 + [20.0]}
 SCRAPE = "0.1s"
+UNITS = wire.pb.JobEvent.KIND_UNITS
 
 
 class Served(ThreadingHTTPServer):
@@ -131,10 +136,10 @@ def true_quantile(q: float, values: list[float]) -> float:
     return sorted(values)[math.ceil(q * len(values)) - 1]
 
 
-def bucket_of(value: float) -> tuple[float, float | None]:
+def bucket_of(value: float, bounds: tuple[float, ...] = LE) -> tuple[float, float | None]:
     """(low, high] of the bucket ``value`` lies in; high None: beyond the last finite bound."""
-    at = next(i for i, le in enumerate(LE) if value <= le)
-    return (LE[at - 1] if at else 0.0), (None if LE[at] == math.inf else LE[at])
+    at = next(i for i, le in enumerate(bounds) if value <= le)
+    return (bounds[at - 1] if at else 0.0), (None if bounds[at] == math.inf else bounds[at])
 
 
 def histogram_quantile(q: float, values: list[float]) -> float:
@@ -285,3 +290,58 @@ def test_p50_p99_per_window_within_their_buckets_through_a_restart_and_failed_sc
             assert same(mine["latency"], theirs["latency"]) == [], name
     text = report(stores["sqlite"], *window).stdout
     assert "Latency" in text and "p99" in text and "> 10 s" in text, text  # qwen's p99: beyond 10 s
+
+
+#: Three readings' observations (s), one second apart after the open at T: each bucket's events
+#: cover the time since the previous reading. The histogram's bounds.
+READINGS = [[0.05] * 4, [0.3] * 6, [2.0] * 2]
+BOUNDS = (0.1, 0.5, math.inf)
+T = 1_780_000_000 * 10**9
+S = 10**9
+
+
+def stored_readings(path: Path) -> str:
+    """A job whose holder stored :data:`READINGS` as a latency histogram's buckets; its store."""
+    batch = wire.Batch()
+    batch.host.host_id = HOST
+    builder = EventBuilder(JobSpec("lat", "lat"))
+    batch.job_events.append(builder.open(T))
+    for i, values in enumerate(READINGS, start=1):
+        for le in BOUNDS:
+            labels = {"le": "+Inf" if le == math.inf else repr(le)}
+            count = sum(v <= le for v in values)
+            batch.job_events.append(builder.make(UNITS, T + i * S, units=count, unit="e2e", unit_labels=labels))
+        sum_s = math.fsum(values)
+        batch.job_events.append(builder.make(UNITS, T + i * S, units=sum_s, unit="e2e", unit_labels={"le": "sum"}))
+    batch.job_events.append(builder.close(0, T + 5 * S))
+    with SqliteStore(path) as store:
+        assert store.write(batch).rejected == 0
+    return f"sqlite:///{path}"
+
+
+@pytest.mark.parametrize("from_s", [0.5, 1.25, 1.875, 2.0])
+def test_a_window_edge_across_a_reading_bounds_each_quantile_by_every_way_its_observations_fall(
+    tmp_path: Path, from_s: float
+) -> None:
+    """A window whose start cuts one reading's span: its observations may all lie inside or all
+    outside, or any number of them. Each quantile's [low, high] must hold the true quantile of
+    every such choice and be no wider: its ends are the buckets of the extreme choices."""
+    store = stored_readings(tmp_path / "w.db")
+    window = ["--from", repr((T + from_s * S) / 1e9), "--to", repr((T + 10 * S) / 1e9)]
+    result = CliRunner().invoke(app, ["report", "lat", "--store", store, "--json", *window])
+    assert result.exit_code == 0, result.output
+    r = json.loads(result.output)
+    assert schema_errors("report", r) == []
+    (x,) = r["latency"]
+    cut = math.ceil(from_s) - 1  # the reading whose span (cut, cut + 1] s holds the window's start
+    share = cut + 1 - from_s  # of its span, inside the window (0: the start is a reading's time)
+    inside, edge = [v for values in READINGS[cut + 1 :] for v in values], READINGS[cut] if share else []
+    # --from in float seconds: the edge is known to a few hundred ns of the reading's 1 s span
+    close = {"rel": 1e-9, "abs": 1e-5}
+    assert x["observations"] == pytest.approx(len(inside) + share * len(edge), **close)
+    assert x["observations_bound"] == pytest.approx(max(share, 1 - share) * len(edge), **close)
+    for p in x["quantiles"]:
+        buckets = [bucket_of(true_quantile(p["q"], inside + edge[:k]), BOUNDS) for k in range(len(edge) + 1)]
+        low = min(b[0] for b in buckets)
+        high = None if any(b[1] is None for b in buckets) else max(b[1] for b in buckets if b[1] is not None)
+        assert (p["low"], p["high"]) == (low, high), (from_s, p, buckets)

@@ -120,14 +120,14 @@ def _latency(name: str, labels: dict[str, str], buckets: dict[str, _Bucket]) -> 
 def _bucket_range(q: float, cumulative: list[_Bucket]) -> tuple[int, int]:
     """The lowest and the highest bucket the ``q`` quantile may lie in, whichever way the edge
     events' observations fall. Its bucket is the first whose cumulative count reaches ``q`` of
-    all; the lowest: the edge observations at or below a bucket in, those above out (the count
-    up to it at most, the count above it at least); the highest the other way round."""
+    all. It is at or below bucket i for some choice when it is with the edge observations at or
+    below i in and those above out; above i for some choice when it is with those at or below
+    out and those above in. (An observation's events span the same readings in every bucket it
+    counts in: each nonzero event covers the time since the previous reading.)"""
+    n, u = cumulative[-1].certain, cumulative[-1].uncertain
     last = len(cumulative) - 1
-    everything = cumulative[-1]
-    low = next((i for i, b in enumerate(cumulative) if b.certain + b.uncertain >= q * everything.certain), last)
-    high = next(
-        (i for i, b in enumerate(cumulative) if b.certain >= q * (everything.certain + everything.uncertain)), last
-    )
+    low = next((i for i, b in enumerate(cumulative) if b.certain + b.uncertain >= q * (n + b.uncertain)), last)
+    high = next((i for i, b in enumerate(cumulative) if b.certain >= q * (n + u - b.uncertain)), last)
     return low, max(low, high)
 
 

@@ -30,6 +30,7 @@ import pytest
 from procs import CLI, clean_env
 from schema_check import schema_errors
 from servers import Daemon, Influxd, VictoriaMetrics, searchable
+from test_run_served import bad_run
 from test_store_parity import Tee, same
 from typer.testing import CliRunner
 from waits import wait_until
@@ -345,3 +346,9 @@ def test_a_window_edge_across_a_reading_bounds_each_quantile_by_every_way_its_ob
         low = min(b[0] for b in buckets)
         high = None if any(b[1] is None for b in buckets) else max(b[1] for b in buckets if b[1] is not None)
         assert (p["low"], p["high"]) == (low, high), (from_s, p, buckets)
+
+
+def test_a_unit_split_by_le_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """Stored, ``le`` marks a latency bucket: a unit split by it would be read as one."""
+    count = ["--count", "requests=req_total by le"]
+    bad_run(tmp_path, ["--metrics", "http://127.0.0.1:9/metrics", *count], "le names a histogram's buckets")

@@ -177,13 +177,12 @@ def check(latency: list[dict[str, Any]], truth: dict[str, list[float]], where: s
             assert p["low"] < true and (p["high"] is None or true <= p["high"]), (where, p, true)
 
 
-def report(where: list[str], *args: str) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run(
-        [*CLI, "report", "lat", "--store", *where, *args],
-        capture_output=True, text=True, timeout=60, env={**clean_env(), "COLUMNS": "220"},
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    return out
+def report(where: list[str], *args: str) -> str:
+    """``wattline report lat --store WHERE ARGS``'s output (in this process: a CLI start per
+    report would be most of the test's time)."""
+    result = CliRunner().invoke(app, ["report", "lat", "--store", *where, *args], env={"COLUMNS": "220"})
+    assert result.exit_code == 0, result.output
+    return result.stdout
 
 
 def closed(store: SqliteStore) -> bool:
@@ -273,7 +272,7 @@ def test_p50_p99_per_window_within_their_buckets_through_a_restart_and_failed_sc
     every = ["--every", f"{(edges[1] - edges[0]) / 1e9!r}s"]
     answers: dict[str, list[dict[str, Any]]] = {}
     for name, where in stores.items():
-        reports = [json.loads(report(where, "--json", *more).stdout) for more in ([], [*window, *every])]
+        reports = [json.loads(report(where, "--json", *more)) for more in ([], [*window, *every])]
         for r in reports:
             assert schema_errors("report", r) == [], name
             assert all(k["name"] != "e2e" for k in r["unit_kinds"]), name  # latency is no unit kind
@@ -289,7 +288,7 @@ def test_p50_p99_per_window_within_their_buckets_through_a_restart_and_failed_sc
     for name in ("influxdb", "victoriametrics", "prometheus"):
         for mine, theirs in zip(answers["sqlite"], answers[name], strict=True):
             assert same(mine["latency"], theirs["latency"]) == [], name
-    text = report(stores["sqlite"], *window).stdout
+    text = report(stores["sqlite"], *window)
     assert "Latency" in text and "p99" in text and "> 10 s" in text, text  # qwen's p99: beyond 10 s
 
 
@@ -329,9 +328,7 @@ def test_a_window_edge_across_a_reading_bounds_each_quantile_by_every_way_its_ob
     every such choice and be no wider: its ends are the buckets of the extreme choices."""
     store = stored_readings(tmp_path / "w.db")
     window = ["--from", repr((T + from_s * S) / 1e9), "--to", repr((T + 10 * S) / 1e9)]
-    result = CliRunner().invoke(app, ["report", "lat", "--store", store, "--json", *window])
-    assert result.exit_code == 0, result.output
-    r = json.loads(result.output)
+    r = json.loads(report([store], "--json", *window))
     assert schema_errors("report", r) == []
     (x,) = r["latency"]
     cut = math.ceil(from_s) - 1  # the reading whose span (cut, cut + 1] s holds the window's start

@@ -180,7 +180,7 @@ def check(latency: list[dict[str, Any]], truth: dict[str, list[float]], where: s
 def report(where: list[str], *args: str) -> str:
     """``wattline report lat --store WHERE ARGS``'s output (in this process: a CLI start per
     report would be most of the test's time)."""
-    result = CliRunner().invoke(app, ["report", "lat", "--store", *where, *args], env={"COLUMNS": "220"})
+    result = CliRunner().invoke(app, ["report", "lat", "--store", *where, *args], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     return result.stdout
 
@@ -288,8 +288,10 @@ def test_p50_p99_per_window_within_their_buckets_through_a_restart_and_failed_sc
     for name in ("influxdb", "victoriametrics", "prometheus"):
         for mine, theirs in zip(answers["sqlite"], answers[name], strict=True):
             assert same(mine["latency"], theirs["latency"]) == [], name
-    text = report(stores["sqlite"], *window)
+    text = report(stores["sqlite"], *window, *every)
     assert "Latency" in text and "p99" in text and "> 10 s" in text, text  # qwen's p99: beyond 10 s
+    qwen_p50_ms = histogram_quantile(0.5, STEP_C[QWEN]) * 1000  # the second interval's
+    assert f"e2e {QWEN}: {qwen_p50_ms:g} ms / > 10 s" in text, text
 
 
 #: Three readings' observations (s), one second apart after the open at T: each bucket's events

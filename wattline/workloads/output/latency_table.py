@@ -37,5 +37,10 @@ def latency_table(series: list[Latency], span: str) -> tuple[str, list[str], lis
 
 
 def interval_latency(series: list[Latency]) -> str:
-    """One interval's quantiles, compact: ``e2e 412.5 ms / 1.9 s`` per series, a line each."""
-    return "\n".join(f"{series_name(x)} {' / '.join(q.si(p.value, 's') for p in x.quantiles)}" for x in series)
+    """One interval's quantiles, compact, a line per series: ``e2e llama: 412.5 ms / > 10 s``
+    (the label values only; ``>`` the last finite bound where the quantile is beyond it)."""
+    return "\n".join(
+        f"{' '.join([x.name, *(v for _, v in sorted(x.labels.items()))])}: "
+        + " / ".join(q.si(p.value, "s") if p.high is not None else f"> {q.si(p.low, 's')}" for p in x.quantiles)
+        for x in series
+    )

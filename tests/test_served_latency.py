@@ -42,8 +42,9 @@ from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.prometheus import PrometheusStore
 from wattline.collector.stores.sqlite import SqliteStore
 from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.workloads.jobs.events import EventBuilder, JobSpec, UnitAccumulator
 from wattline.workloads.jobs.jobs_view import JobNotFound, build_view
+from wattline.workloads.wrappers.served import ServedHolder, served_units
 
 HOST = "latency-host"
 HISTOGRAM = "vllm:e2e_request_latency_seconds"
@@ -351,3 +352,55 @@ def test_a_unit_split_by_le_is_one_line_and_exit_2(tmp_path: Path) -> None:
     """Stored, ``le`` marks a latency bucket: a unit split by it would be read as one."""
     count = ["--count", "requests=req_total by le"]
     bad_run(tmp_path, ["--metrics", "http://127.0.0.1:9/metrics", *count], "le names a histogram's buckets")
+
+
+def test_latency_from_count_sends_each_bucket_s_growth_through_a_restart() -> None:
+    """``--count`` with ``--latency``: on canned scrapes through a restart (counts back, a new
+    ``_created``), each bucket's events add up to the observations at or below its bound, the sum's
+    to their sum; a bucket idle at its first scrape is stored then (the layout), its 0s held."""
+    bounds = (0.1, 1.0, math.inf)
+    lives = [[[0.3, 0.3], [0.3, 0.3, 0.3, 2.0]], [[0.05]]]  # per server life, its scrapes' observations so far
+
+    def text(created: int, values: list[float]) -> str:
+        lines = ["# TYPE req counter", f"req_total {len(values)}", "# TYPE h histogram"]
+        lines += [
+            f'h_bucket{{le="{"+Inf" if le == math.inf else le}"}} {sum(v <= le for v in values)}' for le in bounds
+        ]
+        lines += [f"h_sum {math.fsum(values)!r}", f"h_count {len(values)}", "# TYPE h_created gauge"]
+        return "\n".join([*lines, f"h_created {created}"]) + "\n"
+
+    texts = [text(1_700_000_000 + life, values) for life, scrapes in enumerate(lives) for values in scrapes]
+    served, unit = served_units(
+        "http://127.0.0.1:9/metrics", ["requests=req_total"], None, None, None, False, ["lat=h"]
+    )
+    assert served is not None and unit == "requests"
+    events: list[wire.pb.JobEvent] = []
+    units = UnitAccumulator(EventBuilder(JobSpec("c", "c")), events.extend)
+    said: list[str] = []
+    holder = ServedHolder(served, units, time.time_ns(), said.append, lambda url, timeout_s: texts.pop(0))
+    for _ in range(3):
+        assert holder.scrape(1.0) is not None
+    assert any("reset" in line for line in said), said
+    observed = lives[0][-1] + lives[1][-1]  # all the server observed: its first life's last scrape, then its second
+    buckets: dict[str, list[float]] = {}
+    for e in events:
+        if e.unit:
+            assert e.unit == "lat" and set(e.unit_labels) == {"le"}
+            buckets.setdefault(e.unit_labels["le"], []).append(e.units)
+    assert buckets["0.1"] == [0, 0, 1]  # idle at the first scrape: stored then; the second's 0 sent before the 1
+    for le in bounds:
+        assert math.fsum(buckets["+Inf" if le == math.inf else repr(le)]) == sum(v <= le for v in observed)
+    assert math.fsum(buckets["sum"]) == pytest.approx(math.fsum(observed), rel=1e-12)
+    assert holder.total == len(observed)  # the job's requests, apart from the buckets
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--latency", "e2e=h"], "option --latency needs --metrics URL"),
+        (["--metrics", "http://127.0.0.1:9/m", "--preset", "vllm", "--latency", "e2e=h"], "named twice: e2e, e2e"),
+        (["--metrics", "http://127.0.0.1:9/m", "--count", "r=r_total", "--latency", "e2e=h_bucket"], "without _bucket"),
+    ],
+)
+def test_bad_latency_options_are_one_line_and_exit_2(tmp_path: Path, args: list[str], said: str) -> None:
+    bad_run(tmp_path, args, said)

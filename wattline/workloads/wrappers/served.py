@@ -41,7 +41,7 @@ from wattline import wire
 from wattline.config import ConfigError
 from wattline.served_metrics import REFUSED, RESET, RETURNED, LatencyTotals, Reading, ServedCounters
 from wattline.served_scrape import ScrapeError, scrape
-from wattline.served_specs import Spec, parse_unit, preset
+from wattline.served_specs import Spec, parse_latency, parse_unit, preset
 from wattline.text import clip
 from wattline.units import parse_duration
 from wattline.workloads.jobs.events import EventBuilder, UnitAccumulator
@@ -85,6 +85,7 @@ def served_units(
     units: str | None,
     every: str | None,
     units_from_stdout: bool,
+    latency: Sequence[str] | None = None,
 ) -> tuple[ServedUnits | None, str]:
     """``wattline run``'s served options checked: (what to scrape, None without ``--metrics``;
     the job's unit name). Any bad combination or value is a ConfigError (one line, exit 2).
@@ -93,10 +94,11 @@ def served_units(
     first unit (``--preset``, whose unit ``--units`` otherwise picks); a ``--units`` other than
     the first ``--count``'s NAME is refused rather than one of the two names silently dropped.
     Every other ``--count`` and every other unit of the preset is an extra unit kind; the
-    preset's latency histograms are read too."""
+    preset's latency histograms are read, and each ``--latency``'s."""
     count = list(count or []) or None
     if url is None:
-        for flag, value in (("--count", count), ("--preset", preset_name), ("--scrape-every", every)):
+        flags = (("--count", count), ("--preset", preset_name), ("--scrape-every", every), ("--latency", latency))
+        for flag, value in flags:
             if value:
                 raise ConfigError(f"option {flag} needs --metrics URL (the server's Prometheus endpoint)")
         return None, units or "units"
@@ -108,7 +110,7 @@ def served_units(
     if count is not None and preset_name is not None:
         raise ConfigError("options --count and --preset both say what to count: give one of them")
     spec, *extra = _count_specs(count, units) if count is not None else _preset_specs(preset_name, units)
-    latencies = () if preset_name is None else tuple(preset(preset_name).latency_specs())
+    latencies = _latency_specs(preset_name, latency or [])
     seconds = EVERY_S if every is None else parse_duration(every, "--scrape-every")
     if not seconds >= MIN_EVERY_S:
         raise ConfigError(f"option --scrape-every: {every} is under {MIN_EVERY_S:g} s")
@@ -127,6 +129,18 @@ def _count_specs(count: list[str], units: str | None) -> list[Spec]:
     if units is not None and units != names[0]:
         raise ConfigError(f"option --units: {clip(units)} differs from --count's unit {names[0]!r}: name it once")
     return specs
+
+
+def _latency_specs(preset_name: str | None, lines: Sequence[str]) -> tuple[Spec, ...]:
+    """The preset's latency specs, then each ``--latency``'s; a name given twice is refused."""
+    try:
+        specs = [*(preset(preset_name).latency_specs() if preset_name else []), *map(parse_latency, lines)]
+    except ValueError as exc:
+        raise ConfigError(f"option --latency: {exc}") from None
+    names = [spec.name for spec in specs]
+    if len(set(names)) < len(names):
+        raise ConfigError(f"option --latency: a latency histogram is named twice: {', '.join(names)}")
+    return tuple(specs)
 
 
 def _preset_specs(name: str | None, units: str | None) -> list[Spec]:

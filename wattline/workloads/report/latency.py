@@ -94,7 +94,7 @@ def latencies(job: JobView, window: Window | None) -> list[Latency]:
 
 def _latency(name: str, labels: dict[str, str], buckets: dict[str, _Bucket]) -> Latency | None:
     total = buckets.get(SUM_LE, _Bucket())
-    ordered = sorted((float(le), b) for le, b in buckets.items() if le != SUM_LE)
+    ordered = sorted(((le, b) for text, b in buckets.items() if (le := _bound(text)) is not None), key=lambda x: x[0])
     if not ordered or ordered[-1][0] != math.inf:
         return None
     count = ordered[-1][1]
@@ -115,6 +115,14 @@ def _latency(name: str, labels: dict[str, str], buckets: dict[str, _Bucket]) -> 
         quantiles.append(Quantile(q, value, low, high))
     mean = total.apportioned / count.apportioned if count.apportioned > 0 and SUM_LE in buckets else None
     return Latency(name, labels, count.apportioned, count.bound, mean, quantiles)
+
+
+def _bound(le: str) -> float | None:
+    """A bucket's bound from its ``le`` label; None for the sum's, or a value no holder writes."""
+    try:
+        return None if le == SUM_LE else float(le)
+    except ValueError:
+        return None
 
 
 def _bucket_range(q: float, cumulative: list[_Bucket]) -> tuple[int, int]:

@@ -85,8 +85,12 @@ class Spec:
 
 
 def parse_unit(text: str, by: Sequence[str] = ()) -> Spec:
-    """A unit spec from its line; ``by`` adds labels given apart (not with a ``by`` in the line)."""
-    return _parse(text, by, "unit")
+    """A unit spec from its line; ``by`` adds labels given apart (not with a ``by`` in the line).
+    A unit is not split by ``le``: stored, that label marks a latency histogram's series."""
+    spec = _parse(text, by, "unit")
+    if "le" in spec.by:
+        raise ValueError(f"unit spec {clip(text)}: le names a histogram's buckets; a unit cannot be split by it")
+    return spec
 
 
 def parse_latency(text: str, by: Sequence[str] = ()) -> Spec:

@@ -113,6 +113,12 @@ def run(
         help="What --metrics counts, for a known server (vllm, triton, tgi, torchserve): all its units, "
         "--units picks the job's (default its first).",
     ),
+    latency: list[str] | None = typer.Option(
+        None,
+        "--latency",
+        help="A latency histogram --metrics reads (p50/p99 in reports): NAME=HISTOGRAM [by LABELS] "
+        "(repeat; a --preset reads its own).",
+    ),
     scrape_every: str | None = typer.Option(
         None, "--scrape-every", help="Time between scrapes of --metrics (default 1s)."
     ),
@@ -149,7 +155,9 @@ def run(
         raise ConfigError(f"option --kind: {kind!r} is not inference, training or other")
     after = parse_duration(saturated_after, "--saturated-after") if saturated_after else None
     units_pattern(units_from_stdout)
-    served, unit_name = served_units(metrics, count, preset, units, scrape_every, units_from_stdout is not None)
+    served, unit_name = served_units(
+        metrics, count, preset, units, scrape_every, units_from_stdout is not None, latency
+    )
     name = job or Path(command[0]).name
     labelled = parse_pairs(labels or [], "--label")
     devices_claimed = claimed_devices(devices)

@@ -111,6 +111,9 @@ class JobView:
     #: An extra unit kind's series (:data:`UnitSeries`) -> its intervals as ``unit_intervals``
     #: (each since the series' previous event on its host): never in the job's own units.
     kind_intervals: dict[UnitSeries, list[tuple[int, int, float]]] = field(default_factory=dict)
+    #: A latency histogram's bucket (or sum) series, its labels holding ``le``, -> its intervals
+    #: as ``kind_intervals`` (observations; seconds for ``le="sum"``): not units.
+    latency_intervals: dict[UnitSeries, list[tuple[int, int, float]]] = field(default_factory=dict)
     phases: list[tuple[int, str, str]] = field(default_factory=list)  #: (time_ns, host, phase)
     #: What is wrong with its stored events (empty for a good job); bad events are left out.
     problems: list[str] = field(default_factory=list)
@@ -309,7 +312,8 @@ def _fold(
             view.unit_events.append((e.time_ns, count))
             view.unit_intervals.append(interval)
         else:
-            view.kind_intervals.setdefault(series, []).append(interval)
+            kinds = view.latency_intervals if any(k == "le" for k, _ in series[1]) else view.kind_intervals
+            kinds.setdefault(series, []).append(interval)
     elif e.event == "phase":
         view.phases.append((e.time_ns, e.host, str(f.get("phase", ""))))
     elif e.event == "close":

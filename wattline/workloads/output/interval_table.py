@@ -10,6 +10,7 @@ from rich.table import Table
 from wattline.workloads.jobs.jobs_view import utc_iso
 from wattline.workloads.output import quantities as q
 from wattline.workloads.output.labels import tagged
+from wattline.workloads.output.latency_table import interval_latency
 from wattline.workloads.report.intervals import SATURATED_LOAD, Intervals
 
 
@@ -22,7 +23,8 @@ def print_intervals(intervals: Intervals, unit: str, console: Console) -> None:
     one = unit.rstrip("s") or "unit"
     first = utc_iso(intervals.rows[0].window.from_ns) if intervals.rows else ""
     t = Table(title=f"Intervals of {q.duration(intervals.every_s)} from {first[:10]} (UTC)")
-    for col in ("from", "s", unit, "/s", "load", "energy", f"per {one}"):
+    latency = any(i.latency for i in intervals.rows)
+    for col in ("from", "s", unit, "/s", "load", "energy", f"per {one}", *(["latency p50 / p99"] if latency else [])):
         t.add_column(col, justify="left" if col == "from" else "right")
     for i in intervals.rows:
         units = q.count(i.units) + (f" ± {q.count(i.units_bound)}" if i.units_bound else "")
@@ -36,6 +38,7 @@ def print_intervals(intervals: Intervals, unit: str, console: Console) -> None:
             q.NA if i.load is None else q.share(i.load),
             escape(tagged(energy, i.estimate_share)),
             escape(tagged(per_unit, i.estimate_share)) if i.j_per_unit is not None else q.NA,
+            *([escape(interval_latency(i.latency))] if latency else []),
         )
     console.print(t)
     sat = intervals.at_saturation

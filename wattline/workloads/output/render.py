@@ -23,6 +23,7 @@ from wattline.workloads.jobs.jobs_view import status_text, utc_iso
 from wattline.workloads.output import quantities as q
 from wattline.workloads.output.interval_table import print_intervals
 from wattline.workloads.output.labels import NO_SAMPLES, estimate_tag, tagged
+from wattline.workloads.output.latency_table import latency_table
 from wattline.workloads.report.model import Report
 from wattline.workloads.report.model_split import ModelShare, model_split
 from wattline.workloads.report.report_json import report_coverage
@@ -258,6 +259,8 @@ def print_report(r: Report, console: Console | None = None) -> None:
         tables.append(kinds)
     if split := model_split_table(r):
         tables.append(split)
+    if latency := latency_table(r.latencies, whole.title):
+        tables.append(latency)
     for title, head, rows in tables:
         t = Table(title=title)
         for n, col in enumerate(head):

@@ -48,6 +48,7 @@ from wattline.workloads.report.carbon import apply_series
 from wattline.workloads.report.channels import EXCLUDED_COMPONENTS, Bounds
 from wattline.workloads.report.host_energy import accumulate, concurrent_jobs, host_attribution
 from wattline.workloads.report.idle import idle_busy_jobs, idle_busy_note
+from wattline.workloads.report.latency import latencies
 from wattline.workloads.report.model import Report, ReportSettings
 from wattline.workloads.report.model_split import split_note
 from wattline.workloads.report.window_view import clip_view, intervals_bound, units_bound
@@ -151,6 +152,7 @@ def build_report(
         kind_bounds={}
         if asked is None
         else {k: intervals_bound(v, asked) for k, v in unclipped.kind_intervals.items()},
+        latencies=latencies(job if asked is None else unclipped, asked),
     )
     if note := split_note(report):
         report.notes.append(note)

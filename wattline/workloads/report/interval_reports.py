@@ -43,4 +43,5 @@ def _interval(reader: Reader, job_id: str, window: Window, settings: ReportSetti
         j_per_unit_bound=None if f.j_per_unit is None or rel is None else abs(f.j_per_unit) * rel,
         throughput_per_s=f.throughput_per_s or 0.0,
         estimate_share=span.estimate,
+        latency=r.latencies,
     )

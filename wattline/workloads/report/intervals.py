@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from wattline.workloads.report.latency import Latency
 from wattline.workloads.report.window_view import Window
 
 #: Most intervals one report computes (each is a report of its own).
@@ -39,6 +40,7 @@ class Interval:
     #: Share of its energy that is a model estimate (its energy and J per unit are then ESTIMATEs).
     estimate_share: float = 0.0
     load: float | None = None  #: of the highest throughput among the intervals (None: none did any)
+    latency: list[Latency] = field(default_factory=list)  #: the server's latency histograms over it
 
 
 @dataclass(frozen=True)

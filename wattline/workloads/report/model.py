@@ -19,6 +19,7 @@ from wattline.workloads.report.windows import WindowEnergy
 
 if TYPE_CHECKING:
     from wattline.workloads.report.intervals import Intervals
+    from wattline.workloads.report.latency import Latency
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ class Report:
     kind_bounds: dict[UnitSeries, float] = field(default_factory=dict)
     #: With ``--every``: its span interval by interval (:mod:`.intervals`).
     intervals: Intervals | None = None
+    #: The server's latency histograms over the span (:mod:`.latency`).
+    latencies: list[Latency] = field(default_factory=list)
 
     @property
     def saturated(self) -> bool:

@@ -15,6 +15,7 @@ from wattline.workloads.energy.uncertainty import Bound
 from wattline.workloads.jobs.jobs_view import status_text, utc_iso
 from wattline.workloads.report import economics
 from wattline.workloads.report.intervals import SATURATED_LOAD
+from wattline.workloads.report.latency import latency_json
 from wattline.workloads.report.model_split import split_json, unit_kinds_json
 from wattline.workloads.report.spans import Span, spans
 from wattline.workloads.report.windows import WindowEnergy, estimate_share
@@ -183,6 +184,7 @@ def report_json(r: Report) -> dict[str, Any]:
         "intervals": None if r.intervals is None else _intervals_json(r.intervals),
         "unit_kinds": unit_kinds_json(r),
         "model_split": split_json(r),
+        "latency": latency_json(r.latencies),
         "window": None
         if r.settings.window is None
         else {"from": utc_iso(r.job.start_ns), "to": utc_iso(r.end_ns), "units_bound": r.units_bound},

@@ -65,6 +65,7 @@ def clip_view(job: JobView, window: Window, now_ns: int) -> JobView:
         hosts=hosts,
         unit_intervals=intervals,
         kind_intervals={series: _clipped(spans, window) for series, spans in job.kind_intervals.items()},
+        latency_intervals={series: _clipped(spans, window) for series, spans in job.latency_intervals.items()},
         unit_events=[(e, u) for _, e, u in intervals],
         phases=[p for p in job.phases if window.from_ns <= p[0] <= window.to_ns],
     )

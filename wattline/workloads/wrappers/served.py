@@ -9,8 +9,7 @@ command starts the server, so its counters are ours from 0: the first good scrap
 the server answered before it, over the time from the job's open. A failed scrape is said once
 per reason and counts nothing; the next good one covers the gap. Once the command has ended,
 one last scrape is taken if the endpoint still answers (a server that keeps ``/metrics`` up a
-moment after it stops serving loses nothing), then the job closes. Latency histograms are not
-read here yet.
+moment after it stops serving loses nothing), then the job closes.
 
 The first spec (``--count``'s first, or the one ``--units`` picks of a preset) counts the job's
 own units, summed over its ``by`` labels, as every other holder sends them. Every other spec is
@@ -18,10 +17,19 @@ an extra unit kind: each of its series (one per value of its ``by`` labels, one 
 tokens, say) is sent as UNITS events with ``unit`` and ``unit_labels`` set, numbered by an
 :class:`~wattline.workloads.jobs.events.EventBuilder` of its own, so that its ``units_total`` is
 that series' alone and readers never add it into the job's units.
+
+A preset's latency histograms (vLLM's end-to-end request latency, say) go the same way, one
+series per bucket: kind the histogram's name, labels its ``by`` labels plus ``le``, the bucket's
+bound as the exposition writes it (``0.5``, ``+Inf``: its count is the histogram's ``_count``),
+or ``le="sum"`` for its ``_sum`` in seconds. Each event's units are the observations the bucket
+gained since the series' previous event, counted as the unit counters are (a restart neither
+loses nor doubles one), so a report takes any window's bucket counts from them
+(:mod:`wattline.workloads.report.latency`); the ``le`` label keeps them out of the unit kinds.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -31,9 +39,9 @@ from dataclasses import dataclass, field
 
 from wattline import wire
 from wattline.config import ConfigError
-from wattline.served_metrics import REFUSED, RESET, RETURNED, Reading, ServedCounters, UnitCount
+from wattline.served_metrics import REFUSED, RESET, RETURNED, LatencyTotals, Reading, ServedCounters
 from wattline.served_scrape import ScrapeError, scrape
-from wattline.served_specs import Spec, parse_unit, preset
+from wattline.served_specs import Spec, parse_latency, parse_unit, preset
 from wattline.text import clip
 from wattline.units import parse_duration
 from wattline.workloads.jobs.events import EventBuilder, UnitAccumulator
@@ -61,12 +69,13 @@ SAID_NOTES = (RESET, RETURNED, REFUSED)
 @dataclass(frozen=True, slots=True)
 class ServedUnits:
     """Where a served command's units come from: its metrics URL, the unit spec (the job's own
-    units), the interval, and the specs of the extra unit kinds."""
+    units), the interval, the specs of the extra unit kinds and of the latency histograms."""
 
     url: str
     spec: Spec
     every_s: float = EVERY_S
     extra: tuple[Spec, ...] = ()
+    latencies: tuple[Spec, ...] = ()
 
 
 def served_units(
@@ -76,6 +85,7 @@ def served_units(
     units: str | None,
     every: str | None,
     units_from_stdout: bool,
+    latency: Sequence[str] | None = None,
 ) -> tuple[ServedUnits | None, str]:
     """``wattline run``'s served options checked: (what to scrape, None without ``--metrics``;
     the job's unit name). Any bad combination or value is a ConfigError (one line, exit 2).
@@ -83,10 +93,12 @@ def served_units(
     ``--units`` names the unit once: by default the first ``--count``'s NAME or the preset's
     first unit (``--preset``, whose unit ``--units`` otherwise picks); a ``--units`` other than
     the first ``--count``'s NAME is refused rather than one of the two names silently dropped.
-    Every other ``--count`` and every other unit of the preset is an extra unit kind."""
+    Every other ``--count`` and every other unit of the preset is an extra unit kind; the
+    preset's latency histograms are read, and each ``--latency``'s."""
     count = list(count or []) or None
     if url is None:
-        for flag, value in (("--count", count), ("--preset", preset_name), ("--scrape-every", every)):
+        flags = (("--count", count), ("--preset", preset_name), ("--scrape-every", every), ("--latency", latency))
+        for flag, value in flags:
             if value:
                 raise ConfigError(f"option {flag} needs --metrics URL (the server's Prometheus endpoint)")
         return None, units or "units"
@@ -98,10 +110,11 @@ def served_units(
     if count is not None and preset_name is not None:
         raise ConfigError("options --count and --preset both say what to count: give one of them")
     spec, *extra = _count_specs(count, units) if count is not None else _preset_specs(preset_name, units)
+    latencies = _latency_specs(preset_name, latency or [])
     seconds = EVERY_S if every is None else parse_duration(every, "--scrape-every")
     if not seconds >= MIN_EVERY_S:
         raise ConfigError(f"option --scrape-every: {every} is under {MIN_EVERY_S:g} s")
-    return ServedUnits(url, spec, seconds, tuple(extra)), spec.name
+    return ServedUnits(url, spec, seconds, tuple(extra), latencies), spec.name
 
 
 def _count_specs(count: list[str], units: str | None) -> list[Spec]:
@@ -116,6 +129,18 @@ def _count_specs(count: list[str], units: str | None) -> list[Spec]:
     if units is not None and units != names[0]:
         raise ConfigError(f"option --units: {clip(units)} differs from --count's unit {names[0]!r}: name it once")
     return specs
+
+
+def _latency_specs(preset_name: str | None, lines: Sequence[str]) -> tuple[Spec, ...]:
+    """The preset's latency specs, then each ``--latency``'s; a name given twice is refused."""
+    try:
+        specs = [*(preset(preset_name).latency_specs() if preset_name else []), *map(parse_latency, lines)]
+    except ValueError as exc:
+        raise ConfigError(f"option --latency: {exc}") from None
+    names = [spec.name for spec in specs]
+    if len(set(names)) < len(names):
+        raise ConfigError(f"option --latency: a latency histogram is named twice: {', '.join(names)}")
+    return tuple(specs)
 
 
 def _preset_specs(name: str | None, units: str | None) -> list[Spec]:
@@ -155,6 +180,12 @@ class _Series:
         self.send(units, time_ns)
         self.total += units
 
+    def flush(self) -> None:
+        """Sends the 0 held, if any, now."""
+        if self.held_ns is not None:
+            self.send(0.0, self.held_ns)
+            self.held_ns = None
+
 
 def _stderr(line: str) -> None:
     print(f"wattline: {line}", file=sys.stderr, flush=True)
@@ -172,11 +203,17 @@ class ServedHolder:
         fetch: Callable[[str, float], str] = scrape,
     ) -> None:
         self.served, self.units, self.say, self.fetch = served, units, say, fetch
-        self.counters = ServedCounters([served.spec, *served.extra], start_ns=open_ns, started_server=True)
+        self.counters = ServedCounters(
+            [served.spec, *served.extra], served.latencies, start_ns=open_ns, started_server=True
+        )
         self.timeout_s = min(max(served.every_s, MIN_TIMEOUT_S), MAX_TIMEOUT_S)
         self._own = _Series(units.add)
         #: (kind, its labels) -> an extra unit kind's series
         self._kinds: dict[tuple[str, tuple[tuple[str, str], ...]], _Series] = {}
+        #: (histogram, its labels with le) -> a latency bucket's series (or its sum's)
+        self._buckets: dict[tuple[str, tuple[tuple[str, str], ...]], _Series] = {}
+        #: (histogram, labels, bucket bounds) -> its totals at the previous reading
+        self._latency_last: dict[tuple[str, tuple[tuple[str, str], ...], tuple[float, ...]], LatencyTotals] = {}
         self.good = 0  #: scrapes that gave a reading
         self.missed = 0  #: failed scrapes between two good ones (a gap; not the server starting or gone)
         self._since_good = 0  # failed scrapes since the last good one
@@ -184,6 +221,7 @@ class ServedHolder:
         self._said: set[str] = set()
         self._started = time.monotonic()
         self._last_ns = 0
+        self._read_ns: int | None = None  # the previous good reading
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wattline-scrape", daemon=True)
@@ -228,8 +266,11 @@ class ServedHolder:
             self._own.count(sum(u.units for u in reading.units if u.kind == own), reading.time_ns)
             for count in reading.units:
                 if count.kind != own:
-                    self._kind_series(count).count(count.units, reading.time_ns)
+                    self._series(self._kinds, count.kind, count.labels).count(count.units, reading.time_ns)
+            for totals in reading.latencies:
+                self._latency(totals, reading.time_ns)
             self._said_notes(reading)
+            self._read_ns = reading.time_ns
             return reading
 
     def _run(self) -> None:
@@ -244,20 +285,42 @@ class ServedHolder:
         self._last_ns = max(time.time_ns(), self._last_ns + 1)
         return self._last_ns
 
-    def _kind_series(self, count: UnitCount) -> _Series:
-        """The series of an extra unit kind's ``count``: its UNITS events numbered by a builder
-        of its own (its ``units_total`` is the series' alone), sent at once."""
-        key = (count.kind, tuple(sorted(count.labels.items())))
-        if key not in self._kinds:
+    def _series(
+        self, into: dict[tuple[str, tuple[tuple[str, str], ...]], _Series], kind: str, labels: dict[str, str]
+    ) -> _Series:
+        """The series of ``kind`` with ``labels`` (kept in ``into``): its UNITS events numbered by
+        a builder of its own (its ``units_total`` is the series' alone), sent at once. One first
+        seen after the first reading counted its units since the previous one (it appeared since:
+        :mod:`wattline.served_metrics`): its first event covers that time, not the job's."""
+        key = (kind, tuple(sorted(labels.items())))
+        if key not in into:
             builder = EventBuilder(self.units.builder.spec)
-            kind, labels = count.kind, dict(count.labels)
+            labels = dict(labels)
 
             def send(units: float, time_ns: int) -> None:
                 event = builder.make(UNITS, time_ns, units=units, unit=kind, unit_labels=labels)
                 self.units.emit([event])
 
-            self._kinds[key] = _Series(send)
-        return self._kinds[key]
+            into[key] = _Series(send, held_ns=self._read_ns)
+        return into[key]
+
+    def _latency(self, totals: LatencyTotals, time_ns: int) -> None:
+        """Sends what each bucket (and the sum) of one latency series gained since the previous
+        reading: the totals only grow (:class:`ServedCounters` counts a restart's from 0 again).
+        A bucket's first reading is sent even when idle, so every bucket is in the store."""
+        key = (totals.name, tuple(sorted(totals.labels.items())), tuple(le for le, _ in totals.buckets))
+        before = self._latency_last.get(key)
+        self._latency_last[key] = totals
+        then = [0.0] * (len(totals.buckets) + 1) if before is None else [*(n for _, n in before.buckets), before.sum]
+        now = [*(n for _, n in totals.buckets), totals.sum]
+        names = [*("+Inf" if le == math.inf else repr(le) for le, _ in totals.buckets), "sum"]
+        for le, a, b in zip(names, then, now, strict=True):
+            labels = {**totals.labels, "le": le}
+            fresh = (totals.name, tuple(sorted(labels.items()))) not in self._buckets
+            series = self._series(self._buckets, totals.name, labels)
+            series.count(b - a, time_ns)
+            if fresh:  # stored at once, even idle: a report learns the bucket layout from it
+                series.flush()
 
     def _failed(self, reason: str, final: bool) -> None:
         self._since_good += 1

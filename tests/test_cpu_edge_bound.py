@@ -97,17 +97,21 @@ def test_every_placement_lies_within_the_split_term(k: float, o: float, f: float
             assert farthest == pytest.approx((r - f * s) * e, rel=1e-9)
 
 
-def test_a_steady_job_has_no_split_term_but_at_its_own_edges() -> None:
-    """The same job running through all three periods: its middle period is not an edge, and
-    the figure is exact there; only its first and last periods (where, for all the counts say,
-    its processes may have come late or gone early) carry a term."""
+@pytest.mark.parametrize("sent_steady", [False, True])
+def test_a_job_through_all_its_periods_has_a_term_only_at_edges_it_was_not_sure_of(sent_steady: bool) -> None:
+    """The same job running through three periods: its middle period is no edge, and the figure
+    is exact. Its first and last carry a term (for all the counts say its processes may have
+    come late or gone early) unless its holder sent them steady (it knew they ran throughout:
+    a pod's periods run from its containers' start to their end)."""
     channel = ChannelEnergy(
         "h", "cpu_package", "package-0", Quality.COUNTER,
         [Interval(round(i * STEP * S), round((i + 1) * STEP * S), 40.0 * STEP) for i in range(3 * N)],
     )  # fmt: skip
-    periods = [UseInterval(round(p * T * S), round((p + 1) * T * S), 300.0, 400.0, "cpu-time") for p in range(3)]
+    periods = [
+        UseInterval(round(p * T * S), round((p + 1) * T * S), 300.0, 400.0, "cpu-time", sent_steady) for p in range(3)
+    ]
     window = JobWindow("J", "h", 0, round(3 * T * S), uses={"cpu:host": UseTimeline(periods)})
     got = next(s for s in split_shared([channel], [window], "cpu-time").shares if s.job_id == "J")
     assert got.energy_j == pytest.approx(40.0 * 3 * T * 0.75, rel=1e-9)
     # the first and last periods: between none (others there) and 0.75: 0.75 x 40 J each
-    assert got.split_bound_j == pytest.approx(2 * 0.75 * 40.0 * T, rel=1e-9)
+    assert got.split_bound_j == pytest.approx(0.0 if sent_steady else 2 * 0.75 * 40.0 * T, rel=1e-9)

@@ -36,7 +36,11 @@ without its use or to a stretch not read) spreads its CPU time over the whole pe
 charges it the period's ratio where it was not there yet (``U f / (O + U f)`` of the period
 for a truth of ``f U / (O + U)``: U, O the job's and the others' paces, f the part it ran).
 Such a period is an *edge* (:func:`mark_edges`, :attr:`UseInterval.edge`), the CPU split's
-unsteady one, bounded as above.
+unsteady one, bounded as above, unless its holder sent it steady (it knew its processes ran
+throughout: a pod's periods run from its containers' start to their end; a unit holder's
+do not where it saw the unit start or stop). An older holder's periods, none sent steady, have
+each job's first and last period bounded so. A period not sent steady with the job's use on
+both sides (its processes went and came back inside it) is not bounded.
 """
 
 from __future__ import annotations
@@ -77,8 +81,9 @@ class UseInterval:
 
 def mark_edges(timeline: UseTimeline) -> UseTimeline:
     """The job's CPU-time periods with those in which its use may have begun or ended marked
-    :attr:`UseInterval.edge`: a period with use whose neighbour on either side is not a period
-    of use that touches it (none, a stretch not read, or a period without use). Already marked
+    :attr:`UseInterval.edge`: a period with use, not sent steady by its holder (its processes
+    there throughout), whose neighbour on either side is not a period of use that touches it
+    (none: its first or last, a stretch not read; or a period without use). Already marked
     ones stay so (a merged period holding an edge)."""
     periods = timeline.intervals
 
@@ -88,6 +93,7 @@ def mark_edges(timeline: UseTimeline) -> UseTimeline:
     out = [
         replace(u, edge=True)
         if u.job_use > 0
+        and not u.steady
         and not u.edge
         and not (
             used(i - 1, u.start_ns - periods[i - 1].end_ns if i else 1)

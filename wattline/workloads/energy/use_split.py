@@ -231,7 +231,9 @@ class UseSplit:
             if tl is None:
                 continue
             if not rates:  # one marked timeline per job (its windows share one)
-                tl = edged.setdefault(id(tl), mark_edges(tl))
+                if id(tl) not in edged:
+                    edged[id(tl)] = mark_edges(tl)
+                tl = edged[id(tl)]
             user = self._users.get(id(tl))
             if user is None:  # its periods may reach past its windows (the first ask before its start)
                 start, end = tl.intervals[0].start_ns, tl.intervals[-1].end_ns

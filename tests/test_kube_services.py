@@ -31,6 +31,10 @@ import kubernetes_validate
 import pytest
 import yaml
 from pki import make_ca, make_cert
+from procs import Proc, start_collector
+from servers import free_port
+from sysfs_trees import Zone, powercap_tree
+from waits import wait_until
 
 from wattline import wire
 from wattline.agent.kube.pod_units import endpoint_of
@@ -400,3 +404,64 @@ def test_the_guides_deployment_is_a_service_and_its_policy_admits_the_agent_on_i
     (source,) = rule["from"]
     assert source["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "wattline-agent"}
     assert source["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "wattline"}
+
+
+def test_an_agent_killed_and_restarted_while_a_service_pods_job_is_open_loses_and_doubles_nothing(
+    tmp_path: Path, kubelet_pki: Path
+) -> None:
+    """The real agent (SIGKILL, then a new one on the same outbox) -> a real collector -> SQLite,
+    the service pod's job open throughout: the restarted agent's running totals start again
+    from 0 under the job's same event numbering, and the store still counts every request
+    served while an agent watched, once (those served while none ran are not counted)."""
+    kubelet = Kubelet(kubelet_pki)
+    vllm = Vllm(created_s=time.time())
+    (tmp_path / "token").write_text("sa-token\n")
+    annotations = {"wattline.io/preset": "vllm", "wattline.io/metrics": f"{vllm.port}/metrics"}
+    kubelet.items = [service_pod(annotations, None)]  # pending: its server is counted from 0
+    root = powercap_tree(tmp_path / "host", [Zone("intel-rapl:0", "package-0")])
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f'[kubernetes]\npods = true\npod_list_url = "{kubelet.url}"\npoll_interval = 1\n'
+        f'token_file = "{tmp_path / "token"}"\nca_file = "{kubelet_pki / "ca.pem"}"\npod_resources_socket = ""\n'
+    )
+    port, db = free_port(), tmp_path / "w.db"
+    collector = start_collector(port, ["--store", f"sqlite:///{db}"], tmp_path / "collector.log")
+    args = ["agent", "--config", str(config), "--host-id", NODE, "--sysfs-root", str(root), "--source", "rapl",
+            "--interval", "0.25", "--batch-interval", "0.25", f"--collector=127.0.0.1:{port}",
+            "--outbox-dir", str(tmp_path / "outbox"), "--edge-socket", "off", "--spool-dir", "memory"]  # fmt: skip
+
+    def events(kind: str) -> list[Any]:
+        return [e for e in SqliteStore(db).job_events(JOB) if e.event == kind]
+
+    def units() -> float:
+        return build_view(JOB, SqliteStore(db).job_events(JOB)).units_total
+
+    agents = [Proc(args, tmp_path / "agent-1.log")]
+    try:
+        wait_until(lambda: "pod" in agents[0].log() or "sampling" in agents[0].log(), agents[0].log, timeout_s=30)
+        time.sleep(1.5)  # a look sees it pending
+        kubelet.items = [service_pod(annotations, time.time_ns())]
+        vllm.serve(5)
+        wait_until(lambda: events("open") and units() == 5, lambda: agents[0].log()[-2000:], timeout_s=30)
+        agents[0].kill9()
+        counted = 5
+        vllm.serve(20)  # while no agent runs: not counted
+        before = len(events("units"))
+        agents.append(Proc(args, tmp_path / "agent-2.log"))
+        wait_until(lambda: len(events("units")) > before, lambda: agents[1].log()[-2000:], timeout_s=30)  # its baseline
+        vllm.serve(7)
+        counted += 7
+        wait_until(lambda: units() >= counted, lambda: agents[1].log()[-2000:], timeout_s=30)
+        kubelet.items = []  # deleted: its job closes
+        wait_until(lambda: events("close"), lambda: agents[1].log()[-2000:], timeout_s=30)
+    finally:
+        for agent in agents:
+            if agent.alive():
+                agent.terminate()
+        collector.terminate()
+        kubelet.http.shutdown()
+        vllm.http.shutdown()
+    assert len(events("open")) == 1  # one job across the restart
+    # the reader counts from running totals only where they say it (they fell at the restart:
+    # each event's own count then), so the 5 before and the 7 after, not 5 + 7 + 5
+    assert units() == counted == 12

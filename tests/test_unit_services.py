@@ -17,7 +17,9 @@ fraction f, it is given ``W L U f / (O + U f)`` for a truth of ``W L f U / (O + 
 cores and the others'), never less, and at most EDGE_SHARE x W x L more (the largest gap over f).
 So the report may exceed the truth by that for each of the four edges (start, stop, start
 again, stop), with L the looks' spacing (two poll intervals: a loaded machine's looks come late),
-and fall short of it by nothing but the counters' granularity.
+and fall short of it by nothing but the counters' granularity. Its bound must hold the truth:
+each edge's period may have held the unit's share of all of it or none of it (its ``split``
+term), at most SHARE x W x L each.
 """
 
 from __future__ import annotations
@@ -248,6 +250,10 @@ def test_a_unit_restarted_in_the_middle_is_one_service_job(tmp_path: Path, colle
     assert r["job"]["service"] is True and r["job"]["status"] == "closed" and r["job"]["unit"] == "requests"
     assert whole["units"] == served  # none lost or doubled by the restart
     assert truth_j - under_j <= whole["energy_j"] <= truth_j + over_j
+    # the bound holds the truth, and is no wider than the four edges' periods could make it
+    bound_j = whole["energy_bound_j"]
+    assert whole["energy_j"] - bound_j <= truth_j <= whole["energy_j"] + bound_j
+    assert bound_j <= 4 * SHARE * WATTS * 2 * POLL_S + under_j
     assert (truth_j - under_j) / served <= whole["j_per_unit"] <= (truth_j + over_j) / served
     # one job across the restart, no second life
     assert SqliteStore(db).job_events(f"{JOB}@") == []

@@ -22,7 +22,9 @@ started or ended inside a job's stretch, the host's pace changed there: the job'
 cut at that instant, each part with its own CPU time and the host's (:attr:`CpuPeriod.part`),
 and a job's share of each part is exact where the paces held. A job whose reading fails has
 no period until it is read twice again: that stretch is unmeasured (the report estimates it
-and bounds the estimate).
+and bounds the estimate). A period is sent steady (its job's processes ran throughout it, or
+started and ended at its edges) unless its holder says they came or went inside it
+(``changed``: a unit seen started or stopped at this look): the report bounds such an edge.
 """
 
 from __future__ import annotations
@@ -80,11 +82,13 @@ class CpuPeriod:
     part: int = 0
     #: Sent in place of part ``part`` of the job's previous reading (it reached past the job's end).
     replaces: bool = False
+    #: The job's processes ran throughout it (else they may have come or gone inside it).
+    steady: bool = True
 
     def fields(self) -> dict[str, Any]:
         """The USE event's fields: the job's and the host's mean use, percent of one CPU."""
         span = self.end_ns - self.start_ns
-        return use_fields(CPU_DEVICE, span, self.job_ns * 100.0, self.host_ns * 100.0, CPU_METRIC)
+        return use_fields(CPU_DEVICE, span, self.job_ns * 100.0, self.host_ns * 100.0, CPU_METRIC, None, self.steady)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +115,7 @@ class _Reading:
     others_pace: float
     stretches: Mapping[str, _Stretch]
 
-    def periods(self, job: str, replaces: bool = False) -> list[CpuPeriod]:
+    def periods(self, job: str, replaces: bool = False, steady: bool = True) -> list[CpuPeriod]:
         """The job's stretch cut where another job's starts or ends, each part with the host's
         CPU time there (the others' pace and every job running there at its own)."""
         mine = self.stretches[job]
@@ -125,7 +129,7 @@ class _Reading:
         for part, (a, b) in enumerate(itertools.pairwise(edges)):
             job_ns = mine.inside(a, b)
             host_ns = self.others_pace * (b - a) + sum(s.inside(a, b) for s in self.stretches.values())
-            out.append(CpuPeriod(a, b, job_ns, max(host_ns, job_ns), part, replaces))
+            out.append(CpuPeriod(a, b, job_ns, max(host_ns, job_ns), part, replaces, steady))
         return out
 
 
@@ -165,13 +169,15 @@ class CpuTally:
         jobs: Mapping[str, float | None],
         ends: Mapping[str, int] | None = None,
         gaps: Collection[str] = (),
+        changed: Collection[str] = (),
     ) -> dict[str, list[CpuPeriod]]:
         """Each job's period since its last reading, in parts, from this reading of ``jobs``
         (job -> its CPU time so far, None where it could not be read) and of the host (None:
         not accounted: the jobs' own are the host's). ``ends``: jobs whose processes ended then
         (their counter has not moved since); they are forgotten after this. ``gaps``: jobs
         whose CPU time since their last reading is not known (this reading starts them
-        afresh). Jobs not in ``jobs`` are forgotten."""
+        afresh). ``changed``: jobs whose processes came or went since their last reading (their
+        periods are not steady). Jobs not in ``jobs`` are forgotten."""
         ends = ends or {}
         stretches: dict[str, _Stretch] = {}
         late: dict[str, tuple[_Job, int]] = {}
@@ -197,7 +203,7 @@ class CpuTally:
         for gone in set(self._jobs) - set(jobs):
             del self._jobs[gone]
         reading = self._reading(now_ns, host_ns, stretches)
-        out = {job: reading.periods(job) for job in stretches}
+        out = {job: reading.periods(job, steady=job not in changed) for job in stretches}
         for job in stretches:
             self._jobs[job].last = reading
         for job, (before, end) in late.items():

@@ -92,6 +92,7 @@ class _Unit:
     scraped_ns: int = 0
     cpu_last: int | None = None  #: its cgroup's CPU time at the last look (None: none known)
     absent: bool | None = None  #: its cgroup was absent at the last look (None: not looked yet)
+    up: bool | None = None  #: its cgroup held processes at the last look (None: not looked yet)
     cpu_total: float = 0.0  #: its CPU time since its baseline, as the tally takes it
     lives: int = 0  #: jobs it has opened
     resume: tuple[str, int] | None = None  #: (job id, open) of a job an earlier agent left open
@@ -150,8 +151,10 @@ class UnitWatcher:
         """One look at every unit: open, scrape, CPU time, heartbeat, close; then deliver."""
         now = now_ns or time.time_ns()
         number = now // int(self.settings.poll_interval * 1e9)
+        changed: set[str] = set()  #: jobs whose unit started or stopped since the last look
         for unit in self.units:
             up = _populated(self.base / "system.slice" / unit.service.unit)
+            came_or_went, unit.up = unit.up is not None and up != unit.up, up
             if unit.resume is not None and not up:  # stopped while no agent watched: closes after the grace
                 self._open(unit, now)
                 unit.stopped_ns = now
@@ -161,7 +164,9 @@ class UnitWatcher:
                 unit.stopped_ns = 0
             elif unit.job_id and not unit.stopped_ns:
                 unit.stopped_ns = now
-        self._cpu(now, number)
+            if came_or_went and unit.job_id:
+                changed.add(unit.job_id)
+        self._cpu(now, number, changed)
         for unit in self.units:
             if unit.job_id:
                 self._scrape(unit, now, number)
@@ -290,8 +295,10 @@ class UnitWatcher:
 
     # ----------------------------------------------------------------- CPU time
 
-    def _cpu(self, now: int, number: int) -> None:
-        """One ``cpu:host`` USE event per part of each open job's CPU period since the last look."""
+    def _cpu(self, now: int, number: int, changed: set[str]) -> None:
+        """One ``cpu:host`` USE event per part of each open job's CPU period since the last look;
+        not steady for the ``changed`` jobs (their unit started or stopped inside it: the report
+        bounds what spreading its CPU time over the whole period may be off)."""
         values: dict[str, float] = {}
         gaps: set[str] = set()
         for unit in self.units:
@@ -302,7 +309,7 @@ class UnitWatcher:
             if not known:
                 gaps.add(unit.job_id)
         host = cgroup_cpu.usage_ns(self.base, self.version)
-        for job_id, parts in self.tally.read(now, host, values, gaps=gaps).items():
+        for job_id, parts in self.tally.read(now, host, values, gaps=gaps, changed=changed).items():
             unit = next(u for u in self.units if u.job_id == job_id)
             for p in parts:
                 self.pending.append(unit.event(Kind.KIND_USE, p.end_ns, cpu_place(number, p.part), **p.fields()))

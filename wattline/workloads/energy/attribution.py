@@ -29,8 +29,9 @@ piece; each piece then goes
   :meth:`.use_split.UseSplit.by_ratio`); where an active job's CPU time was not read, its part
   is estimated (at its nearest period's ratio, else an equal part of what the others left,
   all of it where none was read) and :attr:`Share.estimated_j` and
-  :attr:`Share.estimate_bound_j` say how much and how far it may be off; no active job:
-  unattributed.
+  :attr:`Share.estimate_bound_j` say how much and how far it may be off; where its processes
+  appeared or went inside a period (its edges), :attr:`Share.split_bound_j` says how far its
+  ratio there may be off (:func:`.use_split.mark_edges`); no active job: unattributed.
 
 * for an accelerator channel with **recorded use** (:class:`UseInterval`, a job's
   processes' share of the device read by its holder: NVML per-process utilization,
@@ -418,13 +419,13 @@ def split_shared(
                     dynamic[k].append(part)
                 for k, part in _hand_out(iv.gap_j * ((b - a) / length if length else 1.0), w) if iv.gap_j else ():
                     gaps[k].append(part)
-                if by_use_split is not None and keys:
+                if by_use_split is not None:
                     # no job's use there: nothing to say of any job's weight beside an unsteady period
                     opened = frozenset(j.job_id for j in active) if by_use is not None else frozenset()
                     split_pieces.append((a, b, pe, _parts(w) if by_use is not None else {}, opened))
-        # an accelerator's split by its processes' use; a host's CPU split by CPU time (a count,
-        # not samples of the processes on a device) has no unsteady stretch to bound
-        split_bounds = by_use_split.bounds(split_pieces) if by_use_split is not None and keys else {}
+        # an accelerator's split by its processes' use, where they changed inside a period; a
+        # host's split by CPU time, where a job's processes appeared or went inside one (its edges)
+        split_bounds = by_use_split.bounds(split_pieces) if by_use_split is not None else {}
         for k in sorted(energy, key=lambda x: (x is None, x or "")):
             total, dyn_total = math.fsum(energy[k]), math.fsum(dynamic[k])
             by_use_j, bound_j = math.fsum(by_use_parts[k]), split_bounds.get(k, 0.0) if k is not None else 0.0

@@ -25,8 +25,11 @@ in joules (README "Method: uncertainty" gives each one's source):
   there would be (:attr:`~wattline.workloads.energy.attribution.Share.gaps_bound_j`);
 * ``split``: a device split among jobs by their recorded use: where the processes on it
   changed inside a period (an unsteady one), a job's part there lay between its parts
-  before and after (:meth:`~wattline.workloads.energy.use_split.UseSplit.bounds`); not a
-  term of the channel, added to the job's share of it;
+  before and after (:meth:`~wattline.workloads.energy.use_split.UseSplit.bounds`); likewise
+  a host's energy split by CPU time where a job's processes appeared or went inside one of
+  its periods (:func:`~wattline.workloads.energy.use_split.mark_edges`): its part there lay
+  between none and its share of all of it; not a term of the channel, added to the job's
+  share of it;
 * ``unread``: a host's energy split by CPU time where a job's CPU time was not read there
   (its holder could not read it: a pod's cgroup gone, an agent restarted, an older
   wrapper): its part is estimated, and lay anywhere between none and all that the jobs read

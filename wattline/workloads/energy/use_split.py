@@ -28,6 +28,19 @@ the split is then exact while their rates hold. Where one started or ended insid
 watchers' periods may all hold one), a job's part there lay somewhere between its parts
 before and after that period: its term is the energy there x how far its weight is from
 the farther of the two. A process's change of pace inside a steady period is not bounded.
+
+A host's CPU split by CPU time (:meth:`UseSplit.by_ratio`) has the same blind spot at a job's
+edges: its holder reads its CPU time and the host's when it happens to look, so a period in
+which the job's processes appeared or went (its first or last period, one next to a period
+without its use or to a stretch not read) spreads its CPU time over the whole period, and
+charges it the period's ratio where it was not there yet (``U f / (O + U f)`` of the period
+for a truth of ``f U / (O + U)``: U, O the job's and the others' paces, f the part it ran).
+Such a period is an *edge* (:func:`mark_edges`, :attr:`UseInterval.edge`), the CPU split's
+unsteady one, bounded as above, unless its holder sent it steady (it knew its processes ran
+throughout: a pod's periods run from its containers' start to their end; a unit holder's
+do not where it saw the unit start or stop). An older holder's periods, none sent steady, have
+each job's first and last period bounded so. A period not sent steady with the job's use on
+both sides (its processes went and came back inside it) is not bounded.
 """
 
 from __future__ import annotations
@@ -57,6 +70,8 @@ class UseInterval:
     steady: bool = False
     #: Standing for several periods (:func:`coarsen`): how far their shares are from its share.
     spread: float = 0.0
+    #: A CPU-time period in which the job's use may have begun or ended (:func:`mark_edges`).
+    edge: bool = False
 
     @property
     def share(self) -> float:
@@ -64,10 +79,38 @@ class UseInterval:
         return min(self.job_use / self.device_use, 1.0) if self.device_use > 0 else 0.0
 
 
+def mark_edges(timeline: UseTimeline) -> UseTimeline:
+    """The job's CPU-time periods with those in which its use may have begun or ended marked
+    :attr:`UseInterval.edge`: a period with use, not sent steady by its holder (its processes
+    there throughout), whose neighbour on either side is not a period of use that touches it
+    (none: its first or last, a stretch not read; or a period without use). Already marked
+    ones stay so (a merged period holding an edge)."""
+    periods = timeline.intervals
+
+    def used(i: int, touching: int) -> bool:
+        return 0 <= i < len(periods) and periods[i].job_use > 0 and touching == 0
+
+    out = [
+        replace(u, edge=True)
+        if u.job_use > 0
+        and not u.steady
+        and not u.edge
+        and not (
+            used(i - 1, u.start_ns - periods[i - 1].end_ns if i else 1)
+            and used(i + 1, periods[i + 1].start_ns - u.end_ns if i + 1 < len(periods) else 1)
+        )
+        else u
+        for i, u in enumerate(periods)
+    ]
+    return UseTimeline(out)
+
+
 def coarsen(timeline: UseTimeline, most: int) -> UseTimeline:
     """At most about ``most`` intervals (one per run of contiguous periods more where the
     periods have gaps): contiguous periods merged ``k`` at a time, ``k`` the fewest that fits,
-    each merged one their use's means over it and its :attr:`UseInterval.spread`."""
+    each merged one their use's means over it and its :attr:`UseInterval.spread`; one holding
+    a CPU-time edge (:func:`mark_edges`, marked here first) is an edge."""
+    timeline = mark_edges(timeline)
     periods = timeline.intervals
     if len(periods) <= most:
         return timeline
@@ -90,6 +133,7 @@ def _merged(group: Sequence[UseInterval]) -> UseInterval:
     job = math.fsum(u.job_use * (u.end_ns - u.start_ns) for u in group) / (end - start)
     device = math.fsum(u.device_use * (u.end_ns - u.start_ns) for u in group) / (end - start)
     merged = UseInterval(start, end, job, device, group[0].metric, all(u.steady for u in group))
+    merged = replace(merged, edge=any(u.edge for u in group))
     return replace(merged, spread=max(abs(u.share - merged.share) for u in group))
 
 
@@ -173,7 +217,10 @@ class UseSplit:
 
     def __init__(self, windows: Sequence[UsingWindow], keys: frozenset[str], rates: bool = True) -> None:
         """``rates``: split by rates (:meth:`weights`); without, only :meth:`by_ratio` is asked
-        (the other processes' estimates are not made)."""
+        (the other processes' estimates are not made), and the periods the bound takes as
+        unsteady are the CPU-time edges (:func:`mark_edges`), not those sent unsteady."""
+        self._rates = rates
+        edged: dict[int, UseTimeline] = {}
         self._users: dict[int, _User] = {}
         self._user_of: dict[str, _User] = {}
         #: Set by :meth:`by_ratio` for its last piece: each job whose share there stands for
@@ -183,6 +230,10 @@ class UseSplit:
             tl = next((w.uses[k] for k in sorted(keys & w.uses.keys()) if w.uses[k].intervals), None)
             if tl is None:
                 continue
+            if not rates:  # one marked timeline per job (its windows share one)
+                if id(tl) not in edged:
+                    edged[id(tl)] = mark_edges(tl)
+                tl = edged[id(tl)]
             user = self._users.get(id(tl))
             if user is None:  # its periods may reach past its windows (the first ask before its start)
                 start, end = tl.intervals[0].start_ns, tl.intervals[-1].end_ns
@@ -284,7 +335,13 @@ class UseSplit:
         it, else none. A piece in several unsteady periods counts once, at the largest."""
         starts = [p[0] for p in pieces]
         worst: dict[tuple[int, int], tuple[float, str]] = {}  # (piece, job's timeline) -> (weight off, window)
-        for u in {u for user in self._users.values() for u in user.timeline.intervals if not u.steady}:
+        unsteady = [
+            u
+            for user in self._users.values()
+            for u in user.timeline.intervals
+            if (not u.steady if self._rates else u.edge)
+        ]
+        for u in unsteady:
             first, end = bisect.bisect_left(starts, u.start_ns), bisect.bisect_left(starts, u.end_ns)
             before = self._by_user(pieces[first - 1]) if first > 0 and pieces[first - 1][1] == u.start_ns else {}
             after = self._by_user(pieces[end]) if end < len(pieces) and pieces[end][0] == u.end_ns else {}

@@ -10,7 +10,8 @@
    10 min, an unhealthy GPU interval, three jobs: tests/grafana_data.py), after substituting the template variables
    the way Grafana does (``$timeFilter``, ``$__interval``..., and multi-value variables as
    escaped regex alternations in ``=~ /^$var$/``). Each must return values; key panels must
-   return the known figures of the fixture. The Jobs dashboard is run the way its job table's
+   return the known figures of the fixture: its construction (known power x time, units and
+   shares: tests/grafana_data.py's ``job_truths``), never wattline's own report. The Jobs dashboard is run the way its job table's
    data link opens it: time range = the job's window as read from the table's own queries;
    its user/account/partition filters select the right jobs.
 """
@@ -49,21 +50,20 @@ from grafana_data import (
     all_panels,
     build_batches,
     choose,
+    claimed_by_host,
     close,
     counted,
     expected_energy,
     find_panel,
     in_totals,
+    job_truths,
     query_text,
     schema_errors,
     stored_power,
-    summary_ms,
-    whole_run_j,
 )
 from servers import Influxd
 
 from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.workloads.report.report_json import report_json
 from wattline.workloads.services.summary import record_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,8 +199,6 @@ class Filled:
     url: str
     database: str
     fx: Fixture
-    #: job id -> `wattline report --json` of the job (its summary was written from the same report)
-    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @pytest.fixture(scope="module")
@@ -208,16 +206,15 @@ def filled(influxd: Influxd) -> Filled:
     end_ns = time.time_ns() // (INTERVAL_S * S) * (INTERVAL_S * S)
     fx = Fixture(start_ns=end_ns - DURATION_S * S, end_ns=end_ns)
     store = InfluxV1Store(influxd.url, influxd.new_database())
-    reports = {}
     try:
         for batch in build_batches(fx):
             result = store.write(batch)
             assert result.rejected == 0, result.reasons
         for job in JOBS:  # the job summaries, as a collector writes them (the same report code)
-            reports[job.job_id] = report_json(record_summary(store, store.write_summary, job.job_id))
+            record_summary(store, store.write_summary, job.job_id)
     finally:
         store.close()
-    return Filled(influxd.url, store.database, fx, reports)
+    return Filled(influxd.url, store.database, fx)
 
 
 def influxql(filled: Filled, query: str) -> list[dict[str, Any]]:
@@ -529,14 +526,14 @@ def test_jobs_queries_on_influxd(filled: Filled) -> None:
     units = sum(
         e.get("units", 0.0) for e in fx.events if e["job_id"] == LLAMA and scope.from_ms <= e["time_ms"] <= scope.to_ms
     )
-    # The job's own energy and J per unit: its summary, the figures of `wattline report`.
-    report = filled.reports[LLAMA]
+    # The job's own energy and J per unit: its summary (in the window: stamped at its start).
+    truth = job_truths(fx)[LLAMA]
     (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Energy: $job_name"))["A"])
-    assert close(got["energy_j"], report["measured"]["energy_j"])
+    assert close(got["energy_j"], truth.measured_j)
     (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Units: $job_name"))["A"])
     assert got["units"] == units
     (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Energy per unit: $job_name"))["A"])
-    assert close(got["j_per_unit"], report["measured"]["j_per_unit"])
+    assert close(got["j_per_unit"], truth.j_per_unit)
     (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Throughput: $job_name"))["A"])
     assert close(got["units_per_s"], units / scope.range_s)
     (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Mean power: $job_name"))["A"])
@@ -604,35 +601,33 @@ def test_jobs_filters_on_influxd(filled: Filled, select: dict[str, str | list[st
 
 @pytest.mark.servers
 def test_jobs_summary_panels_on_influxd(filled: Filled) -> None:
-    """The panels and the annotation that read job_summary give each job's `wattline report` figures."""
+    """The panels and the annotation that read job_summary give each job's figures as the fixture builds them."""
     fx = filled.fx
     dashboard = load("jobs")
     scope = Scope(fx.start_ms, fx.end_ms)
     resolve_variables(filled, dashboard, scope, {"job": LLAMA})
-    reports = filled.reports
-    assert sorted(reports) == sorted(job.job_id for job in JOBS)
+    truths = job_truths(fx)
 
     table = job_table(filled, dashboard, scope)
-    for job_id, report in reports.items():
+    assert sorted(table) == sorted(truths)
+    for job_id, truth in truths.items():
         row = table[job_id]
-        assert close(row["energy_j"], whole_run_j(report)), (job_id, row)
-        assert close(row["j_per_unit"], report["measured"]["j_per_unit"])
-        assert close(row["kwh_per_million"], report["measured"]["kwh_per_million_units"])
-        assert close(row["measured_share"], report["measured"]["coverage"]["measured_share"])
+        assert close(row["energy_j"], truth.whole_j), (job_id, row)
+        assert close(row["j_per_unit"], truth.j_per_unit), (job_id, row)
+        assert close(row["kwh_per_million"], truth.kwh_per_million), (job_id, row)
+        assert close(row["measured_share"], truth.measured_share), (job_id, row)
     # Shared host energy split, never counted twice: RESNET ran beside LLAMA on HOST_B.
     assert 0 < table[RESNET]["energy_j"] < sum(expected_energy(fx, "host", fx.start_ms, fx.end_ms, {HOST_B}).values())
 
     drift = rows(run_panel(filled, scope, find_panel(dashboard, "J per unit over time, by job name"))["A"])
-    assert {(r["name"], r["time"]) for r in drift} == {
-        (report["job"]["name"], summary_ms(report, "start")) for report in reports.values()
-    }
+    assert {(r["name"], r["time"]) for r in drift} == {(job.name, truths[job.job_id].start_ms) for job in JOBS}
     for r in drift:
-        report = next(rep for rep in reports.values() if rep["job"]["name"] == r["name"])
-        assert close(r["j_per_unit"], report["measured"]["j_per_unit"])
+        (job,) = [j for j in JOBS if j.name == r["name"]]
+        assert close(r["j_per_unit"], truths[job.job_id].j_per_unit)
 
     by_job = rows(run_panel(filled, scope, find_panel(dashboard, "Energy by job over the range"))["A"])
     assert {r["job_id"]: r["energy_wh"] for r in by_job} == pytest.approx(
-        {job_id: whole_run_j(report) / 3600 for job_id, report in reports.items()}, rel=1e-9
+        {job_id: truth.whole_j / 3600 for job_id, truth in truths.items()}, rel=1e-9
     )
 
     # Node energy minus the jobs' energy, per host (the range covers every job whole).
@@ -640,11 +635,8 @@ def test_jobs_summary_panels_on_influxd(filled: Filled) -> None:
     node = {r["host"]: r["node_j"] for r in rows(unclaimed["A"])}
     jobs = {r["host"]: r["jobs_j"] for r in rows(unclaimed["B"])}
     assert node == pytest.approx(expected_energy(fx, "host", fx.start_ms, fx.end_ms, {HOST_A, HOST_B}), rel=1e-9)
-    claimed: dict[str, float] = defaultdict(float)
-    for report in reports.values():
-        for window in ("measured", "warmup"):
-            for h in report[window]["by_host"]:
-                claimed[h["host"]] += h["energy_j"]
+    claimed = claimed_by_host(truths, fx.start_ms - 1, fx.end_ms)
+    assert claimed.keys() == {HOST_A, HOST_B}
     assert jobs == pytest.approx(claimed, rel=1e-9)
     for host in (HOST_A, HOST_B):
         assert 0 < node[host] - jobs[host] < node[host], host  # idle before/after the jobs is nobody's
@@ -652,12 +644,8 @@ def test_jobs_summary_panels_on_influxd(filled: Filled) -> None:
     # Warm-up shaded: one region per saturated job, from its start to its saturation point.
     (annotation,) = [a for a in dashboard["annotations"]["list"] if a["name"] == "Warm-up (start to saturation)"]
     got = rows(influxql(filled, scope.interpolate(annotation["target"]["query"])))
-    want = {
-        job_id: (summary_ms(report, "start"), summary_ms(report, "saturation"))
-        for job_id, report in reports.items()
-        if report["saturation"]["saturated"]
-    }
-    assert LLAMA in want
+    want = {job_id: (truth.start_ms, truth.saturated_ms) for job_id, truth in truths.items()}
+    assert want[LLAMA][0] < want[LLAMA][1]  # LLAMA warms up
     assert {r["job_id"]: (r["time"], r[annotation["target"]["timeEndColumn"]]) for r in got} == want
 
 

@@ -14,8 +14,10 @@ written by grafana/generate.py from the InfluxQL ones) and its provisioning file
    variables as Grafana's Prometheus data source does (``$__range_ms``, ``$__interval``...;
    a multi-value or All selection as an escaped ``(a|b)``, a custom all value as is, a single
    value unescaped), as instant queries at the range's end or range queries over the range
-   aligned to the step. Key panels must give the fixture's figures; a range selector holds
-   the samples in (from, to], so the truths count a sample from just after ``from``.
+   aligned to the step. Every figure is checked against the fixture's construction (known
+   power x time, units and shares: tests/grafana_data.py's ``job_truths``), never against
+   wattline's own report; a range selector holds the samples in (from, to], so the truths
+   count a sample from just after ``from``.
 """
 
 from __future__ import annotations
@@ -50,21 +52,22 @@ from grafana_data import (
     SUBZONES,
     UNHEALTHY,
     Fixture,
+    JobPlan,
     S,
     all_panels,
     build_batches,
     choose,
+    claimed_by_host,
     close,
     counted,
     expected_energy,
     find_panel,
     in_totals,
+    job_truths,
     load_dashboard,
     query_text,
     schema_errors,
     stored_power,
-    summary_ms,
-    whole_run_j,
 )
 from servers import VictoriaMetrics, http, run_victoria, start_prometheus
 from victoria_peer import victoria_argv
@@ -72,7 +75,6 @@ from victoria_peer import victoria_argv
 from wattline.collector.stores.base import JobSummary, Store, WriteResult
 from wattline.collector.stores.prometheus import PrometheusStore
 from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.report.report_json import report_json
 from wattline.workloads.services.summary import record_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,8 +187,6 @@ ENGINES = ("victoriametrics", "prometheus")
 class Filled:
     url: str
     fx: Fixture
-    #: job id -> `wattline report --json` of the job (its summary was written from the same report)
-    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     engine: str = "victoriametrics"
 
 
@@ -224,9 +224,9 @@ def after_a_partial_rewrite(
     return sink
 
 
-def fill(store: Store, fx: Fixture, searchable: Callable[[str, int], object]) -> dict[str, dict[str, Any]]:
+def fill(store: Store, fx: Fixture, searchable: Callable[[str, int], object]) -> None:
     """Write the fixture's batches and each job's summaries (a partial one, then the final one,
-    as a collector writes them: the same report code); the final reports by job id.
+    as a collector writes them: the same report code).
     ``searchable(selector, series)`` waits until the engine shows that many series."""
     for batch in build_batches(fx, RESTARTS):
         result = store.write(batch)
@@ -234,12 +234,10 @@ def fill(store: Store, fx: Fixture, searchable: Callable[[str, int], object]) ->
     streams = len(CHANNELS) + sum(1 for c in CHANNELS if c.host in RESTARTS)
     searchable(f'energy_energy_j{{host=~"{HOST_A}|{HOST_B}"}}', streams)
     searchable('{__name__="job_events_sub_ns", event="close"}', sum(len(j.hosts) for j in JOBS))
-    reports = {}
     sink = after_a_partial_rewrite(store, searchable)
     for job in JOBS:
-        reports[job.job_id] = report_json(record_summary(store, sink, job.job_id))
+        record_summary(store, sink, job.job_id)
     searchable("job_summary_energy_j", len(JOBS))
-    return reports
 
 
 @pytest.fixture(scope="module", params=ENGINES)
@@ -252,15 +250,15 @@ def filled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         # One of its own: its label APIs answer by day, and other tests write today.
         with contextmanager(run_victoria)(tmp_path_factory, victoria_argv) as victoria_metrics:
             with VictoriaStore(victoria_metrics.url) as store:
-                reports = fill(store, fx, lambda match, n: victoria_metrics.export(match, expect=n))
-            yield Filled(victoria_metrics.url, fx, reports, request.param)
+                fill(store, fx, lambda match, n: victoria_metrics.export(match, expect=n))
+            yield Filled(victoria_metrics.url, fx, request.param)
         return
     # A Prometheus of its own (its label APIs answer from the whole head block, not by day).
     daemon = start_prometheus(tmp_path_factory.mktemp("prometheus-grafana"))
     try:
         with PrometheusStore(daemon.url) as store:
-            reports = fill(store, fx, lambda match, n: None)  # searchable once acknowledged
-        yield Filled(daemon.url, fx, reports, request.param)
+            fill(store, fx, lambda match, n: None)  # searchable once acknowledged
+        yield Filled(daemon.url, fx, request.param)
     finally:
         daemon.stop()
 
@@ -610,6 +608,24 @@ def test_host_queries(filled: Filled) -> None:
     assert set(memory["points"].values()) == {4.0e10}
 
 
+def check_job_row(fx: Fixture, row: dict[str, Any], job: JobPlan) -> None:
+    """A row of the job table against the fixture's construction: its events, units and energies."""
+    truth = job_truths(fx)[job.job_id]
+    opens, closes = event_ms(fx, job.job_id, "open"), event_ms(fx, job.job_id, "close")
+    assert (row["name"], row["kind"], row["unit"], row["hosts"]) == (job.name, job.kind, job.unit_name, len(job.hosts))
+    assert (row["start"], row["end"], row["exit_code"]) == (min(opens), max(closes), 0)
+    assert row["units"] == units_of(fx, job.job_id, fx.start_ms, fx.end_ms)
+    assert row["duration_s"] == max(c - o for o, _, c in job.hosts.values())
+    assert close(row["throughput"], row["units"] / row["duration_s"])
+    saturations = event_ms(fx, job.job_id, "phase")
+    assert row.get("saturated") == ("saturated" if saturations else None)
+    assert row.get("saturated_at") == (min(saturations) if saturations else None)
+    assert close(row["energy_j"], truth.whole_j), job.job_id
+    assert close(row["j_per_unit"], truth.j_per_unit), job.job_id
+    assert close(row["kwh_per_million"], truth.kwh_per_million), job.job_id
+    assert close(row["measured_share"], truth.measured_share), job.job_id
+
+
 def job_table(filled: Filled, dashboard: dict[str, Any], scope: Scope) -> dict[str, dict[str, Any]]:
     rows = table(filled, scope, find_panel(dashboard, "Jobs in the time range"), ("job_id",))
     return {job_id: row for (job_id,), row in rows.items()}
@@ -639,39 +655,21 @@ def test_jobs_queries(filled: Filled) -> None:
     table_rows = job_table(filled, dashboard, overview)
     assert sorted(table_rows) == sorted(job.job_id for job in JOBS)
     for job in JOBS:
-        row, report = table_rows[job.job_id], filled.reports[job.job_id]
-        opens, closes = event_ms(fx, job.job_id, "open"), event_ms(fx, job.job_id, "close")
-        assert (row["name"], row["kind"], row["unit"], row["hosts"]) == (
-            job.name,
-            job.kind,
-            job.unit_name,
-            len(job.hosts),
-        )
-        assert (row["start"], row["end"], row["exit_code"]) == (min(opens), max(closes), 0)
-        assert row["units"] == units_of(fx, job.job_id, fx.start_ms, fx.end_ms)
-        assert row["duration_s"] == max(c - o for o, _, c in job.hosts.values())
-        assert close(row["throughput"], row["units"] / row["duration_s"])
-        saturations = event_ms(fx, job.job_id, "phase")
-        assert row.get("saturated") == ("saturated" if saturations else None)
-        assert row.get("saturated_at") == (min(saturations) if saturations else None)
-        assert close(row["energy_j"], whole_run_j(report)), job.job_id
-        assert close(row["j_per_unit"], report["measured"]["j_per_unit"])
-        assert close(row["kwh_per_million"], report["measured"]["kwh_per_million_units"])
-        assert close(row["measured_share"], report["measured"]["coverage"]["measured_share"])
+        check_job_row(fx, table_rows[job.job_id], job)
 
     # The job window, as the table's link opens it.
     scope = link_scope(dashboard, table_rows[LLAMA], "Job window: open to close")
     resolve_variables(filled, dashboard, scope, {"job": LLAMA})
     assert scope.values["job"] == [LLAMA] and scope.values["host"] == [HOST_A, HOST_B]
     assert run_dashboard(filled, dashboard, scope) == []
-    report = filled.reports[LLAMA]
+    truths = job_truths(fx)
     # The window holds the job's open and summary (at its start): its row, its energy claimed.
-    assert job_table(filled, dashboard, scope)[LLAMA] == table_rows[LLAMA]
-    assert scope.from_ms < summary_ms(report, "start") == table_rows[LLAMA]["start"]
+    assert scope.from_ms < truths[LLAMA].start_ms
+    check_job_row(fx, job_table(filled, dashboard, scope)[LLAMA], next(j for j in JOBS if j.job_id == LLAMA))
     (got,) = run_panel(filled, scope, find_panel(dashboard, "Energy: $job_name"))["A"]
-    assert close(got["value"], report["measured"]["energy_j"])
+    assert close(got["value"], truths[LLAMA].measured_j)
     (got,) = run_panel(filled, scope, find_panel(dashboard, "Energy per unit: $job_name"))["A"]
-    assert close(got["value"], report["measured"]["j_per_unit"])
+    assert close(got["value"], truths[LLAMA].j_per_unit)
     units = units_of(fx, LLAMA, scope.from_ms, scope.to_ms)
     assert units == units_of(fx, LLAMA, fx.start_ms, fx.end_ms)  # the window holds them all
     (got,) = run_panel(filled, scope, find_panel(dashboard, "Units: $job_name"))["A"]
@@ -682,11 +680,7 @@ def test_jobs_queries(filled: Filled) -> None:
     energy = sum(expected_energy(fx, "host", scope.from_ms, scope.to_ms, {HOST_A, HOST_B}, left_open=True).values())
     assert close(got["value"], energy / scope.range_s)
     unclaimed = table(filled, scope, find_panel(dashboard, "Energy no job claims, by host"), ("host",))
-    claimed: dict[str, float] = defaultdict(float)
-    for r in filled.reports.values():
-        if scope.from_ms < summary_ms(r, "start") <= scope.to_ms:
-            for h in (h for w in ("measured", "warmup") for h in r[w]["by_host"]):
-                claimed[h["host"]] += h["energy_j"]
+    claimed = claimed_by_host(truths, scope.from_ms, scope.to_ms)
     assert {h: row["jobs_j"] for (h,), row in unclaimed.items()} == pytest.approx(claimed, rel=1e-9)
 
     # Warm-up band: 1 from each host's open to its saturation point, 0 after.
@@ -718,36 +712,33 @@ def test_jobs_summary_panels_and_annotations(filled: Filled) -> None:
     dashboard = load("jobs")
     scope = Scope(fx.start_ms, fx.end_ms)
     resolve_variables(filled, dashboard, scope, {"job": LLAMA})
-    reports = filled.reports
+    truths = job_truths(fx)
 
     drift = run_panel(filled, scope, find_panel(dashboard, "J per unit over time, by job name"))["A"]
     step_ms = INTERVAL_S * 1000
     assert {(s["name"], t) for s in drift for t in s["points"]} == {
-        (r["job"]["name"], -(-summary_ms(r, "start") // step_ms) * step_ms) for r in reports.values()
+        (job.name, -(-truths[job.job_id].start_ms // step_ms) * step_ms) for job in JOBS
     }
     for s in drift:
-        report = next(r for r in reports.values() if r["job"]["name"] == s["name"])
-        assert all(close(v, report["measured"]["j_per_unit"]) for v in s["points"].values())
+        (job,) = [j for j in JOBS if j.name == s["name"]]
+        assert all(close(v, truths[job.job_id].j_per_unit) for v in s["points"].values())
 
     # Each job's partial rewrite is an older sample of the job's one series (#45): Prometheus
     # keeps it, VictoriaMetrics deleted it; the panels show the final one only.
     rewrites = instant(filled, scope, "count by (job_id) (last_over_time(job_summary_energy_j[62d] offset -31d))")
-    assert {r["job_id"]: r["value"] for r in rewrites} == dict.fromkeys(reports, 1)
+    assert {r["job_id"]: r["value"] for r in rewrites} == dict.fromkeys(truths, 1)
     samples = instant(filled, scope, "count_over_time(job_summary_energy_j[62d] offset -31d)")
     kept = 2 if filled.engine == "prometheus" else 1
-    assert {r["job_id"]: r["value"] for r in samples} == dict.fromkeys(reports, kept)
+    assert {r["job_id"]: r["value"] for r in samples} == dict.fromkeys(truths, kept)
     by_job = run_panel(filled, scope, find_panel(dashboard, "Energy by job over the range"))["A"]
     assert {r["job_id"]: r["value"] for r in by_job} == pytest.approx(
-        {job_id: whole_run_j(report) / 3600 for job_id, report in reports.items()}, rel=1e-9
+        {job_id: truth.whole_j / 3600 for job_id, truth in truths.items()}, rel=1e-9
     )
     unclaimed = table(filled, scope, find_panel(dashboard, "Energy no job claims, by host"), ("host",))
     node = expected_energy(fx, "host", fx.start_ms, fx.end_ms, {HOST_A, HOST_B}, left_open=True)
     assert {h: row["node_j"] for (h,), row in unclaimed.items()} == pytest.approx(node, rel=1e-9)
-    claimed: dict[str, float] = defaultdict(float)
-    for report in reports.values():
-        for window in ("measured", "warmup"):
-            for h in report[window]["by_host"]:
-                claimed[h["host"]] += h["energy_j"]
+    claimed = claimed_by_host(truths, fx.start_ms, fx.end_ms)
+    assert claimed.keys() == {HOST_A, HOST_B}
     assert {h: row["jobs_j"] for (h,), row in unclaimed.items()} == pytest.approx(claimed, rel=1e-9)
 
     annotations = {a["name"]: a for a in dashboard["annotations"]["list"] if a["datasource"] == DATASOURCE}
@@ -758,9 +749,7 @@ def test_jobs_summary_panels_and_annotations(filled: Filled) -> None:
     assert got == {(e["time_ms"], e["job_id"], "saturated", (e["host"],)) for e in fx.events if e["event"] == "phase"}
     regions = annotation_events(filled, scope, annotations["Warm-up (start to saturation)"])
     assert {e["title"]: (e["time"], e["end"]) for e in regions} == {
-        job_id: (summary_ms(r, "start"), summary_ms(r, "saturation"))
-        for job_id, r in reports.items()
-        if r["saturation"]["saturated"]
+        job_id: (truth.start_ms, truth.saturated_ms) for job_id, truth in truths.items()
     }
     assert LLAMA in {e["title"] for e in regions}
 

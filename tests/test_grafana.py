@@ -24,7 +24,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -346,17 +346,41 @@ def run_dashboard(
 # -- expected figures, computed from the fixture ---------------------------------------------
 
 
-def expected_power_by(fx: Fixture, key: str, interval_s: int = INTERVAL_S) -> dict[tuple[str, int], float]:
-    """{(tag value, bucket start ms): sum over channels of the channel's mean power in the bucket}."""
+def expected_power_by(
+    fx: Fixture,
+    key: str | tuple[str, ...],
+    where: Callable[[Channel], bool] = in_totals,
+    within: tuple[int, int] | None = None,
+    interval_s: int = INTERVAL_S,
+) -> dict[tuple[Any, int], float]:
+    """{(tag value(s), bucket start ms): sum over the channels ``where`` selects of the channel's
+    mean power in the bucket}, of the samples ending in ``within`` ([from, to] ms; default all)."""
+    lo, hi = within or (fx.start_ms, fx.end_ms)
     per_channel: dict[tuple[Channel, int], list[float]] = defaultdict(list)
     for p in fx.points:
-        if in_totals(p["ch"]):
+        if where(p["ch"]) and lo <= p["time_ms"] <= hi:
             bucket = p["time_ms"] // (interval_s * 1000) * interval_s * 1000
             per_channel[p["ch"], bucket].append(p["power_w"])
-    out: dict[tuple[str, int], float] = defaultdict(float)
+    out: dict[tuple[Any, int], float] = defaultdict(float)
     for (ch, bucket), values in per_channel.items():
-        out[getattr(ch, key), bucket] += sum(values) / len(values)
+        label = getattr(ch, key) if isinstance(key, str) else tuple(getattr(ch, k) for k in key)
+        out[label, bucket] += sum(values) / len(values)
     return out
+
+
+def power_rows(
+    filled: Filled, scope: Scope, panel: dict[str, Any], key: str | tuple[str, ...], column: str = "power_w"
+) -> dict[tuple[Any, int], float]:
+    """A time-series panel's rows as {(tag value(s), bucket start ms): value}."""
+    return {
+        (r[key] if isinstance(key, str) else tuple(r[k] for k in key), r["time"]): r[column]
+        for r in rows(run_panel(filled, scope, panel)["A"])
+    }
+
+
+def check_power(got: dict[Any, float], want: dict[Any, float], title: str) -> None:
+    assert got.keys() == want.keys(), title
+    assert all(close(got[k], want[k]) for k in want), title
 
 
 # -- the tests --------------------------------------------------------------------------------
@@ -382,6 +406,10 @@ def test_fleet_queries_on_influxd(filled: Filled) -> None:
     expected = expected_power_by(fx, "component")
     assert {r["component"] for r in got} == {k for k, _ in expected}
     assert all(close(r["power_w"], expected[r["component"], r["time"]]) for r in got)
+    title = "Power by quality (measured vs estimated)"
+    check_power(
+        power_rows(filled, scope, find_panel(dashboard, title), "quality"), expected_power_by(fx, "quality"), title
+    )
 
     last = {p["ch"]: p["power_w"] for p in fx.points}
     (now,) = rows(run_panel(filled, scope, find_panel(dashboard, "Power now"))["A"])
@@ -459,6 +487,40 @@ def test_host_queries_on_influxd(filled: Filled) -> None:
     (model,) = rows(run_panel(filled, scope, find_panel(dashboard, "Estimated (model) energy"))["A"])
     want = sum(p["energy_j"] for p in fx.points if p["ch"].host == HOST_A and p["ch"].quality == "model")
     assert close(model["energy_wh"], want / 3600)
+
+    # Power: the last sample of each channel; by channel, the mean of each bucket's samples.
+    mine = [c for c in CHANNELS if c.host == HOST_A]
+    last = {p["ch"]: p["power_w"] for p in fx.points if p["ch"].host == HOST_A}
+    (now,) = rows(run_panel(filled, scope, find_panel(dashboard, "Host power now"))["A"])
+    assert close(now["power_w"], sum(v for ch, v in last.items() if in_totals(ch)))
+    (unhealthy,) = rows(run_panel(filled, scope, find_panel(dashboard, "Unhealthy intervals"))["A"])
+    assert unhealthy["unhealthy"] == len(UNHEALTHY[1])
+    key = ("component", "device", "source")
+    want_power = expected_power_by(fx, key, where=lambda c: c.host == HOST_A)
+    check_power(power_rows(filled, scope, find_panel(dashboard, "Power by component and device"), key), want_power, "")
+    # Utilization and memory: each channel's constant figure, in every bucket its power has.
+    for title, column, figure in (
+        ("Utilization", "utilization", {(c.component, c.device): c.utilization for c in mine if c.utilization}),
+        (
+            "Device memory used",
+            "memory_used_bytes",
+            {(c.component, c.device): 4.0e10 for c in mine if "memory_used_bytes" in c.gauges},
+        ),
+    ):
+        got = power_rows(filled, scope, find_panel(dashboard, title), ("component", "device"), column)
+        assert got.keys() == {((c, d), t) for (c, d, _), t in want_power if (c, d) in figure}, title
+        assert all(close(v, figure[channel]) for (channel, _), v in got.items()), title
+
+    annotation = next(a for a in dashboard["annotations"]["list"] if a["datasource"].get("uid") == DATASOURCE_UID)
+    got_events = {
+        (r["time"], r["job_id"], r["event"])
+        for r in rows(influxql(filled, scope.interpolate(annotation["target"]["query"])))
+    }
+    assert got_events == {
+        (e["time_ms"], e["job_id"], e["event"])
+        for e in fx.events
+        if e["host"] == HOST_A and e["event"] in ("open", "close")
+    }
 
 
 def job_table(filled: Filled, dashboard: dict[str, Any], scope: Scope) -> dict[str, dict[str, Any]]:
@@ -541,7 +603,8 @@ def test_jobs_queries_on_influxd(filled: Filled) -> None:
 
     # Warm-up band: 1 from each host's open to its saturation point, 0 after.
     power = run_panel(filled, scope, find_panel(dashboard, "Power of $job_name's hosts, warm-up shaded"))
-    assert {r["host"] for r in rows(power["A"])} == hosts
+    want_power = expected_power_by(fx, "host", within=(scope.from_ms, scope.to_ms))
+    check_power({(r["host"], r["time"]): r["power_w"] for r in rows(power["A"])}, want_power, "power of the hosts")
     band = rows(power["B"])
     bucket_ms = INTERVAL_S * 1000
     for host, (open_s, sat_s, _) in next(j for j in JOBS if j.job_id == LLAMA).hosts.items():
@@ -551,6 +614,20 @@ def test_jobs_queries_on_influxd(filled: Filled) -> None:
         sat_bucket = fx.at(sat_s) // 1_000_000 // bucket_ms * bucket_ms
         assert {v for t, v in values.items() if open_bucket <= t < sat_bucket} == {1}, host
         assert {v for t, v in values.items() if t >= sat_bucket} == {0}, host
+
+    # Units completed: the running total of the job's units events, by bucket, from the range's start.
+    done = {
+        r["time"]: r["units"]
+        for r in rows(run_panel(filled, scope, find_panel(dashboard, "Units completed: $job_name"))["A"])
+    }
+    assert min(done) == scope.from_ms // bucket_ms * bucket_ms and max(done) == scope.to_ms // bucket_ms * bucket_ms
+    for t, v in done.items():
+        assert v == sum(
+            e.get("units", 0.0)
+            for e in fx.events
+            if e["job_id"] == LLAMA and scope.from_ms <= e["time_ms"] <= min(t + bucket_ms - 1, scope.to_ms)
+        ), t
+    assert done[max(done)] == units
 
     # The measured window (second link): from the saturation point. The job table lists the
     # jobs opened in the range, so there it has no row for this job; everything else has data.
@@ -640,6 +717,15 @@ def test_jobs_summary_panels_on_influxd(filled: Filled) -> None:
     assert jobs == pytest.approx(claimed, rel=1e-9)
     for host in (HOST_A, HOST_B):
         assert 0 < node[host] - jobs[host] < node[host], host  # idle before/after the jobs is nobody's
+
+    (annotation,) = [a for a in dashboard["annotations"]["list"] if a["name"] == "Job open / close"]
+    got_events = {
+        (r["time"], r["job_id"], r["host"], r["event"])
+        for r in rows(influxql(filled, scope.interpolate(annotation["target"]["query"])))
+    }
+    assert got_events == {
+        (e["time_ms"], e["job_id"], e["host"], e["event"]) for e in fx.events if e["event"] in ("open", "close")
+    }
 
     # Warm-up shaded: one region per saturated job, from its start to its saturation point.
     (annotation,) = [a for a in dashboard["annotations"]["list"] if a["name"] == "Warm-up (start to saturation)"]

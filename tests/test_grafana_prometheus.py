@@ -51,6 +51,7 @@ from grafana_data import (
     LLAMA,
     SUBZONES,
     UNHEALTHY,
+    Channel,
     Fixture,
     JobPlan,
     S,
@@ -456,24 +457,45 @@ def last_power(fx: Fixture, hosts: set[str]) -> float:
 
 
 def expected_power(
-    fx: Fixture, key: str, start_ms: int, end_ms: int, step_s: int, closed: bool = False
-) -> dict[tuple[str, int], float]:
-    """{(tag value, step ms): sum over channels of the mean of the channel's stored samples in
-    (step - interval, step]}; ``closed``: in [step - interval, step] (Prometheus 2's range
-    selectors: a sample on a step's edge is in two steps)."""
+    fx: Fixture,
+    key: str | tuple[str, ...],
+    start_ms: int,
+    end_ms: int,
+    step_s: int,
+    closed: bool = False,
+    where: Callable[[Channel], bool] = in_totals,
+) -> dict[tuple[Any, int], float]:
+    """{(tag value(s), step ms): sum over the channels ``where`` selects of the mean of the
+    channel's stored samples in (step - interval, step]}; ``closed``: in [step - interval, step]
+    (Prometheus 2's range selectors: a sample on a step's edge is in two steps)."""
     step_ms = step_s * 1000
     per_channel: dict[tuple[Any, int], list[float]] = defaultdict(list)
     for p in fx.points:
-        if in_totals(p["ch"]) and p["stored"]:
+        if where(p["ch"]) and p["stored"]:
             first = -(-p["time_ms"] // step_ms) * step_ms  # the first step whose window holds it
             steps = (first, first + step_ms) if closed and p["time_ms"] == first else (first,)
             for t in steps:
                 if start_ms <= t <= end_ms:
                     per_channel[p["ch"], t].append(p["power_w"])
-    out: dict[tuple[str, int], float] = defaultdict(float)
+    out: dict[tuple[Any, int], float] = defaultdict(float)
     for (ch, t), values in per_channel.items():
-        out[getattr(ch, key), t] += sum(values) / len(values)
+        label = getattr(ch, key) if isinstance(key, str) else tuple(getattr(ch, k) for k in key)
+        out[label, t] += sum(values) / len(values)
     return out
+
+
+def power_series(filled: Filled, scope: Scope, panel: dict[str, Any], key: str | tuple[str, ...]) -> dict[Any, float]:
+    """A time-series panel's points as {(label value(s), step ms): value}."""
+    return {
+        (s[key] if isinstance(key, str) else tuple(s[k] for k in key), t): v
+        for s in run_panel(filled, scope, panel)["A"]
+        for t, v in s["points"].items()
+    }
+
+
+def check_power(got: dict[Any, float], want: dict[Any, float], title: str) -> None:
+    assert got.keys() == want.keys(), title
+    assert all(close(got[k], want[k]) for k in want), title
 
 
 def units_of(fx: Fixture, job_id: str, from_ms: int, to_ms: int) -> float:
@@ -517,15 +539,14 @@ def test_fleet_queries(filled: Filled) -> None:
     (now,) = run_panel(filled, scope, find_panel(dashboard, "Power now"))["A"]
     assert close(now["value"], last_power(fx, everything))
     start, end = aligned(scope, INTERVAL_S)
-    for title, key in (("Power by host", "host"), ("Power by component", "component")):
-        got = {
-            (s[key], t): v
-            for s in run_panel(filled, scope, find_panel(dashboard, title))["A"]
-            for t, v in s["points"].items()
-        }
-        want = expected_power(fx, key, start, end, INTERVAL_S, closed=filled.engine == "prometheus")
-        assert got.keys() == want.keys() and len(got) >= 2 * DURATION_S // INTERVAL_S, title
-        assert all(close(got[k], want[k]) for k in want), title
+    for title, key in (
+        ("Power by host", "host"),
+        ("Power by component", "component"),
+        ("Power by quality (measured vs estimated)", "quality"),
+    ):
+        got = power_series(filled, scope, find_panel(dashboard, title), key)
+        check_power(got, expected_power(fx, key, start, end, INTERVAL_S, closed=filled.engine == "prometheus"), title)
+        assert len(got) >= 2 * DURATION_S // INTERVAL_S, title
     (hosts,) = run_panel(filled, scope, find_panel(dashboard, "Hosts reporting"))["A"]
     assert hosts["value"] == 2
     (unhealthy,) = run_panel(filled, scope, find_panel(dashboard, "Unhealthy channel-intervals"))["A"]
@@ -567,6 +588,7 @@ def test_host_queries(filled: Filled) -> None:
     assert options["component"] == sorted({c.component for c in CHANNELS if c.host == HOST_A})
     assert run_dashboard(filled, dashboard, scope) == []
     mine = [p for p in fx.points if p["ch"].host == HOST_A and p["time_ms"] > fx.start_ms]
+    mine_channels = [c for c in CHANNELS if c.host == HOST_A]
 
     per_channel = table(
         filled, scope, find_panel(dashboard, "Energy by component and device"), ("component", "device", "source")
@@ -600,12 +622,34 @@ def test_host_queries(filled: Filled) -> None:
 
     (model,) = run_panel(filled, scope, find_panel(dashboard, "Estimated (model) energy"))["A"]
     assert close(model["value"], sum(p["energy_j"] for p in mine if p["ch"].quality == "model") / 3600)
-    (memory,) = [
-        s
-        for s in run_panel(filled, scope, find_panel(dashboard, "Device memory used"))["A"]
-        if s["device"] == "GPU-0a1b"
-    ]
-    assert set(memory["points"].values()) == {4.0e10}
+    memory = run_panel(filled, scope, find_panel(dashboard, "Device memory used"))["A"]
+    assert {s["device"] for s in memory} == {c.device for c in mine_channels if "memory_used_bytes" in c.gauges}
+    assert {v for s in memory for v in s["points"].values()} == {4.0e10}
+
+    # Power: the last sample of each channel; by channel, the mean of each step's samples.
+    (now,) = run_panel(filled, scope, find_panel(dashboard, "Host power now"))["A"]
+    assert close(now["value"], last_power(fx, {HOST_A}))
+    (unhealthy,) = run_panel(filled, scope, find_panel(dashboard, "Unhealthy intervals"))["A"]
+    assert unhealthy["value"] == len(UNHEALTHY[1])
+    start, end = aligned(scope, INTERVAL_S)
+    key = ("component", "device", "source")
+    want = expected_power(
+        fx, key, start, end, INTERVAL_S, closed=filled.engine == "prometheus", where=lambda c: c.host == HOST_A
+    )
+    check_power(power_series(filled, scope, find_panel(dashboard, "Power by component and device"), key), want, "")
+    # Utilization: each channel's constant one, in every step its power has (an unhealthy sample has none).
+    utilization = power_series(filled, scope, find_panel(dashboard, "Utilization"), ("component", "device"))
+    by_device = {(c.component, c.device): c.utilization for c in mine_channels if c.utilization is not None}
+    assert utilization.keys() == {((c, d), t) for (c, d, _), t in want if (c, d) in by_device}
+    assert all(close(v, by_device[channel]) for (channel, _), v in utilization.items())
+
+    annotation = next(a for a in dashboard["annotations"]["list"] if a["datasource"] == DATASOURCE)
+    got = {(e["time"], e["title"], e["text"]) for e in annotation_events(filled, scope, annotation)}
+    assert got == {
+        (e["time_ms"], e["job_id"], e["event"])
+        for e in fx.events
+        if e["host"] == HOST_A and e["event"] in ("open", "close")
+    }
 
 
 def check_job_row(fx: Fixture, row: dict[str, Any], job: JobPlan) -> None:
@@ -685,7 +729,9 @@ def test_jobs_queries(filled: Filled) -> None:
 
     # Warm-up band: 1 from each host's open to its saturation point, 0 after.
     power = run_panel(filled, scope, find_panel(dashboard, "Power of $job_name's hosts, warm-up shaded"))
-    assert {s["host"] for s in power["A"]} == {HOST_A, HOST_B}
+    start, end = aligned(scope, INTERVAL_S)
+    want = expected_power(fx, "host", start, end, INTERVAL_S, closed=filled.engine == "prometheus")
+    check_power({(s["host"], t): v for s in power["A"] for t, v in s["points"].items()}, want, "power of the hosts")
     plan = next(j for j in JOBS if j.job_id == LLAMA)
     for band in power["B"]:
         open_s, sat_s, _ = plan.hosts[band["host"]]
@@ -747,6 +793,13 @@ def test_jobs_summary_panels_and_annotations(filled: Filled) -> None:
         for e in annotation_events(filled, scope, annotations["Saturation point"])
     }
     assert got == {(e["time_ms"], e["job_id"], "saturated", (e["host"],)) for e in fx.events if e["event"] == "phase"}
+    got = {
+        (e["time"], e["title"], e["text"], tuple(e["tags"]))
+        for e in annotation_events(filled, scope, annotations["Job open / close"])
+    }
+    assert got == {
+        (e["time_ms"], e["job_id"], e["event"], (e["host"],)) for e in fx.events if e["event"] in ("open", "close")
+    }
     regions = annotation_events(filled, scope, annotations["Warm-up (start to saturation)"])
     assert {e["title"]: (e["time"], e["end"]) for e in regions} == {
         job_id: (truth.start_ms, truth.saturated_ms) for job_id, truth in truths.items()

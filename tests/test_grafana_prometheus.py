@@ -2,7 +2,8 @@
 written by grafana/generate.py from the InfluxQL ones) and its provisioning files.
 
 1. The files are what the generator writes, match Grafana's Dashboard schema, and read the
-   Prometheus data source everywhere; each panel keeps its InfluxQL twin's title, type and unit.
+   Prometheus data source everywhere; each panel keeps its InfluxQL twin's title, type and unit;
+   no query calls a function Prometheus' PromQL lacks (Mimir and Thanos get this flavour).
 2. Every panel query, variable query and annotation query runs on each engine the flavour
    is for that installs here: the session's real ``victoria-metrics``, filled through
    ``VictoriaStore``, and a real ``prometheus`` of its own (remote-write receiver, an
@@ -54,6 +55,7 @@ from grafana_data import (
     Channel,
     Fixture,
     JobPlan,
+    JobTruth,
     S,
     all_panels,
     build_batches,
@@ -166,6 +168,49 @@ def test_conventions_catch_mistakes() -> None:
     assert any("$job used with =~" in p for p in problems), problems
     assert any("$host used with =" in p for p in problems), problems
     assert any("rounded to seconds" in p for p in problems), problems
+
+
+#: Prometheus 2.33's PromQL (https://prometheus.io/docs/prometheus/latest/querying/functions/ and
+#: operators/): its functions, aggregation operators, and the keywords written before "(".
+#: Mimir and Thanos evaluate PromQL with Prometheus' engine; anything else (MetricsQL's
+#: ``tlast_over_time``, ``running_sum``, ``WITH``...) runs on VictoriaMetrics only.
+# fmt: off
+PROMQL = frozenset((
+    # functions
+    "abs", "absent", "absent_over_time", "acos", "acosh", "asin", "asinh", "atan", "atanh", "avg_over_time", "ceil",
+    "changes", "clamp", "clamp_max", "clamp_min", "cos", "cosh", "count_over_time", "day_of_month", "day_of_week",
+    "day_of_year", "days_in_month", "deg", "delta", "deriv", "exp", "floor", "histogram_quantile", "holt_winters",
+    "hour", "idelta", "increase", "irate", "label_join", "label_replace", "last_over_time", "ln", "log10", "log2",
+    "max_over_time", "min_over_time", "minute", "month", "pi", "predict_linear", "present_over_time",
+    "quantile_over_time", "rad", "rate", "resets", "round", "scalar", "sgn", "sin", "sinh", "sort", "sort_desc",
+    "sqrt", "stddev_over_time", "stdvar_over_time", "sum_over_time", "tan", "tanh", "time", "timestamp", "vector",
+    "year",
+    # aggregation operators
+    "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk", "topk", "quantile",
+    # keywords before "(": grouping, vector matching, set operators, the @ modifier's start() and end()
+    "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "start", "end",
+))
+# fmt: on
+
+
+def non_promql(expr: str) -> set[str]:
+    """What ``expr`` calls that is not Prometheus' PromQL (Grafana's ``label_values`` of a
+    variable aside); quoted strings (label values, regexes) left out."""
+    code = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    return set(re.findall(r"([A-Za-z_]\w*)\s*\(", code)) - PROMQL - {"label_values"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_only_standard_promql(name: str) -> None:
+    """The flavour is Prometheus', Mimir's and Thanos' as well as VictoriaMetrics': no query calls
+    a function PromQL lacks (those engines are not installable here: this is what says so)."""
+    assert {where: sorted(non_promql(expr)) for where, expr in exprs(load(name)) if non_promql(expr)} == {}
+
+
+def test_standard_promql_check_catches_metricsql() -> None:
+    assert non_promql('tlast_over_time(job_events_sub_ns{event="open"}[1h])') == {"tlast_over_time"}
+    assert non_promql("running_sum(sum(x)) or rollup_candlestick(y[5m])") == {"running_sum", "rollup_candlestick"}
+    assert non_promql('sum by (host) (last_over_time(x{a=~"f(o)o"}[5m] @ end())) or vector(0)') == set()
 
 
 def test_provisioning_files() -> None:
@@ -652,9 +697,8 @@ def test_host_queries(filled: Filled) -> None:
     }
 
 
-def check_job_row(fx: Fixture, row: dict[str, Any], job: JobPlan) -> None:
+def check_job_row(fx: Fixture, row: dict[str, Any], job: JobPlan, truth: JobTruth) -> None:
     """A row of the job table against the fixture's construction: its events, units and energies."""
-    truth = job_truths(fx)[job.job_id]
     opens, closes = event_ms(fx, job.job_id, "open"), event_ms(fx, job.job_id, "close")
     assert (row["name"], row["kind"], row["unit"], row["hosts"]) == (job.name, job.kind, job.unit_name, len(job.hosts))
     assert (row["start"], row["end"], row["exit_code"]) == (min(opens), max(closes), 0)
@@ -698,18 +742,19 @@ def test_jobs_queries(filled: Filled) -> None:
     assert run_dashboard(filled, dashboard, overview) == []
     table_rows = job_table(filled, dashboard, overview)
     assert sorted(table_rows) == sorted(job.job_id for job in JOBS)
+    truths = job_truths(fx)
     for job in JOBS:
-        check_job_row(fx, table_rows[job.job_id], job)
+        check_job_row(fx, table_rows[job.job_id], job, truths[job.job_id])
 
     # The job window, as the table's link opens it.
     scope = link_scope(dashboard, table_rows[LLAMA], "Job window: open to close")
     resolve_variables(filled, dashboard, scope, {"job": LLAMA})
     assert scope.values["job"] == [LLAMA] and scope.values["host"] == [HOST_A, HOST_B]
     assert run_dashboard(filled, dashboard, scope) == []
-    truths = job_truths(fx)
     # The window holds the job's open and summary (at its start): its row, its energy claimed.
     assert scope.from_ms < truths[LLAMA].start_ms
-    check_job_row(fx, job_table(filled, dashboard, scope)[LLAMA], next(j for j in JOBS if j.job_id == LLAMA))
+    plan = next(j for j in JOBS if j.job_id == LLAMA)
+    check_job_row(fx, job_table(filled, dashboard, scope)[LLAMA], plan, truths[LLAMA])
     (got,) = run_panel(filled, scope, find_panel(dashboard, "Energy: $job_name"))["A"]
     assert close(got["value"], truths[LLAMA].measured_j)
     (got,) = run_panel(filled, scope, find_panel(dashboard, "Energy per unit: $job_name"))["A"]
@@ -732,7 +777,6 @@ def test_jobs_queries(filled: Filled) -> None:
     start, end = aligned(scope, INTERVAL_S)
     want = expected_power(fx, "host", start, end, INTERVAL_S, closed=filled.engine == "prometheus")
     check_power({(s["host"], t): v for s in power["A"] for t, v in s["points"].items()}, want, "power of the hosts")
-    plan = next(j for j in JOBS if j.job_id == LLAMA)
     for band in power["B"]:
         open_s, sat_s, _ = plan.hosts[band["host"]]
         assert sat_s is not None

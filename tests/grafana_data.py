@@ -461,6 +461,11 @@ def close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
 
 
+def whole_run_j(report: dict[str, Any]) -> float:
+    """A `wattline report --json`'s energy from open to close (for tests of the report itself)."""
+    return float(report["measured"]["energy_j"]) + float(report["warmup"]["energy_j"])
+
+
 @dataclass(frozen=True)
 class JobTruth:
     """A job's figures as the fixture builds them (never from wattline's report code)."""

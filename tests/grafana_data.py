@@ -158,6 +158,7 @@ EVAL = "job-5e1f-eval"
 DURATION_S = 600
 INTERVAL_S = 10
 SUBZONES = {"cpu_core", "cpu_uncore", "psys"}
+UNITS_EVERY_S = 10  #: a job's units event on each host: the units done since its last one
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ class JobPlan:
     kind: str
     unit_name: str
     hosts: dict[str, tuple[int, int | None, int]]  #: host -> (open s, saturated s or None, close s)
-    units_per_10s: dict[str, float]
+    units_per_10s: dict[str, float]  #: per units event (one each UNITS_EVERY_S)
     #: Labels of its opens, and of its closes (Slurm's epilog: what the prolog could not learn).
     labels: dict[str, str] = field(default_factory=dict)
     close_labels: dict[str, str] = field(default_factory=dict)
@@ -222,6 +223,12 @@ JOBS = [
     # Not a Slurm job (`wattline run`): no user, account or partition.
     JobPlan(EVAL, "eval-harness", "evaluation", "samples", {HOST_A: (420, None, 480)}, {HOST_A: 16.0}),
 ]
+#: Each job's device claims on a host, as its open event carries them: the GPUs by UUID (as
+#: the wrapper sends them: wattline/workloads/wrappers/claims.py), a NeuronCore (of neuron0).
+JOB_DEVICES = {
+    HOST_A: [wire.claim_key(c.component, c.device) for c in CHANNELS if c.host == HOST_A and c.component == "gpu"],
+    HOST_B: ["neuroncore:0"],
+}
 UNHEALTHY = ("GPU-2c3d", range(300, 305), "GPU is lost")
 #: build_batches' arguments for a store with holes: 15 s of one GPU's samples lost inside its
 #: stream (its counter bridges them), and HOST_B's agent down 3 s before its restart's new
@@ -356,7 +363,7 @@ def build_batches(
                         kinds: list[tuple[str, dict[str, Any]]] = []
                         if t == open_s:
                             kinds.append(("open", {}))
-                        if open_s < t <= close_s and (t - open_s) % 10 == 0:
+                        if open_s < t <= close_s and (t - open_s) % UNITS_EVERY_S == 0:
                             kinds.append(("units", {"units": job.units_per_10s[host]}))
                         if t == sat_s:
                             kinds.append(("phase", {"phase": "saturated"}))
@@ -373,7 +380,7 @@ def build_batches(
                             )
                             if kind == "open":
                                 event.name, event.job_kind, event.unit_name = job.name, job.kind, job.unit_name
-                                event.devices.extend(["gpu:0", "gpu:1"] if host == HOST_A else ["neuroncore:0"])
+                                event.devices.extend(JOB_DEVICES[host])
                                 event.labels["team"] = "ml-platform"
                                 event.labels.update(job.labels)
                             if kind == "close":
@@ -454,16 +461,90 @@ def close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
 
 
-def summary_ms(report: dict[str, Any], key: str) -> int:
-    """A report's ISO time (job start, saturation) in ms, as the summary point carries it."""
-    from datetime import datetime
-
-    text = report["job"]["start"] if key == "start" else report["saturation"]["at"]
-    return round(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
-
-
 def whole_run_j(report: dict[str, Any]) -> float:
+    """A `wattline report --json`'s energy from open to close (for tests of the report itself)."""
     return float(report["measured"]["energy_j"]) + float(report["warmup"]["energy_j"])
+
+
+@dataclass(frozen=True)
+class JobTruth:
+    """A job's figures as the fixture builds them (never from wattline's report code)."""
+
+    start_ms: int  #: its first open
+    saturated_ms: int  #: where its measured (saturated) window starts
+    whole_j: float  #: energy from each host's open to its close
+    by_host_j: dict[str, float]  #: ``whole_j`` by host
+    measured_j: float  #: energy from ``saturated_ms`` to each host's close
+    measured_by_quality: dict[str, float]
+    measured_units: float
+
+    @property
+    def j_per_unit(self) -> float:
+        return self.measured_j / self.measured_units
+
+    @property
+    def kwh_per_million(self) -> float:
+        return self.j_per_unit * 1e6 / 3.6e6
+
+    @property
+    def measured_share(self) -> float:
+        """Share of the measured window's energy from measurements (counter, integrated)."""
+        return sum(self.measured_by_quality.get(q, 0.0) for q in ("counter", "integrated")) / self.measured_j
+
+
+def saturated_s(job: JobPlan) -> int:
+    """The offset where ``job`` is saturated: the last of its hosts' marks (a job is saturated
+    when every host is); a job without marks counts units at one rate from its open: saturated there."""
+    marks = [sat for _, sat, _ in job.hosts.values() if sat is not None]
+    return max(marks) if marks else min(open_s for open_s, _, _ in job.hosts.values())
+
+
+def running(host: str, t: int) -> list[JobPlan]:
+    """The jobs open on ``host`` during the second ending at offset ``t``."""
+    return [j for j in JOBS if host in j.hosts and j.hosts[host][0] < t <= j.hosts[host][2]]
+
+
+def job_truths(fx: Fixture) -> dict[str, JobTruth]:
+    """Each job's figures from the construction: every channel of a host in totals (the GPUs
+    and neuron0 each job claims, the host-wide ones: no job's CPU time is sent) split equally
+    among the jobs open on the host in each second, a second no stream measured counting for
+    none; its units done at a constant rate over the :data:`UNITS_EVERY_S` each units event reports."""
+    out = {}
+    for job in JOBS:
+        sat = saturated_s(job)
+        by_host: dict[str, float] = defaultdict(float)
+        by_quality: dict[str, float] = defaultdict(float)
+        for p in fx.points:
+            sharing = running(p["ch"].host, p["t"])
+            if in_totals(p["ch"]) and p["counted"] and job in sharing:
+                by_host[p["ch"].host] += p["energy_j"] / len(sharing)
+                if p["t"] > sat:
+                    by_quality[p["ch"].quality] += p["energy_j"] / len(sharing)
+        units = sum(
+            e["units"] * (e["t"] - max(e["t"] - UNITS_EVERY_S, sat)) / UNITS_EVERY_S
+            for e in fx.events
+            if e["job_id"] == job.job_id and e["event"] == "units" and e["t"] > sat
+        )
+        out[job.job_id] = JobTruth(
+            start_ms=fx.at(min(o for o, _, _ in job.hosts.values())) // 1_000_000,
+            saturated_ms=fx.at(sat) // 1_000_000,
+            whole_j=sum(by_host.values()),
+            by_host_j=dict(by_host),
+            measured_j=sum(by_quality.values()),
+            measured_by_quality=dict(by_quality),
+            measured_units=units,
+        )
+    return out
+
+
+def claimed_by_host(truths: dict[str, JobTruth], from_ms: int, to_ms: int) -> dict[str, float]:
+    """The energy jobs claim per host, of the jobs whose summary (stamped at the job's start) is in (from, to]."""
+    claimed: dict[str, float] = defaultdict(float)
+    for truth in truths.values():
+        if from_ms < truth.start_ms <= to_ms:
+            for host, energy in truth.by_host_j.items():
+                claimed[host] += energy
+    return dict(claimed)
 
 
 #: The Jobs dashboard's filters (variable -> selected values; absent: All) and the jobs they select.

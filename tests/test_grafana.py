@@ -10,7 +10,8 @@
    10 min, an unhealthy GPU interval, three jobs: tests/grafana_data.py), after substituting the template variables
    the way Grafana does (``$timeFilter``, ``$__interval``..., and multi-value variables as
    escaped regex alternations in ``=~ /^$var$/``). Each must return values; key panels must
-   return the known figures of the fixture. The Jobs dashboard is run the way its job table's
+   return the known figures of the fixture: its construction (known power x time, units and
+   shares: tests/grafana_data.py's ``job_truths``), never wattline's own report. The Jobs dashboard is run the way its job table's
    data link opens it: time range = the job's window as read from the table's own queries;
    its user/account/partition filters select the right jobs.
 """
@@ -23,7 +24,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,21 +50,20 @@ from grafana_data import (
     all_panels,
     build_batches,
     choose,
+    claimed_by_host,
     close,
     counted,
     expected_energy,
     find_panel,
     in_totals,
+    job_truths,
     query_text,
     schema_errors,
     stored_power,
-    summary_ms,
-    whole_run_j,
 )
 from servers import Influxd
 
 from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.workloads.report.report_json import report_json
 from wattline.workloads.services.summary import record_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,11 +196,13 @@ def test_provisioning_files_match_the_dashboards() -> None:
 
 @dataclass
 class Filled:
+    """A database filled before it is made: nothing is written to it after, so a query's
+    answer is kept (``answers``) and a panel run twice is asked once."""
+
     url: str
     database: str
     fx: Fixture
-    #: job id -> `wattline report --json` of the job (its summary was written from the same report)
-    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    answers: dict[str, bytes] = field(default_factory=dict, repr=False)
 
 
 @pytest.fixture(scope="module")
@@ -208,24 +210,25 @@ def filled(influxd: Influxd) -> Filled:
     end_ns = time.time_ns() // (INTERVAL_S * S) * (INTERVAL_S * S)
     fx = Fixture(start_ns=end_ns - DURATION_S * S, end_ns=end_ns)
     store = InfluxV1Store(influxd.url, influxd.new_database())
-    reports = {}
     try:
         for batch in build_batches(fx):
             result = store.write(batch)
             assert result.rejected == 0, result.reasons
         for job in JOBS:  # the job summaries, as a collector writes them (the same report code)
-            reports[job.job_id] = report_json(record_summary(store, store.write_summary, job.job_id))
+            record_summary(store, store.write_summary, job.job_id)
     finally:
         store.close()
-    return Filled(influxd.url, store.database, fx, reports)
+    return Filled(influxd.url, store.database, fx)
 
 
 def influxql(filled: Filled, query: str) -> list[dict[str, Any]]:
     """Series of the query's (single) result, times in ms as Grafana asks for them."""
     body = urllib.parse.urlencode({"q": query, "db": filled.database, "epoch": "ms"}).encode()
-    request = urllib.request.Request(filled.url + "/query", data=body, method="POST")
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        results = json.loads(resp.read())["results"]
+    if query not in filled.answers:
+        request = urllib.request.Request(filled.url + "/query", data=body, method="POST")
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            filled.answers[query] = resp.read()
+    results = json.loads(filled.answers[query])["results"]
     assert len(results) == 1, query
     assert "error" not in results[0], f"InfluxDB refused {query!r}: {results[0]['error']}"
     series: list[dict[str, Any]] = results[0].get("series", [])
@@ -349,17 +352,41 @@ def run_dashboard(
 # -- expected figures, computed from the fixture ---------------------------------------------
 
 
-def expected_power_by(fx: Fixture, key: str, interval_s: int = INTERVAL_S) -> dict[tuple[str, int], float]:
-    """{(tag value, bucket start ms): sum over channels of the channel's mean power in the bucket}."""
+def expected_power_by(
+    fx: Fixture,
+    key: str | tuple[str, ...],
+    where: Callable[[Channel], bool] = in_totals,
+    within: tuple[int, int] | None = None,
+    interval_s: int = INTERVAL_S,
+) -> dict[tuple[Any, int], float]:
+    """{(tag value(s), bucket start ms): sum over the channels ``where`` selects of the channel's
+    mean power in the bucket}, of the samples ending in ``within`` ([from, to] ms; default all)."""
+    lo, hi = within or (fx.start_ms, fx.end_ms)
     per_channel: dict[tuple[Channel, int], list[float]] = defaultdict(list)
     for p in fx.points:
-        if in_totals(p["ch"]):
+        if where(p["ch"]) and lo <= p["time_ms"] <= hi:
             bucket = p["time_ms"] // (interval_s * 1000) * interval_s * 1000
             per_channel[p["ch"], bucket].append(p["power_w"])
-    out: dict[tuple[str, int], float] = defaultdict(float)
+    out: dict[tuple[Any, int], float] = defaultdict(float)
     for (ch, bucket), values in per_channel.items():
-        out[getattr(ch, key), bucket] += sum(values) / len(values)
+        label = getattr(ch, key) if isinstance(key, str) else tuple(getattr(ch, k) for k in key)
+        out[label, bucket] += sum(values) / len(values)
     return out
+
+
+def power_rows(
+    filled: Filled, scope: Scope, panel: dict[str, Any], key: str | tuple[str, ...], column: str = "power_w"
+) -> dict[tuple[Any, int], float]:
+    """A time-series panel's rows as {(tag value(s), bucket start ms): value}."""
+    return {
+        (r[key] if isinstance(key, str) else tuple(r[k] for k in key), r["time"]): r[column]
+        for r in rows(run_panel(filled, scope, panel)["A"])
+    }
+
+
+def check_power(got: dict[Any, float], want: dict[Any, float], title: str) -> None:
+    assert got.keys() == want.keys(), title
+    assert all(close(got[k], want[k]) for k in want), title
 
 
 # -- the tests --------------------------------------------------------------------------------
@@ -385,6 +412,10 @@ def test_fleet_queries_on_influxd(filled: Filled) -> None:
     expected = expected_power_by(fx, "component")
     assert {r["component"] for r in got} == {k for k, _ in expected}
     assert all(close(r["power_w"], expected[r["component"], r["time"]]) for r in got)
+    title = "Power by quality (measured vs estimated)"
+    check_power(
+        power_rows(filled, scope, find_panel(dashboard, title), "quality"), expected_power_by(fx, "quality"), title
+    )
 
     last = {p["ch"]: p["power_w"] for p in fx.points}
     (now,) = rows(run_panel(filled, scope, find_panel(dashboard, "Power now"))["A"])
@@ -463,6 +494,40 @@ def test_host_queries_on_influxd(filled: Filled) -> None:
     want = sum(p["energy_j"] for p in fx.points if p["ch"].host == HOST_A and p["ch"].quality == "model")
     assert close(model["energy_wh"], want / 3600)
 
+    # Power: the last sample of each channel; by channel, the mean of each bucket's samples.
+    mine = [c for c in CHANNELS if c.host == HOST_A]
+    last = {p["ch"]: p["power_w"] for p in fx.points if p["ch"].host == HOST_A}
+    (now,) = rows(run_panel(filled, scope, find_panel(dashboard, "Host power now"))["A"])
+    assert close(now["power_w"], sum(v for ch, v in last.items() if in_totals(ch)))
+    (unhealthy,) = rows(run_panel(filled, scope, find_panel(dashboard, "Unhealthy intervals"))["A"])
+    assert unhealthy["unhealthy"] == len(UNHEALTHY[1])
+    key = ("component", "device", "source")
+    want_power = expected_power_by(fx, key, where=lambda c: c.host == HOST_A)
+    check_power(power_rows(filled, scope, find_panel(dashboard, "Power by component and device"), key), want_power, "")
+    # Utilization and memory: each channel's constant figure, in every bucket its power has.
+    for title, column, figure in (
+        ("Utilization", "utilization", {(c.component, c.device): c.utilization for c in mine if c.utilization}),
+        (
+            "Device memory used",
+            "memory_used_bytes",
+            {(c.component, c.device): 4.0e10 for c in mine if "memory_used_bytes" in c.gauges},
+        ),
+    ):
+        got = power_rows(filled, scope, find_panel(dashboard, title), ("component", "device"), column)
+        assert got.keys() == {((c, d), t) for (c, d, _), t in want_power if (c, d) in figure}, title
+        assert all(close(v, figure[channel]) for (channel, _), v in got.items()), title
+
+    annotation = next(a for a in dashboard["annotations"]["list"] if a["datasource"].get("uid") == DATASOURCE_UID)
+    got_events = {
+        (r["time"], r["job_id"], r["event"])
+        for r in rows(influxql(filled, scope.interpolate(annotation["target"]["query"])))
+    }
+    assert got_events == {
+        (e["time_ms"], e["job_id"], e["event"])
+        for e in fx.events
+        if e["host"] == HOST_A and e["event"] in ("open", "close")
+    }
+
 
 def job_table(filled: Filled, dashboard: dict[str, Any], scope: Scope) -> dict[str, dict[str, Any]]:
     """The job table as Grafana's transformations build it: each query's rows joined by job_id,
@@ -529,14 +594,14 @@ def test_jobs_queries_on_influxd(filled: Filled) -> None:
     units = sum(
         e.get("units", 0.0) for e in fx.events if e["job_id"] == LLAMA and scope.from_ms <= e["time_ms"] <= scope.to_ms
     )
-    # The job's own energy and J per unit: its summary, the figures of `wattline report`.
-    report = filled.reports[LLAMA]
+    # The job's own energy and J per unit: its summary (in the window: stamped at its start).
+    truth = job_truths(fx)[LLAMA]
     (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Energy: $job_name"))["A"])
-    assert close(got["energy_j"], report["measured"]["energy_j"])
+    assert close(got["energy_j"], truth.measured_j)
     (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Units: $job_name"))["A"])
     assert got["units"] == units
     (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Energy per unit: $job_name"))["A"])
-    assert close(got["j_per_unit"], report["measured"]["j_per_unit"])
+    assert close(got["j_per_unit"], truth.j_per_unit)
     (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Throughput: $job_name"))["A"])
     assert close(got["units_per_s"], units / scope.range_s)
     (got,) = rows(run_panel(filled, scope, find_panel(dashboard, "Mean power: $job_name"))["A"])
@@ -544,7 +609,8 @@ def test_jobs_queries_on_influxd(filled: Filled) -> None:
 
     # Warm-up band: 1 from each host's open to its saturation point, 0 after.
     power = run_panel(filled, scope, find_panel(dashboard, "Power of $job_name's hosts, warm-up shaded"))
-    assert {r["host"] for r in rows(power["A"])} == hosts
+    want_power = expected_power_by(fx, "host", within=(scope.from_ms, scope.to_ms))
+    check_power({(r["host"], r["time"]): r["power_w"] for r in rows(power["A"])}, want_power, "power of the hosts")
     band = rows(power["B"])
     bucket_ms = INTERVAL_S * 1000
     for host, (open_s, sat_s, _) in next(j for j in JOBS if j.job_id == LLAMA).hosts.items():
@@ -554,6 +620,20 @@ def test_jobs_queries_on_influxd(filled: Filled) -> None:
         sat_bucket = fx.at(sat_s) // 1_000_000 // bucket_ms * bucket_ms
         assert {v for t, v in values.items() if open_bucket <= t < sat_bucket} == {1}, host
         assert {v for t, v in values.items() if t >= sat_bucket} == {0}, host
+
+    # Units completed: the running total of the job's units events, by bucket, from the range's start.
+    done = {
+        r["time"]: r["units"]
+        for r in rows(run_panel(filled, scope, find_panel(dashboard, "Units completed: $job_name"))["A"])
+    }
+    assert min(done) == scope.from_ms // bucket_ms * bucket_ms and max(done) == scope.to_ms // bucket_ms * bucket_ms
+    for t, v in done.items():
+        assert v == sum(
+            e.get("units", 0.0)
+            for e in fx.events
+            if e["job_id"] == LLAMA and scope.from_ms <= e["time_ms"] <= min(t + bucket_ms - 1, scope.to_ms)
+        ), t
+    assert done[max(done)] == units
 
     # The measured window (second link): from the saturation point. The job table lists the
     # jobs opened in the range, so there it has no row for this job; everything else has data.
@@ -604,35 +684,33 @@ def test_jobs_filters_on_influxd(filled: Filled, select: dict[str, str | list[st
 
 @pytest.mark.servers
 def test_jobs_summary_panels_on_influxd(filled: Filled) -> None:
-    """The panels and the annotation that read job_summary give each job's `wattline report` figures."""
+    """The panels and the annotation that read job_summary give each job's figures as the fixture builds them."""
     fx = filled.fx
     dashboard = load("jobs")
     scope = Scope(fx.start_ms, fx.end_ms)
     resolve_variables(filled, dashboard, scope, {"job": LLAMA})
-    reports = filled.reports
-    assert sorted(reports) == sorted(job.job_id for job in JOBS)
+    truths = job_truths(fx)
 
     table = job_table(filled, dashboard, scope)
-    for job_id, report in reports.items():
+    assert sorted(table) == sorted(truths)
+    for job_id, truth in truths.items():
         row = table[job_id]
-        assert close(row["energy_j"], whole_run_j(report)), (job_id, row)
-        assert close(row["j_per_unit"], report["measured"]["j_per_unit"])
-        assert close(row["kwh_per_million"], report["measured"]["kwh_per_million_units"])
-        assert close(row["measured_share"], report["measured"]["coverage"]["measured_share"])
+        assert close(row["energy_j"], truth.whole_j), (job_id, row)
+        assert close(row["j_per_unit"], truth.j_per_unit), (job_id, row)
+        assert close(row["kwh_per_million"], truth.kwh_per_million), (job_id, row)
+        assert close(row["measured_share"], truth.measured_share), (job_id, row)
     # Shared host energy split, never counted twice: RESNET ran beside LLAMA on HOST_B.
     assert 0 < table[RESNET]["energy_j"] < sum(expected_energy(fx, "host", fx.start_ms, fx.end_ms, {HOST_B}).values())
 
     drift = rows(run_panel(filled, scope, find_panel(dashboard, "J per unit over time, by job name"))["A"])
-    assert {(r["name"], r["time"]) for r in drift} == {
-        (report["job"]["name"], summary_ms(report, "start")) for report in reports.values()
-    }
+    assert {(r["name"], r["time"]) for r in drift} == {(job.name, truths[job.job_id].start_ms) for job in JOBS}
     for r in drift:
-        report = next(rep for rep in reports.values() if rep["job"]["name"] == r["name"])
-        assert close(r["j_per_unit"], report["measured"]["j_per_unit"])
+        (job,) = [j for j in JOBS if j.name == r["name"]]
+        assert close(r["j_per_unit"], truths[job.job_id].j_per_unit)
 
     by_job = rows(run_panel(filled, scope, find_panel(dashboard, "Energy by job over the range"))["A"])
     assert {r["job_id"]: r["energy_wh"] for r in by_job} == pytest.approx(
-        {job_id: whole_run_j(report) / 3600 for job_id, report in reports.items()}, rel=1e-9
+        {job_id: truth.whole_j / 3600 for job_id, truth in truths.items()}, rel=1e-9
     )
 
     # Node energy minus the jobs' energy, per host (the range covers every job whole).
@@ -640,24 +718,26 @@ def test_jobs_summary_panels_on_influxd(filled: Filled) -> None:
     node = {r["host"]: r["node_j"] for r in rows(unclaimed["A"])}
     jobs = {r["host"]: r["jobs_j"] for r in rows(unclaimed["B"])}
     assert node == pytest.approx(expected_energy(fx, "host", fx.start_ms, fx.end_ms, {HOST_A, HOST_B}), rel=1e-9)
-    claimed: dict[str, float] = defaultdict(float)
-    for report in reports.values():
-        for window in ("measured", "warmup"):
-            for h in report[window]["by_host"]:
-                claimed[h["host"]] += h["energy_j"]
+    claimed = claimed_by_host(truths, fx.start_ms - 1, fx.end_ms)
+    assert claimed.keys() == {HOST_A, HOST_B}
     assert jobs == pytest.approx(claimed, rel=1e-9)
     for host in (HOST_A, HOST_B):
         assert 0 < node[host] - jobs[host] < node[host], host  # idle before/after the jobs is nobody's
 
+    (annotation,) = [a for a in dashboard["annotations"]["list"] if a["name"] == "Job open / close"]
+    got_events = {
+        (r["time"], r["job_id"], r["host"], r["event"])
+        for r in rows(influxql(filled, scope.interpolate(annotation["target"]["query"])))
+    }
+    assert got_events == {
+        (e["time_ms"], e["job_id"], e["host"], e["event"]) for e in fx.events if e["event"] in ("open", "close")
+    }
+
     # Warm-up shaded: one region per saturated job, from its start to its saturation point.
     (annotation,) = [a for a in dashboard["annotations"]["list"] if a["name"] == "Warm-up (start to saturation)"]
     got = rows(influxql(filled, scope.interpolate(annotation["target"]["query"])))
-    want = {
-        job_id: (summary_ms(report, "start"), summary_ms(report, "saturation"))
-        for job_id, report in reports.items()
-        if report["saturation"]["saturated"]
-    }
-    assert LLAMA in want
+    want = {job_id: (truth.start_ms, truth.saturated_ms) for job_id, truth in truths.items()}
+    assert want[LLAMA][0] < want[LLAMA][1]  # LLAMA warms up
     assert {r["job_id"]: (r["time"], r[annotation["target"]["timeEndColumn"]]) for r in got} == want
 
 
@@ -679,6 +759,8 @@ def holed(influxd: Influxd) -> Filled:
         for batch in build_batches(fx, **HOLED):
             result = store.write(batch)
             assert result.rejected == 0, result.reasons
+        for job in JOBS:
+            record_summary(store, store.write_summary, job.job_id)
     finally:
         store.close()
     return Filled(influxd.url, store.database, fx)
@@ -688,7 +770,8 @@ def holed(influxd: Influxd) -> Filled:
 def test_energy_panels_read_a_hole_as_the_report_does_on_influxd(holed: Filled) -> None:
     """Every energy panel counts the samples the store lacks inside one agent stream by its
     running total (as `wattline report` does), where the stream has a sample on both sides in
-    the range, and not the seconds no agent measured (HOST_B down before its new stream)."""
+    the range, and not the seconds no agent measured (HOST_B down before its new stream); so
+    do the jobs' summaries."""
     fx = holed.fx
     lost = [p for p in fx.points if p["counted"] and not p["stored"]]
     unmeasured = [p for p in fx.points if not p["counted"]]
@@ -761,3 +844,18 @@ def test_energy_panels_read_a_hole_as_the_report_does_on_influxd(holed: Filled) 
         for r in rows(run_panel(holed, whole, find_panel(jobs, "Energy no job claims, by host"))["A"])
     }
     assert node == pytest.approx(expected_energy(fx, "host", fx.start_ms, fx.end_ms, everything), rel=1e-9)
+
+    # Each job's summary across the lost stretch (bridged) and HOST_B's outage (counted for none).
+    truths = job_truths(fx)
+    table = job_table(holed, jobs, whole)
+    assert sorted(table) == sorted(truths)
+    for job_id, truth in truths.items():
+        row = table[job_id]
+        assert close(row["energy_j"], truth.whole_j), (job_id, row)
+        assert close(row["j_per_unit"], truth.j_per_unit), (job_id, row)
+        assert close(row["measured_share"], truth.measured_share), (job_id, row)
+    claimed = {
+        r["host"]: r["jobs_j"]
+        for r in rows(run_panel(holed, whole, find_panel(jobs, "Energy no job claims, by host"))["B"])
+    }
+    assert claimed == pytest.approx(claimed_by_host(truths, fx.start_ms - 1, fx.end_ms), rel=1e-9)

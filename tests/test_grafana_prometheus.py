@@ -2,9 +2,10 @@
 written by grafana/generate.py from the InfluxQL ones) and its provisioning files.
 
 1. The files are what the generator writes, match Grafana's Dashboard schema, and read the
-   Prometheus data source everywhere; each panel keeps its InfluxQL twin's title, type and unit.
+   Prometheus data source everywhere; each panel keeps its InfluxQL twin's title, type and unit;
+   no query calls a function Prometheus' PromQL lacks (Mimir and Thanos get this flavour).
 2. Every panel query, variable query and annotation query runs on each engine the flavour
-   is for that installs here: the session's real ``victoria-metrics``, filled through
+   is for that installs here: a real ``victoria-metrics`` of its own, filled through
    ``VictoriaStore``, and a real ``prometheus`` of its own (remote-write receiver, an
    out-of-order window), filled through ``PrometheusStore``; each with the batches of
    tests/grafana_data.py (HOST_B's agent restarts halfway: two streams of each of its
@@ -14,8 +15,10 @@ written by grafana/generate.py from the InfluxQL ones) and its provisioning file
    variables as Grafana's Prometheus data source does (``$__range_ms``, ``$__interval``...;
    a multi-value or All selection as an escaped ``(a|b)``, a custom all value as is, a single
    value unescaped), as instant queries at the range's end or range queries over the range
-   aligned to the step. Key panels must give the fixture's figures; a range selector holds
-   the samples in (from, to], so the truths count a sample from just after ``from``.
+   aligned to the step. Every figure is checked against the fixture's construction (known
+   power x time, units and shares: tests/grafana_data.py's ``job_truths``), never against
+   wattline's own report; a range selector holds the samples in (from, to], so the truths
+   count a sample from just after ``from``.
 """
 
 from __future__ import annotations
@@ -49,30 +52,32 @@ from grafana_data import (
     LLAMA,
     SUBZONES,
     UNHEALTHY,
+    Channel,
     Fixture,
+    JobPlan,
+    JobTruth,
     S,
     all_panels,
     build_batches,
     choose,
+    claimed_by_host,
     close,
     counted,
     expected_energy,
     find_panel,
     in_totals,
+    job_truths,
     load_dashboard,
     query_text,
     schema_errors,
     stored_power,
-    summary_ms,
-    whole_run_j,
 )
-from servers import VictoriaMetrics, http, run_victoria, start_prometheus
+from servers import http, run_victoria, start_prometheus
 from victoria_peer import victoria_argv
 
 from wattline.collector.stores.base import JobSummary, Store, WriteResult
 from wattline.collector.stores.prometheus import PrometheusStore
 from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.report.report_json import report_json
 from wattline.workloads.services.summary import record_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,9 +86,6 @@ INFLUX_DIR = ROOT / "grafana" / "dashboards"
 PROVISIONING = ROOT / "grafana" / "provisioning"
 NAMES = ("fleet", "host", "jobs")
 DATASOURCE = {"type": "prometheus", "uid": "wattline-prometheus"}
-#: 2026-03-02T00:00:00Z: a day no other test writes to the session's VictoriaMetrics (its
-#: label APIs answer by day), so the dashboards' "All" sees only this data.
-BASE_NS = 1_772_409_600 * S
 RESTARTS = {HOST_B: 305}  # mid-step: a step's window holds samples of both streams
 
 
@@ -165,6 +167,49 @@ def test_conventions_catch_mistakes() -> None:
     assert any("rounded to seconds" in p for p in problems), problems
 
 
+#: Prometheus 2.33's PromQL (https://prometheus.io/docs/prometheus/latest/querying/functions/ and
+#: operators/): its functions, aggregation operators, and the keywords written before "(".
+#: Mimir and Thanos evaluate PromQL with Prometheus' engine; anything else (MetricsQL's
+#: ``tlast_over_time``, ``running_sum``, ``WITH``...) runs on VictoriaMetrics only.
+# fmt: off
+PROMQL = frozenset((
+    # functions
+    "abs", "absent", "absent_over_time", "acos", "acosh", "asin", "asinh", "atan", "atanh", "avg_over_time", "ceil",
+    "changes", "clamp", "clamp_max", "clamp_min", "cos", "cosh", "count_over_time", "day_of_month", "day_of_week",
+    "day_of_year", "days_in_month", "deg", "delta", "deriv", "exp", "floor", "histogram_quantile", "holt_winters",
+    "hour", "idelta", "increase", "irate", "label_join", "label_replace", "last_over_time", "ln", "log10", "log2",
+    "max_over_time", "min_over_time", "minute", "month", "pi", "predict_linear", "present_over_time",
+    "quantile_over_time", "rad", "rate", "resets", "round", "scalar", "sgn", "sin", "sinh", "sort", "sort_desc",
+    "sqrt", "stddev_over_time", "stdvar_over_time", "sum_over_time", "tan", "tanh", "time", "timestamp", "vector",
+    "year",
+    # aggregation operators
+    "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk", "topk", "quantile",
+    # keywords before "(": grouping, vector matching, set operators, the @ modifier's start() and end()
+    "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "start", "end",
+))
+# fmt: on
+
+
+def non_promql(expr: str) -> set[str]:
+    """What ``expr`` calls that is not Prometheus' PromQL (Grafana's ``label_values`` of a
+    variable aside); quoted strings (label values, regexes) left out."""
+    code = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    return set(re.findall(r"([A-Za-z_]\w*)\s*\(", code)) - PROMQL - {"label_values"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_only_standard_promql(name: str) -> None:
+    """The flavour is Prometheus', Mimir's and Thanos' as well as VictoriaMetrics': no query calls
+    a function PromQL lacks (those engines are not installable here: this is what says so)."""
+    assert {where: sorted(non_promql(expr)) for where, expr in exprs(load(name)) if non_promql(expr)} == {}
+
+
+def test_standard_promql_check_catches_metricsql() -> None:
+    assert non_promql('tlast_over_time(job_events_sub_ns{event="open"}[1h])') == {"tlast_over_time"}
+    assert non_promql("running_sum(sum(x)) or rollup_candlestick(y[5m])") == {"running_sum", "rollup_candlestick"}
+    assert non_promql('sum by (host) (last_over_time(x{a=~"f(o)o"}[5m] @ end())) or vector(0)') == set()
+
+
 def test_provisioning_files() -> None:
     datasource = (PROVISIONING / "datasources" / "wattline-prometheus.yaml").read_text()
     assert re.search(rf"^\s+uid: {DATASOURCE['uid']}$", datasource, re.M)
@@ -183,21 +228,26 @@ ENGINES = ("victoriametrics", "prometheus")
 
 @dataclass
 class Filled:
+    """An engine filled before it is made: nothing is written to it after, so a query's
+    answer is kept (``answers``) and a panel run twice is asked once."""
+
     url: str
     fx: Fixture
-    #: job id -> `wattline report --json` of the job (its summary was written from the same report)
-    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     engine: str = "victoriametrics"
+    answers: dict[str, bytes] = field(default_factory=dict, repr=False)
 
 
-def post(url: str, path: str, params: dict[str, str], engine: str) -> Any:
+def post(filled: Filled, path: str, params: dict[str, str]) -> Any:
     body = urllib.parse.urlencode(params).encode()
-    request = urllib.request.Request(url + path, data=body, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            doc = json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        pytest.fail(f"{engine} refused {params.get('query')!r}: {exc.read().decode()[:500]}", pytrace=False)
+    key = path + "?" + body.decode()
+    if key not in filled.answers:
+        request = urllib.request.Request(filled.url + path, data=body, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                filled.answers[key] = resp.read()
+        except urllib.error.HTTPError as exc:
+            pytest.fail(f"{filled.engine} refused {params.get('query')!r}: {exc.read().decode()[:500]}", pytrace=False)
+    doc = json.loads(filled.answers[key])
     assert doc["status"] == "success", doc
     return doc["data"]
 
@@ -224,9 +274,9 @@ def after_a_partial_rewrite(
     return sink
 
 
-def fill(store: Store, fx: Fixture, searchable: Callable[[str, int], object]) -> dict[str, dict[str, Any]]:
+def fill(store: Store, fx: Fixture, searchable: Callable[[str, int], object]) -> None:
     """Write the fixture's batches and each job's summaries (a partial one, then the final one,
-    as a collector writes them: the same report code); the final reports by job id.
+    as a collector writes them: the same report code).
     ``searchable(selector, series)`` waits until the engine shows that many series."""
     for batch in build_batches(fx, RESTARTS):
         result = store.write(batch)
@@ -234,12 +284,10 @@ def fill(store: Store, fx: Fixture, searchable: Callable[[str, int], object]) ->
     streams = len(CHANNELS) + sum(1 for c in CHANNELS if c.host in RESTARTS)
     searchable(f'energy_energy_j{{host=~"{HOST_A}|{HOST_B}"}}', streams)
     searchable('{__name__="job_events_sub_ns", event="close"}', sum(len(j.hosts) for j in JOBS))
-    reports = {}
     sink = after_a_partial_rewrite(store, searchable)
     for job in JOBS:
-        reports[job.job_id] = report_json(record_summary(store, sink, job.job_id))
+        record_summary(store, sink, job.job_id)
     searchable("job_summary_energy_j", len(JOBS))
-    return reports
 
 
 @pytest.fixture(scope="module", params=ENGINES)
@@ -252,15 +300,15 @@ def filled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         # One of its own: its label APIs answer by day, and other tests write today.
         with contextmanager(run_victoria)(tmp_path_factory, victoria_argv) as victoria_metrics:
             with VictoriaStore(victoria_metrics.url) as store:
-                reports = fill(store, fx, lambda match, n: victoria_metrics.export(match, expect=n))
-            yield Filled(victoria_metrics.url, fx, reports, request.param)
+                fill(store, fx, lambda match, n: victoria_metrics.export(match, expect=n))
+            yield Filled(victoria_metrics.url, fx, request.param)
         return
     # A Prometheus of its own (its label APIs answer from the whole head block, not by day).
     daemon = start_prometheus(tmp_path_factory.mktemp("prometheus-grafana"))
     try:
         with PrometheusStore(daemon.url) as store:
-            reports = fill(store, fx, lambda match, n: None)  # searchable once acknowledged
-        yield Filled(daemon.url, fx, reports, request.param)
+            fill(store, fx, lambda match, n: None)  # searchable once acknowledged
+        yield Filled(daemon.url, fx, request.param)
     finally:
         daemon.stop()
 
@@ -332,7 +380,7 @@ def seconds(ms: int) -> str:
 def instant(filled: Filled, scope: Scope, expr: str) -> list[dict[str, Any]]:
     """An instant query at the range's end (Grafana's): rows of labels and "value"."""
     params = {"query": scope.interpolate(expr), "time": seconds(scope.to_ms)}
-    data = post(filled.url, "/api/v1/query", params, filled.engine)
+    data = post(filled, "/api/v1/query", params)
     return [{**r["metric"], "value": float(r["value"][1])} for r in data["result"]]
 
 
@@ -347,7 +395,7 @@ def over_range(filled: Filled, scope: Scope, expr: str, step_s: int | None = Non
     step = scope.interval_s if step_s is None else step_s
     start, end = aligned(scope, step)
     params = {"query": scope.interpolate(expr, step), "start": seconds(start), "end": seconds(end), "step": str(step)}
-    data = post(filled.url, "/api/v1/query_range", params, filled.engine)
+    data = post(filled, "/api/v1/query_range", params)
     return [{**r["metric"], "points": {round(t * 1000): float(v) for t, v in r["values"]}} for r in data["result"]]
 
 
@@ -458,24 +506,45 @@ def last_power(fx: Fixture, hosts: set[str]) -> float:
 
 
 def expected_power(
-    fx: Fixture, key: str, start_ms: int, end_ms: int, step_s: int, closed: bool = False
-) -> dict[tuple[str, int], float]:
-    """{(tag value, step ms): sum over channels of the mean of the channel's stored samples in
-    (step - interval, step]}; ``closed``: in [step - interval, step] (Prometheus 2's range
-    selectors: a sample on a step's edge is in two steps)."""
+    fx: Fixture,
+    key: str | tuple[str, ...],
+    start_ms: int,
+    end_ms: int,
+    step_s: int,
+    closed: bool = False,
+    where: Callable[[Channel], bool] = in_totals,
+) -> dict[tuple[Any, int], float]:
+    """{(tag value(s), step ms): sum over the channels ``where`` selects of the mean of the
+    channel's stored samples in (step - interval, step]}; ``closed``: in [step - interval, step]
+    (Prometheus 2's range selectors: a sample on a step's edge is in two steps)."""
     step_ms = step_s * 1000
     per_channel: dict[tuple[Any, int], list[float]] = defaultdict(list)
     for p in fx.points:
-        if in_totals(p["ch"]) and p["stored"]:
+        if where(p["ch"]) and p["stored"]:
             first = -(-p["time_ms"] // step_ms) * step_ms  # the first step whose window holds it
             steps = (first, first + step_ms) if closed and p["time_ms"] == first else (first,)
             for t in steps:
                 if start_ms <= t <= end_ms:
                     per_channel[p["ch"], t].append(p["power_w"])
-    out: dict[tuple[str, int], float] = defaultdict(float)
+    out: dict[tuple[Any, int], float] = defaultdict(float)
     for (ch, t), values in per_channel.items():
-        out[getattr(ch, key), t] += sum(values) / len(values)
+        label = getattr(ch, key) if isinstance(key, str) else tuple(getattr(ch, k) for k in key)
+        out[label, t] += sum(values) / len(values)
     return out
+
+
+def power_series(filled: Filled, scope: Scope, panel: dict[str, Any], key: str | tuple[str, ...]) -> dict[Any, float]:
+    """A time-series panel's points as {(label value(s), step ms): value}."""
+    return {
+        (s[key] if isinstance(key, str) else tuple(s[k] for k in key), t): v
+        for s in run_panel(filled, scope, panel)["A"]
+        for t, v in s["points"].items()
+    }
+
+
+def check_power(got: dict[Any, float], want: dict[Any, float], title: str) -> None:
+    assert got.keys() == want.keys(), title
+    assert all(close(got[k], want[k]) for k in want), title
 
 
 def units_of(fx: Fixture, job_id: str, from_ms: int, to_ms: int) -> float:
@@ -519,15 +588,14 @@ def test_fleet_queries(filled: Filled) -> None:
     (now,) = run_panel(filled, scope, find_panel(dashboard, "Power now"))["A"]
     assert close(now["value"], last_power(fx, everything))
     start, end = aligned(scope, INTERVAL_S)
-    for title, key in (("Power by host", "host"), ("Power by component", "component")):
-        got = {
-            (s[key], t): v
-            for s in run_panel(filled, scope, find_panel(dashboard, title))["A"]
-            for t, v in s["points"].items()
-        }
-        want = expected_power(fx, key, start, end, INTERVAL_S, closed=filled.engine == "prometheus")
-        assert got.keys() == want.keys() and len(got) >= 2 * DURATION_S // INTERVAL_S, title
-        assert all(close(got[k], want[k]) for k in want), title
+    for title, key in (
+        ("Power by host", "host"),
+        ("Power by component", "component"),
+        ("Power by quality (measured vs estimated)", "quality"),
+    ):
+        got = power_series(filled, scope, find_panel(dashboard, title), key)
+        check_power(got, expected_power(fx, key, start, end, INTERVAL_S, closed=filled.engine == "prometheus"), title)
+        assert len(got) >= 2 * DURATION_S // INTERVAL_S, title
     (hosts,) = run_panel(filled, scope, find_panel(dashboard, "Hosts reporting"))["A"]
     assert hosts["value"] == 2
     (unhealthy,) = run_panel(filled, scope, find_panel(dashboard, "Unhealthy channel-intervals"))["A"]
@@ -569,6 +637,7 @@ def test_host_queries(filled: Filled) -> None:
     assert options["component"] == sorted({c.component for c in CHANNELS if c.host == HOST_A})
     assert run_dashboard(filled, dashboard, scope) == []
     mine = [p for p in fx.points if p["ch"].host == HOST_A and p["time_ms"] > fx.start_ms]
+    mine_channels = [c for c in CHANNELS if c.host == HOST_A]
 
     per_channel = table(
         filled, scope, find_panel(dashboard, "Energy by component and device"), ("component", "device", "source")
@@ -602,12 +671,51 @@ def test_host_queries(filled: Filled) -> None:
 
     (model,) = run_panel(filled, scope, find_panel(dashboard, "Estimated (model) energy"))["A"]
     assert close(model["value"], sum(p["energy_j"] for p in mine if p["ch"].quality == "model") / 3600)
-    (memory,) = [
-        s
-        for s in run_panel(filled, scope, find_panel(dashboard, "Device memory used"))["A"]
-        if s["device"] == "GPU-0a1b"
-    ]
-    assert set(memory["points"].values()) == {4.0e10}
+    memory = run_panel(filled, scope, find_panel(dashboard, "Device memory used"))["A"]
+    assert {s["device"] for s in memory} == {c.device for c in mine_channels if "memory_used_bytes" in c.gauges}
+    assert {v for s in memory for v in s["points"].values()} == {4.0e10}
+
+    # Power: the last sample of each channel; by channel, the mean of each step's samples.
+    (now,) = run_panel(filled, scope, find_panel(dashboard, "Host power now"))["A"]
+    assert close(now["value"], last_power(fx, {HOST_A}))
+    (unhealthy,) = run_panel(filled, scope, find_panel(dashboard, "Unhealthy intervals"))["A"]
+    assert unhealthy["value"] == len(UNHEALTHY[1])
+    start, end = aligned(scope, INTERVAL_S)
+    key = ("component", "device", "source")
+    want = expected_power(
+        fx, key, start, end, INTERVAL_S, closed=filled.engine == "prometheus", where=lambda c: c.host == HOST_A
+    )
+    check_power(power_series(filled, scope, find_panel(dashboard, "Power by component and device"), key), want, "")
+    # Utilization: each channel's constant one, in every step its power has (an unhealthy sample has none).
+    utilization = power_series(filled, scope, find_panel(dashboard, "Utilization"), ("component", "device"))
+    by_device = {(c.component, c.device): c.utilization for c in mine_channels if c.utilization is not None}
+    assert utilization.keys() == {((c, d), t) for (c, d, _), t in want if (c, d) in by_device}
+    assert all(close(v, by_device[channel]) for (channel, _), v in utilization.items())
+
+    annotation = next(a for a in dashboard["annotations"]["list"] if a["datasource"] == DATASOURCE)
+    got = {(e["time"], e["title"], e["text"]) for e in annotation_events(filled, scope, annotation)}
+    assert got == {
+        (e["time_ms"], e["job_id"], e["event"])
+        for e in fx.events
+        if e["host"] == HOST_A and e["event"] in ("open", "close")
+    }
+
+
+def check_job_row(fx: Fixture, row: dict[str, Any], job: JobPlan, truth: JobTruth) -> None:
+    """A row of the job table against the fixture's construction: its events, units and energies."""
+    opens, closes = event_ms(fx, job.job_id, "open"), event_ms(fx, job.job_id, "close")
+    assert (row["name"], row["kind"], row["unit"], row["hosts"]) == (job.name, job.kind, job.unit_name, len(job.hosts))
+    assert (row["start"], row["end"], row["exit_code"]) == (min(opens), max(closes), 0)
+    assert row["units"] == units_of(fx, job.job_id, fx.start_ms, fx.end_ms)
+    assert row["duration_s"] == max(c - o for o, _, c in job.hosts.values())
+    assert close(row["throughput"], row["units"] / row["duration_s"])
+    saturations = event_ms(fx, job.job_id, "phase")
+    assert row.get("saturated") == ("saturated" if saturations else None)
+    assert row.get("saturated_at") == (min(saturations) if saturations else None)
+    assert close(row["energy_j"], truth.whole_j), job.job_id
+    assert close(row["j_per_unit"], truth.j_per_unit), job.job_id
+    assert close(row["kwh_per_million"], truth.kwh_per_million), job.job_id
+    assert close(row["measured_share"], truth.measured_share), job.job_id
 
 
 def job_table(filled: Filled, dashboard: dict[str, Any], scope: Scope) -> dict[str, dict[str, Any]]:
@@ -638,40 +746,23 @@ def test_jobs_queries(filled: Filled) -> None:
     assert run_dashboard(filled, dashboard, overview) == []
     table_rows = job_table(filled, dashboard, overview)
     assert sorted(table_rows) == sorted(job.job_id for job in JOBS)
+    truths = job_truths(fx)
     for job in JOBS:
-        row, report = table_rows[job.job_id], filled.reports[job.job_id]
-        opens, closes = event_ms(fx, job.job_id, "open"), event_ms(fx, job.job_id, "close")
-        assert (row["name"], row["kind"], row["unit"], row["hosts"]) == (
-            job.name,
-            job.kind,
-            job.unit_name,
-            len(job.hosts),
-        )
-        assert (row["start"], row["end"], row["exit_code"]) == (min(opens), max(closes), 0)
-        assert row["units"] == units_of(fx, job.job_id, fx.start_ms, fx.end_ms)
-        assert row["duration_s"] == max(c - o for o, _, c in job.hosts.values())
-        assert close(row["throughput"], row["units"] / row["duration_s"])
-        saturations = event_ms(fx, job.job_id, "phase")
-        assert row.get("saturated") == ("saturated" if saturations else None)
-        assert row.get("saturated_at") == (min(saturations) if saturations else None)
-        assert close(row["energy_j"], whole_run_j(report)), job.job_id
-        assert close(row["j_per_unit"], report["measured"]["j_per_unit"])
-        assert close(row["kwh_per_million"], report["measured"]["kwh_per_million_units"])
-        assert close(row["measured_share"], report["measured"]["coverage"]["measured_share"])
+        check_job_row(fx, table_rows[job.job_id], job, truths[job.job_id])
 
     # The job window, as the table's link opens it.
     scope = link_scope(dashboard, table_rows[LLAMA], "Job window: open to close")
     resolve_variables(filled, dashboard, scope, {"job": LLAMA})
     assert scope.values["job"] == [LLAMA] and scope.values["host"] == [HOST_A, HOST_B]
     assert run_dashboard(filled, dashboard, scope) == []
-    report = filled.reports[LLAMA]
     # The window holds the job's open and summary (at its start): its row, its energy claimed.
-    assert job_table(filled, dashboard, scope)[LLAMA] == table_rows[LLAMA]
-    assert scope.from_ms < summary_ms(report, "start") == table_rows[LLAMA]["start"]
+    assert scope.from_ms < truths[LLAMA].start_ms
+    plan = next(j for j in JOBS if j.job_id == LLAMA)
+    check_job_row(fx, job_table(filled, dashboard, scope)[LLAMA], plan, truths[LLAMA])
     (got,) = run_panel(filled, scope, find_panel(dashboard, "Energy: $job_name"))["A"]
-    assert close(got["value"], report["measured"]["energy_j"])
+    assert close(got["value"], truths[LLAMA].measured_j)
     (got,) = run_panel(filled, scope, find_panel(dashboard, "Energy per unit: $job_name"))["A"]
-    assert close(got["value"], report["measured"]["j_per_unit"])
+    assert close(got["value"], truths[LLAMA].j_per_unit)
     units = units_of(fx, LLAMA, scope.from_ms, scope.to_ms)
     assert units == units_of(fx, LLAMA, fx.start_ms, fx.end_ms)  # the window holds them all
     (got,) = run_panel(filled, scope, find_panel(dashboard, "Units: $job_name"))["A"]
@@ -682,17 +773,14 @@ def test_jobs_queries(filled: Filled) -> None:
     energy = sum(expected_energy(fx, "host", scope.from_ms, scope.to_ms, {HOST_A, HOST_B}, left_open=True).values())
     assert close(got["value"], energy / scope.range_s)
     unclaimed = table(filled, scope, find_panel(dashboard, "Energy no job claims, by host"), ("host",))
-    claimed: dict[str, float] = defaultdict(float)
-    for r in filled.reports.values():
-        if scope.from_ms < summary_ms(r, "start") <= scope.to_ms:
-            for h in (h for w in ("measured", "warmup") for h in r[w]["by_host"]):
-                claimed[h["host"]] += h["energy_j"]
+    claimed = claimed_by_host(truths, scope.from_ms, scope.to_ms)
     assert {h: row["jobs_j"] for (h,), row in unclaimed.items()} == pytest.approx(claimed, rel=1e-9)
 
     # Warm-up band: 1 from each host's open to its saturation point, 0 after.
     power = run_panel(filled, scope, find_panel(dashboard, "Power of $job_name's hosts, warm-up shaded"))
-    assert {s["host"] for s in power["A"]} == {HOST_A, HOST_B}
-    plan = next(j for j in JOBS if j.job_id == LLAMA)
+    start, end = aligned(scope, INTERVAL_S)
+    want = expected_power(fx, "host", start, end, INTERVAL_S, closed=filled.engine == "prometheus")
+    check_power({(s["host"], t): v for s in power["A"] for t, v in s["points"].items()}, want, "power of the hosts")
     for band in power["B"]:
         open_s, sat_s, _ = plan.hosts[band["host"]]
         assert sat_s is not None
@@ -718,36 +806,33 @@ def test_jobs_summary_panels_and_annotations(filled: Filled) -> None:
     dashboard = load("jobs")
     scope = Scope(fx.start_ms, fx.end_ms)
     resolve_variables(filled, dashboard, scope, {"job": LLAMA})
-    reports = filled.reports
+    truths = job_truths(fx)
 
     drift = run_panel(filled, scope, find_panel(dashboard, "J per unit over time, by job name"))["A"]
     step_ms = INTERVAL_S * 1000
     assert {(s["name"], t) for s in drift for t in s["points"]} == {
-        (r["job"]["name"], -(-summary_ms(r, "start") // step_ms) * step_ms) for r in reports.values()
+        (job.name, -(-truths[job.job_id].start_ms // step_ms) * step_ms) for job in JOBS
     }
     for s in drift:
-        report = next(r for r in reports.values() if r["job"]["name"] == s["name"])
-        assert all(close(v, report["measured"]["j_per_unit"]) for v in s["points"].values())
+        (job,) = [j for j in JOBS if j.name == s["name"]]
+        assert all(close(v, truths[job.job_id].j_per_unit) for v in s["points"].values())
 
     # Each job's partial rewrite is an older sample of the job's one series (#45): Prometheus
     # keeps it, VictoriaMetrics deleted it; the panels show the final one only.
     rewrites = instant(filled, scope, "count by (job_id) (last_over_time(job_summary_energy_j[62d] offset -31d))")
-    assert {r["job_id"]: r["value"] for r in rewrites} == dict.fromkeys(reports, 1)
+    assert {r["job_id"]: r["value"] for r in rewrites} == dict.fromkeys(truths, 1)
     samples = instant(filled, scope, "count_over_time(job_summary_energy_j[62d] offset -31d)")
     kept = 2 if filled.engine == "prometheus" else 1
-    assert {r["job_id"]: r["value"] for r in samples} == dict.fromkeys(reports, kept)
+    assert {r["job_id"]: r["value"] for r in samples} == dict.fromkeys(truths, kept)
     by_job = run_panel(filled, scope, find_panel(dashboard, "Energy by job over the range"))["A"]
     assert {r["job_id"]: r["value"] for r in by_job} == pytest.approx(
-        {job_id: whole_run_j(report) / 3600 for job_id, report in reports.items()}, rel=1e-9
+        {job_id: truth.whole_j / 3600 for job_id, truth in truths.items()}, rel=1e-9
     )
     unclaimed = table(filled, scope, find_panel(dashboard, "Energy no job claims, by host"), ("host",))
     node = expected_energy(fx, "host", fx.start_ms, fx.end_ms, {HOST_A, HOST_B}, left_open=True)
     assert {h: row["node_j"] for (h,), row in unclaimed.items()} == pytest.approx(node, rel=1e-9)
-    claimed: dict[str, float] = defaultdict(float)
-    for report in reports.values():
-        for window in ("measured", "warmup"):
-            for h in report[window]["by_host"]:
-                claimed[h["host"]] += h["energy_j"]
+    claimed = claimed_by_host(truths, fx.start_ms, fx.end_ms)
+    assert claimed.keys() == {HOST_A, HOST_B}
     assert {h: row["jobs_j"] for (h,), row in unclaimed.items()} == pytest.approx(claimed, rel=1e-9)
 
     annotations = {a["name"]: a for a in dashboard["annotations"]["list"] if a["datasource"] == DATASOURCE}
@@ -756,11 +841,16 @@ def test_jobs_summary_panels_and_annotations(filled: Filled) -> None:
         for e in annotation_events(filled, scope, annotations["Saturation point"])
     }
     assert got == {(e["time_ms"], e["job_id"], "saturated", (e["host"],)) for e in fx.events if e["event"] == "phase"}
+    got = {
+        (e["time"], e["title"], e["text"], tuple(e["tags"]))
+        for e in annotation_events(filled, scope, annotations["Job open / close"])
+    }
+    assert got == {
+        (e["time_ms"], e["job_id"], e["event"], (e["host"],)) for e in fx.events if e["event"] in ("open", "close")
+    }
     regions = annotation_events(filled, scope, annotations["Warm-up (start to saturation)"])
     assert {e["title"]: (e["time"], e["end"]) for e in regions} == {
-        job_id: (summary_ms(r, "start"), summary_ms(r, "saturation"))
-        for job_id, r in reports.items()
-        if r["saturation"]["saturated"]
+        job_id: (truth.start_ms, truth.saturated_ms) for job_id, truth in truths.items()
     }
     assert LLAMA in {e["title"] for e in regions}
 
@@ -790,9 +880,6 @@ def test_jobs_filters(filled: Filled, select: dict[str, str | list[str]], jobs: 
 
 # -- a hole in one agent stream, and time no agent measured (#43) ----------------------------
 
-#: 2026-03-05: a day of its own for the data with holes (the label APIs answer by day).
-HOLED_BASE_NS = BASE_NS + 3 * 86400 * S
-
 
 def fill_holed(store: Store, fx: Fixture) -> None:
     for batch in build_batches(fx, **HOLED):
@@ -800,27 +887,35 @@ def fill_holed(store: Store, fx: Fixture) -> None:
         assert result.rejected == 0, result.reasons
 
 
+def write_summaries(store: Store) -> None:
+    """Each job's summary, as a collector writes it after the close (the same report code)."""
+    for job in JOBS:
+        record_summary(store, store.write_summary, job.job_id)
+
+
 @pytest.fixture(scope="module", params=ENGINES)
 def holed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Filled]:
-    """The fixture's data with :data:`HOLED`'s holes: on VictoriaMetrics on a day of its own,
-    on a Prometheus of its own (as :func:`filled`)."""
+    """The fixture's data with :data:`HOLED`'s holes on an engine of its own, as :func:`filled`
+    (recent data: the summaries are stamped when written). The jobs' summaries on VictoriaMetrics
+    only: a report's edge reads on Prometheus take seconds each (``SeriesApi.edges``), which
+    would cost this file over 10 s; the summaries across HOST_B's restart on Prometheus are
+    :func:`filled`'s."""
+    base_ns = (time.time_ns() // S // 3600 - 2) * 3600 * S
+    fx = Fixture(start_ns=base_ns, end_ns=base_ns + DURATION_S * S)
     if request.param == "victoriametrics":
-        victoria_metrics: VictoriaMetrics = request.getfixturevalue("victoria_metrics")
-        fx = Fixture(start_ns=HOLED_BASE_NS, end_ns=HOLED_BASE_NS + DURATION_S * S)
-        with VictoriaStore(victoria_metrics.url) as store:
-            fill_holed(store, fx)
-        hosts = f'host=~"{HOST_A}|{HOST_B}"'
-        streams = len(CHANNELS) + sum(1 for c in CHANNELS if c.host in HOLED["restarts"])
-        for metric in ("energy_energy_j", "energy_cumulative_j", "energy_cumulative_start_j"):
-            victoria_metrics.export(f"{metric}{{{hosts}}}", expect=streams)
-        closes = sum(len(j.hosts) for j in JOBS)
-        victoria_metrics.export('{__name__="job_events_sub_ns", event="close"}', expect=closes)
-        yield Filled(victoria_metrics.url, fx, engine=request.param)
+        with contextmanager(run_victoria)(tmp_path_factory, victoria_argv) as victoria_metrics:
+            with VictoriaStore(victoria_metrics.url) as store:
+                fill_holed(store, fx)
+                streams = len(CHANNELS) + sum(1 for c in CHANNELS if c.host in HOLED["restarts"])
+                for metric in ("energy_energy_j", "energy_cumulative_j", "energy_cumulative_start_j"):
+                    victoria_metrics.export(metric, expect=streams)
+                victoria_metrics.export('job_events_sub_ns{event="close"}', expect=sum(len(j.hosts) for j in JOBS))
+                write_summaries(store)
+            victoria_metrics.export("job_summary_energy_j", expect=len(JOBS))
+            yield Filled(victoria_metrics.url, fx, engine=request.param)
         return
     daemon = start_prometheus(tmp_path_factory.mktemp("prometheus-holed"))
     try:
-        base_ns = (time.time_ns() // S // 3600 - 2) * 3600 * S
-        fx = Fixture(start_ns=base_ns, end_ns=base_ns + DURATION_S * S)
         with PrometheusStore(daemon.url) as store:
             fill_holed(store, fx)
         yield Filled(daemon.url, fx, engine=request.param)
@@ -832,7 +927,8 @@ def holed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 def test_energy_panels_read_a_hole_as_the_report_does(holed: Filled) -> None:
     """Every energy panel counts the samples the store lacks inside one agent stream by its
     running total (as `wattline report` does), where the stream has a sample on both sides in
-    the range, and not the seconds no agent measured (HOST_B down before its new stream).
+    the range, and not the seconds no agent measured (HOST_B down before its new stream); so
+    do the jobs' summaries (VictoriaMetrics).
     Prometheus 2's range selectors hold [from, to]: a sample that ends at ``from`` counts there."""
     fx = holed.fx
     left_open = holed.engine != "prometheus"
@@ -908,3 +1004,17 @@ def test_energy_panels_read_a_hole_as_the_report_does(holed: Filled) -> None:
     }
     want = expected_energy(fx, "host", fx.start_ms, fx.end_ms, everything, left_open=left_open)
     assert node == pytest.approx(want, rel=1e-9)
+
+    if holed.engine == "prometheus":
+        return  # no summaries there (see holed)
+    # Each job's summary across the lost stretch (bridged) and HOST_B's outage (counted for none).
+    truths = job_truths(fx)
+    table_rows = job_table(holed, jobs, whole)
+    assert sorted(table_rows) == sorted(truths)
+    for job in JOBS:
+        check_job_row(fx, table_rows[job.job_id], job, truths[job.job_id])
+    claimed = {
+        r["host"]: r["jobs_j"]
+        for r in table(holed, whole, find_panel(jobs, "Energy no job claims, by host"), ("host",)).values()
+    }
+    assert claimed == pytest.approx(claimed_by_host(truths, fx.start_ms, fx.end_ms), rel=1e-9)

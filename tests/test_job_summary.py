@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from grafana_data import whole_run_j
 from procs import CLI, Proc, clean_env, start_collector, start_rapl_agent
 from servers import Influxd, free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
@@ -35,7 +36,6 @@ from test_grafana import (
     rows,
     run_dashboard,
     run_panel,
-    whole_run_j,
 )
 from waits import wait_until
 
@@ -218,7 +218,7 @@ def check_dashboard(influxd: Influxd, database: str, reports: dict[str, dict[str
     events = influxd.query("SELECT * FROM job_events", database)
     first_ms = min(e["time"] for e in events) // 10**6 - 60_000
     last_ms = max(e["time"] for e in events) // 10**6 + 60_000
-    filled = Filled(influxd.url, database, Fixture(first_ms * 10**6, last_ms * 10**6), reports)
+    filled = Filled(influxd.url, database, Fixture(first_ms * 10**6, last_ms * 10**6))
     dashboard = load("jobs")
     overview = Scope(first_ms, last_ms, interval_s=1)
     resolve_variables(filled, dashboard, overview, {"job": "pair-1"})

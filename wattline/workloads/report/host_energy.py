@@ -13,6 +13,7 @@ from wattline.collector.stores.reader import Reader, StoredJobEvent
 from wattline.workloads.energy.attribution import (
     CPU_TIME_KEYS,
     Attribution,
+    ChannelEnergy,
     IdlePolicy,
     IntervalKey,
     JobWindow,
@@ -153,7 +154,25 @@ def host_attribution(
     notes += [s.note() for s in shares if s.basis != "claimed" or job.hosts[host].devices]
     claimed = frozenset().union(*(w.devices for w in windows))
     notes += sorted({c.assumed for c in channels if c.assumed and c.claim_keys & claimed})
+    notes += unmatched_claims(host, job.hosts[host].devices, channels)
     return attribution, missing, notes, shares
+
+
+def unmatched_claims(host: str, given: Iterable[str], channels: Iterable[ChannelEnergy]) -> list[str]:
+    """The note for the job's claims that name no device measured on ``host``: nothing is charged
+    for them, so its figure lacks their energy (a GPU is matched by its UUID; a claim by index,
+    left by a holder that could not map it, matches none)."""
+    channels = list(channels)
+    if not channels:
+        return []  # the host's "no energy samples" note says it already
+    known = frozenset().union(*(c.claim_keys for c in channels))
+    unmatched = sorted(set(given) - known)
+    if not unmatched:
+        return []
+    return [
+        f"{host}: the job claims {', '.join(unmatched)}, which match no device measured there: "
+        "nothing is charged for them (a GPU is claimed by its UUID)"
+    ]
 
 
 def device_uses(timelines: Mapping[str, UseTimeline]) -> bool:

@@ -1,0 +1,207 @@
+"""Service intervals in the store (measurement ``service_interval``, issue #44): a service job
+with known power and request rate (tests/service_intervals_data.py) gives each interval its
+energy (power x time), requests (rate x time), J per request, throughput, mean power and load,
+on SQLite, InfluxDB 1.x, VictoriaMetrics and Prometheus; an interval is written once it has
+ended (never the one in progress), final ones are not computed again, and on the stores where
+a rewrite replaces (SQLite, InfluxDB) late samples rewrite the interval in place.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import urllib.parse
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from servers import T0, Daemon, Influxd, VictoriaMetrics, http, searchable
+from service_intervals_data import (
+    CLOSE_S,
+    EVERY_S,
+    S,
+    Truth,
+    event_batch,
+    samples,
+    service_events,
+    truths,
+    write_service,
+)
+
+from wattline.collector.stores.base import Store
+from wattline.collector.stores.influx_v1 import InfluxV1Store
+from wattline.collector.stores.prometheus import PrometheusStore
+from wattline.collector.stores.sqlite import SqliteStore
+from wattline.collector.stores.victoria import VictoriaStore
+from wattline.workloads.report.model import ReportSettings
+from wattline.workloads.services.intervals import IntervalWriter
+
+WAIT_S = 2.0
+#: Each test's job at its own time (the engines are the session's): 1000 s apart, multiples of EVERY_S.
+BASES = (T0 + 7_000_000 * S + n * 1000 * S for n in itertools.count())
+TAGS = ("time", "job_id", "name", "unit")
+
+
+class Stored:
+    """A store under test and how the test reads its ``service_interval`` points back."""
+
+    def __init__(self, kind: str, store: Store, engine: Any) -> None:
+        self.kind, self.store, self.engine = kind, store, engine
+
+    def flush(self) -> None:
+        if self.kind == "victoria":
+            searchable(self.engine.url)
+
+    def points(self, job_id: str, base: int) -> tuple[dict[int, dict[str, float]], int]:
+        """(interval start ns -> its fields, how many values were stored per (interval, field) at most)."""
+        out: dict[int, dict[str, float]] = {}
+        copies: Counter[tuple[int, str]] = Counter()
+        if isinstance(self.store, SqliteStore):
+            for start, fields in self.store._rows(
+                "SELECT start_ns, fields FROM service_interval WHERE job_id = ?", [job_id]
+            ):
+                copies.update((start, f) for f in json.loads(fields))
+                out[start] = json.loads(fields)
+        elif self.kind == "influxdb1":
+            engine: Influxd = self.engine
+            for row in engine.query(f"SELECT * FROM service_interval WHERE job_id = '{job_id}'", self.store.database):  # type: ignore[attr-defined]
+                fields = {k: v for k, v in row.items() if k not in TAGS and v is not None}
+                copies.update((row["time"], f) for f in fields)
+                out[row["time"]] = fields
+        else:
+            self.flush()
+            query = urllib.parse.urlencode(
+                {"query": f'{{__name__=~"service_interval_.+",job_id="{job_id}"}}[1000s]', "time": base // S + 500}
+            )
+            status, body = http("GET", f"{self.engine.url}/api/v1/query?{query}")
+            assert status == 200, body
+            for series in json.loads(body)["data"]["result"]:
+                name = series["metric"]["__name__"].removeprefix("service_interval_")
+                for at, value in series["values"]:
+                    start = round(float(at) * 1000) * 10**6
+                    copies[(start, name)] += 1
+                    out.setdefault(start, {})[name] = float(value)
+        return out, max(copies.values(), default=0)
+
+
+@pytest.fixture(params=["sqlite", "influxdb1", "victoria", "prometheus"])
+def stored(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stored]:
+    kind = request.param
+    if kind == "sqlite":
+        with SqliteStore(tmp_path / "w.db") as sqlite:
+            yield Stored(kind, sqlite, None)
+    elif kind == "influxdb1":
+        influxd: Influxd = request.getfixturevalue("influxd")
+        with InfluxV1Store(influxd.url, influxd.new_database()) as influx:
+            influx.create_database()
+            yield Stored(kind, influx, influxd)
+    elif kind == "victoria":
+        vm: VictoriaMetrics = request.getfixturevalue("victoria_metrics")
+        with VictoriaStore(vm.url) as victoria:
+            yield Stored(kind, victoria, vm)
+    else:
+        prometheus: Daemon = request.getfixturevalue("prometheus")
+        with PrometheusStore(prometheus.url) as prom:
+            yield Stored(kind, prom, prometheus)
+
+
+def writer(store: Store, wall: list[int]) -> IntervalWriter:
+    return IntervalWriter(
+        store,  # type: ignore[arg-type]
+        ReportSettings(share_rule="exclusive"),
+        every_s=EVERY_S,
+        wait_s=WAIT_S,
+        recheck_every_s=5,
+        wall_ns=lambda: wall[0],
+    )
+
+
+def check(found: dict[str, float], truth: Truth, complete: bool = True) -> None:
+    """``found`` against the truth the test set: each figure within float rounding of it."""
+    expected = {
+        "seconds": truth.seconds,
+        "energy_j": truth.energy_j,
+        "units": truth.units,
+        "j_per_unit": truth.j_per_unit,
+        "throughput_per_s": truth.units / truth.seconds,
+        "mean_power_w": truth.energy_j / truth.seconds,
+        "load": truth.load,
+        "complete": 1.0 if complete else 0.0,
+    }
+    for name, value in expected.items():
+        assert found.get(name) == pytest.approx(value, rel=1e-9), (name, found)
+    # the bound: the truth within it, and it no wider than 1 % (counter samples that tile the interval)
+    assert 0 <= found["energy_bound_j"] <= 0.01 * truth.energy_j
+    assert abs(found["energy_j"] - truth.energy_j) <= found["energy_bound_j"] + 1e-9
+
+
+def test_each_interval_of_a_service_once_it_has_ended(stored: Stored) -> None:
+    base, host, job = next(BASES), f"svc-host-{stored.kind}", f"svc-{stored.kind}"
+    events = service_events(job, base)
+    running = [e for e in events if e.time_ns <= base + 36 * S]
+    assert stored.store.write(samples(host, base, -2, 36, 1)).rejected == 0
+    assert stored.store.write(event_batch(host, base, running, 1)).rejected == 0
+    stored.flush()
+    wall = [base + 36 * S]
+    w = writer(stored.store, wall)
+    assert w.write_due(job) == 3  # [3, 10), [10, 20), [20, 30): ended; [30, 40) still serving
+    points, copies = stored.points(job, base)
+    expected = truths(base)
+    assert sorted(points) == [t.start_ns for t in expected[:3]]
+    for truth in expected[:3]:
+        check(points[truth.start_ns], truth)
+
+    assert stored.store.write(samples(host, base, 36, CLOSE_S + 2, 2)).rejected == 0
+    assert stored.store.write(event_batch(host, base, events[len(running) :], 2)).rejected == 0
+    stored.flush()
+    wall[0] = base + (CLOSE_S + 5) * S
+    assert w.write_due(job) == 2  # the two left; the three final ones are not computed again
+    assert w.write_due(job) == 0
+    points, copies = stored.points(job, base)
+    assert sorted(points) == [t.start_ns for t in expected]
+    assert copies == 1
+    for truth in expected:
+        check(points[truth.start_ns], truth)
+
+
+def test_late_samples_rewrite_an_interval_in_place(stored: Stored) -> None:
+    if not getattr(stored.store, "replaces_intervals", False):
+        pytest.skip("VictoriaMetrics and Prometheus cannot replace a sample: an interval is written once")
+    base, host, job = next(BASES), f"late-host-{stored.kind}", f"late-{stored.kind}"
+    write_service(stored.store, job, host, base, samples_to_s=25)  # the agent's spool holds the rest
+    stored.flush()
+    wall = [base + 31 * S]
+    w = writer(stored.store, wall)
+    assert w.write_due(job) == 2  # [3, 10) and [10, 20) final; [20, 30) waits for its samples
+    wall[0] = base + int((CLOSE_S + 2 + WAIT_S) * S)
+    assert w.write_due(job) == 3  # the wait is over: written as they are, incomplete
+    expected = truths(base)
+    points, _ = stored.points(job, base)
+    assert [points[t.start_ns]["complete"] for t in expected] == [1.0, 1.0, 0.0, 0.0, 0.0]
+    assert points[expected[2].start_ns]["energy_j"] < expected[2].energy_j  # 5 s of 10 measured
+
+    assert stored.store.write(samples(host, base, 25, CLOSE_S + 2, 2)).rejected == 0
+    wall[0] += 5 * S
+    assert w.write_due(job) == 3
+    points, copies = stored.points(job, base)
+    assert sorted(points) == [t.start_ns for t in expected]
+    assert copies == 1  # rewritten in place, not beside
+    for truth in expected:
+        check(points[truth.start_ns], truth)
+    wall[0] += 5 * S
+    assert w.write_due(job) == 0  # all final
+
+
+def test_a_job_that_is_no_service_has_no_intervals(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "w.db") as store:
+        base = next(BASES)
+        batch = event_batch("h", base, [e for e in service_events("batchjob", base)], 1)
+        for e in batch.job_events:
+            if e.kind == e.KIND_OPEN:
+                e.service = False
+        store.write(batch)
+        w = writer(store, [base + 100 * S])
+        assert w.write_due("batchjob") == 0
+        assert store._rows("SELECT count(*) FROM service_interval", []) == [(0,)]

@@ -47,7 +47,8 @@ class JobSummary:
 @dataclass(frozen=True)
 class IntervalSummary:
     """One interval's figures of a service job as stored (measurement ``service_interval``),
-    keyed by job id, its tags and the interval's start ``start_ns``: a rewrite replaces it.
+    keyed by job id, its tags and the interval's start ``start_ns`` (its time: a dashboard's
+    step then holds the intervals that start in it): a rewrite replaces it.
 
     ``tags`` hold name and unit (fixed for a job); ``fields`` the interval's figures
     (:mod:`wattline.workloads.services.intervals`)."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
+import sqlite3
 import urllib.parse
 from collections import Counter
 from collections.abc import Iterator
@@ -17,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import T0, Daemon, Influxd, VictoriaMetrics, http, searchable
+from procs import Proc, start_collector, start_rapl_agent
+from servers import T0, Daemon, Influxd, VictoriaMetrics, free_port, http, searchable
 from service_intervals_data import (
     CLOSE_S,
     EVERY_S,
@@ -29,6 +32,8 @@ from service_intervals_data import (
     truths,
     write_service,
 )
+from sysfs_trees import PowerAdvancer, Zone, powercap_tree
+from waits import wait_until
 
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.influx_v1 import InfluxV1Store
@@ -205,3 +210,66 @@ def test_a_job_that_is_no_service_has_no_intervals(tmp_path: Path) -> None:
         w = writer(store, [base + 100 * S])
         assert w.write_due("batchjob") == 0
         assert store._rows("SELECT count(*) FROM service_interval", []) == [(0,)]
+
+
+#: The end-to-end service: 12 x 16 requests, one line every 0.5 s, on a host drawing POWER_W.
+E2E_STEPS, E2E_PER_STEP, POWER_W, ADVANCE_S = 12, 16, 40.0, 0.01
+E2E_LOOP = f'i=0; while [ $i -lt {E2E_STEPS} ]; do echo "done {E2E_PER_STEP}"; i=$((i + 1)); sleep 0.5; done'
+
+
+def test_a_collector_writes_a_served_jobs_intervals(tmp_path: Path) -> None:
+    """Through the real processes: ``wattline collector --service-interval 2`` on SQLite, an agent
+    on a powercap zone advanced at POWER_W, a ``wattline run --service`` counting requests from
+    its output. Each interval once, aligned to 2 s, its mean power the power set (within the
+    advancer's step, POWER_W x ADVANCE_S at each edge, and within its bound), its requests
+    adding up to those printed."""
+    root = powercap_tree(tmp_path / "host", [Zone("intel-rapl:0", "package-0")])
+    advancer = PowerAdvancer(root, {"intel-rapl:0": POWER_W}, period_s=ADVANCE_S)
+    port, db = free_port(), tmp_path / "w.db"
+    config = tmp_path / "wattline.toml"
+    config.write_text(f'[agent]\noutbox_dir = "{tmp_path / "outbox"}"\n')
+    collector = start_collector(
+        port, ["--store", f"sqlite:///{db}", "--config", str(config)], tmp_path / "collector.log",
+        "--service-interval", "2", "--summary-wait", "3", "--summary-interval", "1",
+        "--summary-share-rule", "exclusive",
+    )  # fmt: skip
+    agent = start_rapl_agent("svc-node", root, port, 0.5, tmp_path / "agent.log", "--config", str(config))
+    try:
+        run = Proc(
+            ["run", "--config", str(config), "--job", "e2e-svc", "--job-id", "e2e-svc", "--service", "--host-id",
+             "svc-node", "--collector", f"127.0.0.1:{port}", "--units-from-stdout", r"done (\d+)", "--no-report",
+             "--", "sh", "-c", E2E_LOOP],
+            tmp_path / "run.log",
+        )  # fmt: skip
+        assert run.process.wait(timeout=60) == 0, run.log()
+
+        def rows() -> list[tuple[int, dict[str, float]]] | None:
+            with sqlite3.connect(db) as conn:
+                found = [(s, json.loads(f)) for s, f in conn.execute("SELECT start_ns, fields FROM service_interval")]
+            units = math.fsum(f["units"] for _, f in found)  # apportioned by overlap: fractions
+            done = abs(units - E2E_STEPS * E2E_PER_STEP) < 1e-6 and all(f["complete"] == 1.0 for _, f in found)
+            return sorted(found, key=lambda r: r[0]) if done else None
+
+        def stored() -> str:
+            with sqlite3.connect(db) as conn:
+                found = list(conn.execute("SELECT start_ns, fields FROM service_interval ORDER BY start_ns"))
+            return f"the service's intervals, complete; stored: {found}\n{collector.log()[-2000:]}"
+
+        found = wait_until(rows, stored, timeout_s=40)
+    finally:
+        agent.terminate()
+        collector.terminate()
+        advancer.close()
+    assert "Traceback" not in collector.log(), collector.log()[-3000:]
+    starts = [s for s, _ in found]
+    assert len(set(starts)) == len(starts) >= 3
+    assert all(s % (2 * S) == 0 for s in starts[1:])  # wall-clock aligned (the first starts at the open)
+    for (a, fa), (b, _) in itertools.pairwise(found):
+        assert a + fa["seconds"] * S == pytest.approx(b, abs=1e3)  # they tile the run
+    for _, f in found:
+        truth = POWER_W * f["seconds"]
+        slack = 2 * POWER_W * ADVANCE_S  # the advancer writes every ADVANCE_S: one step at each edge
+        assert abs(f["energy_j"] - truth) <= slack, f
+        assert abs(f["energy_j"] - truth) <= f["energy_bound_j"] + slack, f
+        assert f["energy_bound_j"] <= 0.05 * truth, f
+        assert f["mean_power_w"] == pytest.approx(f["energy_j"] / f["seconds"])

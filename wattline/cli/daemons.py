@@ -144,6 +144,7 @@ def collector(
     summary_price: float | None = typer.Option(None, help=_c("summary_price")),
     summary_carbon_intensity: float | None = typer.Option(None, help=_c("summary_carbon_intensity")),
     summary_pue: float | None = typer.Option(None, help=_c("summary_pue")),
+    service_interval: float | None = typer.Option(None, help=_c("service_interval")),
     replay_dir: str | None = typer.Option(None, help=_c("replay_dir")),
     replay_max_mb: int | None = typer.Option(None, help=_c("replay_max_mb")),
 ) -> None:
@@ -178,6 +179,7 @@ def collector(
         summary_price=summary_price,
         summary_carbon_intensity=summary_carbon_intensity,
         summary_pue=summary_pue,
+        service_interval=service_interval,
         replay_dir=replay_dir,
         replay_max_mb=replay_max_mb,
     )
@@ -293,7 +295,11 @@ def interval_writer(settings: CollectorSettings, summaries: SummaryWriter | None
         store.close()
         return None
     return IntervalWriter(
-        store, summaries.settings, every_s=settings.service_interval, wait_s=settings.summary_wait
+        store,
+        summaries.settings,
+        every_s=settings.service_interval,
+        wait_s=settings.summary_wait,
+        recheck_every_s=settings.summary_interval,
     ).start()
 
 

@@ -273,3 +273,29 @@ def test_a_collector_writes_a_served_jobs_intervals(tmp_path: Path) -> None:
         assert abs(f["energy_j"] - truth) <= f["energy_bound_j"] + slack, f
         assert f["energy_bound_j"] <= 0.05 * truth, f
         assert f["mean_power_w"] == pytest.approx(f["energy_j"] / f["seconds"])
+
+
+def test_on_a_store_that_cannot_replace_an_interval_is_written_once(stored: Stored) -> None:
+    """VictoriaMetrics and Prometheus: an interval whose samples are late waits until the report
+    wait is over, then is written as it is (``complete`` 0), and late samples do not add a
+    second value beside it."""
+    if getattr(stored.store, "replaces_intervals", True):
+        pytest.skip("SQLite and InfluxDB replace an interval: test_late_samples_rewrite_an_interval_in_place")
+    base, host, job = next(BASES), f"once-host-{stored.kind}", f"once-{stored.kind}"
+    write_service(stored.store, job, host, base, samples_to_s=25)
+    stored.flush()
+    wall = [base + 31 * S]
+    w = writer(stored.store, wall)
+    assert w.write_due(job) == 2  # [20, 30) lacks samples and its wait is not over
+    wall[0] = base + int((CLOSE_S + 2 + WAIT_S) * S)
+    assert w.write_due(job) == 3
+    assert stored.store.write(samples(host, base, 25, CLOSE_S + 2, 2)).rejected == 0
+    stored.flush()
+    wall[0] += 60 * S
+    assert w.write_due(job) == 0
+    points, copies = stored.points(job, base)
+    expected = truths(base)
+    assert copies == 1
+    assert [points[t.start_ns]["complete"] for t in expected] == [1.0, 1.0, 0.0, 0.0, 0.0]
+    for truth in expected[:2]:
+        check(points[truth.start_ns], truth)

@@ -101,11 +101,11 @@ CREATE INDEX IF NOT EXISTS job_events_marks ON job_events (job_id, time_ns) WHER
 #: v7: a service job's interval figures (measurement service_interval), one row per (job, tags,
 #: interval start): a rewrite replaces it.
 _SCHEMA_V7 = """
-CREATE TABLE service_interval (
+CREATE TABLE IF NOT EXISTS service_interval (
     job_id TEXT NOT NULL, tags TEXT NOT NULL, start_ns INTEGER NOT NULL, fields TEXT NOT NULL,
     PRIMARY KEY (job_id, tags, start_ns)
 );
-CREATE INDEX service_interval_time ON service_interval (start_ns);
+CREATE INDEX IF NOT EXISTS service_interval_time ON service_interval (start_ns);
 """
 
 #: Schema version -> script that upgrades the version before it.

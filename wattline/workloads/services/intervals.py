@@ -1,5 +1,5 @@
 """Per-interval summaries of service jobs in the store (measurement ``service_interval``), so
-dashboards and long reports read one point per interval instead of rescanning raw samples.
+dashboards read one point per interval instead of rescanning raw samples.
 
 A service job (``job.service``: a ``wattline run --service``, an annotated pod) is cut into
 intervals of ``every_s`` aligned to wall-clock multiples (a minute: 12:00:00 to 12:01:00);
@@ -9,18 +9,20 @@ the rule ``--every`` uses): energy under the report's idle policy with its bound
 that is a model estimate, units, J per unit, throughput, mean power, load.
 
 Load is the interval's throughput over the highest interval throughput this writer has seen
-of the job (the most it was seen to sustain so far); ``wattline report --every`` takes the
-highest among the intervals it is asked, so the two agree once the peak is behind both.
+of the job (the most it was seen to sustain so far, since the collector started);
+``wattline report --every`` takes the highest among the intervals it is asked instead.
+An interval is stamped at its start.
 
 When: :class:`IntervalWriter` looks at a service job once an interval has ended. An interval
 whose report is complete (its hosts' samples cover it) is final, written and never computed
-again. One that is not is written once ``wait_s`` after its end as it is (``complete`` 0) on a
-store where a rewrite replaces it (SQLite, InfluxDB), then computed again every ``recheck_every_s``
-until it is complete (late samples) or ``recheck_s`` after its end, and rewritten; on a store that
-cannot replace a sample (VictoriaMetrics, Prometheus) it is written once, when complete or
-``wait_s`` after its end. Work is bounded: only intervals not yet final are computed, at most
-``max_per_pass`` per pass, none older than ``backfill_s`` (a collector that was down longer
-leaves the older ones to ``wattline report``).
+again. One that is not is written once ``wait_s`` after its end as it is (``complete`` 0) on
+a store where a rewrite replaces it (SQLite, InfluxDB), then computed again every
+``recheck_every_s`` (the collector's ``summary_interval``) until it is complete (late samples)
+or ``recheck_s`` after its end, and rewritten; on a store that cannot replace a sample
+(VictoriaMetrics, Prometheus) it is written once, when complete or ``wait_s`` after its end.
+Work is bounded: only intervals not yet final are computed, at most ``max_per_pass`` per pass,
+none older than ``backfill_s`` (a collector that was down longer leaves the older ones to
+``wattline report``); a running service is read about once an interval.
 """
 
 from __future__ import annotations
@@ -191,16 +193,28 @@ class IntervalWriter(DueWorker[float]):
         end_ns = view.end_ns(now_ns)
         state.ended = view.closed or view.state(now_ns) == "abandoned"
         due = edges(state.done_to_ns, end_ns, self.every_ns)
-        if not state.ended and due and due[-1].to_ns == end_ns:
-            due.pop()  # the interval in progress
+        if not state.ended and due and due[-1].to_ns == end_ns and end_ns % self.every_ns:
+            due.pop()  # the interval in progress (cut at now)
         due[:0] = [w for _, w in sorted(state.open.items()) if self._recheck(job_id, w, now_ns)]
         written = self._write(job_id, state, due[: self.max_per_pass], now_ns)
         if not (state.ended and not state.open and state.done_to_ns >= end_ns):
-            self._again(job_id, self.poll_s)
+            self._again(job_id, self._next_look_s(state, due, now_ns))
         elif len(self._services) > self.max_jobs:  # all final: kept so that a late event recomputes nothing
             for old in [j for j, s in self._services.items() if s.ended][: len(self._services) - self.max_jobs]:
                 del self._services[old]
         return written
+
+    def _next_look_s(self, state: _Service, due: list[Window], now_ns: int) -> float:
+        """Seconds to the next look: ``poll_s`` while an interval due waits for its samples or
+        more are due than one pass takes; else the end of the interval in progress, or the next
+        recheck of one written incomplete (a long-running service is read once an interval)."""
+        waiting = any(w.to_ns > state.done_to_ns and w.from_ns not in state.open for w in due)
+        if waiting or len(due) > self.max_per_pass:
+            return self.poll_s
+        next_ns = math.inf if state.ended else (now_ns // self.every_ns + 1) * self.every_ns
+        if state.open:
+            next_ns = min(next_ns, now_ns + self.recheck_every_ns)
+        return max(self.poll_s, (next_ns - now_ns) / S)
 
     def _recheck(self, job_id: str, window: Window, now_ns: int) -> bool:
         last = self._checked_ns.get((job_id, window.from_ns), 0)

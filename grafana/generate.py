@@ -395,11 +395,16 @@ def per_step(numerator: str, denominator: str) -> str:
 
 
 SERVICE_LEGEND = "{{name}} {{job_id}}"
+LATENCY_LEGEND = SERVICE_LEGEND + " {{latency}}"
 SERVICES_PANELS = {
     "Power by service": series(per_step("energy_j", "seconds"), SERVICE_LEGEND),
     "Energy per unit by service": series(per_step("energy_j", "units"), SERVICE_LEGEND),
     "Throughput by service": series(per_step("units", "seconds"), SERVICE_LEGEND),
     "Load by service": series(service_field("max_over_time", "load"), SERVICE_LEGEND),
+    "Latency by service (p50, p99)": [
+        Target(ref, service_field("max_over_time", f"{q}_s"), range=True, legend=f"{LATENCY_LEGEND} {q}")
+        for ref, q in (("A", "p50"), ("B", "p99"))
+    ],
 }
 PROMQL = {"fleet": FLEET_PANELS, "host": HOST_PANELS, "jobs": JOBS_PANELS, "services": SERVICES_PANELS}
 

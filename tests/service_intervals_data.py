@@ -3,7 +3,8 @@
 One host, 1 s RAPL counter samples from 2 s before the job to 2 s after it, at
 :data:`BUSY_W` before ``base + STEP_S`` and :data:`QUIET_W` after. The job (a service) opens
 at ``base + OPEN_S``, counts :data:`BUSY_RATE` requests/s before the step and
-:data:`QUIET_RATE` after, one UNITS event a second for the second before it (reports spread
+:data:`QUIET_RATE` after (each request taking :data:`BUSY_LATENCY_S`, then
+:data:`QUIET_LATENCY_S`, in a latency histogram of :data:`BOUNDS`), one UNITS event a second for the second before it (reports spread
 an event's units over the time since the one before, so each lies whole in one interval), and closes at ``base + CLOSE_S``. With intervals of :data:`EVERY_S` aligned
 to multiples of it (``base`` is one), each interval's truth is power x its seconds and rate x
 its seconds, the first interval starting at the open and the last ending at the close.
@@ -11,6 +12,7 @@ its seconds, the first interval starting at the open and the last ending at the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from wattline import wire
@@ -18,10 +20,14 @@ from wattline.collector.stores.base import Store
 from wattline.workloads.jobs.events import EventBuilder, JobSpec
 
 S = 10**9
+UNITS = wire.pb.JobEvent.KIND_UNITS
 EVERY_S = 10
 OPEN_S, STEP_S, CLOSE_S = 3, 20, 48
 BUSY_W, QUIET_W = 100.0, 50.0
 BUSY_RATE, QUIET_RATE = 10, 4
+#: Every request's latency (s) before and after the step, and the server's histogram buckets.
+BUSY_LATENCY_S, QUIET_LATENCY_S = 0.3, 0.05
+BOUNDS = (0.1, 0.5, math.inf)
 
 
 def watts(t_s: int) -> float:
@@ -32,6 +38,10 @@ def rate(t_s: int) -> int:
     return BUSY_RATE if t_s < STEP_S else QUIET_RATE
 
 
+def latency_s(t_s: int) -> float:
+    return BUSY_LATENCY_S if t_s < STEP_S else QUIET_LATENCY_S
+
+
 @dataclass(frozen=True)
 class Truth:
     start_ns: int
@@ -39,6 +49,7 @@ class Truth:
     energy_j: float
     units: float
     load: float  #: throughput over the highest interval throughput up to this one
+    latency_s: float  #: every request's in it
 
     @property
     def j_per_unit(self) -> float:
@@ -53,7 +64,7 @@ def truths(base: int) -> list[Truth]:
         units = sum(rate(t) for t in range(lo, hi))
         peak = max(peak, units / (hi - lo))
         energy = sum(watts(t) for t in range(lo, hi))
-        out.append(Truth(base + lo * S, hi - lo, energy, units, units / (hi - lo) / peak))
+        out.append(Truth(base + lo * S, hi - lo, energy, units, units / (hi - lo) / peak, latency_s(lo)))
     return out
 
 
@@ -76,7 +87,17 @@ def service_events(job_id: str, base: int) -> list[wire.pb.JobEvent]:
     """The job's events, oldest first: its open, UNITS, close."""
     b = EventBuilder(JobSpec(job_id, f"svc {job_id}", "inference", "requests", service=True))
     out = [b.open(base + OPEN_S * S)]
-    out += [b.units(rate(t), base + (t + 1) * S) for t in range(OPEN_S, CLOSE_S)]
+    # the latency histogram's series, each numbered by a builder of its own, as the holder sends them
+    les = [*("+Inf" if le == math.inf else repr(le) for le in BOUNDS), "sum"]
+    series = {le: EventBuilder(b.spec) for le in les}
+    for t in range(OPEN_S, CLOSE_S):
+        at = base + (t + 1) * S
+        out.append(b.units(rate(t), at))
+        for le, builder in series.items():  # that second's growth: per bucket, and the sum (s)
+            grew = (
+                rate(t) * latency_s(t) if le == "sum" else rate(t) * (latency_s(t) <= float(le.replace("+Inf", "inf")))
+            )
+            out.append(builder.make(UNITS, at, units=grew, unit="e2e", unit_labels={"le": le}))
     return [*out, b.close(0, base + CLOSE_S * S)]
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from servers import T0, Daemon, Influxd, VictoriaMetrics, http, searchable
-from service_intervals_data import CLOSE_S, EVERY_S, S, Truth, truths, write_service
+from service_intervals_data import BOUNDS, CLOSE_S, EVERY_S, S, Truth, truths, write_service
 
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.influx_v1 import InfluxV1Store
@@ -39,6 +39,20 @@ FIGURES = {  # panel title -> the figure of an interval it shows
     "Throughput by service": lambda t: t.units / t.seconds,
     "Load by service": lambda t: t.load,
 }
+
+
+LATENCY = "Latency by service (p50, p99)"
+
+
+def bucket(seconds: float) -> tuple[float, float]:
+    return next((lo, hi) for lo, hi in zip((0.0, *BOUNDS), BOUNDS, strict=False) if lo < seconds <= hi)
+
+
+def interpolated(q: float, latency_s: float) -> float:
+    """histogram_quantile of observations all equal to ``latency_s`` in buckets :data:`BOUNDS`:
+    the q-th of them lies q of the way through the bucket holding them."""
+    lo, hi = bucket(latency_s)
+    return lo + (hi - lo) * q
 
 
 @dataclass
@@ -143,7 +157,7 @@ def shown_at(filled: Filled, truth: Truth) -> int:
 def test_each_panel_gives_each_interval_its_figures(filled: Filled) -> None:
     board = dashboard(filled.engine)
     panels = {p["title"]: p for p in board["panels"]}
-    assert set(panels) == set(FIGURES)
+    assert set(panels) == {*FIGURES, LATENCY}
     expected = truths(BASE)
     for title, figure in FIGURES.items():
         (target,) = panels[title]["targets"]
@@ -155,6 +169,19 @@ def test_each_panel_gives_each_interval_its_figures(filled: Filled) -> None:
         assert sorted(points) == sorted(want), (title, points)
         for ms, value in want.items():
             assert points[ms] == pytest.approx(value, rel=1e-9), (title, ms)
+
+
+@pytest.mark.servers
+def test_the_latency_panel_gives_each_interval_its_quantiles(filled: Filled) -> None:
+    panel = next(p for p in dashboard(filled.engine)["panels"] if p["title"] == LATENCY)
+    for target, q in zip(panel["targets"], (0.5, 0.99), strict=True):
+        query = target["query"] if filled.engine == "influxdb" else target["expr"]
+        found = series_of(filled, query, [NAMES["svc-a"]])
+        assert list(found) == [NAMES["svc-a"]], found
+        want = {shown_at(filled, t): interpolated(q, t.latency_s) for t in truths(BASE)}
+        assert found[NAMES["svc-a"]] == pytest.approx(want, rel=1e-9), q
+        # the truth (every request's latency) in the bucket the quantile was read in
+        assert all(bucket(v) == bucket(t.latency_s) for v, t in zip(want.values(), truths(BASE), strict=True))
 
 
 @pytest.mark.servers

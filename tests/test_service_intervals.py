@@ -22,6 +22,7 @@ import pytest
 from procs import Proc, start_collector, start_rapl_agent
 from servers import T0, Daemon, Influxd, VictoriaMetrics, free_port, http, searchable
 from service_intervals_data import (
+    BOUNDS,
     CLOSE_S,
     EVERY_S,
     S,
@@ -46,7 +47,7 @@ from wattline.workloads.services.intervals import IntervalWriter
 WAIT_S = 2.0
 #: Each test's job at its own time (the engines are the session's): 1000 s apart, multiples of EVERY_S.
 BASES = (T0 + 7_000_000 * S + n * 1000 * S for n in itertools.count())
-TAGS = ("time", "job_id", "name", "unit")
+TAGS = ("time", "job_id", "name", "unit", "latency")
 
 
 class Stored:
@@ -68,13 +69,13 @@ class Stored:
                 "SELECT start_ns, fields FROM service_interval WHERE job_id = ?", [job_id]
             ):
                 copies.update((start, f) for f in json.loads(fields))
-                out[start] = json.loads(fields)
+                out.setdefault(start, {}).update(json.loads(fields))  # the figures' row, the latency's
         elif self.kind == "influxdb1":
             engine: Influxd = self.engine
             for row in engine.query(f"SELECT * FROM service_interval WHERE job_id = '{job_id}'", self.store.database):  # type: ignore[attr-defined]
                 fields = {k: v for k, v in row.items() if k not in TAGS and v is not None}
                 copies.update((row["time"], f) for f in fields)
-                out[row["time"]] = fields
+                out.setdefault(row["time"], {}).update(fields)
         else:
             self.flush()
             query = urllib.parse.urlencode(
@@ -137,6 +138,13 @@ def check(found: dict[str, float], truth: Truth, complete: bool = True) -> None:
     }
     for name, value in expected.items():
         assert found.get(name) == pytest.approx(value, rel=1e-9), (name, found)
+    # latency: every request took truth.latency_s, so that is the mean, and each quantile lies in its bucket
+    assert found["observations"] == truth.units and found["observations_bound"] == 0
+    assert found["mean_s"] == pytest.approx(truth.latency_s, rel=1e-9)
+    bucket = [(lo, hi) for lo, hi in zip((0.0, *BOUNDS), BOUNDS, strict=False) if lo < truth.latency_s <= hi]
+    for q in ("p50", "p99"):
+        assert (found[f"{q}_low_s"], found[f"{q}_high_s"]) == bucket[0]
+        assert found[f"{q}_low_s"] < found[f"{q}_s"] <= found[f"{q}_high_s"]
     # the bound: the truth within it, and it no wider than 1 % (counter samples that tile the interval)
     assert 0 <= found["energy_bound_j"] <= 0.01 * truth.energy_j
     assert abs(found["energy_j"] - truth.energy_j) <= found["energy_bound_j"] + 1e-9
@@ -317,3 +325,25 @@ def test_a_running_service_is_looked_at_again_when_its_interval_ends(tmp_path: P
         wall[0] = base + 40 * S  # it ended; its samples (up to 36 s) do not cover it yet
         assert w.write_due(job) == 0
         assert w._due[job] == pytest.approx(100.0 + 0.5)
+
+
+def test_an_interval_waits_for_its_units_not_only_its_samples(tmp_path: Path) -> None:
+    """The samples cover [20, 30) but the holder's events stop at 25 s (its connection is behind
+    the agent's): the interval is not final until an event past its end arrives, then has every
+    request."""
+    with SqliteStore(tmp_path / "w.db") as store:
+        base, job = next(BASES), "units-late"
+        events = service_events(job, base)
+        assert store.write(samples("h", base, -2, 36, 1)).rejected == 0
+        early = [e for e in events if e.time_ns <= base + 25 * S]
+        assert store.write(event_batch("h", base, early, 1)).rejected == 0
+        wall = [base + 31 * S]
+        w = writer(store, wall)
+        assert w.write_due(job) == 2  # [20, 30) waits for its units
+        rest = [e for e in events if base + 25 * S < e.time_ns <= base + 36 * S]
+        assert store.write(event_batch("h", base, rest, 2)).rejected == 0
+        wall[0] = base + 32 * S
+        assert w.write_due(job) == 1
+        points, _ = Stored("sqlite", store, None).points(job, base)
+        for truth in truths(base)[:3]:
+            check(points[truth.start_ns], truth)

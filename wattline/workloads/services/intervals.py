@@ -14,8 +14,9 @@ of the job (the most it was seen to sustain so far, since the collector started)
 An interval is stamped at its start.
 
 When: :class:`IntervalWriter` looks at a service job once an interval has ended. An interval
-whose report is complete (its hosts' samples cover it) is final, written and never computed
-again. One that is not is written once ``wait_s`` after its end as it is (``complete`` 0) on
+whose report is complete (its hosts' samples cover it) and whose hosts' events reach past its
+end (a later event, or their close: its units are all stored) is final, written and never
+computed again. One that is not is written once ``wait_s`` after its end as it is (``complete`` 0) on
 a store where a rewrite replaces it (SQLite, InfluxDB), then computed again every
 ``recheck_every_s`` (the collector's ``summary_interval``) until it is complete (late samples)
 or ``recheck_s`` after its end, and rewritten; on a store that cannot replace a sample
@@ -33,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from wattline.collector.stores.base import IntervalSummary, StoreUnavailable
+from wattline.collector.stores.base import IntervalSummary, StoreUnavailable, SummaryValue
 from wattline.collector.stores.reader import IntervalStore
 from wattline.workloads.jobs.jobs_view import BadJob, JobNotFound, inspect_view
 from wattline.workloads.report.build import build_report, report_wait_s
@@ -48,8 +49,9 @@ log = logging.getLogger(__name__)
 S = 10**9
 
 
-def interval_summary(report: Report, interval: Interval, complete: bool) -> IntervalSummary:
-    """The stored point of one interval (``report``: the report over it; absent figures left out)."""
+def interval_summary(report: Report, interval: Interval, complete: bool) -> list[IntervalSummary]:
+    """The stored points of one interval (``report``: the report over it; absent figures left
+    out): its figures, then one point per latency histogram (and its labels) the server exposes."""
     job = report.job
     tags = {k: v for k, v in (("name", job.name), ("unit", job.unit_name)) if v}
     fields: dict[str, float | None] = {
@@ -66,8 +68,24 @@ def interval_summary(report: Report, interval: Interval, complete: bool) -> Inte
         "load": interval.load,
         "complete": 1.0 if complete else 0.0,
     }
-    kept = {k: float(v) for k, v in fields.items() if v is not None and math.isfinite(v)}
-    return IntervalSummary(job.job_id, interval.window.from_ns, tags, dict(kept))
+    out = [IntervalSummary(job.job_id, interval.window.from_ns, tags, _finite(fields))]
+    for lat in interval.latency:
+        # a latency point has none of the fields above: the dashboards' sums never count it
+        figures: dict[str, float | None] = {
+            "observations": lat.observations,
+            "observations_bound": lat.observations_bound,
+            "mean_s": lat.mean_s,
+        }
+        for q in lat.quantiles:
+            name = f"p{q.q * 100:g}"
+            figures |= {f"{name}_s": q.value, f"{name}_low_s": q.low, f"{name}_high_s": q.high}  # high None: +Inf
+        series = {"latency": lat.name, **{f"latency_{k}": v for k, v in sorted(lat.labels.items())}}
+        out.append(IntervalSummary(job.job_id, interval.window.from_ns, {**tags, **series}, _finite(figures)))
+    return out
+
+
+def _finite(fields: dict[str, float | None]) -> dict[str, SummaryValue]:
+    return {k: float(v) for k, v in fields.items() if v is not None and math.isfinite(v)}
 
 
 def edges(start_ns: int, end_ns: int, every_ns: int) -> list[Window]:
@@ -196,7 +214,9 @@ class IntervalWriter(DueWorker[float]):
         if not state.ended and due and due[-1].to_ns == end_ns and end_ns % self.every_ns:
             due.pop()  # the interval in progress (cut at now)
         due[:0] = [w for _, w in sorted(state.open.items()) if self._recheck(job_id, w, now_ns)]
-        written = self._write(job_id, state, due[: self.max_per_pass], now_ns)
+        # a host's events reach the store in order: those before its latest (or its close) are all there
+        heard_ns = min((math.inf if w.close_ns is not None else w.last_ns for w in view.hosts.values()), default=0)
+        written = self._write(job_id, state, due[: self.max_per_pass], now_ns, heard_ns)
         if not (state.ended and not state.open and state.done_to_ns >= end_ns):
             self._again(job_id, self._next_look_s(state, due, now_ns))
         elif len(self._services) > self.max_jobs:  # all final: kept so that a late event recomputes nothing
@@ -220,21 +240,23 @@ class IntervalWriter(DueWorker[float]):
         last = self._checked_ns.get((job_id, window.from_ns), 0)
         return now_ns - last >= self.recheck_every_ns
 
-    def _write(self, job_id: str, state: _Service, due: list[Window], now_ns: int) -> int:
+    def _write(self, job_id: str, state: _Service, due: list[Window], now_ns: int, heard_ns: float) -> int:
         replaces = self.store.replaces_intervals
         out: list[IntervalSummary] = []
+        intervals = 0
         final: list[Window] = []
         for window in due:
             report = build_report(self.store, job_id, replace(self.settings, window=window), now_ns=now_ns)
-            complete = report.complete
+            complete = report.complete and heard_ns >= window.to_ns  # its samples and its events (units)
             late_ns = now_ns - window.to_ns
             if not complete and late_ns < self.wait_ns:
-                break  # its samples may still come: wait (and for the intervals after it)
+                break  # its samples or units may still come: wait (and for the intervals after it)
             interval = interval_of(report, window)
             state.peak_per_s = max(state.peak_per_s, interval.throughput_per_s)
             load = interval.throughput_per_s / state.peak_per_s if state.peak_per_s > 0 else None
             given_up = late_ns >= self.recheck_ns
-            out.append(interval_summary(report, replace(interval, load=load), complete))
+            out += interval_summary(report, replace(interval, load=load), complete)
+            intervals += 1
             self._checked_ns[(job_id, window.from_ns)] = now_ns
             if complete or given_up or not replaces:
                 final.append(window)
@@ -253,4 +275,4 @@ class IntervalWriter(DueWorker[float]):
             if window.from_ns not in finished and window.from_ns not in state.open:
                 break
             state.done_to_ns = max(state.done_to_ns, window.to_ns)
-        return len(out)
+        return intervals

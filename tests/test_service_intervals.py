@@ -179,9 +179,9 @@ def test_each_interval_of_a_service_once_it_has_ended(stored: Stored) -> None:
         check(points[truth.start_ns], truth)
 
 
+@pytest.mark.parametrize("stored", ["sqlite", "influxdb1"], indirect=True)
 def test_late_samples_rewrite_an_interval_in_place(stored: Stored) -> None:
-    if not getattr(stored.store, "replaces_intervals", False):
-        pytest.skip("VictoriaMetrics and Prometheus cannot replace a sample: an interval is written once")
+    assert getattr(stored.store, "replaces_intervals", False)
     base, host, job = next(BASES), f"late-host-{stored.kind}", f"late-{stored.kind}"
     write_service(stored.store, job, host, base, samples_to_s=25)  # the agent's spool holds the rest
     stored.flush()
@@ -284,12 +284,12 @@ def test_a_collector_writes_a_served_jobs_intervals(tmp_path: Path) -> None:
         assert f["mean_power_w"] == pytest.approx(f["energy_j"] / f["seconds"])
 
 
+@pytest.mark.parametrize("stored", ["victoria", "prometheus"], indirect=True)
 def test_on_a_store_that_cannot_replace_an_interval_is_written_once(stored: Stored) -> None:
     """VictoriaMetrics and Prometheus: an interval whose samples are late waits until the report
     wait is over, then is written as it is (``complete`` 0), and late samples do not add a
     second value beside it."""
-    if getattr(stored.store, "replaces_intervals", True):
-        pytest.skip("SQLite and InfluxDB replace an interval: test_late_samples_rewrite_an_interval_in_place")
+    assert not getattr(stored.store, "replaces_intervals", True)
     base, host, job = next(BASES), f"once-host-{stored.kind}", f"once-{stored.kind}"
     write_service(stored.store, job, host, base, samples_to_s=25)
     stored.flush()

@@ -347,3 +347,19 @@ def test_an_interval_waits_for_its_units_not_only_its_samples(tmp_path: Path) ->
         points, _ = Stored("sqlite", store, None).points(job, base)
         for truth in truths(base)[:3]:
             check(points[truth.start_ns], truth)
+
+
+def test_a_collector_that_starts_late_looks_back_from_an_interval_edge(tmp_path: Path) -> None:
+    """A collector started long after the service opened computes at most ``backfill_s`` back,
+    from an interval's edge: never a clipped interval overlapping one written before."""
+    with SqliteStore(tmp_path / "w.db") as store:
+        base, job = next(BASES), "late-start"
+        events = service_events(job, base)
+        assert store.write(samples("h", base, -2, 36, 1)).rejected == 0
+        assert store.write(event_batch("h", base, [e for e in events if e.time_ns <= base + 36 * S], 1)).rejected == 0
+        w = IntervalWriter(store, ReportSettings(share_rule="exclusive"), every_s=EVERY_S, wait_s=WAIT_S,
+                           backfill_s=25, wall_ns=lambda: base + 36 * S)  # fmt: skip
+        assert w.write_due(job) == 2  # 36 - 25 = 11 s: from 10 s, [10, 20) and [20, 30)
+        points, _ = Stored("sqlite", store, None).points(job, base)
+        assert sorted(points) == [t.start_ns for t in truths(base)[1:3]]
+        check(points[base + 10 * S], truths(base)[1])

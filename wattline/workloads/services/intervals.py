@@ -207,7 +207,9 @@ class IntervalWriter(DueWorker[float]):
             return 0
         state = self._services.get(job_id)
         if state is None:
-            state = self._services[job_id] = _Service(max(view.start_ns, now_ns - self.backfill_ns))
+            back_ns = now_ns - self.backfill_ns
+            # aligned: a clipped first interval would overlap one an earlier run of the collector wrote
+            state = self._services[job_id] = _Service(max(view.start_ns, back_ns - back_ns % self.every_ns))
         end_ns = view.end_ns(now_ns)
         state.ended = view.closed or view.state(now_ns) == "abandoned"
         due = edges(state.done_to_ns, end_ns, self.every_ns)

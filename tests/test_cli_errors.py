@@ -96,6 +96,8 @@ def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         (["agent", "--bogus"], {}, 2, "wattline agent: No such option: --bogus"),
         (["collector", "--listen", "0.0.0.0:50051"], {}, 2, "option collector.listen: plaintext gRPC on 0.0.0.0:50051"),
         (["collector", "--workers", "0"], {}, 2, "must be at least 1"),
+        (["collector", "--service-interval", "0.5"], {}, 2, "option collector.service_interval: need 0 (none) or 1"),
+        (["collector", "--service-interval", "inf"], {}, 2, "option collector.service_interval: need 0 (none) or 1"),
         (["collector", "--workers", "x"], {}, 2, "Invalid value for '--workers'"),
         (["collector", "--store", "ftp://x/y"], {}, 1, "unsupported store URL 'ftp://x/y'"),
         (["collector", "--tls-cert", "/absent/c.pem"], {}, 2, "collector.tls_cert/tls_key: set both"),

@@ -77,8 +77,8 @@ SUBZONE_FILTER = '"component" !~ /^(cpu_core|cpu_uncore|psys)$/'
 DASHBOARD_VARIABLES = ("host", "component", "job")
 
 
-def test_there_are_three_dashboards() -> None:
-    assert sorted(DASHBOARDS) == ["fleet", "host", "jobs"]
+def test_there_are_four_dashboards() -> None:
+    assert sorted(DASHBOARDS) == ["fleet", "host", "jobs", "services"]
 
 
 # -- 1. Grafana's Dashboard schema ---------------------------------------------------------

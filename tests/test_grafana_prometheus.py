@@ -84,7 +84,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROM_DIR = ROOT / "grafana" / "dashboards-prometheus"
 INFLUX_DIR = ROOT / "grafana" / "dashboards"
 PROVISIONING = ROOT / "grafana" / "provisioning"
-NAMES = ("fleet", "host", "jobs")
+NAMES = ("fleet", "host", "jobs", "services")
 DATASOURCE = {"type": "prometheus", "uid": "wattline-prometheus"}
 RESTARTS = {HOST_B: 305}  # mid-step: a step's window holds samples of both streams
 

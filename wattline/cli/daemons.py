@@ -22,10 +22,11 @@ from wattline.collector.daemon import run_collector, store_from_settings
 from wattline.collector.processes import ProcessLink, Supervisor
 from wattline.collector.settings import CollectorSettings
 from wattline.collector.stores.base import StoreUnavailable
-from wattline.collector.stores.reader import SummaryStore
+from wattline.collector.stores.reader import IntervalStore, SummaryStore
 from wattline.config import build, help_of
 from wattline.signals import set_on_signals
 from wattline.workloads.report.model import ReportSettings
+from wattline.workloads.services.intervals import IntervalWriter
 from wattline.workloads.services.slurm_comment import AdminCommentWriter
 from wattline.workloads.services.summary import SummaryWriter
 
@@ -143,6 +144,7 @@ def collector(
     summary_price: float | None = typer.Option(None, help=_c("summary_price")),
     summary_carbon_intensity: float | None = typer.Option(None, help=_c("summary_carbon_intensity")),
     summary_pue: float | None = typer.Option(None, help=_c("summary_pue")),
+    service_interval: float | None = typer.Option(None, help=_c("service_interval")),
     replay_dir: str | None = typer.Option(None, help=_c("replay_dir")),
     replay_max_mb: int | None = typer.Option(None, help=_c("replay_max_mb")),
 ) -> None:
@@ -177,6 +179,7 @@ def collector(
         summary_price=summary_price,
         summary_carbon_intensity=summary_carbon_intensity,
         summary_pue=summary_pue,
+        service_interval=service_interval,
         replay_dir=replay_dir,
         replay_max_mb=replay_max_mb,
     )
@@ -202,17 +205,26 @@ def serve_collector(
     its job summaries' writer."""
     writer: SummaryWriter | None = None
     comments: AdminCommentWriter | None = None
+    intervals: IntervalWriter | None = None
     try:
         writer = summary_writer(settings)
+        intervals = interval_writer(settings, writer)
         if writer is not None and settings.slurm_admin_comment:
             comments = AdminCommentWriter(timeout_s=settings.slurm_admin_comment_timeout).start()
             writer.on_closed = comments.offer
         elif settings.slurm_admin_comment:
             log.warning("slurm AdminComment off: it is written from job summaries, which are off")
-        run_collector(
-            settings, stop, on_job_events=writer.job_events if writer is not None else None, link=link, **hooks
-        )
+        tells = [w.job_events for w in (writer, intervals) if w is not None]
+
+        def on_job_events(jobs: list[tuple[str, bool]]) -> None:
+            for tell in tells:
+                tell(jobs)
+
+        run_collector(settings, stop, on_job_events=on_job_events if tells else None, link=link, **hooks)
     finally:
+        if intervals is not None:
+            intervals.stop()
+            intervals.store.close()
         if writer is not None:
             writer.stop()
             writer.reader.close()  # type: ignore[attr-defined]
@@ -269,6 +281,25 @@ def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:
         policy,
         running_every_s=settings.summary_interval,
         wait_s=settings.summary_wait,
+    ).start()
+
+
+def interval_writer(settings: CollectorSettings, summaries: SummaryWriter | None) -> IntervalWriter | None:
+    """The service intervals' writer, started, on a store connection of its own; None when
+    ``service_interval`` is 0 or job summaries are off (it reads what they read)."""
+    if summaries is None or not settings.service_interval > 0:
+        return None
+    store = store_from_settings(settings)
+    if not isinstance(store, IntervalStore):
+        log.warning("service intervals off: a %s store does not keep them", store.kind)
+        store.close()
+        return None
+    return IntervalWriter(
+        store,
+        summaries.settings,
+        every_s=settings.service_interval,
+        wait_s=settings.summary_wait,
+        recheck_every_s=settings.summary_interval,
     ).start()
 
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from wattline import wire
 from wattline.collector.lineprotocol import EncodedBatch, LineEncoder
-from wattline.collector.stores.base import JobSummary, Store, WriteResult
-from wattline.collector.stores.schema import SummaryPoint, summary_points
+from wattline.collector.stores.base import IntervalSummary, JobSummary, Store, WriteResult
+from wattline.collector.stores.schema import SummaryPoint, interval_point, summary_points
 
 
 class LineProtocolStore(Store):
@@ -52,6 +52,22 @@ class LineProtocolStore(Store):
         except ValueError as exc:  # LineProtocolError: no retry can store it
             return WriteResult(rejected=1, reasons=[f"job summary of {summary.job_id[:100]!r}: {exc}"])
         return self.write_lines(lines)
+
+    #: Whether a rewrite of an interval replaces it: InfluxDB keys a point by series and time.
+    replaces_intervals = True
+
+    def write_intervals(self, intervals: Sequence[IntervalSummary]) -> WriteResult:
+        """Write service intervals (:func:`interval_point`), each refused alone if it cannot be encoded."""
+        lines, refused = [], []
+        for interval in intervals:
+            try:
+                lines.append(self.encoder.line(*interval_point(interval)))
+            except ValueError as exc:  # LineProtocolError: no retry can store it
+                refused.append(f"interval of {interval.job_id[:100]!r}: {exc}")
+        result = self.write_lines(lines) if lines else WriteResult()
+        result.rejected += len(refused)
+        result.reasons.extend(refused)
+        return result
 
 
 def _with_encoder_refusals(result: WriteResult, encoded: EncodedBatch) -> WriteResult:

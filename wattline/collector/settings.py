@@ -96,6 +96,11 @@ class CollectorSettings:
         "Prometheus or SQLite).",
     )
     summary_interval: float = option(60.0, "Seconds between summaries of a running job.")
+    service_interval: float = option(
+        60.0,
+        "Seconds of each interval of a service job summarised in the store (measurement service_interval), "
+        "aligned to wall-clock multiples (1 to 86400); 0: none written (written when summaries is on).",
+    )
     summary_wait: float = option(
         6.0, "Seconds after a close to wait for the job's last samples before its summary is written incomplete."
     )
@@ -147,6 +152,8 @@ class CollectorSettings:
             raise ConfigError(f"option collector.replay_max_mb: {self.replay_max_mb} is below 1")
         if not self.slurm_admin_comment_timeout > 0:
             raise ConfigError("option collector.slurm_admin_comment_timeout: need > 0")
+        if not (self.service_interval == 0 or 1 <= self.service_interval <= 86400):
+            raise ConfigError("option collector.service_interval: need 0 (none) or 1 to 86400 seconds")
         if not self.summary_interval > 0 or not self.summary_wait >= 0 or not self.summary_pue >= 1:
             raise ConfigError("option collector.summary_interval/summary_wait/summary_pue: need > 0, >= 0 and >= 1")
         prices = (("summary_price", self.summary_price), ("summary_carbon_intensity", self.summary_carbon_intensity))

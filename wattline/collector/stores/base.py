@@ -44,6 +44,21 @@ class JobSummary:
     hosts: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class IntervalSummary:
+    """One interval's figures of a service job as stored (measurement ``service_interval``),
+    keyed by job id, its tags and the interval's start ``start_ns`` (its time: a dashboard's
+    step then holds the intervals that start in it): a rewrite replaces it.
+
+    ``tags`` hold name and unit (fixed for a job); ``fields`` the interval's figures
+    (:mod:`wattline.workloads.services.intervals`)."""
+
+    job_id: str
+    start_ns: int
+    tags: dict[str, str]
+    fields: dict[str, SummaryValue]
+
+
 class StoreUnavailable(Exception):
     """The write (or query) failed in a way a later retry may fix."""
 

@@ -46,11 +46,11 @@ from collections.abc import Sequence
 
 from wattline import wire
 from wattline.collector.lineprotocol import LineEncoder, LineProtocolError, describe
-from wattline.collector.stores.base import JobSummary, Store, StoreUnavailable, WriteResult
+from wattline.collector.stores.base import IntervalSummary, JobSummary, Store, StoreUnavailable, WriteResult
 from wattline.collector.stores.influx_http import HttpClient, shorten
 from wattline.collector.stores.reader import JOB_LOOKBACK_NS
 from wattline.collector.stores.remote_write import HEADERS, SeriesSample, point_samples, unescape_name, write_request
-from wattline.collector.stores.schema import SummaryPoint
+from wattline.collector.stores.schema import SummaryPoint, interval_point
 from wattline.collector.stores.series_api import Points, RangeQuery, quote
 from wattline.collector.stores.series_reads import NEAR_NS, SeriesReads
 from wattline.collector.stores.victoria_points import MS, SummaryStamps, batch_points
@@ -227,6 +227,23 @@ class PrometheusStore(SeriesReads, Store):
             return WriteResult(rejected=1, reasons=[f"job summary of {summary.job_id[:100]!r}: {exc}"])
         result = WriteResult()
         self._write_points(points, result)
+        return result
+
+    #: Prometheus refuses a second value at a sample's time, and a sample older than its series'
+    #: newest: an interval is written once, when it is final, in time order.
+    replaces_intervals = False
+
+    def write_intervals(self, intervals: Sequence[IntervalSummary]) -> WriteResult:
+        """Write service intervals (:func:`interval_point`), each refused alone if line protocol would refuse it."""
+        points, result = [], WriteResult()
+        for interval in intervals:
+            try:
+                points.append(self._checked(interval_point(interval)))
+            except LineProtocolError as exc:
+                result.rejected += 1
+                result.reasons.append(f"interval of {interval.job_id[:100]!r}: {exc}")
+        if points:
+            self._write_points(points, result)
         return result
 
     def job_summary(self, job_id: str) -> JobSummary | None:

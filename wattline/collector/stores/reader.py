@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Self, runtime_checkable
 
 from wattline import wire
-from wattline.collector.stores.base import JobSummary, WriteResult
+from wattline.collector.stores.base import IntervalSummary, JobSummary, WriteResult
 from wattline.collector.stores.schema import SEQ_COUNTER_BITS
 
 
@@ -143,6 +143,16 @@ class SummaryStore(OpenReader, Protocol):
     """A store that reports read and job summaries are written to."""
 
     def write_summary(self, summary: JobSummary) -> WriteResult: ...
+
+
+@runtime_checkable
+class IntervalStore(OpenReader, Protocol):
+    """A store that reports read and service intervals are written to (``replaces_intervals``:
+    whether a rewrite of an interval replaces it; where not, the writer writes it once, final)."""
+
+    replaces_intervals: bool
+
+    def write_intervals(self, intervals: Sequence[IntervalSummary]) -> WriteResult: ...
 
 
 #: Longest sample interval a window query looks back for (a sample is stamped at its

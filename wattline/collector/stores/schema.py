@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from wattline import wire
-from wattline.collector.stores.base import JobSummary, SummaryValue
+from wattline.collector.stores.base import IntervalSummary, JobSummary, SummaryValue
 
 #: Measurement names, shared by every back-end.
 ENERGY = "energy"
@@ -23,6 +23,8 @@ JOB_EVENTS = "job_events"
 #: One point per job (its report's figures) and one per (job, host) (that host's share).
 JOB_SUMMARY = "job_summary"
 JOB_SUMMARY_HOST = "job_summary_host"
+#: One point per (service job, interval): the interval's figures (:func:`interval_point`).
+SERVICE_INTERVAL = "service_interval"
 
 
 def host_tags(batch: wire.pb.Batch) -> dict[str, str]:
@@ -203,3 +205,9 @@ def summary_points(summary: JobSummary) -> list[SummaryPoint]:
         host_tags = {"job_id": summary.job_id, "host": host, **summary.tags}
         points.append((JOB_SUMMARY_HOST, host_tags, {"energy_j": float(energy_j)}, summary.time_ns))
     return points
+
+
+def interval_point(interval: IntervalSummary) -> SummaryPoint:
+    """(measurement, tags, fields, time) of a service interval: tags job_id + its tags, time
+    its start (the same key for every rewrite of one interval)."""
+    return (SERVICE_INTERVAL, {"job_id": interval.job_id, **interval.tags}, dict(interval.fields), interval.start_ns)

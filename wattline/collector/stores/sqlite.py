@@ -34,11 +34,12 @@ from typing import Any
 from wattline import wire
 from wattline.collector.lineprotocol import LineEncoder, LineProtocolError, describe, job_event_point
 from wattline.collector.pointfields import sample_fields
-from wattline.collector.stores.base import JobSummary, Store, StoreUnavailable, WriteResult
+from wattline.collector.stores.base import IntervalSummary, JobSummary, Store, StoreUnavailable, WriteResult
 from wattline.collector.stores.schema import (
     ENERGY,
     JOB_EVENTS,
     host_tags,
+    interval_point,
     job_event_tags,
     sample_tags,
     summary_points,
@@ -355,6 +356,28 @@ class SqliteStore(SqliteReads, Store):
             except sqlite3.Error as exc:
                 raise StoreUnavailable(f"SQLite {self.path}: {exc}") from exc
         return WriteResult(written=1)
+
+    #: A rewrite of an interval replaces its row (:meth:`write_intervals`).
+    replaces_intervals = True
+
+    def write_intervals(self, intervals: Sequence[IntervalSummary]) -> WriteResult:
+        """Write (replace) each interval's one row, keyed by job id, tags and start; an interval
+        whose values cannot be stored is refused (rejected) alone."""
+        rows, result = [], WriteResult()
+        for interval in intervals:
+            try:
+                self._checker.check(*interval_point(interval))
+                rows.append((interval.job_id, _json(interval.tags), interval.start_ns, _json(interval.fields)))
+            except (LineProtocolError, ValueError) as exc:
+                result.rejected += 1
+                result.reasons.append(f"interval of {clip(interval.job_id)}: {exc}")
+        with self._lock:
+            try:
+                self._db.executemany("INSERT OR REPLACE INTO service_interval VALUES (?, ?, ?, ?)", rows)
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"SQLite {self.path}: {exc}") from exc
+        result.written = len(rows)
+        return result
 
     def close(self) -> None:
         with self._lock:

@@ -20,7 +20,7 @@ from wattline.collector.stores.schema import NOT_GAUGES, SAMPLE_FIELD_NAMES
 from wattline.config import ConfigError
 from wattline.text import clip
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _SCHEMA_V1 = """
 CREATE TABLE energy (
@@ -98,8 +98,18 @@ CREATE INDEX IF NOT EXISTS job_events_beats ON job_events (job_id, host, time_ns
 CREATE INDEX IF NOT EXISTS job_events_marks ON job_events (job_id, time_ns) WHERE event NOT IN ('units', 'heartbeat');
 """
 
+#: v7: a service job's interval figures (measurement service_interval), one row per (job, tags,
+#: interval start): a rewrite replaces it.
+_SCHEMA_V7 = """
+CREATE TABLE IF NOT EXISTS service_interval (
+    job_id TEXT NOT NULL, tags TEXT NOT NULL, start_ns INTEGER NOT NULL, fields TEXT NOT NULL,
+    PRIMARY KEY (job_id, tags, start_ns)
+);
+CREATE INDEX IF NOT EXISTS service_interval_time ON service_interval (start_ns);
+"""
+
 #: Schema version -> script that upgrades the version before it.
-_MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3, 4: _SCHEMA_V4, 5: _SCHEMA_V5, 6: _SCHEMA_V6}
+_MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3, 4: _SCHEMA_V4, 5: _SCHEMA_V5, 6: _SCHEMA_V6, 7: _SCHEMA_V7}
 
 
 _ENERGY_COLUMNS = (

@@ -138,6 +138,10 @@ class VictoriaStore(SeriesReads, LineProtocolStore):
         self._delete(summary.job_id)
         return super().write_summary(summary)
 
+    #: A second sample at an interval's time would sit beside the first (deduplication keeps the
+    #: larger value), so an interval is written once, when it is final.
+    replaces_intervals = False
+
     def _delete(self, job_id: str) -> None:
         match = f'{{__name__=~"({JOB_SUMMARY}|{JOB_SUMMARY_HOST})_.+",job_id={quote(job_id)}}}'
         body = urllib.parse.urlencode({"match[]": match}).encode()

@@ -28,7 +28,11 @@ def interval_figures(
 
 
 def _interval(reader: Reader, job_id: str, window: Window, settings: ReportSettings, now_ns: int) -> Interval:
-    r = build_report(reader, job_id, settings, now_ns=now_ns)
+    return interval_of(build_report(reader, job_id, settings, now_ns=now_ns), window)
+
+
+def interval_of(r: Report, window: Window) -> Interval:
+    """The figures of ``r``, a report over ``window`` (its load left unset)."""
     span = spans(r)[1]
     f = span.figures
     rel = span.per_unit_rel

@@ -29,6 +29,8 @@ from typer.testing import CliRunner
 from window_workload import LINE_S
 
 from wattline.cli.main import app
+from wattline.workloads.report import economics
+from wattline.workloads.report.spans import Span
 
 ZONE = "intel-rapl:0"
 START_UJ = 10**11
@@ -159,6 +161,15 @@ def test_intervals_give_energy_per_unit_against_load_and_at_saturation(
     sat = r["intervals"]["at_saturation"]
     assert sat["intervals"] == 1 and abs(sat["j_per_unit"] - 40.0 / 60.0) <= sat["j_per_unit_bound"]
     assert curve.stat().st_size > 10_000 and curve.read_bytes()[:4] == b"\x89PNG"
+    # Over the whole job the last interval is the few ms after the last step: its units may all
+    # lie outside it, so its J per unit has no upper bound (None), never a huge finite one.
+    short = repr(float(steps[0][0]) + PHASES[0][1] + LINE_S / 2)
+    rows = report(env, "--from", steps[0][0], "--to", short, "--every", f"{PHASES[0][1]}s")["intervals"]["rows"]
+    for row in rows:
+        if row["units"] - row["units_bound"] <= 1e-9 * row["units"]:
+            assert row["j_per_unit_bound"] is None, row
+        else:
+            assert row["j_per_unit_bound"] < row["j_per_unit"], row  # a line's units at most each edge
     text = subprocess.run(
         [*CLI, "report", "svc", "--share-rule", "exclusive", "--every", "2s"],
         capture_output=True, text=True, timeout=60, env=env,
@@ -262,3 +273,14 @@ def test_compare_of_two_services_at_an_sla_gives_the_studys_table(
         capture_output=True, text=True, timeout=60, env={**env, "COLUMNS": "250"},
     )  # fmt: skip
     assert text.returncode == 0 and "instances" in text.stdout.lower()
+
+
+@pytest.mark.parametrize("units", [5.095, 0.1 + 0.2, 1e6 / 3])
+def test_units_that_may_all_lie_outside_leave_j_per_unit_unbounded(units: float) -> None:
+    """A span whose units' bound is all of them (a short last interval: its one line may belong
+    to the next), give or take the float rounding of the two sums, has no upper bound per unit:
+    None, never 1e17 % (which an interval of 0.08 s drew across the whole curve)."""
+    figures = economics.figures(economics.Window(units=units, seconds=0.08, energy_j=0.015))
+    for bound in (units, units * (1 - 1e-15), units + 1e-12):
+        assert Span("t", 0.08, units, (), figures, units_bound=bound).per_unit_rel is None
+    assert Span("t", 0.08, units, (), figures, units_bound=units / 2).per_unit_rel == pytest.approx(1.0)

@@ -248,17 +248,29 @@ def plot_curve(report: Report) -> Any:
     unit = report.job.unit_name
     one = unit.rstrip("s") or "unit"
     rows = [i for i in report.intervals.rows if i.load is not None and i.j_per_unit is not None]
+    bounded = [i for i in rows if i.j_per_unit_bound is not None]
+    # An interval whose units may all lie outside it (a short last one) has no upper bound: drawn
+    # hollow, apart, never as a point as sure as the others.
+    unbounded = [i for i in rows if i.j_per_unit_bound is None]
     fig, ax = plt.subplots(figsize=(7, 4.2), constrained_layout=True)
     ax.errorbar(
-        [100 * (i.load or 0.0) for i in rows],
-        [i.j_per_unit for i in rows],
-        yerr=[i.j_per_unit_bound or 0.0 for i in rows],
+        [100 * (i.load or 0.0) for i in bounded],
+        [i.j_per_unit for i in bounded],
+        yerr=[i.j_per_unit_bound or 0.0 for i in bounded],
         fmt="o",
         color=COLOURS["cpu"],
         ecolor="#555555",
         capsize=3,
         label=f"one interval of {report.intervals.every_s:g} s",
     )
+    if unbounded:
+        ax.scatter(
+            [100 * (i.load or 0.0) for i in unbounded],
+            [i.j_per_unit for i in unbounded],
+            facecolors="none",
+            edgecolors=COLOURS["cpu"],
+            label="too few units to bound (not to be read)",
+        )
     sat = report.intervals.at_saturation
     if sat is not None:
         ax.axhline(

@@ -54,8 +54,10 @@ class Span:
         rel = self.bound_rel
         if rel is None or not self.units_bound:
             return rel
+        # Units that may all lie outside the span (their bound is all of them, give or take the
+        # float rounding of the two sums) leave the figure per unit without an upper bound.
         low = 1 - self.units_bound / self.units if self.units > 0 else 0.0
-        return (1 + rel) / low - 1 if low > 0 else None
+        return (1 + rel) / low - 1 if low > 1e-9 else None
 
 
 def spans(r: Report) -> tuple[Span, Span]:

@@ -16,7 +16,6 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -192,10 +191,25 @@ def test_a_context_without_a_namespace_means_default(store: str, tmp_path: Path)
                    "context alice@gpu-fleet, which names none: kubectl's default)"]  # fmt: skip
 
 
-def test_no_namespace_known_selects_the_user_label_only(store: str, tmp_path: Path) -> None:
-    code, ids, err = mine(store, tmp_path, {})
+@pytest.mark.parametrize("kubeconfig", ["", "/no/such/kubeconfig::/nor/this"])
+def test_no_namespace_known_selects_the_user_label_only(store: str, tmp_path: Path, kubeconfig: str) -> None:
+    """No ~/.kube/config, or $KUBECONFIG naming only missing files (kubectl skips them)."""
+    code, ids, err = mine(store, tmp_path, {"KUBECONFIG": kubeconfig})
     assert code == 0 and ids == {"run-mine"}
     assert err == [f"--mine: user={ME}; no Kubernetes namespace (no service account namespace file, no kubeconfig)"]
+
+
+def test_both_sources_failing_are_each_one_line(store: str, tmp_path: Path) -> None:
+    (tmp_path / "namespace").mkdir()  # a directory where the file should be: unreadable
+    (tmp_path / "bad").write_text("current-context: x\ncontexts: *anchor\n")
+    args = ("--namespace-file", str(tmp_path / "namespace"))
+    code, ids, err = mine(store, tmp_path, {"KUBECONFIG": str(tmp_path / "bad")}, *args)
+    assert code == 0 and ids == {"run-mine"}
+    assert err == [
+        f"--mine: {tmp_path / 'namespace'}: cannot be read (IsADirectoryError): not used",
+        f"--mine: kubeconfig {tmp_path / 'bad'}: line 2: '*anchor' is YAML this reader does not read: not used",
+        f"--mine: user={ME}; no Kubernetes namespace (the service account's file not used, the kubeconfig not used)",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -217,7 +231,8 @@ def test_a_kubeconfig_that_cannot_be_read_is_one_line_and_the_user_label_stays(
     code, ids, err = mine(store, tmp_path, {"KUBECONFIG": str(tmp_path / "bad")})
     assert code == 0 and ids == {"run-mine"}
     assert len(err) == 2 and err[0].startswith(f"--mine: kubeconfig {tmp_path / 'bad'}") and why in err[0], err
-    assert err[1] == f"--mine: user={ME}; no Kubernetes namespace (a source failed)"
+    assert err[1] == (f"--mine: user={ME}; no Kubernetes namespace (no service account namespace file, "
+                      "the kubeconfig not used)")  # fmt: skip
 
 
 def test_a_bad_service_account_file_is_reported_and_the_kubeconfig_used(store: str, tmp_path: Path) -> None:
@@ -267,10 +282,3 @@ def test_the_reader_reads_kubectls_shapes_as_pyyaml_does(name: str) -> None:
 def test_the_reader_refuses_what_it_does_not_read(text: str) -> None:
     with pytest.raises(YamlSubsetError, match=r"^line \d+: "):
         parse(text)
-
-
-@pytest.fixture(autouse=True)
-def _no_leak(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """CliRunner sets the environment it is given on top of this process's: drop a real one."""
-    monkeypatch.delenv("KUBECONFIG", raising=False)
-    yield

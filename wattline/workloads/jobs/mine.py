@@ -64,13 +64,14 @@ def find_mine(env: Mapping[str, str], namespace_file: Path) -> Mine:
         if namespace_ok(text):
             return Mine(user, text, f"the service account's {namespace_file}")
         problems.append(f"--mine: {namespace_file}: {text[:80]!r} is not a namespace name: not used")
+    account = "no service account namespace file" if not problems else "the service account's file not used"
     try:
         found = current_namespace(env)
     except KubeconfigError as exc:
         problems.append(f"--mine: {exc}: not used")
-        return Mine(user, None, "a source failed", tuple(problems))
+        return Mine(user, None, f"{account}, the kubeconfig not used", tuple(problems))
     if found is None:
-        return Mine(user, None, "no service account namespace file, no kubeconfig", tuple(problems))
+        return Mine(user, None, f"{account}, no kubeconfig", tuple(problems))
     context = f"context {found.context}" + (", which names none: kubectl's default" if found.defaulted else "")
     return Mine(user, found.namespace, f"kubeconfig {found.file}, {context}", tuple(problems))
 

@@ -6,8 +6,9 @@ does), else ``$HOME/.kube/config`` alone. Merging: the first file to set a value
 key wins, so the first file naming a ``current-context`` gives it, and the first file
 defining a context of that name gives the context. A context that names no namespace means
 ``default`` (kubectl's default namespace). A file that cannot be read, or holds YAML or a
-shape :mod:`.block_yaml` does not read, makes the whole lookup fail in one line, as kubectl
-refuses a file it cannot deserialise: a namespace is never guessed.
+shape that is not a kubeconfig, makes the whole lookup fail in one line, as kubectl refuses a
+file it cannot deserialise: a namespace is never guessed. YAML is read by PyYAML's safe loader
+(imported here only: ``wattline jobs --mine`` needs it, the agent and collector do not).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from wattline.agent.kube.pods import namespace_ok
-from wattline.workloads.jobs.block_yaml import YamlSubsetError, parse
 
 #: The namespace kubectl uses where the context names none.
 DEFAULT_NAMESPACE = "default"
@@ -79,11 +79,18 @@ def _read(path: Path) -> Mapping[str, Any]:
     try:
         if path.stat().st_size > MAX_BYTES:
             raise KubeconfigError(f"kubeconfig {path}: larger than {MAX_BYTES >> 20} MiB")
-        doc = parse(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise KubeconfigError(f"kubeconfig {path}: cannot be read ({exc.__class__.__name__})") from None
-    except YamlSubsetError as exc:
-        raise KubeconfigError(f"kubeconfig {path}: {exc}") from None
+    import yaml  # the CLI's --mine only
+
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or exc.__class__.__name__
+        raise KubeconfigError(f"kubeconfig {path}: {where}not YAML kubectl reads ({problem})") from None
     if doc is None:  # an empty file adds nothing, as for kubectl
         return {}
     if not isinstance(doc, dict) or doc.get("kind", "Config") != "Config":

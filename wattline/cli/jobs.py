@@ -4,6 +4,7 @@ the work is on floor 3 (:mod:`wattline.workloads.wrappers.job_command`, :mod:`wa
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -41,7 +42,7 @@ from wattline.cli.window_options import (
 )
 from wattline.config import ConfigError, parse_pairs
 from wattline.units import parse_duration
-from wattline.workloads.jobs.job_env import USER_LABEL, local_user
+from wattline.workloads.jobs.mine import SERVICE_ACCOUNT_NAMESPACE, check_labels, find_mine
 from wattline.workloads.output.comparison import comparison_json, print_comparison
 from wattline.workloads.output.jobs_table import print_jobs
 from wattline.workloads.report.interval_reports import interval_figures
@@ -224,7 +225,15 @@ def jobs(
     share_rule: str = SHARE,
     label: list[str] | None = typer.Option(None, "--label", "-l", help="Only jobs with label KEY=VALUE (repeat: all)."),
     mine: bool = typer.Option(
-        False, "--mine", help="Only my jobs: label user=me (Slurm's job user; a wrapper's own user)."
+        False,
+        "--mine",
+        help="Only my jobs: label user=me (Slurm's job user; a wrapper's own user), or namespace=my "
+        "namespace (a pod job's: from --namespace-file, else the kubeconfig's current context).",
+    ),
+    namespace_file: Path = typer.Option(
+        Path(SERVICE_ACCOUNT_NAMESPACE),
+        "--namespace-file",
+        help="The service account's namespace file --mine reads first (in a pod).",
     ),
     *,
     choice: StoreChoice,
@@ -236,19 +245,22 @@ def jobs(
     A job whose stored events are bad is listed with its ``error``; it never stops the listing.
     """
     wanted = parse_pairs(label or [], "--label")
+    any_of = None
     if mine:
-        if wanted.get(USER_LABEL, local_user()) != local_user():
-            raise ConfigError(f"options --mine and --label {USER_LABEL}=...: give one of them")
-        wanted[USER_LABEL] = local_user()
+        me = find_mine(os.environ, namespace_file)
+        check_labels(me, wanted)
+        for line in (*me.problems, me.line()):
+            typer.echo(line, err=True)
+        any_of = me.any_of()
     settings = report_settings(price, carbon_intensity, pue, idle, share_rule)
     if as_csv:
         from wattline.cli import outputs
 
         with choice.reader() as reader:
-            outputs.jobs_csv(reader, settings, wanted)
+            outputs.jobs_csv(reader, settings, wanted, any_of)
         return
     with choice.reader() as reader:
-        rows = job_rows(reader, energy, wanted, settings)
+        rows = job_rows(reader, energy, wanted, settings, any_of)
     if as_json:
         print_json(rows)
     else:

@@ -73,11 +73,16 @@ def _write(path: Path, write: Any) -> None:
     typer.echo(f"wrote {path}", err=True)
 
 
-def jobs_csv(reader: Reader, settings: ReportSettings, labels: dict[str, str] | None = None) -> None:
-    """``jobs --csv``: one row per job (with every one of ``labels``) on stdout; a job whose
-    events are bad has its error."""
+def jobs_csv(
+    reader: Reader,
+    settings: ReportSettings,
+    labels: dict[str, str] | None = None,
+    any_of: dict[str, str] | None = None,
+) -> None:
+    """``jobs --csv``: one row per job (with every one of ``labels``, at least one of
+    ``any_of`` where given) on stdout; a job whose events are bad has its error."""
     rows: list[dict[str, Any]] = []
-    for view in labelled(all_views(reader), labels):
+    for view in labelled(all_views(reader), labels, any_of):
         try:
             view.check()
             rows.append(export_rows.job_row(listed_report(reader, view.job_id, settings)))

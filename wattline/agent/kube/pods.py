@@ -37,6 +37,8 @@ JOB_ANNOTATION = "wattline.io/job"
 JOB_OWNERS = frozenset({("batch", "Job"), ("kubeflow.org", "PyTorchJob"), ("kubeflow.org", "MPIJob")})
 JOBSET_NAME, JOBSET_UID = "jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/jobset-uid"
 LWS_NAME, LWS_GROUP = "leaderworkerset.sigs.k8s.io/name", "leaderworkerset.sigs.k8s.io/group-index"
+#: The label naming a pod job's namespace (``wattline jobs --mine`` selects by it).
+NAMESPACE_LABEL = "namespace"
 #: Most pods one list may hold (a node runs at most a few hundred; more is not a pod list).
 MAX_PODS = 5000
 
@@ -219,6 +221,11 @@ def _short(uid: str) -> str:
     return uid.replace("-", "")[:8]
 
 
+def namespace_ok(value: str) -> bool:
+    """Whether ``value`` is a namespace name the API server allows (a DNS-1123 label)."""
+    return bool(_LABEL.fullmatch(value))
+
+
 def _ok_name(value: str) -> bool:
     return bool(_NAME.fullmatch(value))
 
@@ -244,7 +251,7 @@ def job_of(pod: Pod, label_keys: Iterable[str] = ()) -> JobOf | None:
         job = JobOf(f"k8s:{ns}/{owner}:{_short(owner_uid)}", owner)
     else:
         return None
-    job.labels.update(namespace=ns, pod=pod.name)
+    job.labels.update({NAMESPACE_LABEL: ns, "pod": pod.name})
     if kind:
         job.labels.update(owner_kind=kind, owner_name=owner)
     for key in label_keys:

@@ -110,9 +110,14 @@ def listed_report(
 
 
 def job_rows(
-    reader: Reader, energy: bool, labels: Mapping[str, str] | None = None, settings: ReportSettings | None = None
+    reader: Reader,
+    energy: bool,
+    labels: Mapping[str, str] | None = None,
+    settings: ReportSettings | None = None,
+    any_of: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """``wattline jobs``: one row per job (the JSON shape) that has every one of ``labels``; with
+    """``wattline jobs``: one row per job (the JSON shape) that has every one of ``labels`` and
+    at least one of ``any_of`` where given (``--mine``: my user or my namespace); with
     ``energy``, each job's figures from its report under ``settings`` (those of ``wattline
     report`` by default), and its status as that report read it (a later read than the
     list's: the two agree). A job whose stored events are bad has its ``error``, never stops
@@ -120,7 +125,7 @@ def job_rows(
     rows: list[dict[str, Any]] = []
     now_ns = time.time_ns()
     shown = shown_as_of(reader, now_ns)
-    for view in labelled(all_views(reader), labels):
+    for view in labelled(all_views(reader), labels, any_of):
         figures: dict[str, Any] = {}
         try:
             view.check()
@@ -168,9 +173,17 @@ def _job_row(view: JobView, now_ns: int) -> dict[str, Any]:
     }
 
 
-def labelled(views: list[JobView], labels: Mapping[str, str] | None) -> list[JobView]:
-    """The views that carry every one of ``labels`` (KEY=VALUE, ``jobs --label``)."""
-    return [v for v in views if all(v.labels.get(k) == val for k, val in (labels or {}).items())]
+def labelled(
+    views: list[JobView], labels: Mapping[str, str] | None, any_of: Mapping[str, str] | None = None
+) -> list[JobView]:
+    """The views that carry every one of ``labels`` (KEY=VALUE, ``jobs --label``) and, where
+    ``any_of`` is given, at least one of its (``jobs --mine``)."""
+    return [
+        v
+        for v in views
+        if all(v.labels.get(k) == val for k, val in (labels or {}).items())
+        and (not any_of or any(v.labels.get(k) == val for k, val in any_of.items()))
+    ]
 
 
 def compare_jobs(

@@ -15,16 +15,22 @@ from wattline.workloads.report.window_view import OutsideJob, Window
 def interval_figures(
     reader: Reader, job_id: str, report: Report, every_s: float, settings: ReportSettings
 ) -> Intervals:
-    """The intervals of ``report``'s span (its window, else the job's whole run), each's load set."""
+    """The intervals of ``report``'s span (its window, else the job's whole run), each's load set.
+    A service's rows read its stored intervals (``settings.from_stored``): they are then cut at
+    wall-clock multiples of ``every_s``, as the stored intervals are, so a row covers whole ones."""
     whole = Window(report.job.start_ns, report.end_ns)
+    aligned = settings.from_stored and report.job.service
     out = []
-    for w in split(whole, int(every_s * 1e9)):
+    for w in split(whole, int(every_s * 1e9), aligned):
         try:
             out.append(_interval(reader, job_id, w, dataclasses.replace(settings, window=w), report.end_ns))
         except OutsideJob:  # no host of the job ran in it (between two hosts' parts)
             continue
     top = max((i.throughput_per_s for i in out), default=0.0)
-    return Intervals(every_s, [dataclasses.replace(i, load=i.throughput_per_s / top if top > 0 else None) for i in out])
+    if aligned:
+        report.notes.append(f"--every: rows at wall-clock multiples of {every_s:g} s, the stored intervals' edges")
+    rows = [dataclasses.replace(i, load=i.throughput_per_s / top if top > 0 else None) for i in out]
+    return Intervals(every_s, rows, aligned)
 
 
 def _interval(reader: Reader, job_id: str, window: Window, settings: ReportSettings, now_ns: int) -> Interval:

@@ -98,7 +98,8 @@ def build_report(
     incomplete: dict[str, int] = {}
     late_start: dict[str, int] = {}
     shares: list[DeviceShare] = []
-    plan = None if asked is None or not settings.from_stored else read_plan(reader, job_id, asked, settings)
+    from_stored = asked is not None and settings.from_stored and job.service  # a service's stored intervals
+    plan = read_plan(reader, job_id, asked, settings) if from_stored and asked is not None else None
     if plan is not None:
         notes.append(plan.note())
         if plan.stored:

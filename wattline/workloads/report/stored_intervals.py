@@ -128,7 +128,7 @@ class Plan:
         seconds = (self.window.to_ns - self.window.from_ns) / 1e9
         head = f"{len(self.stored)} stored intervals ({_minutes(self.stored_s)} of {_minutes(seconds)} min)"
         if not self.stored:
-            return f"energy from raw samples: no stored interval used ({self.why_raw or 'none stored'}); --raw: always"
+            return f"energy from raw samples: no stored interval used ({self.why_raw or 'none stored in the window'})"
         return (
             f"energy from {head}, the rest from raw samples; by component and by host are of the raw "
             f"stretches only, the stored part shown as {STORED} (--raw: all from raw samples)"

@@ -55,8 +55,10 @@ def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Rig]:
             yield Rig(influx, ["--store", influxd.url, "--influx-api", "v1", "--influx-database", db])
 
 
-def report(rig: Rig, job: str, base: int, *extra: str, rule: str = "exclusive") -> dict[str, Any]:
-    window = ["--from", str((base + FROM_S * S) / S), "--to", str((base + TO_S * S) / S)]
+def report(
+    rig: Rig, job: str, base: int, *extra: str, rule: str = "exclusive", span: tuple[int, int] = (FROM_S, TO_S)
+) -> dict[str, Any]:
+    window = ["--from", str((base + span[0] * S) / S), "--to", str((base + span[1] * S) / S)]
     argv = ["report", job, "--json", "--share-rule", rule, *window, *rig.args, *extra]
     out = CliRunner().invoke(app, argv, env={**clean_env(), "COLUMNS": "200"})
     assert out.exit_code == 0, out.output[-2000:]
@@ -154,17 +156,20 @@ def test_an_interval_rewritten_late_is_read_in_its_newest_form(rig: Rig) -> None
 def test_every_rows_from_the_stored_intervals(rig: Rig) -> None:
     base, job = next(BASES), f"ev-{len(rig.args)}"
     written(rig, job, f"host-{job}", base)
-    stored = report(rig, job, base, "--every", f"{2 * EVERY_S}s")
-    rows = stored["intervals"]["rows"]
-    # aligned to multiples of 20 s: [5, 20), [20, 40), [40, 45)
+    # a window on the stored intervals' edges, rows of one interval each: [10, 20), [20, 30), [30, 40)
+    every = ("--every", f"{EVERY_S}s")
+    rows = report(rig, job, base, *every, span=(10, 40))["intervals"]["rows"]
     assert [(r["seconds"], r["energy_j"], r["units"]) for r in rows] == [
-        pytest.approx((s, sum(watts(t) for t in range(a, b)), sum(rate(t) for t in range(a, b))), rel=1e-9)
-        for a, b, s in ((5, 20, 15), (20, 40, 20), (40, 45, 5))
+        pytest.approx((10, sum(watts(t) for t in range(a, a + 10)), sum(rate(t) for t in range(a, a + 10))), rel=1e-9)
+        for a in (10, 20, 30)
     ]
-    assert any("rows at wall-clock multiples of 20 s" in n for n in stored["notes"])
+    raw = report(rig, job, base, *every, "--raw", span=(10, 40))["intervals"]["rows"]
+    for mine, theirs in zip(rows, raw, strict=True):
+        for key in ("energy_j", "units", "j_per_unit", "throughput_per_s", "load"):
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-9), key
     # the rows read the stored points: one holding 500 J more shows in its row, and in its row only
     (point,) = rig.store.service_intervals(job, base + 20 * S, base + 20 * S + 1)
     more = {**point.fields, "energy_total_j": float(point.fields["energy_total_j"]) + 500.0}
     assert rig.store.write_intervals([dataclasses.replace(point, fields=more)]).written == 1
-    again = report(rig, job, base, "--every", f"{2 * EVERY_S}s")["intervals"]["rows"]
+    again = report(rig, job, base, *every, span=(10, 40))["intervals"]["rows"]
     assert [r["energy_j"] - a["energy_j"] for r, a in zip(again, rows, strict=True)] == pytest.approx([0, 500, 0])

@@ -16,21 +16,17 @@ def interval_figures(
     reader: Reader, job_id: str, report: Report, every_s: float, settings: ReportSettings
 ) -> Intervals:
     """The intervals of ``report``'s span (its window, else the job's whole run), each's load set.
-    A service's rows read its stored intervals (``settings.from_stored``): they are then cut at
-    wall-clock multiples of ``every_s``, as the stored intervals are, so a row covers whole ones."""
+    Each is a report of its own: a service's reads its stored intervals wholly inside it
+    (``settings.from_stored``), so rows that start on their edges are made of whole ones."""
     whole = Window(report.job.start_ns, report.end_ns)
-    aligned = settings.from_stored and report.job.service
     out = []
-    for w in split(whole, int(every_s * 1e9), aligned):
+    for w in split(whole, int(every_s * 1e9)):
         try:
             out.append(_interval(reader, job_id, w, dataclasses.replace(settings, window=w), report.end_ns))
         except OutsideJob:  # no host of the job ran in it (between two hosts' parts)
             continue
     top = max((i.throughput_per_s for i in out), default=0.0)
-    if aligned:
-        report.notes.append(f"--every: rows at wall-clock multiples of {every_s:g} s, the stored intervals' edges")
-    rows = [dataclasses.replace(i, load=i.throughput_per_s / top if top > 0 else None) for i in out]
-    return Intervals(every_s, rows, aligned)
+    return Intervals(every_s, [dataclasses.replace(i, load=i.throughput_per_s / top if top > 0 else None) for i in out])
 
 
 def _interval(reader: Reader, job_id: str, window: Window, settings: ReportSettings, now_ns: int) -> Interval:

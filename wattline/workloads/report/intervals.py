@@ -61,8 +61,6 @@ class Intervals:
 
     every_s: float
     rows: list[Interval]
-    #: Rows cut at wall-clock multiples of ``every_s`` (a service read from its stored intervals).
-    aligned: bool = False
 
     @property
     def at_saturation(self) -> AtSaturation | None:
@@ -79,13 +77,11 @@ class Intervals:
         return AtSaturation(len(chosen), units, energy, energy / units, bound, model / energy if energy > 0 else 0.0)
 
 
-def split(window: Window, every_ns: int, aligned: bool = False) -> list[Window]:
-    """``window`` cut into intervals of ``every_ns`` from its start (the last one may be shorter),
-    or ``aligned`` to wall-clock multiples of ``every_ns`` (the first and last clipped to it, as a
-    service's stored intervals are); ValueError when that makes more than :data:`MAX_INTERVALS`."""
-    first = window.from_ns - window.from_ns % every_ns if aligned else window.from_ns
-    count = math.ceil((window.to_ns - first) / every_ns)
+def split(window: Window, every_ns: int) -> list[Window]:
+    """``window`` cut into intervals of ``every_ns`` from its start (the last one may be shorter);
+    ValueError when that makes more than :data:`MAX_INTERVALS`."""
+    count = math.ceil((window.to_ns - window.from_ns) / every_ns)
     if count > MAX_INTERVALS:
         raise ValueError(f"{count} intervals: at most {MAX_INTERVALS} (ask a longer interval or a shorter window)")
-    edges = [window.from_ns] + [first + every_ns * i for i in range(1, count)] + [window.to_ns]
+    edges = [window.from_ns + every_ns * i for i in range(count)] + [window.to_ns]
     return [Window(a, b) for a, b in itertools.pairwise(edges) if b > a]

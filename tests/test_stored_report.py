@@ -2,7 +2,7 @@
 final intervals inside the window under the report's policy give their energy, only the window's
 partial edges come from raw samples; ``--raw`` computes it all from raw samples. Both against the
 truth the test constructs (tests/service_intervals_data.py: known power x time, known request
-rate), on SQLite and InfluxDB 1.x; a mismatched policy or a non-final interval falls back to raw,
+rate), on SQLite and InfluxDB 1.x (VictoriaMetrics: raw, and the report says why); a mismatched policy or a non-final interval falls back to raw,
 an interval rewritten late is read in its newest form.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from procs import clean_env
 from schema_check import validator
-from servers import T0, Influxd
+from servers import T0, Influxd, VictoriaMetrics, searchable
 from service_intervals_data import CLOSE_S, EVERY_S, S, rate, samples, truths, watts, write_service
 from test_service_intervals import writer
 from typer.testing import CliRunner
@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from wattline.cli.main import app
 from wattline.collector.stores.influx_v1 import InfluxV1Store
 from wattline.collector.stores.sqlite import SqliteStore
+from wattline.collector.stores.victoria import VictoriaStore
 from wattline.workloads.report.stored_intervals import STORED
 
 #: Each test's job at its own time, multiples of EVERY_S apart.
@@ -150,6 +151,20 @@ def test_an_interval_rewritten_late_is_read_in_its_newest_form(rig: Rig) -> None
     r = report(rig, job, base)
     assert stored_part(r) == pytest.approx(float(sum(watts(t) for t in range(10, 40))), rel=1e-9)
     same(r, report(rig, job, base, "--raw"))
+    check_truth(r)
+
+
+def test_a_store_whose_intervals_are_not_read_back_says_so(victoria_metrics: VictoriaMetrics) -> None:
+    """VictoriaMetrics: the collector writes the intervals there, a report computes raw and says why."""
+    base, job = next(BASES), "vm-svc"
+    with VictoriaStore(victoria_metrics.url) as vm:
+        rig = Rig(vm, ["--store", victoria_metrics.url])  # type: ignore[arg-type]
+        write_service(vm, job, f"host-{job}", base)
+        searchable(victoria_metrics.url)
+        assert writer(vm, [base + (CLOSE_S + 5) * S]).write_due(job) == len(truths(base))
+        r = report(rig, job, base)
+    assert stored_part(r) is None
+    assert any("no stored interval used (this store's intervals are not read back)" in n for n in r["notes"])
     check_truth(r)
 
 

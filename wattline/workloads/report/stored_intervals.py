@@ -159,6 +159,8 @@ def plan(points: Iterable[IntervalSummary], window: Window, policy: dict[str, fl
 def _why_not(point: IntervalSummary, policy: dict[str, float]) -> str:
     """Why ``point`` may not be used ("": it may, if it holds its energy whole)."""
     f = point.fields
+    if "final" not in f:
+        return "written before intervals said whether they are final"
     if f.get("final") != 1.0 or f.get("complete") != 1.0:
         return "not final"
     if sum(1 for k in f if k.startswith("policy_")) != len(policy) or any(f.get(k) != v for k, v in policy.items()):

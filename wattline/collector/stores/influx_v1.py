@@ -418,8 +418,8 @@ class InfluxV1Store(LineProtocolStore):
     def service_intervals(self, job_id: str, start_ns: int, end_ns: int) -> list[IntervalSummary]:
         """The job's ``service_interval`` points starting in [start_ns, end_ns) (a rewrite is the same
         series and time: the newest form), its latency points left out."""
-        query = f"SELECT * FROM {SERVICE_INTERVAL} WHERE job_id = {quote_literal(job_id)} AND time >= {start_ns} "
-        (series,) = self._statements(f"{query}AND time < {end_ns} GROUP BY *", self.database)
+        query = f"SELECT * FROM {SERVICE_INTERVAL} WHERE job_id = {quote_literal(job_id)} AND latency = '' "
+        (series,) = self._statements(f"{query}AND time >= {start_ns} AND time < {end_ns} GROUP BY *", self.database)
         return interval_points(job_id, series)
 
     def ping(self) -> str:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from wlbench.rows import Row, at_least, at_most, fmt_ratio, num, ratio_of
+from wlbench.stored_report import rows as stored_report_rows
 from wlbench.targets_fleet import fleet_rows, slurm_tracking_rows
 
 
@@ -437,6 +438,7 @@ _ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "slurm": slurm_rows,
     "fleet": fleet_rows,
     "slurm-tracking": slurm_tracking_rows,
+    "stored-report": stored_report_rows,
 }
 
 

@@ -33,6 +33,7 @@ from wattline.cli.window_options import (
     CURVE,
     EVERY,
     FROM,
+    RAW,
     SINCE,
     TO,
     last_window,
@@ -188,18 +189,20 @@ def report(
     every: str | None = EVERY,
     curve: Path | None = CURVE,
     model_split: str = MODEL_SPLIT,
+    raw: bool = RAW,
     *,
     choice: StoreChoice,
     rsettings: ReportSettings,
 ) -> None:
     """Energy, throughput, J per unit, cost and CO2 of one job: the saturated window (from
     saturation to end) beside the whole run, and how the job ended; or, with --since or
-    --from/--to, its figures over that window (a service that does not end)."""
+    --from/--to, its figures over that window (a service that does not end), a service's from
+    its stored intervals inside the window where they match the report's policy (--raw: not)."""
     from wattline.cli import outputs
 
     window = parse_window(since, from_, to, time.time_ns())
     split = check_model_split(model_split, "--model-split")
-    rsettings = dataclasses.replace(rsettings, window=window, model_split=split)
+    rsettings = dataclasses.replace(rsettings, window=window, model_split=split, from_stored=not raw)
     outputs.check_report_outputs(plot, html)
     every_s = parse_every(every, curve)
     with choice.reader() as reader:

@@ -22,6 +22,11 @@ TO = typer.Option(None, "--to", help="Figures up to TIME only (ISO 8601 or Unix 
 EVERY = typer.Option(
     None, "--every", help="Also the figures interval by interval (5m): energy per unit against load, and at saturation."
 )
+RAW = typer.Option(
+    False,
+    "--raw",
+    help="With a window: compute every figure from raw samples, not from a service's stored intervals.",
+)
 CURVE = typer.Option(None, "--curve", help="With --every: draw energy per unit against load to FILE.png or FILE.svg.")
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from wattline.collector.stores.base import IntervalSummary
 from wattline.collector.stores.reader import StoredJobEvent, StoredSample, counts_from_totals, writer
 from wattline.collector.stores.schema import KIND_UNITS, SEQ_BLOCK, unit_fields
 
@@ -203,3 +204,20 @@ def stored_samples(host: str, series: list[dict[str, Any]]) -> list[StoredSample
         for r in rows
         if r.get("energy_j") is not None
     ]
+
+
+def interval_points(job_id: str, series: list[dict[str, Any]]) -> list[IntervalSummary]:
+    """The ``service_interval`` points of ``job_id`` in a ``GROUP BY *`` answer's ``series``, oldest
+    first; latency points (tag ``latency``) left out. Every field is a float (InfluxDB's JSON
+    writes a whole one as an integer: read as such, a rewrite would conflict with its type)."""
+    out = []
+    for one in series:
+        tags = {k: v for k, v in one.get("tags", {}).items() if k != "job_id" and v}
+        if "latency" in tags:
+            continue
+        for values in one.get("values", []):
+            fields = {k: v for k, v in zip(one["columns"], values, strict=True) if v is not None}
+            start = int(fields.pop("time"))
+            floats = {k: float(v) if isinstance(v, int | float) else v for k, v in fields.items() if k not in tags}
+            out.append(IntervalSummary(job_id, start, tags, floats))
+    return sorted(out, key=lambda i: i.start_ns)

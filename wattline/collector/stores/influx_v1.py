@@ -23,9 +23,15 @@ from typing import Any
 
 from wattline.collector.lineprotocol import LineEncoder
 from wattline.collector.linestore import LineProtocolStore
-from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
+from wattline.collector.stores.base import IntervalSummary, JobSummary, StoreUnavailable, WriteResult
 from wattline.collector.stores.influx_http import HttpClient, error_message, loads, rejected_points, shorten
-from wattline.collector.stores.influx_rows import good_unit_rows, reduce_unit_rows, stored_samples, unit_rows
+from wattline.collector.stores.influx_rows import (
+    good_unit_rows,
+    interval_points,
+    reduce_unit_rows,
+    stored_samples,
+    unit_rows,
+)
 from wattline.collector.stores.influx_rows import job_events as job_events_of
 from wattline.collector.stores.influx_rows import unit_events as unit_events_of
 from wattline.collector.stores.reader import (
@@ -38,7 +44,7 @@ from wattline.collector.stores.reader import (
     jobs_near,
     units_from_totals,
 )
-from wattline.collector.stores.schema import JOB_SUMMARY, JOB_SUMMARY_HOST
+from wattline.collector.stores.schema import JOB_SUMMARY, JOB_SUMMARY_HOST, SERVICE_INTERVAL
 
 log = logging.getLogger(__name__)
 
@@ -408,6 +414,13 @@ class InfluxV1Store(LineProtocolStore):
                 fields = {k: v for k, v in zip(series["columns"], values, strict=True) if v is not None}
                 out.append(JobSummary(job_id, int(fields.pop("time")), tags, fields, energy))
         return out
+
+    def service_intervals(self, job_id: str, start_ns: int, end_ns: int) -> list[IntervalSummary]:
+        """The job's ``service_interval`` points starting in [start_ns, end_ns) (a rewrite is the same
+        series and time: the newest form), its latency points left out."""
+        query = f"SELECT * FROM {SERVICE_INTERVAL} WHERE job_id = {quote_literal(job_id)} AND latency = '' "
+        (series,) = self._statements(f"{query}AND time >= {start_ns} AND time < {end_ns} GROUP BY *", self.database)
+        return interval_points(job_id, series)
 
     def ping(self) -> str:
         """The server's ``X-Influxdb-Version`` header ("" when it sends none)."""

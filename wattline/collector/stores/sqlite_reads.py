@@ -14,7 +14,7 @@ import threading
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from wattline.collector.stores.base import JobSummary, StoreUnavailable
+from wattline.collector.stores.base import IntervalSummary, JobSummary, StoreUnavailable
 from wattline.collector.stores.reader import (
     StoredJobEvent,
     StoredSample,
@@ -134,6 +134,16 @@ class SqliteReads:
             JobSummary(job, t, json.loads(tags), json.loads(fields), json.loads(hosts))
             for job, t, tags, fields, hosts in self._rows(sql, args)
         ]
+
+    def service_intervals(self, job_id: str, start_ns: int, end_ns: int) -> list[IntervalSummary]:
+        """The job's ``service_interval`` points starting in [start_ns, end_ns), oldest first;
+        its latency points (tag ``latency``) left out. A rewrite replaced its row: the newest form."""
+        sql = (
+            "SELECT tags, start_ns, fields FROM service_interval WHERE job_id = ? AND start_ns >= ? AND start_ns < ? "
+            "AND json_extract(tags, '$.latency') IS NULL ORDER BY start_ns"
+        )
+        rows = self._rows(sql, [job_id, start_ns, end_ns])
+        return [IntervalSummary(job_id, t, json.loads(tags), json.loads(fields)) for tags, t, fields in rows]
 
     # -- Reader (what reports need; see reader.py) -----------------------------------
 

@@ -51,6 +51,7 @@ from wattline.workloads.report.idle import idle_busy_jobs, idle_busy_note
 from wattline.workloads.report.latency import latencies
 from wattline.workloads.report.model import Report, ReportSettings
 from wattline.workloads.report.model_split import split_note
+from wattline.workloads.report.stored_intervals import STORED, Plan, read_plan
 from wattline.workloads.report.window_view import clip_view, intervals_bound, units_bound
 from wattline.workloads.report.windows import WindowEnergy
 
@@ -97,33 +98,39 @@ def build_report(
     incomplete: dict[str, int] = {}
     late_start: dict[str, int] = {}
     shares: list[DeviceShare] = []
-    for host, window in sorted(job.hosts.items()):
-        close = window.end_ns(now_ns, end_ns)  # an abandoned host's window ends when last heard
-        if window.missing:
-            notes.append(_missing_note(job, host, window.open_ns))
-        at_open, at_close = reader.around(host, (window.open_ns, close))
-        late = _samples_from(at_open, window.open_ns, close)
-        if late is not None:
-            late_start[host] = late[0]
-            notes.append(_late_note(host, window.open_ns, *late))
-        lag = _samples_up_to(at_close, window.open_ns)  # a running window's end ("now") included
-        if lag is not None:
-            incomplete[host] = lag[0]
-            notes.append(_incomplete_note(host, close, *lag))
-        busy = idle_busy_jobs(reader, job, host, window.open_ns, settings, now_ns)
-        if busy:
-            idle_busy[host] = busy
-            notes.append(idle_busy_note(host, settings.idle_lookback_s, busy))
-        split = min(max(start, window.open_ns), close)
-        bounds: Bounds = {}
-        attribution, host_missing, host_notes, host_shares = host_attribution(
-            reader, (job, events), host, (window.open_ns, split, close), others, settings, (now_ns, end_ns), bounds
-        )
-        missing |= host_missing
-        notes += host_notes
-        shares += host_shares
-        accumulate(warm, attribution, f"{job_id}#warmup", host, bounds)
-        accumulate(sat, attribution, f"{job_id}#saturated", host, bounds)
+    from_stored = asked is not None and settings.from_stored and job.service  # a service's stored intervals
+    plan = read_plan(reader, job_id, asked, settings) if from_stored and asked is not None else None
+    if plan is not None:
+        notes.append(plan.note())
+        if plan.stored:
+            sat.components[STORED] = plan.energy()
+    for host, whole in sorted(job.hosts.items()):
+        if whole.missing:
+            notes.append(_missing_note(job, host, whole.open_ns))
+        for opened, close in _raw_parts(whole.open_ns, whole.end_ns(now_ns, end_ns), plan):
+            at_open, at_close = reader.around(host, (opened, close))
+            late = _samples_from(at_open, opened, close)
+            if late is not None:
+                late_start[host] = late[0]
+                notes.append(_late_note(host, opened, *late))
+            lag = _samples_up_to(at_close, opened)  # a running window's end ("now") included
+            if lag is not None:
+                incomplete[host] = lag[0]
+                notes.append(_incomplete_note(host, close, *lag))
+            busy = idle_busy_jobs(reader, job, host, opened, settings, now_ns)
+            if busy:
+                idle_busy[host] = busy
+                notes.append(idle_busy_note(host, settings.idle_lookback_s, busy))
+            split = min(max(start, opened), close)
+            bounds: Bounds = {}
+            attribution, host_missing, host_notes, host_shares = host_attribution(
+                reader, (job, events), host, (opened, split, close), others, settings, (now_ns, end_ns), bounds
+            )
+            missing |= host_missing
+            notes += host_notes
+            shares += host_shares
+            accumulate(warm, attribution, f"{job_id}#warmup", host, bounds)
+            accumulate(sat, attribution, f"{job_id}#saturated", host, bounds)
     units_warm = window_energy(job.unit_intervals, job.start_ns, start)  # apportioned like energy
     units_sat = job.units_total - units_warm
     energy = sat.dynamic_j if settings.idle == "subtract" else sat.energy_j
@@ -159,6 +166,15 @@ def build_report(
     if settings.carbon_series is not None:
         apply_series(reader, report, settings.carbon_series)
     return report
+
+
+def _raw_parts(open_ns: int, close_ns: int, plan: Plan | None) -> list[tuple[int, int]]:
+    """The stretches of a host's window [open_ns, close_ns) computed from raw samples: all of it,
+    or what the stored intervals of ``plan`` leave of it (an abandoned host's ends when last heard)."""
+    if plan is None:
+        return [(open_ns, close_ns)]
+    parts = [(max(open_ns, w.from_ns), min(close_ns, w.to_ns)) for w in plan.raw]
+    return [(a, b) for a, b in parts if b > a]
 
 
 def report_wait_s(batch_interval_s: float) -> float:

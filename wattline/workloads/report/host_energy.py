@@ -83,6 +83,10 @@ def host_attribution(
     other_uses = {k: use_timelines(v, host) for k, v in other_events.items()}
     lo = min([open_ns] + [w.start_ns for w in concurrent])
     hi = max([close_ns] + [w.end_ns for w in concurrent])
+    if settings.window is not None and detail is None:
+        # a window's figures need its own samples only (the others' beyond it change only theirs):
+        # a service's stretch beside a job that runs all day reads the stretch, not the day
+        lo, hi = open_ns, close_ns
     cpu_key = next(iter(sorted(CPU_TIME_KEYS & uses.keys())), None) if settings.share_rule == "cpu-time" else None
     alone = not concurrent and not device_uses(uses)
     if alone and cpu_key is not None:  # a long job's CPU time at a few hundred shares at most

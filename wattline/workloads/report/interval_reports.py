@@ -15,7 +15,9 @@ from wattline.workloads.report.window_view import OutsideJob, Window
 def interval_figures(
     reader: Reader, job_id: str, report: Report, every_s: float, settings: ReportSettings
 ) -> Intervals:
-    """The intervals of ``report``'s span (its window, else the job's whole run), each's load set."""
+    """The intervals of ``report``'s span (its window, else the job's whole run), each's load set.
+    Each is a report of its own: a service's reads its stored intervals wholly inside it
+    (``settings.from_stored``), so rows that start on their edges are made of whole ones."""
     whole = Window(report.job.start_ns, report.end_ns)
     out = []
     for w in split(whole, int(every_s * 1e9)):

@@ -41,6 +41,9 @@ class ReportSettings:
     carbon_series: IntensitySeries | None = None
     #: Figures over this stretch of the job only (a service's last 15 minutes), not its whole run.
     window: Window | None = None
+    #: With a window: take a service's stored intervals inside it where they match this policy
+    #: (:mod:`.stored_intervals`); False computes every figure from raw samples (``--raw``).
+    from_stored: bool = False
     #: How the energy divides between the models of its unit series (:mod:`.model_split`).
     model_split: str = DEFAULT_MODEL_SPLIT
 

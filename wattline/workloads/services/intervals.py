@@ -41,6 +41,7 @@ from wattline.workloads.report.build import build_report, report_wait_s
 from wattline.workloads.report.interval_reports import interval_of
 from wattline.workloads.report.intervals import Interval
 from wattline.workloads.report.model import Report, ReportSettings
+from wattline.workloads.report.stored_intervals import policy_fields, stored_fields
 from wattline.workloads.report.window_view import Window
 from wattline.workloads.services.due_worker import DueWorker
 
@@ -49,9 +50,12 @@ log = logging.getLogger(__name__)
 S = 10**9
 
 
-def interval_summary(report: Report, interval: Interval, complete: bool) -> list[IntervalSummary]:
+def interval_summary(report: Report, interval: Interval, complete: bool, final: bool) -> list[IntervalSummary]:
     """The stored points of one interval (``report``: the report over it; absent figures left
-    out): its figures, then one point per latency histogram (and its labels) the server exposes."""
+    out): its figures, the policy they were computed under, its energy whole and whether it is
+    ``final`` (never computed again), so that a report over a longer window can add it up
+    (:mod:`~wattline.workloads.report.stored_intervals`); then one point per latency histogram
+    (and its labels) the server exposes."""
     job = report.job
     tags = {k: v for k, v in (("name", job.name), ("unit", job.unit_name)) if v}
     fields: dict[str, float | None] = {
@@ -67,6 +71,9 @@ def interval_summary(report: Report, interval: Interval, complete: bool) -> list
         "mean_power_w": interval.energy_j / interval.seconds if interval.seconds > 0 else None,
         "load": interval.load,
         "complete": 1.0 if complete else 0.0,
+        "final": 1.0 if final else 0.0,
+        **policy_fields(report.settings),
+        **stored_fields(report.saturated_window),
     }
     out = [IntervalSummary(job.job_id, interval.window.from_ns, tags, _finite(fields))]
     for lat in interval.latency:
@@ -256,11 +263,11 @@ class IntervalWriter(DueWorker[float]):
             interval = interval_of(report, window)
             state.peak_per_s = max(state.peak_per_s, interval.throughput_per_s)
             load = interval.throughput_per_s / state.peak_per_s if state.peak_per_s > 0 else None
-            given_up = late_ns >= self.recheck_ns
-            out += interval_summary(report, replace(interval, load=load), complete)
+            is_final = complete or late_ns >= self.recheck_ns or not replaces
+            out += interval_summary(report, replace(interval, load=load), complete, is_final)
             intervals += 1
             self._checked_ns[(job_id, window.from_ns)] = now_ns
-            if complete or given_up or not replaces:
+            if is_final:
                 final.append(window)
             else:
                 state.open[window.from_ns] = window

@@ -229,15 +229,16 @@ def test_a_service_pod_counts_its_servers_requests_through_restarts_and_a_failed
     for t, step in steps:
         step()
         w.poll(T0 + t * S)
+    vllm.serve(2)  # finished just before the pod's delete: counted by its last scrape, before the close
     kubelet.items = []  # deleted
     w.poll(T0 + 40 * S)
 
     (open_,) = [e for e in sent if e.kind == Kind.KIND_OPEN]
     assert open_.service and open_.unit_name == "requests" and open_.time_ns == T0 + 2 * S
-    assert units_of(sent) == [(5, 3), (10, 5), (20, 6 + 2), (25, 1), (30, 2), (35, 15)]
+    assert units_of(sent) == [(5, 3), (10, 5), (20, 6 + 2), (25, 1), (30, 2), (35, 15), (40, 2)]
     job = stored(tmp_path / "w.db", sent)
     assert job.service and job.unit_name == "requests"
-    assert job.units_total == vllm.served == 34
+    assert job.units_total == vllm.served == 36
     assert job.unit_intervals[0][:2] == (T0 + 2 * S, T0 + 5 * S)  # the first covers the time since the open
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert sum("HTTP 503" in line for line in lines) == 1 and all("\n" not in line for line in lines)

@@ -96,17 +96,22 @@ class Served(ThreadingHTTPServer):
                 f'vllm:request_success_total{{finished_reason="stop",model_name="{m}"}} {len(v)}'
                 for m, v in self.values.items()
             ]
-            lines.append(f"# TYPE {HISTOGRAM} histogram")
-            for model, values in self.values.items():
-                labels = f'engine="0",model_name="{model}"'
-                for le in LE:
-                    bound = "+Inf" if le == math.inf else repr(le)
-                    lines.append(f'{HISTOGRAM}_bucket{{{labels},le="{bound}"}} {sum(v <= le for v in values)}')
-                lines.append(f"{HISTOGRAM}_sum{{{labels}}} {math.fsum(values)!r}")
-                lines.append(f"{HISTOGRAM}_count{{{labels}}} {len(values)}")
-            lines.append(f"# TYPE {HISTOGRAM}_created gauge")
-            lines += [f'{HISTOGRAM}_created{{engine="0",model_name="{m}"}} {self.created}' for m in self.values]
-            return "\n".join(lines) + "\n"
+            return "\n".join([*lines, *histogram_lines(self.values, self.created)]) + "\n"
+
+
+def histogram_lines(observed: dict[str, list[float]], created: float) -> list[str]:
+    """vLLM's e2e latency histogram of each model's ``observed`` latencies, made at ``created``."""
+    lines = [f"# TYPE {HISTOGRAM} histogram"]
+    for model, values in observed.items():
+        labels = f'engine="0",model_name="{model}"'
+        for le in LE:
+            bound = "+Inf" if le == math.inf else repr(le)
+            lines.append(f'{HISTOGRAM}_bucket{{{labels},le="{bound}"}} {sum(v <= le for v in values)}')
+        lines.append(f"{HISTOGRAM}_sum{{{labels}}} {math.fsum(values)!r}")
+        lines.append(f"{HISTOGRAM}_count{{{labels}}} {len(values)}")
+    lines.append(f"# TYPE {HISTOGRAM}_created gauge")
+    lines += [f'{HISTOGRAM}_created{{engine="0",model_name="{m}"}} {created}' for m in observed]
+    return lines
 
 
 class _Exposition(BaseHTTPRequestHandler):

@@ -247,3 +247,20 @@ def preset(name: str) -> Preset:
     if name not in PRESETS:
         raise ValueError(f"no preset {clip(name)}: known are {', '.join(PRESETS)}")
     return PRESETS[name]
+
+
+def service_specs(count: str | None, name: str | None) -> tuple[tuple[Spec, ...], tuple[Spec, ...]]:
+    """What a holder that names a service in one value counts (a pod's annotations, a systemd
+    unit's entry): (its unit specs, the job's own first; its latency histograms' specs), from
+    ``count`` (unit specs, one a line) or else the preset called ``name`` (all its units and
+    latency histograms). ValueError (one line) for a bad spec, no spec, or a kind named twice."""
+    if count is None:
+        server = preset(name or "")
+        return tuple(server.unit_specs()), tuple(server.latency_specs())
+    specs = tuple(parse_unit(line) for line in count.splitlines() if line.strip())
+    names = [spec.name for spec in specs]
+    if not specs:
+        raise ValueError("no unit spec given")
+    if len(set(names)) < len(names):
+        raise ValueError(f"a unit kind is named twice: {', '.join(names)}")
+    return specs, ()

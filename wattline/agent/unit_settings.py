@@ -43,7 +43,13 @@ class UnitService:
     name: str
     kind: str
     metrics: str
-    spec: Spec
+    specs: tuple[Spec, ...]  #: its unit specs, the job's own first
+    latencies: tuple[Spec, ...] = ()  #: its latency histograms' specs
+
+    @property
+    def spec(self) -> Spec:
+        """The job's own unit."""
+        return self.specs[0]
 
 
 @dataclass
@@ -53,8 +59,9 @@ class SystemdSettings:
     services: list[dict[str, str]] = option(
         [],
         "Services held by systemd units, one table each ([[systemd.services]]): unit (NAME.service), metrics "
-        "(the server's Prometheus URL), count (a unit spec NAME=METRIC{MATCHERS}) or preset (vllm, triton, tgi, "
-        "torchserve), and optionally job (its job id, default systemd:UNIT), name and kind (inference, training, "
+        "(the server's Prometheus URL), count (unit specs NAME=METRIC{MATCHERS}, one a line: the first is the "
+        "job's unit) or preset (vllm, triton, tgi, torchserve: every unit and latency histogram it names), and "
+        "optionally job (its job id, default systemd:UNIT), name and kind (inference, training, "
         "other). The unit's job is open while its cgroup system.slice/UNIT holds processes. In the file only.",
     )
     poll_interval: float = option(5.0, "Seconds between two looks at the units' cgroups and scrapes of their metrics.")
@@ -90,7 +97,7 @@ class SystemdSettings:
 
 def unit_service(entry: Mapping[str, str]) -> UnitService:
     """One entry's service; ValueError (one line) when it asks badly."""
-    from wattline.served_specs import parse_unit, preset  # only where a service is named
+    from wattline.served_specs import service_specs  # only where a service is named
 
     unknown = sorted(set(entry) - set(KEYS))
     if unknown:
@@ -103,7 +110,7 @@ def unit_service(entry: Mapping[str, str]) -> UnitService:
         raise ValueError(
             f"give one of count (a unit spec) and preset (a known server): {'both' if count else 'neither'} given"
         )
-    spec = parse_unit(count) if count is not None else preset(name or "").unit_specs()[0]
+    specs, latencies = service_specs(count, name)
     metrics = entry.get("metrics", "")
     where = urlsplit(metrics)
     if where.scheme not in ("http", "https") or not where.hostname:
@@ -116,7 +123,8 @@ def unit_service(entry: Mapping[str, str]) -> UnitService:
     job_id = entry.get("job") or f"systemd:{unit}"
     if len(job_id) > 200 or not job_id.isprintable():
         raise ValueError(f"job {clip(job_id)}: at most 200 printable characters")
-    return UnitService(unit, job_id, entry.get("name") or unit.removesuffix(".service"), kind, metrics, spec)
+    title = entry.get("name") or unit.removesuffix(".service")
+    return UnitService(unit, job_id, title, kind, metrics, specs, latencies)
 
 
 def systemd_settings(doc: Mapping[str, Any]) -> SystemdSettings | None:

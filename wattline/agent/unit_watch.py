@@ -10,7 +10,8 @@ its CPU time (the cgroup's, :mod:`.cgroup_cpu`) against the host's (the root cgr
 out as ``cpu:host`` USE periods (:class:`.cpu_use.CpuTally`, one tally for every holder); and
 each look scrapes its metrics URL, a UNITS event per good scrape with the job's running total
 (:class:`wattline.served_metrics.ServedCounters`: a restart's reset counters, a failed scrape,
-a late series count once).
+a late series count once), and every other unit kind's and latency bucket's series apart
+(:mod:`wattline.served_series`, as the pod watcher and ``wattline run --metrics`` send them).
 
 A service is a job that does not end: a unit that stops and is back within ``grace`` (a
 restart, a crash systemd restarts) goes on in the same job, since its figures over any window
@@ -57,6 +58,7 @@ from wattline.agent.slurm_cgroups import CGROUP_DIR
 from wattline.agent.unit_settings import SystemdSettings, UnitService
 from wattline.served_metrics import RESET, ServedCounters
 from wattline.served_scrape import ScrapeError, scrape
+from wattline.served_series import SeriesBook, ServerSeries, fixed_sender
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,8 @@ class _Unit:
     stopped_ns: int = 0  #: the look that first saw it stopped while its job is open (0: running)
     beat: int = -1
     counters: ServedCounters | None = None
+    server: ServerSeries | None = None  #: its readings as the job's units and its other series' counts
+    series: SeriesBook | None = None  #: its job's other series (unit kinds, latency buckets)
     total: float = 0.0  #: units counted in its job so far
     scraped_ns: int = 0
     cpu_last: int | None = None  #: its cgroup's CPU time at the last look (None: none known)
@@ -196,7 +200,10 @@ class UnitWatcher:
         self._record(unit)
         # Running when this agent first looked: its counters hold a past that is not (or was already,
         # by an earlier agent) counted; only a series made since (its _created) counts from 0.
-        unit.counters = ServedCounters([s.spec], start_ns=now, started_server=bool(self._last_ns))
+        unit.counters = ServedCounters(s.specs, s.latencies, start_ns=now, started_server=bool(self._last_ns))
+        unit.server = ServerSeries(s.spec.name)
+        sender = fixed_sender("systemd", unit.job_id, self.host.host_id, unit.base, lambda e: self.pending.append(e))
+        unit.series = SeriesBook(sender)
         if self._last_ns and unit.absent is not None:  # its CPU time at the previous look is known
             self.tally.start(unit.job_id, self._last_ns, unit.cpu_total, open_ns)
         self.pending.append(
@@ -231,7 +238,7 @@ class UnitWatcher:
             self.settings.grace,
             unit.job_id,
         )
-        unit.job_id, unit.counters = "", None
+        unit.job_id, unit.counters, unit.server, unit.series = "", None, None, None
         self._record(unit)
 
     # ----------------------------------------------------------------- across agent restarts
@@ -271,7 +278,7 @@ class UnitWatcher:
 
     def _scrape(self, unit: _Unit, now: int, number: int) -> None:
         """The unit's units since its last good scrape, as a UNITS event at this look's place."""
-        assert unit.counters is not None
+        assert unit.counters is not None and unit.server is not None and unit.series is not None
         t = unit.scraped_ns = max(now, unit.scraped_ns + 1)
         try:
             reading = unit.counters.update(self.fetch(unit.service.metrics, self.timeout_s), t)
@@ -283,7 +290,7 @@ class UnitWatcher:
         resets = [n.message for n in reading.notes if n.kind == RESET]
         if resets:
             log.info("unit %s: %s", unit.service.unit, resets[0])
-        units = sum(u.units for u in reading.units)
+        units, extra = unit.server.counts(reading)
         unit.total += units
         unit.good += 1
         # A restarted agent's first scrape, a baseline, takes the odd place: never that of the last look before.
@@ -292,6 +299,7 @@ class UnitWatcher:
         # under the same event_seq base, so readers sum its events instead
         total = {} if unit.resumed else {"units_total": unit.total}
         self.pending.append(unit.event(Kind.KIND_UNITS, t, at, units=units, **total))
+        unit.series.count(extra, t, at)
 
     # ----------------------------------------------------------------- CPU time
 

@@ -1,13 +1,18 @@
 """A service pod's units, counted from its own Prometheus endpoint (docs/operations/kubernetes.md,
 "Services: units from a pod's own metrics").
 
-A job's pod annotated with :data:`COUNT` (a unit spec, :mod:`wattline.served_specs`) or
-:data:`PRESET` (a known server: its first unit) is a service: its job's open says so, the
-spec's NAME is the job's unit, and at every look the watcher scrapes the pod at
+A job's pod annotated with :data:`COUNT` (unit specs, one a line, :mod:`wattline.served_specs`)
+or :data:`PRESET` (a known server) is a service: its job's open says so, the first spec's NAME
+(the preset's first unit) is the job's unit, and at every look the watcher scrapes the pod at
 ``http://POD_IP:PORT/PATH`` (:data:`METRICS`, else the common ``prometheus.io/port`` and
 ``prometheus.io/path``) and counts what its counters rose (:class:`ServedCounters`: resets,
-late series, failed scrapes). Only the pod's own IP is scraped: an absolute URL in an
-annotation would let whoever writes pods make the agent ask any address its network reaches.
+late series, failed scrapes). Every other unit kind (a preset's tokens per model) and a preset's
+latency histograms are counted too, each series apart (:mod:`wattline.served_series`, as
+``wattline run --metrics`` counts them). A pod that ended (deleted, or its containers exited) is
+scraped once more at the look that sees it end, before its job closes, so the requests it
+finished since the previous look count; a server already gone then is one line. Only the pod's
+own IP is scraped: an absolute URL in an annotation would let whoever writes pods make the agent
+ask any address its network reaches.
 
 What is counted: a pod first seen before its containers started is counted from 0; one
 already running when this agent first saw it (the agent started, or restarted, since) from
@@ -21,14 +26,15 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from wattline.agent.kube.pods import Pod
 from wattline.served_metrics import REFUSED, RESET, RETURNED, ServedCounters
 from wattline.served_scrape import ScrapeError, scrape
-from wattline.served_specs import Spec, parse_unit, preset
+from wattline.served_series import SeriesCount, ServerSeries, added
+from wattline.served_specs import Spec, service_specs
 from wattline.text import clip
 
 log = logging.getLogger(__name__)
@@ -50,11 +56,18 @@ WORKERS = 8
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """Where on its IP a service pod exposes its metrics, and what to count there."""
+    """Where on its IP a service pod exposes its metrics, and what to count there: its unit
+    specs (the job's own first) and latency histograms."""
 
     port: int
     path: str
-    spec: Spec
+    specs: tuple[Spec, ...]
+    latencies: tuple[Spec, ...] = ()
+
+    @property
+    def spec(self) -> Spec:
+        """The job's own unit."""
+        return self.specs[0]
 
     def url(self, ip: str) -> str:
         return f"http://{f'[{ip}]' if ':' in ip else ip}:{self.port}{self.path}"
@@ -68,7 +81,7 @@ def endpoint_of(annotations: Mapping[str, str]) -> Endpoint | None:
     if (count is None) == (name is None):
         neither = "both are given" if count is not None else "neither is given"
         raise ValueError(f"give one of {COUNT} (a unit spec) and {PRESET} (a known server): {neither}")
-    spec = parse_unit(count) if count is not None else preset(name or "").unit_specs()[0]
+    specs, latencies = service_specs(count, name)
     key, where = METRICS, annotations.get(METRICS)
     if where is None:
         scheme = annotations.get(PROMETHEUS_SCHEME, "http")
@@ -81,7 +94,7 @@ def endpoint_of(annotations: Mapping[str, str]) -> Endpoint | None:
     match = _WHERE.fullmatch(where)
     if match is None or not 0 < int(match.group(1)) < 65536:
         raise ValueError(f"{key} {clip(where)}: expected PORT[/PATH] on the pod's IP, e.g. 8000/metrics")
-    return Endpoint(int(match.group(1)), match.group(2) or DEFAULT_PATH, spec)
+    return Endpoint(int(match.group(1)), match.group(2) or DEFAULT_PATH, specs, latencies)
 
 
 @dataclass
@@ -91,6 +104,8 @@ class _Served:
     name: str  #: namespace/name, for its lines
     endpoint: Endpoint
     counters: ServedCounters
+    server: ServerSeries  #: its reading as the job's units and its other series' counts
+    ip: str = ""  #: its IP when last listed with one (a pod that ended may be listed without)
     good: int = 0  #: good scrapes so far
     last_ns: int = 0
     said: set[str] = field(default_factory=set)
@@ -104,13 +119,15 @@ class _Served:
 
 @dataclass(frozen=True, slots=True)
 class Counted:
-    """A job's units at one look: its UNITS event's time, units, running total here, and
-    whether it is only its pods' first readings (a restarted agent's baseline: its place differs)."""
+    """A job's units at one look: its UNITS event's time, units, running total here, whether
+    it is only its pods' first readings (a restarted agent's baseline: its place differs), and
+    its other series' counts (its pods' added)."""
 
     time_ns: int
     units: float
     total: float
     first: bool
+    extra: tuple[SeriesCount, ...] = ()
 
 
 class ServiceUnits:
@@ -142,8 +159,9 @@ class ServiceUnits:
             log.warning("pod %s counts %s but its job counts %s: not counted", name, endpoint.spec.name, unit)
             return
         # Started before this agent saw it: its counters hold a past that is not (or was already) counted.
-        counters = ServedCounters([endpoint.spec], start_ns=now_ns, started_server=not (pod.started or pod.terminal))
-        self.pods[pod.uid] = _Served(name, endpoint, counters)
+        started = not (pod.started or pod.terminal)
+        counters = ServedCounters(endpoint.specs, endpoint.latencies, start_ns=now_ns, started_server=started)
+        self.pods[pod.uid] = _Served(name, endpoint, counters, ServerSeries(endpoint.spec.name), pod.ip)
 
     def unit_of(self, job_id: str) -> str | None:
         """The job's unit when it is a service ("": without units), else None."""
@@ -155,22 +173,26 @@ class ServiceUnits:
         self.units.pop(job_id, None)
         self.totals.pop(job_id, None)
 
-    def count(self, live: Mapping[str, Sequence[Pod]], now_ns: int | None = None) -> dict[str, Counted]:
-        """Scrapes every counted pod of ``live`` (job id -> its live pods) at once; each job's
-        units since its previous count, at its last answer's time (``now_ns``: the caller's)."""
-        asks = [
-            (job_id, served, pod)
-            for job_id, pods in live.items()
-            for pod in pods
-            if pod.ip and (served := self.pods.get(pod.uid)) is not None
-        ]
+    def count(
+        self, live: Mapping[str, Sequence[Pod]], now_ns: int | None = None, last: Collection[str] = ()
+    ) -> dict[str, Counted]:
+        """Scrapes every counted pod of ``live`` (job id -> its pods to scrape) at once; each job's
+        units since its previous count, at its last answer's time (``now_ns``: the caller's).
+        ``last``: the uids of pods that ended, scraped a last time (a failure is said, always)."""
+        asks = []
+        for job_id, pods in live.items():
+            for pod in pods:
+                served = self.pods.get(pod.uid)
+                if served is not None and (pod.ip or served.ip):
+                    served.ip = pod.ip or served.ip
+                    asks.append((job_id, served, pod.uid in last))
         if not asks:
             return {}
         self._pool = self._pool or ThreadPoolExecutor(WORKERS, thread_name_prefix="wattline-scrape")
         pool = self._pool
-        answers = [pool.submit(self._scrape, served.endpoint.url(pod.ip)) for _job, served, pod in asks]
+        answers = [pool.submit(self._scrape, served.endpoint.url(served.ip)) for _job, served, _last in asks]
         counted: dict[str, Counted] = {}
-        for (job_id, served, _pod), answer in zip(asks, answers, strict=True):
+        for (job_id, served, final), answer in zip(asks, answers, strict=True):
             text, error, answered_ns = answer.result()
             served.last_ns = t = max(now_ns or answered_ns, served.last_ns + 1)
             try:
@@ -179,7 +201,11 @@ class ServiceUnits:
                 reading = served.counters.update(text, t)
             except ScrapeError as exc:
                 served.counters.failed(t, str(exc))
-                served.say(f"scrape failed: {exc} (said once; the next good scrape counts what it missed)")
+                if final:  # not once: each pod has one last scrape
+                    log.warning("pod %s ended: its last scrape failed: %s (what it served since the previous "
+                                "look is not counted; its job closes)", served.name, exc)  # fmt: skip
+                else:
+                    served.say(f"scrape failed: {exc} (said once; the next good scrape counts what it missed)")
                 continue
             served.good += 1
             if served.good == 1 and not reading.units:
@@ -188,12 +214,14 @@ class ServiceUnits:
                 said = [note.message for note in reading.notes if note.kind == kind]
                 if said:
                     served.say(said[0] + (f" (and {len(said) - 1} more series)" if len(said) > 1 else ""))
-            units = sum(u.units for u in reading.units)
+            units, extra = served.server.counts(reading)
             total = self.totals[job_id] = self.totals.get(job_id, 0.0) + units
+            first = served.good == 1
             before = counted.get(job_id)
             if before is not None:
-                units, t = units + before.units, max(t, before.time_ns)
-            counted[job_id] = Counted(t, units, total, served.good == 1 and (before is None or before.first))
+                units, t, first = units + before.units, max(t, before.time_ns), first and before.first
+                extra = added([*before.extra, *extra])
+            counted[job_id] = Counted(t, units, total, first, tuple(extra))
         return counted
 
     def _scrape(self, url: str) -> tuple[str | None, str, int]:

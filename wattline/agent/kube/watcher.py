@@ -11,7 +11,10 @@ rule splits CPU, DRAM and NIC by it) and, every second, each GPU's per-process u
 over the job's processes (a process's pod from ``/proc/PID/cgroup``) for GPUs shared by
 time-slicing or MPS. A pod that is no job is remembered by UID: one map lookup per poll.
 A job whose pods are services (:mod:`.pod_units`) opens as one, and each look scrapes their
-metrics: a UNITS event per look with a good scrape, at its time, with the job's running total.
+metrics: a UNITS event per look with a good scrape, at its time, with the job's running total,
+and its other series' counts (:mod:`wattline.served_series`: each unit kind's and latency
+bucket's series in an event_seq block of its own, at the look's place); a pod that ended is
+scraped a last time before its job closes.
 
 Every event's identity is fixed by (job id, host) and its place (open, heartbeat period,
 use period and device, events-file line, service look, close), so a restarted agent sends the same
@@ -44,6 +47,7 @@ from wattline.agent.kube.podlist import PodList, PodSourceError
 from wattline.agent.kube.pods import PRECEDENCE, JobOf, Pod, PodEnd, job_of, pod_end
 from wattline.agent.kube.settings import KubeSettings
 from wattline.agent.process_use import Tally, UseTallies, use_fields
+from wattline.served_series import SeriesBook, fixed_sender
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +97,8 @@ class NodeJob:
     claimed: set[str] = field(default_factory=set)
     beat: int = -1
     lines: dict[str, _Lines] = field(default_factory=dict)
+    series: SeriesBook | None = None  #: a service's other series (unit kinds, latency buckets)
+    scraped_last: set[str] = field(default_factory=set)  #: pods that ended, scraped a last time
 
     def event(self, kind: wire.pb.JobEvent.Kind, time_ns: int, at: int, **fields: Any) -> wire.pb.JobEvent:
         return wire.JobEvent(job_id=self.job.job_id, kind=kind, time_ns=time_ns, event_seq=self.base | at, **fields)
@@ -185,7 +191,10 @@ class PodWatcher:
         self._cpu(now_ns, listed if pods is not None else None)  # a closing job's last period before its close
         for nj in list(self.jobs.values()):
             self._tend(nj, now_ns)
-        self._units(now_ns)
+        self._units(now_ns)  # a pod that ended: its last scrape, before its job's close
+        for nj in list(self.jobs.values()):
+            if nj.opened and not nj.live:
+                self._close(nj)
         for nj in self.jobs.values():
             self._flush_use(nj, now_ns)
         self._gpu_from = now_ns
@@ -271,7 +280,9 @@ class PodWatcher:
                 beat_ns = max(number * period_ns, nj.open_ns)
                 self.pending.append(nj.event(Kind.KIND_HEARTBEAT, beat_ns, BEATS_AT + number % (1 << 28)))
                 nj.beat = number
-            return
+
+    def _close(self, nj: NodeJob) -> None:
+        """The job's close: every pod of it here has ended."""
         worst = min(nj.ended.values(), key=lambda e: PRECEDENCE.index(e.state))
         end_ns = nj.end_ns
         self._flush_use(nj, end_ns)
@@ -355,13 +366,28 @@ class PodWatcher:
     # ----------------------------------------------------------------- units from inside
 
     def _units(self, now: int) -> None:
-        """Each open service job's units since its last UNITS event, from its live pods' scrapes."""
-        live = {j: [nj.pods[uid] for uid in nj.live] for j, nj in self.jobs.items() if nj.opened}
+        """Each open service job's units since its last UNITS event, from its live pods' scrapes
+        and the last scrape of each pod that ended since the previous look; its other series too."""
+        asks: dict[str, list[Pod]] = {}
+        ended: set[str] = set()
+        for job_id, nj in self.jobs.items():
+            if nj.opened:
+                last = [uid for uid in nj.ended if uid not in nj.scraped_last]
+                nj.scraped_last.update(last)
+                ended.update(last)
+                asks[job_id] = [nj.pods[uid] for uid in (*nj.live, *last)]
         number = self._poll_ns // int(self.settings.poll_interval * 1e9)
-        for job_id, c in self.served.count(live, None if self._clock else now).items():
+        for job_id, c in self.served.count(asks, None if self._clock else now, ended).items():
             nj, at = self.jobs[job_id], SCRAPES_AT + 2 * (number % _LOOKS) + c.first
             time_ns = max(c.time_ns, nj.open_ns)  # a kubelet's clock ahead of ours: never before the open
+            if not nj.live:  # its last scrapes: what they count was served by its end
+                time_ns = max(min(time_ns, nj.end_ns), nj.open_ns)
             self.pending.append(nj.event(Kind.KIND_UNITS, time_ns, at, units=c.units, units_total=c.total))
+            if c.extra:
+                if nj.series is None:
+                    sender = fixed_sender("k8s", job_id, self.host.host_id, nj.base, self._pend)
+                    nj.series = SeriesBook(sender)
+                nj.series.count(c.extra, time_ns, at)
 
     def _read_lines(self, nj: NodeJob, uid: str) -> None:
         """New complete lines of the pod's events file as UNITS/PHASE events at their place."""
@@ -382,6 +408,9 @@ class PodWatcher:
                 self.pending.append(nj.event(kind, max(stamp or time.time_ns(), nj.open_ns), at, **fields))
 
     # ----------------------------------------------------------------- delivery
+
+    def _pend(self, event: wire.pb.JobEvent) -> None:
+        self.pending.append(event)  # the list of the moment: flush replaces it
 
     def flush(self) -> None:
         """Hand the pending events to the outbox; kept for the next poll if it cannot take them."""

@@ -13,34 +13,27 @@ moment after it stops serving loses nothing), then the job closes.
 
 The first spec (``--count``'s first, or the one ``--units`` picks of a preset) counts the job's
 own units, summed over its ``by`` labels, as every other holder sends them. Every other spec is
-an extra unit kind: each of its series (one per value of its ``by`` labels, one model's input
-tokens, say) is sent as UNITS events with ``unit`` and ``unit_labels`` set, numbered by an
-:class:`~wattline.workloads.jobs.events.EventBuilder` of its own, so that its ``units_total`` is
-that series' alone and readers never add it into the job's units.
-
-A preset's latency histograms (vLLM's end-to-end request latency, say) go the same way, one
-series per bucket: kind the histogram's name, labels its ``by`` labels plus ``le``, the bucket's
-bound as the exposition writes it (``0.5``, ``+Inf``: its count is the histogram's ``_count``),
-or ``le="sum"`` for its ``_sum`` in seconds. Each event's units are the observations the bucket
-gained since the series' previous event, counted as the unit counters are (a restart neither
-loses nor doubles one), so a report takes any window's bucket counts from them
-(:mod:`wattline.workloads.report.latency`); the ``le`` label keeps them out of the unit kinds.
+an extra unit kind, and a preset's latency histograms (vLLM's end-to-end request latency, say)
+are read bucket by bucket: each series goes as UNITS events with ``unit`` and ``unit_labels``
+set, as :mod:`wattline.served_series` counts and holds them (the agent's watchers send theirs
+the same way), numbered by an :class:`~wattline.workloads.jobs.events.EventBuilder` of its own,
+so that its ``units_total`` is that series' alone and readers never add it into the job's units.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from wattline import wire
 from wattline.config import ConfigError
-from wattline.served_metrics import REFUSED, RESET, RETURNED, LatencyTotals, Reading, ServedCounters
+from wattline.served_metrics import REFUSED, RESET, RETURNED, Reading, ServedCounters
 from wattline.served_scrape import ScrapeError, scrape
+from wattline.served_series import Send, Series, SeriesBook, ServerSeries
 from wattline.served_specs import Spec, parse_latency, parse_unit, preset
 from wattline.text import clip
 from wattline.units import parse_duration
@@ -160,33 +153,6 @@ def _preset_specs(name: str | None, units: str | None) -> list[Spec]:
     raise ConfigError(f"option --units: preset {name} counts {known}, not {clip(units)}")
 
 
-@dataclass
-class _Series:
-    """How one unit series' counts are sent. An idle reading's 0 is held, and sent only before
-    the next busy one: the busy one's units then cover that interval alone, not the idle
-    stretch, and an idle service writes no event a second."""
-
-    send: Callable[[float, int], None]
-    total: float = 0.0
-    held_ns: int | None = field(default=None, repr=False)
-
-    def count(self, units: float, time_ns: int) -> None:
-        if not units:
-            self.held_ns = time_ns
-            return
-        if self.held_ns is not None:
-            self.send(0.0, self.held_ns)
-            self.held_ns = None
-        self.send(units, time_ns)
-        self.total += units
-
-    def flush(self) -> None:
-        """Sends the 0 held, if any, now."""
-        if self.held_ns is not None:
-            self.send(0.0, self.held_ns)
-            self.held_ns = None
-
-
 def _stderr(line: str) -> None:
     print(f"wattline: {line}", file=sys.stderr, flush=True)
 
@@ -207,13 +173,9 @@ class ServedHolder:
             [served.spec, *served.extra], served.latencies, start_ns=open_ns, started_server=True
         )
         self.timeout_s = min(max(served.every_s, MIN_TIMEOUT_S), MAX_TIMEOUT_S)
-        self._own = _Series(units.add)
-        #: (kind, its labels) -> an extra unit kind's series
-        self._kinds: dict[tuple[str, tuple[tuple[str, str], ...]], _Series] = {}
-        #: (histogram, its labels with le) -> a latency bucket's series (or its sum's)
-        self._buckets: dict[tuple[str, tuple[tuple[str, str], ...]], _Series] = {}
-        #: (histogram, labels, bucket bounds) -> its totals at the previous reading
-        self._latency_last: dict[tuple[str, tuple[tuple[str, str], ...], tuple[float, ...]], LatencyTotals] = {}
+        self._own = Series(lambda count, time_ns, _place: units.add(count, time_ns))
+        self._server = ServerSeries(served.spec.name)
+        self._book = SeriesBook(self._sender)  #: the extra unit kinds' series and the latency buckets'
         self.good = 0  #: scrapes that gave a reading
         self.missed = 0  #: failed scrapes between two good ones (a gap; not the server starting or gone)
         self._since_good = 0  # failed scrapes since the last good one
@@ -221,7 +183,6 @@ class ServedHolder:
         self._said: set[str] = set()
         self._started = time.monotonic()
         self._last_ns = 0
-        self._read_ns: int | None = None  # the previous good reading
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wattline-scrape", daemon=True)
@@ -262,15 +223,10 @@ class ServedHolder:
             self.good += 1
             self.missed += self._since_good if self.good > 1 else 0
             self._since_good = 0
-            own = self.served.spec.name
-            self._own.count(sum(u.units for u in reading.units if u.kind == own), reading.time_ns)
-            for count in reading.units:
-                if count.kind != own:
-                    self._series(self._kinds, count.kind, count.labels).count(count.units, reading.time_ns)
-            for totals in reading.latencies:
-                self._latency(totals, reading.time_ns)
+            own, counts = self._server.counts(reading)
+            self._own.count(own, reading.time_ns)
+            self._book.count(counts, reading.time_ns)
             self._said_notes(reading)
-            self._read_ns = reading.time_ns
             return reading
 
     def _run(self) -> None:
@@ -285,42 +241,15 @@ class ServedHolder:
         self._last_ns = max(time.time_ns(), self._last_ns + 1)
         return self._last_ns
 
-    def _series(
-        self, into: dict[tuple[str, tuple[tuple[str, str], ...]], _Series], kind: str, labels: dict[str, str]
-    ) -> _Series:
-        """The series of ``kind`` with ``labels`` (kept in ``into``): its UNITS events numbered by
-        a builder of its own (its ``units_total`` is the series' alone), sent at once. One first
-        seen after the first reading counted its units since the previous one (it appeared since:
-        :mod:`wattline.served_metrics`): its first event covers that time, not the job's."""
-        key = (kind, tuple(sorted(labels.items())))
-        if key not in into:
-            builder = EventBuilder(self.units.builder.spec)
-            labels = dict(labels)
+    def _sender(self, kind: str, labels: dict[str, str]) -> Send:
+        """An extra series' sender: its UNITS events numbered by a builder of its own (its
+        ``units_total`` is the series' alone), sent at once."""
+        builder = EventBuilder(self.units.builder.spec)
 
-            def send(units: float, time_ns: int) -> None:
-                event = builder.make(UNITS, time_ns, units=units, unit=kind, unit_labels=labels)
-                self.units.emit([event])
+        def send(units: float, time_ns: int, _place: int) -> None:
+            self.units.emit([builder.make(UNITS, time_ns, units=units, unit=kind, unit_labels=labels)])
 
-            into[key] = _Series(send, held_ns=self._read_ns)
-        return into[key]
-
-    def _latency(self, totals: LatencyTotals, time_ns: int) -> None:
-        """Sends what each bucket (and the sum) of one latency series gained since the previous
-        reading: the totals only grow (:class:`ServedCounters` counts a restart's from 0 again).
-        A bucket's first reading is sent even when idle, so every bucket is in the store."""
-        key = (totals.name, tuple(sorted(totals.labels.items())), tuple(le for le, _ in totals.buckets))
-        before = self._latency_last.get(key)
-        self._latency_last[key] = totals
-        then = [0.0] * (len(totals.buckets) + 1) if before is None else [*(n for _, n in before.buckets), before.sum]
-        now = [*(n for _, n in totals.buckets), totals.sum]
-        names = [*("+Inf" if le == math.inf else repr(le) for le, _ in totals.buckets), "sum"]
-        for le, a, b in zip(names, then, now, strict=True):
-            labels = {**totals.labels, "le": le}
-            fresh = (totals.name, tuple(sorted(labels.items()))) not in self._buckets
-            series = self._series(self._buckets, totals.name, labels)
-            series.count(b - a, time_ns)
-            if fresh:  # stored at once, even idle: a report learns the bucket layout from it
-                series.flush()
+        return send
 
     def _failed(self, reason: str, final: bool) -> None:
         self._since_good += 1
@@ -357,10 +286,7 @@ class ServedHolder:
             return f"no {kind} were counted from the metrics: no scrape of {url} answered ({why})"
         missed = f", {self.missed} failed between them" if self.missed else ""
         scrapes = f"{self.good} scrape{'s' if self.good > 1 else ''}"
-        kinds: dict[str, float] = {}
-        for (name, _), series in self._kinds.items():
-            kinds[name] = kinds.get(name, 0.0) + series.total
-        extra = "".join(f", {_number(units)} {name}" for name, units in kinds.items())
+        extra = "".join(f", {_number(units)} {name}" for name, units in self._book.kind_totals().items())
         return f"{_number(self.total)} {kind}{extra} counted from {url} ({scrapes}{missed})"
 
 

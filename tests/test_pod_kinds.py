@@ -1,0 +1,160 @@
+"""An annotated pod's service counts what a wrapped one does (issue #44): every unit kind of its
+preset per model, its latency histograms bucket by bucket, and the requests served just before
+its pod is deleted (a last scrape before the close).
+
+The truths are the test's: a vLLM-shaped endpoint whose counters this test advances (two models'
+requests, prompt and generation tokens: tests/test_unit_kinds.py's steps) and whose e2e latency
+histogram it fills with known latencies (tests/test_served_latency.py's steps), served to the pod
+watcher as the pod ``wattline.io/preset: vllm`` on the fake kubelet's list
+(tests/test_kube_services.py). The watcher is driven look by look; its events go to SQLite and
+``wattline report POD-JOB --json`` must give each model's tokens exactly as the test counted them,
+every request (those finished between the last look and the delete too), and p50/p99 in the
+bucket of the test's true quantile, interpolated as histogram_quantile does on the known counts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from schema_check import schema_errors
+from test_kube_services import JOB, NODE, T0, Kubelet, kubelet_pki, node, service_pod, watcher
+from test_served_latency import LLAMA, STEP_A, STEP_B, STEP_C, check, histogram_lines, merged
+from test_unit_kinds import MODELS, STEPS, Vllm
+from typer.testing import CliRunner
+
+from wattline import wire
+from wattline.agent.kube.settings import KubeSettings
+from wattline.cli.main import app
+from wattline.collector.stores.sqlite import SqliteStore
+
+__all__ = ["kubelet_pki", "node"]  # the fake kubelet's fixtures, used here
+
+S = 10**9
+Kind = wire.pb.JobEvent
+#: Each look's latencies, beside :data:`STEPS`' counts (the last look's brings Qwen's first).
+LATENCIES = [STEP_A, STEP_B, STEP_C]
+#: Served after the last look, just before the delete: (stop, length, prompt, generated), latencies.
+LAST = {MODELS[0]: (2, 1, 260, 910)}
+LAST_LATENCIES = {LLAMA: [0.7, 0.7, 1.5]}
+
+
+class VllmServer(Vllm):
+    """tests/test_unit_kinds.py's vLLM endpoint with its e2e latency histogram too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.latencies: dict[str, list[float]] = {}
+        self.created = time.time()
+
+    def observe(self, values: dict[str, list[float]]) -> None:
+        with self.lock:
+            for model, latencies in values.items():
+                self.latencies.setdefault(model, []).extend(latencies)
+
+    def text(self) -> str:
+        counters = super().text()
+        with self.lock:
+            return counters + "\n".join(histogram_lines(self.latencies, self.created)) + "\n"
+
+
+@pytest.fixture
+def vllm() -> Iterator[VllmServer]:
+    server = VllmServer()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def truth(steps: list[dict[str, tuple[int, int, int, int]]]) -> tuple[int, dict[tuple[str, str], int]]:
+    """(requests, (kind, model) -> tokens) that ``steps`` add up to."""
+    requests = sum(c[0] + c[1] for step in steps for c in step.values())
+    tokens: dict[tuple[str, str], int] = {}
+    for step in steps:
+        for model, (_stop, _length, prompt, generated) in step.items():
+            for kind, n in (("input_tokens", prompt), ("output_tokens", generated)):
+                tokens[kind, model] = tokens.get((kind, model), 0) + n
+    return requests, tokens
+
+
+def report(events: list[wire.pb.JobEvent], db: Path) -> dict[str, Any]:
+    """``wattline report POD-JOB --json`` on a SQLite store holding the watcher's ``events``."""
+    with SqliteStore(db) as store:
+        batch = wire.Batch(stream_id="agent", seq=1, sent_ns=T0)
+        batch.host.host_id = NODE
+        batch.job_events.extend(events)
+        assert store.write(batch).rejected == 0
+    result = CliRunner().invoke(app, ["report", JOB, "--store", f"sqlite:///{db}", "--json"])
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    assert schema_errors("report", data) == []
+    return data
+
+
+def serve_looks(vllm: VllmServer, kubelet: Kubelet, settings: KubeSettings, root: Path) -> tuple[Any, list[Any]]:
+    """The pod seen pending, then running from T0 + 2 s; each step served, then a look (5 s apart)."""
+    pod = {"wattline.io/preset": "vllm", "wattline.io/metrics": f"{vllm.server_address[1]}/metrics"}
+    sent: list[wire.pb.JobEvent] = []
+    w = watcher(settings, root, sent)
+    kubelet.items = [service_pod(pod, None)]
+    w.poll(T0)
+    kubelet.items = [service_pod(pod, T0 + 2 * S)]
+    for i, (step, latencies) in enumerate(zip(STEPS, LATENCIES, strict=True)):
+        vllm.step(step)
+        vllm.observe(latencies)
+        w.poll(T0 + (5 + 5 * i) * S)
+    return w, sent
+
+
+def test_an_annotated_vllm_pod_counts_each_model_s_tokens_its_latency_and_its_last_requests(
+    node: tuple[Kubelet, KubeSettings], vllm: VllmServer, tmp_path: Path
+) -> None:
+    kubelet, settings = node
+    w, sent = serve_looks(vllm, kubelet, settings, tmp_path / "host")
+    vllm.step(LAST)
+    vllm.observe(LAST_LATENCIES)
+    kubelet.items = []  # deleted: its last requests count at the last scrape, before the close
+    w.poll(T0 + 20 * S)
+
+    [close] = [e for e in sent if e.kind == Kind.KIND_CLOSE]
+    assert close.time_ns == T0 + 20 * S
+    own = [e for e in sent if e.kind == Kind.KIND_UNITS and not e.unit]
+    assert [(e.time_ns, e.units) for e in own][-1] == (T0 + 20 * S, sum(LAST[MODELS[0]][:2]))
+    assert all(e.event_seq != close.event_seq for e in sent if e.kind == Kind.KIND_UNITS)
+    requests, tokens = truth([*STEPS, LAST])
+    r = report(sent, tmp_path / "w.db")
+    assert r["job"]["unit"] == "requests" and r["units"]["total"] == requests
+    kinds = {(k["name"], k["labels"]["model_name"]): k["units"] for k in r["unit_kinds"]}
+    assert kinds == tokens and all(k["units_bound"] == 0 for k in r["unit_kinds"])
+    check(r["latency"], merged(*LATENCIES, LAST_LATENCIES), "pod's whole run")
+
+
+def test_a_pod_whose_server_is_gone_at_its_delete_says_so_and_its_job_still_closes(
+    node: tuple[Kubelet, KubeSettings], vllm: VllmServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last scrape refused (the server went first): one line, the close as without it, and
+    what the earlier looks counted stays exactly what was served up to the last good one."""
+    kubelet, settings = node
+    w, sent = serve_looks(vllm, kubelet, settings, tmp_path / "host")
+    vllm.step(LAST)  # served, but never scraped: lost, and said
+    vllm.shutdown()
+    vllm.server_close()
+    kubelet.items = []
+    w.poll(T0 + 20 * S)
+
+    [close] = [e for e in sent if e.kind == Kind.KIND_CLOSE]
+    assert close.time_ns == T0 + 20 * S
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and "last scrape failed" in lines[0] and "not counted" in lines[0], lines
+    requests, tokens = truth(STEPS)
+    r = report(sent, tmp_path / "w.db")
+    assert r["units"]["total"] == requests
+    assert {(k["name"], k["labels"]["model_name"]): k["units"] for k in r["unit_kinds"]} == tokens
+    check(r["latency"], merged(*LATENCIES), "pod's looks")

@@ -84,14 +84,14 @@ def truth(steps: list[dict[str, tuple[int, int, int, int]]]) -> tuple[int, dict[
     return requests, tokens
 
 
-def report(events: list[wire.pb.JobEvent], db: Path) -> dict[str, Any]:
-    """``wattline report POD-JOB --json`` on a SQLite store holding the watcher's ``events``."""
+def report(events: list[wire.pb.JobEvent], db: Path, job: str = JOB, host: str = NODE) -> dict[str, Any]:
+    """``wattline report JOB --json`` on a SQLite store holding a watcher's ``events`` from ``host``."""
     with SqliteStore(db) as store:
         batch = wire.Batch(stream_id="agent", seq=1, sent_ns=T0)
-        batch.host.host_id = NODE
+        batch.host.host_id = host
         batch.job_events.extend(events)
         assert store.write(batch).rejected == 0
-    result = CliRunner().invoke(app, ["report", JOB, "--store", f"sqlite:///{db}", "--json"])
+    result = CliRunner().invoke(app, ["report", job, "--store", f"sqlite:///{db}", "--json"])
     assert result.exit_code == 0, result.output
     data: dict[str, Any] = json.loads(result.stdout)
     assert schema_errors("report", data) == []

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shutil
 import subprocess
 import threading
@@ -39,6 +40,8 @@ import pytest
 from procs import CLI, Proc, clean_env, start_collector
 from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
+from test_pod_kinds import LAST, LATENCIES, STEPS, VllmServer, check, merged, truth
+from test_pod_kinds import report as report_events
 from waits import wait_until
 
 from wattline import wire
@@ -383,3 +386,48 @@ def test_a_unit_stopped_while_no_agent_watched_closes_its_job_after_the_grace(tm
     edges = (wire.pb.JobEvent.KIND_OPEN, wire.pb.JobEvent.KIND_CLOSE)
     kinds = [(e.kind, e.job_id, e.time_ns) for e in sent if e.kind in edges]
     assert kinds == [(wire.pb.JobEvent.KIND_OPEN, JOB, t0)] * 2 + [(wire.pb.JobEvent.KIND_CLOSE, JOB, t0 + 10**9)]
+
+
+def test_a_vllm_unit_counts_each_model_s_tokens_and_latency_and_says_its_last_scrape_failed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``preset = "vllm"`` unit started while the agent watched, driven look by look: each
+    model's tokens and the e2e latency histogram are counted as the pod and wrapper holders
+    count them (tests/test_pod_kinds.py's truths); what it served after its last good scrape
+    is lost with its server, and that last scrape's failure is one line, the close going on."""
+    base = tmp_path / "sys/fs/cgroup"
+    shutil.copytree(FIXTURE / "sys/fs/cgroup", base)
+    shutil.rmtree(base / "system.slice" / UNIT)
+    server = VllmServer()  # its exposition only: the watcher's fetch reads it
+    server.server_close()
+    settings = SystemdSettings(services=[{"unit": UNIT, "job": JOB, "metrics": "http://127.0.0.1:9/m",
+                                          "preset": "vllm"}], poll_interval=1.0, grace=2.0).validate()  # fmt: skip
+
+    def fetch(_url: str, _timeout: float) -> str:
+        if not (base / "system.slice" / UNIT).exists():
+            raise ScrapeError("connection refused")  # the server stopped with its unit
+        return server.text()
+
+    sent: list[Any] = []
+    watcher = UnitWatcher(settings, wire.Host(host_id="h"), tmp_path, lambda _h, ev: sent.extend(ev), fetch)
+    t0 = 1_767_225_600 * 10**9
+    watcher.look(t0)
+    shutil.copytree(FIXTURE / "sys/fs/cgroup/system.slice" / UNIT, base / "system.slice" / UNIT)
+    for i, (step, latencies) in enumerate(zip(STEPS, LATENCIES, strict=True), start=1):
+        server.step(step)
+        server.observe(latencies)
+        watcher.look(t0 + i * 10**9)
+    server.step(LAST)  # served after the last good scrape: gone with the server
+    shutil.rmtree(base / "system.slice" / UNIT)
+    for t in (4, 5, 6):
+        watcher.look(t0 + t * 10**9)
+
+    [close] = [e for e in sent if e.kind == wire.pb.JobEvent.KIND_CLOSE]
+    assert close.time_ns == t0 + 4 * 10**9
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and "last scrape failed" in lines[0], lines
+    requests, tokens = truth(STEPS)
+    r = report_events(sent, tmp_path / "w.db", JOB, "h")
+    assert r["job"]["unit"] == "requests" and r["units"]["total"] == requests
+    assert {(k["name"], k["labels"]["model_name"]): k["units"] for k in r["unit_kinds"]} == tokens
+    check(r["latency"], merged(*LATENCIES), "unit's whole run")

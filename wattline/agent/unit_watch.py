@@ -16,7 +16,8 @@ a late series count once), and every other unit kind's and latency bucket's seri
 A service is a job that does not end: a unit that stops and is back within ``grace`` (a
 restart, a crash systemd restarts) goes on in the same job, since its figures over any window
 are what an operator asks, and a restart is one of the things a window holds. A unit stopped
-longer ends its job at the look that first saw it stopped, after a last scrape; one taken out
+longer ends its job at the look that first saw it stopped, after a last scrape at that look
+(a server already gone then is one line: what it served since the previous look is lost); one taken out
 of the config (an agent restarted without it) gets no more heartbeats, and the lease ends its
 job. A unit that runs again after its job closed opens a new job, ``<job>@<its open, unix
 seconds>`` (the closed one keeps its close).
@@ -284,8 +285,11 @@ class UnitWatcher:
             reading = unit.counters.update(self.fetch(unit.service.metrics, self.timeout_s), t)
         except ScrapeError as exc:
             unit.counters.failed(t, str(exc))
-            if not unit.stopped_ns:  # a stopped server does not answer: nothing to say
+            if not unit.stopped_ns:
                 unit.say(f"scrape failed: {exc} (said once; the next good scrape counts what it missed)")
+            elif unit.stopped_ns == now:  # the look that saw it stop: its last scrape (later ones: nothing to say)
+                log.warning("unit %s stopped: its last scrape failed: %s (what it served since the previous look "
+                            "is not counted)", unit.service.unit, exc)  # fmt: skip
             return
         resets = [n.message for n in reading.notes if n.kind == RESET]
         if resets:

@@ -30,9 +30,12 @@ from test_unit_kinds import MODELS, STEPS, Vllm
 from typer.testing import CliRunner
 
 from wattline import wire
+from wattline.agent.kube.pod_units import endpoint_of
 from wattline.agent.kube.settings import KubeSettings
+from wattline.agent.kube.watcher import seq_base
 from wattline.cli.main import app
 from wattline.collector.stores.sqlite import SqliteStore
+from wattline.served_series import fixed_sender
 
 __all__ = ["kubelet_pki", "node"]  # the fake kubelet's fixtures, used here
 
@@ -158,3 +161,34 @@ def test_a_pod_whose_server_is_gone_at_its_delete_says_so_and_its_job_still_clos
     assert r["units"]["total"] == requests
     assert {(k["name"], k["labels"]["model_name"]): k["units"] for k in r["unit_kinds"]} == tokens
     check(r["latency"], merged(*LATENCIES), "pod's looks")
+
+
+def test_a_count_annotation_names_several_unit_kinds_one_a_line() -> None:
+    """``wattline.io/count`` takes specs one a line (the first the job's unit); a kind named twice
+    is a bad annotation (one line: a service without units); a preset names all its units and
+    its latency histogram."""
+    where = {"wattline.io/metrics": "8000"}
+    endpoint = endpoint_of({"wattline.io/count": "requests=a_total\ntokens=b_total by model\n", **where})
+    assert endpoint is not None and [s.name for s in endpoint.specs] == ["requests", "tokens"]
+    assert endpoint.spec.name == "requests" and endpoint.latencies == ()
+    with pytest.raises(ValueError, match="named twice") as bad:
+        endpoint_of({"wattline.io/count": "requests=a_total\nrequests=b_total", **where})
+    assert "\n" not in str(bad.value)
+    vllm = endpoint_of({"wattline.io/preset": "vllm", **where})
+    assert vllm is not None and [s.name for s in vllm.specs] == ["requests", "input_tokens", "output_tokens"]
+    assert [s.name for s in vllm.latencies] == ["e2e"]
+
+
+def test_a_series_events_identity_is_fixed_by_the_series_and_apart_from_the_job_s() -> None:
+    """A restarted agent's sender numbers a series' events as the first did (the stores keep one
+    copy); two series, and the job's own block, never share a block."""
+    events: list[wire.pb.JobEvent] = []
+    base = seq_base(JOB, NODE)
+    first, again = (fixed_sender("k8s", JOB, NODE, base, events.append) for _ in range(2))
+    for sender in (first, again):
+        sender("output_tokens", {"model_name": MODELS[0]})(5.0, T0, 7)
+    first("output_tokens", {"model_name": MODELS[1]})(5.0, T0, 7)
+    first("input_tokens", {"model_name": MODELS[0]})(5.0, T0, 7)
+    seqs = [e.event_seq for e in events]
+    assert seqs[0] == seqs[1] and len({*seqs[1:], base | 7}) == 4
+    assert all(s & 0xFFFFFFFF == 7 for s in seqs) and events[0].unit_labels == {"model_name": MODELS[0]}

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import T0, Daemon, Influxd, VictoriaMetrics, http, searchable
-from service_intervals_data import BOUNDS, CLOSE_S, EVERY_S, S, Truth, truths, write_service
+from servers import Daemon, Influxd, VictoriaMetrics, http, searchable
+from service_intervals_data import BOUNDS, CLOSE_S, EVERY_S, RECENT, S, Truth, truths, write_service
 
 from wattline.collector.stores.base import Store
 from wattline.collector.stores.influx_v1 import InfluxV1Store
@@ -30,7 +30,7 @@ from wattline.workloads.services.intervals import IntervalWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A day of its own in the session's engines (VictoriaMetrics' label API answers by day).
-BASE = T0 + 9_000_000 * S
+BASE = RECENT + 100_000 * S  # a day on from test_service_intervals' jobs on the same server
 JOBS = ("svc-a", "svc-b")
 NAMES = {job: f"svc {job}" for job in JOBS}
 FIGURES = {  # panel title -> the figure of an interval it shows

@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 from procs import Proc, start_collector, start_rapl_agent
-from servers import T0, Daemon, Influxd, VictoriaMetrics, free_port, http, searchable
+from servers import Daemon, Influxd, VictoriaMetrics, free_port, http, searchable
 from service_intervals_data import (
     BOUNDS,
     CLOSE_S,
     EVERY_S,
+    RECENT,
     S,
     Truth,
     event_batch,
@@ -46,7 +47,7 @@ from wattline.workloads.services.intervals import IntervalWriter
 
 WAIT_S = 2.0
 #: Each test's job at its own time (the engines are the session's): 1000 s apart, multiples of EVERY_S.
-BASES = (T0 + 7_000_000 * S + n * 1000 * S for n in itertools.count())
+BASES = (RECENT + n * 1000 * S for n in itertools.count())
 TAGS = ("time", "job_id", "name", "unit", "latency")
 
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from procs import clean_env
 from schema_check import validator
-from servers import T0, Influxd, VictoriaMetrics, searchable
-from service_intervals_data import CLOSE_S, EVERY_S, S, rate, samples, truths, watts, write_service
+from servers import Influxd, VictoriaMetrics, searchable
+from service_intervals_data import CLOSE_S, EVERY_S, RECENT, S, rate, samples, truths, watts, write_service
 from test_service_intervals import writer
 from typer.testing import CliRunner
 
@@ -30,7 +30,7 @@ from wattline.collector.stores.victoria import VictoriaStore
 from wattline.workloads.report.stored_intervals import STORED
 
 #: Each test's job at its own time, multiples of EVERY_S apart.
-BASES = (T0 + 9_000_000 * S + n * 1000 * S for n in itertools.count())
+BASES = (RECENT - 100_000 * S + n * 1000 * S for n in itertools.count())
 #: The window asked: from 5 s to 45 s of the job (open 3 s, close 48 s): intervals [10, 20),
 #: [20, 30), [30, 40) whole inside it, [5, 10) and [40, 45) partial.
 FROM_S, TO_S = 5, 45

@@ -1,6 +1,6 @@
 """Slurm's accounting for the test cluster: Debian's MariaDB on a data dir, socket and port
 of its own, and slurmdbd (StorageType=accounting_storage/mysql) on a free port, started
-before the controller (recipe: ../shared/SLURM.md "Accounting"). Stopped by PID.
+before the controller (what it covers: docs/operations/slurm.md, "Energy in sacct"). Stopped by PID.
 
 Slurm 22.05's connections to slurmdbd ignore ``AuthInfo=socket=`` and use munge's default
 socket (/run/munge/munge.socket.2; found here: "Protocol authentication error"). So every

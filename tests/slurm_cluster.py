@@ -3,7 +3,8 @@ the hooks of ``deploy/slurm/`` (their two settings lines pointed here), each nod
 own wattline config (host id, outbox, events directory) and agent on a powercap tree
 advanced at a known power, one collector and a SQLite store. Stopped by PID.
 
-Recipe: ../shared/SLURM.md (Debian's Slurm 22.05 + munge, checked on these machines).
+Debian's Slurm 22.05 + munge, checked on these machines; what the hook tests cover is in
+docs/operations/slurm.md.
 """
 
 from __future__ import annotations

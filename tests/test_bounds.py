@@ -188,7 +188,7 @@ Term = float | tuple[float, float] | None  #: its formula's value, a (low, high)
 
 
 def counter_resolution(p_max_w: float, update_s: float = 0.001, quantum_j: float = 1e-6) -> float:
-    """The ``resolution`` term's formula (README, Method: uncertainty): ``2 x (p_max x update + resolution)``."""
+    """The ``resolution`` term's formula (docs/method.md, "Uncertainty"): ``2 x (p_max x update + resolution)``."""
     return 2 * (p_max_w * update_s + quantum_j)
 
 

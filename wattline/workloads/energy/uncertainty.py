@@ -3,7 +3,7 @@
 Pure arithmetic (no I/O, no clock). A channel's energy in a window ``[t0, t1]`` is the
 difference of its cumulative counter at the edges, the samples straddling an edge
 apportioned by overlap (:mod:`.attribution`). Its error has these terms, each a half-width
-in joules (README "Method: uncertainty" gives each one's source):
+in joules (docs/method.md "Uncertainty" gives each one's source):
 
 * ``resolution``: a counter read at an edge lags the truth by up to the counter's update
   period and is quantized to its resolution, at both edges: ``2 x (p_max x update_s +
@@ -81,7 +81,7 @@ class SourceFacts:
     averaging_s: float = 0.0  #: integrated power: each reading averages this long before it
 
 
-#: Per source (README "Method: uncertainty" names each fact's source).
+#: Per source (docs/method.md "Uncertainty" names each fact's source).
 SOURCES: dict[str, SourceFacts] = {
     "rapl": SourceFacts(update_s=0.001, resolution_j=1e-6),  # energy_uj, updated about every 1 ms
     # mJ, about every 100 ms (the agent's plausibility rule allows twice that: nvml.py counter_step_s); 1 s power avg

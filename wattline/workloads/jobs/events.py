@@ -257,7 +257,7 @@ def append_event_line(line: str, path: str | None = None) -> None:
     """Append one line to the events file (used by the Python API inside ``wattline run``)."""
     target = path or os.environ[ENV_EVENTS]
     # Readable by others: in a Kubernetes pod the node agent, another user, reads the file
-    # (README "Kubernetes pods"); elsewhere it lies in its job's owner-only directory.
+    # (docs/operations/kubernetes.md, "Kubernetes pods as jobs"); elsewhere it lies in its job's owner-only directory.
     fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (line.rstrip("\n") + "\n").encode())

@@ -104,5 +104,5 @@ class Report:
         return bool(self.saturated_window.components or self.warmup.components)
 
     def to_dict(self) -> dict[str, Any]:
-        """The report JSON (``wattline report --json``; README "Report JSON")."""
+        """The report JSON (``wattline report --json``; docs/reports.md, "Report JSON")."""
         return report_json(self)

@@ -1,4 +1,4 @@
-"""A report as JSON: the stable, documented ``--json`` / ``--report-json`` shape (README
+"""A report as JSON: the stable, documented ``--json`` / ``--report-json`` shape (docs/reports.md,
 "Report JSON"). Every figure derived from energy that is partly a model estimate carries
 ``estimate``/``estimate_share``, and each its bound (``*_bound``)."""
 
@@ -53,7 +53,7 @@ def _window_json(w: WindowEnergy) -> dict[str, Any]:
 
 
 def _bound_json(bound: Bound, energy_j: float) -> dict[str, Any]:
-    """How far ``energy_j`` may be off: half-width (J), relative, and by term (README "Method: uncertainty")."""
+    """How far ``energy_j`` may be off: half-width (J), relative, and by term (docs/method.md, "Uncertainty")."""
     return {
         "energy_bound_j": bound.total_j,
         "energy_bound_rel": bound.relative(energy_j),
@@ -118,7 +118,7 @@ def _whole_run_json(whole: Span) -> dict[str, Any]:
 
 
 def report_json(r: Report) -> dict[str, Any]:
-    """The ``--json`` / ``--report-json`` shape (see README "Report JSON")."""
+    """The ``--json`` / ``--report-json`` shape (see docs/reports.md, "Report JSON")."""
     job = r.job
     saturated = _saturated_json(r)
     return {

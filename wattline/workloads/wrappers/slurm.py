@@ -1,4 +1,4 @@
-"""Every Slurm job a wattline job: what the node's Prolog, Epilog and TaskProlog do (README "Slurm").
+"""Every Slurm job a wattline job: what the node's Prolog, Epilog and TaskProlog do (docs/operations/slurm.md).
 
 Slurm runs Prolog and Epilog as root with nothing but ``SLURM_*`` variables, once per job
 and node; TaskProlog as the job's user before each task. Every job start waits for them,

@@ -169,7 +169,7 @@ def _job_row(view: JobView, now_ns: int) -> dict[str, Any]:
         "units": view.units_total,
         "unit": view.unit_name,
         "missing_events": view.missing_events,  # host -> events not stored: its window starts at its evidence
-        "labels": dict(view.labels),  # a pod-job's namespace, pod and owner (docs/operations/kubernetes.md, "Kubernetes pods as jobs")
+        "labels": dict(view.labels),  # a pod-job's namespace, pod and owner (docs/operations/kubernetes.md)
     }
 
 

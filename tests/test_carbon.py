@@ -127,7 +127,7 @@ def test_bad_intensity_files_are_one_line(store_url: str, tmp_path: Path, conten
 def test_varying_power_under_a_changing_intensity_is_weighted_by_energy(tmp_path: Path) -> None:
     """Power the test sets: 50 W for 20 s, then 150 W for 20 s; the grid goes from 100 to 500
     gCO2/kWh at 10.5 s (mid-sample). Weighted by energy the window's intensity is 447.5
-    g/kWh, by time 395: only the energy weighting the README names gives this CO2."""
+    g/kWh, by time 395: only the energy weighting docs/reports.md names gives this CO2."""
     power = lambda t: 50.0 if t < 20 else 150.0  # noqa: E731
     store = write_job(tmp_path / "w.db", "vary", [Series("rapl", "cpu_package", "package-0", "counter", power)],
                       (0.0, 40.0))  # fmt: skip

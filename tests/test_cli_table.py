@@ -1,6 +1,6 @@
 """Every store-reading or -writing command against every class of bad input: the exit
 status (2 usage / config / input, 1 runtime failure, 127 / 126 a command that cannot
-start), one line on stderr (README: "Always one line on stderr"), never a traceback, and no
+start), one line on stderr (docs/configuration.md: "Always one line on stderr"), never a traceback, and no
 file created. A stray ``WATTLINE_*`` variable adds its one warning line before it, and
 changes nothing else.
 

@@ -318,7 +318,7 @@ def test_the_job_api_renews_its_lease_until_it_closes(monkeypatch: pytest.Monkey
 
 @pytest.mark.parametrize("after_last_s", [89.0, 91.0])
 def test_one_late_heartbeat_never_ends_a_live_job(after_last_s: float) -> None:
-    """README: the lease is three heartbeat periods (90 s at 30 s); one late or lost beat never
+    """docs/jobs.md: the lease is three heartbeat periods (90 s at 30 s); one late or lost beat never
     ends a live job. Beats at 30 and 60 s, the one due at 90 s lost, the next 25 s late (at
     145 s): running until 90 s after that beat, abandoned there only after."""
     assert wire_lease_s() == 90.0

@@ -518,7 +518,7 @@ def test_a_summary_written_incomplete_is_computed_again_when_late_samples_arrive
         host.close()
 
 
-# -- the README's promises on the writer's timing, on a clock the test moves ---------------------
+# -- docs/reports.md's promises on the writer's timing, on a clock the test moves --------------
 
 
 class TestClock:
@@ -569,7 +569,7 @@ def driven_writer(tmp_path: Path, clock: TestClock, sink: Sink, **kw: Any) -> tu
 
 
 def test_a_failed_write_is_retried_at_2_s_doubling_to_60_s(tmp_path: Path, caplog: Any) -> None:
-    """README: a failed write is retried (2 s, doubling to 60 s). Seven failures: the
+    """docs/reports.md: a failed write is retried (2 s, doubling to 60 s). Seven failures: the
     attempts come exactly 2, 4, 8, 16, 32, 60 and 60 s apart, never earlier (a barrier just
     before each due time finds no attempt), and the eighth writes the summary."""
     caplog.set_level("INFO")

@@ -12,7 +12,7 @@ import typer
 from wattline import __version__
 from wattline.agent.outbox import outbox_root
 from wattline.agent.tuning.records import restore_dead, restore_dir
-from wattline.cli import daemons, jobs, outputs, slurm, sweep, workload
+from wattline.cli import daemons, jobs, outputs, panels, slurm, sweep, workload, workload_service
 from wattline.cli.agent_entry import start_logging
 from wattline.cli.errors import COMMON_ERRORS, exit_status, one_line, say_error
 from wattline.collector.stores.base import StoreUnavailable
@@ -22,6 +22,7 @@ from wattline.workloads.wrappers.run import CommandNotStarted
 
 app = typer.Typer(
     name="wattline",
+    cls=panels.PanelGroup,
     help="Energy telemetry for machine-learning fleets: measure what each job costs in J, USD and CO2.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -33,6 +34,7 @@ daemons.register(app)
 jobs.register(app)
 outputs.register(app)
 slurm.register(app)
+workload_service.register(workload.app)
 workload.register(app)
 sweep.register(app)
 

@@ -17,6 +17,7 @@ from wattline.agent.counter import wrap_period_s
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
 from wattline.agent.sources.base import Channel
+from wattline.cli import panels
 from wattline.cli.agent_entry import agent_settings, read_config, run_agent_command
 from wattline.collector.daemon import run_collector, store_from_settings
 from wattline.collector.processes import ProcessLink, Supervisor
@@ -43,12 +44,14 @@ def _c(key: str) -> str:
     return help_of(CollectorSettings, key)
 
 
-INFLUX_API = typer.Option(None, "--influx-api", help=_c("influx_api"))
-INFLUX_DATABASE = typer.Option(None, "--influx-database", help=_c("influx_database"))
-INFLUX_ORG = typer.Option(None, "--influx-org", help=_c("influx_org"))
-INFLUX_BUCKET = typer.Option(None, "--influx-bucket", help=_c("influx_bucket"))
-INFLUX_TOKEN_FILE = typer.Option(None, "--influx-token-file", help=_c("influx_token_file"))
-TENANT = typer.Option(None, "--tenant", help=_c("tenant"))
+INFLUX_API = typer.Option(None, "--influx-api", help=_c("influx_api"), rich_help_panel=panels.STORE)
+INFLUX_DATABASE = typer.Option(None, "--influx-database", help=_c("influx_database"), rich_help_panel=panels.STORE)
+INFLUX_ORG = typer.Option(None, "--influx-org", help=_c("influx_org"), rich_help_panel=panels.STORE)
+INFLUX_BUCKET = typer.Option(None, "--influx-bucket", help=_c("influx_bucket"), rich_help_panel=panels.STORE)
+INFLUX_TOKEN_FILE = typer.Option(
+    None, "--influx-token-file", help=_c("influx_token_file"), rich_help_panel=panels.STORE
+)
+TENANT = typer.Option(None, "--tenant", help=_c("tenant"), rich_help_panel=panels.STORE)
 
 
 def stop_event() -> threading.Event:
@@ -59,29 +62,33 @@ def stop_event() -> threading.Event:
 
 
 def agent(
-    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
-    host_id: str | None = typer.Option(None, help=_a("host_id")),
-    labels: list[str] | None = typer.Option(None, "--label", "-l", help=_a("labels")),
-    interval: float | None = typer.Option(None, "--interval", "-i", help=_a("interval")),
-    sysfs_root: Path | None = typer.Option(None, help=_a("sysfs_root")),
-    sources: list[str] | None = typer.Option(None, "--source", help=_a("sources") + " Repeat the flag."),
-    collectors: list[str] | None = typer.Option(None, "--collector", help=_a("collectors") + " Repeat the flag."),
-    batch_interval: float | None = typer.Option(None, help=_a("batch_interval")),
-    prometheus_port: int | None = typer.Option(None, help=_a("prometheus_port")),
-    prometheus_addr: str | None = typer.Option(None, help=_a("prometheus_addr")),
-    push_timeout: float | None = typer.Option(None, help=_a("push_timeout")),
-    failback: float | None = typer.Option(None, help=_a("failback")),
-    spool_dir: str | None = typer.Option(None, help=_a("spool_dir")),
-    spool_max_mb: float | None = typer.Option(None, help=_a("spool_max_mb")),
-    spool_max_age: float | None = typer.Option(None, help=_a("spool_max_age")),
-    outbox_dir: str | None = typer.Option(None, help=_a("outbox_dir")),
-    edge_socket: str | None = typer.Option(None, help=_a("edge_socket")),
-    tls: bool | None = typer.Option(None, "--tls", help=_a("tls"), show_default=False),
-    tls_ca: Path | None = typer.Option(None, help=_a("tls_ca")),
-    tls_cert: Path | None = typer.Option(None, help=_a("tls_cert")),
-    tls_key: Path | None = typer.Option(None, help=_a("tls_key")),
-    tls_server_name: str | None = typer.Option(None, help=_a("tls_server_name")),
-    token_file: Path | None = typer.Option(None, help=_a("token_file")),
+    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP, rich_help_panel=panels.STORE),
+    host_id: str | None = typer.Option(None, help=_a("host_id"), rich_help_panel=panels.HOST),
+    labels: list[str] | None = typer.Option(None, "--label", "-l", help=_a("labels"), rich_help_panel=panels.HOST),
+    interval: float | None = typer.Option(None, "--interval", "-i", help=_a("interval"), rich_help_panel=panels.HOST),
+    sysfs_root: Path | None = typer.Option(None, help=_a("sysfs_root"), rich_help_panel=panels.HOST),
+    sources: list[str] | None = typer.Option(
+        None, "--source", help=_a("sources") + " Repeat the flag.", rich_help_panel=panels.HOST
+    ),
+    collectors: list[str] | None = typer.Option(
+        None, "--collector", help=_a("collectors") + " Repeat the flag.", rich_help_panel=panels.STORE
+    ),
+    batch_interval: float | None = typer.Option(None, help=_a("batch_interval"), rich_help_panel=panels.DELIVERY),
+    prometheus_port: int | None = typer.Option(None, help=_a("prometheus_port"), rich_help_panel=panels.PROMETHEUS),
+    prometheus_addr: str | None = typer.Option(None, help=_a("prometheus_addr"), rich_help_panel=panels.PROMETHEUS),
+    push_timeout: float | None = typer.Option(None, help=_a("push_timeout"), rich_help_panel=panels.DELIVERY),
+    failback: float | None = typer.Option(None, help=_a("failback"), rich_help_panel=panels.DELIVERY),
+    spool_dir: str | None = typer.Option(None, help=_a("spool_dir"), rich_help_panel=panels.DELIVERY),
+    spool_max_mb: float | None = typer.Option(None, help=_a("spool_max_mb"), rich_help_panel=panels.DELIVERY),
+    spool_max_age: float | None = typer.Option(None, help=_a("spool_max_age"), rich_help_panel=panels.DELIVERY),
+    outbox_dir: str | None = typer.Option(None, help=_a("outbox_dir"), rich_help_panel=panels.DELIVERY),
+    edge_socket: str | None = typer.Option(None, help=_a("edge_socket"), rich_help_panel=panels.HOST),
+    tls: bool | None = typer.Option(None, "--tls", help=_a("tls"), show_default=False, rich_help_panel=panels.SECURITY),
+    tls_ca: Path | None = typer.Option(None, help=_a("tls_ca"), rich_help_panel=panels.SECURITY),
+    tls_cert: Path | None = typer.Option(None, help=_a("tls_cert"), rich_help_panel=panels.SECURITY),
+    tls_key: Path | None = typer.Option(None, help=_a("tls_key"), rich_help_panel=panels.SECURITY),
+    tls_server_name: str | None = typer.Option(None, help=_a("tls_server_name"), rich_help_panel=panels.SECURITY),
+    token_file: Path | None = typer.Option(None, help=_a("token_file"), rich_help_panel=panels.SECURITY),
 ) -> None:
     """Run the per-host agent: sample every source and stream to the collector."""
     run_agent_command(
@@ -112,41 +119,47 @@ def agent(
 
 
 def collector(
-    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
-    listen: str | None = typer.Option(None, help=_c("listen")),
-    store: str | None = typer.Option(None, help=_c("store")),
+    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP, rich_help_panel=panels.STORE),
+    listen: str | None = typer.Option(None, help=_c("listen"), rich_help_panel=panels.RECEIVING),
+    store: str | None = typer.Option(None, help=_c("store"), rich_help_panel=panels.STORE),
     influx_api: str | None = INFLUX_API,
     influx_database: str | None = INFLUX_DATABASE,
     influx_org: str | None = INFLUX_ORG,
     influx_bucket: str | None = INFLUX_BUCKET,
     influx_token_file: Path | None = INFLUX_TOKEN_FILE,
     tenant: str | None = TENANT,
-    prometheus_port: int | None = typer.Option(None, help=_c("prometheus_port")),
-    prometheus_addr: str | None = typer.Option(None, help=_c("prometheus_addr")),
-    workers: int | None = typer.Option(None, help=_c("workers")),
-    processes: int | None = typer.Option(None, help=_c("processes")),
-    max_message_mb: int | None = typer.Option(None, help=_c("max_message_mb")),
-    max_batch_points: int | None = typer.Option(None, help=_c("max_batch_points")),
-    host_rate: float | None = typer.Option(None, help=_c("host_rate")),
-    host_burst: float | None = typer.Option(None, help=_c("host_burst")),
-    tls_cert: Path | None = typer.Option(None, help=_c("tls_cert")),
-    tls_key: Path | None = typer.Option(None, help=_c("tls_key")),
-    tls_client_ca: Path | None = typer.Option(None, help=_c("tls_client_ca")),
-    token_file: Path | None = typer.Option(None, help=_c("token_file")),
+    prometheus_port: int | None = typer.Option(None, help=_c("prometheus_port"), rich_help_panel=panels.PROMETHEUS),
+    prometheus_addr: str | None = typer.Option(None, help=_c("prometheus_addr"), rich_help_panel=panels.PROMETHEUS),
+    workers: int | None = typer.Option(None, help=_c("workers"), rich_help_panel=panels.RECEIVING),
+    processes: int | None = typer.Option(None, help=_c("processes"), rich_help_panel=panels.RECEIVING),
+    max_message_mb: int | None = typer.Option(None, help=_c("max_message_mb"), rich_help_panel=panels.RECEIVING),
+    max_batch_points: int | None = typer.Option(None, help=_c("max_batch_points"), rich_help_panel=panels.RECEIVING),
+    host_rate: float | None = typer.Option(None, help=_c("host_rate"), rich_help_panel=panels.RECEIVING),
+    host_burst: float | None = typer.Option(None, help=_c("host_burst"), rich_help_panel=panels.RECEIVING),
+    tls_cert: Path | None = typer.Option(None, help=_c("tls_cert"), rich_help_panel=panels.SECURITY),
+    tls_key: Path | None = typer.Option(None, help=_c("tls_key"), rich_help_panel=panels.SECURITY),
+    tls_client_ca: Path | None = typer.Option(None, help=_c("tls_client_ca"), rich_help_panel=panels.SECURITY),
+    token_file: Path | None = typer.Option(None, help=_c("token_file"), rich_help_panel=panels.SECURITY),
     insecure_listen: bool | None = typer.Option(
-        None, "--insecure-listen", help=_c("insecure_listen"), show_default=False
+        None, "--insecure-listen", help=_c("insecure_listen"), show_default=False, rich_help_panel=panels.SECURITY
     ),
-    summaries: bool | None = typer.Option(None, "--summaries/--no-summaries", help=_c("summaries"), show_default=False),
-    summary_interval: float | None = typer.Option(None, help=_c("summary_interval")),
-    summary_wait: float | None = typer.Option(None, help=_c("summary_wait")),
-    summary_idle: str | None = typer.Option(None, help=_c("summary_idle")),
-    summary_share_rule: str | None = typer.Option(None, help=_c("summary_share_rule")),
-    summary_price: float | None = typer.Option(None, help=_c("summary_price")),
-    summary_carbon_intensity: float | None = typer.Option(None, help=_c("summary_carbon_intensity")),
-    summary_pue: float | None = typer.Option(None, help=_c("summary_pue")),
-    service_interval: float | None = typer.Option(None, help=_c("service_interval")),
-    replay_dir: str | None = typer.Option(None, help=_c("replay_dir")),
-    replay_max_mb: int | None = typer.Option(None, help=_c("replay_max_mb")),
+    summaries: bool | None = typer.Option(
+        None, "--summaries/--no-summaries", help=_c("summaries"), show_default=False, rich_help_panel=panels.SUMMARIES
+    ),
+    summary_interval: float | None = typer.Option(None, help=_c("summary_interval"), rich_help_panel=panels.SUMMARIES),
+    summary_wait: float | None = typer.Option(None, help=_c("summary_wait"), rich_help_panel=panels.SUMMARIES),
+    summary_idle: str | None = typer.Option(None, help=_c("summary_idle"), rich_help_panel=panels.SUMMARIES),
+    summary_share_rule: str | None = typer.Option(
+        None, help=_c("summary_share_rule"), rich_help_panel=panels.SUMMARIES
+    ),
+    summary_price: float | None = typer.Option(None, help=_c("summary_price"), rich_help_panel=panels.SUMMARIES),
+    summary_carbon_intensity: float | None = typer.Option(
+        None, help=_c("summary_carbon_intensity"), rich_help_panel=panels.SUMMARIES
+    ),
+    summary_pue: float | None = typer.Option(None, help=_c("summary_pue"), rich_help_panel=panels.SUMMARIES),
+    service_interval: float | None = typer.Option(None, help=_c("service_interval"), rich_help_panel=panels.SUMMARIES),
+    replay_dir: str | None = typer.Option(None, help=_c("replay_dir"), rich_help_panel=panels.DELIVERY),
+    replay_max_mb: int | None = typer.Option(None, help=_c("replay_max_mb"), rich_help_panel=panels.DELIVERY),
 ) -> None:
     """Run the collector: receive agents' batches over gRPC and write them to storage."""
     flags = dict(
@@ -304,12 +317,14 @@ def interval_writer(settings: CollectorSettings, summaries: SummaryWriter | None
 
 
 def sources(
-    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
-    sysfs_root: Path | None = typer.Option(None, help=_a("sysfs_root")),
-    source_names: list[str] | None = typer.Option(None, "--source", help=_a("sources")),
-    interval: float | None = typer.Option(None, "--interval", "-i", help=_a("interval")),
-    sample: float = typer.Option(1.0, help="Seconds to sample before printing power (0: discovery only)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP, rich_help_panel=panels.STORE),
+    sysfs_root: Path | None = typer.Option(None, help=_a("sysfs_root"), rich_help_panel=panels.HOST),
+    source_names: list[str] | None = typer.Option(None, "--source", help=_a("sources"), rich_help_panel=panels.HOST),
+    interval: float | None = typer.Option(None, "--interval", "-i", help=_a("interval"), rich_help_panel=panels.HOST),
+    sample: float = typer.Option(
+        1.0, help="Seconds to sample before printing power (0: discovery only).", rich_help_panel=panels.HOST
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.", rich_help_panel=panels.OUTPUT),
 ) -> None:
     """List each energy source on this host: measured or estimated, and why any is missing."""
     settings, doc = agent_settings(config, sysfs_root=sysfs_root, sources=source_names, interval=interval)
@@ -391,6 +406,6 @@ def sources_report(
 
 def register(app: typer.Typer) -> None:
     """Add these commands to ``app``."""
-    app.command()(agent)
-    app.command()(collector)
-    app.command()(sources)
+    app.command(cls=panels.PanelCommand, rich_help_panel=panels.OPERATE)(agent)
+    app.command(cls=panels.PanelCommand, rich_help_panel=panels.OPERATE)(collector)
+    app.command(cls=panels.PanelCommand, rich_help_panel=panels.OPERATE)(sources)

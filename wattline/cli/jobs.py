@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from wattline.cli import panels
 from wattline.cli.agent_entry import agent_settings
 from wattline.cli.options import (
     AS_JSON,
@@ -67,82 +68,112 @@ from wattline.workloads.wrappers.served import served_units
 @report_options
 def run(
     command: list[str] = typer.Argument(..., help="The command to run, after --."),
-    job: str | None = typer.Option(None, "--job", help="Job name (default: the command's name)."),
-    job_id: str | None = typer.Option(
-        None, "--job-id", help="Job id shared by every host (default: $SLURM_JOB_ID, $TORCHELASTIC_RUN_ID, or new)."
+    job: str | None = typer.Option(
+        None, "--job", help="Job name (default: the command's name).", rich_help_panel=panels.JOB
     ),
-    kind: str = typer.Option("other", "--kind", help="inference, training or other."),
+    job_id: str | None = typer.Option(
+        None,
+        "--job-id",
+        help="Job id shared by every host (default: $SLURM_JOB_ID, $TORCHELASTIC_RUN_ID, or new).",
+        rich_help_panel=panels.JOB,
+    ),
+    kind: str = typer.Option("other", "--kind", help="inference, training or other.", rich_help_panel=panels.JOB),
     units: str | None = typer.Option(
         None,
         "--units",
         help="Name of the work unit (inferences, sequences, tokens); default: units, or what --count/--preset counts.",
+        rich_help_panel=panels.UNITS,
     ),
-    labels: list[str] | None = typer.Option(None, "--label", "-l", help="Job label KEY=VALUE (repeat)."),
+    labels: list[str] | None = typer.Option(
+        None, "--label", "-l", help="Job label KEY=VALUE (repeat).", rich_help_panel=panels.JOB
+    ),
     devices: str | None = typer.Option(
         None,
         "--devices",
         help="Devices charged in full: 0,1 or gpu:UUID or neuroncore:0-3 "
         "(default: CUDA_VISIBLE_DEVICES / NEURON_RT_VISIBLE_CORES).",
+        rich_help_panel=panels.JOB,
     ),
     collectors: list[str] | None = typer.Option(
         None,
         "--collector",
         help="Send job events to this collector (a host agent samples); repeat for fail-over. "
         "Default: embedded sampling into the local store.",
+        rich_help_panel=panels.STORE,
     ),
     saturated_after: str | None = typer.Option(
         None,
         "--saturated-after",
         help="Treat the job as saturated this long after start (e.g. 30s), overriding detection.",
+        rich_help_panel=panels.UNITS,
     ),
     units_from_stdout: str | None = typer.Option(
         None,
         "--units-from-stdout",
         help="Regex on the command's stdout lines; group 1 is the unit count (else 1 per match).",
+        rich_help_panel=panels.UNITS,
     ),
     metrics: str | None = typer.Option(
-        None, "--metrics", help="COMMAND serves: count its units from its Prometheus endpoint at this URL."
+        None,
+        "--metrics",
+        help="COMMAND serves: count its units from its Prometheus endpoint at this URL.",
+        rich_help_panel=panels.ENDPOINT,
     ),
     count: list[str] | None = typer.Option(
         None,
         "--count",
         help='What --metrics counts: NAME=METRIC{MATCHERS} [by LABELS] (e.g. requests=x_total{code="200"}); '
         "repeat: the first is the job's unit, the others extra unit kinds.",
+        rich_help_panel=panels.ENDPOINT,
     ),
     preset: str | None = typer.Option(
         None,
         "--preset",
         help="What --metrics counts, for a known server (vllm, triton, tgi, torchserve): all its units, "
         "--units picks the job's (default its first).",
+        rich_help_panel=panels.ENDPOINT,
     ),
     latency: list[str] | None = typer.Option(
         None,
         "--latency",
         help="A latency histogram --metrics reads (p50/p99 in reports): NAME=HISTOGRAM [by LABELS] "
         "(repeat; a --preset reads its own).",
+        rich_help_panel=panels.ENDPOINT,
     ),
     scrape_every: str | None = typer.Option(
-        None, "--scrape-every", help="Time between scrapes of --metrics (default 1s)."
+        None, "--scrape-every", help="Time between scrapes of --metrics (default 1s).", rich_help_panel=panels.ENDPOINT
     ),
-    service: bool = typer.Option(False, "--service", help="The job is a service: it serves until stopped."),
+    service: bool = typer.Option(
+        False, "--service", help="The job is a service: it serves until stopped.", rich_help_panel=panels.JOB
+    ),
     report_json_path: Path | None = typer.Option(
-        None, "--report-json", help="Also write the report as JSON to this file."
+        None, "--report-json", help="Also write the report as JSON to this file.", rich_help_panel=panels.OUTPUT
     ),
-    interval: float | None = typer.Option(None, "--interval", "-i", help="Embedded sampling interval, seconds."),
+    interval: float | None = typer.Option(
+        None, "--interval", "-i", help="Embedded sampling interval, seconds.", rich_help_panel=panels.HOST
+    ),
     sysfs_root: Path | None = typer.Option(
         None,
         "--sysfs-root",
         help="Root for /sys and /proc (embedded sampling) and /run/wattline (the agent's edge socket).",
+        rich_help_panel=panels.HOST,
     ),
     sources: list[str] | None = typer.Option(
-        None, "--source", help="Sources for embedded sampling (repeat; default all)."
+        None, "--source", help="Sources for embedded sampling (repeat; default all).", rich_help_panel=panels.HOST
     ),
     host_id: str | None = typer.Option(
-        None, "--host-id", help="Host identity (must match the host agent's; default hostname)."
+        None,
+        "--host-id",
+        help="Host identity (must match the host agent's; default hostname).",
+        rich_help_panel=panels.HOST,
     ),
-    no_report: bool = typer.Option(False, "--no-report", help="Do not print the report at the end."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No live status line on a terminal's stderr."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    no_report: bool = typer.Option(
+        False, "--no-report", help="Do not print the report at the end.", rich_help_panel=panels.OUTPUT
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No live status line on a terminal's stderr.", rich_help_panel=panels.OUTPUT
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.", rich_help_panel=panels.OUTPUT),
     verbose: bool = VERBOSE,
     *,
     choice: StoreChoice,
@@ -179,10 +210,18 @@ def run(
 @report_options
 def report(
     job_id: str = typer.Argument(..., metavar="JOB", help=f"Job: {JOB_HELP}."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON (documented, stable shape)."),
-    plot: Path | None = typer.Option(None, "--plot", help="Also draw power over time to FILE.png or FILE.svg."),
-    by_host: bool = typer.Option(False, "--by-host", help="With --plot/--html: one line per host, not stacked."),
-    html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML page to FILE.html."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print JSON (documented, stable shape).", rich_help_panel=panels.OUTPUT
+    ),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Also draw power over time to FILE.png or FILE.svg.", rich_help_panel=panels.OUTPUT
+    ),
+    by_host: bool = typer.Option(
+        False, "--by-host", help="With --plot/--html: one line per host, not stacked.", rich_help_panel=panels.OUTPUT
+    ),
+    html: Path | None = typer.Option(
+        None, "--html", help="Also write a self-contained HTML page to FILE.html.", rich_help_panel=panels.OUTPUT
+    ),
     since: str | None = SINCE,
     from_: str | None = FROM,
     to: str | None = TO,
@@ -219,24 +258,35 @@ def report(
 @store_options
 def jobs(
     as_json: bool = AS_JSON,
-    energy: bool = typer.Option(True, "--energy/--no-energy", help="Compute each job's energy (a report per job)."),
-    as_csv: bool = typer.Option(False, "--csv", help="Print CSV: one row per job with its report's figures."),
+    energy: bool = typer.Option(
+        True,
+        "--energy/--no-energy",
+        help="Compute each job's energy (a report per job).",
+        rich_help_panel=panels.REPORT,
+    ),
+    as_csv: bool = typer.Option(
+        False, "--csv", help="Print CSV: one row per job with its report's figures.", rich_help_panel=panels.OUTPUT
+    ),
     price: float | None = PRICE,
     carbon_intensity: str | None = CARBON,
     pue: float = PUE,
     idle: str = IDLE,
     share_rule: str = SHARE,
-    label: list[str] | None = typer.Option(None, "--label", "-l", help="Only jobs with label KEY=VALUE (repeat: all)."),
+    label: list[str] | None = typer.Option(
+        None, "--label", "-l", help="Only jobs with label KEY=VALUE (repeat: all).", rich_help_panel=panels.JOB
+    ),
     mine: bool = typer.Option(
         False,
         "--mine",
         help="Only my jobs: label user=me (Slurm's job user; a wrapper's own user), or namespace=my "
         "namespace (a pod job's: from --namespace-file, else the kubeconfig's current context).",
+        rich_help_panel=panels.JOB,
     ),
     namespace_file: Path = typer.Option(
         Path(SERVICE_ACCOUNT_NAMESPACE),
         "--namespace-file",
         help="The service account's namespace file --mine reads first (in a pod).",
+        rich_help_panel=panels.JOB,
     ),
     *,
     choice: StoreChoice,
@@ -275,27 +325,51 @@ def compare(
     job_a: str = typer.Argument(..., metavar="A", help=f"Baseline job (A): {JOB_HELP}."),
     job_b: str = typer.Argument(..., metavar="B", help="Candidate job (B), named the same ways."),
     sla: float | None = typer.Option(
-        None, "--sla", help="Target throughput, units per hour: instances needed each way."
+        None,
+        "--sla",
+        help="Target throughput, units per hour: instances needed each way.",
+        rich_help_panel=panels.STUDY,
     ),
-    work: float | None = typer.Option(None, "--work", help="Units of work to process (time, energy, cost each way)."),
+    work: float | None = typer.Option(
+        None, "--work", help="Units of work to process (time, energy, cost each way).", rich_help_panel=panels.STUDY
+    ),
     instances: int | None = typer.Option(
-        None, "--instances", help="Instances each way for --work (default: the job's host count)."
+        None,
+        "--instances",
+        help="Instances each way for --work (default: the job's host count).",
+        rich_help_panel=panels.STUDY,
     ),
-    price_a: float | None = typer.Option(None, "--price-a", help="A's price, USD per instance-hour."),
-    price_b: float | None = typer.Option(None, "--price-b", help="B's price, USD per instance-hour."),
+    price_a: float | None = typer.Option(
+        None, "--price-a", help="A's price, USD per instance-hour.", rich_help_panel=panels.REPORT
+    ),
+    price_b: float | None = typer.Option(
+        None, "--price-b", help="B's price, USD per instance-hour.", rich_help_panel=panels.REPORT
+    ),
     carbon_intensity: str | None = CARBON,
-    carbon_a: str | None = typer.Option(None, "--carbon-intensity-a", help="A's carbon intensity (number or CSV)."),
-    carbon_b: str | None = typer.Option(None, "--carbon-intensity-b", help="B's carbon intensity (number or CSV)."),
+    carbon_a: str | None = typer.Option(
+        None, "--carbon-intensity-a", help="A's carbon intensity (number or CSV).", rich_help_panel=panels.REPORT
+    ),
+    carbon_b: str | None = typer.Option(
+        None, "--carbon-intensity-b", help="B's carbon intensity (number or CSV).", rich_help_panel=panels.REPORT
+    ),
     pue: float = PUE,
     idle: str = IDLE,
     share_rule: str = SHARE,
     allow_different_units: bool = typer.Option(
-        False, "--allow-different-units", help="Compare jobs that count different units (tokens vs documents)."
+        False,
+        "--allow-different-units",
+        help="Compare jobs that count different units (tokens vs documents).",
+        rich_help_panel=panels.STUDY,
     ),
     as_json: bool = AS_JSON,
-    plot: Path | None = typer.Option(None, "--plot", help="Also draw the study's bars to FILE.png or FILE.svg."),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Also draw the study's bars to FILE.png or FILE.svg.", rich_help_panel=panels.OUTPUT
+    ),
     last: str | None = typer.Option(
-        None, "--last", help="Each job's last DURATION only (15m): two services compared as they serve now."
+        None,
+        "--last",
+        help="Each job's last DURATION only (15m): two services compared as they serve now.",
+        rich_help_panel=panels.STUDY,
     ),
     *,
     choice: StoreChoice,
@@ -340,7 +414,9 @@ def _check_compare(
 
 def register(app: typer.Typer) -> None:
     """Add these commands to ``app``."""
-    app.command(context_settings={"allow_interspersed_args": False})(run)
-    app.command()(report)
-    app.command()(jobs)
-    app.command()(compare)
+    app.command(
+        cls=panels.PanelCommand, rich_help_panel=panels.MEASURE, context_settings={"allow_interspersed_args": False}
+    )(run)
+    app.command(cls=panels.PanelCommand, rich_help_panel=panels.READ)(report)
+    app.command(cls=panels.PanelCommand, rich_help_panel=panels.READ)(jobs)
+    app.command(cls=panels.PanelCommand, rich_help_panel=panels.READ)(compare)

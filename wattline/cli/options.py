@@ -17,6 +17,7 @@ from typing import Any
 
 import typer
 
+from wattline.cli import panels
 from wattline.cli.agent_entry import read_config
 from wattline.cli.daemons import (
     INFLUX_API,
@@ -45,20 +46,30 @@ STORE_HELP = (
 CONFIG_HELP = "TOML config file ([agent], [collector], [sources.NAME] tables)."
 JOB_HELP = "an id, a unique id prefix, a job name (its latest run) or latest (see `wattline jobs`)"
 
-VERBOSE = typer.Option(False, "--verbose", "-v", help="Log each source's discovery, not one summary line.")
-PRICE = typer.Option(None, "--price", help="Instance price, USD per instance-hour (cost figures).")
+VERBOSE = typer.Option(
+    False, "--verbose", "-v", help="Log each source's discovery, not one summary line.", rich_help_panel=panels.OUTPUT
+)
+PRICE = typer.Option(
+    None, "--price", help="Instance price, USD per instance-hour (cost figures).", rich_help_panel=panels.REPORT
+)
 CARBON = typer.Option(
     None,
     "--carbon-intensity",
     help="Grid carbon intensity: gCO2 per kWh, or a CSV file time,gco2_per_kwh applied interval by interval.",
+    rich_help_panel=panels.REPORT,
 )
-PUE = typer.Option(1.0, "--pue", help="Power usage effectiveness applied to CO2 (>= 1).")
-IDLE = typer.Option("none", "--idle", help="Idle policy: none (total energy) or subtract (above the pre-job baseline).")
-SHARE = typer.Option(DEFAULT_SHARE_RULE, "--share-rule", help=SHARE_RULE_HELP)
-MODEL_SPLIT = typer.Option(DEFAULT_MODEL_SPLIT, "--model-split", help=MODEL_SPLIT_HELP)
-STORE = typer.Option(None, "--store", help=STORE_HELP)
-CONFIG = typer.Option(None, "--config", "-c", help=CONFIG_HELP)
-AS_JSON = typer.Option(False, "--json", help="Print JSON.")
+PUE = typer.Option(1.0, "--pue", help="Power usage effectiveness applied to CO2 (>= 1).", rich_help_panel=panels.REPORT)
+IDLE = typer.Option(
+    "none",
+    "--idle",
+    help="Idle policy: none (total energy) or subtract (above the pre-job baseline).",
+    rich_help_panel=panels.REPORT,
+)
+SHARE = typer.Option(DEFAULT_SHARE_RULE, "--share-rule", help=SHARE_RULE_HELP, rich_help_panel=panels.REPORT)
+MODEL_SPLIT = typer.Option(DEFAULT_MODEL_SPLIT, "--model-split", help=MODEL_SPLIT_HELP, rich_help_panel=panels.REPORT)
+STORE = typer.Option(None, "--store", help=STORE_HELP, rich_help_panel=panels.STORE)
+CONFIG = typer.Option(None, "--config", "-c", help=CONFIG_HELP, rich_help_panel=panels.STORE)
+AS_JSON = typer.Option(False, "--json", help="Print JSON.", rich_help_panel=panels.OUTPUT)
 
 Command = Callable[..., None]
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from wattline.cli import panels
 from wattline.cli.options import IDLE, JOB_HELP, SHARE, StoreChoice, report_settings, store_options
 from wattline.collector.stores.reader import Reader
 from wattline.config import ConfigError
@@ -113,7 +114,9 @@ def export(reader: Reader, job_id: str, csv_path: str, settings: ReportSettings 
 @store_options
 def export_command(
     job_id: str = typer.Argument(..., metavar="JOB", help=f"Job: {JOB_HELP}."),
-    csv_path: str = typer.Option(..., "--csv", help="CSV file to write, or - for stdout."),
+    csv_path: str = typer.Option(
+        ..., "--csv", help="CSV file to write, or - for stdout.", rich_help_panel=panels.OUTPUT
+    ),
     idle: str = IDLE,
     share_rule: str = SHARE,
     *,
@@ -128,4 +131,4 @@ def export_command(
 
 def register(app: typer.Typer) -> None:
     """Add ``export`` to ``app``."""
-    app.command(name="export")(export_command)
+    app.command(name="export", cls=panels.PanelCommand, rich_help_panel=panels.READ)(export_command)

@@ -74,12 +74,20 @@ def register(root: typer.Typer) -> None:
     """Add the ``slurm`` command group to ``root``."""
     import typer
 
-    app = typer.Typer(help="Slurm hooks: every Slurm job a wattline job (docs/operations/slurm.md); each exits 0.")
+    from wattline.cli import panels
+
+    app = typer.Typer(
+        cls=panels.PanelGroup,
+        help="Slurm hooks: every Slurm job a wattline job (docs/operations/slurm.md); each exits 0.",
+    )
 
     def command(name: str) -> None:
         def run(
             config: Path | None = typer.Option(
-                None, "--config", help="The node's agent config; {node}: $SLURMD_NODENAME."
+                None,
+                "--config",
+                help="The node's agent config; {node}: $SLURMD_NODENAME.",
+                rich_help_panel=panels.STORE,
             ),
         ) -> None:
             raise typer.Exit(hook(name, config))
@@ -89,11 +97,11 @@ def register(root: typer.Typer) -> None:
             "epilog": "Count the job's events file and close the job on this node (Slurm Epilog, as root).",
             "task-prolog": "Print the exports that let a task report units (Slurm TaskProlog, as the user).",
         }[name]
-        app.command(name)(run)
+        app.command(name, cls=panels.PanelCommand)(run)
 
     for name in HOOKS:
         command(name)
-    root.add_typer(app, name="slurm")
+    root.add_typer(app, name="slurm", rich_help_panel=panels.OPERATE)
 
 
 if __name__ == "__main__":

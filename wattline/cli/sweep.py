@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from wattline.cli import panels
 from wattline.cli.agent_entry import agent_settings
 from wattline.cli.options import VERBOSE, StoreChoice, report_options, store_options
 from wattline.config import ConfigError, parse_pairs
@@ -44,27 +45,60 @@ def sweep(
         "--param",
         "-p",
         help="NAME=V1,V2,... (repeat); power_limit (W), cpu_max_freq, cpu_governor: applied by wattline.",
+        rich_help_panel=panels.STUDY,
     ),
-    repeat: int = typer.Option(3, "--repeat", "-r", help="Runs of each point, interleaved."),
-    resume: str | None = typer.Option(None, "--resume", help="Resume sweep ID: reuse its runs done, run the rest."),
-    job: str | None = typer.Option(None, "--job", help="Name of the sweep's jobs (default: the command's name)."),
-    kind: str = typer.Option("other", "--kind", help="inference, training or other."),
-    units: str = typer.Option("units", "--units", help="Name of the work unit (inferences, sequences, tokens)."),
-    labels: list[str] | None = typer.Option(None, "--label", "-l", help="Job label KEY=VALUE for every run (repeat)."),
-    sla: str | None = typer.Option(None, "--sla", help="Target units per hour (N or N/h): the best settings for it."),
-    saturated_after: str | None = typer.Option(None, "--saturated-after", help="Saturated this long after each start."),
-    units_from_stdout: str | None = typer.Option(None, "--units-from-stdout", help="Regex counting units on stdout."),
+    repeat: int = typer.Option(
+        3, "--repeat", "-r", help="Runs of each point, interleaved.", rich_help_panel=panels.STUDY
+    ),
+    resume: str | None = typer.Option(
+        None, "--resume", help="Resume sweep ID: reuse its runs done, run the rest.", rich_help_panel=panels.STUDY
+    ),
+    job: str | None = typer.Option(
+        None, "--job", help="Name of the sweep's jobs (default: the command's name).", rich_help_panel=panels.JOB
+    ),
+    kind: str = typer.Option("other", "--kind", help="inference, training or other.", rich_help_panel=panels.JOB),
+    units: str = typer.Option(
+        "units", "--units", help="Name of the work unit (inferences, sequences, tokens).", rich_help_panel=panels.UNITS
+    ),
+    labels: list[str] | None = typer.Option(
+        None, "--label", "-l", help="Job label KEY=VALUE for every run (repeat).", rich_help_panel=panels.JOB
+    ),
+    sla: str | None = typer.Option(
+        None, "--sla", help="Target units per hour (N or N/h): the best settings for it.", rich_help_panel=panels.STUDY
+    ),
+    saturated_after: str | None = typer.Option(
+        None, "--saturated-after", help="Saturated this long after each start.", rich_help_panel=panels.UNITS
+    ),
+    units_from_stdout: str | None = typer.Option(
+        None, "--units-from-stdout", help="Regex counting units on stdout.", rich_help_panel=panels.UNITS
+    ),
     collectors: list[str] | None = typer.Option(
-        None, "--collector", help="Job events to this collector (with --store)."
+        None, "--collector", help="Job events to this collector (with --store).", rich_help_panel=panels.STORE
     ),
-    interval: float | None = typer.Option(None, "--interval", "-i", help="Embedded sampling interval, seconds."),
-    sysfs_root: Path | None = typer.Option(None, "--sysfs-root", help="Root for /sys and /proc (sources and cpufreq)."),
-    sources: list[str] | None = typer.Option(None, "--source", help="Sources for embedded sampling (repeat)."),
-    host_id: str | None = typer.Option(None, "--host-id", help="Host identity (must match the host agent's)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON (commands' output: stderr)."),
-    plot: Path | None = typer.Option(None, "--plot", help="Draw the Pareto figure to FILE.png or FILE.svg."),
-    html: Path | None = typer.Option(None, "--html", help="Write a self-contained page to FILE.html."),
-    csv: Path | None = typer.Option(None, "--csv", help="Write one CSV row per point to FILE."),
+    interval: float | None = typer.Option(
+        None, "--interval", "-i", help="Embedded sampling interval, seconds.", rich_help_panel=panels.HOST
+    ),
+    sysfs_root: Path | None = typer.Option(
+        None, "--sysfs-root", help="Root for /sys and /proc (sources and cpufreq).", rich_help_panel=panels.HOST
+    ),
+    sources: list[str] | None = typer.Option(
+        None, "--source", help="Sources for embedded sampling (repeat).", rich_help_panel=panels.HOST
+    ),
+    host_id: str | None = typer.Option(
+        None, "--host-id", help="Host identity (must match the host agent's).", rich_help_panel=panels.HOST
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the answer as JSON (commands' output: stderr).", rich_help_panel=panels.OUTPUT
+    ),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Draw the Pareto figure to FILE.png or FILE.svg.", rich_help_panel=panels.OUTPUT
+    ),
+    html: Path | None = typer.Option(
+        None, "--html", help="Write a self-contained page to FILE.html.", rich_help_panel=panels.OUTPUT
+    ),
+    csv: Path | None = typer.Option(
+        None, "--csv", help="Write one CSV row per point to FILE.", rich_help_panel=panels.OUTPUT
+    ),
     verbose: bool = VERBOSE,
     *,
     choice: StoreChoice,
@@ -105,4 +139,6 @@ def sweep(
 
 def register(app: typer.Typer) -> None:
     """Add ``sweep`` to ``app``."""
-    app.command(context_settings={"allow_interspersed_args": False})(sweep)
+    app.command(
+        cls=panels.PanelCommand, rich_help_panel=panels.MEASURE, context_settings={"allow_interspersed_args": False}
+    )(sweep)

@@ -10,24 +10,49 @@ from pathlib import Path
 
 import typer
 
+from wattline.cli import panels
 from wattline.config import ConfigError
 from wattline.units import parse_duration
 from wattline.workloads.output.plot import check_path, pyplot
 from wattline.workloads.report.model import Report, ReportSettings
 from wattline.workloads.report.window_view import Window
 
-SINCE = typer.Option(None, "--since", help="Figures over the last DURATION only (15m, 2h): a service's recent window.")
-FROM = typer.Option(None, "--from", help="Figures from TIME only (ISO 8601, UTC unless it says; or Unix seconds).")
-TO = typer.Option(None, "--to", help="Figures up to TIME only (ISO 8601 or Unix seconds; default: now).")
+SINCE = typer.Option(
+    None,
+    "--since",
+    help="Figures over the last DURATION only (15m, 2h): a service's recent window.",
+    rich_help_panel=panels.WINDOW,
+)
+FROM = typer.Option(
+    None,
+    "--from",
+    help="Figures from TIME only (ISO 8601, UTC unless it says; or Unix seconds).",
+    rich_help_panel=panels.WINDOW,
+)
+TO = typer.Option(
+    None,
+    "--to",
+    help="Figures up to TIME only (ISO 8601 or Unix seconds; default: now).",
+    rich_help_panel=panels.WINDOW,
+)
 EVERY = typer.Option(
-    None, "--every", help="Also the figures interval by interval (5m): energy per unit against load, and at saturation."
+    None,
+    "--every",
+    help="Also the figures interval by interval (5m): energy per unit against load, and at saturation.",
+    rich_help_panel=panels.WINDOW,
 )
 RAW = typer.Option(
     False,
     "--raw",
     help="With a window: compute every figure from raw samples, not from a service's stored intervals.",
+    rich_help_panel=panels.WINDOW,
 )
-CURVE = typer.Option(None, "--curve", help="With --every: draw energy per unit against load to FILE.png or FILE.svg.")
+CURVE = typer.Option(
+    None,
+    "--curve",
+    help="With --every: draw energy per unit against load to FILE.png or FILE.svg.",
+    rich_help_panel=panels.OUTPUT,
+)
 
 
 def parse_time(text: str, option: str) -> int:

@@ -14,16 +14,14 @@ accuracy. Comparing two CPU runs (fp32 against bf16, 1 thread against 2) with
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 
+from wattline.cli import panels
 from wattline.cli.agent_entry import agent_settings
 from wattline.cli.options import VERBOSE, StoreChoice, option_group, report_options, store_options
 from wattline.config import ConfigError
@@ -32,7 +30,6 @@ from wattline.workloads.reference.common import (
     DTYPES,
     EXTRA_HINT,
     RANDOM_WEIGHTS,
-    exit_now,
     import_torch,
     missing_extra,
 )
@@ -42,34 +39,74 @@ from wattline.workloads.wrappers.job import default_job_id
 
 app = typer.Typer(
     name="workload",
+    cls=panels.PanelGroup,
     help="Reference workloads: the study's LayoutLM inference (run to saturation, or served over HTTP) "
     f"and BERT-Large pre-training, on CPU, CUDA or Neuron ({RANDOM_WEIGHTS}); a stepped load for services.",
     no_args_is_help=True,
     rich_markup_mode=None,  # plain help: "[agent]" is a TOML table, not markup
 )
 
-DEVICE = typer.Option("auto", "--device", help=f"{' | '.join(DEVICES)}: auto takes neuron, else cuda, else cpu.")
-DTYPE = typer.Option("fp32", "--dtype", help=f"{' | '.join(DTYPES)} (recorded as a job label).")
-THREADS = typer.Option(None, "--threads", help="torch CPU threads per process (default: torch's; a job label).")
-DURATION = typer.Option(None, "--duration", help="Seconds measured after saturation (default by size).")
-SATURATION = typer.Option(
-    "mark", "--saturation", help="mark: the workload marks its saturation point; detect: the report finds it."
+DEVICE = typer.Option(
+    "auto",
+    "--device",
+    help=f"{' | '.join(DEVICES)}: auto takes neuron, else cuda, else cpu.",
+    rich_help_panel=panels.WORKLOAD,
 )
-JOB = typer.Option(None, "--job", help="Job name (default: the workload, size and sequence length).")
-JOB_ID = typer.Option(None, "--job-id", help="Job id (default: $SLURM_JOB_ID, $TORCHELASTIC_RUN_ID, or new).")
+DTYPE = typer.Option(
+    "fp32", "--dtype", help=f"{' | '.join(DTYPES)} (recorded as a job label).", rich_help_panel=panels.WORKLOAD
+)
+THREADS = typer.Option(
+    None,
+    "--threads",
+    help="torch CPU threads per process (default: torch's; a job label).",
+    rich_help_panel=panels.WORKLOAD,
+)
+DURATION = typer.Option(
+    None, "--duration", help="Seconds measured after saturation (default by size).", rich_help_panel=panels.WORKLOAD
+)
+SATURATION = typer.Option(
+    "mark",
+    "--saturation",
+    help="mark: the workload marks its saturation point; detect: the report finds it.",
+    rich_help_panel=panels.WORKLOAD,
+)
+JOB = typer.Option(
+    None, "--job", help="Job name (default: the workload, size and sequence length).", rich_help_panel=panels.JOB
+)
+JOB_ID = typer.Option(
+    None, "--job-id", help="Job id (default: $SLURM_JOB_ID, $TORCHELASTIC_RUN_ID, or new).", rich_help_panel=panels.JOB
+)
 COLLECTORS = typer.Option(
-    None, "--collector", help="Send job events to this collector (a host agent samples); default: embedded sampling."
+    None,
+    "--collector",
+    help="Send job events to this collector (a host agent samples); default: embedded sampling.",
+    rich_help_panel=panels.STORE,
 )
 DEVICES_OPT = typer.Option(
-    None, "--devices", help="Devices charged in full (default: CUDA_VISIBLE_DEVICES / NEURON_RT_VISIBLE_CORES)."
+    None,
+    "--devices",
+    help="Devices charged in full (default: CUDA_VISIBLE_DEVICES / NEURON_RT_VISIBLE_CORES).",
+    rich_help_panel=panels.JOB,
 )
-INTERVAL = typer.Option(None, "--interval", "-i", help="Embedded sampling interval, seconds.")
+INTERVAL = typer.Option(
+    None, "--interval", "-i", help="Embedded sampling interval, seconds.", rich_help_panel=panels.HOST
+)
 AS_JSON = typer.Option(
-    False, "--json", help=f"Print the workload's figures and the report as JSON ({WORKLOAD_SCHEMA})."
+    False,
+    "--json",
+    help=f"Print the workload's figures and the report as JSON ({WORKLOAD_SCHEMA}).",
+    rich_help_panel=panels.OUTPUT,
 )
-REPORT_JSON = typer.Option(None, "--report-json", help="Also write the report alone as JSON to this file.")
-SEED = typer.Option(0, "--seed", help="Seed of the weights and the synthetic data.")
-COMPILE = typer.Option(False, "--compile", help="torch.compile the model (compilation falls in the warm-up).")
+REPORT_JSON = typer.Option(
+    None, "--report-json", help="Also write the report alone as JSON to this file.", rich_help_panel=panels.OUTPUT
+)
+SEED = typer.Option(0, "--seed", help="Seed of the weights and the synthetic data.", rich_help_panel=panels.WORKLOAD)
+COMPILE = typer.Option(
+    False,
+    "--compile",
+    help="torch.compile the model (compilation falls in the warm-up).",
+    rich_help_panel=panels.WORKLOAD,
+)
 
 
 @dataclass
@@ -134,7 +171,8 @@ def require_extra() -> Any:
         raise typer.Exit(2) from None
 
 
-def _positive(value: float | int | None, option: str) -> None:
+def positive(value: float | int | None, option: str) -> None:
+    """ConfigError (one line) when ``value`` is given and not above 0."""
     if value is not None and value <= 0:
         raise ConfigError(f"option {option}: {value} must be > 0")
 
@@ -144,28 +182,44 @@ def _check_saturation(saturation: str) -> None:
         raise ConfigError(f"option --saturation: {saturation!r} is not mark or detect")
 
 
-@app.command("layoutlm-inference")
+@app.command("layoutlm-inference", cls=panels.PanelCommand)
 @store_options
 @report_options
 @common_options
 def layoutlm_inference(
     size: str = typer.Option(
-        "base", "--size", help="base (LayoutLM-base, 512 tokens) or tiny (CI: seconds on 2 cores)."
+        "base",
+        "--size",
+        help="base (LayoutLM-base, 512 tokens) or tiny (CI: seconds on 2 cores).",
+        rich_help_panel=panels.WORKLOAD,
     ),
     device: str = DEVICE,
     dtype: str = DTYPE,
     threads: int | None = THREADS,
     duration: float | None = DURATION,
-    step_seconds: float | None = typer.Option(None, "--step-seconds", help="Seconds per ramp step (default by size)."),
-    max_batch: int | None = typer.Option(None, "--max-batch", help="Largest batch size the ramp tries."),
+    step_seconds: float | None = typer.Option(
+        None, "--step-seconds", help="Seconds per ramp step (default by size).", rich_help_panel=panels.WORKLOAD
+    ),
+    max_batch: int | None = typer.Option(
+        None, "--max-batch", help="Largest batch size the ramp tries.", rich_help_panel=panels.WORKLOAD
+    ),
     batch_size: int | None = typer.Option(
-        None, "--batch-size", help="Hold this batch size (concurrency 1) after one warm-up step: no ramp."
+        None,
+        "--batch-size",
+        help="Hold this batch size (concurrency 1) after one warm-up step: no ramp.",
+        rich_help_panel=panels.WORKLOAD,
     ),
     max_concurrency: int | None = typer.Option(
-        None, "--max-concurrency", help="Most parallel clients the ramp tries (default 2 on CPU, else 4)."
+        None,
+        "--max-concurrency",
+        help="Most parallel clients the ramp tries (default 2 on CPU, else 4).",
+        rich_help_panel=panels.WORKLOAD,
     ),
     min_gain: float = typer.Option(
-        0.05, "--min-gain", help="A ramp step must raise throughput this much (0.05 = 5 %)."
+        0.05,
+        "--min-gain",
+        help="A ramp step must raise throughput this much (0.05 = 5 %).",
+        rich_help_panel=panels.WORKLOAD,
     ),
     saturation: str = SATURATION,
     compile_model: bool = COMPILE,
@@ -191,7 +245,7 @@ def layoutlm_inference(
         (duration, "--duration"), (step_seconds, "--step-seconds"), (max_batch, "--max-batch"),
         (max_concurrency, "--max-concurrency"), (batch_size, "--batch-size"),
     ):  # fmt: skip
-        _positive(value, option)
+        positive(value, option)
     torch = require_extra()
     labels = resolve(torch, device, dtype, threads)
     if compile_model and labels["device"] == "neuron":
@@ -214,28 +268,49 @@ def layoutlm_inference(
     _run(Launch(name, "inference", "inferences", "layoutlm_inference", args, labels), common, choice, rsettings)
 
 
-@app.command("bert-pretrain")
+@app.command("bert-pretrain", cls=panels.PanelCommand)
 @store_options
 @report_options
 @common_options
 def bert_pretrain(
-    size: str = typer.Option("large", "--size", help="large (BERT-Large) or tiny (CI: seconds on 2 cores)."),
-    seq_len: int = typer.Option(128, "--seq-len", help="128 or 512 (BERT's two pre-training phases)."),
+    size: str = typer.Option(
+        "large", "--size", help="large (BERT-Large) or tiny (CI: seconds on 2 cores).", rich_help_panel=panels.WORKLOAD
+    ),
+    seq_len: int = typer.Option(
+        128, "--seq-len", help="128 or 512 (BERT's two pre-training phases).", rich_help_panel=panels.WORKLOAD
+    ),
     batch_size: int | None = typer.Option(
-        None, "--batch-size", help="Sequences per step per process (default: large 32 / 8, tiny 8 / 2 at 128 / 512)."
+        None,
+        "--batch-size",
+        help="Sequences per step per process (default: large 32 / 8, tiny 8 / 2 at 128 / 512).",
+        rich_help_panel=panels.WORKLOAD,
     ),
     device: str = DEVICE,
-    dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16 (autocast mixed precision; a job label)."),
+    dtype: str = typer.Option(
+        "fp32", "--dtype", help="fp32 | bf16 (autocast mixed precision; a job label).", rich_help_panel=panels.WORKLOAD
+    ),
     threads: int | None = THREADS,
     duration: float | None = DURATION,
-    warmup_steps: int = typer.Option(3, "--warmup-steps", help="Steps always counted as warm-up."),
+    warmup_steps: int = typer.Option(
+        3, "--warmup-steps", help="Steps always counted as warm-up.", rich_help_panel=panels.WORKLOAD
+    ),
     saturation: str = SATURATION,
     compile_model: bool = COMPILE,
     nproc_per_node: int = typer.Option(
-        1, "--nproc-per-node", help="Processes on this host (torchrun; one per GPU / NeuronCore)."
+        1,
+        "--nproc-per-node",
+        help="Processes on this host (torchrun; one per GPU / NeuronCore).",
+        rich_help_panel=panels.WORKLOAD,
     ),
-    nnodes: int = typer.Option(1, "--nnodes", help="Hosts in the job (needs --rdzv-endpoint and one --job-id)."),
-    rdzv_endpoint: str | None = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of torchrun's rendezvous."),
+    nnodes: int = typer.Option(
+        1,
+        "--nnodes",
+        help="Hosts in the job (needs --rdzv-endpoint and one --job-id).",
+        rich_help_panel=panels.WORKLOAD,
+    ),
+    rdzv_endpoint: str | None = typer.Option(
+        None, "--rdzv-endpoint", help="HOST:PORT of torchrun's rendezvous.", rich_help_panel=panels.WORKLOAD
+    ),
     seed: int = SEED,
     *,
     common: Common,
@@ -255,10 +330,10 @@ def bert_pretrain(
     if seq_len not in SEQ_LENS:
         raise ConfigError(f"option --seq-len: {seq_len} is not one of {', '.join(map(str, SEQ_LENS))}")
     _check_saturation(saturation)
-    _positive(batch_size, "--batch-size")
-    _positive(duration, "--duration")
-    _positive(nproc_per_node, "--nproc-per-node")
-    _positive(nnodes, "--nnodes")
+    positive(batch_size, "--batch-size")
+    positive(duration, "--duration")
+    positive(nproc_per_node, "--nproc-per-node")
+    positive(nnodes, "--nnodes")
     if warmup_steps < 0:
         raise ConfigError(f"option --warmup-steps: {warmup_steps} is negative")
     run_id = common.job_id or default_job_id(common.job or f"bert-pretrain-{size}-seq{seq_len}")
@@ -291,105 +366,10 @@ def bert_pretrain(
     _run(launch, common, choice, rsettings, run_id)
 
 
-@app.command("layoutlm-serve")
-def layoutlm_serve(
-    size: str = typer.Option("base", "--size", help="base (LayoutLM-base, 512 tokens) or tiny (CI)."),
-    device: str = DEVICE,
-    dtype: str = typer.Option("fp32", "--dtype", help=f"{' | '.join(DTYPES)}."),
-    threads: int | None = typer.Option(None, "--threads", help="torch CPU threads (default: torch's)."),
-    seed: int = SEED,
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-    port: int = typer.Option(8000, "--port", help="Port to listen on; 0 takes a free one (the ready line names it)."),
-    max_batch: int = typer.Option(32, "--max-batch", help="Most documents in one batch (and in one request)."),
-    max_wait_ms: float = typer.Option(
-        5.0, "--max-wait-ms", help="Longest a request waits for more to fill its batch, in milliseconds."
-    ),
-    linger: float = typer.Option(
-        0.0, "--linger", help="Seconds /metrics stays up after a stop's last answer (for a final scrape)."
-    ),
-) -> None:
-    """LayoutLM inference as an HTTP service that runs until SIGTERM; measured by its own metrics.
-
-    POST /infer (an empty body is one document, {"documents": N} is N), batched across concurrent
-    requests; GET /metrics (Prometheus: requests by outcome, documents, latency); GET /health.
-    Ready, it prints "listening on http://HOST:PORT". SIGTERM refuses new requests and answers
-    those in flight. No job is opened: the service's units are read from its metrics.
-    Random weights, no download.
-    """
-    from wattline.workloads.reference.layoutlm_inference import SIZES
-
-    if size not in SIZES:
-        raise ConfigError(f"option --size: {size!r} is not one of {', '.join(sorted(SIZES))}")
-    _positive(max_batch, "--max-batch")
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"option --port: {port} is not 0..65535")
-    for value, option in ((max_wait_ms, "--max-wait-ms"), (linger, "--linger")):
-        if not 0 <= value < float("inf"):
-            raise ConfigError(f"option {option}: {value} must be >= 0")
-    torch = require_extra()
-    labels = resolve(torch, device, dtype, threads)
-    from wattline.workloads.reference.layoutlm_serve import ServeSettings, serve
-
-    settings = ServeSettings(
-        size, labels["device"], dtype, int(labels["threads"]), seed, host, port, max_batch, max_wait_ms, linger
-    )
-    exit_now(serve(settings))
-
-
-@app.command("load")
-def load(
-    url: str = typer.Option(..., "--url", help='The service\'s inference URL: POST, JSON {"documents": N}.'),
-    steps: str = typer.Option(
-        ..., "--steps", help="RATE:DURATION,...: RATE in requests/s (40) or of the capacity (25%)."
-    ),
-    capacity: float | None = typer.Option(
-        None, "--capacity", help="Requests/s that 100% is (default: measured first, closed loop)."
-    ),
-    documents: int = typer.Option(1, "--documents", help="Documents per request."),
-    arrivals: str = typer.Option("poisson", "--arrivals", help="poisson (random gaps) or fixed (even gaps)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the Poisson arrivals."),
-    workers: int = typer.Option(64, "--workers", help="Most requests in flight at once."),
-    max_concurrency: int = typer.Option(64, "--max-concurrency", help="Most clients the capacity measurement tries."),
-    capacity_seconds: float = typer.Option(2.0, "--capacity-seconds", help="Seconds per capacity measurement level."),
-    as_json: bool = typer.Option(False, "--json", help="Print the windows as JSON."),
-) -> None:
-    """Open-loop load at stepped rates against an inference service; what each window got.
-
-    Between steps the load waits for every answer, so each window's requests are sent and
-    answered inside it. Steps in % are of the capacity: --capacity, else measured with
-    closed-loop clients doubling until throughput stops rising.
-    """
-    from wattline.workloads.reference.stepped_load import ARRIVALS, check_url, parse_steps, run_load
-
-    specs = parse_steps(steps)
-    check_url(url)
-    if arrivals not in ARRIVALS:
-        raise ConfigError(f"option --arrivals: {arrivals!r} is not one of {', '.join(ARRIVALS)}")
-    for value, option in (
-        (capacity, "--capacity"), (documents, "--documents"), (workers, "--workers"),
-        (max_concurrency, "--max-concurrency"), (capacity_seconds, "--capacity-seconds"),
-    ):  # fmt: skip
-        _positive(value, option)
-    from wattline.workloads.reference.figures import print_load
-
-    result = run_load(
-        url, specs, capacity_rps=capacity, documents=documents, arrivals=arrivals, seed=seed, workers=workers,
-        max_concurrency=max_concurrency, capacity_seconds=capacity_seconds,
-    )  # fmt: skip
-    if as_json:
-        typer.echo(json.dumps(result, indent=2))
-    else:
-        print_load(result, Console(file=sys.stdout))
-    sent = sum(w["sent"] for w in result["windows"])
-    if sent and not sum(w["answered"] for w in result["windows"]):
-        typer.echo(f"wattline: error: {url} answered none of {sent} requests", err=True)
-        raise typer.Exit(1)
-
-
 def _launcher_job_id() -> bool:
     return any(os.environ.get(v) for v in ("WATTLINE_JOB_ID", "SLURM_JOB_ID"))
 
 
 def register(root: typer.Typer) -> None:
     """Add the ``workload`` command group to ``root``."""
-    root.add_typer(app, name="workload")
+    root.add_typer(app, name="workload", rich_help_panel=panels.REFERENCE)

@@ -43,7 +43,7 @@ from wattline.workloads.report.intervals import Interval
 from wattline.workloads.report.model import Report, ReportSettings
 from wattline.workloads.report.stored_intervals import policy_fields, stored_fields
 from wattline.workloads.report.window_view import Window
-from wattline.workloads.services.due_worker import DueWorker
+from wattline.workloads.services.due_worker import DueAt
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class _Service:
     ended: bool = False
 
 
-class IntervalWriter(DueWorker[float]):
+class IntervalWriter(DueAt):
     """Computes and writes service jobs' interval summaries on one background thread.
 
     :meth:`job_events` (called by the collector after each committed batch, as for job
@@ -148,9 +148,8 @@ class IntervalWriter(DueWorker[float]):
         self.poll_s = poll_s
         self.max_per_pass = max_per_pass
         self.max_jobs = max_jobs
-        self._clock = clock
         self._wall_ns = wall_ns
-        super().__init__("service-intervals")  # _due: job id -> when to look at it (clock time)
+        super().__init__("service-intervals", clock)  # _due: job id -> when to look at it (clock time)
         self._services: dict[str, _Service] = {}
         self._not_services: set[str] = set()
         self._checked_ns: dict[tuple[str, int], int] = {}  #: (job, start) -> when last computed (wall ns)
@@ -177,26 +176,6 @@ class IntervalWriter(DueWorker[float]):
                 kind = "" if isinstance(exc, StoreUnavailable) else f"{type(exc).__name__}: "
                 log.warning("service intervals of %s failed (again later): %s%s", job_id[:100], kind, str(exc)[:300])
                 self._again(job_id, max(self.poll_s, self.recheck_every_ns / S))
-
-    def _next(self) -> str | None:
-        with self._cond:
-            while not self._stop:
-                if self._due:
-                    job_id, at = min(self._due.items(), key=lambda item: item[1])
-                    wait = at - self._clock()
-                    if wait <= 0:
-                        del self._due[job_id]
-                        return job_id
-                    self._cond.wait(wait)
-                else:
-                    self._cond.wait()
-            return None
-
-    def _again(self, job_id: str, delay_s: float) -> None:
-        with self._cond:
-            at = self._clock() + delay_s
-            self._due[job_id] = min(self._due.get(job_id, at), at)
-            self._cond.notify()
 
     def write_due(self, job_id: str) -> int:
         """Compute and write ``job_id``'s intervals that are due now; returns how many were

@@ -35,7 +35,7 @@ from wattline.workloads.jobs.jobs_view import BadJob, JobNotFound
 from wattline.workloads.report.build import build_report, neighbours, report_wait_s, search_lag_s
 from wattline.workloads.report.model import Report, ReportSettings
 from wattline.workloads.report.report_json import report_json
-from wattline.workloads.services.due_worker import DueWorker
+from wattline.workloads.services.due_worker import DueAt
 from wattline.workloads.services.store import default_store_url
 
 log = logging.getLogger(__name__)
@@ -205,7 +205,7 @@ def _record_or_warn(
         return None
 
 
-class SummaryWriter(DueWorker[float]):
+class SummaryWriter(DueAt):
     """Computes and writes job summaries on one background thread.
 
     :meth:`job_events` (called by the collector after each committed batch) marks jobs
@@ -247,10 +247,9 @@ class SummaryWriter(DueWorker[float]):
         self.max_retry_s = max_retry_s
         self.max_jobs = max_jobs
         self.recheck_s = recheck_s
-        self._clock = clock
         #: Told each closed job's report once its summary is written (must not block).
         self.on_closed = on_closed
-        super().__init__("job-summaries")  # _due: job id -> when to compute it (clock time)
+        super().__init__("job-summaries", clock)  # _due: job id -> when to compute it (clock time)
         #: jobs with a close since their last summary -> when the (first such) close was noted
         self._closing: dict[str, float] = {}
         #: jobs due -> when their latest events were noted (the store may not show them yet)
@@ -286,30 +285,9 @@ class SummaryWriter(DueWorker[float]):
                 self._noted[job_id] = now
             self._cond.notify()
 
-    def _next(self) -> str | None:
-        """Wait for the next due job (None when stopping)."""
-        with self._cond:
-            while not self._stop:
-                if self._due:
-                    job_id, at = min(self._due.items(), key=lambda item: item[1])
-                    wait = at - self._clock()
-                    if wait <= 0:
-                        del self._due[job_id]
-                        return job_id
-                    self._cond.wait(wait)
-                else:
-                    self._cond.wait()
-            return None
-
     def _run(self) -> None:
         while (job_id := self._next()) is not None:
             self._summarise(job_id)
-
-    def _again(self, job_id: str, delay_s: float) -> None:
-        with self._cond:
-            at = self._clock() + delay_s
-            self._due[job_id] = min(self._due.get(job_id, at), at)
-            self._cond.notify()
 
     def _summarise(self, job_id: str) -> None:
         with self._cond:

@@ -20,11 +20,11 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from exposition_server import ExpositionServer
 from procs import CLI, clean_env, start_rapl_agent
 from prometheus_client.parser import text_string_to_metric_families
 from schema_check import schema_errors
@@ -68,38 +68,20 @@ def tokens() -> dict[tuple[str, str], float]:
     }
 
 
-class Recorded(ThreadingHTTPServer):
+class Recorded(ExpositionServer):
     """The recorded scrapes, served one after another as the test moves on."""
 
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Scrape)
+        super().__init__()
         self.texts = [(FIXTURES / f"vllm_two_models_{i}.txt").read_text().encode() for i in (1, 2, 3)]
         self.at = 0
         self.served = [0, 0, 0]  #: scrapes answered with each text
         self.lock = threading.Lock()
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/metrics"
-
-    def body(self) -> bytes:
+    def text(self) -> bytes:
         with self.lock:
             self.served[self.at] += 1
             return self.texts[self.at]
-
-
-class _Scrape(BaseHTTPRequestHandler):
-    server: Recorded
-
-    def do_GET(self) -> None:
-        body = self.server.body()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
 
 
 @dataclass(frozen=True)

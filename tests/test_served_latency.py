@@ -22,11 +22,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from exposition_server import ExpositionServer, serving
 from procs import CLI, clean_env
 from schema_check import schema_errors
 from servers import Daemon, Influxd, VictoriaMetrics, searchable
@@ -60,21 +60,17 @@ SCRAPE = "0.1s"
 UNITS = wire.pb.JobEvent.KIND_UNITS
 
 
-class Served(ThreadingHTTPServer):
+class Served(ExpositionServer):
     """A vLLM-shaped ``/metrics``: each model's e2e latency histogram and finished requests, from
     the latencies the test observed; it can fail its scrapes and restart."""
 
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Exposition)
+        super().__init__()
         self.lock = threading.Lock()
         self.values: dict[str, list[float]] = {}  # since the last restart
         self.created = time.time()
         self.scrapes = self.failures = 0
         self.failing = False
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/metrics"
 
     def observe(self, values: dict[str, list[float]]) -> None:
         with self.lock:
@@ -114,28 +110,10 @@ def histogram_lines(observed: dict[str, list[float]], created: float) -> list[st
     return lines
 
 
-class _Exposition(BaseHTTPRequestHandler):
-    server: Served
-
-    def do_GET(self) -> None:
-        text = self.server.text()
-        body = (text or "restarting").encode()
-        self.send_response(200 if text is not None else 503)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def served() -> Iterator[Served]:
-    server = Served()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(Served()) as server:
+        yield server
 
 
 def true_quantile(q: float, values: list[float]) -> float:

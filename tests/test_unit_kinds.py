@@ -19,10 +19,10 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from exposition_server import ExpositionServer, serving
 from procs import CLI, clean_env, start_rapl_agent
 from schema_check import schema_errors
 from servers import Influxd, VictoriaMetrics, searchable
@@ -58,20 +58,16 @@ STEPS = [
 REASONS = ("stop", "length")
 
 
-class Vllm(ThreadingHTTPServer):
+class Vllm(ExpositionServer):
     """A vLLM-shaped ``/metrics``: two models' counters, at the values the test set."""
 
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Exposition)
+        super().__init__()
         #: (model, reason) -> requests; model -> prompt, generation tokens
         self.requests = {(m, r): 0 for m in MODELS for r in REASONS}
         self.tokens = {m: [0, 0] for m in MODELS}
         self.scrapes = 0
         self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/metrics"
 
     def step(self, counts: dict[str, tuple[int, int, int, int]]) -> None:
         with self.lock:
@@ -96,27 +92,10 @@ class Vllm(ThreadingHTTPServer):
             return "\n".join(lines) + "\n"
 
 
-class _Exposition(BaseHTTPRequestHandler):
-    server: Vllm
-
-    def do_GET(self) -> None:
-        body = self.server.text().encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def vllm() -> Iterator[Vllm]:
-    server = Vllm()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(Vllm()) as server:
+        yield server
 
 
 def truth() -> tuple[int, dict[tuple[str, str], int]]:

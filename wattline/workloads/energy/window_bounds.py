@@ -20,11 +20,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from wattline.collector.stores.reader import StoredSample
+from wattline.quality import Quality
 from wattline.units import NS_PER_S
-from wattline.workloads.energy.uncertainty import Bound, edge_term, quality_terms
+from wattline.workloads.energy.uncertainty import Bound, edge_term, facts, quality_terms
 from wattline.workloads.energy.window_energy import Interval, overlap
 
-__all__ = ["LAG_HORIZON_NS", "Gaps", "edge_bound", "edge_power_w", "p_max_w", "samples_bound", "uncovered"]
+__all__ = [
+    "LAG_HORIZON_NS",
+    "Gaps",
+    "counter_step_s",
+    "edge_bound",
+    "edge_power_w",
+    "p_max_w",
+    "samples_bound",
+    "uncovered",
+]
 
 #: A piece of a channel's timeline: (start_ns, end_ns, energy_j, healthy); energy None: no
 #: sample covers it.
@@ -35,20 +45,39 @@ _FAR = 2**62
 LAG_HORIZON_NS = 3600 * 10**9
 
 
-def _powers(samples: Iterable[StoredSample | Interval | None]) -> list[float]:
-    return [s.energy_j * NS_PER_S / (s.end_ns - s.start_ns) for s in samples if s is not None and s.end_ns > s.start_ns]
+def _powers(samples: Iterable[StoredSample | Interval | None], step_s: float = 0.0) -> list[float]:
+    """Each sample's mean power. A counter that advances every ``step_s`` shows a sample the
+    energy of whole steps: one shorter than a step holds at most one, drawn over a whole step,
+    so its power is its energy over ``step_s``; one longer holds at most one step more than its
+    length. Either way at most twice the true power, however short the sample (a sampler that
+    catches up after a stall reads some a few ms apart)."""
+    floor_ns = step_s * NS_PER_S
+    return [
+        s.energy_j * NS_PER_S / max(s.end_ns - s.start_ns, floor_ns)
+        for s in samples
+        if s is not None and s.end_ns > s.start_ns
+    ]
 
 
-def p_max_w(samples: Iterable[StoredSample | Interval | None], energy_j: float, seconds: float) -> float:
-    """The channel's plausible maximum power: the highest mean power among ``samples`` and the window's."""
-    return max([energy_j / seconds if seconds > 0 else 0.0, *_powers(samples)])
+def counter_step_s(series: tuple[str, str]) -> float:
+    """How often the counter of ``series`` (source, quality) advances; 0 for power readings and models."""
+    source, quality = series
+    return facts(source).update_s if quality == Quality.COUNTER else 0.0
 
 
-def edge_power_w(around: Iterable[StoredSample | Interval | None], interior_w: float) -> float:
+def p_max_w(
+    samples: Iterable[StoredSample | Interval | None], energy_j: float, seconds: float, step_s: float = 0.0
+) -> float:
+    """The channel's plausible maximum power: the highest mean power among ``samples`` (a
+    counter's advancing every ``step_s`` taken into account) and the window's."""
+    return max([energy_j / seconds if seconds > 0 else 0.0, *_powers(samples, step_s)])
+
+
+def edge_power_w(around: Iterable[StoredSample | Interval | None], interior_w: float, step_s: float = 0.0) -> float:
     """The highest power inside a sample straddling an edge: the highest mean power of the
     samples ``around`` the edge plus how much they differ (a trend between them goes on inside
     the straddling one), and at least the mean power of the window's interior."""
-    powers = _powers(around)
+    powers = _powers(around, step_s)
     return max(2 * max(powers) - min(powers) if powers else 0.0, interior_w)
 
 
@@ -60,7 +89,7 @@ Gaps = list[tuple[int, int, float]]
 
 
 def _edge_terms(
-    pieces: Sequence[tuple[Piece, Around]], window: tuple[int, int, float], p_max: float, gaps: Gaps
+    pieces: Sequence[tuple[Piece, Around]], window: tuple[int, int, float], p_max: float, gaps: Gaps, step: float
 ) -> Bound:
     """Edge and gap terms of the pieces a window covers in part, each with the samples around it
     (the gap stretches also to ``gaps``)."""
@@ -75,7 +104,7 @@ def _edge_terms(
             bound = bound + Bound(gaps_j=p_max * inside / NS_PER_S)
             gaps.append((max(start, t0), min(end, t1), p_max * inside / NS_PER_S))
         else:
-            bound = bound + Bound(edges_j=edge_term(start, end, e, inside, edge_power_w(around, interior_w)))
+            bound = bound + Bound(edges_j=edge_term(start, end, e, inside, edge_power_w(around, interior_w, step)))
     return bound
 
 
@@ -111,14 +140,16 @@ def edge_bound(
     t0, t1, energy = window
     if t1 <= t0:
         return Bound()
-    p_max = p_max_w([*at_t0, *at_t1], energy, (t1 - t0) / NS_PER_S)
+    p_max = p_max_w([*at_t0, *at_t1], energy, (t1 - t0) / NS_PER_S, counter_step_s(series))
     bound = quality_terms(source, quality, energy, p_max, None)
     pieces: dict[tuple[int, int], tuple[Piece, Around]] = {}
     for before, after, t in ((*at_t0, t0), (*at_t1, t1)):
         piece = _edge_piece(before, after, t, t0, t1)
         if piece is not None:
             pieces.setdefault(piece[:2], (piece, (before, after)))
-    return bound + _edge_terms(list(pieces.values()), window, p_max, [] if gaps is None else gaps)
+    return bound + _edge_terms(
+        list(pieces.values()), window, p_max, [] if gaps is None else gaps, counter_step_s(series)
+    )
 
 
 def samples_bound(
@@ -138,7 +169,8 @@ def samples_bound(
     near = [s for s in raw if s.end_ns > t0 and s.start_ns < t1]
     # and the last sample before the window, as edge_bound reads it
     prior = max((s for s in raw if s.end_ns <= t0 and s.healthy), key=lambda s: s.end_ns, default=None)
-    p_max = p_max_w([s for s in [*near, prior] if s is not None and s.healthy], energy, (t1 - t0) / NS_PER_S)
+    healthy = [s for s in [*near, prior] if s is not None and s.healthy]
+    p_max = p_max_w(healthy, energy, (t1 - t0) / NS_PER_S, counter_step_s(series))
     errors = [_overlap(s, t0, t1) * (s.energy_error_j or 0.0) for s in near if s.energy_error_j is not None]
     bound = quality_terms(source, quality, energy, p_max, sum(errors) if errors else None)
     failed = [(max(s.start_ns, t0), min(s.end_ns, t1)) for s in near if not s.healthy and s.end_ns > s.start_ns]
@@ -153,7 +185,7 @@ def samples_bound(
             around = merged[max(n - 1, 0) : n + 2 : 2] if iv.bridged else merged[max(n - 1, 0) : n + 1]
             pieces.append(((iv.start_ns, iv.end_ns, iv.energy_j, True), around))
     out: Gaps = [] if gaps is None else gaps
-    bound = bound + _edge_terms(pieces, window, p_max, out)
+    bound = bound + _edge_terms(pieces, window, p_max, out, counter_step_s(series))
     stretches = [*uncovered(raw, merged, t0, t1), *failed]
     out += [(a, b, p_max * (b - a) / NS_PER_S) for a, b in stretches]
     return bound + Bound(gaps_j=p_max * sum(b - a for a, b in stretches) / NS_PER_S)

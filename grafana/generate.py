@@ -9,7 +9,7 @@ query and annotation for its twin in PROMQL/VARIABLES/ANNOTATIONS below, so the 
 cannot drift apart: a panel without a twin here, or a twin without its panel, stops it.
 
 The queries read what the collector writes to VictoriaMetrics and, by Prometheus remote
-write, to Prometheus, Mimir and Thanos (wattline/collector/stores/victoria_points.py, one
+write, to Prometheus, Mimir and Thanos (wattline/stores/series/points.py, one
 layout): a line-protocol field is the metric ``<measurement>_<field>``, so a sample's energy is
 ``energy_energy_j`` and every point has ``<measurement>_sub_ns``.
 

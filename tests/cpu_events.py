@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 
 from wattline import wire
-from wattline.workloads.jobs.events import EventBuilder
+from wattline.jobs.events import EventBuilder
 
 S = 10**9
 

@@ -224,7 +224,7 @@ JOBS = [
     JobPlan(EVAL, "eval-harness", "evaluation", "samples", {HOST_A: (420, None, 480)}, {HOST_A: 16.0}),
 ]
 #: Each job's device claims on a host, as its open event carries them: the GPUs by UUID (as
-#: the wrapper sends them: wattline/workloads/wrappers/claims.py), a NeuronCore (of neuron0).
+#: the wrapper sends them: wattline/jobs/wrappers/claims.py), a NeuronCore (of neuron0).
 JOB_DEVICES = {
     HOST_A: [wire.claim_key(c.component, c.device) for c in CHANNELS if c.host == HOST_A and c.component == "gpu"],
     HOST_B: ["neuroncore:0"],

@@ -12,7 +12,7 @@ from cpu_events import cpu_periods
 from servers import T0
 
 from wattline import wire
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.events import EventBuilder, JobSpec
 
 S = 10**9
 POWER_W = {"cpu_package": 40.0, "dram": 5.0}

@@ -15,8 +15,8 @@ from sysfs_trees import INTEL_RANGE_UJ, Zone, powercap_tree, set_energy
 
 from wattline.agent import registry
 from wattline.agent.clock import StampClock
-from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.sampler import Sampler
+from wattline.agent.spool.memory import MemorySpool
 from wattline.agent.uplink import Uplink
 from wattline.wire import Host
 

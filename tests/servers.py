@@ -37,8 +37,8 @@ from victoria_peer import victoria_argv, victoria_default_argv
 from waits import wait_until
 
 from wattline import wire
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.sqlite.store import SqliteStore
 
 START_TIMEOUT_S = 30.0
 

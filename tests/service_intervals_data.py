@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 
 from wattline import wire
-from wattline.collector.stores.base import Store
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.stores.base import Store
 
 S = 10**9
 UNITS = wire.pb.JobEvent.KIND_UNITS

@@ -11,7 +11,7 @@ import os
 import threading
 from pathlib import Path
 
-from wattline.agent.spool_format import read_segment
+from wattline.agent.spool.format import read_segment
 
 Key = tuple[str, int]  # (device, interval end ns)
 

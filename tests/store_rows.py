@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from wattline.collector.stores.base import Store
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.base import Store
+from wattline.stores.sqlite.store import SqliteStore
 
 _ENERGY_ORDER = "time_ns, host, source, component, device, quality"
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from cpu_events import cpu_periods
 
 from wattline import wire
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.stores.sqlite.store import SqliteStore
 
 S = 10**9
 T0 = 1_767_225_600 * S  # 2026-01-01T00:00:00Z

@@ -27,7 +27,7 @@ from wattline.cli import daemons
 from wattline.cli.agent_entry import AGENT_OPTIONS, agent_settings, parse_agent
 from wattline.cli.main import app
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.factory import open_store
+from wattline.stores.factory import open_store
 
 KINDS = {Path: "path", str: "str", float: "float", int: "int"}
 

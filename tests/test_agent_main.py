@@ -90,8 +90,8 @@ def test_the_agent_loads_no_argparse_disk_spool_nor_pod_watcher_it_does_not_use(
         f" '--outbox-dir', {str(tmp_path / 'ob')!r}, '--collector', '127.0.0.1:1'])\n"
         "flags = {k: v for k, v in vars(args).items() if k not in ('config', 'log_level')}\n"
         "agent = Agent(build(AgentSettings, 'agent', {}, env={}, flags=flags).validate())\n"
-        "print(sorted(m for m in ('argparse', 'wattline.agent.disk_spool', 'wattline.agent.kube.watcher',"
-        " 'wattline.agent.unit_watch', 'wattline.served_specs') if m in sys.modules))\n"
+        "print(sorted(m for m in ('argparse', 'wattline.agent.spool.disk', 'wattline.agent.holders.kube.watcher',"
+        " 'wattline.agent.holders.systemd.watch', 'wattline.served_specs') if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]

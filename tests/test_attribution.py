@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wattline.quality import Quality
-from wattline.workloads.energy.attribution import (
+from wattline.accounting.attribution import (
     Attribution,
     ChannelEnergy,
     IdlePolicy,
@@ -19,15 +18,16 @@ from wattline.workloads.energy.attribution import (
     UseTimeline,
     split_shared,
 )
-from wattline.workloads.energy.coverage import coverage
-from wattline.workloads.energy.device_shares import device_shares
-from wattline.workloads.energy.window_energy import (
+from wattline.accounting.coverage import coverage
+from wattline.accounting.device_shares import device_shares
+from wattline.accounting.window_energy import (
     EdgeSample,
     Interval,
     cumulative_window_energy,
     find_edges,
     window_energy,
 )
+from wattline.quality import Quality
 
 NS = 1_000_000_000
 

@@ -23,13 +23,13 @@ from cpu_events import cpu_periods
 from typer.testing import CliRunner
 
 from wattline import wire
+from wattline.accounting.uncertainty import Side, change_bound, edge_term
 from wattline.cli.main import app
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.energy.uncertainty import Side, change_bound, edge_term
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.jobs.jobs_view import utc_iso
-from wattline.workloads.report.build import build_report
-from wattline.workloads.services.summary import summary_of
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.jobs_view import utc_iso
+from wattline.reports.build import build_report
+from wattline.reports.summaries.summary import summary_of
+from wattline.stores.sqlite.store import SqliteStore
 
 S = 10**9
 T0 = 1_767_225_600 * S  # 2026-01-01T00:00:00Z

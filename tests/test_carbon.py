@@ -17,10 +17,10 @@ from synthetic_job import LENGTH_S, T0, WARMUP_S, S, make_store
 from test_bounds import T0 as BOUNDS_T0
 from test_bounds import Series, write_job
 
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.report.build import build_report
-from wattline.workloads.report.intensity import read_series
-from wattline.workloads.report.model import ReportSettings
+from wattline.reports.build import build_report
+from wattline.reports.intensity import read_series
+from wattline.reports.model import ReportSettings
+from wattline.stores.sqlite.store import SqliteStore
 
 WATTLINE = [sys.executable, "-m", "wattline.cli.main"]
 HOST_W = 36.0 + 54.0  # synth's two hosts in the measured window: (30+5+1) W x 1 and x 1.5

@@ -26,11 +26,11 @@ from wattline.agent.clock import StampClock
 from wattline.agent.sampler import Sampler
 from wattline.agent.sources.cpu_model import CpuModelSource, Options
 from wattline.cli.main import app, main
-from wattline.collector.stores.factory import open_store
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.output import quantities as q
-from wattline.workloads.report import economics
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.reports import economics
+from wattline.reports.output import quantities as q
+from wattline.stores.factory import open_store
+from wattline.stores.sqlite.store import SqliteStore
 
 S = 10**9
 WHOLE_J = 100.0 * 60  # every job below: 60 s at 100 W

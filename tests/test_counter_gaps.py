@@ -21,10 +21,10 @@ from pipeline import SyntheticHost, ZoneSpec
 from store_rows import energy_rows
 from sysfs_trees import set_energy
 
+from wattline.accounting.window_energy import EdgeSample, cumulative_window_energy, find_edges
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.factory import open_store
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.energy.window_energy import EdgeSample, cumulative_window_energy, find_edges
+from wattline.stores.factory import open_store
+from wattline.stores.sqlite.store import SqliteStore
 
 PACKAGE_W, DRAM_W = 47.0, 6.5
 ZONES = [ZoneSpec("intel-rapl:0", "package-0", PACKAGE_W, start_uj=10**9), ZoneSpec("intel-rapl:0:0", "dram", DRAM_W)]

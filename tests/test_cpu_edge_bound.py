@@ -1,5 +1,5 @@
 """The bound of a host's energy split by CPU time in a period where a job's processes appeared
-or went (an *edge*, :func:`wattline.workloads.energy.use_split.mark_edges`).
+or went (an *edge*, :func:`wattline.accounting.use_split.mark_edges`).
 
 A holder reads each job's CPU time and the host's when it looks, so in such a period the
 split sees only the counts: the job's ``k x tau`` CPU-seconds against the host's
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import pytest
 
+from wattline.accounting.attribution import ChannelEnergy, JobWindow, UseInterval, UseTimeline, split_shared
+from wattline.accounting.window_energy import Interval
 from wattline.quality import Quality
-from wattline.workloads.energy.attribution import ChannelEnergy, JobWindow, UseInterval, UseTimeline, split_shared
-from wattline.workloads.energy.window_energy import Interval
 
 S = 10**9
 T = 1.0  #: a period, s

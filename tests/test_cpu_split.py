@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from wattline.quality import Quality
-from wattline.workloads.energy.attribution import (
+from wattline.accounting.attribution import (
     ChannelEnergy,
     JobWindow,
     UseInterval,
     UseTimeline,
     split_shared,
 )
-from wattline.workloads.energy.window_energy import Interval
+from wattline.accounting.window_energy import Interval
+from wattline.quality import Quality
 
 S = 10**9
 POWER_W = 100.0
@@ -132,11 +132,11 @@ def test_a_long_job_alone_is_split_at_merged_periods_within_the_coarse_bound(tmp
     from cpu_events import cpu_use
 
     from wattline import wire
-    from wattline.collector.stores.sqlite import SqliteStore
-    from wattline.workloads.jobs.events import EventBuilder, JobSpec
-    from wattline.workloads.report.build import build_report
-    from wattline.workloads.report.host_energy import MAX_SHARES
-    from wattline.workloads.report.model import ReportSettings
+    from wattline.jobs.events import EventBuilder, JobSpec
+    from wattline.reports.build import build_report
+    from wattline.reports.host_energy import MAX_SHARES
+    from wattline.reports.model import ReportSettings
+    from wattline.stores.sqlite.store import SqliteStore
 
     t0, length, period = 1_767_225_600 * S, 7200, 5
     share_of = lambda n: (0.2 + 0.6 * ((n * 7) % 11) / 10) if varying else 0.5  # noqa: E731  a share per period

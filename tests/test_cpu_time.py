@@ -1,6 +1,6 @@
 """A job's CPU time against the host's (issue #42): the one tally every holder uses
-(:class:`wattline.agent.cpu_use.CpuTally`) and the wrapper's process-tree reader
-(:class:`wattline.workloads.wrappers.processes.TreeCpu`).
+(:class:`wattline.agent.usage.cpu_use.CpuTally`) and the wrapper's process-tree reader
+(:class:`wattline.jobs.wrappers.processes.TreeCpu`).
 
 Truths are constructed: counters advanced at known rates (the host's other processes at
 ``OTHERS`` CPUs, a job at ``JOB`` CPUs from its start to its end), ``/proc`` stat lines in the
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from wattline.agent.cpu_use import NS_PER_TICK, CpuTally, host_cpu_ns
-from wattline.workloads.wrappers.processes import ProcessTree, TreeCpu
+from wattline.agent.usage.cpu_use import NS_PER_TICK, CpuTally, host_cpu_ns
+from wattline.jobs.wrappers.processes import ProcessTree, TreeCpu
 
 S = 10**9
 OTHERS, JOB = 1.5, 0.75  #: CPUs the other processes and the job keep busy

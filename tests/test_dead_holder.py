@@ -33,10 +33,10 @@ from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from waits import wait_sampled, wait_until
 
-from wattline.agent.holders import HolderRecord
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.agent.holders.registry import HolderRecord
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.stores.sqlite.store import SqliteStore
 from wattline.wire import Batch, Host, JobEvent
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
 
 WATTLINE = [sys.executable, "-m", "wattline.cli.main"]
 POWER_W = 40.0

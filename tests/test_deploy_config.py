@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from wattline.agent import registry
+from wattline.agent.holders.systemd.settings import SystemdSettings
 from wattline.agent.settings import AgentSettings
-from wattline.agent.unit_settings import SystemdSettings
 from wattline.collector.settings import CollectorSettings
 from wattline.config import ConfigError, build, coerce, read_toml
 

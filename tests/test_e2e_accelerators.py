@@ -20,7 +20,7 @@ from servers import Influxd
 from waits import wait_until
 
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.factory import open_store
+from wattline.stores.factory import open_store
 
 REPLAY = Path(__file__).parent / "neuron_replay.py"
 GPU_A = "GPU-aaaaaaaa-0000-4000-8000-000000000000"

@@ -15,15 +15,15 @@ from pipeline import T0_NS, SyntheticHost, ZoneSpec
 from servers import Influxd
 from typer.testing import CliRunner
 
+from wattline.accounting.saturation import SaturationParams
 from wattline.cli.main import app
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.base import Store
-from wattline.collector.stores.factory import open_store
-from wattline.workloads.energy.saturation import SaturationParams
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.report import economics
-from wattline.workloads.report.build import build_report
-from wattline.workloads.report.model import ReportSettings
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.reports import economics
+from wattline.reports.build import build_report
+from wattline.reports.model import ReportSettings
+from wattline.stores.base import Store
+from wattline.stores.factory import open_store
 
 TICK_S = 0.5
 RAMP_S, RUN_S = 20.0, 90.0  # units ramp linearly for 20 s, then a plateau until 90 s

@@ -21,8 +21,8 @@ from store_rows import energy_rows
 from sysfs_trees import INTEL_RANGE_UJ
 
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.base import Store
-from wattline.collector.stores.factory import open_store
+from wattline.stores.base import Store
+from wattline.stores.factory import open_store
 
 ZONES = [
     ZoneSpec("intel-rapl:0", "package-0", 50.0),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wattline.workloads.report.economics import (
+from wattline.reports.economics import (
     Change,
     Window,
     co2_per_million_units_g,

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wattline import wire
-from wattline.collector.lineprotocol import LineEncoder, LineProtocolError, _sample_line, describe
-from wattline.collector.pointfields import sample_fields
-from wattline.collector.stores.schema import ENERGY, SAMPLE_FIELDS, host_tags, sample_tags
+from wattline.stores.lineprotocol import LineEncoder, LineProtocolError, _sample_line, describe
+from wattline.stores.pointfields import sample_fields
+from wattline.stores.schema import ENERGY, SAMPLE_FIELDS, host_tags, sample_tags
 
 FLOATS = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, -0.0, 1e308, 1.7976931348623157e308])
 NAMES = st.sampled_from(["rx_bytes", "power_limit_w", "status", "host", "healthy", "a b", "x,y=z", "é", "\\bad", ""])

@@ -32,20 +32,20 @@ from test_slurm_notes import controller as controller  # a fixture
 from waits import wait_until
 
 from wattline import wire
-from wattline.agent import event_lines
-from wattline.agent.kube.watcher import PodWatcher
-from wattline.agent.slurm_jobs import HookNotes
-from wattline.collector.stores.base import Store
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.prometheus import PrometheusStore
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.collector.stores.victoria import VictoriaStore
+from wattline.agent.holders import event_lines
+from wattline.agent.holders.kube.watcher import PodWatcher
+from wattline.agent.holders.slurm.jobs import HookNotes
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.jobs_view import build_view
+from wattline.jobs.wrappers import slurm
+from wattline.reports.build import build_report
+from wattline.reports.model import ReportSettings
+from wattline.stores.base import Store
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.prometheus.store import PrometheusStore
+from wattline.stores.sqlite.store import SqliteStore
+from wattline.stores.victoria.store import VictoriaStore
 from wattline.workloads import Job
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.jobs.jobs_view import build_view
-from wattline.workloads.report.build import build_report
-from wattline.workloads.report.model import ReportSettings
-from wattline.workloads.wrappers import slurm
 
 S = 10**9
 TABLE = Path(__file__).parent / "events_table.py"
@@ -133,7 +133,7 @@ class Recorder:
 def agent_says(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     """The agent's reports of bad lines, fresh for the test (the agent keeps one for its life)."""
     monkeypatch.setattr(event_lines, "AGENT_BAD_LINES", event_lines.BadLines())
-    caplog.set_level(logging.WARNING, logger="wattline.agent.event_lines")
+    caplog.set_level(logging.WARNING, logger="wattline.agent.holders.event_lines")
     return caplog
 
 

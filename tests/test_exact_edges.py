@@ -37,9 +37,9 @@ from sysfs_trees import PowerAdvancer, Zone, powercap_tree, step_power
 from waits import wait_until
 
 from wattline.agent.settings import AgentSettings
-from wattline.workloads.report.model import ReportSettings
-from wattline.workloads.wrappers.embedded import embedded_session
-from wattline.workloads.wrappers.job import Job
+from wattline.jobs.wrappers.embedded import embedded_session
+from wattline.jobs.wrappers.job import Job
+from wattline.reports.model import ReportSettings
 
 ZONE = "intel-rapl:0"
 STEP_W = 80.0

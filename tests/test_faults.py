@@ -38,7 +38,7 @@ from spool_ledger import Key, Ledger
 from store_rows import energy_rows, job_event_rows
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.sqlite.store import SqliteStore
 
 HOST = "fault-host"
 POWER_W = {"intel-rapl:0": 50.0, "intel-rapl:0:1": 6.5}

@@ -63,8 +63,8 @@ from grafana_data import (
 )
 from servers import Influxd
 
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.workloads.services.summary import record_summary
+from wattline.reports.summaries.summary import record_summary
+from wattline.stores.influxdb.v1 import InfluxV1Store
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD_DIR = ROOT / "grafana" / "dashboards"

@@ -75,10 +75,10 @@ from grafana_data import (
 from servers import http, run_victoria, start_prometheus
 from victoria_peer import victoria_argv
 
-from wattline.collector.stores.base import JobSummary, Store, WriteResult
-from wattline.collector.stores.prometheus import PrometheusStore
-from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.services.summary import record_summary
+from wattline.reports.summaries.summary import record_summary
+from wattline.stores.base import JobSummary, Store, WriteResult
+from wattline.stores.prometheus.store import PrometheusStore
+from wattline.stores.victoria.store import VictoriaStore
 
 ROOT = Path(__file__).resolve().parents[1]
 PROM_DIR = ROOT / "grafana" / "dashboards-prometheus"

@@ -21,12 +21,12 @@ import pytest
 from servers import Daemon, Influxd, VictoriaMetrics, http, searchable
 from service_intervals_data import BOUNDS, CLOSE_S, EVERY_S, RECENT, S, Truth, truths, write_service
 
-from wattline.collector.stores.base import Store
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.prometheus import PrometheusStore
-from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.report.model import ReportSettings
-from wattline.workloads.services.intervals import IntervalWriter
+from wattline.reports.model import ReportSettings
+from wattline.reports.summaries.intervals import IntervalWriter
+from wattline.stores.base import Store
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.prometheus.store import PrometheusStore
+from wattline.stores.victoria.store import VictoriaStore
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A day of its own in the session's engines (VictoriaMetrics' label API answers by day).

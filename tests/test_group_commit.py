@@ -21,9 +21,9 @@ from wattline import wire
 from wattline.collector import group
 from wattline.collector.group import Busy, GroupCommitter
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.base import Store, StoreUnavailable, WriteResult
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.base import Store, StoreUnavailable, WriteResult
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.sqlite.store import SqliteStore
 
 
 class Gated(Store):

@@ -29,10 +29,10 @@ from typer.testing import CliRunner
 
 from wattline import wire
 from wattline.cli.main import app
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.jobs.jobs_view import utc_iso
-from wattline.workloads.services.summary import record_summary
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.jobs_view import utc_iso
+from wattline.reports.summaries.summary import record_summary
+from wattline.stores.sqlite.store import SqliteStore
 
 S = 10**9
 T0 = 1_767_225_600 * S  # 2026-01-01T00:00:00Z

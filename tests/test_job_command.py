@@ -1,4 +1,4 @@
-"""`wattline run` once its command has run (wattline/workloads/wrappers/job_command.py): a report that cannot be
+"""`wattline run` once its command has run (wattline/jobs/wrappers/job_command.py): a report that cannot be
 written is one line and the command's exit status stays; --no-report with --report-json
 writes the file and prints no table; the report command it prints pastes into a shell."""
 

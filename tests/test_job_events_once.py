@@ -31,14 +31,15 @@ from store_rows import energy_rows
 from test_run_cli import run
 
 from wattline import wire
-from wattline.collector.lineprotocol import MAX_JOB_ID_BYTES, MAX_SERIES_KEY_BYTES, MAX_TIME_NS
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores import sqlite as sqlite_module
-from wattline.collector.stores.base import Store
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.wrappers.job import Job
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.wrappers.job import Job
+from wattline.point_limits import MAX_JOB_ID_BYTES, MAX_TIME_NS
+from wattline.stores.base import Store
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.lineprotocol import MAX_SERIES_KEY_BYTES
+from wattline.stores.sqlite import store as sqlite_module
+from wattline.stores.sqlite.store import SqliteStore
 
 S = 10**9
 T = 1_780_000_000 * S  # a whole second, as `units 1 <unix second>` gives

@@ -34,15 +34,15 @@ from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from waits import wait_until
 
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
-from wattline.collector.stores.reader import StoredJobEvent
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.jobs_view import all_views, views_of
+from wattline.jobs.wrappers.job import Job
+from wattline.reports.build import build_report
+from wattline.reports.model import ReportSettings
+from wattline.stores.influxdb.v1 import InfluxV1Store, QueryError
+from wattline.stores.reader import StoredJobEvent
+from wattline.stores.sqlite.store import SqliteStore
 from wattline.wire import JobEvent, lease_ns
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.jobs.jobs_view import all_views, views_of
-from wattline.workloads.report.build import build_report
-from wattline.workloads.report.model import ReportSettings
-from wattline.workloads.wrappers.job import Job
 
 WATTLINE = [sys.executable, "-m", "wattline.cli.main"]
 POWER_W = 50.0

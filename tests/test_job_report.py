@@ -17,13 +17,13 @@ from servers import free_port
 from test_faults import HOST, POWER_W, powered_host
 from waits import wait_sampled
 
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.sqlite.store import SqliteStore
 from wattline.workloads import Job, job_window
 
 SCRIPT = """
 import json, sys, time
 from wattline.workloads import Job, job_window
-from wattline.workloads.report.model import ReportSettings
+from wattline.reports.model import ReportSettings
 
 @job_window("py-demo", kind="inference", units="documents", job_id="py-1", store=sys.argv[1], {extra})
 def serve(job):

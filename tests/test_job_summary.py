@@ -39,13 +39,13 @@ from test_grafana import (
 )
 from waits import wait_until
 
-from wattline.collector.linestore import LineProtocolStore
-from wattline.collector.stores.base import JobSummary, StoreUnavailable, WriteResult
-from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.report.build import build_report
-from wattline.workloads.report.report_json import report_json
-from wattline.workloads.services.summary import Sink, SummaryWriter, record_summary, summary_of
+from wattline.reports.build import build_report
+from wattline.reports.report_json import report_json
+from wattline.reports.summaries.summary import Sink, SummaryWriter, record_summary, summary_of
+from wattline.stores.base import JobSummary, StoreUnavailable, WriteResult
+from wattline.stores.influxdb.linestore import LineProtocolStore
+from wattline.stores.influxdb.v1 import InfluxV1Store, QueryError
+from wattline.stores.sqlite.store import SqliteStore
 
 START_UJ = 10**11
 POWER_W = {"node-a": {"intel-rapl:0": 40.0, "intel-rapl:0:1": 5.0}, "node-b": {"intel-rapl:0": 25.0}}
@@ -208,7 +208,7 @@ def test_collector_writes_job_summaries_that_match_the_report(tmp_path: Path, in
 
 
 def build_report_settings() -> Any:
-    from wattline.workloads.report.model import ReportSettings
+    from wattline.reports.model import ReportSettings
 
     return ReportSettings(price_per_instance_hour=0.5, share_rule="exclusive")
 
@@ -384,7 +384,7 @@ def test_victoria_metrics_takes_writes_but_serves_no_report_reads(tmp_path: Path
     InfluxQL: a report, a job summary or an InfluxQL dashboard cannot read from it, and says so."""
     from servers import T0, http, make_batch
 
-    from wattline.collector.stores.influx_v1 import QueryError
+    from wattline.stores.influxdb.v1 import QueryError
 
     store = InfluxV1Store(victoria_metrics.url, "wattline")
     try:
@@ -476,7 +476,7 @@ def test_a_summary_written_incomplete_is_computed_again_when_late_samples_arrive
     from pipeline import SyntheticHost, ZoneSpec
 
     from wattline import wire
-    from wattline.workloads.jobs.events import EventBuilder, JobSpec
+    from wattline.jobs.events import EventBuilder, JobSpec
 
     host = SyntheticHost(tmp_path / "h", "late-host", [ZoneSpec("intel-rapl:0", "package-0", 50.0)])
     store = SqliteStore(tmp_path / "w.db")
@@ -600,7 +600,7 @@ def test_an_incomplete_summary_is_computed_again_up_to_an_hour_after_the_close(t
     from pipeline import SyntheticHost, ZoneSpec
 
     from wattline import wire
-    from wattline.workloads.jobs.events import EventBuilder, JobSpec
+    from wattline.jobs.events import EventBuilder, JobSpec
 
     caplog.set_level("INFO")
     host = SyntheticHost(tmp_path / "h", "late-host", [ZoneSpec("intel-rapl:0", "package-0", 50.0)])

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from wattline import wire
-from wattline.workloads.wrappers.job import Job
+from wattline.jobs.wrappers.job import Job
 
 
 class Recorder:
@@ -60,7 +60,7 @@ def test_a_failing_sync_at_the_close_still_closes_the_job() -> None:
 
 
 def test_torch_without_cuda_is_a_no_op_and_is_only_imported_when_asked() -> None:
-    plain = "from wattline.workloads.wrappers.job import Job; Job('plain', sync=None); import sys; assert 'torch' not in sys.modules"
+    plain = "from wattline.jobs.wrappers.job import Job; Job('plain', sync=None); import sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", plain], check=True, timeout=60)
     pytest.importorskip("torch")
     rec = Recorder()

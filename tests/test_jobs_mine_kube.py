@@ -26,10 +26,10 @@ from procs import CLI, clean_env
 from typer.testing import CliRunner
 
 from wattline import wire
-from wattline.agent.kube.settings import KubeSettings
-from wattline.agent.kube.watcher import PodWatcher
+from wattline.agent.holders.kube.settings import KubeSettings
+from wattline.agent.holders.kube.watcher import PodWatcher
 from wattline.cli.main import app
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.sqlite.store import SqliteStore
 
 S = 10**9
 T0 = 1_767_225_600 * S

@@ -24,16 +24,16 @@ from synthetic_job import T0, S, make_store
 from typer.testing import CliRunner
 
 from wattline import wire
+from wattline.accounting.uncertainty import Side
 from wattline.cli.main import app
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.energy.uncertainty import Side
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.output.comparison import COMPARE_SCHEMA
-from wattline.workloads.report.report_json import REPORT_SCHEMA
-from wattline.workloads.sweep.analysis import RunFigures, analyse
-from wattline.workloads.sweep.grid import Param, points
-from wattline.workloads.sweep.output import SWEEP_SCHEMA, answer_json
-from wattline.workloads.sweep.plan import Plan
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.reports.output.comparison import COMPARE_SCHEMA
+from wattline.reports.report_json import REPORT_SCHEMA
+from wattline.stores.sqlite.store import SqliteStore
+from wattline.sweep.analysis import RunFigures, analyse
+from wattline.sweep.grid import Param, points
+from wattline.sweep.output import SWEEP_SCHEMA, answer_json
+from wattline.sweep.plan import Plan
 
 GPU = "GPU-5a5a5a5a-0000-4000-8000-000000000000"
 GPU_W = 200.0

@@ -24,11 +24,11 @@ import pytest
 from test_kube_pods import CPU_W, NODE, UIDS, Kubelet, _pod, kubelet_pki, rfc3339
 
 from wattline import wire
-from wattline.agent.kube.settings import KubeSettings
-from wattline.agent.kube.watcher import PodWatcher
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.report.build import build_report
-from wattline.workloads.report.model import ReportSettings
+from wattline.agent.holders.kube.settings import KubeSettings
+from wattline.agent.holders.kube.watcher import PodWatcher
+from wattline.reports.build import build_report
+from wattline.reports.model import ReportSettings
+from wattline.stores.sqlite.store import SqliteStore
 
 __all__ = ["kubelet_pki"]  # the fixture the test uses, from tests/test_kube_pods.py
 

@@ -39,21 +39,20 @@ from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from typer.testing import CliRunner
 from waits import wait_sampled, wait_until
 
-from wattline import wire
-from wattline.agent.kube import pods as kube_pods
-from wattline.agent.kube.cgroups import PodCgroups
-from wattline.agent.kube.podlist import PodList
-from wattline.agent.kube.pods import job_of, parse_pod, parse_pod_list, pod_end
-from wattline.agent.kube.settings import KubeSettings
-from wattline.agent.kube.watcher import PodWatcher
+from wattline import Job, wire
+from wattline.agent.holders.kube import pods as kube_pods
+from wattline.agent.holders.kube.cgroups import PodCgroups
+from wattline.agent.holders.kube.podlist import PodList
+from wattline.agent.holders.kube.pods import job_of, parse_pod, parse_pod_list, pod_end
+from wattline.agent.holders.kube.settings import KubeSettings
+from wattline.agent.holders.kube.watcher import PodWatcher
 from wattline.agent.sources.use import DeviceUse
 from wattline.cli.main import app
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.reports.build import build_report
+from wattline.reports.model import ReportSettings
+from wattline.stores.sqlite.store import SqliteStore
 from wattline.v1 import podresources_pb2 as pr
 from wattline.v1 import podresources_pb2_grpc as pr_grpc
-from wattline.workloads import Job
-from wattline.workloads.report.build import build_report
-from wattline.workloads.report.model import ReportSettings
 
 S = 10**9
 T0 = 1_767_225_600 * S

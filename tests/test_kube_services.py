@@ -37,11 +37,11 @@ from sysfs_trees import Zone, powercap_tree
 from waits import wait_until
 
 from wattline import wire
-from wattline.agent.kube.pod_units import endpoint_of
-from wattline.agent.kube.settings import KubeSettings
-from wattline.agent.kube.watcher import PodWatcher
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.jobs.jobs_view import JobView, build_view
+from wattline.agent.holders.kube.pod_units import endpoint_of
+from wattline.agent.holders.kube.settings import KubeSettings
+from wattline.agent.holders.kube.watcher import PodWatcher
+from wattline.jobs.jobs_view import JobView, build_view
+from wattline.stores.sqlite.store import SqliteStore
 
 S = 10**9
 T0 = 1_767_225_600 * S

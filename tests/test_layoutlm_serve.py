@@ -26,8 +26,8 @@ from waits import wait_until
 
 from wattline.cli.main import main
 from wattline.config import ConfigError
-from wattline.workloads.reference.batcher import Batcher
-from wattline.workloads.reference.stepped_load import (
+from wattline.reference.batcher import Batcher
+from wattline.reference.stepped_load import (
     Step,
     StepSpec,
     arrival_offsets,

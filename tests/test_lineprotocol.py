@@ -12,7 +12,8 @@ from servers import T0, Influxd, make_batch
 from store_rows import energy_rows, job_event_rows
 
 from wattline import wire
-from wattline.collector.lineprotocol import (
+from wattline.stores.influxdb.v1 import InfluxV1Store, quote_literal
+from wattline.stores.lineprotocol import (
     LineEncoder,
     LineProtocolError,
     escape_field_key,
@@ -20,9 +21,8 @@ from wattline.collector.lineprotocol import (
     escape_tag,
     quote_string,
 )
-from wattline.collector.stores.influx_v1 import InfluxV1Store, quote_literal
-from wattline.collector.stores.schema import SAMPLE_FIELD_NAMES
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.schema import SAMPLE_FIELD_NAMES
+from wattline.stores.sqlite.store import SqliteStore
 
 
 def test_escaping_per_position() -> None:

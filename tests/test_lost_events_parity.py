@@ -36,12 +36,12 @@ from waits import wait_until
 
 from wattline import wire
 from wattline.cli.main import app
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.prometheus import PrometheusStore
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.jobs.jobs_view import utc_iso
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.jobs_view import utc_iso
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.prometheus.store import PrometheusStore
+from wattline.stores.sqlite.store import SqliteStore
+from wattline.stores.victoria.store import VictoriaStore
 
 from cpu_events import cpu_periods  # isort: skip
 

@@ -33,8 +33,8 @@ from typer.testing import CliRunner
 
 from wattline import wire
 from wattline.cli.main import app
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.jobs.jobs_view import build_view, utc_iso
+from wattline.jobs.jobs_view import build_view, utc_iso
+from wattline.stores.sqlite.store import SqliteStore
 
 S = 10**9
 

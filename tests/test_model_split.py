@@ -31,10 +31,10 @@ from schema_check import schema_errors
 from waits import wait_sampled, wait_until
 
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.jobs.jobs_view import JobNotFound, build_view
-from wattline.workloads.report.model_split import resolve
-from wattline.workloads.report.unit_kinds import UnitKind
+from wattline.jobs.jobs_view import JobNotFound, build_view
+from wattline.reports.model_split import resolve
+from wattline.reports.unit_kinds import UnitKind
+from wattline.stores.sqlite.store import SqliteStore
 
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree  # isort: skip
 

@@ -23,9 +23,9 @@ import pytest
 from neuron_streams import TRN2_STREAM, ndjson, trn1_stream, trn2_stream
 
 from wattline import wire
-from wattline.collector.stores.factory import open_store
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.stores.factory import open_store
+from wattline.stores.sqlite.store import SqliteStore
 
 REPLAY = Path(__file__).parent / "neuron_replay.py"
 WATTLINE = [sys.executable, "-m", "wattline.cli.main"]

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from nvml_stub.build import build_stub
 
-from wattline.collector.stores.factory import open_store
-from wattline.workloads.report.build import build_report
+from wattline.reports.build import build_report
+from wattline.stores.factory import open_store
 
 GPU0 = "GPU-9e9e9e9e-0000-4000-8000-000000000000"
 
@@ -142,7 +142,7 @@ def test_the_stand_in_is_unkind_unless_told_kind(kind: bool, tmp_path: Path) -> 
 #: fully from 4 s to 1.5 s ago: the driver still holds its samples.
 FIRST_ASK = r"""
 import json, os, sys, time
-from wattline.agent.process_use import UseTallies
+from wattline.agent.usage.process_use import UseTallies
 from wattline.agent.sources.nvml import NvmlSource
 procs, now = sys.argv[1], time.time()
 with open(procs, "w") as f:

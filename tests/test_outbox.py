@@ -30,14 +30,15 @@ from sysfs_trees import Zone, powercap_tree
 from waits import wait_until
 
 from wattline import wire
-from wattline.agent import disk_spool, outbox
-from wattline.agent.outbox import OutboxDrainer, open_outbox
-from wattline.agent.spool_format import read_segment
+from wattline.agent.spool import disk as disk_spool
+from wattline.agent.spool import outbox
+from wattline.agent.spool.format import read_segment
+from wattline.agent.spool.outbox import OutboxDrainer, open_outbox
 from wattline.agent.uplink import Uplink
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.reader import StoredJobEvent
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.stores.reader import StoredJobEvent
+from wattline.stores.sqlite.store import SqliteStore
 
 HOST = "outbox-host"
 #: Writes two units events with their own time stamps, then exits 3.
@@ -203,7 +204,7 @@ def test_the_agent_delivers_what_runs_and_jobs_left(host: Host) -> None:
     assert_kept(out, host.outbox)
     # The Job API with collector=: the with-block ends promptly, the program goes on, one line.
     api = (
-        "import time\nfrom wattline.workloads.wrappers.job import Job\n"
+        "import time\nfrom wattline.jobs.wrappers.job import Job\n"
         f"with Job('api', job_id='api-1', collector='{host.address}') as job:\n"
         "    job.add_units(4)\n"
         "print('after the job')\n"
@@ -287,7 +288,7 @@ def test_sigterm_or_ctrl_c_is_forwarded_and_the_events_kept(host: Host, sig: sig
 
 def test_a_live_process_keeps_its_own_events(host: Host) -> None:
     """A drainer skips a directory whose owner still holds its lock; it takes it once the owner is gone."""
-    from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root  # (imported here: absent before)
+    from wattline.agent.spool.outbox import OutboxDrainer, open_outbox, outbox_root  # (imported here: absent before)
 
     host.start_collector()
     h = wire.Host(host_id=HOST)
@@ -331,8 +332,8 @@ def test_the_agent_keeps_no_outbox_thread_and_delivers_between_its_pushes(
     """With nothing left in the outbox no thread of the agent waits for it; a directory that a
     dead process left is delivered (from the uplink's look between pushes) and removed."""
     from wattline.agent import daemon
-    from wattline.agent.outbox import open_outbox
     from wattline.agent.settings import AgentSettings
+    from wattline.agent.spool.outbox import open_outbox
 
     monkeypatch.setattr(daemon, "OUTBOX_EVERY_S", 0.3)
     host.start_collector()
@@ -417,7 +418,7 @@ def test_past_30_days_exactly_the_older_events_are_dropped_and_said(
         written += events
     spool.close()  # the process ends with no collector reached
     clock.now_ns = pass_ns
-    with caplog.at_level(logging.WARNING, logger="wattline.agent.spool"):
+    with caplog.at_level(logging.WARNING, logger="wattline.agent.spool.base"):
         stored = delivered(tmp_path / "outbox", h, tmp_path / "w.db", "aged")
     assert [e.event_seq for e in stored] == [e.event_seq for e in written[3:]]
     drops = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
@@ -445,7 +446,7 @@ def test_past_its_size_bound_exactly_the_oldest_events_are_dropped_and_said(
     b = EventBuilder(JobSpec("full", "full", "training", "steps"))
     t0 = time.time_ns()
     written = [b.open(t0), *(b.units(1.0, t0 + k * 10**6) for k in range(1, 2000))]
-    with caplog.at_level(logging.WARNING, logger="wattline.agent.spool"):
+    with caplog.at_level(logging.WARNING, logger="wattline.agent.spool.base"):
         for k, event in enumerate(written):
             spool.add_job_events([event])
             if k % 50 == 49:

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from synthetic_job import BUSY_RATE, T0, WARM_RATE, WARMUP_S, S, add_job, make_store, truth
 
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.report.build import build_report
-from wattline.workloads.report.timeline import build_timeline
+from wattline.reports.build import build_report
+from wattline.reports.timeline import build_timeline
+from wattline.stores.sqlite.store import SqliteStore
 
 WATTLINE = [sys.executable, "-m", "wattline.cli.main"]
 JOBS = {"synth": ("node-1", "node-2"), "other": ("node-1",)}
@@ -220,7 +220,7 @@ def test_html_page_is_self_contained_and_renders_in_chromium(store_url: str, tmp
 
 def test_the_cli_agent_and_collector_never_import_matplotlib() -> None:
     code = (
-        "import sys, wattline.cli.main, wattline.agent.__main__, wattline.collector.daemon, wattline.workloads.output.page;"
+        "import sys, wattline.cli.main, wattline.agent.__main__, wattline.collector.daemon, wattline.reports.output.page;"
         "assert 'matplotlib' not in sys.modules, 'imported'"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -30,12 +30,12 @@ from test_unit_kinds import MODELS, STEPS, Vllm
 from typer.testing import CliRunner
 
 from wattline import wire
-from wattline.agent.kube.pod_units import endpoint_of
-from wattline.agent.kube.settings import KubeSettings
-from wattline.agent.kube.watcher import seq_base
+from wattline.agent.holders.kube.pod_units import endpoint_of
+from wattline.agent.holders.kube.settings import KubeSettings
+from wattline.agent.holders.kube.watcher import seq_base
 from wattline.cli.main import app
-from wattline.collector.stores.sqlite import SqliteStore
 from wattline.served_series import fixed_sender
+from wattline.stores.sqlite.store import SqliteStore
 
 __all__ = ["kubelet_pki", "node"]  # the fake kubelet's fixtures, used here
 

@@ -1,12 +1,12 @@
-"""Per-process use tallied by job (:mod:`wattline.agent.process_use`): the figures against what
+"""Per-process use tallied by job (:mod:`wattline.agent.usage.process_use`): the figures against what
 the test's source says each process used, and what a process costs once its job is known: while
 the open jobs stay the same, a listed process is looked up once, however many samples (a pod or
 Slurm job's processes, and those of no job, read /proc once, not every second)."""
 
 from __future__ import annotations
 
-from wattline.agent.process_use import UseTallies
 from wattline.agent.sources.use import DeviceUse
+from wattline.agent.usage.process_use import UseTallies
 
 S = 10**9
 

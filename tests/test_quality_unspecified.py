@@ -23,7 +23,7 @@ from servers import T0
 
 from wattline import wire
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.sqlite.store import SqliteStore
 
 HOST = "quality-host"
 S = 10**9

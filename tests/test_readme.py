@@ -18,7 +18,7 @@ from typing import Any
 import docs_scripts
 import pytest
 
-from wattline.agent.kube.settings import KubeSettings
+from wattline.agent.holders.kube.settings import KubeSettings
 from wattline.agent.registry import SOURCES, source_class
 from wattline.agent.settings import AgentSettings
 from wattline.collector.settings import CollectorSettings

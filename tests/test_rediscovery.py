@@ -30,8 +30,8 @@ from wattline.agent.clock import StampClock
 from wattline.agent.registry import Discovery
 from wattline.agent.sampler import VANISHED, Sampler
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.factory import open_store
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.factory import open_store
+from wattline.stores.sqlite.store import SqliteStore
 
 HOST = "rediscover-host"
 START_UJ = 10**9

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from wattline.cli.main import app
-from wattline.workloads.reference.common import (
+from wattline.reference.common import (
     CLS_BOX,
     CLS_ID,
     DEMO_ONLY,
@@ -45,7 +45,7 @@ from wattline.workloads.reference.common import (
     percentile,
     resolve_device,
 )
-from wattline.workloads.reference.loadgen import Config, Ramp, doubling, knee
+from wattline.reference.loadgen import Config, Ramp, doubling, knee
 
 E2E_TIMEOUT_S = 150
 
@@ -208,7 +208,7 @@ def test_missing_extra_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch) -
 def test_missing_extra_in_the_workload_module_is_one_line() -> None:
     code = (
         "import sys; sys.modules['torch'] = None; "
-        "from wattline.workloads.reference.bert_pretrain import main; raise SystemExit(main(['--size', 'tiny']))"
+        "from wattline.reference.bert_pretrain import main; raise SystemExit(main(['--size', 'tiny']))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
@@ -405,7 +405,7 @@ def test_sweep_layoutlm_over_threads_and_batch_size(torch_mod: Any, tmp_path: Pa
          "--repeat", str(repeat), "--units", "inferences", "--source", "cpu_model", "--json",
          "--store", f"sqlite:///{tmp_path / 'w.db'}", "--csv", str(tmp_path / "sweep.csv"),
          "--plot", str(tmp_path / "sweep.png"),
-         "--", sys.executable, "-m", "wattline.workloads.reference.layoutlm_inference", "--size", "tiny",
+         "--", sys.executable, "-m", "wattline.reference.layoutlm_inference", "--size", "tiny",
          "--device", "cpu", "--threads", "{threads}", "--batch-size", "{batch}",
          "--duration", "2", "--step-seconds", "1"],
         capture_output=True, text=True, timeout=4 * E2E_TIMEOUT_S, cwd=tmp_path,

@@ -20,8 +20,8 @@ import pytest
 from servers import make_batch
 
 from wattline.collector.replay import SUFFIX, Replaying, ReplayLog
-from wattline.collector.stores.sqlite import SqliteStore
 from wattline.segments import segment_numbers
+from wattline.stores.sqlite.store import SqliteStore
 
 S = 10**9
 WINDOW_S = 5.0

@@ -24,9 +24,9 @@ from test_faults import HOST, POWER_W, powered_host
 from waits import wait_until
 
 from wattline.agent.settings import AgentSettings
-from wattline.collector.stores.reader import StoredJobEvent
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.report.build import report_wait_s
+from wattline.reports.build import report_wait_s
+from wattline.stores.reader import StoredJobEvent
+from wattline.stores.sqlite.store import SqliteStore
 
 TRUE_W = sum(POWER_W.values())  # package + dram: both are in the host's total
 BATCH_S = 2.0

@@ -9,13 +9,13 @@ import pytest
 from servers import T0, Influxd, sqlite_or_influxdb1_store  # noqa: F401 (fixture store)
 
 from wattline import wire
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.influx_v2 import InfluxV2Store
-from wattline.collector.stores.reader import JOB_LOOKBACK_NS, Reader, StoredJobEvent, SummaryStore
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.jobs.jobs_view import all_views
-from wattline.workloads.services.summary import record_local_summary
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.jobs_view import all_views
+from wattline.reports.summaries.summary import record_local_summary
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.influxdb.v2 import InfluxV2Store
+from wattline.stores.reader import JOB_LOOKBACK_NS, Reader, StoredJobEvent, SummaryStore
+from wattline.stores.sqlite.store import SqliteStore
 
 S = 10**9
 DAY = 86400 * S

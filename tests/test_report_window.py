@@ -29,8 +29,8 @@ from typer.testing import CliRunner
 from window_workload import LINE_S
 
 from wattline.cli.main import app
-from wattline.workloads.report import economics
-from wattline.workloads.report.spans import Span
+from wattline.reports import economics
+from wattline.reports.spans import Span
 
 ZONE = "intel-rapl:0"
 START_UJ = 10**11

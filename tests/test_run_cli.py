@@ -32,7 +32,7 @@ def test_readme_main_command_counts_every_unit_and_labels_estimates(tmp_path: Pa
     out = run(
         tmp_path,
         "run", "--job", "demo", "--kind", "inference", "--units", "documents", "--report-json", "r.json", "--",
-        sys.executable, "-m", "wattline.workloads.demo", "--duration", "6", "--warmup", "1.5",
+        sys.executable, "-m", "wattline.reference.demo", "--duration", "6", "--warmup", "1.5",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     processed = int(re.search(r"processed (\d+) documents", out.stdout).group(1))  # type: ignore[union-attr]

@@ -36,14 +36,14 @@ from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from test_store_parity import Tee
 from waits import wait_sampled, wait_until
 
-from wattline.agent.cpu_use import NS_PER_TICK
+from wattline.agent.usage.cpu_use import NS_PER_TICK
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.prometheus import PrometheusStore
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.jobs.jobs_view import JobNotFound, build_view
-from wattline.workloads.services.summary import record_summary
+from wattline.jobs.jobs_view import JobNotFound, build_view
+from wattline.reports.summaries.summary import record_summary
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.prometheus.store import PrometheusStore
+from wattline.stores.sqlite.store import SqliteStore
+from wattline.stores.victoria.store import VictoriaStore
 
 START_UJ = 10**11
 POWER_W = {"intel-rapl:0": 40.0, "intel-rapl:0:1": 8.0}

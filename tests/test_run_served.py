@@ -33,12 +33,12 @@ from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from waits import wait_until
 
 from wattline import wire
+from wattline.jobs.events import EventBuilder, JobSpec, UnitAccumulator
+from wattline.jobs.wrappers.run import JobRunner, RunRequest
+from wattline.jobs.wrappers.served import ServedHolder, ServedUnits, served_units
+from wattline.reference.stepped_load import Step, Window, run_steps
 from wattline.served_scrape import ScrapeError
 from wattline.served_specs import parse_unit
-from wattline.workloads.jobs.events import EventBuilder, JobSpec, UnitAccumulator
-from wattline.workloads.reference.stepped_load import Step, Window, run_steps
-from wattline.workloads.wrappers.run import JobRunner, RunRequest
-from wattline.workloads.wrappers.served import ServedHolder, ServedUnits, served_units
 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "fixtures" / "served_metrics"

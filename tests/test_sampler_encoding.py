@@ -11,11 +11,11 @@ from sysfs_trees import Iface, Zone, net_tree, powercap_tree
 
 from wattline import wire
 from wattline.agent import registry
-from wattline.agent.disk_spool import DiskSpool
 from wattline.agent.encoding import EncodedSamples, SampleHead, encode_sample, energy_fields, stamp_fields
-from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.sampler import Sampler
-from wattline.agent.spool_format import read_segment
+from wattline.agent.spool.disk import DiskSpool
+from wattline.agent.spool.format import read_segment
+from wattline.agent.spool.memory import MemorySpool
 from wattline.segments import segment_numbers
 
 stamps = st.integers(min_value=0, max_value=2**63 - 1)

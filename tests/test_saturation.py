@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from wattline.workloads.energy.saturation import (
+from wattline.accounting.saturation import (
     Saturation,
     SaturationParams,
     cumulative_from_events,

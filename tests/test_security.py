@@ -33,9 +33,9 @@ from wattline.agent.uplink import channel_options
 from wattline.cli.main import app
 from wattline.collector.server import CollectorServer
 from wattline.collector.settings import CollectorSettings
-from wattline.collector.stores.sqlite import SqliteStore
 from wattline.config import ConfigError
 from wattline.security import TokenCheck, channel_credentials, is_loopback, read_token, server_credentials
+from wattline.stores.sqlite.store import SqliteStore
 
 TOKEN = "s3cr3t-t0ken-0123456789abcdef"
 

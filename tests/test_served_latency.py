@@ -38,13 +38,13 @@ from waits import wait_until
 from wattline import wire
 from wattline.cli.main import app
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.prometheus import PrometheusStore
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.jobs.events import EventBuilder, JobSpec, UnitAccumulator
-from wattline.workloads.jobs.jobs_view import JobNotFound, build_view
-from wattline.workloads.wrappers.served import ServedHolder, served_units
+from wattline.jobs.events import EventBuilder, JobSpec, UnitAccumulator
+from wattline.jobs.jobs_view import JobNotFound, build_view
+from wattline.jobs.wrappers.served import ServedHolder, served_units
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.prometheus.store import PrometheusStore
+from wattline.stores.sqlite.store import SqliteStore
+from wattline.stores.victoria.store import VictoriaStore
 
 HOST = "latency-host"
 HISTOGRAM = "vllm:e2e_request_latency_seconds"

@@ -37,13 +37,13 @@ from service_intervals_data import (
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from waits import wait_until
 
-from wattline.collector.stores.base import Store
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.prometheus import PrometheusStore
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.report.model import ReportSettings
-from wattline.workloads.services.intervals import IntervalWriter
+from wattline.reports.model import ReportSettings
+from wattline.reports.summaries.intervals import IntervalWriter
+from wattline.stores.base import Store
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.prometheus.store import PrometheusStore
+from wattline.stores.sqlite.store import SqliteStore
+from wattline.stores.victoria.store import VictoriaStore
 
 WAIT_S = 2.0
 #: Each test's job at its own time (the engines are the session's): 1000 s apart, multiples of EVERY_S.

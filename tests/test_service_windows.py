@@ -31,7 +31,7 @@ from servers import free_port, http
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree, step_power
 from waits import wait_until
 
-from wattline.workloads.reference.stepped_load import Step, measure_capacity, run_steps
+from wattline.reference.stepped_load import Step, measure_capacity, run_steps
 
 HERE = Path(__file__).parent
 ZONE = "intel-rapl:0"

@@ -26,11 +26,7 @@ import pytest
 from nvml_stub.build import build_stub
 
 from wattline import wire
-from wattline.collector.lineprotocol import LineProtocolError, job_event_point
-from wattline.collector.server import CollectorServer
-from wattline.collector.stores.factory import open_store
-from wattline.quality import Quality
-from wattline.workloads.energy.attribution import (
+from wattline.accounting.attribution import (
     Attribution,
     ChannelEnergy,
     JobWindow,
@@ -38,12 +34,16 @@ from wattline.workloads.energy.attribution import (
     UseTimeline,
     split_shared,
 )
-from wattline.workloads.energy.device_shares import use_timelines
-from wattline.workloads.energy.window_energy import Interval
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.report.build import build_report
-from wattline.workloads.report.model import Report
-from wattline.workloads.report.report_json import report_json
+from wattline.accounting.device_shares import use_timelines
+from wattline.accounting.window_energy import Interval
+from wattline.collector.server import CollectorServer
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.quality import Quality
+from wattline.reports.build import build_report
+from wattline.reports.model import Report
+from wattline.reports.report_json import report_json
+from wattline.stores.factory import open_store
+from wattline.stores.lineprotocol import LineProtocolError, job_event_point
 
 GPU0 = "GPU-5a5a5a5a-0000-4000-8000-000000000000"
 GPU1 = "GPU-6b6b6b6b-0000-4000-8000-000000000000"
@@ -564,7 +564,7 @@ def test_stand_in_serves_per_process_utilization_as_nvml_documents_it(tmp_path: 
 #: The Job API in a process that is itself the GPU's user (a worker, see WORKER).
 JOB_API = """
 import json, os, sys, time
-from wattline.workloads.wrappers.job import Job
+from wattline.jobs.wrappers.job import Job
 pids, go = sys.argv[1:3]
 with Job("api", job_id="job-api"):
     with open(pids, "a") as f:

@@ -184,7 +184,7 @@ def test_array_tasks_are_jobs_of_their_own(cluster: slurm_cluster.Cluster) -> No
 def test_units_from_an_events_file_and_the_python_api(cluster: slurm_cluster.Cluster) -> None:
     script = (
         'echo "units 5 $(date +%s.%N)" >> "$WATTLINE_EVENTS"; sleep 1; '
-        f"{sys.executable} -c 'from wattline.workloads import Job\n"
+        f"{sys.executable} -c 'from wattline import Job\n"
         'with Job("inside") as job:\n    job.add_units(7)\'; sleep 1'
     )
     job = sbatch(cluster, "-w", "n1", "--wrap", script)

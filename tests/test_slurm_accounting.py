@@ -21,7 +21,7 @@ import slurm_cluster
 from test_slurm import POWER_W, check_energy, closed, events, sbatch
 from waits import wait_until
 
-from wattline.workloads.services.slurm_comment import AdminCommentWriter, run_command
+from wattline.reports.summaries.slurm_comment import AdminCommentWriter, run_command
 
 WHY = slurm_cluster.missing() or slurm_accounting.missing()
 pytestmark = pytest.mark.skipif(bool(WHY), reason=WHY or "-")

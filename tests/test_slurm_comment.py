@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from waits import wait_until
 
-from wattline.workloads.services.slurm_comment import (
+from wattline.reports.summaries.slurm_comment import (
     AdminCommentWriter,
     admin_comment,
     node_count,

@@ -13,9 +13,9 @@ import pytest
 from slurm_node_files import node_config
 
 from wattline import wire
-from wattline.agent import slurm_node
-from wattline.agent.slurm_records import SlurmError
-from wattline.workloads.wrappers import slurm
+from wattline.agent.holders.slurm import node as slurm_node
+from wattline.agent.holders.slurm.records import SlurmError
+from wattline.jobs.wrappers import slurm
 
 
 def node_env(tmp_path: Path) -> tuple[Path, dict[str, str]]:
@@ -86,7 +86,7 @@ def test_a_close_names_the_job_its_open_could_not(tmp_path: Path) -> None:
     close carries the name and labels the controller gave then, and readers show them."""
     import json
 
-    from wattline.collector.stores.sqlite import SqliteStore
+    from wattline.stores.sqlite.store import SqliteStore
 
     host = wire.Host(host_id="n1")
     opened = wire.JobEvent(job_id="77", kind=wire.pb.JobEvent.KIND_OPEN, time_ns=10**18, event_seq=1, name="77")

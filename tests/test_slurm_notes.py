@@ -18,11 +18,14 @@ import pytest
 from slurm_node_files import node_config, slurmd_proc
 
 from wattline import wire
-from wattline.agent import holders, slurm_node, slurm_records, slurm_watch
-from wattline.agent.slurm_jobs import HookNotes
-from wattline.agent.slurm_watch import SlurmWatcher
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.wrappers import slurm
+from wattline.agent.holders import registry as holders
+from wattline.agent.holders.slurm import node as slurm_node
+from wattline.agent.holders.slurm import records as slurm_records
+from wattline.agent.holders.slurm import watch as slurm_watch
+from wattline.agent.holders.slurm.jobs import HookNotes
+from wattline.agent.holders.slurm.watch import SlurmWatcher
+from wattline.jobs.wrappers import slurm
+from wattline.stores.sqlite.store import SqliteStore
 
 K = wire.pb.JobEvent
 UID = os.getuid()

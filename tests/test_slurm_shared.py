@@ -26,16 +26,18 @@ from nvml_stub.build import build_stub
 from slurm_node_files import node_config, slurmd_proc
 
 from wattline import wire
-from wattline.agent import holders, slurm_node, slurm_records
-from wattline.agent.slurm_watch import SlurmWatcher
+from wattline.accounting.attribution import ChannelEnergy, JobWindow, UseInterval, UseTimeline, split_shared
+from wattline.accounting.window_energy import Interval
+from wattline.agent.holders import registry as holders
+from wattline.agent.holders.slurm import node as slurm_node
+from wattline.agent.holders.slurm import records as slurm_records
+from wattline.agent.holders.slurm.watch import SlurmWatcher
 from wattline.agent.sources.use import DeviceUse
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.energy.attribution import ChannelEnergy, JobWindow, UseInterval, UseTimeline, split_shared
-from wattline.workloads.energy.window_energy import Interval
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.report.build import build_report
-from wattline.workloads.report.model import ReportSettings
-from wattline.workloads.wrappers import slurm
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.wrappers import slurm
+from wattline.reports.build import build_report
+from wattline.reports.model import ReportSettings
+from wattline.stores.sqlite.store import SqliteStore
 
 S = 10**9
 T0 = 1_767_225_600 * S
@@ -198,8 +200,8 @@ AGENT_PASS = """
 import sys
 from pathlib import Path
 from wattline import wire
-from wattline.agent import slurm_node
-from wattline.agent.slurm_watch import SlurmWatcher, gpu_uuids
+from wattline.agent.holders.slurm import node as slurm_node
+from wattline.agent.holders.slurm.watch import SlurmWatcher, gpu_uuids
 from wattline.agent.sources.nvml import NvmlSource
 slurm_node.ask_controller = lambda *a, **k: slurm_node.Asked(None, 0.0)
 from wattline.agent.sources.base import SourceUnavailable
@@ -394,11 +396,11 @@ STUB_PASS = """
 import json, sys, time
 from pathlib import Path
 from wattline import wire
-from wattline.agent import slurm_node
-from wattline.agent.process_use import use_sources
-from wattline.agent.slurm_watch import SlurmWatcher, gpu_uuids
+from wattline.agent.holders.slurm import node as slurm_node
+from wattline.agent.usage.process_use import use_sources
+from wattline.agent.holders.slurm.watch import SlurmWatcher, gpu_uuids
 from wattline.agent.sources.nvml import NvmlSource
-from wattline.workloads.wrappers import slurm
+from wattline.jobs.wrappers import slurm
 slurm_node.ask_controller = lambda *a, **k: slurm_node.Asked(None, 0.0)
 tmp, root, config, envs, t0 = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), json.loads(sys.argv[4]), int(sys.argv[5])
 src = NvmlSource()

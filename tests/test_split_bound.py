@@ -6,7 +6,7 @@ ends on the GPU, somewhere after the window opens and before it closes), the pro
 no job, and how late each ask comes. A stand-in NVML answers each ask as the stand-in
 library does: the processes alive at the ask, each one's mean use since the previous ask
 (an exited process is no longer listed: its samples went with it). Each job's
-:class:`~wattline.workloads.wrappers.usage.UseRecorder` asks once a second from its
+:class:`~wattline.jobs.wrappers.usage.UseRecorder` asks once a second from its
 window's start and sends its USE events; the split reads only those and the device's 0.1 s
 samples. The truth is each process's use x 5 W per percent (0 W idle). The bound's
 ``split`` term must hold every job's error, and be no wider than :data:`CAP` x the error
@@ -25,14 +25,14 @@ from dataclasses import dataclass
 import pytest
 
 from wattline import wire
+from wattline.accounting.attribution import ChannelEnergy, JobWindow, split_shared
+from wattline.accounting.device_shares import use_timelines
+from wattline.accounting.window_energy import Interval
 from wattline.agent.sources.use import DeviceUse
-from wattline.collector.stores.schema import job_event_fields
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.wrappers import usage
 from wattline.quality import Quality
-from wattline.workloads.energy.attribution import ChannelEnergy, JobWindow, split_shared
-from wattline.workloads.energy.device_shares import use_timelines
-from wattline.workloads.energy.window_energy import Interval
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.wrappers import usage
+from wattline.stores.schema import job_event_fields
 
 S = 10**9
 W_PER_PCT = 5.0

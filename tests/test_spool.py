@@ -21,15 +21,15 @@ from store_rows import energy_rows
 
 from wattline import wire
 from wattline.agent.assembly import open_spool, spool_directory
-from wattline.agent.disk_spool import DiskSpool
-from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.settings import AgentSettings
-from wattline.agent.spool import Spool
-from wattline.agent.spool_format import MAGIC, SpoolError, read_segment
+from wattline.agent.spool.base import Spool
+from wattline.agent.spool.disk import DiskSpool
+from wattline.agent.spool.format import MAGIC, SpoolError, read_segment
+from wattline.agent.spool.memory import MemorySpool
 from wattline.agent.uplink import Uplink
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.sqlite import SqliteStore
 from wattline.segments import segment_name, segment_numbers
+from wattline.stores.sqlite.store import SqliteStore
 
 HOST = wire.Host(host_id="node-1", labels={"cluster": "c1"}, agent_version="test")
 T0 = 1_767_225_600 * 10**9
@@ -167,7 +167,7 @@ import os, sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_spool import HOST, tick
-from wattline.agent.disk_spool import DiskSpool
+from wattline.agent.spool.disk import DiskSpool
 spool = DiskSpool(HOST, Path(sys.argv[1]), max_batch_samples=64)
 i = 0
 while True:

@@ -43,8 +43,8 @@ from spool_ledger import Ledger
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from victoria_peer import victoria_argv
 
-from wattline.collector.stores.factory import open_store
-from wattline.collector.stores.reader import Reader
+from wattline.stores.factory import open_store
+from wattline.stores.reader import Reader
 
 #: Each host's package and dram power, W: unequal, so a sample stored under the wrong host shows.
 HOSTS = {"crash-0": (40.0, 4.0), "crash-1": (55.0, 5.5), "crash-2": (70.0, 7.0)}

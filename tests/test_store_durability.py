@@ -69,16 +69,16 @@ from victoria_peer import victoria_argv, victoria_default_argv
 from waits import wait_until
 
 from wattline import wire
-from wattline.collector.stores.base import Store, StoreUnavailable
-from wattline.collector.stores.influx_http import HttpClient
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.prometheus import PrometheusStore
-from wattline.collector.stores.reader import Reader
-from wattline.collector.stores.remote_write import HEADERS as REMOTE_WRITE_HEADERS
-from wattline.collector.stores.remote_write import point_samples, write_request
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.collector.stores.victoria import VictoriaStore
-from wattline.collector.stores.victoria_points import batch_points
+from wattline.stores.base import Store, StoreUnavailable
+from wattline.stores.influxdb.http import HttpClient
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.prometheus.remote_write import HEADERS as REMOTE_WRITE_HEADERS
+from wattline.stores.prometheus.remote_write import point_samples, write_request
+from wattline.stores.prometheus.store import PrometheusStore
+from wattline.stores.reader import Reader
+from wattline.stores.series.points import batch_points
+from wattline.stores.sqlite.store import SqliteStore
+from wattline.stores.victoria.store import VictoriaStore
 
 PERIOD_S = 0.1
 STEP_NS = 100_000_000  # a batch's samples end PERIOD_S after the previous batch's
@@ -583,7 +583,7 @@ _CHILD = """
 import sys, time
 sys.path[:0] = sys.argv[3:]
 from test_store_durability import stream_batch
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.sqlite.store import SqliteStore
 base = int(sys.argv[2])
 with SqliteStore(sys.argv[1]) as store:
     k = 0

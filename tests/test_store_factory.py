@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from servers import Daemon, Influxd, VictoriaMetrics, free_port, make_batch
 
-from wattline.collector.stores.base import StoreUnavailable
-from wattline.collector.stores.factory import api_for_version, detect_api, open_store
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.influx_v2 import InfluxV2Store
-from wattline.collector.stores.prometheus import PrometheusStore
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.collector.stores.victoria import VictoriaStore
+from wattline.stores.base import StoreUnavailable
+from wattline.stores.factory import api_for_version, detect_api, open_store
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.influxdb.v2 import InfluxV2Store
+from wattline.stores.prometheus.store import PrometheusStore
+from wattline.stores.sqlite.store import SqliteStore
+from wattline.stores.victoria.store import VictoriaStore
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from servers import T0, Influxd, free_port, make_batch
 
-from wattline.collector.stores import influx_v1
-from wattline.collector.stores.base import StoreUnavailable
-from wattline.collector.stores.influx_v1 import InfluxV1Store, QueryError, quote_literal, rejected_points
+from wattline.stores.base import StoreUnavailable
+from wattline.stores.influxdb import v1 as influx_v1
+from wattline.stores.influxdb.v1 import InfluxV1Store, QueryError, quote_literal, rejected_points
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ import pytest
 from influxdb_client.rest import ApiException
 from servers import T0, VictoriaMetrics, free_port, make_batch
 
-from wattline.collector.stores.base import StoreUnavailable
-from wattline.collector.stores.influx_v2 import InfluxV2Store, map_api_error
+from wattline.stores.base import StoreUnavailable
+from wattline.stores.influxdb.v2 import InfluxV2Store, map_api_error
 
 TOKEN = "secret-token-1234"
 

@@ -37,11 +37,11 @@ from servers import Daemon, VictoriaMetrics, free_port, make_batch
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from waits import wait_sampled, wait_until
 
-from wattline.collector.stores.influx_http import HttpClient
-from wattline.collector.stores.prometheus import PrometheusStore
-from wattline.collector.stores.reader import Reader
-from wattline.collector.stores.series_api import Export
-from wattline.collector.stores.victoria import VictoriaStore
+from wattline.stores.influxdb.http import HttpClient
+from wattline.stores.prometheus.store import PrometheusStore
+from wattline.stores.reader import Reader
+from wattline.stores.series.api import Export
+from wattline.stores.victoria.store import VictoriaStore
 
 POWER_W = 40.0
 START_UJ = 10**11

@@ -30,14 +30,14 @@ from waits import wait_sampled, wait_until
 
 from wattline import wire
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.base import Store, WriteResult
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.prometheus import PrometheusStore
-from wattline.collector.stores.reader import Reader
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.jobs.jobs_view import JobNotFound, build_view
-from wattline.workloads.services.reading import open_reader
+from wattline.jobs.jobs_view import JobNotFound, build_view
+from wattline.reports.summaries.reading import open_reader
+from wattline.stores.base import Store, WriteResult
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.prometheus.store import PrometheusStore
+from wattline.stores.reader import Reader
+from wattline.stores.sqlite.store import SqliteStore
+from wattline.stores.victoria.store import VictoriaStore
 
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree  # isort: skip
 

@@ -21,11 +21,11 @@ from test_dead_holder import tree
 from test_victoria_cluster import PrefixProxy, Route, collector_and_reports
 
 from wattline import wire
-from wattline.collector.stores.base import JobSummary, StoreUnavailable
-from wattline.collector.stores.factory import open_store
-from wattline.collector.stores.prometheus import PrometheusStore, parse_url
-from wattline.collector.stores.remote_write import escape_name, unescape_name
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.base import JobSummary, StoreUnavailable
+from wattline.stores.factory import open_store
+from wattline.stores.prometheus.remote_write import escape_name, unescape_name
+from wattline.stores.prometheus.store import PrometheusStore, parse_url
+from wattline.stores.sqlite.store import SqliteStore
 
 __all__ = ["tree"]  # the fixture, imported for pytest
 

@@ -13,10 +13,10 @@ from servers import T0, make_batch
 from store_rows import energy_rows, job_event_rows
 
 from wattline import wire
-from wattline.collector.stores.base import StoreUnavailable, WriteResult
-from wattline.collector.stores.schema import SAMPLE_FIELDS, host_tags
-from wattline.collector.stores.sqlite import SCHEMA_VERSION, SqliteStore, _json
-from wattline.collector.stores.sqlite_schema import _ENERGY_COLUMNS
+from wattline.stores.base import StoreUnavailable, WriteResult
+from wattline.stores.schema import SAMPLE_FIELDS, host_tags
+from wattline.stores.sqlite.schema import _ENERGY_COLUMNS
+from wattline.stores.sqlite.store import SCHEMA_VERSION, SqliteStore, _json
 
 
 @pytest.fixture

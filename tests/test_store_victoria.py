@@ -12,9 +12,9 @@ from servers import T0, VictoriaMetrics, make_batch, searchable
 from waits import wait_until
 
 from wattline import wire
-from wattline.collector.stores.base import JobSummary
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.collector.stores.victoria import VictoriaStore
+from wattline.stores.base import JobSummary
+from wattline.stores.sqlite.store import SqliteStore
+from wattline.stores.victoria.store import VictoriaStore
 
 
 @pytest.fixture

@@ -24,10 +24,10 @@ from test_service_intervals import writer
 from typer.testing import CliRunner
 
 from wattline.cli.main import app
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.report.stored_intervals import STORED
+from wattline.reports.stored_intervals import STORED
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.sqlite.store import SqliteStore
+from wattline.stores.victoria.store import VictoriaStore
 
 #: Each test's job at its own time, multiples of EVERY_S apart.
 BASES = (RECENT - 100_000 * S + n * 1000 * S for n in itertools.count())

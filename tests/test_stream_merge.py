@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wattline.workloads.energy.streams import StreamSample, merge_streams
-from wattline.workloads.energy.window_energy import Interval, window_energy
+from wattline.accounting.streams import StreamSample, merge_streams
+from wattline.accounting.window_energy import Interval, window_energy
 
 POWER = 2.0  # joules per ns-unit of time in these timelines: the truth is POWER x covered time
 

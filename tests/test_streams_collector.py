@@ -19,10 +19,10 @@ from pipeline import T0_NS, SyntheticHost, ZoneSpec, equal_share_truth
 from servers import Influxd
 
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.base import Store
-from wattline.collector.stores.factory import open_store
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.report.build import build_report
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.reports.build import build_report
+from wattline.stores.base import Store
+from wattline.stores.factory import open_store
 
 HOST = "host-d"
 POWER_W = 50.0

@@ -21,7 +21,7 @@ from pipeline import equal_share_truth
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from waits import wait_until
 
-from wattline.collector.stores.factory import open_store
+from wattline.stores.factory import open_store
 
 WATTLINE = [sys.executable, "-m", "wattline.cli.main"]
 POWER_W = 40.0

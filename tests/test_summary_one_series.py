@@ -15,14 +15,14 @@ import pytest
 from servers import Daemon, VictoriaMetrics, http, searchable
 from waits import wait_until
 
-from wattline.collector.lineprotocol import LineProtocolError
-from wattline.collector.stores.base import JobSummary
-from wattline.collector.stores.prometheus import PrometheusStore
-from wattline.collector.stores.series_reads import SeriesReads
-from wattline.collector.stores.victoria import VictoriaStore
-from wattline.collector.stores.victoria_points import SUMMARY_CODES, summary_points, summary_value
-from wattline.workloads.energy.attribution import IdleMode
-from wattline.workloads.services.summary import SCHEMA as SUMMARY_SCHEMA
+from wattline.accounting.attribution import IdleMode
+from wattline.reports.summaries.summary import SCHEMA as SUMMARY_SCHEMA
+from wattline.stores.base import JobSummary
+from wattline.stores.lineprotocol import LineProtocolError
+from wattline.stores.prometheus.store import PrometheusStore
+from wattline.stores.series.points import SUMMARY_CODES, summary_points, summary_value
+from wattline.stores.series.reads import SeriesReads
+from wattline.stores.victoria.store import VictoriaStore
 
 S = 10**9
 SCHEMA = "wattline.job_summary/1"

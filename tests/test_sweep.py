@@ -28,7 +28,7 @@ from servers import free_port
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 from waits import wait_sampled
 
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.sqlite.store import SqliteStore
 
 ZONE = "intel-rapl:0"
 WORKLOAD = Path(__file__).parent / "sweep_workload.py"
@@ -171,10 +171,10 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
 
 
 def test_the_failed_line_names_each_failed_point_its_statuses_and_runs() -> None:
-    from wattline.workloads.sweep.analysis import RunFigures
-    from wattline.workloads.sweep.command import failed_line
-    from wattline.workloads.sweep.grid import Param, points
-    from wattline.workloads.sweep.plan import Plan
+    from wattline.sweep.analysis import RunFigures
+    from wattline.sweep.command import failed_line
+    from wattline.sweep.grid import Param, points
+    from wattline.sweep.plan import Plan
 
     plan = Plan("s-2", [Param("b", ("1", "2", "3"))], ["cmd", "{b}"], repeat=3)
     one, two, three = points(plan.params)

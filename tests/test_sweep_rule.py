@@ -1,4 +1,4 @@
-"""The sweep's significance rule (``wattline/workloads/sweep/analysis.py``) on runs whose
+"""The sweep's significance rule (``wattline/sweep/analysis.py``) on runs whose
 truth is set here: identical settings with run-to-run noise are never called different; an
 advantage inside the measurement bound, or inside the spread of the runs, is "within
 uncertainty"; one beyond both is real."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import random
 
-from wattline.workloads.energy.uncertainty import Side
-from wattline.workloads.sweep.analysis import RunFigures, analyse
+from wattline.accounting.uncertainty import Side
+from wattline.sweep.analysis import RunFigures, analyse
 
 A: tuple[tuple[str, str], ...] = (("x", "a"),)
 B: tuple[tuple[str, str], ...] = (("x", "b"),)

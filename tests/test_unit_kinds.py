@@ -32,15 +32,15 @@ from waits import wait_sampled, wait_until
 
 from wattline import wire
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.reader import StoredJobEvent, writer
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.collector.stores.victoria import VictoriaStore
+from wattline.jobs.events import EventBuilder, JobSpec, UnitAccumulator
+from wattline.jobs.jobs_view import JobNotFound, build_view
+from wattline.jobs.wrappers.served import ServedHolder, ServedUnits
+from wattline.reports.window_view import Window, clip_view, intervals_bound
 from wattline.served_specs import parse_unit
-from wattline.workloads.jobs.events import EventBuilder, JobSpec, UnitAccumulator
-from wattline.workloads.jobs.jobs_view import JobNotFound, build_view
-from wattline.workloads.report.window_view import Window, clip_view, intervals_bound
-from wattline.workloads.wrappers.served import ServedHolder, ServedUnits
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.reader import StoredJobEvent, writer
+from wattline.stores.sqlite.store import SqliteStore
+from wattline.stores.victoria.store import VictoriaStore
 
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree  # isort: skip
 

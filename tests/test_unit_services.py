@@ -45,11 +45,11 @@ from test_pod_kinds import report as report_events
 from waits import wait_until
 
 from wattline import wire
-from wattline.agent.unit_settings import SystemdSettings
-from wattline.agent.unit_watch import UnitWatcher
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.agent.holders.systemd.settings import SystemdSettings
+from wattline.agent.holders.systemd.watch import UnitWatcher
 from wattline.config import ConfigError
 from wattline.served_scrape import ScrapeError
+from wattline.stores.sqlite.store import SqliteStore
 
 ZONE, WATTS = "intel-rapl:0", 40.0
 UNIT, JOB = "vllm.service", "vllm-a"

@@ -29,22 +29,22 @@ from servers import T0, sqlite_or_influxdb1_store  # noqa: F401 (fixture store)
 from typer.testing import CliRunner
 
 from wattline import wire
-from wattline.cli.main import app
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.reader import StoredJobEvent, UnitCuts, reduce_units
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.energy.saturation import (
+from wattline.accounting.saturation import (
     SaturationParams,
     _bin_rates,
     cumulative_from_events,
     detect_saturation,
     grid_bins,
 )
-from wattline.workloads.energy.window_energy import window_energy
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.jobs.jobs_view import BadJob, build_view
-from wattline.workloads.report.build import build_report
-from wattline.workloads.report.timeline import build_timeline
+from wattline.accounting.window_energy import window_energy
+from wattline.cli.main import app
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.jobs_view import BadJob, build_view
+from wattline.reports.build import build_report
+from wattline.reports.timeline import build_timeline
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.reader import StoredJobEvent, UnitCuts, reduce_units
+from wattline.stores.sqlite.store import SqliteStore
 
 S = 10**9
 Store = SqliteStore | InfluxV1Store

@@ -19,15 +19,15 @@ import pytest
 from servers import T0, Influxd, sqlite_or_influxdb1_store  # noqa: F401 (fixture store)
 
 from wattline import wire
-from wattline.collector.stores.influx_http import loads
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.reader import UnitCuts, reduce_units
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.energy.saturation import SaturationParams, grid_bins
-from wattline.workloads.energy.window_energy import window_energy
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.jobs.jobs_view import BadJob, build_view
-from wattline.workloads.report.build import build_report
+from wattline.accounting.saturation import SaturationParams, grid_bins
+from wattline.accounting.window_energy import window_energy
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.jobs_view import BadJob, build_view
+from wattline.reports.build import build_report
+from wattline.stores.influxdb.http import loads
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.reader import UnitCuts, reduce_units
+from wattline.stores.sqlite.store import SqliteStore
 
 S = 10**9
 END = T0 + 1200 * S

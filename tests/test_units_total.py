@@ -25,13 +25,13 @@ from test_units_flat import PLATEAU, Written, builder, knee_window_ns, saturatio
 from typer.testing import CliRunner
 
 from wattline import wire
+from wattline.accounting.saturation import SaturationParams, grid_bins
 from wattline.cli.main import app
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.reader import UnitCuts, counts_from_totals, reduce_units
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.energy.saturation import SaturationParams, grid_bins
-from wattline.workloads.report.build import build_report
-from wattline.workloads.report.model import Report
+from wattline.reports.build import build_report
+from wattline.reports.model import Report
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.reader import UnitCuts, counts_from_totals, reduce_units
+from wattline.stores.sqlite.store import SqliteStore
 
 S = 10**9
 Store = SqliteStore | InfluxV1Store

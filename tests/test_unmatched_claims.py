@@ -16,7 +16,7 @@ from servers import make_batch
 from typer.testing import CliRunner
 
 from wattline.cli.main import app
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.sqlite.store import SqliteStore
 
 
 def _report(db: Path, job_id: str) -> dict[str, object]:

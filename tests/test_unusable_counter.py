@@ -24,8 +24,8 @@ from store_rows import energy_rows
 from sysfs_trees import PowerAdvancer, Zone, powercap_tree
 
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.factory import open_store
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.factory import open_store
+from wattline.stores.sqlite.store import SqliteStore
 
 HOST = "odd-counter-host"
 START_UJ = 10**6

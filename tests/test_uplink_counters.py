@@ -22,8 +22,8 @@ from wattline import wire
 from wattline.agent.exporter import AgentCollector, serve
 from wattline.agent.uplink import channel_options
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.base import WriteResult
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.base import WriteResult
+from wattline.stores.sqlite.store import SqliteStore
 
 ZONES = [ZoneSpec("intel-rapl:0", "package-0", 40.0)]
 

@@ -23,7 +23,7 @@ from wattline.agent.daemon import Agent
 from wattline.agent.settings import AgentSettings
 from wattline.agent.uplink import Uplink
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.sqlite.store import SqliteStore
 
 ZONES = [ZoneSpec("intel-rapl:0", "package-0", 50.0), ZoneSpec("intel-rapl:0:1", "dram", 6.5)]
 TICK_S = 0.5

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 import pytest
 
 from wattline import wire
+from wattline.accounting.attribution import ChannelEnergy, JobWindow, split_shared
+from wattline.accounting.use_split import UseInterval, UseTimeline
+from wattline.accounting.window_energy import Interval
 from wattline.agent.sources.use import DeviceUse
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.jobs.wrappers import usage
 from wattline.quality import Quality
-from wattline.workloads.energy.attribution import ChannelEnergy, JobWindow, split_shared
-from wattline.workloads.energy.use_split import UseInterval, UseTimeline
-from wattline.workloads.energy.window_energy import Interval
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.wrappers import usage
 
 S = 10**9
 W_PER_PCT = 5.0  # W per percent of use

@@ -29,10 +29,10 @@ from test_dead_holder import BATCH_S, EQUAL_ENV, POWER_W, cli, tree
 from test_store_victoria import shown
 from waits import wait_sampled, wait_until
 
-from wattline.collector.stores.base import JobSummary
-from wattline.collector.stores.prometheus import PrometheusStore
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.collector.stores.victoria import VictoriaStore
+from wattline.stores.base import JobSummary
+from wattline.stores.prometheus.store import PrometheusStore
+from wattline.stores.sqlite.store import SqliteStore
+from wattline.stores.victoria.store import VictoriaStore
 
 __all__ = ["tree"]  # the fixture, imported for pytest
 

@@ -21,11 +21,11 @@ from servers import VictoriaMetrics, free_port, make_batch, searchable
 from test_dead_holder import BATCH_S, EQUAL_ENV, HOST, POWER_W, cli, kill_after, start_dead, total_j, tree
 from waits import wait_sampled, wait_until
 
-from wattline.collector.stores.base import JobSummary, WriteResult
-from wattline.collector.stores.reader import StoredJobEvent
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.services.summary import SummaryWriter
+from wattline.reports.summaries.summary import SummaryWriter
+from wattline.stores.base import JobSummary, WriteResult
+from wattline.stores.reader import StoredJobEvent
+from wattline.stores.sqlite.store import SqliteStore
+from wattline.stores.victoria.store import VictoriaStore
 
 __all__ = ["tree"]  # the fixture, imported for pytest
 

@@ -21,12 +21,12 @@ from store_rows import energy_rows
 from waits import wait_until
 
 from wattline import wire
-from wattline.agent.memory_spool import MemorySpool
+from wattline.agent.spool.memory import MemorySpool
 from wattline.agent.uplink import Uplink
 from wattline.collector import server as server_module
 from wattline.collector.server import POOL_PER_WORKER, CollectorServer, HostLimiter
-from wattline.collector.stores.base import Store, StoreUnavailable, WriteResult
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.base import Store, StoreUnavailable, WriteResult
+from wattline.stores.sqlite.store import SqliteStore
 
 PUSH = "/wattline.v1.Telemetry/Push"
 

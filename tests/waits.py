@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import pytest
 
-from wattline.collector.stores.reader import Reader, StoredSample
+from wattline.stores.reader import Reader, StoredSample
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from wattline.workloads import Job
+from wattline import Job
 
 if __name__ == "__main__":
     with Job("zero", job_id="zero-api", store=sys.argv[1] or None) as job:

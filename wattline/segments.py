@@ -1,5 +1,5 @@
 """Append-only segment files of CRC-checked records: the agent's spool and outbox
-(:mod:`wattline.agent.spool_format`) and the collector's replay log
+(:mod:`wattline.agent.spool.format`) and the collector's replay log
 (:mod:`wattline.collector.replay`) lay their data out so.
 
 A segment is an 8-byte header (its kind's magic, e.g. ``WLSPOOL1``) followed by records::

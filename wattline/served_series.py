@@ -8,7 +8,7 @@ own units and a :class:`SeriesCount` per extra series: a unit series' units sinc
 reading; a latency histogram's gain per bucket (``le`` its bound as the exposition writes it,
 ``0.5``, ``+Inf``: its count is the histogram's ``_count``) and of its ``_sum`` (``le="sum"``, in
 seconds), counted as the unit counters are (a restart neither loses nor doubles one), so a report
-takes any window's bucket counts from them (:mod:`wattline.workloads.report.latency`); the ``le``
+takes any window's bucket counts from them (:mod:`wattline.reports.latency`); the ``le``
 label keeps them out of the unit kinds. A job served by several servers (a Deployment's replicas
 on one node) adds their counts (:func:`added`).
 

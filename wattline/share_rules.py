@@ -2,7 +2,7 @@
 the default and their check, in one place for every surface (``report``, ``jobs``,
 ``compare``, ``export``, ``sweep``, ``run`` and the stored summaries).
 
-The arithmetic is in :mod:`wattline.workloads.energy.attribution`; docs/jobs.md says what
+The arithmetic is in :mod:`wattline.accounting.attribution`; docs/jobs.md says what
 each rule does.
 """
 

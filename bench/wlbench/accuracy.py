@@ -25,11 +25,11 @@ from wattline import wire
 from wattline.agent import registry
 from wattline.agent.clock import StampClock
 from wattline.agent.sampler import Sampler
-from wattline.collector.stores.base import Store
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.sqlite import SqliteStore
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.report.build import build_report
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.reports.build import build_report
+from wattline.stores.base import Store
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.sqlite.store import SqliteStore
 from wlbench.common import Proc, binary, free_port, http, running, start_influxd, wait_port
 
 NS = 10**9

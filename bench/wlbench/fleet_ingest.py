@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wattline.collector.stores.factory import open_store
+from wattline.stores.factory import open_store
 from wlbench import scale
 from wlbench.common import Influxd, Poller, Proc, Victoria
 from wlbench.fleet import AGENT_PUSH_EVERY_S

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from wattline import wire
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.victoria import VictoriaStore
-from wattline.workloads.report.build import build_report
+from wattline.reports.build import build_report
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.victoria.store import VictoriaStore
 from wlbench import report
 from wlbench.agent import wattline_argv
 from wlbench.common import Influxd, Victoria, wait_idle

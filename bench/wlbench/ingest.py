@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from wattline import wire
-from wattline.collector.lineprotocol import LineEncoder
-from wattline.collector.pointfields import sample_fields
 from wattline.collector.replay import Replaying, ReplayLog
-from wattline.collector.stores.base import Store
-from wattline.collector.stores.schema import SAMPLE_FIELD_NAMES, host_tags, sample_tags
-from wattline.collector.stores.sqlite import _INSERT_ENERGY, _INSERT_SERIES, SqliteStore, _json
-from wattline.collector.stores.victoria import VictoriaStore
 from wattline.collector.validation import drop_invalid_points, validate
+from wattline.stores.base import Store
+from wattline.stores.lineprotocol import LineEncoder
+from wattline.stores.pointfields import sample_fields
+from wattline.stores.schema import SAMPLE_FIELD_NAMES, host_tags, sample_tags
+from wattline.stores.sqlite.store import _INSERT_ENERGY, _INSERT_SERIES, SqliteStore, _json
+from wattline.stores.victoria.store import VictoriaStore
 from wlbench.common import (
     PYTHON,
     Influxd,

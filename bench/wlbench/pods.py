@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from wattline import wire
-from wattline.agent.kube.settings import KubeSettings
-from wattline.agent.kube.watcher import PodWatcher
+from wattline.agent.holders.kube.settings import KubeSettings
+from wattline.agent.holders.kube.watcher import PodWatcher
 
 JOBS = 5
 OTHERS = (0, 100, 500)

@@ -30,12 +30,12 @@ from typing import Any
 from urllib.parse import quote
 
 from wattline import wire
-from wattline.collector.stores.influx_v1 import InfluxV1Store
-from wattline.collector.stores.reader import UnitCuts
-from wattline.collector.stores.sqlite import _INSERT_ENERGY, _INSERT_SERIES, SqliteStore
-from wattline.workloads.energy.saturation import SaturationParams, grid_bins
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.report.build import build_report
+from wattline.accounting.saturation import SaturationParams, grid_bins
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.reports.build import build_report
+from wattline.stores.influxdb.v1 import InfluxV1Store
+from wattline.stores.reader import UnitCuts
+from wattline.stores.sqlite.store import _INSERT_ENERGY, _INSERT_SERIES, SqliteStore
 from wlbench.common import Influxd, Proc, http, running, start_influxd, wait_idle
 from wlbench.data import T0_NS
 

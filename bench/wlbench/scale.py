@@ -29,7 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from wattline.collector.stores.sqlite import SqliteStore
+from wattline.stores.sqlite.store import SqliteStore
 from wlbench.common import PYTHON, Proc, RusagePopen, free_port, running, start_influxd, wait_port
 from wlbench.data import HostStream
 from wlbench.fleet import AGENT_PUSH_EVERY_S

@@ -32,11 +32,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from wattline import wire
-from wattline.collector.lineprotocol import LineEncoder
 from wattline.collector.replay import Replaying, ReplayLog, log_directory
 from wattline.collector.server import CollectorServer
-from wattline.collector.stores.base import Store, WriteResult
-from wattline.collector.stores.factory import open_store
+from wattline.stores.base import Store, WriteResult
+from wattline.stores.factory import open_store
+from wattline.stores.lineprotocol import LineEncoder
 
 
 class BenchStore(Store):

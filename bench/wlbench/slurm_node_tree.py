@@ -21,7 +21,7 @@ from pathlib import Path
 
 from slurm_node_files import slurmd_proc  # tests/slurm_node_files.py
 
-from wattline.workloads.wrappers import slurm
+from wattline.jobs.wrappers import slurm
 
 #: The first job's id; the others follow.
 FIRST_JOB = 5001

@@ -24,9 +24,9 @@ second is the cost only where that stays near 0. In process, same run: one
 watcher pass (:meth:`SlurmWatcher.poll`, every tenth with the period's CPU-time reading)
 with 64 jobs (their notes taken first) and with none, back to back, delivering into nothing; and what the agent
 does with each job's USE event of a period: one outbox directory of its own per event
-(:func:`~wattline.agent.outbox.open_outbox`, as ``Agent._to_outbox`` does), then a drainer pass
+(:func:`~wattline.agent.spool.outbox.open_outbox`, as ``Agent._to_outbox`` does), then a drainer pass
 delivering each directory through an uplink of its own (as the agent's
-:class:`~wattline.agent.outbox.OutboxDrainer` does), in this process's CPU time (gRPC as this
+:class:`~wattline.agent.spool.outbox.OutboxDrainer` does), in this process's CPU time (gRPC as this
 process imports it, not the agent's entry point), with the collector idle, and again after
 the window while the agents keep it busy.
 """
@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from wattline import wire
-from wattline.agent.cgroup_cpu import CPU_DEVICE, CPU_METRIC
-from wattline.agent.outbox import OutboxDrainer, open_outbox
-from wattline.agent.slurm_watch import SlurmWatcher
+from wattline.agent.holders.slurm.watch import SlurmWatcher
+from wattline.agent.spool.outbox import OutboxDrainer, open_outbox
 from wattline.agent.uplink import Uplink
+from wattline.agent.usage.cgroup_cpu import CPU_DEVICE, CPU_METRIC
 from wlbench.agent import wattline_argv
 from wlbench.common import PYTHON, Proc, free_port, median, ratio, running, wait_port
 from wlbench.fixtures import host_tree

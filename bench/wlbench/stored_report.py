@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from wattline import wire
-from wattline.collector.stores.base import IntervalSummary
-from wattline.collector.stores.sqlite import _INSERT_ENERGY, _INSERT_SERIES, SqliteStore
-from wattline.workloads.jobs.events import EventBuilder, JobSpec
-from wattline.workloads.report.build import build_report
-from wattline.workloads.report.model import ReportSettings
-from wattline.workloads.report.stored_intervals import policy_fields, stored_fields
-from wattline.workloads.report.window_view import Window
-from wattline.workloads.report.windows import ComponentEnergy, WindowEnergy
+from wattline.jobs.events import EventBuilder, JobSpec
+from wattline.reports.build import build_report
+from wattline.reports.model import ReportSettings
+from wattline.reports.stored_intervals import policy_fields, stored_fields
+from wattline.reports.window_view import Window
+from wattline.reports.windows import ComponentEnergy, WindowEnergy
+from wattline.stores.base import IntervalSummary
+from wattline.stores.sqlite.store import _INSERT_ENERGY, _INSERT_SERIES, SqliteStore
 from wlbench.data import T0_NS
 from wlbench.rows import Row, num
 

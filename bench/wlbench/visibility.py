@@ -23,7 +23,7 @@ import urllib.parse
 from typing import Any
 
 from wattline import wire
-from wattline.collector.stores.base import Store
+from wattline.stores.base import Store
 from wlbench.common import Influxd, Poller, Victoria, http
 
 #: The probed hosts: the first ten simulated agents (wlbench.fleet names them fleet-00000...).

@@ -4,7 +4,7 @@
 sampler to it; :func:`make_uplink` ships a spool with the agent's collectors and
 credentials. :class:`~wattline.agent.daemon.Agent` (``wattline agent``, ``python -m
 wattline.agent``) and ``wattline run``'s embedded session and collector sink
-(``wattline/workloads/wrappers/session.py``) are all built from these.
+(``wattline/jobs/wrappers/session.py``) are all built from these.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import grpc
 
 from wattline import __version__, wire
 from wattline.agent import registry
-from wattline.agent.memory_spool import MemorySpool
 from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
-from wattline.agent.spool import Spool
+from wattline.agent.spool.base import Spool
+from wattline.agent.spool.memory import MemorySpool
 from wattline.agent.uplink import Uplink
 from wattline.config import ConfigError
 from wattline.security import channel_credentials, is_loopback, read_token
@@ -63,7 +63,7 @@ def open_spool(settings: AgentSettings, host: wire.pb.Host, env: Mapping[str, st
     directory = spool_directory(settings, env)
     if directory is None:
         return memory_spool(settings, host)
-    from wattline.agent.disk_spool import DiskSpool  # here: an agent with the memory spool never loads it
+    from wattline.agent.spool.disk import DiskSpool  # here: an agent with the memory spool never loads it
 
     return DiskSpool(
         host,

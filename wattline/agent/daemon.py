@@ -12,26 +12,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wattline import systemd, wire
-from wattline.agent import holders, registry
+from wattline.agent import registry
 from wattline.agent.assembly import UplinkSecurity, assemble, make_uplink, uplink_security
 from wattline.agent.edge import EdgeServer, serve_edges
 from wattline.agent.exporter import AgentCollector, serve
-from wattline.agent.kube.settings import pods_settings
-from wattline.agent.outbox import OutboxDrainer, open_outbox, outbox_root
-from wattline.agent.process_use import use_sources
+from wattline.agent.holders import registry as holders
+from wattline.agent.holders.kube.settings import pods_settings
+from wattline.agent.holders.slurm.watch import SlurmWatcher, gpu_uuids
+from wattline.agent.holders.systemd.settings import systemd_settings
 from wattline.agent.settings import AgentSettings
-from wattline.agent.slurm_watch import SlurmWatcher, gpu_uuids
 from wattline.agent.sources.base import Source
-from wattline.agent.spool import Spool
-from wattline.agent.spool_format import SpoolError
+from wattline.agent.spool.base import Spool
+from wattline.agent.spool.format import SpoolError
+from wattline.agent.spool.outbox import OutboxDrainer, open_outbox, outbox_root
 from wattline.agent.tuning.records import restore_dead, restore_dir
-from wattline.agent.unit_settings import systemd_settings
 from wattline.agent.uplink import Uplink
+from wattline.agent.usage.process_use import use_sources
 from wattline.signals import set_on_signals
 
 if TYPE_CHECKING:
-    from wattline.agent.kube.watcher import PodWatcher
-    from wattline.agent.unit_watch import UnitWatcher
+    from wattline.agent.holders.kube.watcher import PodWatcher
+    from wattline.agent.holders.systemd.watch import UnitWatcher
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +71,14 @@ class Agent:
         kube = pods_settings(self.doc) if self.outbox is not None else None
         if kube is not None:
             # an HTTP client and the pod-resources gRPC stubs: loaded only where pods are on
-            from wattline.agent.kube.watcher import PodWatcher
+            from wattline.agent.holders.kube.watcher import PodWatcher
 
             self.pods = PodWatcher(
                 kube, self.host, self.settings.sysfs_root, self._to_outbox, lambda: use_sources(self._sources())
             )
         self.units: UnitWatcher | None = None  # services held by systemd units ([systemd] services)
         if unit_services is not None and self.outbox is not None:
-            from wattline.agent.unit_watch import UnitWatcher
+            from wattline.agent.holders.systemd.watch import UnitWatcher
 
             state = self.outbox.root / "units"  # each unit's open job, across the agent's restarts
             self.units = UnitWatcher(unit_services, self.host, self.settings.sysfs_root, self._to_outbox, state=state)

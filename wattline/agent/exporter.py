@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, cast
 
 from wattline.agent.registry import Discovery
 from wattline.agent.sampler import Sampler
-from wattline.agent.spool import Spool
+from wattline.agent.spool.base import Spool
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric

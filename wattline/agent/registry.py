@@ -40,7 +40,8 @@ def _nvml() -> Loaded:
 
 
 def _neuron() -> Loaded:
-    from wattline.agent.sources.neuron import NeuronOptions, NeuronSource
+    from wattline.agent.sources.neuron import NeuronSource
+    from wattline.agent.sources.neuron_config import NeuronOptions
 
     return NeuronSource, NeuronOptions
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from wattline.agent import slurm_records
+from wattline.agent.holders.slurm import records as slurm_records
 from wattline.config import ConfigError, option
 
 DEFAULT_SOURCES = ["rapl", "nvml", "neuron", "nic", "cpu_model"]

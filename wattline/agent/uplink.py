@@ -34,7 +34,7 @@ from typing import Any
 import grpc
 
 from wattline import wire
-from wattline.agent.spool import Spool
+from wattline.agent.spool.base import Spool
 from wattline.security import bearer_metadata
 
 log = logging.getLogger(__name__)

@@ -23,13 +23,13 @@ from typing import Any
 
 from wattline.agent import registry
 from wattline.agent.daemon import run_agent
-from wattline.agent.kube.settings import KubeSettings
+from wattline.agent.holders.kube.settings import KubeSettings
+from wattline.agent.holders.systemd.settings import SystemdSettings
 from wattline.agent.settings import AgentSettings
-from wattline.agent.unit_settings import SystemdSettings
 from wattline.collector.settings import CollectorSettings
 from wattline.config import ConfigError, build, check_tables, env_names, parse_pairs, read_toml, unknown_variables
+from wattline.jobs.job_env import ENV_EVENTS, ENV_JOB_ID
 from wattline.wire import ENV_HEARTBEAT
-from wattline.workloads.jobs.job_env import ENV_EVENTS, ENV_JOB_ID
 
 #: Variables read outside the settings tables: set by ``wattline run`` for its command (job
 #: id, events file, heartbeat), the store of ``run``/``report``, log level and tracebacks,
@@ -39,7 +39,7 @@ OTHER_VARIABLES = frozenset(
         ENV_JOB_ID,
         ENV_EVENTS,
         ENV_HEARTBEAT,
-        "WATTLINE_USE_PERIOD_S",  # workloads.usage.ENV_USE_PERIOD (not imported: the agent's path stays lean)
+        "WATTLINE_USE_PERIOD_S",  # jobs.wrappers.usage.ENV_USE_PERIOD (not imported: the agent's path stays lean)
         "WATTLINE_STORE",
         "WATTLINE_LOG_LEVEL",
         "WATTLINE_DEBUG",

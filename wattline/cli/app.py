@@ -10,15 +10,15 @@ import sys
 import typer
 
 from wattline import __version__
-from wattline.agent.outbox import outbox_root
+from wattline.agent.spool.outbox import outbox_root
 from wattline.agent.tuning.records import restore_dead, restore_dir
 from wattline.cli import daemons, jobs, outputs, panels, slurm, sweep, workload, workload_service
 from wattline.cli.agent_entry import start_logging
 from wattline.cli.errors import COMMON_ERRORS, exit_status, one_line, say_error
-from wattline.collector.stores.base import StoreUnavailable
-from wattline.collector.stores.influx_v1 import QueryError
 from wattline.config import ConfigError
-from wattline.workloads.wrappers.run import CommandNotStarted
+from wattline.jobs.wrappers.run import CommandNotStarted
+from wattline.stores.base import StoreUnavailable
+from wattline.stores.influxdb.v1 import QueryError
 
 app = typer.Typer(
     name="wattline",

@@ -22,14 +22,14 @@ from wattline.cli.agent_entry import agent_settings, read_config, run_agent_comm
 from wattline.collector.daemon import run_collector, store_from_settings
 from wattline.collector.processes import ProcessLink, Supervisor
 from wattline.collector.settings import CollectorSettings
-from wattline.collector.stores.base import StoreUnavailable
-from wattline.collector.stores.reader import IntervalStore, SummaryStore
 from wattline.config import build, help_of
+from wattline.reports.model import ReportSettings
+from wattline.reports.summaries.intervals import IntervalWriter
+from wattline.reports.summaries.slurm_comment import AdminCommentWriter
+from wattline.reports.summaries.summary import SummaryWriter
 from wattline.signals import set_on_signals
-from wattline.workloads.report.model import ReportSettings
-from wattline.workloads.services.intervals import IntervalWriter
-from wattline.workloads.services.slurm_comment import AdminCommentWriter
-from wattline.workloads.services.summary import SummaryWriter
+from wattline.stores.base import StoreUnavailable
+from wattline.stores.reader import IntervalStore, SummaryStore
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ def collector_process(settings: CollectorSettings, link: ProcessLink) -> None:
 
 
 def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:
-    """The job summaries' writer (floor 3) for the collector (floor 2), started; None when
+    """The job summaries' writer (floor 4) for the collector (floor 3), started; None when
     summaries are off or the store cannot be read back (said in one log line).
 
     It reads and writes through a store of its own (a second connection), so a summary

@@ -1,5 +1,5 @@
 """``wattline run``, ``report``, ``jobs`` and ``compare``: their options, parsed, and the call;
-the work is on floor 3 (:mod:`wattline.workloads.wrappers.job_command`, :mod:`wattline.workloads.services.reading`)."""
+the work is on floor 4 (:mod:`wattline.jobs.wrappers.job_command`, :mod:`wattline.reports.summaries.reading`)."""
 
 from __future__ import annotations
 
@@ -43,16 +43,9 @@ from wattline.cli.window_options import (
     positive_duration,
 )
 from wattline.config import ConfigError, parse_pairs
-from wattline.units import parse_duration
-from wattline.workloads.jobs.mine import SERVICE_ACCOUNT_NAMESPACE, check_labels, find_mine
-from wattline.workloads.output.comparison import comparison_json, print_comparison
-from wattline.workloads.output.jobs_table import print_jobs
-from wattline.workloads.report.interval_reports import interval_figures
-from wattline.workloads.report.model import ReportSettings
-from wattline.workloads.report.model_split import check_applies, check_model_split
-from wattline.workloads.services.reading import compare_jobs, job_rows, report_or_exit
-from wattline.workloads.wrappers.job import default_job_id
-from wattline.workloads.wrappers.job_command import (
+from wattline.jobs.mine import SERVICE_ACCOUNT_NAMESPACE, check_labels, find_mine
+from wattline.jobs.wrappers.job import default_job_id
+from wattline.jobs.wrappers.job_command import (
     Job,
     check_host,
     claimed_devices,
@@ -60,8 +53,15 @@ from wattline.workloads.wrappers.job_command import (
     job_spec,
     run_and_report,
 )
-from wattline.workloads.wrappers.run import RunRequest, check_command, units_pattern
-from wattline.workloads.wrappers.served import served_units
+from wattline.jobs.wrappers.run import RunRequest, check_command, units_pattern
+from wattline.jobs.wrappers.served import served_units
+from wattline.reports.interval_reports import interval_figures
+from wattline.reports.model import ReportSettings
+from wattline.reports.model_split import check_applies, check_model_split
+from wattline.reports.output.comparison import comparison_json, print_comparison
+from wattline.reports.output.jobs_table import print_jobs
+from wattline.reports.summaries.reading import compare_jobs, job_rows, report_or_exit
+from wattline.units import parse_duration
 
 
 @store_options

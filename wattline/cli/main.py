@@ -13,7 +13,7 @@ Every error ends as one line on stderr and a non-zero exit, never a traceback
 - 1: a runtime failure: a store unreachable or failing, an error while running;
 - ``wattline run``: the command's own status; 127 / 126 when it cannot start (as a shell);
 - ``wattline sweep``: 1 when a run's command failed (the other runs still run; one line
-  names the failed points: :func:`wattline.workloads.sweep.command.failed_line`);
+  names the failed points: :func:`wattline.sweep.command.failed_line`);
 - 130: interrupted.
 
 An unknown ``WATTLINE_*`` environment variable is one warning line, not an error.

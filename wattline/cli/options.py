@@ -29,16 +29,16 @@ from wattline.cli.daemons import (
 )
 from wattline.collector.daemon import store_from_settings
 from wattline.collector.settings import CollectorSettings, check_tenant
-from wattline.collector.stores.base import Store
-from wattline.collector.stores.reader import OpenReader
 from wattline.config import ConfigError, build
+from wattline.jobs.wrappers.job_command import JobStore
+from wattline.reports.intensity import IntensitySeries, parse_intensity
+from wattline.reports.model import DEFAULT_MODEL_SPLIT, ReportSettings
+from wattline.reports.model_split import MODEL_SPLIT_HELP
+from wattline.reports.summaries import reading
+from wattline.reports.summaries.store import default_store_url
 from wattline.share_rules import DEFAULT_SHARE_RULE, SHARE_RULE_HELP, check_share_rule
-from wattline.workloads.report.intensity import IntensitySeries, parse_intensity
-from wattline.workloads.report.model import ReportSettings
-from wattline.workloads.report.model_split import DEFAULT_MODEL_SPLIT, MODEL_SPLIT_HELP
-from wattline.workloads.services import reading
-from wattline.workloads.services.store import default_store_url
-from wattline.workloads.wrappers.job_command import JobStore
+from wattline.stores.base import Store
+from wattline.stores.reader import OpenReader
 
 STORE_HELP = (
     "Store to read/write: sqlite:///PATH or http://influxdb:8086 (default: $WATTLINE_STORE or the local SQLite file)."

@@ -11,19 +11,19 @@ import typer
 
 from wattline.cli import panels
 from wattline.cli.options import IDLE, JOB_HELP, SHARE, StoreChoice, report_settings, store_options
-from wattline.collector.stores.reader import Reader
 from wattline.config import ConfigError
-from wattline.workloads.jobs.jobs_view import all_views
-from wattline.workloads.output import export as export_rows
-from wattline.workloads.report.model import Report, ReportSettings
-from wattline.workloads.report.timeline import build_timeline
-from wattline.workloads.services.reading import labelled, listed_report, report_or_exit
+from wattline.jobs.jobs_view import all_views
+from wattline.reports.model import Report, ReportSettings
+from wattline.reports.output import export as export_rows
+from wattline.reports.summaries.reading import labelled, listed_report, report_or_exit
+from wattline.reports.timeline import build_timeline
+from wattline.stores.reader import Reader
 
 
 def check_report_outputs(plot: Path | None, html: Path | None) -> None:
     """ConfigError for a --plot that is not .png/.svg, or an --html that is not .html/.htm;
     also when matplotlib is missing (its install hint)."""
-    from wattline.workloads.output import plot as plotting
+    from wattline.reports.output import plot as plotting
 
     if plot is not None:
         plotting.check_path(plot)
@@ -39,8 +39,8 @@ def write_report_outputs(
     """Write the report's figure and page (the store is read once more for the timeline)."""
     if plot is None and html is None:
         return
-    from wattline.workloads.output import page
-    from wattline.workloads.output import plot as plotting
+    from wattline.reports.output import page
+    from wattline.reports.output import plot as plotting
 
     timeline = build_timeline(reader, report)
     if plot is not None:
@@ -53,7 +53,7 @@ def write_report_outputs(
 
 def write_compare_plot(data: dict[str, Any], a: Report, b: Report, plot: Path) -> None:
     """Write ``compare --plot`` from the comparison JSON and the two reports (footnotes)."""
-    from wattline.workloads.output import plot as plotting
+    from wattline.reports.output import plot as plotting
 
     notes = plotting.comparison_footnotes({"A": a, "B": b})
     _write(plot, lambda: plotting.save(plotting.plot_comparison(data, a.job.unit_name, notes), plot))
@@ -61,7 +61,7 @@ def write_compare_plot(data: dict[str, Any], a: Report, b: Report, plot: Path) -
 
 def write_curve(report: Report, path: Path) -> None:
     """Write ``report --curve``: energy per unit against load, one point per interval."""
-    from wattline.workloads.output import plot as plotting
+    from wattline.reports.output import plot as plotting
 
     _write(path, lambda: plotting.save(plotting.plot_curve(report), path))
 

@@ -28,7 +28,7 @@ def hook(name: str, config: Path | None, env: Mapping[str, str] | None = None) -
     env = os.environ if env is None else env
     job = env.get("SLURM_JOB_ID", "?")[:20]
     try:
-        from wattline.workloads.wrappers import slurm
+        from wattline.jobs.wrappers import slurm
 
         run: dict[str, Callable[[Mapping[str, str], Path | None], list[str]]] = {
             "prolog": slurm.prolog,

@@ -1,4 +1,4 @@
-"""``wattline sweep``: its options, parsed, and the call (:mod:`wattline.workloads.sweep.command`)."""
+"""``wattline sweep``: its options, parsed, and the call (:mod:`wattline.sweep.command`)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from wattline.cli import panels
 from wattline.cli.agent_entry import agent_settings
 from wattline.cli.options import VERBOSE, StoreChoice, report_options, store_options
 from wattline.config import ConfigError, parse_pairs
+from wattline.jobs.wrappers.job_command import Job, check_host, claimed_devices, job_spec
+from wattline.jobs.wrappers.run import RunRequest, units_pattern
+from wattline.reports.model import ReportSettings
+from wattline.sweep import plan as plans
+from wattline.sweep.command import Outputs, run_sweep
+from wattline.sweep.grid import parse_params
 from wattline.units import parse_duration
-from wattline.workloads.report.model import ReportSettings
-from wattline.workloads.sweep import plan as plans
-from wattline.workloads.sweep.command import Outputs, run_sweep
-from wattline.workloads.sweep.grid import parse_params
-from wattline.workloads.wrappers.job_command import Job, check_host, claimed_devices, job_spec
-from wattline.workloads.wrappers.run import RunRequest, units_pattern
 
 
 def _outputs(sla: str | None, as_json: bool, plot: Path | None, html: Path | None, csv: Path | None) -> Outputs:
@@ -114,7 +114,7 @@ def sweep(
     if resume is not None:
         if command or params:
             raise ConfigError("--resume ID takes the sweep's command and --param from its plan: give neither")
-        from wattline.agent.outbox import outbox_root
+        from wattline.agent.spool.outbox import outbox_root
 
         the_plan = plans.load(outbox_root(settings.outbox_dir), resume)
     else:

@@ -1,5 +1,5 @@
 """``--since``, ``--from`` and ``--to``: the stretch of a job a report is over (a service's last
-15 minutes), parsed into a :class:`~wattline.workloads.report.window_view.Window`."""
+15 minutes), parsed into a :class:`~wattline.reports.window_view.Window`."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import typer
 
 from wattline.cli import panels
 from wattline.config import ConfigError
+from wattline.reports.model import Report, ReportSettings
+from wattline.reports.output.plot import check_path, pyplot
+from wattline.reports.window_view import Window
 from wattline.units import parse_duration
-from wattline.workloads.output.plot import check_path, pyplot
-from wattline.workloads.report.model import Report, ReportSettings
-from wattline.workloads.report.window_view import Window
 
 SINCE = typer.Option(
     None,

@@ -1,9 +1,9 @@
 """``wattline workload``: the study's two experiments as reference workloads.
 
 Each command parses its options, then runs ``wattline run``'s machinery in-process
-(:mod:`wattline.workloads.reference.launch`): it opens the job (embedded
+(:mod:`wattline.reference.launch`): it opens the job (embedded
 sampling into the local store, or a collector), starts the workload as a child
-``python -m wattline.workloads.reference...`` that joins the job through the
+``python -m wattline.reference...`` that joins the job through the
 environment and counts its own units, then prints the workload's own figures (ramp,
 plateau, latency percentiles, step times) and the job's report.
 
@@ -25,7 +25,8 @@ from wattline.cli import panels
 from wattline.cli.agent_entry import agent_settings
 from wattline.cli.options import VERBOSE, StoreChoice, option_group, report_options, store_options
 from wattline.config import ConfigError
-from wattline.workloads.reference.common import (
+from wattline.jobs.wrappers.job import default_job_id
+from wattline.reference.common import (
     DEVICES,
     DTYPES,
     EXTRA_HINT,
@@ -33,9 +34,8 @@ from wattline.workloads.reference.common import (
     import_torch,
     missing_extra,
 )
-from wattline.workloads.reference.launch import WORKLOAD_SCHEMA, Launch, Where, resolve, run_workload, torchrun
-from wattline.workloads.report.model import ReportSettings
-from wattline.workloads.wrappers.job import default_job_id
+from wattline.reference.launch import WORKLOAD_SCHEMA, Launch, Where, resolve, run_workload, torchrun
+from wattline.reports.model import ReportSettings
 
 app = typer.Typer(
     name="workload",
@@ -236,7 +236,7 @@ def layoutlm_inference(
     for --duration: latency p50/p90/p99 per batch and per document, energy per inference.
     Random weights, no download.
     """
-    from wattline.workloads.reference.layoutlm_inference import SEQ_LEN, SIZES
+    from wattline.reference.layoutlm_inference import SEQ_LEN, SIZES
 
     if size not in SIZES:
         raise ConfigError(f"option --size: {size!r} is not one of {', '.join(sorted(SIZES))}")
@@ -323,7 +323,7 @@ def bert_pretrain(
     marks saturation there and trains --duration seconds more. Several processes or
     hosts run under torchrun with one job id. Random weights, no download.
     """
-    from wattline.workloads.reference.bert_pretrain import DEFAULT_BATCH, SEQ_LENS, SIZES
+    from wattline.reference.bert_pretrain import DEFAULT_BATCH, SEQ_LENS, SIZES
 
     if size not in SIZES:
         raise ConfigError(f"option --size: {size!r} is not one of {', '.join(sorted(SIZES))}")

@@ -12,8 +12,8 @@ from rich.console import Console
 from wattline.cli import panels
 from wattline.cli.workload import DEVICE, SEED, positive, require_extra
 from wattline.config import ConfigError
-from wattline.workloads.reference.common import DTYPES, exit_now
-from wattline.workloads.reference.launch import resolve
+from wattline.reference.common import DTYPES, exit_now
+from wattline.reference.launch import resolve
 
 
 def layoutlm_serve(
@@ -57,7 +57,7 @@ def layoutlm_serve(
     those in flight. No job is opened: the service's units are read from its metrics.
     Random weights, no download.
     """
-    from wattline.workloads.reference.layoutlm_inference import SIZES
+    from wattline.reference.layoutlm_inference import SIZES
 
     if size not in SIZES:
         raise ConfigError(f"option --size: {size!r} is not one of {', '.join(sorted(SIZES))}")
@@ -69,7 +69,7 @@ def layoutlm_serve(
             raise ConfigError(f"option {option}: {value} must be >= 0")
     torch = require_extra()
     labels = resolve(torch, device, dtype, threads)
-    from wattline.workloads.reference.layoutlm_serve import ServeSettings, serve
+    from wattline.reference.layoutlm_serve import ServeSettings, serve
 
     settings = ServeSettings(
         size, labels["device"], dtype, int(labels["threads"]), seed, host, port, max_batch, max_wait_ms, linger
@@ -115,7 +115,7 @@ def load(
     answered inside it. Steps in % are of the capacity: --capacity, else measured with
     closed-loop clients doubling until throughput stops rising.
     """
-    from wattline.workloads.reference.stepped_load import ARRIVALS, check_url, parse_steps, run_load
+    from wattline.reference.stepped_load import ARRIVALS, check_url, parse_steps, run_load
 
     specs = parse_steps(steps)
     check_url(url)
@@ -126,7 +126,7 @@ def load(
         (max_concurrency, "--max-concurrency"), (capacity_seconds, "--capacity-seconds"),
     ):  # fmt: skip
         positive(value, option)
-    from wattline.workloads.reference.figures import print_load
+    from wattline.reference.figures import print_load
 
     result = run_load(
         url, specs, capacity_rps=capacity, documents=documents, arrivals=arrivals, seed=seed, workers=workers,

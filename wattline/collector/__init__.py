@@ -1,1 +1,1 @@
-"""The collector: gRPC ingest -> stores (floor 2). Never imports the agent."""
+"""The collector: gRPC ingest -> stores (floor 3, above the stores). Never imports the agent."""

@@ -13,9 +13,9 @@ from wattline.collector.processes import ProcessLink
 from wattline.collector.replay import ReplayError, Replaying, ReplayLog, ReplayMetrics, log_directory
 from wattline.collector.server import CollectorServer, JobEventsHook
 from wattline.collector.settings import CollectorSettings
-from wattline.collector.stores.base import Store
-from wattline.collector.stores.factory import open_store
 from wattline.config import ConfigError, read_secret
+from wattline.stores.base import Store
+from wattline.stores.factory import open_store
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from time import monotonic, perf_counter
 
 from wattline import wire
-from wattline.collector.stores.base import Store, StoreUnavailable, WriteResult
+from wattline.stores.base import Store, StoreUnavailable, WriteResult
 
 log = logging.getLogger(__name__)
 

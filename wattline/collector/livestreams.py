@@ -3,7 +3,7 @@
 A host id is meant to have one agent. When two send samples at once (a second agent
 started by mistake, a DaemonSet beside a systemd unit, a container restart whose old and
 new agents overlap), their streams cover the same time; reports count that time once
-(:mod:`wattline.workloads.energy.streams`), and the operator should hear of it. A plain restart
+(:mod:`wattline.accounting.streams`), and the operator should hear of it. A plain restart
 (the old stream stops, a new one starts after it) is not a duplicate: the streams'
 sample times follow each other.
 

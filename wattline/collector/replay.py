@@ -36,8 +36,8 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from wattline import wire
-from wattline.collector.stores.base import Store, StoreUnavailable, WriteResult
 from wattline.segments import encode_record, scan, segment_name, segment_numbers, sync_files, write_record
+from wattline.stores.base import Store, StoreUnavailable, WriteResult
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ otherwise). The health service stays open (probes carry no credentials).
 
 Job hook: after a batch with job events is written, ``on_job_events`` (if given) gets its
 jobs as (job id, whether a close is among them); it must not block (the job summaries'
-writer only marks the jobs due, :mod:`wattline.workloads.services.summary`, wired in by the CLI so
+writer only marks the jobs due, :mod:`wattline.reports.summaries.summary`, wired in by the CLI so
 that this floor imports nothing above it). Its failure is logged, never the batch's.
 
 The collector keeps no state beyond in-flight batches (and the per-host buckets, which
@@ -66,9 +66,9 @@ from wattline.collector.group import Busy, GroupCommitter
 from wattline.collector.listen import check_free
 from wattline.collector.livestreams import LiveStreams, StreamWatch
 from wattline.collector.metrics import Metrics
-from wattline.collector.stores.base import Store, StoreUnavailable
 from wattline.collector.validation import drop_invalid_points, validate
 from wattline.security import TokenCheck, peer_identities
+from wattline.stores.base import Store, StoreUnavailable
 from wattline.text import clip
 
 log = logging.getLogger(__name__)

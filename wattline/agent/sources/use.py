@@ -3,7 +3,7 @@
 NVML (per-process utilization samples, running compute processes) and neuron-monitor
 (per-runtime NeuronCore utilization) both say how much of a device each process used
 over an interval. A job's wrapper sums that over the job's processes
-(:mod:`wattline.workloads.wrappers.usage`) to record the job's use of each device.
+(:mod:`wattline.jobs.wrappers.usage`) to record the job's use of each device.
 """
 
 from __future__ import annotations

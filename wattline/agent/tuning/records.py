@@ -1,7 +1,7 @@
 """Restore records: the settings a process changed, kept on disk until it put them back.
 
 ``<outbox root>/restore/r<pid>-<random>.json`` holds the changing process's identity (pid,
-start time, boot id: :mod:`wattline.agent.holders`) and, per setting, what its kind's
+start time, boot id: :mod:`wattline.agent.holders.registry`) and, per setting, what its kind's
 ``restore`` needs. It is written before the first change and removed once every setting is
 back. A wattline process that finds a record whose process is gone (:func:`restore_dead`:
 every ``wattline`` command, the agent at start and on each pass over its outbox) restores
@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from wattline.agent import holders
+from wattline.agent.holders import registry as holders
 from wattline.agent.tuning import Knob, cpufreq, gpu_power
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,1 @@
+"""A Slurm node's jobs, from the Prolog's notes to after the Epilog (docs/operations/slurm.md)."""

@@ -1,0 +1,1 @@
+"""Services held by systemd units named in the agent's config (``[systemd]``)."""

@@ -1,1 +1,0 @@
-"""Storage back-ends behind one small interface (:class:`~.base.Store`)."""

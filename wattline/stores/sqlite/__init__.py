@@ -1,0 +1,1 @@
+"""The embedded SQLite store: its file's schema, its writes and its reads."""

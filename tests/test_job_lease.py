@@ -39,7 +39,8 @@ from wattline.jobs.jobs_view import all_views, views_of
 from wattline.jobs.wrappers.job import Job
 from wattline.reports.build import build_report
 from wattline.reports.model import ReportSettings
-from wattline.stores.influxdb.v1 import InfluxV1Store, QueryError
+from wattline.stores.influxdb.influxql import QueryError
+from wattline.stores.influxdb.v1 import InfluxV1Store
 from wattline.stores.reader import StoredJobEvent
 from wattline.stores.sqlite.store import SqliteStore
 from wattline.wire import JobEvent, lease_ns

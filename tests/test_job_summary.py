@@ -43,8 +43,9 @@ from wattline.reports.build import build_report
 from wattline.reports.report_json import report_json
 from wattline.reports.summaries.summary import Sink, SummaryWriter, record_summary, summary_of
 from wattline.stores.base import JobSummary, StoreUnavailable, WriteResult
+from wattline.stores.influxdb.influxql import QueryError
 from wattline.stores.influxdb.linestore import LineProtocolStore
-from wattline.stores.influxdb.v1 import InfluxV1Store, QueryError
+from wattline.stores.influxdb.v1 import InfluxV1Store
 from wattline.stores.sqlite.store import SqliteStore
 
 START_UJ = 10**11
@@ -384,7 +385,7 @@ def test_victoria_metrics_takes_writes_but_serves_no_report_reads(tmp_path: Path
     InfluxQL: a report, a job summary or an InfluxQL dashboard cannot read from it, and says so."""
     from servers import T0, http, make_batch
 
-    from wattline.stores.influxdb.v1 import QueryError
+    from wattline.stores.influxdb.influxql import QueryError
 
     store = InfluxV1Store(victoria_metrics.url, "wattline")
     try:

@@ -12,7 +12,8 @@ from servers import T0, Influxd, make_batch
 from store_rows import energy_rows, job_event_rows
 
 from wattline import wire
-from wattline.stores.influxdb.v1 import InfluxV1Store, quote_literal
+from wattline.stores.influxdb.influxql import quote_literal
+from wattline.stores.influxdb.v1 import InfluxV1Store
 from wattline.stores.lineprotocol import (
     LineEncoder,
     LineProtocolError,

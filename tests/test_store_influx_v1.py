@@ -11,7 +11,9 @@ from servers import T0, Influxd, free_port, make_batch
 
 from wattline.stores.base import StoreUnavailable
 from wattline.stores.influxdb import v1 as influx_v1
-from wattline.stores.influxdb.v1 import InfluxV1Store, QueryError, quote_literal, rejected_points
+from wattline.stores.influxdb.http import rejected_points
+from wattline.stores.influxdb.influxql import QueryError, quote_literal
+from wattline.stores.influxdb.v1 import InfluxV1Store
 
 
 @pytest.fixture

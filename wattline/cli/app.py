@@ -18,7 +18,7 @@ from wattline.cli.errors import COMMON_ERRORS, exit_status, one_line, say_error
 from wattline.config import ConfigError
 from wattline.jobs.wrappers.run import CommandNotStarted
 from wattline.stores.base import StoreUnavailable
-from wattline.stores.influxdb.v1 import QueryError
+from wattline.stores.influxdb.influxql import QueryError
 
 app = typer.Typer(
     name="wattline",

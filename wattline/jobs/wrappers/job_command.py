@@ -34,7 +34,7 @@ from wattline.reports.model import Report, ReportSettings
 from wattline.reports.output.render import print_report
 from wattline.reports.report_json import report_json
 from wattline.stores.base import Store, StoreUnavailable
-from wattline.stores.influxdb.v1 import QueryError
+from wattline.stores.influxdb.influxql import QueryError
 from wattline.stores.reader import OpenReader
 
 #: Failures of a report once the command has run: one line, never the command's status lost.

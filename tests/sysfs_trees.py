@@ -142,6 +142,7 @@ class PowerAdvancer:
         self._initial = {z: (wall, w) for z, w in (power_w or {}).items()}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._gap_s = period_s
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -173,10 +174,19 @@ class PowerAdvancer:
         joules = sum(w * max(0, min(b, now_ns) - a) / 1e9 for (a, w), (b, _) in itertools.pairwise(steps))
         return self.start_uj + int(joules * 1e6)
 
+    @property
+    def lag_s(self) -> float:
+        """The most a counter read may lag the power set so far: the longest time between two
+        passes of this thread (``period_s`` unless a busy machine stalled it)."""
+        return self._gap_s
+
     def _run(self) -> None:
         ranges: dict[str, int] = {}
         widths: dict[str, int] = {}
+        last = time.monotonic()
         while not self._stop.wait(self.period_s):
+            now = time.monotonic()
+            self._gap_s, last = max(self._gap_s, now - last), now
             with self._lock:
                 self._follow_schedule()
                 for zone, (watts, start) in self.zones.items():

@@ -300,11 +300,13 @@ def test_the_job_api_renews_its_lease_until_it_closes(monkeypatch: pytest.Monkey
     assert set(kinds[1:-3]) == {"KIND_HEARTBEAT"} and kinds[-3] == "KIND_USE"
     # Two-sided, from the events' own stamps (not a count a slow thread could still meet): no
     # beat comes sooner than a period after the one before, and the typical spacing is the
-    # period, not twice it (a scheduler's lateness moves single beats, not the median).
+    # period, not twice it (a beat waits a period after the one before, so a busy machine's
+    # lateness adds to every gap, at this test's short period a large part of it; a lease
+    # of several 30 s periods never notices).
     stamps = [e.time_ns for e in sent[:-3]]  # the open and the heartbeats
     gaps = sorted(b - a for a, b in itertools.pairwise(stamps))
     assert gaps[0] >= 0.05e9 * 0.99, gaps
-    assert gaps[len(gaps) // 2] <= 0.05e9 * 1.5, gaps
+    assert gaps[len(gaps) // 2] < 0.05e9 * 2, gaps
     # time, not a state: a window in which no beat may come (the close stopped the heartbeat's thread first)
     time.sleep(0.2)
     assert len(sent) == len(kinds)  # nothing after the close

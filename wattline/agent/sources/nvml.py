@@ -36,6 +36,10 @@ from wattline.quality import Quality
 
 #: The one-line reason when there is no usable NVML library or driver.
 LIBRARY_MISSING = "NVML library not found (no NVIDIA driver): libnvidia-ml.so.1"
+#: Twice the period the energy counter steps at on the GPUs documented in
+#: tests/nvml_stub/UNKIND.md, for drivers that step more slowly; the bounds' nvml
+#: ``update_s`` (wattline/accounting/uncertainty.py) is that period itself.
+NVML_COUNTER_STEP_S = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,8 +278,7 @@ class NvmlSource(Source):
             counter_scale_j=1e-3 if counter else 1.0,
             counter_max=None,
             max_power_w=limit * self.options.power_limit_margin if limit else self.options.default_max_power_w,
-            # twice the counter's step (tests/nvml_stub/UNKIND.md); the bounds' nvml update_s agrees
-            counter_step_s=0.2,
+            counter_step_s=NVML_COUNTER_STEP_S,
             info=tuple(info),
         )
 

@@ -4,7 +4,7 @@ Two inputs, both optional, at least one required:
 
 - **neuron-monitor** runs as a child process with a config file the agent writes. A
   background thread reads its stdout (one JSON report per line, parsed by
-  :mod:`.neuron_report`) and keeps only the latest report, so :meth:`NeuronSource.read`
+  :mod:`.neuron_parse`) and keeps only the latest report, so :meth:`NeuronSource.read`
   never blocks. If the child exits it is restarted with exponential back-off
   (``backoff_initial_s`` doubling to ``backoff_max_s``, back to the start after a child
   lived ``backoff_reset_s``). Its stderr is drained continuously; the last line is kept

@@ -11,7 +11,8 @@ import threading
 import time
 from typing import Final
 
-from wattline.agent.sources.neuron_report import HardwareInfo, InstanceInfo, NeuronReport, ReportError, parse_report
+from wattline.agent.sources.neuron_parse import ReportError, parse_report
+from wattline.agent.sources.neuron_report import HardwareInfo, InstanceInfo, NeuronReport
 
 log = logging.getLogger(__name__)
 

@@ -108,7 +108,10 @@ class PodWatcher:
         deliver: Deliver,
         use_sources: Callable[[], Sequence[Any]] = list,
     ) -> None:
-        self.settings, self.host, self.root, self.deliver = settings, host, root, deliver
+        self.settings = settings
+        self.host = host
+        self.root = root
+        self.deliver = deliver
         self.use_sources = use_sources
         self.pod_list = PodList(settings)
         self.cgroups = PodCgroups(root)
@@ -309,7 +312,8 @@ class PodWatcher:
         # late: the CPU time read then is not the CPU time at the look's start)
         read_ns = time.time_ns() if self._clock else now
         for job_id, parts in self.cpu.read(read_ns, states, opens, ends, listed).items():
-            nj, kept = self.jobs[job_id], self.cpu.jobs[job_id]
+            nj = self.jobs[job_id]
+            kept = self.cpu.jobs[job_id]
             reading = kept.reading if parts and parts[0].replaces else number
             kept.reading = reading
             for p in parts:

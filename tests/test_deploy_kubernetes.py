@@ -18,8 +18,8 @@ import yaml
 
 from wattline.agent.edge import socket_places
 from wattline.agent.holders.kube.cgroups import CGROUP_DIR, PROC_DIR
+from wattline.agent.holders.kube.pod_events import EVENTS_FILE
 from wattline.agent.holders.kube.settings import KubeSettings
-from wattline.agent.holders.kube.watcher import EVENTS_FILE
 from wattline.agent.settings import AgentSettings
 from wattline.collector.settings import CollectorSettings
 from wattline.config import build

@@ -30,9 +30,9 @@ from test_unit_kinds import MODELS, STEPS, Vllm
 from typer.testing import CliRunner
 
 from wattline import wire
+from wattline.agent.holders.kube.event_places import seq_base
 from wattline.agent.holders.kube.pod_units import endpoint_of
 from wattline.agent.holders.kube.settings import KubeSettings
-from wattline.agent.holders.kube.watcher import seq_base
 from wattline.cli.main import app
 from wattline.served_series import fixed_sender
 from wattline.stores.sqlite.store import SqliteStore

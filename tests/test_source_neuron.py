@@ -28,7 +28,7 @@ from wattline.agent.sources.neuron import (
     normalize_device_type,
     parse_power_line,
 )
-from wattline.agent.sources.neuron_report import ReportError, parse_report, parse_report_obj
+from wattline.agent.sources.neuron_parse import ReportError, parse_report, parse_report_obj
 from wattline.quality import Quality
 
 HERE = Path(__file__).resolve().parent

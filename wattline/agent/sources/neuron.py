@@ -4,7 +4,7 @@ Two inputs, both optional, at least one required:
 
 - **neuron-monitor** runs as a child process with a config file the agent writes. A
   background thread reads its stdout (one JSON report per line, parsed by
-  :mod:`.neuron_report`) and keeps only the latest report, so :meth:`NeuronSource.read`
+  :mod:`.neuron_parse`) and keeps only the latest report, so :meth:`NeuronSource.read`
   never blocks. If the child exits it is restarted with exponential back-off
   (``backoff_initial_s`` doubling to ``backoff_max_s``, back to the start after a child
   lived ``backoff_reset_s``). Its stderr is drained continuously; the last line is kept
@@ -19,7 +19,9 @@ Two inputs, both optional, at least one required:
   is searched for under each device directory and the layout found is reported as a note.
 
 Power (the formulas, the device power table and where each figure comes from) is in
-:mod:`.neuron_config`; finding and reading the driver power file in :mod:`.neuron_power`.
+:mod:`.neuron_config`; finding and reading the driver power file in :mod:`.neuron_power`;
+what is kept of the reports as they arrive in :mod:`.neuron_feed`; a device's type, power
+figures and NeuronCores in :mod:`.neuron_devices`.
 """
 
 from __future__ import annotations
@@ -30,9 +32,8 @@ import os
 import re
 import shutil
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Final
@@ -49,15 +50,18 @@ from wattline.agent.sources.neuron_config import (
     normalize_device_type,
     parse_power_line,
 )
+from wattline.agent.sources.neuron_devices import (
+    cores_per_device,
+    device_type,
+    idle_power_w,
+    largest_max_power_w,
+    max_power_w,
+    sysfs_device_type,
+)
+from wattline.agent.sources.neuron_feed import ReportFeed
 from wattline.agent.sources.neuron_monitor import Supervisor
 from wattline.agent.sources.neuron_power import DevicePower, find_power_file, model_power
-from wattline.agent.sources.neuron_report import (
-    HardwareInfo,
-    InstanceInfo,
-    NeuronReport,
-    ReportError,
-    parse_report,
-)
+from wattline.agent.sources.neuron_report import NeuronReport
 from wattline.agent.sources.sysfs import read_attr
 from wattline.agent.sources.use import DeviceUse
 from wattline.quality import Quality
@@ -81,7 +85,6 @@ SYSFS_DIR: Final = "/sys/devices/virtual/neuron_device"
 _CLASS_DIR: Final = "/sys/class/neuron_device"
 _DMI_PRODUCT: Final = "/sys/devices/virtual/dmi/id/product_name"
 _DEFAULT_BIN_DIR: Final = "/opt/aws/neuron/bin"  # not on PATH under systemd/sudo
-_BAD_LINE_LOG_S: Final = 60.0
 _MAX_REPORT_NOTES: Final = 20
 
 
@@ -100,18 +103,9 @@ class NeuronSource(Source):
         super().__init__(root)
         self.options = options or NeuronOptions()
         self._clock = clock  # wall clock, compared with the sysfs epoch
-        self._lock = threading.Lock()
-        self._first_report = threading.Event()
+        self._feed = ReportFeed()
         self._monitor: Supervisor | None = None
         self._tmpdir: Path | None = None
-        self._latest: NeuronReport | None = None
-        self._latest_t = 0.0
-        self._instance: InstanceInfo | None = None
-        self._hardware: HardwareInfo | None = None
-        self._reports = self._bad_lines = self._report_errors = 0
-        self._bad_logged_t = -_BAD_LINE_LOG_S
-        self._bad_suppressed = 0
-        self._pending_errors: list[str] = []
         self._noted_errors: set[str] = set()
         self._devices: list[int] = []
         self._channels: list[Channel] = []
@@ -119,9 +113,6 @@ class NeuronSource(Source):
         self._power_hist: dict[int, DevicePower] = {}
         self._sysfs_type: str | None = None
         self._dmi_instance_type = ""
-        #: Per-runtime use since the last process_use(): (pid, core) -> summed percent; reports.
-        self._use_sum: dict[tuple[int, int], float] = {}
-        self._use_reports = 0
 
     # -- discovery -------------------------------------------------------------------
 
@@ -143,11 +134,11 @@ class NeuronSource(Source):
                 self._note("warning", f"{self.options.monitor_path} not found: no utilization, memory or ECC figures")
         else:
             if self._monitor is None:
-                self._first_report.clear()
+                self._feed.first_report.clear()
                 self._start_monitor(binary)
                 reported = self._wait_first_report(self.options.startup_timeout_s)
             else:
-                reported = self._first_report.is_set()  # never wait on a rediscovery: sampling waits meanwhile
+                reported = self._feed.first_report.is_set()  # never wait on a rediscovery: sampling waits meanwhile
             if not reported:
                 why = f"neuron-monitor gave no report within {self.options.startup_timeout_s:g} s"
                 if self._monitor is not None and self._monitor.last_exit:
@@ -159,7 +150,8 @@ class NeuronSource(Source):
                     raise SourceUnavailable(why)
                 self._note("warning", why)
         devices = sys_devices
-        count = self._hardware.device_count if self._hardware else None
+        hardware = self._feed.hardware
+        count = hardware.device_count if hardware else None
         if not devices:
             if not count:
                 self.close()
@@ -175,11 +167,11 @@ class NeuronSource(Source):
         """Wait for a first report; give up early once the child exited without one."""
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
-            if self._first_report.wait(min(left, 0.05)):
+            if self._feed.first_report.wait(min(left, 0.05)):
                 return True
             if self._monitor is not None and self._monitor.last_exit:
-                return self._first_report.is_set()
-        return self._first_report.is_set()
+                return self._feed.first_report.is_set()
+        return self._feed.first_report.is_set()
 
     def _find_monitor(self) -> str | None:
         name = self.options.monitor_path
@@ -192,12 +184,7 @@ class NeuronSource(Source):
 
     def _read_static_sysfs(self, sys_dir: Path, devices: list[int]) -> None:
         self._dmi_instance_type = read_attr(self.path(_DMI_PRODUCT))
-        for dev in devices[:1]:
-            arch = sys_dir / f"neuron{dev}" / "info" / "architecture"
-            for name in ("device_name", "instance_type", "arch_type"):
-                if (text := read_attr(arch / name)) and (t := normalize_device_type(text)):
-                    self._sysfs_type = t
-                    return
+        self._sysfs_type = sysfs_device_type(sys_dir, devices) or self._sysfs_type
 
     def _start_monitor(self, binary: str) -> None:
         opts = self.options
@@ -211,16 +198,16 @@ class NeuronSource(Source):
         tmp.write_text(json.dumps(monitor_config(opts), indent=2) + "\n")
         tmp.replace(config)
         argv = [binary, "-c", str(config), *opts.monitor_args]
-        self._monitor = Supervisor(argv, opts.monitor_env, self._on_line, opts)
+        self._monitor = Supervisor(argv, opts.monitor_env, self._feed.on_line, opts)
         self._monitor.start()
 
     def _channel(self, dev: int, sys_dir: Path) -> Channel:
         power_file, layout = find_power_file(sys_dir / f"neuron{dev}", self.path(_CLASS_DIR) / f"neuron{dev}")
         self._power_files[dev] = power_file
         dtype = self._device_type()
-        max_w = self._max_w(dtype)
+        max_w = max_power_w(self.options, dtype)
         if max_w is None:
-            max_w = max({**DEVICE_MAX_POWER_W, **self._overrides(self.options.device_max_power_w)}.values())
+            max_w = largest_max_power_w(self.options)
         if dev == self._devices[0]:
             kind = dtype or "unknown (plausibility bound from the largest table value)"
             self._note("info", f"neuron power: {layout}; device type {kind}")
@@ -238,51 +225,10 @@ class NeuronSource(Source):
             info=tuple(info),
         )
 
-    # -- background reader -----------------------------------------------------------
-
-    def _on_line(self, raw: bytes) -> None:
-        text = raw.strip()
-        if not text:
-            return
-        try:
-            report = parse_report(text)
-        except ReportError as exc:
-            self._bad_line(exc, text)
-            return
-        with self._lock:
-            self._latest = report
-            self._latest_t = time.monotonic()
-            self._reports += 1
-            self._instance = report.instance or self._instance
-            self._hardware = report.hardware or self._hardware
-            if report.counters_known:
-                self._use_reports += 1
-                for rt in report.runtimes:
-                    for core, pct in (rt.core_utilization_pct or {}).items():
-                        if rt.pid is not None:
-                            self._use_sum[rt.pid, core] = self._use_sum.get((rt.pid, core), 0.0) + pct
-            if report.errors:
-                self._report_errors += 1
-                self._pending_errors.extend(report.errors)
-        self._first_report.set()
-
-    def _bad_line(self, exc: ReportError, text: bytes) -> None:
-        with self._lock:
-            self._bad_lines += 1
-            now = time.monotonic()
-            if now - self._bad_logged_t < _BAD_LINE_LOG_S:
-                self._bad_suppressed += 1
-                return
-            suppressed, self._bad_suppressed, self._bad_logged_t = self._bad_suppressed, 0, now
-        more = f" ({suppressed} more since the last message)" if suppressed else ""
-        log.warning("neuron-monitor: skipped a bad line, %s: %.80r%s", exc, text, more)
-
     # -- reading ---------------------------------------------------------------------
 
     def read(self) -> list[Reading]:
-        with self._lock:
-            report, age = self._latest, time.monotonic() - self._latest_t
-            errors, self._pending_errors = self._pending_errors, []
+        report, age, errors = self._feed.take()
         for err in errors:
             if err not in self._noted_errors and len(self._noted_errors) < _MAX_REPORT_NOTES:
                 self._noted_errors.add(err)
@@ -292,11 +238,12 @@ class NeuronSource(Source):
         fresh = report if report is not None and age <= stale else None
         why = self._no_report_reason(report, age)
         dtype = self._device_type()
-        cores = self._cores_per_device(dtype)
-        count = (self._hardware.device_count if self._hardware else None) or len(self._devices)
+        hardware = self._feed.hardware
+        cores = cores_per_device(self.options, hardware, dtype)
+        count = (hardware.device_count if hardware else None) or len(self._devices)
         now = self._clock()
         out: list[Reading] = []
-        mem_total = self._hardware.device_memory_bytes if self._hardware else None
+        mem_total = hardware.device_memory_bytes if hardware else None
         for ch, dev in zip(self._channels, self._devices, strict=True):
             stats = fresh.device_stats(dev, cores, count) if fresh is not None else None
             reading = Reading(channel=ch, utilization=stats.utilization if stats else None)
@@ -314,7 +261,8 @@ class NeuronSource(Source):
 
     def _power(self, reading: Reading, dev: int, dtype: str | None, now: float, why: str | None) -> None:
         name = f"neuron{dev}"
-        max_w, idle_w = self._max_w(dtype), self._idle_w(dtype)
+        max_w = max_power_w(self.options, dtype)
+        idle_w = idle_power_w(self.options, dtype)
         path = self._power_files.get(dev)
         if path is not None:
             self._power_hist.setdefault(dev, DevicePower(name)).read(reading, path, max_w, idle_w, now, self.options)
@@ -332,41 +280,16 @@ class NeuronSource(Source):
             return f"last report {age:.1f} s old{f'; {mon.last_exit}' if mon.last_exit else ''}"
         return None
 
-    # -- device facts ----------------------------------------------------------------
-
     def _device_type(self) -> str | None:
-        candidates = [self.options.device_type]
-        hw, inst = self._hardware, self._instance
-        candidates += [hw.device_type if hw else None, inst.instance_type if inst else None]
-        candidates += [self._sysfs_type, self._dmi_instance_type]
-        for c in candidates:
-            if c and (t := normalize_device_type(c)):
-                return t
-        return None
-
-    @staticmethod
-    def _overrides(table: Mapping[str, float]) -> dict[str, float]:
-        return {normalize_device_type(k) or k: v for k, v in table.items()}
-
-    def _max_w(self, dtype: str | None) -> float | None:
-        return {**DEVICE_MAX_POWER_W, **self._overrides(self.options.device_max_power_w)}.get(dtype or "")
-
-    def _idle_w(self, dtype: str | None) -> float | None:
-        return {**DEVICE_IDLE_POWER_W, **self._overrides(self.options.device_idle_power_w)}.get(dtype or "")
-
-    def _cores_per_device(self, dtype: str | None) -> int | None:
-        if self.options.cores_per_device:
-            return self.options.cores_per_device
-        if self._hardware and self._hardware.cores_per_device:
-            return self._hardware.cores_per_device
-        return CORES_PER_DEVICE.get(dtype or "")
+        feed = self._feed
+        return device_type(self.options, feed.hardware, feed.instance, self._sysfs_type, self._dmi_instance_type)
 
     # -- public extras ---------------------------------------------------------------
 
     def host_labels(self) -> dict[str, str]:
         """Labels for the host: instance type, zone, region, Neuron device type."""
-        with self._lock:
-            inst = self._instance
+        with self._feed.lock:
+            inst = self._feed.instance
         labels: dict[str, str] = {}
         if inst is not None:
             labels = {
@@ -386,10 +309,8 @@ class NeuronSource(Source):
         device and divided by the device's cores (percent of the device). Running: the
         runtimes of the latest report on the device. Empty without a core-to-device map.
         ``since_us`` (any value) only drops what was summed so far: reports carry no time."""
-        cores = self._cores_per_device(self._device_type())
-        with self._lock:
-            sums, reports, latest = self._use_sum, self._use_reports, self._latest
-            self._use_sum, self._use_reports = {}, 0
+        cores = cores_per_device(self.options, self._feed.hardware, self._device_type())
+        sums, reports, latest = self._feed.take_use()
         if not cores or since_us is not None or reports == 0:
             return []  # (no report since the previous call: nothing known, not idle)
         out = []
@@ -414,9 +335,10 @@ class NeuronSource(Source):
     def monitor_status(self) -> MonitorStatus:
         """Where the neuron-monitor child stands."""
         mon = self._monitor
-        with self._lock:
-            age = time.monotonic() - self._latest_t if self._latest is not None else None
-            reports, bad, errs = self._reports, self._bad_lines, self._report_errors
+        feed = self._feed
+        with feed.lock:
+            age = time.monotonic() - feed.latest_t if feed.latest is not None else None
+            reports, bad, errs = feed.reports, feed.bad_lines, feed.report_errors
         return MonitorStatus(
             running=mon is not None and mon.pid is not None,
             pid=mon.pid if mon else None,

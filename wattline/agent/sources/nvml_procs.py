@@ -1,5 +1,6 @@
 """What the NVML source knows of each GPU beyond energy: its state, its compute processes
-and their per-process utilization samples (the queries behind ``processes``/``process_use``)."""
+and their per-process utilization samples (the queries behind ``processes``/``process_use``;
+MIG's rule instead of samples: ``nvml_mig.py``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wattline.agent.sources.base import Channel
+from wattline.agent.sources.use import DeviceUse
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,22 @@ def utilization_samples(nv: Any, gpu: Gpu, since_us: int) -> list[Any] | None:
     except nv.NVMLError:
         pass
     return None
+
+
+def sampled_use(nv: Any, gpu: Gpu, running: frozenset[int]) -> DeviceUse:
+    """Each process's SM utilization on ``gpu`` (memory utilization where no process used
+    SMs), from the fresh samples since ``gpu.last_use_us``, which moves to the newest."""
+    samples = utilization_samples(nv, gpu, gpu.last_use_us)
+    if samples is None:  # not supported
+        return DeviceUse("gpu", gpu.uuid, "sm", running, {}, supported=False)
+    fresh = fresh_samples(gpu, samples, gpu.last_use_us)
+    for sample in fresh.values():
+        gpu.last_use_us = max(gpu.last_use_us, int(sample.timeStamp))
+    sm = {pid: float(s.smUtil) for pid, s in fresh.items()}
+    memory = {pid: float(s.memUtil) for pid, s in fresh.items()}
+    if not any(sm.values()) and any(memory.values()):  # memory-bound only
+        return DeviceUse("gpu", gpu.uuid, "memory", running, memory)
+    return DeviceUse("gpu", gpu.uuid, "sm", running, sm)
 
 
 #: Why a per-process utilization sample is left out (docs/sources.md, nvml).

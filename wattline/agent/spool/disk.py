@@ -2,7 +2,8 @@
 
 One implementation of :class:`~wattline.agent.spool.base.Spool` (the agent, the uplink and the
 exporter do not know which one they have). The files' format is :mod:`wattline.agent.spool.format`;
-reading back what earlier processes left is :mod:`wattline.agent.spool.recovery`.
+reading back what earlier processes left is :mod:`wattline.agent.spool.recovery`; how records
+are grouped into batches is :mod:`wattline.agent.spool.runs`.
 
 A batch sent to the collector is a run of consecutive records (fragments) of one stream (at
 most ``max_batch_samples`` samples, never across segments).
@@ -31,9 +32,11 @@ Recovery
 Bounds
     ``max_bytes`` (total size of the segment files) and ``max_age_s`` (time since a
     record was written): beyond either, the **oldest** data is dropped (whole segments
-    for size, batches for age), counted in ``dropped_*`` and logged, as is a failed write.
-    A batch spans at most a thousandth of ``max_age_s`` (or a minute) of writing: read back,
-    a dead process's events would otherwise be one batch as old as its newest event.
+    for size, batches for age), counted in ``dropped_batches`` / ``dropped_samples`` /
+    ``dropped_events`` and logged. A failed write (disk full, I/O error) is counted and
+    logged the same way. A batch spans at most a thousandth of ``max_age_s`` (or a
+    minute) of writing (:mod:`wattline.agent.spool.runs`): what the age bound keeps is at
+    most that much older.
 """
 
 from __future__ import annotations
@@ -49,8 +52,9 @@ from pathlib import Path
 from wattline import wire
 from wattline.agent.encoding import EncodedSamples
 from wattline.agent.spool.base import SpoolBase
-from wattline.agent.spool.format import MAGIC, Run, SpoolError, create_segment, read_batch, save_cursor, take_lock
+from wattline.agent.spool.format import MAGIC, SpoolError, create_segment, read_batch, save_cursor, take_lock
 from wattline.agent.spool.recovery import recover, unlink
+from wattline.agent.spool.runs import Fragment, Run, extend_run, split_run
 from wattline.segments import encode_record, read_range, scan, segment_name, sync_files, write_record
 
 log = logging.getLogger(__name__)
@@ -116,13 +120,16 @@ class DiskSpool(SpoolBase):
 
     def _recover(self) -> None:
         found = recover(self.directory)
-        self._cursor, self._cursor_stream = found.cursor, found.cursor_stream
-        self._segments, self._highest, self.corrupt_bytes = found.segments, found.highest, found.corrupt_bytes
+        self._cursor = found.cursor
+        self._cursor_stream = found.cursor_stream
+        self._segments = found.segments
+        self._highest = found.highest
+        self.corrupt_bytes = found.corrupt_bytes
         seqs: dict[str, int] = {}
         if self._cursor_stream[0] != "-":
             seqs[self._cursor_stream[0]] = self._cursor_stream[1]
         for f in found.fragments:
-            run = self._extend(f.segment, f.offset, f.end, f.written_ns, f.stream_id, f.samples, f.events)
+            run = self._extend(f)
             if run is not None:
                 seqs[run.stream_id] = run.seq = seqs.get(run.stream_id, 0) + 1
                 self._runs.append(run)
@@ -144,26 +151,9 @@ class DiskSpool(SpoolBase):
                 age,
             )
 
-    def _extend(
-        self, segment: int, offset: int, end: int, written_ns: int, stream_id: str, samples: int, events: int
-    ) -> Run | None:
-        """Add one record (``samples`` samples, ``events`` job events) to the open run; the run it closed, if any."""
-        run, closed = self._open, None
-        if (
-            run is None
-            or run.segment != segment
-            or run.stream_id != stream_id
-            or run.end != offset
-            or (run.samples and run.samples + samples > self.max_batch_samples)
-            or written_ns - run.first_ns > self.run_span_ns
-        ):
-            closed = run
-            run = self._open = Run(segment, offset, offset, stream_id, written_ns, written_ns)
-        run.end = end
-        run.written_ns = written_ns
-        run.samples += samples
-        run.events += events
-        run.records += 1
+    def _extend(self, record: Fragment) -> Run | None:
+        """Add one record to the open run; the run it closed, if any."""
+        self._open, closed = extend_run(self._open, record, self.max_batch_samples, self.run_span_ns)
         return closed
 
     # -- the sampler's side ----------------------------------------------------------
@@ -213,8 +203,8 @@ class DiskSpool(SpoolBase):
                 return
             self._segments[self._active] = offset + len(record)
             self._dirty = True
-            end = offset + len(record)
-            closed = self._extend(self._active, offset, end, written_ns, self.stream_id, samples, events)
+            fragment = Fragment(self._active, offset, offset + len(record), written_ns, self.stream_id, samples, events)
+            closed = self._extend(fragment)
             if closed is not None:
                 self._ready.append(closed)
             self._enforce_size()
@@ -390,21 +380,10 @@ class DiskSpool(SpoolBase):
                 records, _end = scan(read_range(path, head.start, head.end), 0)
             except OSError:
                 return False
-            cut = len(records) // 2
-            second = Run(head.segment, head.start + records[cut][0], head.end, head.stream_id, records[cut][2])
-            second.records = len(records) - cut
-            for _offset, _end2, _ns, payload in records[cut:]:
-                fragment = wire.Batch.FromString(payload)
-                second.samples += len(fragment.samples)
-                second.events += len(fragment.job_events)
-            head.end = second.start
-            head.records = cut
-            head.samples -= second.samples
-            head.events -= second.events
+            second = split_run(head, records)
             for run in self._runs:
                 if run.stream_id == head.stream_id and run.seq > head.seq:
                     run.seq += 1
-            second.seq = head.seq + 1
             if head.stream_id == self.stream_id:
                 self._seq += 1
             self._runs.insert(1, second)

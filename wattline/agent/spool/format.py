@@ -53,22 +53,6 @@ class Record:
     batch: wire.pb.Batch
 
 
-@dataclass(slots=True)
-class Run:
-    """Consecutive fragments of one stream in one segment: one batch once sealed."""
-
-    segment: int
-    start: int
-    end: int
-    stream_id: str
-    written_ns: int  #: when its newest record was written (the age bound drops whole runs)
-    first_ns: int = 0  #: when its oldest record was written
-    samples: int = 0
-    events: int = 0
-    records: int = 0
-    seq: int = 0
-
-
 def read_batch(path: Path, start: int, end: int, records: int) -> wire.pb.Batch | None:
     """The ``records`` records in ``[start, end)`` of a segment merged into one batch, CRCs
     checked again; None (logged) if unreadable or changed on disk."""

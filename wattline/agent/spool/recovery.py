@@ -17,22 +17,10 @@ from google.protobuf.message import DecodeError
 
 from wattline import wire
 from wattline.agent.spool.format import MAGIC, parse_cursor
+from wattline.agent.spool.runs import Fragment
 from wattline.segments import scan, segment_name, segment_numbers
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class Fragment:
-    """One valid record left in a segment: where it is, when it was written, what it holds."""
-
-    segment: int
-    offset: int
-    end: int
-    written_ns: int
-    stream_id: str
-    samples: int
-    events: int
 
 
 @dataclass

@@ -8,5 +8,7 @@
   which pod a process belongs to.
 - :mod:`.podresources`: the devices the kubelet gave each pod (pod-resources API v1, gRPC).
 - :mod:`.pod_units`: a service pod's units, scraped from its own Prometheus endpoint.
+- :mod:`.pod_events`: a pod's own events file, read without following what the pod named.
+- :mod:`.event_places`: where each of a pod job's events sits in its event_seq block.
 - :mod:`.watcher`: the loop that turns all this into job events in the host outbox.
 """

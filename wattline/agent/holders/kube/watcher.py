@@ -17,30 +17,37 @@ bucket's series in an event_seq block of its own, at the look's place); a pod th
 scraped a last time before its job closes.
 
 Every event's identity is fixed by (job id, host) and its place (open, heartbeat period,
-use period and device, events-file line, service look, close), so a restarted agent sends the same
-events again and the stores keep one copy. Events go to the host outbox (``deliver``);
-what it cannot take now is kept and offered again at the next poll.
+use period and device, events-file line, service look, close: :mod:`.event_places`), so a
+restarted agent sends the same events again and the stores keep one copy. Events go to the
+host outbox (``deliver``); what it cannot take now is kept and offered again at the next poll.
+A pod's own events file is read by :mod:`.pod_events`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
-import stat
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from wattline import wire
-from wattline.agent.holders.event_lines import complete_lines, line_event
+from wattline.agent.holders.event_lines import line_event
 from wattline.agent.holders.kube import podresources
 from wattline.agent.holders.kube.cgroups import PodCgroups
+from wattline.agent.holders.kube.event_places import (
+    CLOSE_AT,
+    OPEN_AT,
+    beat_place,
+    line_place,
+    scrape_place,
+    seq_base,
+    use_place,
+)
 from wattline.agent.holders.kube.pod_cpu import PodCpu, PodState
+from wattline.agent.holders.kube.pod_events import EventsFile
 from wattline.agent.holders.kube.pod_units import ServiceUnits
 from wattline.agent.holders.kube.podlist import PodList, PodSourceError
 from wattline.agent.holders.kube.pods import PRECEDENCE, JobOf, Pod, PodEnd, job_of, pod_end
@@ -54,34 +61,8 @@ log = logging.getLogger(__name__)
 Deliver = Callable[[wire.pb.Host, list[wire.pb.JobEvent]], None]
 Kind = wire.pb.JobEvent
 
-#: Places in a (job, host) event_seq block (CPU periods: ``cpu_use.CPU_AT`` up to 2**31 + 2**28).
-OPEN_AT, BEATS_AT, LINES_AT, USE_AT, CLOSE_AT = 1, 1 << 28, 1 << 29, 1 << 30, (1 << 32) - 2
-#: A service's UNITS events: two places per look (a restarted agent's first look, its pods'
-#: baselines, takes the odd one: never the place of the last look before the restart).
-SCRAPES_AT, _LOOKS = (1 << 31) + (1 << 29), 1 << 28
 #: A scrape's timeout: half the poll interval at most, so a slow endpoint never delays the look's pace.
 SCRAPE_TIMEOUT_S = 5.0
-#: Device slots per use period (slot 0: ``cpu:host``) and periods before the numbers wrap.
-_SLOTS, _PERIODS = 64, 1 << 24
-CPU_DEVICE, CPU_METRIC = "cpu:host", "cpu-time"
-#: Where a pod's own events file is, under the sysfs root: an emptyDir volume named
-#: ``wattline`` (docs/operations/kubernetes.md); only the pod can write there.
-EVENTS_FILE = "var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/wattline/events"
-
-
-def seq_base(job_id: str, host_id: str) -> int:
-    """The (job, host) block's base: ``(1..2**31-1) << 32``, fixed by its identity."""
-    digest = int.from_bytes(hashlib.sha256(f"k8s\0{job_id}\0{host_id}".encode()).digest()[:8], "big")
-    return (digest % (2**31 - 1) + 1) << 32
-
-
-@dataclass
-class _Lines:
-    """What has been read of one pod's events file."""
-
-    offset: int = 0
-    number: int = 0
-    partial: bytes = b""
 
 
 @dataclass
@@ -96,7 +77,7 @@ class NodeJob:
     open_ns: int = 0  #: its first container's start (0: its pods are all pending yet)
     claimed: set[str] = field(default_factory=set)
     beat: int = -1
-    lines: dict[str, _Lines] = field(default_factory=dict)
+    lines: dict[str, EventsFile] = field(default_factory=dict)
     series: SeriesBook | None = None  #: a service's other series (unit kinds, latency buckets)
     scraped_last: set[str] = field(default_factory=set)  #: pods that ended, scraped a last time
 
@@ -127,7 +108,10 @@ class PodWatcher:
         deliver: Deliver,
         use_sources: Callable[[], Sequence[Any]] = list,
     ) -> None:
-        self.settings, self.host, self.root, self.deliver = settings, host, root, deliver
+        self.settings = settings
+        self.host = host
+        self.root = root
+        self.deliver = deliver
         self.use_sources = use_sources
         self.pod_list = PodList(settings)
         self.cgroups = PodCgroups(root)
@@ -278,7 +262,7 @@ class PodWatcher:
             number = now // period_ns
             if number != nj.beat:
                 beat_ns = max(number * period_ns, nj.open_ns)
-                self.pending.append(nj.event(Kind.KIND_HEARTBEAT, beat_ns, BEATS_AT + number % (1 << 28)))
+                self.pending.append(nj.event(Kind.KIND_HEARTBEAT, beat_ns, beat_place(number)))
                 nj.beat = number
 
     def _close(self, nj: NodeJob) -> None:
@@ -306,24 +290,15 @@ class PodWatcher:
 
     # ----------------------------------------------------------------- use
 
-    def _slot(self, device: str) -> int:
-        if device == CPU_DEVICE:
-            return 0
-        known = sorted(self.use.scope | {device})
-        index = 1 + known.index(device)
-        return index if index < _SLOTS else 1 + zlib.crc32(device.encode()) % (_SLOTS - 1)
-
-    def _place(self, device: str) -> int:
-        """A USE event's place: numbered by the look that sends it (looks are a poll_interval
-        apart), not by its end: a closing job's last period ends between two looks."""
-        number = self._poll_ns // int(self.settings.poll_interval * 1e9)
-        return USE_AT + (number % _PERIODS) * _SLOTS + self._slot(device)
+    def _look(self) -> int:
+        """The number of the current look (looks are a poll_interval apart)."""
+        return self._poll_ns // int(self.settings.poll_interval * 1e9)
 
     def _use_event(self, nj: NodeJob, device: str, end_ns: int, span_ns: int, use: Tally) -> wire.pb.JobEvent:
         """``use``: the job's and every process's use of ``device`` over the period of
         ``span_ns`` ending at ``end_ns`` (integrated over the time its asks covered)."""
         fields = use_fields(device, span_ns, use.mine, use.total, use.metric, use.covered_ns)
-        return nj.event(Kind.KIND_USE, end_ns, self._place(device), **fields)
+        return nj.event(Kind.KIND_USE, end_ns, use_place(self._look(), device, self.use.scope), **fields)
 
     def _cpu(self, now: int, listed: set[str] | None) -> None:
         """One ``cpu:host`` USE event per open job whose CPU time since the last look is known:
@@ -332,12 +307,13 @@ class PodWatcher:
         opens = {j: nj.open_ns for j, nj in self.jobs.items() if nj.open_ns}
         ends = {j: nj.end_ns for j, nj in self.jobs.items() if nj.open_ns and not nj.live}
         states = {j: nj.cpu_states() for j, nj in self.jobs.items()}
-        number = self._poll_ns // int(self.settings.poll_interval * 1e9)
+        number = self._look()
         # stamped when the cgroups are read, after the list answered (a busy node's answer comes
         # late: the CPU time read then is not the CPU time at the look's start)
         read_ns = time.time_ns() if self._clock else now
         for job_id, parts in self.cpu.read(read_ns, states, opens, ends, listed).items():
-            nj, kept = self.jobs[job_id], self.cpu.jobs[job_id]
+            nj = self.jobs[job_id]
+            kept = self.cpu.jobs[job_id]
             reading = kept.reading if parts and parts[0].replaces else number
             kept.reading = reading
             for p in parts:
@@ -376,9 +352,10 @@ class PodWatcher:
                 nj.scraped_last.update(last)
                 ended.update(last)
                 asks[job_id] = [nj.pods[uid] for uid in (*nj.live, *last)]
-        number = self._poll_ns // int(self.settings.poll_interval * 1e9)
+        look = self._look()
         for job_id, c in self.served.count(asks, None if self._clock else now, ended).items():
-            nj, at = self.jobs[job_id], SCRAPES_AT + 2 * (number % _LOOKS) + c.first
+            nj = self.jobs[job_id]
+            at = scrape_place(look, c.first)
             time_ns = max(c.time_ns, nj.open_ns)  # a kubelet's clock ahead of ours: never before the open
             if not nj.live:  # its last scrapes: what they count was served by its end
                 time_ns = max(min(time_ns, nj.end_ns), nj.open_ns)
@@ -391,20 +368,15 @@ class PodWatcher:
 
     def _read_lines(self, nj: NodeJob, uid: str) -> None:
         """New complete lines of the pod's events file as UNITS/PHASE events at their place."""
-        state = nj.lines.setdefault(uid, _Lines())
-        chunk = read_pod_file(self.root / EVENTS_FILE.format(uid=uid), state.offset)
-        if not chunk:
-            return
-        state.offset += len(chunk)
-        lines, state.partial = complete_lines(state.partial, chunk)
-        pod_slot = (zlib.crc32(uid.encode()) % 16) << 24
+        state = nj.lines.setdefault(uid, EventsFile())
+        lines = state.new_lines(self.root, uid)
         where = f"pod {uid} of job {nj.job.job_id[:100]}: events file"
         for line in lines:
             state.number += 1
             event = line_event(line, where)
             if event is not None:
                 kind, fields, stamp = event
-                at = LINES_AT + pod_slot + state.number % (1 << 24)
+                at = line_place(uid, state.number)
                 self.pending.append(nj.event(kind, max(stamp or time.time_ns(), nj.open_ns), at, **fields))
 
     # ----------------------------------------------------------------- delivery
@@ -422,22 +394,3 @@ class PodWatcher:
             self._said("outbox", None)
         except Exception as exc:
             self._said("outbox", f"job events kept for the next poll: {exc}")
-
-
-def read_pod_file(path: Path, offset: int, size: int = 1 << 20) -> bytes:
-    """Up to ``size`` bytes of a pod's file from ``offset``; b"" unless it is a regular file.
-
-    The pod writes the file and chooses what its name is: a symlink would make the agent
-    read a file of its own choosing (another pod's), a FIFO would block the watcher. So the
-    name is not followed, the open never waits, and only a regular file is read.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return b""
-    try:
-        return os.pread(fd, size, offset) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)

@@ -20,7 +20,7 @@ import pytest
 import slurm_cluster
 from waits import wait_until
 
-pytestmark = pytest.mark.skipif(bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or "-")
+pytestmark = pytest.mark.needs(slurm_cluster.missing())
 
 POWER_W = {"n1": 30.0, "n2": 50.0}
 

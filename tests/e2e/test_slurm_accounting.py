@@ -24,7 +24,7 @@ from waits import wait_until
 from wattline.reports.summaries.slurm_comment import AdminCommentWriter, run_command
 
 WHY = slurm_cluster.missing() or slurm_accounting.missing()
-pytestmark = pytest.mark.skipif(bool(WHY), reason=WHY or "-")
+pytestmark = pytest.mark.needs(WHY)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ one told where its socket is, and agents started by hand with no socket setting 
 systemd, whose socket the wrappers find by the same rule (issue #42), also as another user.
 The job is alone on its host and every report here is under ``--share-rule exclusive``, which
 charges such a job the host: the edges are under test, not the split by CPU time
-(tests/test_cpu_*.py, tests/integration/test_run_cpu_shares.py).
+(tests/unit/test_cpu_*.py, tests/integration/test_run_cpu_shares.py).
 """
 
 from __future__ import annotations

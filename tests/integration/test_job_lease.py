@@ -9,7 +9,7 @@ of reach), so no later process ends their jobs at once (tests/e2e/test_dead_hold
 can). Real processes on a fake powercap tree advanced at a known power; lowered heartbeat
 (``WATTLINE_HEARTBEAT_S``) so the lease is about a second. The jobs' windows are under
 test, not their CPU time: every report here splits the host by rule "equal" (the jobs' commands
-sleep; by CPU time they would get next to none of the host, tests/test_cpu_*.py).
+sleep; by CPU time they would get next to none of the host, tests/unit/test_cpu_*.py).
 """
 
 from __future__ import annotations

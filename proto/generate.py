@@ -4,7 +4,7 @@
 Usage: ``python proto/generate.py [OUTPUT_ROOT]`` (default: the repository root).
 Writes ``wattline/v1/<name>_pb2.py`` and ``.pyi`` for every .proto here, and
 ``<name>_pb2_grpc.py`` for those that declare a service, with the grpcio-tools pinned in
-pyproject.toml, so the output is reproducible; tests/test_proto.py fails when the
+pyproject.toml, so the output is reproducible; tests/unit/test_proto.py fails when the
 checked-in files differ from a fresh run.
 """
 

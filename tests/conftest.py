@@ -6,6 +6,10 @@ every wattline process delivers the outbox leftovers of dead ones to the collect
 reaches, and ends the jobs of dead holders it finds there. Each test gets a state home of
 its own, so a job a test left undelivered or held by a killed wrapper never lands in
 another test's store, and nothing is written to the home of whoever runs the tests.
+
+A test marked ``needs(why)`` skips with that reason when *why* is not empty (a tool missing
+here); under ``CI=true`` it fails instead: CI installs everything, so a skip there would hide a
+test that never ran.
 """
 
 import os
@@ -20,6 +24,17 @@ from servers import influxd, prometheus, victoria_metrics, victoria_metrics_defa
 _HOME = tempfile.mkdtemp(prefix="wattline-tests-")
 os.environ["XDG_STATE_HOME"] = os.path.join(_HOME, "state")
 os.environ["XDG_DATA_HOME"] = os.path.join(_HOME, "data")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("needs"):
+        why = str(mark.args[0]) if mark.args else ""
+        if not why:
+            continue
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{why} (CI=true: a missing tool is a failure, not a skip)", pytrace=False)
+        pytest.skip(why)
 
 
 @pytest.fixture(autouse=True)

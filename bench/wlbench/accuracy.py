@@ -1,6 +1,6 @@
 """Part "accuracy": window energy of reports against exactly known power, and RAPL joules against node_exporter.
 
-**Reports.** Synthetic hosts (tests/pipeline.py: a RAPL sysfs tree whose counters advance by a
+**Reports.** Synthetic hosts (tests/helpers/pipeline.py: a RAPL sysfs tree whose counters advance by a
 known constant power on a synthetic clock, sampled by the real sampler) with package and DRAM
 zones, counters that wrap during the job, sampling steps that do not divide the job, and job
 edges in the middle of samples. Their batches go through the real stores (SQLite; InfluxDB

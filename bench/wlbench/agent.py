@@ -15,7 +15,7 @@ from ``/proc/PID/stat`` (utime + stime, every thread):
   ``batch_interval``, on a channel set up as the agent's: the least a Python agent shipping
   over gRPC at the default settings can cost (the push's floor);
 - ``all``: every source: RAPL, NIC, 8 GPUs through the NVML stand-in library
-  (``LD_LIBRARY_PATH``), one Neuron device from tests/neuron_replay.py as ``monitor_path``
+  (``LD_LIBRARY_PATH``), one Neuron device from tests/helpers/neuron_replay.py as ``monitor_path``
   (the replay child's own CPU is not the agent's and is not counted);
 - ``rapl+nic scraped``: the rapl+nic agent with its ``/metrics`` scraped at the same rate
   (gzip); the extra CPU over the unscraped agents, per scrape, is the scrape's cost;

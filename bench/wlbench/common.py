@@ -27,7 +27,7 @@ from victoria_peer import victoria_argv
 
 BENCH = Path(__file__).resolve().parent.parent
 REPO = BENCH.parent
-TESTS = REPO / "tests"  #: on sys.path (see __init__): sysfs_trees, pipeline, the NVML stand-in
+TESTS = REPO / "tests"  #: with tests/helpers on sys.path (see __init__): sysfs_trees, pipeline, the NVML stand-in
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PYTHON = sys.executable

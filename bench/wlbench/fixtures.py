@@ -67,7 +67,7 @@ def make_host(work: Path) -> FixtureHost:
     tree = host_tree(work / "tree")
     scenario = nvml_scenario(work / "gpus.txt")
     config = work / "agent.toml"
-    replay = TESTS / "neuron_replay.py"
+    replay = TESTS / "helpers" / "neuron_replay.py"
     config.write_text(f'[sources.neuron]\nmonitor_path = "{replay}"\n')
     env = {
         "LD_LIBRARY_PATH": str(stub.build_stub()),

@@ -1,6 +1,6 @@
 """**Slurm hooks.** What wattline's Prolog, Epilog and TaskProlog cost a job: a real ``srun``
 round trip (allocation, PrologFlags=Alloc prolog, task prolog, the task, the step's end) on
-the test cluster of tests/slurm_cluster.py (Debian's Slurm, loopback, one agent per node),
+the test cluster of tests/helpers/slurm_cluster.py (Debian's Slurm, loopback, one agent per node),
 with the hooks and, in clusters started the same way, without hooks (the yardstick) and with
 hooks that only exit 0 (what Slurm's running of any Prolog/TaskProlog costs, apart from
 wattline's code); medians of repeated ``srun``, each started once the node is idle again (its
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import slurm_cluster  # tests/slurm_cluster.py
+import slurm_cluster  # tests/helpers/slurm_cluster.py
 
 from wlbench.common import median
 

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_node_files import slurmd_proc  # tests/slurm_node_files.py
+from slurm_node_files import slurmd_proc  # tests/helpers/slurm_node_files.py
 
 from wattline.jobs.wrappers import slurm
 
@@ -86,7 +86,7 @@ class SlurmNode:
 
     def open_jobs(self, jobs: int, proc: Path) -> None:
         """Run the real prolog of ``jobs`` jobs in a child process whose parent, this process, is
-        the slurmd it finds (named so in ``proc``, a /proc of its own: tests/slurm_node_files.py),
+        the slurmd it finds (named so in ``proc``, a /proc of its own: tests/helpers/slurm_node_files.py),
         so their holder lives as long as the benchmark; any problem fails the run."""
         argv = [sys.executable, "-m", "wlbench.slurm_node_tree", str(self.config), str(jobs), str(proc)]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)

@@ -5,7 +5,7 @@ The node (:mod:`wlbench.slurm_node_tree`): the fixture host's RAPL zones and NIC
 cgroup v2 tree with 64 job folders under one root, each job opened by the real prolog (its
 events file and its open note, from which the agent makes the job's open event and its
 holder record; the holder, the slurmd the prolog finds in /proc, is this process, named so
-in a /proc of the prologs' own: tests/slurm_node_files.py); every job's CPU time advanced
+in a /proc of the prologs' own: tests/helpers/slurm_node_files.py); every job's CPU time advanced
 once a second. Agents, all running at
 once, ``REPLICAS`` copies of each, ``wattline agent -c FILE`` at 1 Hz on RAPL + NIC, shipping
 to a null-sink collector (:mod:`wlbench.sink`):

@@ -8,7 +8,7 @@ quality, gauge names), and the spools keep those bytes as they are (the disk spo
 them to its record, the memory spool parses a whole batch once when it seals it).
 
 The bytes are the protobuf encoding of the same message the generic path builds; parsing
-them gives an equal ``wire.Sample`` (tests/test_sampler_encoding.py checks every field).
+them gives an equal ``wire.Sample`` (tests/unit/test_sampler_encoding.py checks every field).
 Non-default scalars are written as proto3 does; the three energy figures are written even
 when 0.0 (a parser treats an explicit default like an absent one).
 """

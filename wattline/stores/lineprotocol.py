@@ -3,7 +3,7 @@
 ``measurement,tag=value,... field=value,... time_ns`` per point, one point per line.
 
 What a point may carry (checked against the real ``influxd`` 1.6, see
-``tests/test_lineprotocol.py``); a point that breaks a rule raises
+``tests/integration/test_lineprotocol.py``); a point that breaks a rule raises
 :class:`LineProtocolError` and the stores count it as *rejected* with the reason, so
 every back-end (SQLite included, via :meth:`LineEncoder.check`) stores the same points:
 

@@ -31,7 +31,7 @@ from test_slurm_notes import agent, job_env
 from test_slurm_notes import controller as controller  # a fixture
 from waits import wait_until
 
-from wattline import wire
+from wattline import Job, wire
 from wattline.agent.holders import event_lines
 from wattline.agent.holders.kube.watcher import PodWatcher
 from wattline.agent.holders.slurm.jobs import HookNotes
@@ -45,7 +45,6 @@ from wattline.stores.influxdb.v1 import InfluxV1Store
 from wattline.stores.prometheus.store import PrometheusStore
 from wattline.stores.sqlite.store import SqliteStore
 from wattline.stores.victoria.store import VictoriaStore
-from wattline.workloads import Job
 
 S = 10**9
 TABLE = Path(__file__).parents[1] / "helpers" / "events_table.py"

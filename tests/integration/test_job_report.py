@@ -1,4 +1,4 @@
-"""Results in Python: ``from wattline.workloads import Job, job_window`` and ``job.report()``,
+"""Results in Python: ``from wattline import Job, job_window`` and ``job.report()``,
 embedded and with a collector, against ``wattline report`` and power x time."""
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from servers import free_port
 from test_faults import HOST, POWER_W, powered_host
 from waits import wait_sampled
 
+from wattline import Job, job_window
 from wattline.stores.sqlite.store import SqliteStore
-from wattline.workloads import Job, job_window
 
 SCRIPT = """
 import json, sys, time
-from wattline.workloads import Job, job_window
+from wattline import Job, job_window
 from wattline.reports.model import ReportSettings
 
 @job_window("py-demo", kind="inference", units="documents", job_id="py-1", store=sys.argv[1], {extra})

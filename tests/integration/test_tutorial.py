@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_readme import _FENCE, README
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = (ROOT / "docs" / "tutorial.md").read_text()
 #: The setup the reader does once; CI's own setup (`.ci/run`) has done it, so it is checked, not rerun.
 INSTALL = "python3 -m venv .venv && .venv/bin/pip install -q -e ."

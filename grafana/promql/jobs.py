@@ -106,7 +106,7 @@ JOB_TABLE_COLUMNS = [
             ("energy_j", "energy_total_j"),
             ("j_per_unit", "j_per_unit"),
             ("kwh_per_million", "kwh_per_million_units"),
-            ("measured_share", "measured_share"),
+            ("measured_fraction", "measured_fraction"),
         )
     ),
 ]

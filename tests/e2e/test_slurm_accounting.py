@@ -44,7 +44,7 @@ def sacct_comment(cluster: slurm_cluster.Cluster, job: str) -> str:
 
 def keys(comment: str) -> dict[str, str]:
     words = comment.split()
-    assert words[0] == "wattline.energy/1", comment
+    assert words[0] == "wattline.energy/2", comment
     return dict(word.split("=", 1) for word in words[1:])
 
 

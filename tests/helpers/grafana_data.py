@@ -487,8 +487,8 @@ class JobTruth:
         return self.j_per_unit * 1e6 / 3.6e6
 
     @property
-    def measured_share(self) -> float:
-        """Share of the measured window's energy from measurements (counter, integrated)."""
+    def measured_fraction(self) -> float:
+        """Fraction of the measured window's energy from measurements (counter, integrated)."""
         return sum(self.measured_by_quality.get(q, 0.0) for q in ("counter", "integrated")) / self.measured_j
 
 

@@ -698,7 +698,7 @@ def test_jobs_summary_panels_on_influxd(filled: Filled) -> None:
         assert close(row["energy_j"], truth.whole_j), (job_id, row)
         assert close(row["j_per_unit"], truth.j_per_unit), (job_id, row)
         assert close(row["kwh_per_million"], truth.kwh_per_million), (job_id, row)
-        assert close(row["measured_share"], truth.measured_share), (job_id, row)
+        assert close(row["measured_fraction"], truth.measured_fraction), (job_id, row)
     # Shared host energy split, never counted twice: RESNET ran beside LLAMA on HOST_B.
     assert 0 < table[RESNET]["energy_j"] < sum(expected_energy(fx, "host", fx.start_ms, fx.end_ms, {HOST_B}).values())
 
@@ -853,7 +853,7 @@ def test_energy_panels_read_a_hole_as_the_report_does_on_influxd(holed: Filled) 
         row = table[job_id]
         assert close(row["energy_j"], truth.whole_j), (job_id, row)
         assert close(row["j_per_unit"], truth.j_per_unit), (job_id, row)
-        assert close(row["measured_share"], truth.measured_share), (job_id, row)
+        assert close(row["measured_fraction"], truth.measured_fraction), (job_id, row)
     claimed = {
         r["host"]: r["jobs_j"]
         for r in rows(run_panel(holed, whole, find_panel(jobs, "Energy no job claims, by host"))["B"])

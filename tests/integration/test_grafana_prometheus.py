@@ -715,7 +715,7 @@ def check_job_row(fx: Fixture, row: dict[str, Any], job: JobPlan, truth: JobTrut
     assert close(row["energy_j"], truth.whole_j), job.job_id
     assert close(row["j_per_unit"], truth.j_per_unit), job.job_id
     assert close(row["kwh_per_million"], truth.kwh_per_million), job.job_id
-    assert close(row["measured_share"], truth.measured_share), job.job_id
+    assert close(row["measured_fraction"], truth.measured_fraction), job.job_id
 
 
 def job_table(filled: Filled, dashboard: dict[str, Any], scope: Scope) -> dict[str, dict[str, Any]]:

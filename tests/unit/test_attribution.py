@@ -370,13 +370,13 @@ def test_coverage_shares_sum_to_one() -> None:
     }
     assert math.fsum(cov.shares.values()) == 1.0
     assert cov.total_j == 1000.0
-    assert cov.measured_share == pytest.approx(0.9)
+    assert cov.measured_fraction == pytest.approx(0.9)
     assert cov.missing == ("nic on host-2",)
 
 
 def test_coverage_edge_cases() -> None:
     assert coverage({}).shares == {}
-    assert coverage({Quality.MODEL: 0.0}).measured_share == 0.0
+    assert coverage({Quality.MODEL: 0.0}).measured_fraction == 0.0
     assert coverage({Quality.COUNTER: 5.0, Quality.MODEL: 0.0}).shares == {Quality.COUNTER: 1.0}
     with pytest.raises(ValueError):
         coverage({Quality.COUNTER: -1.0})

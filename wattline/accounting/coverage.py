@@ -18,8 +18,9 @@ class Coverage:
     missing: tuple[str, ...] = ()
 
     @property
-    def measured_share(self) -> float:
-        """Share from measurements (counter + integrated), 0 when no energy."""
+    def measured_fraction(self) -> float:
+        """Fraction from measurements (counter + integrated), 0 when no energy; not the
+        "measured share" of a device split between jobs by use (device_shares)."""
         return math.fsum(v for q, v in self.shares.items() if q.measured)
 
 

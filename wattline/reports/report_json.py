@@ -214,16 +214,17 @@ def _saturated_json(r: Report) -> dict[str, Any]:
 
 
 def report_coverage(report: Report) -> dict[str, Any]:
-    """Share of the saturated window's energy by quality, the measured share (counter and
-    integrated), what was not measured at all, and the share that is the job's part of a
-    shared device split by utilization (the device's energy is measured; the job's part of
-    it is derived, not measured)."""
+    """Share of the saturated window's energy by quality, the measured fraction (counter and
+    integrated; also under its deprecated name measured_share), what was not measured at
+    all, and the share that is the job's part of a shared device split by utilization (the
+    device's energy is measured; the job's part of it is derived, not measured)."""
     cov = coverage(report.saturated_window.by_quality(), report.missing)
     total = report.saturated_window.energy_j
     split = math.fsum(c.split_by_use_j for c in report.saturated_window.components.values())
     return {
         "shares": {q.value: v for q, v in cov.shares.items()},
-        "measured_share": cov.measured_share,
+        "measured_fraction": cov.measured_fraction,
+        "measured_share": cov.measured_fraction,  # deprecated name of measured_fraction
         "missing": list(cov.missing),
         "split_by_utilization_share": split / total if total > 0 else 0.0,
     }

@@ -33,7 +33,10 @@ from wattline.reports.summaries.due_worker import DueWorker
 log = logging.getLogger(__name__)
 
 #: First word of every comment: the format's version (bumped on an incompatible change).
-VERSION = "wattline.energy/1"
+#: 2 renamed measured_share to measured_fraction (#46).
+VERSION = "wattline.energy/2"
+#: Versions :func:`parse_comment` reads, each with its keys' old names -> today's.
+READS = {"wattline.energy/1": {"measured_share": "measured_fraction"}, VERSION: {}}
 #: Components whose energy is an accelerator's.
 ACCELERATORS = ("gpu", "accelerator")
 #: Qualities, worst first: a comment names the worst one that counted any energy.
@@ -59,7 +62,7 @@ def _num(value: float | None) -> str | None:
 def admin_comment(data: Mapping[str, Any]) -> str:
     """The comment of a job's ``wattline report --json`` (``data``): whole-run energy and its
     bound (J), J per unit and the unit where units counted, accelerators' share of the
-    energy, the worst quality that counted energy, the measured share, the hosts measured
+    energy, the worst quality that counted energy, the measured fraction, the hosts measured
     and completeness (not while fewer hosts than the job's Slurm nodes have closed)."""
     whole, parts = data["whole_run"], (data["warmup"], data["saturated"])
     energy = whole["energy_j"] or 0.0
@@ -73,7 +76,7 @@ def admin_comment(data: Mapping[str, Any]) -> str:
         "unit": _word(data["job"]["unit"] or "units") if whole.get("units") else None,
         "accel_share": f"{accel / energy:.3f}" if energy > 0 else None,
         "quality": quality,
-        "measured_share": f"{data['saturated']['coverage']['measured_share']:.3f}",
+        "measured_fraction": f"{data['saturated']['coverage']['measured_fraction']:.3f}",
         "hosts": str(len(data["job"]["hosts"])),
         "complete": "1" if data["complete"] and not partial(data) else "0",
     }
@@ -101,11 +104,14 @@ def partial(data: Mapping[str, Any]) -> bool:
 
 
 def parse_comment(text: str) -> dict[str, str] | None:
-    """The keys of a comment of :data:`VERSION`; None for any other text."""
+    """The keys of a comment of a version in :data:`READS`, under today's names (a version 1
+    comment's measured_share is its measured fraction); None for any other text."""
     words = text.split()
-    if not words or words[0] != VERSION:
+    renames = READS.get(words[0]) if words else None
+    if renames is None:
         return None
-    return dict(word.partition("=")[::2] for word in words[1:])
+    keys = (word.partition("=")[::2] for word in words[1:])
+    return {renames.get(key, key): value for key, value in keys}
 
 
 def slurm_id(data: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -4,8 +4,9 @@
 :class:`~wattline.stores.base.JobSummary` through :func:`report_json`, so a
 summary holds exactly what ``wattline report --json`` prints for the job (saturated window
 and whole run energy, energy by component, units, J per unit, kWh per million units,
-throughput, mean power, measured share (counter and integrated), saturation, durations, exit status, cost and CO2
-when priced) and the policy it was computed under. Stores write it as measurement
+throughput, mean power, measured fraction (counter and integrated; also under its
+deprecated name measured_share), saturation, durations, exit status, cost and CO2 when
+priced) and the policy it was computed under. Stores write it as measurement
 ``job_summary`` (+ ``job_summary_host``, each host's energy), keyed by the job id and the
 job's start: recomputing rewrites the same point (on VictoriaMetrics and Prometheus a newer
 sample of the job's one series, docs/storage.md).
@@ -86,7 +87,8 @@ def summary_of(report: Report, computed_ns: int | None = None) -> JobSummary:
         "kwh_per_million_units": sat["kwh_per_million_units"],
         "throughput_units_per_s": sat["throughput_units_per_s"],
         "throughput_units_per_h": sat["throughput_units_per_h"],
-        "measured_share": cov["measured_share"],
+        "measured_fraction": cov["measured_fraction"],
+        "measured_share": cov["measured_fraction"],  # deprecated name of measured_fraction
         "cost_usd_per_run": sat["cost_usd_per_run"],
         "cost_usd_per_million_units": sat["cost_usd_per_million_units"],
         "co2_g_per_run": sat["co2_g_per_run"],

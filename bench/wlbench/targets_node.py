@@ -76,24 +76,16 @@ def agent_rows(r: dict[str, Any]) -> list[Row]:
         rows.append(Row("agent", f"CPU per 1000 samples, RAPL+NIC, {hz}", num(a["cpu_s_per_1000_samples"], "s")))
         rows.append(Row("agent", f"CPU per 1000 samples, all sources, {hz}", num(al["cpu_s_per_1000_samples"], "s")))
         limit = {"10": (0.5, 1.0)}.get(rate)
-        rows.append(
-            Row(
-                "agent",
-                f"% of one core, RAPL+NIC, {hz}",
-                num(a["core_pct"], "%"),
-                target=f"< {limit[0]} %" if limit else "",
-                met=at_most(a["core_pct"], limit[0]) if limit else None,
+        for (label, data), most in zip((("RAPL+NIC", a), ("all sources", al)), limit or (None, None), strict=True):
+            rows.append(
+                Row(
+                    "agent",
+                    f"% of one core, {label}, {hz}",
+                    num(data["core_pct"], "%"),
+                    target=f"< {most} %" if most is not None else "",
+                    met=at_most(data["core_pct"], most) if most is not None else None,
+                )
             )
-        )
-        rows.append(
-            Row(
-                "agent",
-                f"% of one core, all sources, {hz}",
-                num(al["core_pct"], "%"),
-                target=f"< {limit[1]} %" if limit else "",
-                met=at_most(al["core_pct"], limit[1]) if limit else None,
-            )
-        )
         rows.append(
             Row(
                 "agent",

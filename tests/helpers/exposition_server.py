@@ -4,14 +4,15 @@ test defines (the exposition it serves now, or None for a 503, as a restarting s
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TypeVar
 
 
-class ExpositionServer(ThreadingHTTPServer):
-    """Serves GET with :meth:`text` on a free loopback port."""
+class ExpositionServer(ThreadingHTTPServer, ABC):
+    """Serves GET with :meth:`text` (each test's subclass says what) on a free loopback port."""
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -20,9 +21,9 @@ class ExpositionServer(ThreadingHTTPServer):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/metrics"
 
+    @abstractmethod
     def text(self) -> str | bytes | None:
         """The exposition to serve (None: answer 503)."""
-        raise NotImplementedError
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -132,6 +132,20 @@ def test_in_process_entry_point(
     assert len(lines) == 1 and lines[0].startswith("wattline: error: ") and text in lines[0], err
 
 
+@pytest.mark.parametrize(
+    "tls", [["--tls-cert", "/absent/c.pem"], ["--tls-cert", "/absent/c.pem", "--tls-key", "/absent/k"]]
+)
+def test_bad_tls_fails_before_the_store_is_opened(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, tls: list[str]
+) -> None:
+    """A TLS mistake is the line the user sees (exit 2), and nothing is created: the summary
+    writer must not open (here: create) the store first."""
+    db = tmp_path / "store" / "w.db"
+    code, err = run_main(monkeypatch, capsys, "collector", "--store", f"sqlite:///{db}", *tls)
+    assert code == 2 and "collector.tls_" in err, err
+    assert not db.parent.exists()
+
+
 def test_loose_token_file_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

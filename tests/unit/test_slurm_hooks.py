@@ -19,7 +19,12 @@ from wattline.jobs.wrappers import slurm
 
 
 def node_env(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_UID": str(os.getuid()), "SLURM_JOB_GID": "0", "SLURMD_NODENAME": "n1"}
+    env = {
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_UID": str(os.getuid()),
+        "SLURM_JOB_GID": str(os.getgid()),
+        "SLURMD_NODENAME": "n1",
+    }
     return node_config(tmp_path), env
 
 

@@ -41,7 +41,7 @@ def controller(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
 
 def job_env(job_id: str = "41", **more: str) -> dict[str, str]:
-    return {"SLURM_JOB_ID": job_id, "SLURM_JOB_UID": str(UID), "SLURM_JOB_GID": "0", "SLURMD_NODENAME": "n1",
+    return {"SLURM_JOB_ID": job_id, "SLURM_JOB_UID": str(UID), "SLURM_JOB_GID": str(os.getgid()), "SLURMD_NODENAME": "n1",
             "SLURM_JOB_USER": "alice", "SLURM_JOB_PARTITION": "gpu", **more}  # fmt: skip
 
 

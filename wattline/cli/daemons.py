@@ -219,6 +219,7 @@ def serve_collector(
     writer: SummaryWriter | None = None
     comments: AdminCommentWriter | None = None
     intervals: IntervalWriter | None = None
+    settings.credentials()  # a bad key or token file: its own error, before the summary writer opens the store
     try:
         writer = summary_writer(settings)
         intervals = interval_writer(settings, writer)

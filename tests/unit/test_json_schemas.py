@@ -362,6 +362,9 @@ def test_a_sweep_answer_of_each_shape_is_valid() -> None:
     assert failed["j_per_unit"] is None and failed["problems"] == ["failed (exit 3)"]
     assert one["advantage_over_next"] is not None and one["sla_cost_usd_per_million"] is not None
     assert [c["figure"] for c in data["choices"]] == ["energy per unit", "energy at the SLA", "cost at the SLA"]
+    # each usable run's estimate_fraction was 0.1; a point without usable runs has 0; the old name the same
+    assert [p["estimate_fraction"] for p in data["points"]] == [0.1, 0.1, 0.0]
+    assert [p["estimate_share"] for p in data["points"]] == [p["estimate_fraction"] for p in data["points"]]
 
 
 @pytest.mark.parametrize(

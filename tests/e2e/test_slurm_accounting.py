@@ -44,7 +44,7 @@ def sacct_comment(cluster: slurm_cluster.Cluster, job: str) -> str:
 
 def keys(comment: str) -> dict[str, str]:
     words = comment.split()
-    assert words[0] == "wattline.energy/2", comment
+    assert words[0] == "wattline.energy/3", comment
     return dict(word.split("=", 1) for word in words[1:])
 
 
@@ -91,7 +91,7 @@ def test_a_two_node_jobs_energy_in_sacct_and_its_user_cannot_change_it(cluster: 
     assert "j_per_unit" not in comment and "unit" not in comment  # no units counted
     assert comment["hosts"] == "2"
     assert comment["quality"] == "counter"  # RAPL trees: counters only
-    assert comment["accel_share"] == "0.000"  # no accelerator on these nodes
+    assert comment["accel_fraction"] == "0.000"  # no accelerator on these nodes
     assert comment["complete"] == "1"
     assert float(comment["bound_j"]) == pytest.approx(report["whole_run"]["energy_bound_j"], abs=0.06)
     forged = [

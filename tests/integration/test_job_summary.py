@@ -89,6 +89,7 @@ def assert_matches(summary: JobSummary, report: dict[str, Any]) -> None:
     assert f["status"] == report["job"]["status"] == "closed" and f["complete"] is True
     assert f["measured_fraction"] == pytest.approx(report["saturated"]["coverage"]["measured_fraction"])
     assert f["measured_share"] == f["measured_fraction"]  # its deprecated name
+    assert f["fraction_counter"] == f["share_counter"] == 1.0  # RAPL counters only; then its deprecated name
     assert f["exit_code"] == 0 and f["policy_idle"] == "none" and f["price_usd_per_instance_hour"] == 0.5
     assert f["cost_usd_per_run"] == pytest.approx(report["measured"]["cost_usd_per_run"], rel=1e-3)
     assert summary.tags == {"name": report["job"]["name"], "kind": "inference", "unit": "documents"}

@@ -188,7 +188,8 @@ def test_each_model_gets_the_rule_s_share_of_the_job_s_energy(served: Served, as
     )
     energy = data["whole_run"]["energy_j"]
     assert served.low_j < energy < served.high_j
-    assert split["energy_j"] == energy and split["energy_estimate_share"] == 0  # a counter: measured
+    assert split["energy_j"] == energy and split["energy_estimate_fraction"] == 0  # a counter: measured
+    assert split["energy_estimate_share"] == 0  # its deprecated name
     parts = [models[m]["energy_j"] for m in (LLAMA, QWEN)]
     assert math.fsum(parts) == pytest.approx(energy, rel=1e-15, abs=0)
     total = truth[kind, LLAMA] + truth[kind, QWEN]
@@ -196,11 +197,14 @@ def test_each_model_gets_the_rule_s_share_of_the_job_s_energy(served: Served, as
     for m in (LLAMA, QWEN):
         share = truth[kind, m] / total
         model = models[m]
-        assert model["rule_units"] == truth[kind, m] and model["share"] == pytest.approx(share, rel=1e-12)
+        assert model["rule_units"] == truth[kind, m] and model["fraction"] == pytest.approx(share, rel=1e-12)
+        assert (model["share"], model["share_bound"]) == (model["fraction"], model["fraction_bound"])  # deprecated
         assert model["energy_j"] == pytest.approx(energy * share, rel=1e-12)
         assert served.low_j * share < model["energy_j"] < served.high_j * share
         # over the whole run the units are exact: the bound is the job's energy bound, carried
-        assert model["share_bound"] == 0 and model["energy_bound_j"] == pytest.approx(model["energy_j"] * rel, rel=1e-9)
+        assert model["fraction_bound"] == 0 and model["energy_bound_j"] == pytest.approx(
+            model["energy_j"] * rel, rel=1e-9
+        )
         for per in model["per_unit"]:
             units = truth[per["name"], m]
             assert per["units"] == units and per["units_bound"] == 0
@@ -236,7 +240,7 @@ def test_output_tokens_split_differs_from_input_tokens_split_as_the_truth_says(s
         assert out_by_in == pytest.approx(
             energy * truth["input_tokens", m] / inputs / truth["output_tokens", m], rel=1e-12
         )
-    assert by_out[QWEN]["share"] != pytest.approx(by_in[QWEN]["share"], rel=0.01)
+    assert by_out[QWEN]["fraction"] != pytest.approx(by_in[QWEN]["fraction"], rel=0.01)
 
 
 def test_the_text_report_names_the_rule_and_labels_the_split_a_model(served: Served) -> None:
@@ -283,7 +287,7 @@ def test_in_a_window_the_shares_carry_the_units_edge_bound(served: Served) -> No
     parts = [models[m]["energy_j"] for m in (LLAMA, QWEN)]
     assert math.fsum(parts) == pytest.approx(data["whole_run"]["energy_j"], rel=1e-15, abs=0)
     llama = models[LLAMA]
-    share, bound = llama["share"], llama["share_bound"]
+    share, bound = llama["fraction"], llama["fraction_bound"]
 
     def llama_share(llama_tokens: float, qwen_tokens: float) -> float:
         return llama_tokens / (llama_tokens + qwen_tokens)
@@ -293,7 +297,7 @@ def test_in_a_window_the_shares_carry_the_units_edge_bound(served: Served) -> No
     assert share - bound <= least < most <= share + bound
     assert share - bound >= llama_share(first[LLAMA] - moved[LLAMA], first[QWEN] + 2 * moved[QWEN])
     assert share + bound <= llama_share(first[LLAMA] + 2 * moved[LLAMA], first[QWEN] - moved[QWEN])
-    assert models[QWEN]["share_bound"] == pytest.approx(bound, rel=1e-9)
+    assert models[QWEN]["fraction_bound"] == pytest.approx(bound, rel=1e-9)
     # the model's energy bound: the job's carried by the share, and the share's own
     job_bound = data["model_split"]["energy_bound_j"]
     energy = data["model_split"]["energy_j"]

@@ -134,13 +134,14 @@ def test_jobs_csv_loads_and_agrees_with_report_json(store_url: str) -> None:
             row["units_measured"],
             row["energy_measured_j"],
         )  # the deprecated columns: the same values under their new names
+        assert all(row[f"share_{q}"] == row[f"fraction_{q}"] for q in ("counter", "integrated", "model"))
         assert float(row["units_saturated"]) == report["units"]["saturated"]
         assert float(row["energy_total_j"]) == report["measured"]["energy_j"] + report["warmup"]["energy_j"]
         assert float(row["j_per_unit"]) == report["measured"]["j_per_unit"]
         assert float(row["kwh_per_million_units"]) == report["measured"]["kwh_per_million_units"]
         assert float(row["cost_usd_per_run"]) == report["measured"]["cost_usd_per_run"]
         assert float(row["co2_g_per_run"]) == report["measured"]["co2_g_per_run"]
-        assert float(row["share_model"]) == report["measured"]["coverage"]["shares"]["model"]
+        assert float(row["fraction_model"]) == report["measured"]["coverage"]["fractions"]["model"]
         assert row["hosts"] == " ".join(hosts) and row["saturated_at"] == report["saturation"]["at"]
         assert row["status"] == "closed" and row["exit_code"] == "0" and row["unit"] == "documents"
     measured = sum(truth("measured", c, 2) for c in ("cpu_package", "dram", "nic"))

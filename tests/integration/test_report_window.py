@@ -157,7 +157,7 @@ def test_intervals_give_energy_per_unit_against_load_and_at_saturation(
     for row, (watts, _, per_line) in zip(rows, PHASES, strict=True):
         rate = per_line / LINE_S
         assert abs(row["j_per_unit"] - watts / rate) <= row["j_per_unit_bound"]
-        assert row["estimate_share"] == 0.0  # RAPL: a counter, no model in it
+        assert row["estimate_fraction"] == 0.0  # RAPL: a counter, no model in it
         units_rel = row["units_bound"] / row["units"]
         assert row["load"] == pytest.approx(rate / top, rel=2 * units_rel + 0.01)
     sat = r["intervals"]["at_saturation"]

@@ -44,7 +44,7 @@ def test_readme_main_command_counts_every_unit_and_labels_estimates(tmp_path: Pa
     measured = report["measured"]
     assert measured["energy_j"] > 0 and measured["j_per_unit"] > 0
     # No RAPL/NVML here: everything is a model estimate, and the report says so.
-    assert set(measured["coverage"]["shares"]) == {"model"}
+    assert set(measured["coverage"]["fractions"]) == {"model"}
     assert "ESTIMATE" in out.stdout
     assert report["saturation"]["method"] in {"throughput-plateau", "none"}
     if report["saturation"]["saturated"]:

@@ -289,7 +289,7 @@ def test_two_jobs_on_one_gpu_get_their_measured_shares(tmp_path: Path) -> None:
         split_j = sum(w.components["gpu"].bound.split_j for w in windows if "gpu" in w.components)
         assert ds.split_bound_j == pytest.approx(split_j, rel=1e-9) and split_j > 0
         assert any(f"± {split_j:.1f} J where processes started or ended" in n for n in got[job].notes)
-        split = report_json(got[job])["measured"]["coverage"]["split_by_utilization_share"]
+        split = report_json(got[job])["measured"]["coverage"]["split_by_use_fraction"]
         assert split == pytest.approx(gpu_j(got[job]) / (got[job].saturated_window.energy_j + got[job].warmup.energy_j))
     da, db_ = got["job-a"].device_shares[0], got["job-b"].device_shares[0]
     assert da.span_energy_j == pytest.approx(db_.span_energy_j, rel=1e-9)

@@ -363,20 +363,20 @@ def test_conservation_property(
 
 def test_coverage_shares_sum_to_one() -> None:
     cov = coverage({Quality.COUNTER: 700.0, Quality.INTEGRATED: 200.0, Quality.MODEL: 100.0}, ["nic on host-2"])
-    assert cov.shares == {
+    assert cov.fractions == {
         Quality.COUNTER: pytest.approx(0.7),
         Quality.INTEGRATED: pytest.approx(0.2),
         Quality.MODEL: pytest.approx(0.1),
     }
-    assert math.fsum(cov.shares.values()) == 1.0
+    assert math.fsum(cov.fractions.values()) == 1.0
     assert cov.total_j == 1000.0
     assert cov.measured_fraction == pytest.approx(0.9)
     assert cov.missing == ("nic on host-2",)
 
 
 def test_coverage_edge_cases() -> None:
-    assert coverage({}).shares == {}
+    assert coverage({}).fractions == {}
     assert coverage({Quality.MODEL: 0.0}).measured_fraction == 0.0
-    assert coverage({Quality.COUNTER: 5.0, Quality.MODEL: 0.0}).shares == {Quality.COUNTER: 1.0}
+    assert coverage({Quality.COUNTER: 5.0, Quality.MODEL: 0.0}).fractions == {Quality.COUNTER: 1.0}
     with pytest.raises(ValueError):
         coverage({Quality.COUNTER: -1.0})

@@ -162,9 +162,9 @@ def wattline(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         (q.duration(125), "2 min 05 s"),
         (q.duration(3 * 3600 + 12 * 60), "3 h 12 min"),
         (q.si(None, "J"), "n/a"),
-        (q.share(0.001), "<1 %"),
-        (q.share(0.9996), ">99 %"),
-        (q.share(1 / 3), "33 %"),
+        (q.fraction(0.001), "<1 %"),
+        (q.fraction(0.9996), ">99 %"),
+        (q.fraction(1 / 3), "33 %"),
     ],
 )
 def test_si_formatting(text: str, expected: str) -> None:
@@ -294,7 +294,7 @@ def test_every_figure_derived_from_a_model_says_estimate(tmp_path: Path, wattlin
         assert not any("ESTIMATE" in cell for cell in rows[name]), (name, rows[name])  # time x price: no model
     code, out, _ = wattline(store, "report", "model-1", "--json")
     data = json.loads(out)
-    assert data["measured"]["estimate"] is True and data["measured"]["estimate_share"] == 1.0
+    assert data["measured"]["estimate"] is True and data["measured"]["estimate_fraction"] == 1.0
     assert data["whole_run"]["estimate"] is True and data["whole_run"]["energy_j"] == pytest.approx(50.0 * 60)
     code, out, _ = wattline(store, "jobs", columns=200)
     row = next(line for line in out.splitlines() if "model-1" in line)
@@ -416,7 +416,7 @@ def test_a_partly_modelled_job_says_how_much(tmp_path: Path, wattline: Any) -> N
     for name in ("mean power", "energy per item", "per million items", "CO2 per run", "CO2 per million items"):
         assert all(cell.endswith("partly ESTIMATE (33 % model)") for cell in rows[name]), (name, rows[name])
     data = json.loads(wattline(store, "report", "mixed-1", "--json")[1])
-    assert data["measured"]["estimate_share"] == pytest.approx(1 / 3, rel=1e-9)
+    assert data["measured"]["estimate_fraction"] == pytest.approx(1 / 3, rel=1e-9)
 
 
 def test_a_job_without_any_sample_shows_no_energy_figure(tmp_path: Path) -> None:

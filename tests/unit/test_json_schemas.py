@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from schema_check import validator
-from synthetic_job import T0, S, make_store
+from synthetic_job import T0, S, make_store, truth
 from typer.testing import CliRunner
 
 from wattline import wire
@@ -173,6 +173,92 @@ def test_real_comparisons_of_each_shape_are_valid(compares: dict[str, dict[str, 
     assert {"sla", "work"} <= compares["SLA and work"].keys()
 
 
+#: Deprecated report fields that said "share" for a ratio (#46), each to its new name, by where
+#: they sit: every window and whole_run, the saturated window's coverage, each device share.
+DEPRECATED_IN_WINDOWS = {"estimate_share": "estimate_fraction"}
+DEPRECATED_IN_COVERAGE = {"shares": "fractions", "split_by_utilization_share": "split_by_use_fraction"}
+DEPRECATED_IN_DEVICE_SHARES = {"share": "fraction"}
+
+
+def model_fraction(*windows: str) -> float:
+    """The part of the synthetic job's energy in ``windows`` that its NIC model gave."""
+    parts = [truth(w, c, 2) for w in windows for c in ("cpu_package", "dram", "nic")]
+    return sum(truth(w, "nic", 2) for w in windows) / sum(parts)
+
+
+def test_each_deprecated_share_name_holds_its_fractions_value(
+    reports: dict[str, dict[str, Any]], compares: dict[str, dict[str, Any]]
+) -> None:
+    """Old readers still find each renamed field under its old name, with the same value, and
+    the values are the ones the stores were built with."""
+    for data in reports.values():
+        for window in ("saturated", "warmup", "whole_run"):
+            for old, new in DEPRECATED_IN_WINDOWS.items():
+                assert data[window][old] == data[window][new], (window, old)
+        for old, new in DEPRECATED_IN_COVERAGE.items():
+            assert data["saturated"]["coverage"][old] == data["saturated"]["coverage"][new], old
+        for d in data["device_shares"]:
+            assert all(d[old] == d[new] for old, new in DEPRECATED_IN_DEVICE_SHARES.items())
+    plain = reports["two hosts"]
+    assert plain["saturated"]["estimate_fraction"] == pytest.approx(model_fraction("measured"), rel=1e-9)
+    assert plain["warmup"]["estimate_fraction"] == pytest.approx(model_fraction("warmup"), rel=1e-9)
+    assert plain["whole_run"]["estimate_fraction"] == pytest.approx(model_fraction("warmup", "measured"), rel=1e-9)
+    assert plain["saturated"]["coverage"]["fractions"]["model"] == pytest.approx(model_fraction("measured"))
+    shared = reports["shared GPU, closed"]
+    [device] = shared["device_shares"]
+    sm, _ = GPU_JOBS["gpu-a"]
+    assert device["fraction"] == pytest.approx(sm / 80.0, rel=1e-6)  # its use of the device's
+    assert shared["saturated"]["coverage"]["split_by_use_fraction"] == pytest.approx(1.0)  # all of it a GPU's
+    for data in compares.values():
+        for side in ("a", "b"):
+            assert data[side]["estimate_share"] == data[side]["estimate_fraction"]
+    plain_cmp = compares["plain"]
+    assert plain_cmp["a"]["estimate_fraction"] == pytest.approx(model_fraction("measured"), rel=1e-9)
+
+
+def deprecated_fields(schema: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every field a schema marks deprecated: (name, description, the object that holds it)."""
+    found: list[tuple[str, str, dict[str, Any]]] = []
+    if isinstance(schema, dict):
+        for name, field in schema.get("properties", {}).items():
+            if isinstance(field, dict) and field.get("deprecated") is True:
+                found.append((name, field.get("description", ""), schema))
+        for value in schema.values():
+            found += deprecated_fields(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            found += deprecated_fields(value)
+    return found
+
+
+#: Schema -> each old "share" name (#46) -> (its new name, in how many objects the schema has it).
+RENAMED_SHARES = {
+    "report": {
+        "estimate_share": ("estimate_fraction", 3),  # windows and whole_run, intervals' rows, at saturation
+        "energy_estimate_share": ("energy_estimate_fraction", 1),
+        "share": ("fraction", 2),  # model_split.models[], device_shares[]
+        "share_bound": ("fraction_bound", 1),
+        "shares": ("fractions", 1),
+        "split_by_utilization_share": ("split_by_use_fraction", 1),
+    },
+    "compare": {"estimate_share": ("estimate_fraction", 1)},
+    "sweep": {"estimate_share": ("estimate_fraction", 1)},
+}
+
+
+@pytest.mark.parametrize("schema", sorted(RENAMED_SHARES))
+def test_the_schemas_mark_each_old_share_name_deprecated(schema: str) -> None:
+    """Each old name is deprecated beside its new one, which is required, and says which it equals."""
+    fields = deprecated_fields(validator(schema).schema)
+    for old, (new, count) in RENAMED_SHARES[schema].items():
+        holders = [obj for name, _, obj in fields if name == old]
+        assert len(holders) == count, (old, len(holders))
+        for name, description, obj in fields:
+            if name == old:
+                assert description == f"deprecated: the same as {new}", (old, description)
+                assert new in obj["properties"] and {old, new} <= set(obj["required"]), (old, new)
+
+
 FieldPath = tuple[str | int, ...]  #: keys down to one field of an output
 
 
@@ -214,7 +300,7 @@ def retyped(data: dict[str, Any], path: FieldPath, value: object) -> dict[str, A
         ("report", "two hosts", lambda d: renamed(d, ("warmup", "by_host"), "hosts")),
         ("report", "two hosts", lambda d: renamed(d, ("job", "exit_code"), "exit_status")),
         ("report", "two hosts", lambda d: retyped(d, ("job", "exit_code"), "0")),
-        ("report", "two hosts", lambda d: retyped(d, ("measured", "coverage", "shares"), {"measured": 1.0})),
+        ("report", "two hosts", lambda d: retyped(d, ("measured", "coverage", "fractions"), {"measured": 1.0})),
         ("report", "two hosts", lambda d: retyped(d, ("job", "start"), "2026-01-01 00:00:00")),
         ("report", "two hosts", lambda d: retyped(d, ("extra",), 1)),
         ("report", "shared GPU, closed", lambda d: renamed(d, ("device_shares", 0, "measured_j"), "split_j")),
@@ -259,7 +345,7 @@ def sweep_answer() -> dict[str, Any]:
                 RunFigures(
                     point, k, job, 0, j_per_unit=j_per_unit[batch] * (1 + k / 100), throughput_per_s=10.0,
                     throughput_per_instance_h=36000.0, mean_power_w=10.0, power_per_instance_w=10.0,
-                    side=Side(0.01, 0.002), estimate_share=0.1, latency_s=0.01 * int(batch),
+                    side=Side(0.01, 0.002), estimate_fraction=0.1, latency_s=0.01 * int(batch),
                 )
             )  # fmt: skip
     return answer_json(plan, analyse(runs, grid, 1e6, 2.0), 1e6, 2.0)
@@ -276,6 +362,9 @@ def test_a_sweep_answer_of_each_shape_is_valid() -> None:
     assert failed["j_per_unit"] is None and failed["problems"] == ["failed (exit 3)"]
     assert one["advantage_over_next"] is not None and one["sla_cost_usd_per_million"] is not None
     assert [c["figure"] for c in data["choices"]] == ["energy per unit", "energy at the SLA", "cost at the SLA"]
+    # each usable run's estimate_fraction was 0.1; a point without usable runs has 0; the old name the same
+    assert [p["estimate_fraction"] for p in data["points"]] == [0.1, 0.1, 0.0]
+    assert [p["estimate_share"] for p in data["points"]] == [p["estimate_fraction"] for p in data["points"]]
 
 
 @pytest.mark.parametrize(
@@ -295,7 +384,7 @@ def test_a_sweep_answer_of_each_shape_is_valid() -> None:
         lambda d: retyped(d, ("points", 0, "rank"), 0),
         lambda d: retyped(d, ("points", 0, "pareto"), "yes"),
         lambda d: retyped(d, ("points", 0, "j_per_unit", "runs"), 1.0),
-        lambda d: retyped(d, ("points", 0, "estimate_share"), 10.0),
+        lambda d: retyped(d, ("points", 0, "estimate_fraction"), 10.0),
         lambda d: retyped(d, ("points", 0, "sla_instances"), [1, 2, 3]),
         lambda d: retyped(d, ("points", 2, "problems"), ["failed: exit 3"]),
         lambda d: retyped(d, ("points", 2, "runs_ok"), None),

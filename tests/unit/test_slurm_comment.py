@@ -26,7 +26,7 @@ def report(unit: str = "documents", units: int = 40, gpu_j: float = 300.0) -> di
     """A report's JSON as far as the comment reads it: 100 J of warm-up, 900 J saturated."""
     sat = {
         "by_component": [{"component": "cpu_package", "energy_j": 600.0}, {"component": "gpu", "energy_j": gpu_j}],
-        "coverage": {"shares": {"counter": 0.9, "integrated": 0.1, "model": 0.0}, "measured_fraction": 1.0},
+        "coverage": {"fractions": {"counter": 0.9, "integrated": 0.1, "model": 0.0}, "measured_fraction": 1.0},
     }
     return {
         "job": {
@@ -46,7 +46,7 @@ def report(unit: str = "documents", units: int = 40, gpu_j: float = 300.0) -> di
 def test_the_comments_form() -> None:
     text = admin_comment(report())
     assert text == (
-        "wattline.energy/2 energy_j=1000.0 bound_j=12.5 j_per_unit=25 unit=documents accel_share=0.400 "
+        "wattline.energy/3 energy_j=1000.0 bound_j=12.5 j_per_unit=25 unit=documents accel_fraction=0.400 "
         "quality=integrated measured_fraction=1.000 hosts=2 complete=1"
     )
     assert parse_comment(text) == {
@@ -54,20 +54,20 @@ def test_the_comments_form() -> None:
         "bound_j": "12.5",
         "j_per_unit": "25",
         "unit": "documents",
-        "accel_share": "0.400",
+        "accel_fraction": "0.400",
         "quality": "integrated",
         "measured_fraction": "1.000",
         "hosts": "2",
         "complete": "1",
     }
     assert parse_comment("site note") is None
-    assert parse_comment("wattline.energy/3 energy_j=1") is None
+    assert parse_comment("wattline.energy/4 energy_j=1") is None
     assert len(text) < 200
 
 
 def test_a_version_1_comment_still_parses() -> None:
-    """Jobs written before the rename keep their version 1 comments: their measured_share is
-    the measured fraction."""
+    """Jobs written before the renames keep their version 1 comments: their measured_share is
+    the measured fraction, their accel_share the accelerators' fraction."""
     v1 = (
         "wattline.energy/1 energy_j=1000.0 bound_j=12.5 accel_share=0.400 quality=integrated "
         "measured_share=0.750 hosts=2 complete=1"
@@ -75,7 +75,20 @@ def test_a_version_1_comment_still_parses() -> None:
     keys = parse_comment(v1)
     assert keys is not None
     assert keys["measured_fraction"] == "0.750" and "measured_share" not in keys
+    assert keys["accel_fraction"] == "0.400" and "accel_share" not in keys
     assert keys["energy_j"] == "1000.0" and keys["complete"] == "1"
+
+
+def test_a_version_2_comment_still_parses() -> None:
+    """Version 2 named the accelerators' fraction accel_share; its measured_fraction stays."""
+    v2 = (
+        "wattline.energy/2 energy_j=1000.0 bound_j=12.5 accel_share=0.250 quality=counter "
+        "measured_fraction=0.750 hosts=1 complete=1"
+    )
+    keys = parse_comment(v2)
+    assert keys is not None
+    assert keys["accel_fraction"] == "0.250" and "accel_share" not in keys
+    assert keys["measured_fraction"] == "0.750" and keys["hosts"] == "1"
 
 
 def test_a_unit_name_cannot_break_the_form() -> None:

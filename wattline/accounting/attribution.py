@@ -54,7 +54,7 @@ choice: do not pass both a RAPL package and its core/uncore sub-domains.
 
 Idle (:class:`IdlePolicy`): a channel's idle baseline in watts makes each sample's
 idle part ``min(energy_j, baseline_w x length)`` and its dynamic part the rest
-(never below 0); both are split with the same shares, so the dynamic and the idle
+(never below 0); both are split with the same fractions, so the dynamic and the idle
 parts are each conserved, and reports can show both totals.
 """
 
@@ -213,7 +213,7 @@ class Share:
     #: split by CPU time: :meth:`.use_split.UseSplit.by_ratio`), and how far it may be off, J.
     estimated_j: float = 0.0
     estimate_bound_j: float = 0.0
-    #: How far it may be off where the split took one share for several of the job's periods
+    #: How far it may be off where the split took one fraction for several of the job's periods
     #: (a long job's, :func:`.use_split.coarsen`), J.
     coarse_bound_j: float = 0.0
     #: Its part of what the channel's stretches without a good sample could have held, J.

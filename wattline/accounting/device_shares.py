@@ -83,7 +83,7 @@ class DeviceShare:
     energy_j: float  #: charged to the job (warm-up and saturated windows)
     split_by_use_j: float  #: of which handed out by use (derived from utilization, not measured)
     device_energy_j: float  #: the device's energy over the job's window on this host
-    share: float  #: energy_j / device_energy_j (0 when the device drew nothing)
+    fraction: float  #: energy_j / device_energy_j (0 when the device drew nothing)
     #: The device's energy from the first start to the last end of the jobs the report split
     #: with this one (all that overlapped it on the host, whatever devices they used; this
     #: job's window when none did), and the part of it no job was charged (other processes'
@@ -100,7 +100,7 @@ class DeviceShare:
             return f"{name}: whole device (claimed), {self.energy_j:.1f} J"
         if self.basis == MIG:
             return (
-                f"{name}: {100 * self.share:.0f} % of its {self.device_energy_j:.1f} J while the job ran (its MIG "
+                f"{name}: {100 * self.fraction:.0f} % of its {self.device_energy_j:.1f} J while the job ran (its MIG "
                 "instance's share of the GPU by memory size: a rule, not a measurement; the GPU counted once)"
             )
         rest = self.energy_j - self.split_by_use_j
@@ -108,7 +108,7 @@ class DeviceShare:
         if self.split_bound_j > 0:
             extra += f"; ± {self.split_bound_j:.1f} J where processes started or ended between two reads of their use"
         return (
-            f"{name}: {100 * self.share:.0f} % of its {self.device_energy_j:.1f} J while the job ran "
+            f"{name}: {100 * self.fraction:.0f} % of its {self.device_energy_j:.1f} J while the job ran "
             f"(measured share{extra}; derived from utilization, not a measurement of the job's energy)"
         )
 
@@ -142,12 +142,12 @@ def device_shares(
         device = window_energy(ch.intervals, *window)
         metrics = {u.metric for k in ch.claim_keys & uses.keys() for u in uses[k].intervals}
         basis = (MIG if metrics == {"mig-memory"} else BY_USE) if by_use > 0 else CLAIMED
-        share = energy / device if device > 0 else 0.0
+        fraction = energy / device if device > 0 else 0.0
         # The samples straddling the span's ends reach past it; that part, where none of the
         # jobs ran, is all unattributed and is no part of the span.
         outside = math.fsum(iv.energy_j for iv in ch.intervals) - window_energy(ch.intervals, lo, hi)
         total = math.fsum(s.energy_j for s in of_device) - outside
         rest = math.fsum(s.energy_j for s in of_device if s.job_id is None) - outside
         where = (ch.host, ch.component, ch.device)
-        out.append(DeviceShare(*where, basis, energy, by_use, device, share, total, rest, split_bound))
+        out.append(DeviceShare(*where, basis, energy, by_use, device, fraction, total, rest, split_bound))
     return out

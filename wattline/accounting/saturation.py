@@ -81,9 +81,9 @@ class SaturationParams:
     window_bins: int = 5  #: bins from the candidate that must sit on the plateau
     window_outliers: int = 1  #: of which this many may stray (noise)
     tolerance: float = 0.10  #: +- band around the plateau rate, as a fraction
-    min_rate_fraction: float = 0.5  #: plateau rate at least this share of the max bin rate
-    min_plateau_fraction: float = 0.2  #: plateau spans at least this share of the job
-    min_inside_fraction: float = 0.75  #: share of the rest of the job inside the band
+    min_rate_fraction: float = 0.5  #: plateau rate at least this fraction of the max bin rate
+    min_plateau_fraction: float = 0.2  #: plateau spans at least this fraction of the job
+    min_inside_fraction: float = 0.75  #: fraction of the rest of the job inside the band
     max_trend: float = 0.05  #: a rest rising by more than this (least squares, relative) is a ramp
     #: Noise adaptation: the band widens to ``noise_k`` x the rest's relative median
     #: absolute deviation (a busy shared host jitters more than 10 %), at most max_tolerance.

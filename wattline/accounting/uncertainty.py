@@ -36,9 +36,9 @@ in joules (docs/method.md "Uncertainty" gives each one's source):
   there left (:meth:`~wattline.accounting.use_split.UseSplit.by_ratio`); added to the
   job's share like ``split``;
 * ``coarse``: a long job alone on its host, its host-wide energy split by CPU time at one
-  share for several of its periods at a time (its report reads the counters at the edges of
+  fraction for several of its periods at a time (its report reads the counters at the edges of
   those stretches, not every sample: :func:`~wattline.accounting.use_split.coarsen`): in
-  each, the energy there x how far its periods' shares are from the one taken.
+  each, the energy there x how far its periods' fractions are from the one taken.
 
 ``p_max`` is the channel's plausible maximum power: the highest mean power among the
 samples the report read for it around the window, and the window's own mean power
@@ -144,7 +144,7 @@ class Bound:
         )
 
     def scaled(self, factor: float) -> Bound:
-        """This bound times ``factor`` (a job's share of a channel)."""
+        """This bound times ``factor`` (a job's fraction of a channel)."""
         return Bound(
             self.resolution_j * factor,
             self.edges_j * factor,

@@ -58,7 +58,7 @@ class UseInterval:
     """A job's recorded use of one device over ``(start_ns, end_ns]`` (a USE job event).
 
     ``job_use`` and ``device_use`` are in one unit (percent of the device): the job's
-    processes' and every process's; the job's share is their ratio.
+    processes' and every process's; the job's fraction is their ratio.
     """
 
     start_ns: int
@@ -68,13 +68,13 @@ class UseInterval:
     metric: str = ""  #: "sm", "memory", "neuroncore", "mig-memory" (a rule by MIG instance size)
     #: The same processes held the device throughout (else one may have started or ended in it).
     steady: bool = False
-    #: Standing for several periods (:func:`coarsen`): how far their shares are from its share.
+    #: Standing for several periods (:func:`coarsen`): how far their fractions are from its fraction.
     spread: float = 0.0
     #: A CPU-time period in which the job's use may have begun or ended (:func:`mark_edges`).
     edge: bool = False
 
     @property
-    def share(self) -> float:
+    def fraction(self) -> float:
         """The job's part of the device's use, 0..1; 0 when the device was idle."""
         return min(self.job_use / self.device_use, 1.0) if self.device_use > 0 else 0.0
 
@@ -134,7 +134,7 @@ def _merged(group: Sequence[UseInterval]) -> UseInterval:
     device = math.fsum(u.device_use * (u.end_ns - u.start_ns) for u in group) / (end - start)
     merged = UseInterval(start, end, job, device, group[0].metric, all(u.steady for u in group))
     merged = replace(merged, edge=any(u.edge for u in group))
-    return replace(merged, spread=max(abs(u.share - merged.share) for u in group))
+    return replace(merged, spread=max(abs(u.fraction - merged.fraction) for u in group))
 
 
 class UseTimeline:
@@ -223,7 +223,7 @@ class UseSplit:
         edged: dict[int, UseTimeline] = {}
         self._users: dict[int, _User] = {}
         self._user_of: dict[str, _User] = {}
-        #: Set by :meth:`by_ratio` for its last piece: each job whose share there stands for
+        #: Set by :meth:`by_ratio` for its last piece: each job whose fraction there stands for
         #: several of its periods (:func:`coarsen`), and how far they differ from it.
         self.coarse: dict[str, float] = {}
         for w in windows:
@@ -280,8 +280,8 @@ class UseSplit:
             if exclusive:
                 return [(covered[0][0], 1.0)] if len(covered) == 1 else []
             return [(j, 1.0) for j, _ in covered]
-        shares: list[tuple[str | None, float]] = [(j, u.job_use / total) for j, u in covered if u.job_use > 0]
-        return [*shares, (None, 1.0 - math.fsum(w for _, w in shares))]
+        weights: list[tuple[str | None, float]] = [(j, u.job_use / total) for j, u in covered if u.job_use > 0]
+        return [*weights, (None, 1.0 - math.fsum(w for _, w in weights))]
 
     def by_ratio(
         self, active: Sequence[UsingWindow], a: int, b: int
@@ -306,11 +306,11 @@ class UseSplit:
             if user is None:
                 unknown.append(w.job_id)
             elif (u := user.timeline.at(a, b)) is not None:
-                parts[w.job_id] = u.share
+                parts[w.job_id] = u.fraction
                 if u.spread > 0:
                     self.coarse[w.job_id] = u.spread
             else:
-                near[w.job_id] = user.timeline.nearest(b).share
+                near[w.job_id] = user.timeline.nearest(b).fraction
         read = math.fsum(parts.values())
         if read > 1.0:
             parts = {j: w / read for j, w in parts.items()}
@@ -320,8 +320,8 @@ class UseSplit:
         left = max(0.0, 1.0 - math.fsum(parts.values()))
         parts.update({j: left / len(unknown) for j in unknown})
         off = {j: max(parts[j], room - parts[j]) for j in [*near, *unknown]}
-        shares: list[tuple[str | None, float]] = [(j, w) for j, w in parts.items() if w > 0]
-        return [*shares, (None, max(0.0, 1.0 - math.fsum(w for _, w in shares)))], off
+        weights: list[tuple[str | None, float]] = [(j, w) for j, w in parts.items() if w > 0]
+        return [*weights, (None, max(0.0, 1.0 - math.fsum(w for _, w in weights)))], off
 
     def bounds(self, pieces: Sequence[Piece]) -> dict[str, float]:
         """Each window's term (J, see the module doc) over the channel's ``pieces`` in time

@@ -63,7 +63,7 @@ class StepSpec:
 
 
 def parse_steps(text: str, option: str = "--steps") -> list[StepSpec]:
-    """``RATE:DURATION,...``; RATE is requests/s (``40``) or a share of capacity (``25%``),
+    """``RATE:DURATION,...``; RATE is requests/s (``40``) or a fraction of capacity (``25%``),
     DURATION as ``30s``, ``2m``. ConfigError naming ``option`` otherwise."""
     specs: list[StepSpec] = []
     for part in text.split(","):

@@ -48,6 +48,6 @@ def interval_of(r: Report, window: Window) -> Interval:
         j_per_unit=f.j_per_unit,
         j_per_unit_bound=None if f.j_per_unit is None or rel is None else abs(f.j_per_unit) * rel,
         throughput_per_s=f.throughput_per_s or 0.0,
-        estimate_share=span.estimate,
+        estimate_fraction=span.estimate,
         latency=r.latencies,
     )

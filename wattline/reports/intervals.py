@@ -37,8 +37,8 @@ class Interval:
     j_per_unit: float | None
     j_per_unit_bound: float | None
     throughput_per_s: float
-    #: Share of its energy that is a model estimate (its energy and J per unit are then ESTIMATEs).
-    estimate_share: float = 0.0
+    #: Fraction of its energy that is a model estimate (its energy and J per unit are then ESTIMATEs).
+    estimate_fraction: float = 0.0
     load: float | None = None  #: of the highest throughput among the intervals (None: none did any)
     latency: list[Latency] = field(default_factory=list)  #: the server's latency histograms over it
 
@@ -52,7 +52,7 @@ class AtSaturation:
     energy_j: float
     j_per_unit: float
     j_per_unit_bound: float | None
-    estimate_share: float  #: of its energy, the share that is a model estimate
+    estimate_fraction: float  #: of its energy, the fraction that is a model estimate
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class Intervals:
         units_low = units - math.fsum(i.units_bound for i in chosen)
         high = energy + math.fsum(i.energy_bound_j for i in chosen)
         bound = high / units_low - energy / units if units_low > 0 else None
-        model = math.fsum(i.energy_j * i.estimate_share for i in chosen)
+        model = math.fsum(i.energy_j * i.estimate_fraction for i in chosen)
         return AtSaturation(len(chosen), units, energy, energy / units, bound, model / energy if energy > 0 else 0.0)
 
 

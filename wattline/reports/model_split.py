@@ -8,7 +8,7 @@ edges), not the rule's assumption. The rules:
 
 - ``none``: no split; each series' J per unit stays the whole job's energy over its units
   (:mod:`.unit_kinds`).
-- ``units:KIND``: each label set's share of KIND's units over the span (``units:output_tokens``:
+- ``units:KIND``: each label set's fraction of KIND's units over the span (``units:output_tokens``:
   every generated token is assumed to cost the same, whichever model made it).
 - ``auto`` (the default): ``units:output_tokens`` where the job has output tokens by labels (the
   vLLM preset's generation tokens: decoding, token by token, is most of an LLM server's work),
@@ -38,11 +38,11 @@ AUTO_KIND = "output_tokens"
 MODEL_SPLIT_HELP = (
     "Split of the job's energy between the models (label values) of its unit kinds: auto "
     f"(units:{AUTO_KIND} where the job counts them by labels, else none), none, or units:KIND "
-    "(each model's share of KIND's units). A model, not a measurement."
+    "(each model's fraction of KIND's units). A model, not a measurement."
 )
 #: The report note under a rule; its bound is the measurement's only.
 SPLIT_NOTE = (
-    "energy split between {labels} values by {rule} (each one's share of {kind}): an estimate by "
+    "energy split between {labels} values by {rule} (each one's fraction of {kind}): an estimate by "
     "that rule, not a measurement; its bound covers the measured energy and units only, not the "
     "rule's assumption that every unit of {kind} costs the same"
 )
@@ -79,10 +79,10 @@ class ModelShare:
 
     labels: dict[str, str]
     rule_units: float  #: its units of the rule's kind
-    share: float
-    share_bound: float  #: half-width, from the units' bounds (window edges) at worst
+    fraction: float  #: of the rule's units, and so of the energy
+    fraction_bound: float  #: half-width, from the units' bounds (window edges) at worst
     energy_j: float
-    energy_bound_j: float | None  #: the job's energy bound carried, and the share's
+    energy_bound_j: float | None  #: the job's energy bound carried, and the fraction's
     per_unit: list[PerUnit]
 
 
@@ -153,32 +153,32 @@ def model_split(r: Report) -> ModelSplit | None:
     models = []
     given = 0.0
     for n, k in enumerate(split):
-        share = k.units / total
-        part = energy - given if n == len(split) - 1 else energy * share
+        fraction = k.units / total
+        part = energy - given if n == len(split) - 1 else energy * fraction
         given = math.fsum([given, part])
-        ds = _share_bound(k.units, k.units_bound, total, total_bound)
-        part_bound = None if bound is None else energy * ds + bound * share + bound * ds
+        ds = _fraction_bound(k.units, k.units_bound, total, total_bound)
+        part_bound = None if bound is None else energy * ds + bound * fraction + bound * ds
         per_unit = [
             _per_unit(o, part, part_bound, total, total_bound, energy, bound, kind)
             for o in kinds
             if o.labels == k.labels
         ]
-        models.append(ModelShare(k.labels, k.units, share, ds, part, part_bound, per_unit))
+        models.append(ModelShare(k.labels, k.units, fraction, ds, part, part_bound, per_unit))
     return ModelSplit(r.settings.model_split, rule, by, energy, bound, models)
 
 
-def _share_bound(units: float, bound: float, total: float, total_bound: float) -> float:
-    """How far a share units/total may be off when each series' units may be off by its bound:
+def _fraction_bound(units: float, bound: float, total: float, total_bound: float) -> float:
+    """How far a fraction units/total may be off when each series' units may be off by its bound:
     its own high and the others' low, or the reverse."""
     if total <= 0 or not total_bound:
         return 0.0
-    share = units / total
+    fraction = units / total
     others, others_bound = total - units, total_bound - bound
     high_total = units + bound + max(others - others_bound, 0.0)
     high = (units + bound) / high_total if high_total > 0 else 1.0
     low_units = max(units - bound, 0.0)
     low = low_units / (low_units + others + others_bound) if low_units > 0 else 0.0
-    return max(high - share, share - low)
+    return max(high - fraction, fraction - low)
 
 
 def _per_unit(
@@ -192,7 +192,7 @@ def _per_unit(
     rule_kind: str,
 ) -> PerUnit:
     """A model's J per unit of kind ``k``: its energy by the rule over its units. Of the rule's
-    own kind that is the job's energy over all the kind's units, bounded as such (the share's
+    own kind that is the job's energy over all the kind's units, bounded as such (the fraction's
     bound and the units' cancel there)."""
     if k.name == rule_kind:
         energy, bound, units, units_bound = job_energy, job_bound, total, total_bound
@@ -232,14 +232,17 @@ def split_json(r: Report) -> dict[str, Any] | None:
         "by": split.by,
         "energy_j": split.energy_j,
         "energy_bound_j": split.energy_bound_j,
-        "energy_estimate_share": spans(r)[1].estimate,
+        "energy_estimate_fraction": spans(r)[1].estimate,
+        "energy_estimate_share": spans(r)[1].estimate,  # deprecated name of energy_estimate_fraction
         "bound_covers": "measurement: the job's energy and the units at the window's edges, not the rule",
         "models": [
             {
                 "labels": m.labels,
                 "rule_units": m.rule_units,
-                "share": m.share,
-                "share_bound": m.share_bound,
+                "fraction": m.fraction,
+                "fraction_bound": m.fraction_bound,
+                "share": m.fraction,  # deprecated name of fraction
+                "share_bound": m.fraction_bound,  # deprecated name of fraction_bound
                 "energy_j": m.energy_j,
                 "energy_bound_j": m.energy_bound_j,
                 "per_unit": [asdict(p) for p in m.per_unit],
@@ -251,7 +254,7 @@ def split_json(r: Report) -> dict[str, Any] | None:
 
 def unit_kinds_json(r: Report) -> list[dict[str, Any]]:
     """The report JSON's ``unit_kinds``: each series' unsplit figures (``energy_of``: the job's
-    energy) and its model's J per unit by the rule (null under none, or without a share)."""
+    energy) and its model's J per unit by the rule (null under none, or without a fraction)."""
     split = model_split(r)
     out = []
     for k in unit_kinds(r):

@@ -1,6 +1,6 @@
 """A report as JSON: the stable, documented ``--json`` / ``--report-json`` shape (docs/reports.md,
 "Report JSON"). Every figure derived from energy that is partly a model estimate carries
-``estimate``/``estimate_share``, and each its bound (``*_bound``)."""
+``estimate``/``estimate_fraction``, and each its bound (``*_bound``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from wattline.reports.intervals import SATURATED_LOAD
 from wattline.reports.latency import latency_json
 from wattline.reports.model_split import split_json, unit_kinds_json
 from wattline.reports.spans import Span, spans
-from wattline.reports.windows import WindowEnergy, estimate_share
+from wattline.reports.windows import WindowEnergy, estimate_fraction
 
 if TYPE_CHECKING:
     from wattline.reports.intervals import Intervals
@@ -61,7 +61,7 @@ def _bound_json(bound: Bound, energy_j: float) -> dict[str, Any]:
     }
 
 
-#: Figures proportional to the charged energy (units, time, intensity exact): the bound's share of each.
+#: Figures proportional to the charged energy (units, time, intensity exact): the bound's fraction of each.
 BOUNDED_FIGURES = (
     "j_per_unit",
     "kwh_per_million_units",
@@ -84,8 +84,9 @@ def _figure_bounds_json(figures: dict[str, Any], span: Span) -> dict[str, Any]:
 
 
 def estimate_json(*windows: WindowEnergy) -> dict[str, Any]:
-    share = estimate_share(*windows)
-    return {"estimate": share > 0, "estimate_share": share}
+    fraction = estimate_fraction(*windows)
+    # estimate_share: deprecated name of estimate_fraction
+    return {"estimate": fraction > 0, "estimate_fraction": fraction, "estimate_share": fraction}
 
 
 def _figures_json(f: economics.Figures) -> dict[str, Any]:
@@ -178,8 +179,9 @@ def report_json(r: Report) -> dict[str, Any]:
             "pue": r.settings.pue,
             "idle_baseline_busy": r.idle_busy,
         },
-        # measured_j: deprecated name of split_by_use_j (a share by use is derived, not measured)
-        "device_shares": [asdict(d) | {"measured_j": d.split_by_use_j} for d in r.device_shares],
+        # measured_j, share: deprecated names of split_by_use_j (a share by use is derived, not
+        # measured) and fraction
+        "device_shares": [asdict(d) | {"measured_j": d.split_by_use_j, "share": d.fraction} for d in r.device_shares],
         "notes": r.notes,
         "intervals": None if r.intervals is None else _intervals_json(r.intervals),
         "unit_kinds": unit_kinds_json(r),
@@ -201,10 +203,13 @@ def _intervals_json(intervals: Intervals) -> dict[str, Any]:
                 "from": utc_iso(i.window.from_ns),
                 "to": utc_iso(i.window.to_ns),
                 **{k: v for k, v in dataclasses.asdict(i).items() if k != "window"},
+                "estimate_share": i.estimate_fraction,  # deprecated name of estimate_fraction
             }
             for i in intervals.rows
         ],
-        "at_saturation": None if sat is None else dataclasses.asdict(sat),
+        "at_saturation": None
+        if sat is None
+        else dataclasses.asdict(sat) | {"estimate_share": sat.estimate_fraction},  # deprecated name
     }
 
 
@@ -214,17 +219,22 @@ def _saturated_json(r: Report) -> dict[str, Any]:
 
 
 def report_coverage(report: Report) -> dict[str, Any]:
-    """Share of the saturated window's energy by quality, the measured fraction (counter and
-    integrated; also under its deprecated name measured_share), what was not measured at
-    all, and the share that is the job's part of a shared device split by utilization (the
-    device's energy is measured; the job's part of it is derived, not measured)."""
+    """Fraction of the saturated window's energy by quality, the measured fraction (counter and
+    integrated), what was not measured at all, and the fraction that is the job's part of a
+    shared device split by use (the device's energy is measured; the job's part of it is
+    derived, not measured). Each also under its deprecated name (shares, measured_share,
+    split_by_utilization_share)."""
     cov = coverage(report.saturated_window.by_quality(), report.missing)
     total = report.saturated_window.energy_j
     split = math.fsum(c.split_by_use_j for c in report.saturated_window.components.values())
+    by_use = split / total if total > 0 else 0.0
+    fractions = {q.value: v for q, v in cov.fractions.items()}
     return {
-        "shares": {q.value: v for q, v in cov.shares.items()},
+        "fractions": fractions,
+        "shares": dict(fractions),  # deprecated name of fractions
         "measured_fraction": cov.measured_fraction,
         "measured_share": cov.measured_fraction,  # deprecated name of measured_fraction
         "missing": list(cov.missing),
-        "split_by_utilization_share": split / total if total > 0 else 0.0,
+        "split_by_use_fraction": by_use,
+        "split_by_utilization_share": by_use,  # deprecated name of split_by_use_fraction
     }

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from wattline.accounting.uncertainty import Bound
 from wattline.reports import economics
-from wattline.reports.windows import WindowEnergy, estimate_share
+from wattline.reports.windows import WindowEnergy, estimate_fraction
 
 if TYPE_CHECKING:
     from wattline.reports.model import Report
@@ -35,7 +35,7 @@ class Span:
 
     @property
     def estimate(self) -> float:
-        return estimate_share(*self.windows)
+        return estimate_fraction(*self.windows)
 
     @property
     def bound(self) -> Bound:

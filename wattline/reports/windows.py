@@ -1,5 +1,5 @@
 """The energy of a job in one window (warm-up or saturated), by component and host, and the
-share of it that is a model estimate."""
+fraction of it that is a model estimate."""
 
 from __future__ import annotations
 
@@ -56,8 +56,8 @@ class WindowEnergy:
         return dict(out)
 
 
-def estimate_share(*windows: WindowEnergy) -> float:
-    """Share of the windows' energy that is a model estimate (0 without energy)."""
+def estimate_fraction(*windows: WindowEnergy) -> float:
+    """Fraction of the windows' energy that is a model estimate (0 without energy)."""
     total = sum(w.energy_j for w in windows)
     model = sum(w.by_quality().get(Quality.MODEL, 0.0) for w in windows)
     return model / total if total > 0 else 0.0

@@ -54,7 +54,7 @@ class RunFigures:
     mean_power_w: float | None = None
     power_per_instance_w: float | None = None
     side: Side | None = None  #: relative measurement and model bounds of its energy
-    estimate_share: float = 0.0
+    estimate_fraction: float = 0.0
     saturated: bool = True
     problem: str = ""  #: why it gives no figures (failed, no units, no energy data)
     #: median of the latencies the workload reported in the saturated window (seconds), if any

@@ -53,7 +53,8 @@ def _point(p: PointResult, rank: int | None) -> dict[str, Any]:
         "runs_ok": len(p.usable),
         "problems": sorted({r.problem for r in p.runs if r.problem}),
         "not_saturated": sum(not r.saturated for r in p.usable),
-        "estimate_share": max((r.estimate_share for r in p.usable), default=0.0),
+        "estimate_fraction": max((r.estimate_fraction for r in p.usable), default=0.0),
+        "estimate_share": max((r.estimate_fraction for r in p.usable), default=0.0),  # its deprecated name
         "j_per_unit": _value(p.j_per_unit),
         "throughput_per_s": _value(p.throughput_per_s),
         "mean_power_w": _value(p.mean_power_w),

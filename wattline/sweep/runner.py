@@ -27,7 +27,7 @@ from wattline.jobs.wrappers.job_command import Job, read_report, run_in_job
 from wattline.jobs.wrappers.run import RunRequest
 from wattline.reports.build import build_complete_report
 from wattline.reports.model import Report, ReportSettings
-from wattline.reports.windows import estimate_share
+from wattline.reports.windows import estimate_fraction
 from wattline.stores.reader import Reader
 from wattline.sweep.analysis import RunFigures
 from wattline.sweep.grid import Point, point_command, point_labels, points, schedule
@@ -78,7 +78,7 @@ def figures_of(
         mean_power_w=f.mean_power_w,
         power_per_instance_w=f.power_per_instance_w,
         side=Side.of(report.saturated_window.bound, f.window.energy_j),
-        estimate_share=estimate_share(report.saturated_window),
+        estimate_fraction=estimate_fraction(report.saturated_window),
         saturated=report.saturated,
         problem=problem,
         latency_s=window_latency(report, latencies or []),

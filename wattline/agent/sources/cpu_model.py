@@ -112,7 +112,7 @@ class CpuModelSource(Source):
         return [Reading(self._channel, power_w=power, utilization=util, gauges={"tdp_w": self.tdp_w})]
 
     def _psutil_utilization(self) -> float:
-        """Busy share of CPU time since the previous call (the previous value when no tick passed)."""
+        """Busy fraction of CPU time since the previous call (the previous value when no tick passed)."""
         busy, total = _cpu_times()
         if self._prev is not None:
             d_busy, d_total = busy - self._prev[0], total - self._prev[1]

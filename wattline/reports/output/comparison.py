@@ -18,7 +18,7 @@ from wattline.reports.model import Report
 from wattline.reports.output import quantities as q
 from wattline.reports.output.labels import span_note, tagged
 from wattline.reports.report_json import estimate_json
-from wattline.reports.windows import estimate_share
+from wattline.reports.windows import estimate_fraction
 
 #: Version of the JSON shape below; bumped on any incompatible change.
 COMPARE_SCHEMA = "wattline.compare/1"
@@ -107,7 +107,7 @@ def comparison_json(a: Report, b: Report, cmp: economics.Comparison) -> dict[str
     """The ``compare --json`` shape: both jobs' figures and each change (b relative to a);
     a figure derived from energy says whether either side is an estimate, the change's bound
     (``change_pct_bound``, percentage points) and whether it is ``within_uncertainty``."""
-    estimate = estimate_share(a.saturated_window) > 0 or estimate_share(b.saturated_window) > 0
+    estimate = estimate_fraction(a.saturated_window) > 0 or estimate_fraction(b.saturated_window) > 0
 
     def change(c: economics.Change, energy: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {"a": c.a, "b": c.b, "ratio": c.ratio, "change_pct": c.pct}
@@ -172,12 +172,12 @@ def print_comparison(a: Report, b: Report, cmp: economics.Comparison, console: C
     t = Table(title=escape(f"A = {a.job.name} ({a.job.job_id})  vs  B = {b.job.name} ({b.job.job_id})"))
     for col in ("figure", "A", "B", "change (B vs A)"):
         t.add_column(col, justify="left" if col == "figure" else "right")
-    share_a, share_b = estimate_share(a.saturated_window), estimate_share(b.saturated_window)
+    fraction_a, fraction_b = estimate_fraction(a.saturated_window), estimate_fraction(b.saturated_window)
     t.add_row("throughput ratio (per instance)", "1x", economics.format_ratio(cmp.throughput_ratio), "")
     for name, c, kind in _compare_rows(a, b, cmp):
         text_a, text_b = kind.text(c.a), kind.text(c.b)
         if kind.energy:
-            text_a, text_b = tagged(text_a, share_a), tagged(text_b, share_b)
+            text_a, text_b = tagged(text_a, fraction_a), tagged(text_b, fraction_b)
         change = economics.format_percent(change_percent(c, kind))
         if kind.energy:
             change = _significance_text(change, *change_significance(a, b, c))
@@ -188,8 +188,8 @@ def print_comparison(a: Report, b: Report, cmp: economics.Comparison, console: C
             f"[yellow]A counts {escape(a.job.unit_name)}, B counts {escape(b.job.unit_name)}: "
             "per-unit figures compare different units[/yellow]"
         )
-    for r, tag, share in ((a, "A", share_a), (b, "B", share_b)):
+    for r, tag, fraction in ((a, "A", fraction_a), (b, "B", fraction_b)):
         if note := span_note(r, tag):
             console.print(f"[yellow]{escape(note)}[/yellow]")
-        if share > 0:
-            console.print(f"{tag}: {q.share(share)} of the energy is a MODEL ESTIMATE, not a measurement")
+        if fraction > 0:
+            console.print(f"{tag}: {q.fraction(fraction)} of the energy is a MODEL ESTIMATE, not a measurement")

@@ -39,12 +39,15 @@ JOB_COLUMNS = [
     "duration_s", "warmup_s", "measured_s", "units_total", "units_measured", "energy_measured_j", "energy_total_j",
     "j_per_unit", "kwh_per_million_units", "cost_usd_per_run", "co2_g_per_run",
     *(f"share_{q}" for q in QUALITIES), "complete", "error", "saturated_s", "units_saturated", "energy_saturated_j",
+    *(f"fraction_{q}" for q in QUALITIES),
 ]  # fmt: skip
-#: Deprecated job columns (the saturated window was called "measured"), kept for old readers.
+#: Deprecated job columns (the saturated window was called "measured", a fraction "share"),
+#: kept for old readers.
 DEPRECATED_JOB_COLUMNS = {
     "measured_s": "saturated_s",
     "units_measured": "units_saturated",
     "energy_measured_j": "energy_saturated_j",
+    **{f"share_{q}": f"fraction_{q}" for q in QUALITIES},
 }
 
 SAMPLE_COLUMNS = [
@@ -55,9 +58,9 @@ SAMPLE_COLUMNS = [
 
 def job_row(report: Report) -> dict[str, Any]:
     """One CSV row of a job: the report's figures (energy of the saturated window and of the
-    whole run), its quality shares and its labels (``label_KEY`` columns)."""
+    whole run), its quality fractions and its labels (``label_KEY`` columns)."""
     data = report_json(report)
-    job, sat, shares = data["job"], data["saturated"], data["saturated"]["coverage"]["shares"]
+    job, sat, fractions = data["job"], data["saturated"], data["saturated"]["coverage"]["fractions"]
     row: dict[str, Any] = {
         "job_id": job["id"],
         "name": job["name"],
@@ -82,7 +85,7 @@ def job_row(report: Report) -> dict[str, Any]:
         "cost_usd_per_run": sat["cost_usd_per_run"],
         "co2_g_per_run": sat["co2_g_per_run"],
         "complete": int(data["complete"]),
-        **{f"share_{q}": shares.get(q, 0.0) for q in QUALITIES},
+        **{f"fraction_{q}": fractions.get(q, 0.0) for q in QUALITIES},
     }
     row.update({old: row[new] for old, new in DEPRECATED_JOB_COLUMNS.items()})
     row.update({f"label_{k}": v for k, v in sorted(job["labels"].items())})

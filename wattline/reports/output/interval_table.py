@@ -35,18 +35,19 @@ def print_intervals(intervals: Intervals, unit: str, console: Console) -> None:
             f"{i.seconds:.3f}",
             escape(units),
             q.count(i.throughput_per_s),
-            q.NA if i.load is None else q.share(i.load),
-            escape(tagged(energy, i.estimate_share)),
-            escape(tagged(per_unit, i.estimate_share)) if i.j_per_unit is not None else q.NA,
+            q.NA if i.load is None else q.fraction(i.load),
+            escape(tagged(energy, i.estimate_fraction)),
+            escape(tagged(per_unit, i.estimate_fraction)) if i.j_per_unit is not None else q.NA,
             *([escape(interval_latency(i.latency))] if latency else []),
         )
     console.print(t)
     sat = intervals.at_saturation
     if sat is None:
-        console.print(f"At saturation: no interval counted {escape(unit)} at {q.share(SATURATED_LOAD)} of the highest")
+        load = q.fraction(SATURATED_LOAD)
+        console.print(f"At saturation: no interval counted {escape(unit)} at {load} of the highest")
         return
     figure = f"{q.si(sat.j_per_unit, 'J')} per {one} {q.plus_minus(_rel(sat.j_per_unit, sat.j_per_unit_bound))}"
     console.print(
-        f"At saturation (load >= {q.share(SATURATED_LOAD)} of the highest throughput seen, {sat.intervals} "
-        f"interval(s)): {escape(tagged(figure, sat.estimate_share))}"
+        f"At saturation (load >= {q.fraction(SATURATED_LOAD)} of the highest throughput seen, {sat.intervals} "
+        f"interval(s)): {escape(tagged(figure, sat.estimate_fraction))}"
     )

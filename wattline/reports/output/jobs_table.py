@@ -42,10 +42,10 @@ def _job_cells(row: dict[str, Any], energy: bool, errors: bool) -> list[str]:
     if energy and row.get("energy_data") is False:
         cells += [NO_SAMPLES, NO_SAMPLES]
     elif energy:
-        share = row.get("estimate_share") or 0.0
+        fraction = row.get("estimate_fraction") or 0.0
         cells += [
-            tagged(q.si(row.get("total_energy_j"), "J"), share),
-            tagged(q.si(row.get("j_per_unit"), "J"), share),
+            tagged(q.si(row.get("total_energy_j"), "J"), fraction),
+            tagged(q.si(row.get("j_per_unit"), "J"), fraction),
         ]
         if row.get("complete") is False and row["status"] != "running":  # a running job's lack is its status
             cells[-2] += ", incomplete"  # samples the store does not show yet: the report's notes say which

@@ -15,18 +15,18 @@ if TYPE_CHECKING:
 NO_SAMPLES = "no samples"
 
 
-def estimate_tag(share: float) -> str:
-    """The label of figures from energy of which ``share`` is a model estimate: "ESTIMATE"
+def estimate_tag(fraction: float) -> str:
+    """The label of figures from energy of which ``fraction`` is a model estimate: "ESTIMATE"
     (all of it), "partly ESTIMATE (N % model)", or "" (none)."""
-    if share <= 0:
+    if fraction <= 0:
         return ""
-    if share >= 1 - 1e-9:
+    if fraction >= 1 - 1e-9:
         return "ESTIMATE"
-    return f"partly ESTIMATE ({q.share(share)} model)"
+    return f"partly ESTIMATE ({q.fraction(fraction)} model)"
 
 
-def tagged(text: str, share: float) -> str:
-    tag = estimate_tag(share)
+def tagged(text: str, fraction: float) -> str:
+    tag = estimate_tag(fraction)
     return f"{text} {tag}" if tag and text != q.NA else text
 
 

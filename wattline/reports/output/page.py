@@ -84,7 +84,7 @@ def report_page(report: Report, figure_svg: str | None, series: list[Series]) ->
             + "<figcaption class='muted'>Power over time, stacked by component; hatched = model estimate; "
             "grey = warm-up; dashed line = saturation point; black line = throughput.</figcaption></figure>"
         )
-    share = m["coverage"]["shares"]
+    fractions = m["coverage"]["fractions"]
     parts += [
         *_titled(report_table(report)),
         *_titled(component_table(report)),
@@ -95,7 +95,7 @@ def report_page(report: Report, figure_svg: str | None, series: list[Series]) ->
         ),
         "<h2>Coverage</h2>",
         "<p>"
-        + escape(", ".join(f"{q} {v:.0%}" for q, v in share.items()) or "no energy data")
+        + escape(", ".join(f"{q} {v:.0%}" for q, v in fractions.items()) or "no energy data")
         + (
             f"; <span class='warn'>not measured: {escape(', '.join(m['coverage']['missing']))}</span>"
             if m["coverage"]["missing"]
@@ -103,7 +103,7 @@ def report_page(report: Report, figure_svg: str | None, series: list[Series]) ->
         )
         + (
             "; <span class='estimate'>the model share is an estimate, not a measurement</span>"
-            if share.get("model")
+            if fractions.get("model")
             else ""
         )
         + "</p>",

@@ -26,7 +26,7 @@ from wattline.reports.model import Report
 from wattline.reports.output.labels import estimate_tag, span_note
 from wattline.reports.output.quantities import si
 from wattline.reports.timeline import Timeline
-from wattline.reports.windows import estimate_share
+from wattline.reports.windows import estimate_fraction
 
 #: Output formats, by file suffix.
 FORMATS = (".png", ".svg")
@@ -84,9 +84,9 @@ def plot_report(report: Report, timeline: Timeline, by_host: bool = False) -> An
         for host in sorted({h for h, _c, _q in timeline.power_w}):
             model = sum(timeline.energy_j(k) for k in timeline.power_w if k[0] == host and k[2] == "model")
             total = sum(timeline.energy_j(k) for k in timeline.power_w if k[0] == host)
-            share = model / total if total > 0 else 0.0
-            label = host + (f" ({share:.0%} ESTIMATE)" if share else " (measured)")
-            ax.step(x, _step(timeline.total_w(host)), where="post", label=label, linestyle="--" if share else "-")
+            fraction = model / total if total > 0 else 0.0
+            label = host + (f" ({fraction:.0%} ESTIMATE)" if fraction else " (measured)")
+            ax.step(x, _step(timeline.total_w(host)), where="post", label=label, linestyle="--" if fraction else "-")
     else:
         base = [0.0] * timeline.bins
         keys = sorted({(c, q) for _h, c, q in timeline.power_w}, key=lambda k: (QUALITY_ORDER.get(k[1], 9), k[0]))
@@ -160,7 +160,7 @@ def _title(report: Report) -> str:
     jpu = "n/a" if f.j_per_unit is None else f"{si(f.j_per_unit, 'J')}/{job.unit_name.rstrip('s') or 'unit'}"
     head = f"{job.name} ({job.job_id}) on {len(job.hosts)} host(s)"
     window = "saturated window" if report.saturated else "whole run (not saturated)"
-    tag = estimate_tag(estimate_share(report.saturated_window))
+    tag = estimate_tag(estimate_fraction(report.saturated_window))
     tail = f"{window}: {si(report.saturated_window.energy_j, 'J')}, {jpu}" + (f" ({tag})" if tag else "")
     if any("shared with" in n for n in report.notes):
         tail += "; hosts shared with other jobs: curves are host power"
@@ -276,7 +276,7 @@ def plot_curve(report: Report) -> Any:
         ax.axhline(
             sat.j_per_unit, color=COLOURS["nic"], linestyle="--", label=f"at saturation: {si(sat.j_per_unit, 'J')}"
         )
-    estimate = estimate_tag(estimate_share(report.warmup, report.saturated_window))
+    estimate = estimate_tag(estimate_fraction(report.warmup, report.saturated_window))
     ax.set_xlabel("load (% of the highest throughput seen)")
     ax.set_ylabel(f"energy per {one} (J){estimate}")
     ax.set_xlim(0, 105)

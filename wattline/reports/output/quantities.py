@@ -12,7 +12,7 @@ never says "0.04 vs 0.01 USD, -68 %".
 * ``count(x)``: whole numbers with thousands separators, else 4 significant digits;
   ``rate(x, unit)`` the same below a million, else "17.94 million tokens/h";
 * ``duration(s)``: 12.35 s, 2 min 05 s, 3 h 12 min;
-* ``share(f)``: 42 %, and "<1 %" / ">99 %" for a part that would round to none or all;
+* ``fraction(f)``: 42 %, and "<1 %" / ">99 %" for a part that would round to none or all;
 * ``plus_minus(rel)``: a relative bound, 2 significant digits: "± 2.3 %", "± 0.0017 %".
 """
 
@@ -139,8 +139,8 @@ def duration(seconds: float | None) -> str:
     return f"{minutes // 60:,} h {minutes % 60:02d} min"
 
 
-def share(fraction: float) -> str:
-    """A share (0..1) as a percent that never rounds a part to none or to all: "<1 %", ">99 %"."""
+def fraction(fraction: float) -> str:
+    """A fraction (0..1) as a percent that never rounds a part to none or to all: "<1 %", ">99 %"."""
     if 0 < fraction < 0.005:
         return "<1 %"
     if 0.995 <= fraction < 1:

@@ -191,13 +191,13 @@ def model_split_table(r: Report) -> TextTable | None:
     rows = [
         [
             ", ".join(f"{name}={value}" for name, value in sorted(m.labels.items())),
-            q.share(m.share),
+            q.fraction(m.fraction),
             tagged(_bounded(q.si(m.energy_j, "J"), _rel(m.energy_bound_j, m.energy_j)), whole.estimate),
             *(per(m, kind) for kind in kinds),
         ]
         for m in split.models
     ]
-    head = ["labels", f"share of {split.kind}", "energy (model)", *(f"J per {kind} (model)" for kind in kinds)]
+    head = ["labels", f"fraction of {split.kind}", "energy (model)", *(f"J per {kind} (model)" for kind in kinds)]
     return f"Energy by model ({whole.title}; MODEL: split by {split.rule}, not measured)", head, rows
 
 
@@ -243,10 +243,10 @@ def print_report(r: Report, console: Console | None = None) -> None:
         console.print(f"Window {utc_iso(r.job.start_ns)} to {utc_iso(r.end_ns)}: figures over it{units}")
     else:
         console.print(f"[yellow]NOT SATURATED[/yellow] ({escape(sat.reason)}): whole-run figures")
-    share = whole.estimate
-    if share > 0:
+    fraction = whole.estimate
+    if fraction > 0:
         console.print(
-            f"[bold yellow]ESTIMATE[/bold yellow]: {q.share(share)} of this job's energy is a power-model "
+            f"[bold yellow]ESTIMATE[/bold yellow]: {q.fraction(fraction)} of this job's energy is a power-model "
             "estimate, not a measurement; every figure marked ESTIMATE derives from it"
         )
     if r.settings.idle == "subtract":
@@ -269,9 +269,9 @@ def print_report(r: Report, console: Console | None = None) -> None:
             t.add_row(*(escape(cell) for cell in row))
         console.print(t)
     cov = report_coverage(r)
-    shares = ", ".join(f"{quality} {q.share(v)}" for quality, v in cov["shares"].items())
+    fractions = ", ".join(f"{quality} {q.fraction(v)}" for quality, v in cov["fractions"].items())
     console.print(
-        f"Coverage: {shares or 'no energy data'}"
+        f"Coverage: {fractions or 'no energy data'}"
         + (f"; not measured: {', '.join(cov['missing'])}" if cov["missing"] else "")
     )
     if r.intervals is not None:

@@ -5,7 +5,7 @@ A service job (``job.service``: a ``wattline run --service``, an annotated pod) 
 intervals of ``every_s`` aligned to wall-clock multiples (a minute: 12:00:00 to 12:01:00);
 the first and last are clipped to the job's run. Each interval's figures are those of
 ``wattline report SVC --from/--to`` over it (:func:`~wattline.reports.interval_reports.interval_of`,
-the rule ``--every`` uses): energy under the report's idle policy with its bound and the share
+the rule ``--every`` uses): energy under the report's idle policy with its bound and the fraction
 that is a model estimate, units, J per unit, throughput, mean power, load.
 
 Load is the interval's throughput over the highest interval throughput this writer has seen
@@ -62,7 +62,8 @@ def interval_summary(report: Report, interval: Interval, complete: bool, final: 
         "seconds": interval.seconds,
         "energy_j": interval.energy_j,
         "energy_bound_j": interval.energy_bound_j,
-        "estimate_share": interval.estimate_share,
+        "estimate_fraction": interval.estimate_fraction,
+        "estimate_share": interval.estimate_fraction,  # deprecated name of estimate_fraction
         "units": interval.units,
         "units_bound": interval.units_bound,
         "j_per_unit": interval.j_per_unit,

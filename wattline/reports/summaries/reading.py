@@ -32,7 +32,7 @@ from wattline.reports import economics
 from wattline.reports.build import POLL_S, build_complete_report, build_report, search_lag_s
 from wattline.reports.model import Report, ReportSettings
 from wattline.reports.window_view import OutsideJob
-from wattline.reports.windows import estimate_share
+from wattline.reports.windows import estimate_fraction
 from wattline.stores.reader import CheckedReader, OpenReader, Reader
 from wattline.text import clip
 
@@ -123,7 +123,8 @@ def job_rows(
                     "measured_energy_j": r.saturated_window.energy_j,  # deprecated name of saturated_energy_j
                     "total_energy_j": r.saturated_window.energy_j + r.warmup.energy_j,
                     "j_per_unit": r.figures.j_per_unit,
-                    "estimate_share": estimate_share(r.saturated_window, r.warmup),
+                    "estimate_fraction": estimate_fraction(r.saturated_window, r.warmup),
+                    "estimate_share": estimate_fraction(r.saturated_window, r.warmup),  # its deprecated name
                     "complete": r.complete,  # False: samples the store does not show yet (the report's notes)
                 }
         except ValueError as exc:  # BadJob, NotShownYet, or figures that cannot be computed

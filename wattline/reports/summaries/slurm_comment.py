@@ -33,10 +33,14 @@ from wattline.reports.summaries.due_worker import DueWorker
 log = logging.getLogger(__name__)
 
 #: First word of every comment: the format's version (bumped on an incompatible change).
-#: 2 renamed measured_share to measured_fraction (#46).
-VERSION = "wattline.energy/2"
+#: 2 renamed measured_share to measured_fraction, 3 accel_share to accel_fraction (#46).
+VERSION = "wattline.energy/3"
 #: Versions :func:`parse_comment` reads, each with its keys' old names -> today's.
-READS = {"wattline.energy/1": {"measured_share": "measured_fraction"}, VERSION: {}}
+READS = {
+    "wattline.energy/1": {"measured_share": "measured_fraction", "accel_share": "accel_fraction"},
+    "wattline.energy/2": {"accel_share": "accel_fraction"},
+    VERSION: {},
+}
 #: Components whose energy is an accelerator's.
 ACCELERATORS = ("gpu", "accelerator")
 #: Qualities, worst first: a comment names the worst one that counted any energy.
@@ -61,20 +65,20 @@ def _num(value: float | None) -> str | None:
 
 def admin_comment(data: Mapping[str, Any]) -> str:
     """The comment of a job's ``wattline report --json`` (``data``): whole-run energy and its
-    bound (J), J per unit and the unit where units counted, accelerators' share of the
+    bound (J), J per unit and the unit where units counted, accelerators' fraction of the
     energy, the worst quality that counted energy, the measured fraction, the hosts measured
     and completeness (not while fewer hosts than the job's Slurm nodes have closed)."""
     whole, parts = data["whole_run"], (data["warmup"], data["saturated"])
     energy = whole["energy_j"] or 0.0
     accel = math.fsum(c["energy_j"] for p in parts for c in p["by_component"] if c["component"] in ACCELERATORS)
-    shares = data["saturated"]["coverage"]["shares"]
-    quality = next((q for q in QUALITIES if shares.get(q, 0.0) > 0), "none")
+    fractions = data["saturated"]["coverage"]["fractions"]
+    quality = next((q for q in QUALITIES if fractions.get(q, 0.0) > 0), "none")
     fields: dict[str, str | None] = {
         "energy_j": _num(energy),
         "bound_j": _num(whole["energy_bound_j"]),
         "j_per_unit": _num(whole.get("j_per_unit")) if whole.get("units") else None,
         "unit": _word(data["job"]["unit"] or "units") if whole.get("units") else None,
-        "accel_share": f"{accel / energy:.3f}" if energy > 0 else None,
+        "accel_fraction": f"{accel / energy:.3f}" if energy > 0 else None,
         "quality": quality,
         "measured_fraction": f"{data['saturated']['coverage']['measured_fraction']:.3f}",
         "hosts": str(len(data["job"]["hosts"])),
@@ -105,7 +109,8 @@ def partial(data: Mapping[str, Any]) -> bool:
 
 def parse_comment(text: str) -> dict[str, str] | None:
     """The keys of a comment of a version in :data:`READS`, under today's names (a version 1
-    comment's measured_share is its measured fraction); None for any other text."""
+    comment's measured_share is its measured fraction, a version 1 or 2 comment's
+    accel_share its accel_fraction); None for any other text."""
     words = text.split()
     renames = READS.get(words[0]) if words else None
     if renames is None:

@@ -103,8 +103,9 @@ def summary_of(report: Report, computed_ns: int | None = None) -> JobSummary:
     }
     for comp in sat["by_component"]:
         fields[f"energy_{comp['component']}_j"] = comp["energy_j"]
-    for quality, share in cov["shares"].items():
-        fields[f"share_{quality}"] = share
+    for quality, fraction in cov["fractions"].items():
+        fields[f"fraction_{quality}"] = fraction
+        fields[f"share_{quality}"] = fraction  # deprecated name of fraction_<quality>
     hosts: dict[str, float] = {h["host"]: h["energy_j"] for h in sat["by_host"]}
     for h in warm["by_host"]:
         hosts[h["host"]] = hosts.get(h["host"], 0.0) + h["energy_j"]

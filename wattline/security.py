@@ -27,9 +27,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
-
-import grpc
+from typing import TYPE_CHECKING, Any
 
 from wattline.config import ConfigError, read_public_file, read_secret, read_secret_bytes
 
@@ -44,6 +42,9 @@ __all__ = [
     "read_token",
     "server_credentials",
 ]
+
+if TYPE_CHECKING:  # imported where credentials are made: loading gRPC is a large part of a command's start
+    import grpc
 
 #: gRPC metadata key of the bearer token (lower case, as HTTP/2 carries it).
 AUTH_METADATA = "authorization"
@@ -115,6 +116,8 @@ def server_credentials(cert: Path, key: Path, client_ca: Path | None = None) -> 
     chain = read_public_file(cert, "collector.tls_cert")
     private = read_secret_bytes(key, "collector.tls_key")
     roots = read_public_file(client_ca, "collector.tls_client_ca") if client_ca is not None else None
+    import grpc
+
     try:
         return grpc.ssl_server_credentials([(private, chain)], root_certificates=roots, require_client_auth=bool(roots))
     except (ValueError, RuntimeError) as exc:
@@ -128,6 +131,8 @@ def channel_credentials(ca: Path | None, cert: Path | None = None, key: Path | N
     roots = read_public_file(ca, "agent.tls_ca") if ca is not None else None
     chain = read_public_file(cert, "agent.tls_cert") if cert is not None else None
     private = read_secret_bytes(key, "agent.tls_key") if key is not None else None
+    import grpc
+
     return grpc.ssl_channel_credentials(root_certificates=roots, private_key=private, certificate_chain=chain)
 
 

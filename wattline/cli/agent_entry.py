@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from wattline.agent import registry
-from wattline.agent.daemon import run_agent
 from wattline.agent.holders.kube.settings import KubeSettings
 from wattline.agent.holders.systemd.settings import SystemdSettings
 from wattline.agent.settings import AgentSettings
@@ -139,6 +138,8 @@ def agent_settings(config: Path | None, **flags: Any) -> tuple[AgentSettings, di
 
 def run_agent_command(config: Path | None, **flags: Any) -> None:
     """``wattline agent``: settings from ``config``, the environment and ``flags``; run until stopped."""
+    from wattline.agent.daemon import run_agent  # the daemon: only when it runs
+
     settings, doc = agent_settings(config, **flags)
     run_agent(settings, doc)
 

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import importlib
 import os
-import sqlite3
 import sys
 
 import typer
 
 from wattline import __version__
-from wattline.agent.spool.outbox import outbox_root
-from wattline.agent.tuning.records import restore_dead, restore_dir
 from wattline.cli import daemons, jobs, outputs, panels, slurm, sweep, workload, workload_service
 from wattline.cli.agent_entry import start_logging
 from wattline.cli.errors import COMMON_ERRORS, exit_status, one_line, say_error
 from wattline.config import ConfigError
-from wattline.jobs.wrappers.run import CommandNotStarted
-from wattline.stores.base import StoreUnavailable
-from wattline.stores.influxdb.influxql import QueryError
 
 app = typer.Typer(
     name="wattline",
@@ -51,6 +45,9 @@ def root(
     log_level: str = typer.Option("info", "--log-level", envvar="WATTLINE_LOG_LEVEL", help="debug, info, warning."),
 ) -> None:
     """wattline: per-host agent, collector, job wrappers and reports."""
+    from wattline.agent.spool.outbox import outbox_root
+    from wattline.agent.tuning.records import restore_dead, restore_dir
+
     start_logging(log_level)
     # settings a dead sweep changed are put back by the next wattline command on the host
     restore_dead(restore_dir(outbox_root("")), lambda line: print(f"wattline: {line}", file=sys.stderr, flush=True))
@@ -76,6 +73,20 @@ def _usage_errors() -> tuple[tuple[type[Exception], ...], tuple[type[BaseExcepti
 USAGE_ERRORS, ABORTS = _usage_errors()
 
 
+#: The store's errors (module, class) that end as one ``store:`` line.
+STORE_ERRORS = (
+    ("wattline.stores.base", "StoreUnavailable"),
+    ("wattline.stores.influxdb.influxql", "QueryError"),
+    ("sqlite3", "Error"),
+)
+
+
+def _loaded(*names: tuple[str, str]) -> tuple[type[BaseException], ...]:
+    """The error classes ``(module, class)`` of the modules loaded: a module a command never
+    loaded raised nothing, and ``--help`` need not load the store back-ends to say so."""
+    return tuple(getattr(sys.modules[module], name) for module, name in names if module in sys.modules)
+
+
 def run() -> None:
     """Run the app, turning expected errors into one line (the policy in :mod:`wattline.cli.main`)."""
     try:
@@ -92,10 +103,10 @@ def run() -> None:
         sys.exit(130)
     except (ConfigError, KeyboardInterrupt) as exc:  # before the store errors: some are ConfigErrors too
         sys.exit(exit_status(exc))
-    except CommandNotStarted as exc:  # wattline run: as a shell says it
+    except _loaded(("wattline.jobs.wrappers.run", "CommandNotStarted")) as exc:  # wattline run: as a shell says it
         say_error(str(exc))
-        sys.exit(exc.status)
-    except (StoreUnavailable, QueryError, sqlite3.Error) as exc:
+        sys.exit(exc.status)  # type: ignore[attr-defined]
+    except _loaded(*STORE_ERRORS) as exc:
         if os.environ.get("WATTLINE_DEBUG"):
             raise
         say_error(f"store: {one_line(str(exc)) or type(exc).__name__}")

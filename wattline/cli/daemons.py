@@ -7,29 +7,27 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from wattline import systemd
 from wattline.agent import registry
 from wattline.agent.counter import wrap_period_s
-from wattline.agent.sampler import Sampler
 from wattline.agent.settings import AgentSettings
 from wattline.agent.sources.base import Channel
 from wattline.cli import panels
 from wattline.cli.agent_entry import agent_settings, read_config, run_agent_command
-from wattline.collector.daemon import run_collector, store_from_settings
-from wattline.collector.processes import ProcessLink, Supervisor
 from wattline.collector.settings import CollectorSettings
 from wattline.config import build, help_of
-from wattline.reports.model import ReportSettings
-from wattline.reports.summaries.intervals import IntervalWriter
-from wattline.reports.summaries.slurm_comment import AdminCommentWriter
-from wattline.reports.summaries.summary import SummaryWriter
 from wattline.signals import set_on_signals
-from wattline.stores.base import StoreUnavailable
-from wattline.stores.reader import IntervalStore, SummaryStore
+
+if TYPE_CHECKING:  # the daemons, stores and writers load in the commands that run them
+    from wattline.agent.sampler import Sampler
+    from wattline.collector.processes import ProcessLink
+    from wattline.reports.summaries.intervals import IntervalWriter
+    from wattline.reports.summaries.slurm_comment import AdminCommentWriter
+    from wattline.reports.summaries.summary import SummaryWriter
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +160,9 @@ def collector(
     replay_max_mb: int | None = typer.Option(None, help=_c("replay_max_mb"), rich_help_panel=panels.DELIVERY),
 ) -> None:
     """Run the collector: receive agents' batches over gRPC and write them to storage."""
+    from wattline.collector.processes import Supervisor
+    from wattline.stores.base import StoreUnavailable
+
     flags = dict(
         listen=listen,
         store=store,
@@ -216,6 +217,9 @@ def serve_collector(
 ) -> None:
     """One collector process: ingest (:func:`run_collector`, ``hooks`` its callbacks) and
     its job summaries' writer."""
+    from wattline.collector.daemon import run_collector
+    from wattline.reports.summaries.slurm_comment import AdminCommentWriter
+
     writer: SummaryWriter | None = None
     comments: AdminCommentWriter | None = None
     intervals: IntervalWriter | None = None
@@ -248,6 +252,8 @@ def serve_collector(
 
 def collector_process(settings: CollectorSettings, link: ProcessLink) -> None:
     """The body of each of several collector processes (``--processes``)."""
+    from wattline.stores.base import StoreUnavailable
+
     try:
         serve_collector(settings, link.stop, link=link)
     except StoreUnavailable as exc:
@@ -260,6 +266,12 @@ def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:
 
     It reads and writes through a store of its own (a second connection), so a summary
     never waits for ingest's connection nor ingest for it."""
+    from wattline.collector.daemon import store_from_settings
+    from wattline.reports.model import ReportSettings
+    from wattline.reports.summaries.summary import SummaryWriter
+    from wattline.stores.base import StoreUnavailable
+    from wattline.stores.reader import SummaryStore
+
     if not settings.summaries:
         return None
     store = store_from_settings(settings)
@@ -301,6 +313,10 @@ def summary_writer(settings: CollectorSettings) -> SummaryWriter | None:
 def interval_writer(settings: CollectorSettings, summaries: SummaryWriter | None) -> IntervalWriter | None:
     """The service intervals' writer, started, on a store connection of its own; None when
     ``service_interval`` is 0 or job summaries are off (it reads what they read)."""
+    from wattline.collector.daemon import store_from_settings
+    from wattline.reports.summaries.intervals import IntervalWriter
+    from wattline.stores.reader import IntervalStore
+
     if summaries is None or not settings.service_interval > 0:
         return None
     store = store_from_settings(settings)
@@ -328,6 +344,8 @@ def sources(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.", rich_help_panel=panels.OUTPUT),
 ) -> None:
     """List each energy source on this host: measured or estimated, and why any is missing."""
+    from wattline.agent.sampler import Sampler
+
     settings, doc = agent_settings(config, sysfs_root=sysfs_root, sources=source_names, interval=interval)
     statuses = registry.discover(settings.sources, settings.sysfs_root, doc, interval_s=settings.interval)
     found = [s for s in (status.sampled for status in statuses) if s is not None]

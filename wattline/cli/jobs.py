@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from wattline.cli import panels
 from wattline.cli.agent_entry import agent_settings
@@ -44,23 +43,8 @@ from wattline.cli.window_options import (
 )
 from wattline.config import ConfigError, parse_pairs
 from wattline.jobs.mine import SERVICE_ACCOUNT_NAMESPACE, check_labels, find_mine
-from wattline.jobs.wrappers.job import default_job_id
-from wattline.jobs.wrappers.job_command import (
-    Job,
-    check_host,
-    claimed_devices,
-    emit_report,
-    job_spec,
-    run_and_report,
-)
-from wattline.jobs.wrappers.run import RunRequest, check_command, units_pattern
-from wattline.jobs.wrappers.served import served_units
-from wattline.reports.interval_reports import interval_figures
 from wattline.reports.model import ReportSettings
 from wattline.reports.model_split import check_applies, check_model_split
-from wattline.reports.output.comparison import comparison_json, print_comparison
-from wattline.reports.output.jobs_table import print_jobs
-from wattline.reports.summaries.reading import compare_jobs, job_rows, report_or_exit
 from wattline.units import parse_duration
 
 
@@ -184,6 +168,11 @@ def run(
     Exits with COMMAND's exit status (127: not found, 126: not executable, as a shell;
     nothing is recorded then). With --json, COMMAND's stdout goes to stderr.
     """
+    from wattline.jobs.wrappers.job import default_job_id
+    from wattline.jobs.wrappers.job_command import Job, check_host, claimed_devices, job_spec, run_and_report
+    from wattline.jobs.wrappers.run import RunRequest, check_command, units_pattern
+    from wattline.jobs.wrappers.served import served_units
+
     if kind not in {"inference", "training", "other"}:
         raise ConfigError(f"option --kind: {kind!r} is not inference, training or other")
     after = parse_duration(saturated_after, "--saturated-after") if saturated_after else None
@@ -238,6 +227,9 @@ def report(
     --from/--to, its figures over that window (a service that does not end), a service's from
     its stored intervals inside the window where they match the report's policy (--raw: not)."""
     from wattline.cli import outputs
+    from wattline.jobs.wrappers.job_command import emit_report
+    from wattline.reports.interval_reports import interval_figures
+    from wattline.reports.summaries.reading import report_or_exit
 
     window = parse_window(since, from_, to, time.time_ns())
     split = check_model_split(model_split, "--model-split")
@@ -297,6 +289,11 @@ def jobs(
 
     A job whose stored events are bad is listed with its ``error``; it never stops the listing.
     """
+    from rich.console import Console
+
+    from wattline.reports.output.jobs_table import print_jobs
+    from wattline.reports.summaries.reading import job_rows
+
     wanted = parse_pairs(label or [], "--label")
     any_of = None
     if mine:
@@ -375,7 +372,11 @@ def compare(
     choice: StoreChoice,
 ) -> None:
     """The study's table for two jobs: throughput, instances for an SLA, energy, cost, CO2."""
+    from rich.console import Console
+
     from wattline.cli import outputs
+    from wattline.reports.output.comparison import comparison_json, print_comparison
+    from wattline.reports.summaries.reading import compare_jobs, report_or_exit
 
     settings_a = report_settings(None, carbon_a or carbon_intensity, pue, idle, share_rule)
     settings_b = report_settings(None, carbon_b or carbon_intensity, pue, idle, share_rule)

@@ -24,9 +24,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from wattline.agent.grpc_io import import_grpc
+from wattline.agent.grpc_io import defer_grpc
 
-import_grpc()  # first: gRPC reads its I/O settings when imported (wattline/agent/grpc_io.py)
+defer_grpc()  # first: gRPC reads its I/O settings when imported (wattline/agent/grpc_io.py)
 
 from wattline.cli.agent_entry import agent_command  # noqa: E402
 from wattline.cli.errors import COMMON_ERRORS, exit_status  # noqa: E402

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -27,18 +27,17 @@ from wattline.cli.daemons import (
     INFLUX_TOKEN_FILE,
     TENANT,
 )
-from wattline.collector.daemon import store_from_settings
 from wattline.collector.settings import CollectorSettings, check_tenant
 from wattline.config import ConfigError, build
-from wattline.jobs.wrappers.job_command import JobStore
 from wattline.reports.intensity import IntensitySeries, parse_intensity
 from wattline.reports.model import DEFAULT_MODEL_SPLIT, ReportSettings
 from wattline.reports.model_split import MODEL_SPLIT_HELP
-from wattline.reports.summaries import reading
-from wattline.reports.summaries.store import default_store_url
 from wattline.share_rules import DEFAULT_SHARE_RULE, SHARE_RULE_HELP, check_share_rule
-from wattline.stores.base import Store
-from wattline.stores.reader import OpenReader
+
+if TYPE_CHECKING:  # stores, jobs and reports load in the commands that use them
+    from wattline.jobs.wrappers.job_command import JobStore
+    from wattline.stores.base import Store
+    from wattline.stores.reader import OpenReader
 
 STORE_HELP = (
     "Store to read/write: sqlite:///PATH or http://influxdb:8086 (default: $WATTLINE_STORE or the local SQLite file)."
@@ -113,6 +112,8 @@ class StoreChoice:
     influx: dict[str, Any] = field(default_factory=dict)
 
     def settings(self) -> CollectorSettings:
+        from wattline.reports.summaries.store import default_store_url
+
         flags = {"store": self.store or default_store_url(), **self.influx}
         settings = build(CollectorSettings, "collector", read_config(self.config), flags=flags)
         if settings.influx_api not in {"auto", "v1", "v2"}:
@@ -122,14 +123,20 @@ class StoreChoice:
 
     def open(self) -> Store:
         """The store, for writing (created when it is a new SQLite file)."""
+        from wattline.collector.daemon import store_from_settings
+
         return store_from_settings(self.settings())
 
     def reader(self) -> OpenReader:
         """The store, read-only, for reports (:func:`reading.open_reader`)."""
+        from wattline.reports.summaries import reading
+
         return reading.open_reader(self.settings())
 
     def job_store(self) -> JobStore:
         """Where a job run here writes its events and reads its report."""
+        from wattline.jobs.wrappers.job_command import JobStore
+
         return JobStore(self.open, self.reader, named=self.store is not None)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -14,10 +14,9 @@ from wattline.cli.options import IDLE, JOB_HELP, SHARE, StoreChoice, report_sett
 from wattline.config import ConfigError
 from wattline.jobs.jobs_view import all_views
 from wattline.reports.model import Report, ReportSettings
-from wattline.reports.output import export as export_rows
-from wattline.reports.summaries.reading import labelled, listed_report, report_or_exit
-from wattline.reports.timeline import build_timeline
-from wattline.stores.reader import Reader
+
+if TYPE_CHECKING:  # stores and report outputs load in the commands that write them
+    from wattline.stores.reader import Reader
 
 
 def check_report_outputs(plot: Path | None, html: Path | None) -> None:
@@ -41,6 +40,7 @@ def write_report_outputs(
         return
     from wattline.reports.output import page
     from wattline.reports.output import plot as plotting
+    from wattline.reports.timeline import build_timeline
 
     timeline = build_timeline(reader, report)
     if plot is not None:
@@ -82,6 +82,9 @@ def jobs_csv(
 ) -> None:
     """``jobs --csv``: one row per job (with every one of ``labels``, at least one of
     ``any_of`` where given) on stdout; a job whose events are bad has its error."""
+    from wattline.reports.output import export as export_rows
+    from wattline.reports.summaries.reading import labelled, listed_report
+
     rows: list[dict[str, Any]] = []
     for view in labelled(all_views(reader), labels, any_of):
         try:
@@ -97,6 +100,9 @@ def jobs_csv(
 def export(reader: Reader, job_id: str, csv_path: str, settings: ReportSettings | None = None) -> None:
     """``export JOB --csv FILE|-``: the job's samples, cut at its window and saturation point,
     each with what the report (under ``settings``) charged the job for it."""
+    from wattline.reports.output import export as export_rows
+    from wattline.reports.summaries.reading import report_or_exit
+
     report = report_or_exit(reader, job_id, settings or ReportSettings())
     rows = export_rows.sample_rows(reader, report)
     if csv_path == "-":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -10,18 +11,17 @@ from wattline.cli import panels
 from wattline.cli.agent_entry import agent_settings
 from wattline.cli.options import VERBOSE, StoreChoice, report_options, store_options
 from wattline.config import ConfigError, parse_pairs
-from wattline.jobs.wrappers.job_command import Job, check_host, claimed_devices, job_spec
-from wattline.jobs.wrappers.run import RunRequest, units_pattern
 from wattline.reports.model import ReportSettings
-from wattline.sweep import plan as plans
-from wattline.sweep.command import Outputs, run_sweep
-from wattline.sweep.grid import parse_params
 from wattline.units import parse_duration
+
+if TYPE_CHECKING:  # the sweep's machinery (jobs, tuning, reports) loads when a sweep runs
+    from wattline.sweep.command import Outputs
 
 
 def _outputs(sla: str | None, as_json: bool, plot: Path | None, html: Path | None, csv: Path | None) -> Outputs:
     """The outputs, checked before anything runs (a bad --plot is found now, not after an hour)."""
     from wattline.cli import outputs
+    from wattline.sweep.command import Outputs
 
     outputs.check_report_outputs(plot, html)
     rate = None
@@ -107,6 +107,12 @@ def sweep(
     """Run COMMAND over a grid of settings, each point several times as a job, and rank the
     settings by energy per unit, with the Pareto front against throughput and which
     differences are real (beyond both the measurement bound and the spread of the runs)."""
+    from wattline.jobs.wrappers.job_command import Job, check_host, claimed_devices, job_spec
+    from wattline.jobs.wrappers.run import RunRequest, units_pattern
+    from wattline.sweep import plan as plans
+    from wattline.sweep.command import run_sweep
+    from wattline.sweep.grid import parse_params
+
     out = _outputs(sla, as_json, plot, html, csv)
     settings, doc = agent_settings(
         choice.config, interval=interval, sysfs_root=sysfs_root, host_id=host_id, sources=sources, collectors=collectors

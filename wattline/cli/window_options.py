@@ -13,7 +13,6 @@ import typer
 from wattline.cli import panels
 from wattline.config import ConfigError
 from wattline.reports.model import Report, ReportSettings
-from wattline.reports.output.plot import check_path, pyplot
 from wattline.reports.window_view import Window
 from wattline.units import parse_duration
 
@@ -82,6 +81,8 @@ def parse_every(every: str | None, curve: Path | None) -> float | None:
         return None
     seconds = positive_duration(every, "--every")
     if curve is not None:
+        from wattline.reports.output.plot import check_path, pyplot
+
         check_path(curve, "--curve")
         pyplot()  # matplotlib installed, else its install hint now
     return seconds

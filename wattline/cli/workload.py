@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -25,17 +25,19 @@ from wattline.cli import panels
 from wattline.cli.agent_entry import agent_settings
 from wattline.cli.options import VERBOSE, StoreChoice, option_group, report_options, store_options
 from wattline.config import ConfigError
-from wattline.jobs.wrappers.job import default_job_id
 from wattline.reference.common import (
     DEVICES,
     DTYPES,
     EXTRA_HINT,
     RANDOM_WEIGHTS,
+    WORKLOAD_SCHEMA,
     import_torch,
     missing_extra,
 )
-from wattline.reference.launch import WORKLOAD_SCHEMA, Launch, Where, resolve, run_workload, torchrun
 from wattline.reports.model import ReportSettings
+
+if TYPE_CHECKING:  # the launcher (jobs, reports) loads in the commands that run a workload
+    from wattline.reference.launch import Launch
 
 app = typer.Typer(
     name="workload",
@@ -142,6 +144,8 @@ def _run(
     launch: Launch, common: Common, choice: StoreChoice, rsettings: ReportSettings, job_id: str | None = None
 ) -> None:
     """Run the workload as a job (:func:`run_workload`) and exit with its status."""
+    from wattline.reference.launch import Where, run_workload
+
     settings, doc = agent_settings(
         choice.config, interval=common.interval, sysfs_root=None, host_id=None, collectors=common.collectors
     )
@@ -236,6 +240,7 @@ def layoutlm_inference(
     for --duration: latency p50/p90/p99 per batch and per document, energy per inference.
     Random weights, no download.
     """
+    from wattline.reference.launch import Launch, resolve
     from wattline.reference.layoutlm_inference import SEQ_LEN, SIZES
 
     if size not in SIZES:
@@ -323,7 +328,9 @@ def bert_pretrain(
     marks saturation there and trains --duration seconds more. Several processes or
     hosts run under torchrun with one job id. Random weights, no download.
     """
+    from wattline.jobs.wrappers.job import default_job_id
     from wattline.reference.bert_pretrain import DEFAULT_BATCH, SEQ_LENS, SIZES
+    from wattline.reference.launch import Launch, resolve, torchrun
 
     if size not in SIZES:
         raise ConfigError(f"option --size: {size!r} is not one of {', '.join(sorted(SIZES))}")

@@ -7,13 +7,11 @@ import json
 import sys
 
 import typer
-from rich.console import Console
 
 from wattline.cli import panels
 from wattline.cli.workload import DEVICE, SEED, positive, require_extra
 from wattline.config import ConfigError
 from wattline.reference.common import DTYPES, exit_now
-from wattline.reference.launch import resolve
 
 
 def layoutlm_serve(
@@ -57,6 +55,7 @@ def layoutlm_serve(
     those in flight. No job is opened: the service's units are read from its metrics.
     Random weights, no download.
     """
+    from wattline.reference.launch import resolve
     from wattline.reference.layoutlm_inference import SIZES
 
     if size not in SIZES:
@@ -115,6 +114,8 @@ def load(
     answered inside it. Steps in % are of the capacity: --capacity, else measured with
     closed-loop clients doubling until throughput stops rising.
     """
+    from rich.console import Console
+
     from wattline.reference.stepped_load import ARRIVALS, check_url, parse_steps, run_load
 
     specs = parse_steps(steps)

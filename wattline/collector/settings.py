@@ -7,12 +7,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-
-import grpc
+from typing import TYPE_CHECKING
 
 from wattline.config import ConfigError, option
 from wattline.security import is_loopback, read_token, server_credentials
 from wattline.share_rules import DEFAULT_SHARE_RULE, SHARE_RULE_HELP, check_share_rule
+
+if TYPE_CHECKING:  # only an annotation here: the command line reads these settings without loading gRPC
+    import grpc
 
 DEFAULT_STORE = "sqlite:///var/lib/wattline/wattline.db"
 

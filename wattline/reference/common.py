@@ -32,6 +32,9 @@ EXTRA_HINT = "wattline workload needs the optional extra: pip install 'wattline[
 RANDOM_WEIGHTS = "random weights, no download: measures compute, not accuracy"
 #: Said wherever two CPU configurations are contrasted.
 DEMO_ONLY = "a demonstration of the method, not of accelerators"
+#: Version of ``wattline workload --json``'s shape (:func:`wattline.reference.launch.run_workload`;
+#: the report inside keeps its own schema). Here, not there: the CLI's help names it without loading the launcher.
+WORKLOAD_SCHEMA = "wattline.workload/1"
 
 DEVICES = ("auto", "cpu", "cuda", "neuron")
 DTYPES = ("fp32", "bf16")

@@ -32,14 +32,19 @@ from wattline.jobs.wrappers.job_command import (
     run_in_job,
 )
 from wattline.jobs.wrappers.run import RunRequest
-from wattline.reference.common import DEMO_ONLY, DTYPES, RANDOM_WEIGHTS, probe_devices, resolve_device
+from wattline.reference.common import (
+    DEMO_ONLY,
+    DTYPES,
+    RANDOM_WEIGHTS,
+    WORKLOAD_SCHEMA,
+    probe_devices,
+    resolve_device,
+)
 from wattline.reference.figures import cross_check, print_workload
 from wattline.reports.model import Report, ReportSettings
 from wattline.reports.output.render import print_report
 from wattline.reports.report_json import report_json
 
-#: Version of the ``--json`` shape below (the report inside keeps its own schema).
-WORKLOAD_SCHEMA = "wattline.workload/1"
 MODULE = "wattline.reference"
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from slurm_node_files import slurmd_proc  # tests/helpers/slurm_node_files.py
 
-from wattline.jobs.wrappers import slurm
+from wattline.jobs.wrappers import slurm_hooks
 
 #: The first job's id; the others follow.
 FIRST_JOB = 5001
@@ -121,7 +121,7 @@ def prologs(config: Path, jobs: int, proc: Path) -> None:
     for job in job_ids(jobs):
         env = {"SLURM_JOB_ID": job, "SLURM_JOB_UID": str(os.getuid()), "SLURM_JOB_GID": str(os.getgid()),
                "SLURM_JOB_USER": "bench", "SLURM_JOB_PARTITION": "cpu", "SLURMD_NODENAME": "n1"}  # fmt: skip
-        problems = slurm.prolog(env, config, proc)
+        problems = slurm_hooks.prolog(env, config, proc)
         if problems:
             raise SystemExit(f"prolog of job {job}: {problems}")
 

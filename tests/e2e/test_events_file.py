@@ -37,7 +37,7 @@ from wattline.agent.holders.kube.watcher import PodWatcher
 from wattline.agent.holders.slurm.jobs import HookNotes
 from wattline.jobs.events import EventBuilder, JobSpec
 from wattline.jobs.jobs_view import build_view
-from wattline.jobs.wrappers import slurm
+from wattline.jobs.wrappers import slurm_hooks
 from wattline.reports.build import build_report
 from wattline.reports.model import ReportSettings
 from wattline.stores.base import Store
@@ -105,7 +105,7 @@ def slurm_job(tmp_path: Path, job_id: str) -> tuple[dict[str, str], Path, HookNo
     env = job_env(job_id)
     sent: list[wire.pb.JobEvent] = []
     notes = agent(tmp_path, sent)
-    slurm.prolog(env, config, proc)
+    slurm_hooks.prolog(env, config, proc)
     assert notes.take() == 1
     return env, config, notes, sent
 
@@ -166,7 +166,7 @@ def test_a_slurm_jobs_events_file_reads_the_table(
     env, config, notes, sent = slurm_job(tmp_path, "61")
     base = int(time.time())
     (tmp_path / "slurm/61.events").write_text(events_table.text(base), encoding="utf-8")
-    slurm.epilog({**env, "SLURM_JOB_EXIT_CODE2": "0:0"}, config)
+    slurm_hooks.epilog({**env, "SLURM_JOB_EXIT_CODE2": "0:0"}, config)
     assert notes.take() == 1
     assert sent_events(sent, "61") == events_table.events(base)
     messages = [r.getMessage() for r in agent_says.records]
@@ -312,7 +312,7 @@ def test_a_slurm_job_counts_from_units_0(
     path.write_text(f"units 0 {b}\nphase saturated {b + 0.5}\nunits 10 {b + 1}\n")
     time.sleep(max(0.0, b + 1.2 - time.time()))
     before, after, closing = joined_zero(monkeypatch, path, "62", then=4)
-    slurm.epilog({**env, "SLURM_JOB_EXIT_CODE2": "0:0"}, config)
+    slurm_hooks.epilog({**env, "SLURM_JOB_EXIT_CODE2": "0:0"}, config)
     assert notes.take() == 1
     got = sent_events(sent, "62")
     assert got[:3] == [("units", 0.0, b * S), ("phase", "saturated", b * S + S // 2), ("units", 10.0, (b + 1) * S)]

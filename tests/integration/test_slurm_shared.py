@@ -34,7 +34,7 @@ from wattline.agent.holders.slurm import records as slurm_records
 from wattline.agent.holders.slurm.watch import SlurmWatcher
 from wattline.agent.sources.use import DeviceUse
 from wattline.jobs.events import EventBuilder, JobSpec
-from wattline.jobs.wrappers import slurm
+from wattline.jobs.wrappers import slurm_hooks
 from wattline.reports.build import build_report
 from wattline.reports.model import ReportSettings
 from wattline.stores.sqlite.store import SqliteStore
@@ -107,7 +107,7 @@ def open_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Node, li
     windows: list[wire.pb.JobEvent] = []
     for job_id in CORES:
         env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_UID": str(UID), "SLURMD_NODENAME": "n1"}
-        assert slurm.prolog(env, config, proc) == []
+        assert slurm_hooks.prolog(env, config, proc) == []
         events = EventBuilder(JobSpec(job_id, job_id), base=slurm_node.seq_base(job_id, "n1"))
         windows += [events.open(T0), events.close(0, T0 + LENGTH_S * S)]
     return Node(tmp_path / "outbox", tmp_path / "slurm", wire.Host(host_id="n1")), windows
@@ -223,7 +223,7 @@ def test_slurm_gpus_are_claimed_by_uuid_from_the_agents_gpu_sources(tmp_path: Pa
     scenario = Path(__file__).parents[1] / "nvml_stub/scenarios/two_gpus.txt"
     shown = []
     for nvml in (True, False):  # an agent without NVML claims them by index
-        assert slurm.prolog(env, config, proc) == []
+        assert slurm_hooks.prolog(env, config, proc) == []
         stub = {"LD_LIBRARY_PATH": str(build_stub()), "WATTLINE_NVML_SCENARIO": str(scenario)} if nvml else {}
         done = subprocess.run(
             [sys.executable, "-c", AGENT_PASS, str(tmp_path / "outbox"), str(tmp_path / "slurm")],
@@ -295,7 +295,7 @@ def open_gpu_jobs(config: Path, proc: Path) -> list[dict[str, str]]:
         for job in GPU_JOBS
     ]
     for env in envs:
-        assert slurm.prolog(env, config, proc) == []
+        assert slurm_hooks.prolog(env, config, proc) == []
     return envs
 
 
@@ -321,7 +321,7 @@ def run_gpu_node(
         advance(dirs, t, layout, GPU_JOBS)
         if t == LENGTH_S:
             for env in envs:
-                assert slurm.epilog(env, config) == []
+                assert slurm_hooks.epilog(env, config) == []
                 noted_at(slurm_dir / f"{env['SLURM_JOB_ID']}.close", T0 + LENGTH_S * S)
         watcher.poll(T0 + t * S)
     return sent
@@ -400,7 +400,7 @@ from wattline.agent.holders.slurm import node as slurm_node
 from wattline.agent.usage.process_use import use_sources
 from wattline.agent.holders.slurm.watch import SlurmWatcher, gpu_uuids
 from wattline.agent.sources.nvml import NvmlSource
-from wattline.jobs.wrappers import slurm
+from wattline.jobs.wrappers import slurm_hooks
 slurm_node.ask_controller = lambda *a, **k: slurm_node.Asked(None, 0.0)
 tmp, root, config, envs, t0 = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), json.loads(sys.argv[4]), int(sys.argv[5])
 src = NvmlSource()
@@ -411,7 +411,7 @@ watcher = SlurmWatcher(tmp / "outbox", tmp / "slurm", wire.Host(host_id="n1"), l
 for t in range(16):
     if t == 15:
         for env in envs:
-            slurm.epilog(env, config)
+            slurm_hooks.epilog(env, config)
     watcher.poll(t0 + t * 10**9)
     time.sleep(0.05)
 src.close()

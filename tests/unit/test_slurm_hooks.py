@@ -15,7 +15,7 @@ from slurm_node_files import node_config
 from wattline import wire
 from wattline.agent.holders.slurm import node as slurm_node
 from wattline.agent.holders.slurm.records import SlurmError
-from wattline.jobs.wrappers import slurm
+from wattline.jobs.wrappers import slurm_hooks
 
 
 def node_env(tmp_path: Path) -> tuple[Path, dict[str, str]]:
@@ -30,7 +30,7 @@ def node_env(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 def test_a_symlinked_events_file_is_not_followed(tmp_path: Path) -> None:
     _, env = node_env(tmp_path)
-    path = slurm.make_events_file(tmp_path / "slurm", "7", env)
+    path = slurm_hooks.make_events_file(tmp_path / "slurm", "7", env)
     secret = tmp_path / "secret"
     secret.write_text("units 99\n")
     path.unlink()
@@ -41,7 +41,7 @@ def test_a_symlinked_events_file_is_not_followed(tmp_path: Path) -> None:
 
 def test_another_users_file_counts_nothing_for_the_job(tmp_path: Path) -> None:
     _, env = node_env(tmp_path)
-    path = slurm.make_events_file(tmp_path / "slurm", "7", env)
+    path = slurm_hooks.make_events_file(tmp_path / "slurm", "7", env)
     path.write_text("units 5\n")
     with pytest.raises(SlurmError, match="not a regular file of the job's user"):
         slurm_node.read_events_file(path, os.getuid() + 1)
@@ -72,7 +72,7 @@ def test_a_hook_exits_0_and_says_why_in_one_line(env: dict[str, str]) -> None:
 def test_a_deploy_script_exits_0_with_one_line_whatever_its_path(tmp_path: Path, name: str, pypath: str) -> None:
     """The script as slurm.conf names it (python -I -S), its settings pointed here; the job's
     config is missing, or wattline is not on PYPATH: one line, exit 0, no traceback."""
-    good = f"{Path(slurm.__file__).resolve().parents[3]}:{sysconfig.get_paths()['purelib']}"
+    good = f"{Path(slurm_hooks.__file__).resolve().parents[3]}:{sysconfig.get_paths()['purelib']}"
     text = (Path(__file__).resolve().parents[2] / "deploy/slurm" / name).read_text()
     text = text.replace("PYTHON=/usr/bin/python3", f"PYTHON={sys.executable}")
     text = text.replace("PYPATH=/usr/lib/python3/dist-packages", f"PYPATH={good if pypath == 'good' else pypath}")

@@ -24,7 +24,7 @@ from wattline.agent.holders.slurm import records as slurm_records
 from wattline.agent.holders.slurm import watch as slurm_watch
 from wattline.agent.holders.slurm.jobs import HookNotes
 from wattline.agent.holders.slurm.watch import SlurmWatcher
-from wattline.jobs.wrappers import slurm
+from wattline.jobs.wrappers import slurm_hooks
 from wattline.stores.sqlite.store import SqliteStore
 
 K = wire.pb.JobEvent
@@ -60,7 +60,7 @@ def test_a_jobs_events_come_from_its_hooks_notes(tmp_path: Path, controller: dic
     notes = agent(tmp_path, sent, gpus={0: "GPU-aaa", 1: "GPU-bbb"})
 
     before = time.time_ns()
-    assert slurm.prolog(env, config, proc) == []
+    assert slurm_hooks.prolog(env, config, proc) == []
     opened_by = time.time_ns()
     assert notes.take() == 1
     (opened,) = sent
@@ -77,7 +77,7 @@ def test_a_jobs_events_come_from_its_hooks_notes(tmp_path: Path, controller: dic
     sent.clear()
     controller.clear()  # the controller forgot the job: the epilog's own status counts
     closing = time.time_ns()
-    assert slurm.epilog({**env, "SLURM_JOB_EXIT_CODE2": "3:0"}, config) == []
+    assert slurm_hooks.epilog({**env, "SLURM_JOB_EXIT_CODE2": "3:0"}, config) == []
     closed_by = time.time_ns()
     time.sleep(0.05)  # the agent takes the note later: the note's instant counts, not the agent's
     assert notes.take() == 1
@@ -101,10 +101,10 @@ def test_notes_wait_for_the_agent_and_a_note_read_again_stores_nothing_twice(
     It died before removing them: read again, they give the same events (one per identity)."""
     config, proc = node_config(tmp_path), slurmd_proc(tmp_path / "proc")
     env = job_env("42")
-    slurm.prolog(env, config, proc)
+    slurm_hooks.prolog(env, config, proc)
     open_note = (tmp_path / "slurm/42.open").read_bytes()
     time.sleep(0.02)
-    slurm.epilog({**env, "SLURM_JOB_EXIT_CODE2": "0:0"}, config)
+    slurm_hooks.epilog({**env, "SLURM_JOB_EXIT_CODE2": "0:0"}, config)
     close_note = (tmp_path / "slurm/42.close").read_bytes()
     runs: list[list[wire.pb.JobEvent]] = [[], []]
     for sent in runs:
@@ -123,7 +123,7 @@ def test_notes_wait_for_the_agent_and_a_note_read_again_stores_nothing_twice(
 
 def test_a_note_the_outbox_refused_waits(tmp_path: Path, controller: dict[str, str]) -> None:
     config, proc = node_config(tmp_path), slurmd_proc(tmp_path / "proc")
-    slurm.prolog(job_env("43"), config, proc)
+    slurm_hooks.prolog(job_env("43"), config, proc)
     refusing = HookNotes(tmp_path / "outbox", tmp_path / "slurm", wire.Host(host_id="n1"),
                          lambda _h, _e: (_ for _ in ()).throw(OSError("outbox full")))  # fmt: skip
     assert refusing.take() == 0 and (tmp_path / "slurm/43.open").exists()
@@ -136,7 +136,7 @@ def test_a_note_anyone_else_could_have_written_counts_for_nothing(
     tmp_path: Path, controller: dict[str, str], how: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     config, proc = node_config(tmp_path), slurmd_proc(tmp_path / "proc")
-    slurm.prolog(job_env("44"), config, proc)
+    slurm_hooks.prolog(job_env("44"), config, proc)
     note = tmp_path / "slurm/44.open"
     if how == "link":
         target = tmp_path / "elsewhere.json"
@@ -160,8 +160,8 @@ def test_a_time_limit_says_timeout(tmp_path: Path, controller: dict[str, str]) -
     config, proc = node_config(tmp_path), slurmd_proc(tmp_path / "proc")
     recorded = (Path(__file__).parents[1] / "fixtures/scontrol/timeout-22.05.txt").read_text()
     env = job_env("1")
-    slurm.prolog(env, config, proc)
-    slurm.epilog({**env, "SLURM_JOB_EXIT_CODE2": "0:15"}, config)
+    slurm_hooks.prolog(env, config, proc)
+    slurm_hooks.epilog({**env, "SLURM_JOB_EXIT_CODE2": "0:15"}, config)
     controller.update(slurm_node.parse_show_job(recorded))
     sent: list[wire.pb.JobEvent] = []
     assert agent(tmp_path, sent).take() == 2
@@ -205,12 +205,12 @@ def test_an_idle_node_looks_only_at_the_directory_and_takes_a_new_note_at_once(
         watcher.poll()
     assert len(looks) == 1 and sent == []  # idle: nothing listed
 
-    assert slurm.prolog(job_env("77"), config, proc) == []
+    assert slurm_hooks.prolog(job_env("77"), config, proc) == []
     watcher.poll()
     assert [(e.job_id, e.kind) for e in sent] == [("77", K.KIND_OPEN)] and len(looks) == 2
     watcher.poll()
     assert len(looks) == 3  # a job open: every pass is whole
-    assert slurm.epilog({**job_env("77"), "SLURM_JOB_EXIT_CODE2": "0:0"}, config) == []
+    assert slurm_hooks.epilog({**job_env("77"), "SLURM_JOB_EXIT_CODE2": "0:0"}, config) == []
     watcher.poll()
     assert [e.kind for e in sent if e.job_id == "77"][-1] == K.KIND_CLOSE
     age_directory()
@@ -224,7 +224,7 @@ def test_an_idle_node_looks_only_at_the_directory_and_takes_a_new_note_at_once(
     clock = [time.monotonic()]
     monkeypatch.setattr(slurm_watch, "time", SimpleNamespace(time_ns=time.time_ns, monotonic=lambda: clock[0]))
     seen = os.stat(tmp_path / "slurm").st_mtime_ns
-    assert slurm.prolog(job_env("78"), config, proc) == []
+    assert slurm_hooks.prolog(job_env("78"), config, proc) == []
     os.utime(tmp_path / "slurm", ns=(seen, seen))
     watcher.poll()
     assert not any(e.job_id == "78" for e in sent) and len(looks) == settled

@@ -28,12 +28,12 @@ def hook(name: str, config: Path | None, env: Mapping[str, str] | None = None) -
     env = os.environ if env is None else env
     job = env.get("SLURM_JOB_ID", "?")[:20]
     try:
-        from wattline.jobs.wrappers import slurm
+        from wattline.jobs.wrappers import slurm_hooks
 
         run: dict[str, Callable[[Mapping[str, str], Path | None], list[str]]] = {
-            "prolog": slurm.prolog,
-            "epilog": slurm.epilog,
-            "task-prolog": slurm.task_prolog,
+            "prolog": slurm_hooks.prolog,
+            "epilog": slurm_hooks.epilog,
+            "task-prolog": slurm_hooks.task_prolog,
         }
         lines = run[name](env, config)
         if name == "task-prolog":

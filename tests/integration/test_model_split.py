@@ -76,11 +76,13 @@ class Recorded(ExpositionServer):
         self.texts = [(FIXTURES / f"vllm_two_models_{i}.txt").read_text().encode() for i in (1, 2, 3)]
         self.at = 0
         self.served = [0, 0, 0]  #: scrapes answered with each text
+        self.first_ns = [0, 0, 0]  #: when each text was first served
         self.lock = threading.Lock()
 
     def text(self) -> bytes:
         with self.lock:
             self.served[self.at] += 1
+            self.first_ns[self.at] = self.first_ns[self.at] or time.time_ns()
             return self.texts[self.at]
 
 
@@ -92,7 +94,7 @@ class Served:
     low_j: float  #: the zone's power over the time the job surely ran (a lower bound of its energy)
     high_j: float  #: ... over the time from before it opened to after it closed (an upper bound)
     opened_ns: int  #: before the job opened
-    cut_ns: int  #: between the first scrape's reading and the second's
+    cut_ns: int  #: when the second text was first served: after the last reading of the first
 
 
 def _closed(store: SqliteStore) -> bool:
@@ -129,8 +131,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         wait_until(lambda: vllm.served[0] > 0, "the first scrape")
         serving = time.monotonic()  # the job is open from before this ...
         time.sleep(0.2)
-        cut = time.time_ns()  # after the first scrape's reading, before the second's
-        time.sleep(0.05)
         for at in (1, 2):  # every scrape seen: a missed one would hide Qwen's tokens before its restart
             with vllm.lock:
                 vllm.at = at
@@ -149,7 +149,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         powered.close()
         vllm.shutdown()
         vllm.server_close()
-    yield Served(f"sqlite:///{tmp / 'w.db'}", WATTS * (touched - serving), WATTS * (ended - began), opened, cut)
+    yield Served(
+        f"sqlite:///{tmp / 'w.db'}", WATTS * (touched - serving), WATTS * (ended - began), opened, vllm.first_ns[1]
+    )
 
 
 def report(s: Served, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
@@ -275,8 +277,9 @@ def test_a_bad_rule_is_one_line_and_exit_2(served: Served, value: str, says: str
 
 
 def test_in_a_window_the_shares_carry_the_units_edge_bound(served: Served) -> None:
-    """A window cut between the first and second scrapes: the second scrape's tokens were done
-    somewhere across the cut, so each model's tokens in the window lie between the first
+    """A window cut between the last reading of the first text and the first of the second
+    (scrapes are one at a time, so the server's first serving of the second text lies strictly
+    between the two readings' times): the second scrape's tokens were done somewhere across the cut, so each model's tokens in the window lie between the first
     scrape's and those plus the second's. The share's bound must hold the shares of both ends
     (for Llama: none of its second-scrape tokens in and all of Qwen's, and the reverse), and be
     no wider than those ends moved by the second scrape's tokens again; the energies still add up."""

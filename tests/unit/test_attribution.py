@@ -185,7 +185,7 @@ def test_device_share_rule() -> None:
     attr = split_shared(chans, jobs, "device-share")
     assert attr.by_job() == {"a": pytest.approx(75.0), "b": pytest.approx(25.0)}
     jobs.append(job("c", 0, 1))  # no devices: 10 % between the jobs without devices
-    attr = split_shared(chans, jobs, ShareRule("device-share", deviceless_share=0.1))
+    attr = split_shared(chans, jobs, ShareRule("device-share", deviceless_fraction=0.1))
     assert attr.by_job() == {"a": pytest.approx(67.5), "b": pytest.approx(22.5), "c": pytest.approx(10.0)}
     only_deviceless = [job("x", 0, 1), job("y", 0, 1)]
     assert split_shared(chans, only_deviceless, "device-share").by_job() == {
@@ -285,7 +285,7 @@ def test_job_by_quality_and_bad_rules() -> None:
     with pytest.raises(ValueError):
         split_shared(chans, [], "fair")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        ShareRule("device-share", deviceless_share=1.5)
+        ShareRule("device-share", deviceless_fraction=1.5)
     with pytest.raises(ValueError):
         IdlePolicy("sometimes")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
@@ -330,7 +330,7 @@ def test_conservation_property(
     scenario: tuple[list[ChannelEnergy], list[JobWindow]], kind: str, deviceless: float, mode: str, idle_w: float
 ) -> None:
     channels, jobs = scenario
-    rule = ShareRule(kind, deviceless_share=deviceless)  # type: ignore[arg-type]
+    rule = ShareRule(kind, deviceless_fraction=deviceless)  # type: ignore[arg-type]
     idle = IdlePolicy(mode, {(c.host, c.component, c.device): idle_w for c in channels})  # type: ignore[arg-type]
     attr = split_shared(channels, jobs, rule, idle=idle)
     for host in {c.host for c in channels}:

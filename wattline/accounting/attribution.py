@@ -20,7 +20,7 @@ piece; each piece then goes
 * for a **host-wide channel** (cpu, dram, nic, psys...), by :class:`ShareRule`:
   ``"equal"`` among the active jobs; ``"device-share"`` in proportion to the number
   of devices each active job claims on the host, with the jobs that claim none
-  sharing ``deviceless_share`` of it equally (all of it when no active job claims a
+  sharing ``deviceless_fraction`` of it equally (all of it when no active job claims a
   device, none when every active job does); ``"exclusive"`` all to the one active
   job, unattributed when several are active; ``"cpu-time"`` by each job's measured CPU
   time (its USE intervals of :data:`CPU_TIME_KEYS`: the job's and every process's CPU time
@@ -163,13 +163,13 @@ class ShareRule:
     """How host-wide energy is split among concurrent jobs (see the module doc)."""
 
     kind: ShareKind = "equal"
-    deviceless_share: float = 0.1  #: device-share: part of the energy for jobs without devices
+    deviceless_fraction: float = 0.1  #: device-share: part of the energy for jobs without devices
 
     def __post_init__(self) -> None:
         if self.kind not in SHARE_RULES:
             raise ValueError(f"unknown share rule {self.kind!r}")
-        if not 0 <= self.deviceless_share <= 1:
-            raise ValueError("deviceless_share must be in [0, 1]")
+        if not 0 <= self.deviceless_fraction <= 1:
+            raise ValueError("deviceless_fraction must be in [0, 1]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,9 +302,9 @@ def _weights(channel_keys: frozenset[str], active: Sequence[JobWindow], rule: Sh
     if not with_dev or not without:
         return [(j.job_id, float(len(j.devices)) if with_dev else 1.0) for j in active]
     total_dev = sum(len(j.devices) for j in with_dev)
-    rest = 1.0 - rule.deviceless_share
+    rest = 1.0 - rule.deviceless_fraction
     return [(j.job_id, rest * len(j.devices) / total_dev) for j in with_dev] + [
-        (j.job_id, rule.deviceless_share / len(without)) for j in without
+        (j.job_id, rule.deviceless_fraction / len(without)) for j in without
     ]
 
 

@@ -148,7 +148,7 @@ def host_attribution(
         ),
     ]
     idle = IdlePolicy(settings.idle, idle_baselines(reader, host, open_ns, channels, settings, notes))  # type: ignore[arg-type]
-    rule = ShareRule(settings.share_rule, settings.deviceless_share)  # type: ignore[arg-type]
+    rule = ShareRule(settings.share_rule, settings.deviceless_fraction)  # type: ignore[arg-type]
     missing = {name for name, comps in EXPECTED.items() if not any(c.component in comps for c in channels)}
     if not channels:
         notes.append(f"{host}: no energy samples in the job's window (is an agent running there?)")

@@ -36,7 +36,7 @@ class ReportSettings:
     idle_lookback_s: float = 60.0  #: idle baseline measured over this long before the job
     #: How host-wide energy is split between jobs (:mod:`wattline.share_rules`).
     share_rule: str = DEFAULT_SHARE_RULE
-    deviceless_share: float = 0.1
+    deviceless_fraction: float = 0.1
     #: NeuronCores per device where a host's samples do not say (older agents; see :mod:`.channels`).
     cores_per_neuron_device: int = 2
     saturation: SaturationParams = field(default_factory=SaturationParams)

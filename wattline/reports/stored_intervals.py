@@ -48,7 +48,7 @@ def policy_fields(settings: ReportSettings) -> dict[str, float]:
     out = {
         "policy_idle": float(SUMMARY_CODES["policy_idle"].index(settings.idle) + 1),
         "policy_share_rule": float(SUMMARY_CODES["policy_share_rule"].index(settings.share_rule) + 1),
-        "policy_deviceless_share": float(settings.deviceless_share),
+        "policy_deviceless_fraction": float(settings.deviceless_fraction),
         "policy_cores_per_neuron_device": float(settings.cores_per_neuron_device),
     }
     if settings.idle == "subtract":  # the baseline's look-back changes the energy only then

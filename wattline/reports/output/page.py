@@ -102,7 +102,7 @@ def report_page(report: Report, figure_svg: str | None, series: list[Series]) ->
             else ""
         )
         + (
-            "; <span class='estimate'>the model share is an estimate, not a measurement</span>"
+            "; <span class='estimate'>energy from a power model is an estimate, not a measurement</span>"
             if fractions.get("model")
             else ""
         )

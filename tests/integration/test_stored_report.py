@@ -136,6 +136,26 @@ def test_another_policy_or_a_non_final_interval_is_computed_raw(rig: Rig) -> Non
     check_truth(r)
 
 
+def test_an_interval_stored_under_a_policy_field_s_old_name_is_still_used(rig: Rig) -> None:
+    """Intervals written before policy_deviceless_share was named policy_deviceless_fraction:
+    the same policy, so still read (SQLite replaces the point: the old name alone; InfluxDB
+    merges a rewrite's fields: both names)."""
+    base, job = next(BASES), f"old-{len(rig.args)}"
+    written(rig, job, f"host-{job}", base)
+    points = rig.store.service_intervals(job, base, base + (CLOSE_S + 5) * S)
+    renamed = [
+        dataclasses.replace(p, fields={("policy_deviceless_share" if k == "policy_deviceless_fraction" else k): v
+                                       for k, v in p.fields.items()})
+        for p in points
+    ]  # fmt: skip
+    assert all("policy_deviceless_share" in p.fields for p in renamed)
+    assert rig.store.write_intervals(renamed).written == len(points)
+    r = report(rig, job, base)
+    assert stored_part(r) == pytest.approx(float(sum(watts(t) for t in range(10, 40))), rel=1e-9)
+    assert any("energy from 3 stored intervals" in n for n in r["notes"]), r["notes"]
+    check_truth(r)
+
+
 def test_an_interval_rewritten_late_is_read_in_its_newest_form(rig: Rig) -> None:
     base, job = next(BASES), f"late-{len(rig.args)}"
     host = f"host-{job}"

@@ -42,6 +42,11 @@ class IntervalReader(Protocol):
         ...
 
 
+#: Policy fields an earlier version stored under another name: such an interval reads as if
+#: written now (an InfluxDB rewrite merges fields, so a point may hold both names).
+POLICY_RENAMED = {"policy_deviceless_share": "policy_deviceless_fraction"}
+
+
 def policy_fields(settings: ReportSettings) -> dict[str, float]:
     """The policy an interval's energy is computed under, as stored numbers (string choices as
     their :data:`SUMMARY_CODES` code, as job summaries are stored on VictoriaMetrics)."""
@@ -158,7 +163,8 @@ def plan(points: Iterable[IntervalSummary], window: Window, policy: dict[str, fl
 
 def _why_not(point: IntervalSummary, policy: dict[str, float]) -> str:
     """Why ``point`` may not be used ("": it may, if it holds its energy whole)."""
-    f = point.fields
+    old = {POLICY_RENAMED[k]: v for k, v in point.fields.items() if k in POLICY_RENAMED}
+    f = old | {k: v for k, v in point.fields.items() if k not in POLICY_RENAMED}
     if "final" not in f:
         return "written before intervals said whether they are final"
     if f.get("final") != 1.0 or f.get("complete") != 1.0:

@@ -47,6 +47,7 @@ from wattline.reference.common import (
     DTYPES,
     EXTRA_HINT,
     RANDOM_WEIGHTS,
+    RESULT_SCHEMA,
     MissingExtra,
     check_dtype,
     env_int,
@@ -65,7 +66,6 @@ from wattline.reference.common import (
 )
 
 WORKLOAD = "bert-pretrain"
-RESULT_SCHEMA = "wattline.reference/1"
 
 #: ``large`` is BERT-Large; ``tiny`` runs in seconds on two CPU cores.
 SIZES: dict[str, dict[str, int]] = {

@@ -35,6 +35,8 @@ DEMO_ONLY = "a demonstration of the method, not of accelerators"
 #: Version of ``wattline workload --json``'s shape (:func:`wattline.reference.launch.run_workload`;
 #: the report inside keeps its own schema). Here, not there: the CLI's help names it without loading the launcher.
 WORKLOAD_SCHEMA = "wattline.workload/1"
+#: Version of the result a reference workload itself returns (its figures; `wattline workload` wraps it).
+RESULT_SCHEMA = "wattline.reference/1"
 
 DEVICES = ("auto", "cpu", "cuda", "neuron")
 DTYPES = ("fp32", "bf16")

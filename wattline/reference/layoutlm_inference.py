@@ -45,6 +45,7 @@ from wattline.reference.common import (
     DTYPES,
     EXTRA_HINT,
     RANDOM_WEIGHTS,
+    RESULT_SCHEMA,
     MissingExtra,
     check_dtype,
     document_batch,
@@ -61,7 +62,6 @@ from wattline.reference.common import (
 from wattline.reference.loadgen import Ramp, run_level
 
 WORKLOAD = "layoutlm-inference"
-RESULT_SCHEMA = "wattline.reference/1"
 
 #: Model sizes: ``base`` is LayoutLM-base; ``tiny`` runs in seconds on two CPU cores.
 SIZES: dict[str, dict[str, int]] = {

@@ -5,14 +5,14 @@ Steps (each documented where it lives):
 
 1. The job is rebuilt from its stored events (:mod:`wattline.jobs.jobs_view`).
 2. Saturation is detected from the units timeline, the workload's own mark or
-   ``--saturated-after`` (``energy/saturation.py``); without units, from accelerator utilization.
+   ``--saturated-after`` (``accounting/saturation.py``); without units, from accelerator utilization.
 3. Per host, each channel's energy in the warm-up ``[open, saturation)`` and the
    saturated window ``[saturation, close)`` is the difference of its cumulative counter
    at the window edges (O(1) in the job's length); when the edges lie in several agent
-   streams (a restart, or streams overlapping in time: counted once, ``energy/streams.py``), or
-   when other jobs shared the host, the samples themselves are split (``energy/attribution.py``).
+   streams (a restart, or streams overlapping in time: counted once, ``accounting/streams.py``), or
+   when other jobs shared the host, the samples themselves are split (``accounting/attribution.py``).
    Each channel's energy in each window carries its error bound, from the same samples
-   (``energy/window_bounds.py``, terms in ``energy/uncertainty.py``). A host's channels are built in
+   (``accounting/window_bounds.py``, terms in ``accounting/uncertainty.py``). A host's channels are built in
    :mod:`.channels`, the idle baseline of ``--idle subtract`` in :mod:`.idle`.
 4. Figures per unit, cost and CO2 come from :mod:`.economics`.
 5. Completeness: a host window is complete when its open is stored (else it starts at the

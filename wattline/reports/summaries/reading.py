@@ -197,7 +197,7 @@ def compare_jobs(
         instances=instances,
         price_a=price_a,
         price_b=price_b,
-        carbon_intensity=a.settings.carbon_intensity,  # a CSV's energy-weighted value (report/carbon.py)
+        carbon_intensity=a.settings.carbon_intensity,  # a CSV's energy-weighted value (reports/carbon.py)
         carbon_intensity_b=b.settings.carbon_intensity,
         pue=pue,
     )

@@ -221,7 +221,7 @@ class SummaryWriter(DueAt):
     them): a job not found, or a close not seen, is looked at again every ``poll_s`` until
     ``wait_s`` after the events were noted. Failures are logged and retried, ``retry_s``
     doubling up to ``max_retry_s``. ``on_closed`` is given each closed job's report once its
-    summary is written (Slurm's AdminComment: services/slurm_comment.py).
+    summary is written (Slurm's AdminComment: reports/summaries/slurm_comment.py).
     """
 
     def __init__(

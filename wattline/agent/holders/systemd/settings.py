@@ -1,5 +1,5 @@
 """The ``[systemd]`` table: services held by systemd units named in the agent's config
-(docs/operations/services.md, "A service held by a systemd unit").
+(docs/services.md, "A service held by a systemd unit").
 
 Each entry of ``services`` names a unit and how its server counts its units, in the grammar
 of ``wattline run --metrics/--count/--preset`` (:mod:`wattline.served_specs`)::
